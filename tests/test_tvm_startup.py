@@ -1,0 +1,53 @@
+"""The lean tensor-intrinsic start-up: MetaSchedule works, the 43 s import never happens."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+from agent.tvm_startup import intrinsic_modules
+
+
+def test_intrinsics_per_target_kind():
+    assert intrinsic_modules("llvm", "x86_64") == ("x86",)
+    assert intrinsic_modules("llvm", "aarch64") == ("arm_cpu",)
+    assert intrinsic_modules("cuda", "x86_64") == ()
+
+
+def test_tune_context_does_not_import_every_backend():
+    """In a fresh process: a TuneContext (which imports tensor_intrin) loads only x86."""
+    code = textwrap.dedent(
+        """
+        import sys
+        from agent.tvm_startup import install_lean_tensor_intrinsics
+        print(install_lean_tensor_intrinsics("llvm"))
+        import tvm
+        from tvm import te
+        from tvm.s_tir import meta_schedule as ms
+        A = te.placeholder((32, 32), name="A")
+        B = te.compute((32, 32), lambda i, j: A[i, j] * 2.0, name="B")
+        mod = tvm.IRModule({"main": te.create_prim_func([A, B])})
+        ms.TuneContext(mod=mod, target=tvm.target.Target({"kind": "llvm", "num-cores": 2}), space_generator="post-order-apply",
+                       search_strategy="evolutionary")
+        import tvm.s_tir.tensor_intrin  # what MetaSchedule does: must be a no-op now
+        loaded = sorted(m for m in sys.modules if m.startswith("tvm.s_tir.tensor_intrin."))
+        print(",".join(loaded))
+        """
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    registered, loaded = proc.stdout.strip().splitlines()[-2:]
+    assert registered == "('x86',)"
+    assert loaded == "tvm.s_tir.tensor_intrin.x86"
+    assert "cuda" not in loaded
+
+
+def test_install_is_idempotent():
+    code = (
+        "from agent.tvm_startup import install_lean_tensor_intrinsics as i;"
+        "print(i('llvm'), i('llvm'))"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "('x86',) ()"
