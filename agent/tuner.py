@@ -127,6 +127,7 @@ class TuningReport:
     tasks: list[TaskProgress]
     seconds: float
     cancelled: bool = False
+    first_build_at: float | None = None  # wall clock of this process's first built candidate
 
     @property
     def trials(self) -> int:
@@ -141,6 +142,43 @@ class TuningReport:
 _KEPT_ERRORS_PER_TASK = 5
 
 
+class BuildClock:
+    """Counts builds and remembers when the first candidate of this process was built.
+
+    The farm's start-up goal is measured from here (bench/startup.py), and the counts are
+    what an agent exports as metrics.
+    """
+
+    def __init__(self) -> None:
+        self.first_build_at: float | None = None  # wall clock (time.time()) of the first result
+        self.built = 0
+        self.failed = 0
+
+    def record(self, results) -> None:
+        if self.first_build_at is None and results:
+            self.first_build_at = time.time()
+        for result in results:
+            if result.error_msg:
+                self.failed += 1
+            else:
+                self.built += 1
+
+
+def timed_builder(inner, clock: BuildClock):
+    """Wrap a MetaSchedule builder so every batch it returns is recorded on ``clock``."""
+    from tvm.ir.utils import derived_object
+    from tvm.s_tir.meta_schedule.builder import PyBuilder
+
+    @derived_object
+    class _TimedBuilder(PyBuilder):
+        def build(self, build_inputs):
+            results = inner.build(build_inputs)
+            clock.record(results)
+            return results
+
+    return _TimedBuilder()
+
+
 class WorkerPools:
     """Builder and runner pools that stay warm across tuning runs of one process.
 
@@ -150,6 +188,7 @@ class WorkerPools:
 
     def __init__(self, settings: MeasureSettings | None = None):
         self.settings = settings or MeasureSettings()
+        self.clock = BuildClock()
         self._pools: dict[str, tuple[object, object]] = {}
 
     def get(self, target_kind: str):
@@ -160,11 +199,12 @@ class WorkerPools:
     def _builder(self, target_kind: str):
         from tvm.s_tir import meta_schedule as ms
 
-        return ms.builder.LocalBuilder(
+        local = ms.builder.LocalBuilder(
             max_workers=self.settings.build_workers,
             timeout_sec=self.settings.build_timeout_sec,
             initializer=LeanWorkerInit(target_kind),
         )
+        return timed_builder(local, self.clock)
 
     def _runner(self, target_kind: str):
         from tvm.s_tir import meta_schedule as ms
@@ -231,7 +271,6 @@ def tune(
         for i, t in enumerate(tasks)
     ]
     contexts = _tune_contexts(tasks, target, work_dir, seed)
-    _quiet_console_logging()
     callback = _ProgressCallback(progress, listener, cancelled)
     begin = time.monotonic()
     for task in progress:
@@ -259,16 +298,18 @@ def tune(
         if listener:
             listener.finished(progress)
     return TuningReport(
-        tasks=progress, seconds=time.monotonic() - begin, cancelled=callback.was_cancelled
+        tasks=progress,
+        seconds=time.monotonic() - begin,
+        cancelled=callback.was_cancelled,
+        first_build_at=pools.clock.first_build_at,
     )
 
 
 def _tune_contexts(tasks, target, work_dir: Path, seed: int | None):
     from tvm.s_tir import meta_schedule as ms
-    from tvm.s_tir.meta_schedule.logging import get_loggers_from_work_dir
     from tvm.s_tir.meta_schedule.utils import fork_seed
 
-    loggers = get_loggers_from_work_dir(str(work_dir), [t.name for t in tasks])
+    loggers = _task_loggers(work_dir, [t.name for t in tasks])
     seeds = fork_seed(seed, n=len(tasks))
     return [
         ms.TuneContext(
@@ -285,12 +326,21 @@ def _tune_contexts(tasks, target, work_dir: Path, seed: int | None):
     ]
 
 
-def _quiet_console_logging() -> None:
-    """Keep MetaSchedule's log in its files; the farm draws its own progress."""
-    ms_logger = logging.getLogger("tvm.s_tir.meta_schedule")
-    for handler in list(ms_logger.handlers):
-        if type(handler) is logging.StreamHandler:  # FileHandler subclasses StreamHandler
-            ms_logger.removeHandler(handler)
+def _task_loggers(work_dir: Path, task_names: list[str]) -> list[logging.Logger]:
+    """MetaSchedule's per-task log files under work_dir/logs, with its console handler
+    replaced by a null one: stdout belongs to `--json`, and the farm draws its own progress."""
+    from tvm.s_tir.meta_schedule.logging import create_loggers
+
+    log_dir = work_dir / "logs"
+    log_dir.mkdir(parents=True, exist_ok=True)
+    width = len(str(max(len(task_names) - 1, 0)))
+    names = [f"tvm.s_tir.meta_schedule.task_{i:0{width}d}_{name[:100]}" for i, name in enumerate(task_names)]
+    create_loggers(
+        log_dir=str(log_dir),
+        params=[{"log_dir": str(log_dir), "logger_name": name} for name in names],
+        logger_config={"handlers": {"tvm.s_tir.meta_schedule.console": {"class": "logging.NullHandler"}}},
+    )
+    return [logging.getLogger(name) for name in names]
 
 
 class _ProgressCallback:

@@ -1,0 +1,170 @@
+"""`farm registry ls|show|import|export|upgrade`."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from farm.cli.output import JSON_OPTION, REGISTRY_OPTION, emit_json, fail, stdout_console
+from farm.errors import FarmError, NotFound
+
+app = typer.Typer(no_args_is_help=True)
+
+FINGERPRINT_OPTION = typer.Option(
+    None, "--fingerprint", help="Fingerprint id the records belong to (default: this box's, for --target)."
+)
+TARGET_OPTION = typer.Option("llvm", "--target", help="Target the records were tuned for: llvm, cuda or a JSON object.")
+
+
+def _plain(entity) -> dict:
+    data = dataclasses.asdict(entity)
+    data.pop("library", None)
+    return data
+
+
+@app.command("ls")
+def ls(registry: Optional[str] = REGISTRY_OPTION, json_output: bool = JSON_OPTION) -> None:
+    """Summarise the registry: row counts, fingerprints, models and artifacts."""
+    from farm.session import open_store
+
+    try:
+        store = open_store(registry)
+        document = {
+            "registry": str(store.url),
+            "counts": store.counts(),
+            "fingerprints": [_plain(f) for f in store.list_fingerprints()],
+            "models": [_plain(m) for m in store.list_models()],
+            "artifacts": [_plain(a) for a in store.list_artifacts()],
+        }
+    except FarmError as err:
+        raise fail(err)
+    if json_output:
+        emit_json(document)
+        return
+    console = stdout_console()
+    console.print(f"registry  {document['registry']}")
+    console.print("rows      " + ", ".join(f"{k} {v}" for k, v in document["counts"].items()))
+    from rich.table import Table
+
+    table = Table("artifact", "model", "batch", "fingerprint", "mean ms", "validated", "created", box=None)
+    models = {m["id"]: m for m in document["models"]}
+    for a in document["artifacts"]:
+        m = models.get(a["model_id"], {})
+        table.add_row(a["id"], m.get("name", a["model_id"][:12]), str(m.get("batch", "")), a["fingerprint_id"],
+                      f"{a['latency_mean_ms']:.3f}", "yes" if (a["validation"] or {}).get("passed") else "no",
+                      str(a["created_at"])[:19])
+    console.print(table)
+
+
+@app.command()
+def show(
+    ident: str = typer.Argument(..., help="An artifact (art-…), job (job-…), model or fingerprint id."),
+    registry: Optional[str] = REGISTRY_OPTION,
+    json_output: bool = JSON_OPTION,
+) -> None:
+    """Show one registry entry in full."""
+    from farm.session import open_store
+
+    try:
+        store = open_store(registry)
+        entity = _lookup(store, ident)
+    except FarmError as err:
+        raise fail(err)
+    document = _plain(entity)
+    if json_output:
+        emit_json(document)
+        return
+    console = stdout_console()
+    for k, v in document.items():
+        console.print(f"{k:<24} {v}")
+
+
+def _lookup(store, ident: str):
+    if ident.startswith("art-"):
+        return store.get_artifact(ident)
+    if ident.startswith("job-"):
+        return store.get_job(ident)
+    found = store.get_fingerprint(ident) or store.get_model(ident)
+    if found is None:
+        raise NotFound(f"nothing in the registry has id '{ident}'", "see `farm registry ls` for ids")
+    return found
+
+
+@app.command("import")
+def import_logs(
+    path: Path = typer.Argument(..., help="A directory with TVM's database_workload.json and database_tuning_record.json."),
+    target: str = TARGET_OPTION,
+    fingerprint: Optional[str] = FINGERPRINT_OPTION,
+    registry: Optional[str] = REGISTRY_OPTION,
+    json_output: bool = JSON_OPTION,
+) -> None:
+    """Import a TVM MetaSchedule JSON database (all or nothing) for a fingerprint."""
+    from coordinator.registry.tvm_logs import import_tvm_logs
+
+    try:
+        ctx, fp_id = _context_for(registry, target, fingerprint)
+        report = import_tvm_logs(ctx.store, path, fp_id, ctx.target_json, ctx.tvm_version, ctx.software)
+    except FarmError as err:
+        raise fail(err)
+    document = {"fingerprint": fp_id, "target": ctx.target_json, **dataclasses.asdict(report)}
+    if json_output:
+        emit_json(document)
+    else:
+        stdout_console().print(
+            f"imported {report.records} records of {report.workloads} workloads for {fp_id}"
+            f" ({report.skipped_duplicates} already present)"
+        )
+
+
+@app.command("export")
+def export_logs(
+    path: Path = typer.Argument(..., help="Directory to write database_workload.json and database_tuning_record.json to."),
+    target: str = TARGET_OPTION,
+    fingerprint: Optional[str] = FINGERPRINT_OPTION,
+    registry: Optional[str] = REGISTRY_OPTION,
+    json_output: bool = JSON_OPTION,
+) -> None:
+    """Export a fingerprint's records as a TVM MetaSchedule JSON database."""
+    from coordinator.registry.tvm_logs import export_tvm_logs
+
+    try:
+        ctx, fp_id = _context_for(registry, target, fingerprint)
+        counts = export_tvm_logs(ctx.store, path, fp_id, ctx.target_json, ctx.tvm_version)
+    except FarmError as err:
+        raise fail(err)
+    counts = dataclasses.asdict(counts) if dataclasses.is_dataclass(counts) else dict(counts)
+    document = {"fingerprint": fp_id, "target": ctx.target_json, "directory": str(path), **counts}
+    if json_output:
+        emit_json(document)
+    else:
+        stdout_console().print(f"wrote {counts} to {path}")
+
+
+@app.command()
+def upgrade(registry: Optional[str] = REGISTRY_OPTION, json_output: bool = JSON_OPTION) -> None:
+    """Migrate the registry's schema to the version this farm needs."""
+    from coordinator.registry.store import upgrade_registry
+    from farm.config import registry_url
+
+    try:
+        revision = upgrade_registry(registry_url(registry))
+    except FarmError as err:
+        raise fail(err)
+    if json_output:
+        emit_json({"registry": registry_url(registry), "revision": revision})
+    else:
+        stdout_console().print(f"registry is at revision {revision}")
+
+
+def _context_for(registry: Optional[str], target: str, fingerprint: Optional[str]):
+    from farm.session import open_context
+
+    ctx = open_context(registry, target)
+    if fingerprint is None:
+        return ctx, ctx.fingerprint.id
+    if ctx.store.get_fingerprint(fingerprint) is None:
+        raise NotFound(f"fingerprint '{fingerprint}' is not in the registry", "see `farm registry ls`")
+    return ctx, fingerprint

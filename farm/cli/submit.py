@@ -1,0 +1,163 @@
+"""`farm submit` and `farm run`: tune a model (or take it from the registry) and use it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from farm.cli.output import JSON_OPTION, REGISTRY_OPTION, emit_json, fail, stdout_console
+from farm.errors import FarmError
+
+app = typer.Typer()
+
+MODEL_ARG = typer.Argument(..., help="A zoo model (see `farm models`) or a path to an .onnx file.")
+TARGET_ARG = typer.Argument(..., help="llvm, cuda, or a TVM target JSON object.")
+BATCH_ARG = typer.Argument(1, help="Batch size (for bert: number of sequences).")
+
+
+@app.command()
+def submit(
+    model: str = MODEL_ARG,
+    target: str = TARGET_ARG,
+    batch: int = BATCH_ARG,
+    trials: Optional[int] = typer.Option(None, "--trials", min=1, help="Global trial budget (default: 32 per task)."),
+    trials_per_task: Optional[int] = typer.Option(None, "--trials-per-task", min=1, help="Per-task trial cap."),
+    retune: bool = typer.Option(False, "--retune", help="Tune even if the registry has a library; records merge."),
+    build_workers: Optional[int] = typer.Option(None, "--build-workers", min=1, help="Builder processes (default: all CPUs)."),
+    runs: int = typer.Option(20, "--runs", min=1, help="Timed runs of the final library (after 3 warm-up runs)."),
+    seed: int = typer.Option(0, "--seed", help="Seed for the search, the random weights and the inputs."),
+    registry: Optional[str] = REGISTRY_OPTION,
+    json_output: bool = JSON_OPTION,
+) -> None:
+    """Tune MODEL for TARGET at BATCH, build and validate it, and store the library."""
+    from agent.tuner import MeasureSettings
+    from farm.embedded import SubmitRequest, submit as submit_job
+
+    request = SubmitRequest(
+        model=model, target=target, batch=batch, registry=registry, trials=trials,
+        trials_per_task=trials_per_task, retune=retune, seed=seed,
+        measure=MeasureSettings(build_workers=build_workers), validation_runs=runs,
+    )
+    observer = None
+    if not json_output:
+        from farm.cli.progress import ConsoleProgress
+
+        observer = ConsoleProgress()
+    try:
+        result = submit_job(request, observer)
+    except FarmError as err:
+        raise fail(err)
+    if json_output:
+        emit_json(result.to_json())
+    else:
+        _print_submit(result)
+    if result.job.state != "succeeded":
+        raise typer.Exit(1)
+
+
+@app.command()
+def run(
+    model: str = MODEL_ARG,
+    target: str = TARGET_ARG,
+    batch: int = BATCH_ARG,
+    input_path: Optional[Path] = typer.Option(None, "--input", help="A .npy file for the (single) input; default: seeded random."),
+    output_path: Optional[Path] = typer.Option(None, "--output", help="Write the outputs: .npy (one output) or .npz."),
+    runs: int = typer.Option(20, "--runs", min=1, help="Timed runs after warm-up."),
+    warmup: int = typer.Option(3, "--warmup", min=0),
+    seed: int = typer.Option(0, "--seed", help="Seed for random weights and inputs."),
+    registry: Optional[str] = REGISTRY_OPTION,
+    json_output: bool = JSON_OPTION,
+) -> None:
+    """Load the stored library for MODEL/TARGET/BATCH (no compile), run it and time it."""
+    import time
+
+    import numpy as np
+
+    from farm.api import load
+    from farm.embedded import artifact_json
+
+    begin = time.perf_counter()
+    try:
+        deployed = load(model, target, batch, registry=registry, seed=seed)
+        loaded_s = time.perf_counter() - begin
+        inputs = [_read_input(input_path)] if input_path else deployed.example_inputs(seed)
+        first = time.perf_counter()
+        outputs = deployed(*inputs)
+        first_s = time.perf_counter() - first
+        latency = deployed.time(inputs, runs=runs, warmup=warmup)
+        if output_path:
+            _write_outputs(output_path, outputs)
+    except FarmError as err:
+        raise fail(err)
+    document = {
+        "artifact": deployed.artifact.id,
+        "model": deployed.key.name,
+        "batch": batch,
+        "fingerprint": deployed.fingerprint,
+        "latency_ms": latency.to_json(),
+        "load_s": round(loaded_s, 4),
+        "first_inference_s": round(first_s, 4),
+        "outputs": [{"shape": list(o.shape), "dtype": str(o.dtype)} for o in outputs],
+        "stored": artifact_json(deployed.artifact),
+    }
+    if json_output:
+        emit_json(document)
+        return
+    console = stdout_console()
+    console.print(f"artifact   {deployed.artifact.id}  ({deployed.key.describe()}, fingerprint {deployed.fingerprint})")
+    console.print(f"load       {loaded_s * 1e3:.0f} ms, first inference {first_s * 1e3:.1f} ms")
+    console.print(f"latency    mean {latency.mean_ms:.3f} ms  median {latency.median_ms:.3f} ms  "
+                  f"std {latency.std_ms:.3f} ms  ({latency.runs} runs after {latency.warmup} warm-up)")
+    for i, out in enumerate(outputs):
+        console.print(f"output {i}   {out.dtype}{list(out.shape)}  mean {float(np.mean(out)):.6g}")
+    if output_path:
+        console.print(f"wrote      {output_path}")
+
+
+def _read_input(path: Path):
+    import numpy as np
+
+    try:
+        return np.load(path, allow_pickle=False)
+    except (OSError, ValueError) as err:
+        raise FarmError(f"cannot read input {path}: {err}", "pass a .npy file written by numpy.save") from None
+
+
+def _write_outputs(path: Path, outputs) -> None:
+    import numpy as np
+
+    if path.suffix == ".npz":
+        np.savez(path, *outputs)
+    elif len(outputs) == 1:
+        np.save(path, outputs[0])
+    else:
+        raise FarmError(f"the model has {len(outputs)} outputs; a .npy file holds one", "use --output out.npz")
+
+
+def _print_submit(result) -> None:
+    console = stdout_console()
+    job = result.job
+    console.print(f"job          {job.id}  {job.state}{'  (registry hit: no tuning)' if result.cache_hit else ''}")
+    console.print(f"model        {result.model.describe()}  target {result.target}")
+    console.print(f"fingerprint  {result.fingerprint}")
+    if result.report:
+        r = result.report
+        console.print(f"tuning       {r.trials} trials over {len(r.tasks)} tasks in {r.seconds:.1f} s"
+                      + (f", {r.errors} measurement errors" if r.errors else ""))
+    if job.error:
+        console.print(f"error        {job.error}")
+    art = result.artifact
+    if art:
+        console.print(f"artifact     {art.id}  sha256 {art.sha256[:16]}…  {art.size / 1e6:.2f} MB")
+        console.print(f"latency      mean {art.latency_mean_ms:.3f} ms  median {art.latency_median_ms:.3f} ms  "
+                      f"std {art.latency_std_ms:.3f} ms")
+        if art.untuned_latency_mean_ms:
+            console.print(f"untuned      mean {art.untuned_latency_mean_ms:.3f} ms  "
+                          f"(speed-up {art.untuned_latency_mean_ms / art.latency_mean_ms:.2f}x)")
+        v = art.validation or {}
+        if v:
+            console.print(f"validation   {'passed' if v.get('passed') else 'FAILED'}: max abs err "
+                          f"{v.get('max_abs_err', 0):.3g} (rtol {v.get('rtol')}, atol {v.get('atol', 0):.3g})")
+    console.print(f"time         {result.seconds:.2f} s")

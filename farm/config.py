@@ -1,0 +1,36 @@
+"""Where the farm keeps its data, and which registry and coordinator a command talks to."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+REGISTRY_ENV = "FARM_REGISTRY"
+HOME_ENV = "FARM_HOME"
+COORDINATOR_ENV = "FARM_COORDINATOR"
+
+
+def data_dir() -> Path:
+    """The user's farm directory: $FARM_HOME, else $XDG_DATA_HOME/tvm-farm, else ~/.local/share."""
+    if os.environ.get(HOME_ENV):
+        return Path(os.environ[HOME_ENV]).expanduser()
+    base = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
+    return Path(base) / "tvm-farm"
+
+
+def default_registry_url() -> str:
+    return f"sqlite:///{data_dir() / 'registry.db'}"
+
+
+def registry_url(option: str | None) -> str:
+    """The registry a command uses: --registry, else $FARM_REGISTRY, else the embedded SQLite."""
+    return option or os.environ.get(REGISTRY_ENV) or default_registry_url()
+
+
+def job_work_dir(job_id: str) -> Path:
+    """Scratch space of one job on this box (MetaSchedule's logs live here)."""
+    return data_dir() / "jobs" / job_id
+
+
+def fingerprint_cache_dir() -> Path:
+    return data_dir() / "cache"
