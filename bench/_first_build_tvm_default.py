@@ -12,7 +12,7 @@ timeout = float(sys.argv[1])
 import tvm  # noqa: E402
 from tvm.s_tir import meta_schedule as ms  # noqa: E402
 
-from agent.tuner import BuildClock, timed_builder  # noqa: E402  (only the clock wrapper)
+from agent.measure import BuildClock, timed_builder  # noqa: E402  (only the clock wrapper)
 from coordinator.compile import extract_tuning_tasks  # noqa: E402
 from coordinator.models.zoo import load_model  # noqa: E402
 

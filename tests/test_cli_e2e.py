@@ -132,6 +132,26 @@ def _count(home: Path, table: str) -> int:
         return db.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0]
 
 
+def test_hit_path_never_imports_tvm(home, tuned):
+    """A registry hit must stay cheap: the CLI answers it without importing TVM at all."""
+    import sys
+
+    code = (
+        "import sys\n"
+        "from farm.cli.app import app\n"
+        "try:\n"
+        "    app(['submit', 'mlp-tiny', 'llvm', '2', '--json'])\n"
+        "except SystemExit as e:\n"
+        "    assert not e.code, e.code\n"
+        "print('TVM_IMPORTED' if any(m == 'tvm' or m.startswith('tvm.') for m in sys.modules) else 'NO_TVM')\n"
+    )
+    env = {**os.environ, "FARM_HOME": str(home)}
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert '"cache_hit": true' in proc.stdout
+    assert proc.stdout.strip().endswith("NO_TVM")
+
+
 def test_corrupt_artifact_is_refused(farm_exe, home, tuned):
     """Runs last in this module: it damages the stored library of the module's registry."""
     with sqlite3.connect(home / "registry.db") as db:
@@ -141,3 +161,4 @@ def test_corrupt_artifact_is_refused(farm_exe, home, tuned):
     assert proc.returncode != 0
     assert "corrupt" in proc.stderr and "--retune" in proc.stderr
     assert proc.stdout == ""
+

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from typing import Sequence
 
-from agent.tuner import TaskProgress
+from agent.progress import TaskProgress
 
 
 def _best(task: TaskProgress) -> str:

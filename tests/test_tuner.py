@@ -1,0 +1,82 @@
+"""Real MetaSchedule tuning of a tiny model: live per-task progress, records, cancellation."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from agent.measure import MeasureSettings, WorkerPools
+from agent.tuner import TuningBudget, tune
+
+pytestmark = pytest.mark.slow
+
+
+class Recorder:
+    def __init__(self, cancel_after: int | None = None, cancelled: threading.Event | None = None):
+        self.events: list[tuple[str, int, int]] = []
+        self.finished_seen = False
+        self.cancel_after = cancel_after
+        self.cancelled = cancelled
+
+    def started(self, tasks):
+        self.events.append(("started", -1, len(tasks)))
+
+    def measured(self, task, new_trials):
+        assert not self.finished_seen, "progress after finished()"
+        self.events.append(("measured", task.index, task.trials))
+        if self.cancel_after is not None and task.trials >= self.cancel_after:
+            self.cancelled.set()
+
+    def finished(self, tasks):
+        self.finished_seen = True
+
+
+@pytest.fixture(scope="module")
+def mlp():
+    from agent.tvm_startup import install_lean_tensor_intrinsics
+
+    install_lean_tensor_intrinsics("llvm")
+    import tvm
+
+    from coordinator.compile import extract_tuning_tasks
+    from coordinator.models.zoo import load_model
+
+    target = tvm.target.Target({"kind": "llvm", "num-cores": 2})
+    return target, extract_tuning_tasks(load_model("mlp-tiny", 1), target)
+
+
+@pytest.fixture(scope="module")
+def pools():
+    return WorkerPools(MeasureSettings(min_repeat_ms=5))
+
+
+def test_progress_is_live_and_records_land(mlp, pools, tmp_path):
+    from tvm.s_tir import meta_schedule as ms
+
+    target, tasks = mlp
+    db = ms.database.MemoryDatabase()
+    recorder = Recorder()
+    report = tune(tasks, target, db, TuningBudget(16, 8, 8), tmp_path, pools=pools, listener=recorder, seed=1)
+    measured = [e for e in recorder.events if e[0] == "measured"]
+    # One event per measured candidate (LocalRunner is synchronous), not one per joined batch.
+    assert len(measured) == report.trials >= 16
+    assert {e[1] for e in measured} == set(range(len(tasks)))
+    for task in report.tasks:
+        assert task.trials == 8 and task.best_sec is not None and task.best_sec > 0
+        assert task.best_gflops is None or task.best_gflops > 0
+    assert len(db) == report.trials  # every measured candidate was committed
+    assert report.first_build_at is not None and not report.cancelled
+    assert (tmp_path / "logs").is_dir()
+
+
+def test_cancel_stops_tuning_early(mlp, pools, tmp_path):
+    from tvm.s_tir import meta_schedule as ms
+
+    target, tasks = mlp
+    cancelled = threading.Event()
+    recorder = Recorder(cancel_after=3, cancelled=cancelled)
+    report = tune(tasks, target, ms.database.MemoryDatabase(), TuningBudget(200, 100, 8), tmp_path,
+                  pools=pools, listener=recorder, cancelled=cancelled)
+    assert report.cancelled
+    assert report.trials < 40, report.trials  # far below the 200-trial budget
