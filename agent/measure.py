@@ -115,6 +115,18 @@ def _report_when_done(future, live: "LiveProgress", task_id: int | None) -> None
         live.ran(task_id, future.result())
 
 
+def _ready() -> bool:
+    return True
+
+
+def _prewarm(pool) -> None:
+    """Start a runner's worker in the background (its pool persists across batches)."""
+    import threading
+
+    threading.Thread(target=lambda: pool.submit(_ready).result(), name="farm-runner-prewarm",
+                     daemon=True).start()
+
+
 class WorkerPools:
     """Builder and runner pools that stay warm across tuning runs of one process.
 
@@ -134,14 +146,11 @@ class WorkerPools:
         return self._pools[target_kind]
 
     def _builder(self, target_kind: str):
-        from tvm.s_tir import meta_schedule as ms
+        from agent.warm_builder import warm_builder
 
-        local = ms.builder.LocalBuilder(
-            max_workers=self.settings.build_workers,
-            timeout_sec=self.settings.build_timeout_sec,
-            initializer=LeanWorkerInit(target_kind),
-        )
-        return timed_builder(local, self.clock, self)
+        warm = warm_builder(self.settings.build_workers, self.settings.build_timeout_sec,
+                            LeanWorkerInit(target_kind))
+        return timed_builder(warm, self.clock, self)
 
     def _runner(self, target_kind: str):
         from tvm.s_tir import meta_schedule as ms
@@ -159,6 +168,7 @@ class WorkerPools:
                 evaluator_config=evaluator,
                 initializer=LeanWorkerInit(target_kind),
             )
+            _prewarm(inner.pool)
         else:
             rpc_config = ms.runner.RPCConfig(
                 tracker_host=s.rpc.tracker_host,

@@ -80,3 +80,26 @@ def test_cancel_stops_tuning_early(mlp, pools, tmp_path):
                   pools=pools, listener=recorder, cancelled=cancelled)
     assert report.cancelled
     assert report.trials < 40, report.trials  # far below the 200-trial budget
+
+
+def test_builder_workers_stay_warm_across_batches(mlp):
+    """TVM's LocalBuilder starts new processes per batch; the farm's builder reuses them."""
+    from tvm.s_tir import meta_schedule as ms
+
+    from agent.tvm_startup import LeanWorkerInit
+    from agent.warm_builder import warm_builder
+
+    target, tasks = mlp
+    builder = warm_builder(2, 60.0, LeanWorkerInit("llvm"))
+    inputs = [ms.builder.BuilderInput(task.mod, target) for task in tasks]
+
+    def worker_pids():
+        return sorted(w._proc.pid for w in builder.pool._worker_map.values() if w._proc is not None)
+
+    first = builder.build(inputs)
+    assert all(r.error_msg is None for r in first), [r.error_msg for r in first]
+    pids = worker_pids()
+    second = builder.build(inputs)
+    assert all(r.error_msg is None for r in second)
+    assert pids and worker_pids() == pids
+    builder.shutdown()
