@@ -72,14 +72,16 @@ class LatencyStats(_message.Message):
     def __init__(self, mean_ms: _Optional[float] = ..., median_ms: _Optional[float] = ..., std_ms: _Optional[float] = ..., runs: _Optional[int] = ..., warmup: _Optional[int] = ...) -> None: ...
 
 class TensorSpec(_message.Message):
-    __slots__ = ("name", "dtype", "shape")
+    __slots__ = ("name", "dtype", "shape", "fill_json")
     NAME_FIELD_NUMBER: _ClassVar[int]
     DTYPE_FIELD_NUMBER: _ClassVar[int]
     SHAPE_FIELD_NUMBER: _ClassVar[int]
+    FILL_JSON_FIELD_NUMBER: _ClassVar[int]
     name: str
     dtype: str
     shape: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, name: _Optional[str] = ..., dtype: _Optional[str] = ..., shape: _Optional[_Iterable[int]] = ...) -> None: ...
+    fill_json: str
+    def __init__(self, name: _Optional[str] = ..., dtype: _Optional[str] = ..., shape: _Optional[_Iterable[int]] = ..., fill_json: _Optional[str] = ...) -> None: ...
 
 class Tensor(_message.Message):
     __slots__ = ("spec", "data")
@@ -514,7 +516,7 @@ class LeaseShardResponse(_message.Message):
     def __init__(self, shard: _Optional[_Union[Shard, _Mapping]] = ..., retry_after: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
 
 class Shard(_message.Message):
-    __slots__ = ("job_id", "shard_id", "attempt", "tasks", "target", "budget", "tracker", "seed", "records_per_report")
+    __slots__ = ("job_id", "shard_id", "attempt", "tasks", "target", "budget", "tracker", "seed", "records_per_report", "warm_records")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     SHARD_ID_FIELD_NUMBER: _ClassVar[int]
     ATTEMPT_FIELD_NUMBER: _ClassVar[int]
@@ -524,6 +526,7 @@ class Shard(_message.Message):
     TRACKER_FIELD_NUMBER: _ClassVar[int]
     SEED_FIELD_NUMBER: _ClassVar[int]
     RECORDS_PER_REPORT_FIELD_NUMBER: _ClassVar[int]
+    WARM_RECORDS_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     shard_id: str
     attempt: int
@@ -533,7 +536,16 @@ class Shard(_message.Message):
     tracker: TrackerAddress
     seed: int
     records_per_report: int
-    def __init__(self, job_id: _Optional[str] = ..., shard_id: _Optional[str] = ..., attempt: _Optional[int] = ..., tasks: _Optional[_Iterable[_Union[TuneTask, _Mapping]]] = ..., target: _Optional[str] = ..., budget: _Optional[_Union[TrialBudget, _Mapping]] = ..., tracker: _Optional[_Union[TrackerAddress, _Mapping]] = ..., seed: _Optional[int] = ..., records_per_report: _Optional[int] = ...) -> None: ...
+    warm_records: _containers.RepeatedCompositeFieldContainer[WarmRecord]
+    def __init__(self, job_id: _Optional[str] = ..., shard_id: _Optional[str] = ..., attempt: _Optional[int] = ..., tasks: _Optional[_Iterable[_Union[TuneTask, _Mapping]]] = ..., target: _Optional[str] = ..., budget: _Optional[_Union[TrialBudget, _Mapping]] = ..., tracker: _Optional[_Union[TrackerAddress, _Mapping]] = ..., seed: _Optional[int] = ..., records_per_report: _Optional[int] = ..., warm_records: _Optional[_Iterable[_Union[WarmRecord, _Mapping]]] = ...) -> None: ...
+
+class WarmRecord(_message.Message):
+    __slots__ = ("workload_shash", "tuning_record_json")
+    WORKLOAD_SHASH_FIELD_NUMBER: _ClassVar[int]
+    TUNING_RECORD_JSON_FIELD_NUMBER: _ClassVar[int]
+    workload_shash: str
+    tuning_record_json: str
+    def __init__(self, workload_shash: _Optional[str] = ..., tuning_record_json: _Optional[str] = ...) -> None: ...
 
 class TuneTask(_message.Message):
     __slots__ = ("name", "weight", "flop", "mod_json", "workload_shash")
