@@ -61,29 +61,31 @@ def test_migrations_match_the_models(store, registry_url):
     assert diff == []
 
 
-def _add_revision_0002(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def _add_probe_revision(tmp_path: Path, monkeypatch) -> str:  # type: ignore[no-untyped-def]
     """Point the farm at a copy of its migrations with one more, harmless revision."""
+    head = migrate.head_revision()
     copy = tmp_path / "migrations"
     shutil.copytree(migrate.MIGRATIONS_DIR, copy, ignore=shutil.ignore_patterns("__pycache__"))
-    (copy / "versions" / "0002_probe.py").write_text(
-        'revision = "0002"\ndown_revision = "0001"\nbranch_labels = None\ndepends_on = None\n'
+    (copy / "versions" / "9000_probe.py").write_text(
+        f'revision = "9000"\ndown_revision = "{head}"\nbranch_labels = None\ndepends_on = None\n'
         "from alembic import op\nimport sqlalchemy as sa\n"
         "def upgrade():\n"
         '    op.create_table("probe", sa.Column("id", sa.Integer, primary_key=True))\n'
     )
     monkeypatch.setattr(migrate, "MIGRATIONS_DIR", copy)
+    return head
 
 
 def test_outdated_schema_is_refused_until_upgraded(registry_url, tmp_path, monkeypatch):
-    RegistryStore(registry_url).dispose()  # at 0001
-    _add_revision_0002(tmp_path, monkeypatch)
+    RegistryStore(registry_url).dispose()  # at the real head
+    old_head = _add_probe_revision(tmp_path, monkeypatch)
     with pytest.raises(RegistryError) as raised:
         RegistryStore(registry_url)
     message = str(raised.value)
-    assert "revision 0001" in message and "needs 0002" in message
+    assert f"revision {old_head}" in message and "needs 9000" in message
     assert "farm registry upgrade --registry" in raised.value.fix
-    assert upgrade_registry(registry_url) == "0002"
-    assert upgrade_registry(registry_url) == "0002"  # already there: nothing to do
+    assert upgrade_registry(registry_url) == "9000"
+    assert upgrade_registry(registry_url) == "9000"  # already there: nothing to do
     RegistryStore(registry_url).dispose()
 
 

@@ -90,21 +90,44 @@ def _upgrade(
     engine: Engine, head: str, *, allow_existing: bool, url: str
 ) -> tuple[str | None, str]:
     with engine.connect().execution_options(**{WRITE_OPTION: True}) as connection:
-        with connection.begin():
-            if connection.dialect.name == "postgresql":
-                connection.execute(
-                    text("SELECT pg_advisory_xact_lock(:key)"), {"key": _PG_SCHEMA_LOCK}
-                )
-            # Checked again under the lock: another process may have upgraded meanwhile.
-            current = current_revision(connection)
-            if current == head:
-                return current, head
-            if current is not None and not _is_known(current):
-                raise schema_mismatch(url, current, head)
-            if current is not None and not allow_existing:
-                raise schema_mismatch(url, current, head)
-            command.upgrade(alembic_config(connection), "head")
+        sqlite = connection.dialect.name == "sqlite"
+        if sqlite:
+            # SQLite changes a table by copying it (Alembic batch mode); dropping the original
+            # would trip the foreign keys of rows pointing at it. SQLite's own recipe: keys off
+            # (only possible outside a transaction, hence the driver connection), then one
+            # foreign_key_check before commit.
+            connection.connection.driver_connection.execute("PRAGMA foreign_keys=OFF")
+        try:
+            with connection.begin():
+                if connection.dialect.name == "postgresql":
+                    connection.execute(
+                        text("SELECT pg_advisory_xact_lock(:key)"), {"key": _PG_SCHEMA_LOCK}
+                    )
+                # Checked again under the lock: another process may have upgraded meanwhile.
+                current = current_revision(connection)
+                if current == head:
+                    return current, head
+                if current is not None and not _is_known(current):
+                    raise schema_mismatch(url, current, head)
+                if current is not None and not allow_existing:
+                    raise schema_mismatch(url, current, head)
+                command.upgrade(alembic_config(connection), "head")
+                if sqlite:
+                    _check_foreign_keys(connection, url)
+        finally:
+            if sqlite:
+                connection.connection.driver_connection.execute("PRAGMA foreign_keys=ON")
     return current, head
+
+
+def _check_foreign_keys(connection: Connection, url: str) -> None:
+    broken = connection.exec_driver_sql("PRAGMA foreign_key_check").fetchall()
+    if broken:
+        tables = sorted({row[0] for row in broken})
+        raise RegistryError(
+            f"upgrading the registry at {url} would break references in {', '.join(tables)}",
+            "nothing was changed; the rows named by `PRAGMA foreign_key_check` need fixing first",
+        )
 
 
 def upgrade_registry(url: str) -> str:

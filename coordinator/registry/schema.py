@@ -16,9 +16,11 @@ from sqlalchemy import (
     Integer,
     LargeBinary,
     MetaData,
+    PrimaryKeyConstraint,
     String,
     Text,
     TypeDecorator,
+    UniqueConstraint,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, deferred, mapped_column
 
@@ -147,12 +149,25 @@ class JobRow(Base):
     """A request to tune one model for one target on one fingerprint."""
 
     __tablename__ = "jobs"
-    __table_args__ = (Index("ix_jobs_created_at", "created_at"),)
+    __table_args__ = (
+        Index("ix_jobs_created_at", "created_at"),
+        # A submit looks for an unfinished job of the same model to attach to.
+        Index("ix_jobs_model_id_state", "model_id", "state"),
+    )
 
     id: Mapped[str] = mapped_column(String(64), primary_key=True)
     model_id: Mapped[str] = mapped_column(ForeignKey("models.id"))
+    # Canonical target JSON; empty while the job waits for a fingerprint to resolve it on.
     target: Mapped[str] = mapped_column(Text)
-    fingerprint_id: Mapped[str] = mapped_column(ForeignKey("fingerprints.id"))
+    # NULL while the job waits (queued) for an agent of its target kind to register.
+    fingerprint_id: Mapped[str | None] = mapped_column(ForeignKey("fingerprints.id"))
+    target_kind: Mapped[str] = mapped_column(String(32), default="", server_default="")
+    # The target as the user spelled it ("cuda"), kept to resolve it once a fingerprint exists.
+    target_request: Mapped[str] = mapped_column(Text, default="", server_default="")
+    # One human sentence on what the job does or waits for (farm.proto Job.status).
+    status: Mapped[str] = mapped_column(Text, default="", server_default="")
+    # Groups the per-fingerprint jobs one submit started.
+    parent_request: Mapped[str | None] = mapped_column(String(64), index=True)
     state: Mapped[str] = mapped_column(String(16))
     cache_hit: Mapped[bool] = mapped_column(Boolean, default=False)
     trials_budget: Mapped[int] = mapped_column(Integer)
@@ -202,3 +217,123 @@ class ArtifactRow(Base):
     tvm_version: Mapped[str] = mapped_column(String(64))
     software: Mapped[dict] = mapped_column(JSON)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utc_now)
+
+
+# -- the distributed mode: agents, job plans, shards, events, validations ---------------------
+
+
+class AgentRow(Base):
+    """A registered device agent: one box of one fingerprint, able to tune some target kinds."""
+
+    __tablename__ = "agents"
+    __table_args__ = (Index("ix_agents_state_fingerprint_id", "state", "fingerprint_id"),)
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    fingerprint_id: Mapped[str] = mapped_column(ForeignKey("fingerprints.id"))
+    target_kinds: Mapped[list] = mapped_column(JSON)
+    hostname: Mapped[str] = mapped_column(String(256))
+    address: Mapped[str] = mapped_column(String(256))
+    tvm_version: Mapped[str] = mapped_column(String(64))
+    rpc_key: Mapped[str] = mapped_column(String(128))
+    state: Mapped[str] = mapped_column(String(16))
+    registered_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    last_heartbeat_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    details: Mapped[dict] = mapped_column(JSON)
+
+
+class JobTaskRow(Base):
+    """One tuning task of a job's plan: a TIR function of the model and its trial cap."""
+
+    __tablename__ = "job_tasks"
+    __table_args__ = (
+        PrimaryKeyConstraint("job_id", "index"),
+        UniqueConstraint("job_id", "name"),
+    )
+
+    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"))
+    index: Mapped[int] = mapped_column(Integer)
+    name: Mapped[str] = mapped_column(String(256))
+    weight: Mapped[int] = mapped_column(Integer)
+    flop: Mapped[float] = mapped_column(Double)
+    workload_shash: Mapped[str] = mapped_column(String(32))
+    mod_json: Mapped[str] = mapped_column(Text)
+    # Committed with the plan, so reported records resolve their workload without a lookup
+    # by structural hash (which can collide).
+    workload_id: Mapped[int] = mapped_column(ForeignKey("workloads.id"))
+    trials_budget: Mapped[int] = mapped_column(Integer)
+
+
+class ShardRow(Base):
+    """Some of a job's tasks, leased to one agent at a time (coordinator.shards.Shard)."""
+
+    __tablename__ = "shards"
+    __table_args__ = (
+        UniqueConstraint("job_id", "index"),
+        # Claiming scans pending shards; a job's rollup reads its shards by state.
+        Index("ix_shards_state_job_id", "state", "job_id"),
+        Index("ix_shards_agent_id_state", "agent_id", "state"),
+    )
+
+    id: Mapped[str] = mapped_column(String(96), primary_key=True)
+    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"))
+    index: Mapped[int] = mapped_column(Integer)
+    state: Mapped[str] = mapped_column(String(16))
+    # Leases granted so far; while leased, the current lease's attempt id.
+    attempt: Mapped[int] = mapped_column(Integer)
+    agent_id: Mapped[str | None] = mapped_column(ForeignKey("agents.id"))
+    leased_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    # When the lease lapses if its agent never heartbeats again (Lease.expires_at); each
+    # heartbeat moves the real deadline, which expiry computes from the agent's last beat.
+    heartbeat_deadline: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    task_indexes: Mapped[list] = mapped_column(JSON)
+    # The split's cost estimate: the costliest pending shard is leased first.
+    cost: Mapped[float] = mapped_column(Double)
+    trials_budget: Mapped[int] = mapped_column(Integer)
+    trials_done: Mapped[int] = mapped_column(Integer)
+    failures: Mapped[list] = mapped_column(JSON)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
+class JobEventRow(Base):
+    """One thing that happened to a job; the id is the sequence WatchJob resumes after."""
+
+    __tablename__ = "job_events"
+    __table_args__ = (Index("ix_job_events_job_id_id", "job_id", "id"),)
+
+    id: Mapped[int] = mapped_column(
+        BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True
+    )
+    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"))
+    kind: Mapped[str] = mapped_column(String(32))
+    payload: Mapped[dict] = mapped_column(JSON)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
+class ValidationRow(Base):
+    """A built library waiting for (or checked by) an agent of the job's fingerprint."""
+
+    __tablename__ = "validations"
+    __table_args__ = (Index("ix_validations_state", "state"),)
+
+    job_id: Mapped[str] = mapped_column(
+        ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True
+    )
+    state: Mapped[str] = mapped_column(String(16))
+    attempt: Mapped[int] = mapped_column(Integer)
+    agent_id: Mapped[str | None] = mapped_column(ForeignKey("agents.id"))
+    leased_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    # Deferred: listing validations must not pull the libraries.
+    library: Mapped[bytes] = deferred(mapped_column(LargeBinary, nullable=False))
+    library_sha256: Mapped[str] = mapped_column(String(64))
+    lib_format: Mapped[str] = mapped_column(String(16))
+    # The untuned build, run on the device as the reference; NULL when outputs are sent instead.
+    reference_library: Mapped[bytes | None] = deferred(mapped_column(LargeBinary))
+    inputs: Mapped[list] = mapped_column(JSON)
+    weights: Mapped[list] = mapped_column(JSON)
+    seed: Mapped[int] = mapped_column(BigInteger)
+    runs: Mapped[int] = mapped_column(Integer)
+    warmup: Mapped[int] = mapped_column(Integer)
+    result: Mapped[dict | None] = mapped_column(JSON)
+    failures: Mapped[list] = mapped_column(JSON)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import secrets
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
@@ -29,7 +30,13 @@ from .schema import (
 )
 from .session import UnitOfWork
 
-__all__ = ["RegistryStore", "mean_run_sec", "record_digest", "upgrade_registry"]
+__all__ = [
+    "RegistryStore",
+    "mean_run_sec",
+    "record_digest",
+    "target_kind_of",
+    "upgrade_registry",
+]
 
 # MetaSchedule's stand-in for "no time measured" (SortTuningRecordByMeanRunSecs::kMaxMeanTime).
 MEASUREMENT_FAILED_SEC = 1e10
@@ -59,6 +66,15 @@ def mean_run_sec(run_secs: Sequence[float | None] | None, trace_valid: bool = Tr
     if not any(v != MEASUREMENT_FAILED_SEC for v in measured):
         return None
     return sum(measured) / len(measured)
+
+
+def target_kind_of(target: str) -> str:
+    """The kind ("llvm", "cuda") of a target given as TVM JSON or as a target string."""
+    try:
+        value = json.loads(target)
+    except ValueError:
+        return target.split()[0] if target.strip() else ""
+    return str(value.get("kind", "")) if isinstance(value, dict) else ""
 
 
 def record_digest(mod_sha256: str, record: NewRecord) -> str:
@@ -93,9 +109,15 @@ class RegistryStore:
     def dispose(self) -> None:
         self._engine.dispose()
 
+    @property
+    def unit_of_work(self) -> UnitOfWork:
+        """The session helper, for stores that extend this one over the same engine
+        (cluster_store): their units of work may call the ``*_in(session, ...)`` methods."""
+        return self._unit
+
     # -- plumbing --------------------------------------------------------------------
 
-    def _insert(self, row_class: type[Base]):  # type: ignore[no-untyped-def]
+    def insert_statement(self, row_class: type[Base]):  # type: ignore[no-untyped-def]
         """INSERT with ON CONFLICT support; both dialects spell it the same way."""
         module = postgresql if self._dialect == "postgresql" else sqlite
         return module.insert(row_class)
@@ -105,7 +127,7 @@ class RegistryStore:
     def upsert_fingerprint(
         self, fp_id: str, kind: str, summary: str, details: dict[str, Any]
     ) -> Fingerprint:
-        stmt = self._insert(FingerprintRow).values(
+        stmt = self.insert_statement(FingerprintRow).values(
             id=fp_id, kind=kind, summary=summary, details=details, created_at=utc_now()
         )
         # Details may gain fields as probes improve; the id is what identifies the hardware.
@@ -147,7 +169,7 @@ class RegistryStore:
     ) -> Model:
         """Store a model once; its id is its content, so an existing row is returned as is."""
         stmt = (
-            self._insert(ModelRow)
+            self.insert_statement(ModelRow)
             .values(
                 id=model_id,
                 name=name,
@@ -209,6 +231,8 @@ class RegistryStore:
             model_id=model_id,
             target=target,
             fingerprint_id=fingerprint_id,
+            target_kind=target_kind_of(target),
+            target_request=target,
             state=state,
             cache_hit=cache_hit,
             trials_budget=trials_budget,
@@ -389,12 +413,12 @@ class RegistryStore:
     def commit_workload(self, shash: str, mod_json: str) -> int:
         """Store a workload unless its JSON is already stored; returns its id either way."""
         with self._unit(write=True) as session:
-            return self._commit_workload(session, shash, mod_json)
+            return self.commit_workload_in(session, shash, mod_json)
 
-    def _commit_workload(self, session: Session, shash: str, mod_json: str) -> int:
+    def commit_workload_in(self, session: Session, shash: str, mod_json: str) -> int:
         digest = hashlib.sha256(mod_json.encode()).hexdigest()
         session.execute(
-            self._insert(WorkloadRow)
+            self.insert_statement(WorkloadRow)
             .values(shash=shash, mod_json=mod_json, mod_sha256=digest, created_at=utc_now())
             .on_conflict_do_nothing(index_elements=["mod_sha256"])
         )
@@ -427,7 +451,7 @@ class RegistryStore:
         if not records:
             return 0
         with self._unit(write=True) as session:
-            return self._insert_records(session, records)
+            return self.insert_records_in(session, records)
 
     def import_tuning_log(
         self, workloads: Sequence[tuple[str, str]], records: Sequence[NewRecord]
@@ -438,16 +462,17 @@ class RegistryStore:
         that list. Returns the workload ids (in the same order) and the number of new records.
         """
         with self._unit(write=True) as session:
-            ids = [self._commit_workload(session, shash, mod_json) for shash, mod_json in workloads]
+            ids = [self.commit_workload_in(session, shash, mod_json) for shash, mod_json in workloads]
             try:
                 resolved = [_with_workload(r, ids[r.workload_id]) for r in records]
             except IndexError as exc:
                 raise RegistryError(
                     "a tuning record names a workload the log does not have"
                 ) from exc
-            return ids, (self._insert_records(session, resolved) if resolved else 0)
+            return ids, (self.insert_records_in(session, resolved) if resolved else 0)
 
-    def _insert_records(self, session: Session, records: list[NewRecord]) -> int:
+    def insert_records_in(self, session: Session, records: list[NewRecord]) -> int:
+        """Insert records inside the caller's transaction; returns how many were new."""
         workload_ids = {r.workload_id for r in records}
         mod_sha = {
             workload_id: digest
@@ -494,7 +519,7 @@ class RegistryStore:
         for start in range(0, len(ordered), _INSERT_CHUNK):
             chunk = ordered[start : start + _INSERT_CHUNK]
             stmt = (
-                self._insert(TuningRecordRow)
+                self.insert_statement(TuningRecordRow)
                 .values(chunk)
                 .on_conflict_do_nothing(index_elements=["record_digest"])
                 .returning(TuningRecordRow.id)
@@ -622,6 +647,10 @@ def _job(row: JobRow) -> Job:
         created_at=row.created_at,
         started_at=row.started_at,
         finished_at=row.finished_at,
+        target_kind=row.target_kind,
+        target_request=row.target_request,
+        status=row.status,
+        parent_request=row.parent_request,
     )
 
 

@@ -1,0 +1,386 @@
+"""ClusterStore on SQLite and PostgreSQL: agents, plans, leases, reports, expiry, events."""
+
+from __future__ import annotations
+
+import threading
+from datetime import datetime, timedelta, timezone
+
+import pytest
+from alembic import command
+from registry_fixtures import postgres_admin, registry_url, store  # noqa: F401
+from sqlalchemy import text
+
+from coordinator.jobs import IllegalTransition
+from coordinator.registry import NewRecord, RegistryStore, migrate, upgrade_registry
+from coordinator.registry.cluster_store import AgentMismatch, ClusterStore, UnknownAgent
+from coordinator.registry.engine import create_registry_engine, parse_registry_url
+from coordinator.registry.entities import PlannedTask
+from coordinator.shards import JobOutcome, ShardState, TaskCost, split_tasks
+
+T0 = datetime(2026, 12, 1, 12, 0, tzinfo=timezone.utc)
+TTL = 30.0
+GPU = "gpu-aaaa"
+OTHER_GPU = "gpu-bbbb"
+CUDA_TARGET = '{"kind":"cuda","arch":"sm_86"}'
+
+
+def at(seconds: float) -> datetime:
+    return T0 + timedelta(seconds=seconds)
+
+
+@pytest.fixture
+def cluster(store) -> ClusterStore:
+    store.upsert_fingerprint(GPU, "cuda", "test gpu", {})
+    store.upsert_fingerprint(OTHER_GPU, "cuda", "other gpu", {})
+    store.upsert_model(
+        model_id="model-1", name="mlp", source="zoo", source_digest="v1", batch=1,
+        inputs=[], weights=[], num_parameters=1,
+    )
+    return ClusterStore(store)
+
+
+def _agent(cluster: ClusterStore, fingerprint_id: str = GPU, kinds=("cuda", "llvm"), now=T0, **kw):  # type: ignore[no-untyped-def]
+    return cluster.register_agent(
+        fingerprint_id=fingerprint_id, target_kinds=list(kinds), hostname="box", address="10.0.0.1:1",
+        tvm_version="0.27.0", rpc_key=f"farm-{fingerprint_id}", details={}, now=now, **kw,
+    )
+
+
+def _tasks(count: int) -> list[PlannedTask]:
+    return [
+        PlannedTask(f"task{i}", weight=1, flop=1e6 * (i + 1), workload_shash=str(1000 + i),
+                    mod_json=f'["{1000 + i}","mod{i}"]', trials_budget=8)
+        for i in range(count)
+    ]
+
+
+def _planned_job(cluster: ClusterStore, tasks: int = 2, shards: int = 2, fingerprint_id=GPU, kind="cuda"):  # type: ignore[no-untyped-def]
+    job = cluster.create_job(
+        model_id="model-1", target_request=kind, target_kind=kind, target=CUDA_TARGET,
+        fingerprint_id=fingerprint_id, trials_budget=8 * tasks, options={"seed": 1}, now=T0,
+    )
+    planned = _tasks(tasks)
+    split = split_tasks(job.id, [TaskCost(t.name, t.weight, t.flop) for t in planned], shards, 8 * tasks)
+    cluster.add_job_plan(job.id, planned, split, T0)
+    return job
+
+
+def _records(lease, traces, fingerprint_id=GPU) -> list[NewRecord]:  # type: ignore[no-untyped-def]
+    workload = lease.tasks[0].workload_id
+    return [
+        NewRecord(workload_id=workload, fingerprint_id=fingerprint_id, target=CUDA_TARGET,
+                  tvm_version="0.27.0", trace=f'"{trace}"', run_secs=[0.001])
+        for trace in traces
+    ]
+
+
+# -- agents ------------------------------------------------------------------------------
+
+
+def test_register_reregister_and_unknown_heartbeat(cluster):
+    agent = _agent(cluster)
+    assert agent.id.startswith("agent-") and agent.state == "active"
+    assert agent.target_kinds == ["cuda", "llvm"]
+    again = _agent(cluster, now=at(5), previous_agent_id=agent.id)
+    assert again.id == agent.id and again.last_heartbeat_at == at(5)
+    fresh = _agent(cluster, previous_agent_id="agent-forgotten")
+    assert fresh.id != "agent-forgotten"
+
+    assert cluster.heartbeat("agent-nobody", at(6)) is None
+    assert cluster.heartbeat(agent.id, at(10)).last_heartbeat_at == at(10)
+    lost = cluster.mark_lost_agents(at(10 + TTL + 1), TTL)
+    assert {a.id for a in lost} == {agent.id, fresh.id}
+    assert cluster.agents_matching("cuda") == {}
+    assert cluster.heartbeat(agent.id, at(50)).state == "active"  # alive again
+    assert cluster.agents_matching("cuda") == {GPU: 1}
+    assert cluster.agents_matching("vulkan") == {}
+    assert len(cluster.list_agents(include_lost=False)) == 1
+
+
+# -- plans and claims --------------------------------------------------------------------
+
+
+def test_plan_starts_the_job_and_only_a_matching_agent_claims(cluster, store):
+    job = _planned_job(cluster)
+    assert store.get_job(job.id).state == "running"
+    assert store.get_job(job.id).status == "tuning: 0/2 shards done"
+    assert [s.state for s in cluster.shards_of(job.id)] == [ShardState.PENDING] * 2
+    with pytest.raises(IllegalTransition):  # running -> running is not a transition
+        cluster.add_job_plan(job.id, [], [], T0)
+
+    llvm_only = _agent(cluster, kinds=["llvm"])
+    other_box = _agent(cluster, fingerprint_id=OTHER_GPU)
+    right = _agent(cluster)
+    assert cluster.claim_shard(llvm_only.id, GPU, ["llvm"], T0, TTL) is None
+    assert cluster.claim_shard(right.id, GPU, ["vulkan"], T0, TTL) is None
+    assert cluster.claim_shard(other_box.id, OTHER_GPU, ["cuda"], T0, TTL) is None
+    with pytest.raises(AgentMismatch):
+        cluster.claim_shard(other_box.id, GPU, ["cuda"], T0, TTL)
+    with pytest.raises(UnknownAgent):
+        cluster.claim_shard("agent-nobody", GPU, ["cuda"], T0, TTL)
+
+    lease = cluster.claim_shard(right.id, GPU, ["cuda"], at(1), TTL)
+    assert lease.job.id == job.id and lease.attempt == 1 and lease.target == CUDA_TARGET
+    assert lease.shard.state is ShardState.LEASED and lease.shard.agent_id == right.id
+    assert lease.expires_at == at(1 + TTL) == lease.shard.heartbeat_deadline
+    assert [t.name for t in lease.tasks] == lease.shard.task_names
+    # The costliest shard first, as coordinator.shards.next_pending orders them.
+    assert lease.shard.cost == max(s.cost for s in cluster.shards_of(job.id))
+    assert [s.id for s in cluster.leases_of_agent(right.id)] == [lease.shard.id]
+
+
+def test_racing_claimers_lease_every_shard_exactly_once(cluster, registry_url):
+    shard_count = 12
+    job = _planned_job(cluster, tasks=shard_count, shards=shard_count)
+    # A second store on its own engine: another coordinator process, as far as locks go.
+    second = RegistryStore(registry_url)
+    stores = [cluster, ClusterStore(second)]
+    agents = [_agent(cluster) for _ in range(4)]
+    leases, errors = [], []
+    barrier = threading.Barrier(len(agents))
+
+    def claim_all(index: int) -> None:
+        store = stores[index % 2]
+        barrier.wait()
+        try:
+            while (lease := store.claim_shard(agents[index].id, GPU, ["cuda"], at(1), TTL)) is not None:
+                leases.append(lease)
+        except Exception as exc:  # reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=claim_all, args=(i,)) for i in range(len(agents))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    second.dispose()
+    assert errors == []
+    assert sorted(lease.shard.id for lease in leases) == sorted(s.id for s in cluster.shards_of(job.id))
+    assert all(lease.attempt == 1 for lease in leases)
+    assert all(s.state is ShardState.LEASED for s in cluster.shards_of(job.id))
+
+
+# -- reports -----------------------------------------------------------------------------
+
+
+def test_reports_count_once_and_stale_attempts_store_nothing(cluster, store):
+    job = _planned_job(cluster, tasks=1, shards=1)
+    agent = _agent(cluster)
+    lease = cluster.claim_shard(agent.id, GPU, ["cuda"], at(1), TTL)
+
+    first = cluster.report_records(lease.shard.id, 1, agent.id, _records(lease, ["a", "b"]))
+    assert (first.accepted, first.stored, first.duplicates) == (True, 2, 0)
+    again = cluster.report_records(lease.shard.id, 1, agent.id, _records(lease, ["b", "c"]))
+    assert (again.accepted, again.stored, again.duplicates) == (True, 1, 1)
+    assert store.count_records() == 3
+    assert all(r.job_id == job.id for r in store.all_records())
+    assert cluster.get_shard(lease.shard.id).trials_done == 4
+    assert store.get_job(job.id).trials_done == 4
+
+    for attempt, agent_id in [(2, agent.id), (0, agent.id), (1, "agent-other")]:
+        stale = cluster.report_records(lease.shard.id, attempt, agent_id, _records(lease, ["x"]))
+        assert not stale.accepted and stale.reason and stale.stored == 0
+    assert cluster.report_records("job-x.s0", 1, agent.id, []).accepted is False
+    assert store.count_records() == 3 and store.get_job(job.id).trials_done == 4
+
+    done = cluster.complete_shard(lease.shard.id, 1, agent.id, at(5))
+    assert done.accepted and done.shard.state is ShardState.DONE
+    assert done.rollup.outcome is JobOutcome.READY_TO_BUILD
+    assert store.get_job(job.id).status.startswith("tuning done: 1/1")
+    late = cluster.report_records(lease.shard.id, 1, agent.id, _records(lease, ["late"]))
+    assert not late.accepted and "over" in late.reason
+    assert not cluster.complete_shard(lease.shard.id, 1, agent.id, at(6)).accepted
+
+
+def test_silent_agent_loses_its_lease_and_the_next_attempt_keeps_its_records(cluster, store):
+    _planned_job(cluster, tasks=1, shards=1)
+    silent, healthy = _agent(cluster), _agent(cluster)
+    lease = cluster.claim_shard(silent.id, GPU, ["cuda"], at(1), TTL)
+    cluster.report_records(lease.shard.id, 1, silent.id, _records(lease, ["a", "b"]))
+
+    cluster.heartbeat(silent.id, at(20))
+    assert cluster.expire_leases(at(20 + TTL - 1), TTL) == []  # beat recently enough
+    [expired] = cluster.expire_leases(at(20 + TTL + 1), TTL)
+    assert expired.state is ShardState.PENDING and expired.agent_id is None
+    assert expired.failures[0].agent_id == silent.id and "heartbeat" in expired.failures[0].reason
+    assert expired.failures[0].at == at(20 + TTL + 1)
+
+    second = cluster.claim_shard(healthy.id, GPU, ["cuda"], at(60), TTL)
+    assert second.shard.id == lease.shard.id and second.attempt == 2
+    assert store.count_records() == 2  # what attempt 1 reported is kept
+    assert not cluster.report_records(lease.shard.id, 1, silent.id, _records(lease, ["z"])).accepted
+    retry = cluster.report_records(second.shard.id, 2, healthy.id, _records(lease, ["a", "d"]))
+    assert (retry.stored, retry.duplicates) == (1, 1)
+
+
+def test_used_up_attempts_fail_the_shard_and_the_job(cluster, store):
+    job = _planned_job(cluster, tasks=2, shards=2)
+    agent = _agent(cluster)
+    first = cluster.claim_shard(agent.id, GPU, ["cuda"], at(1), TTL)
+    other = cluster.claim_shard(agent.id, GPU, ["cuda"], at(1), TTL)
+    change = cluster.fail_shard(first.shard.id, 1, agent.id, "out of memory", at(2), max_attempts=2)
+    assert change.accepted and change.shard.state is ShardState.PENDING
+    assert not cluster.fail_shard(first.shard.id, 1, agent.id, "again", at(2), max_attempts=2).accepted
+
+    retry = cluster.claim_shard(agent.id, GPU, ["cuda"], at(3), TTL)
+    assert retry.shard.id == first.shard.id and retry.attempt == 2
+    # The second attempt's agent goes silent: a lapsed lease is a failed attempt too.
+    [failed] = [s for s in cluster.expire_leases(at(3 + TTL + 1), TTL, max_attempts=2) if s.id == first.shard.id]
+    assert failed.state is ShardState.FAILED
+    assert [f.reason for f in failed.failures][0] == "out of memory"
+
+    rollup = cluster.job_rollup(job.id)
+    assert rollup.outcome is JobOutcome.FAILED and first.shard.id in rollup.error
+    assert "out of memory" in rollup.error
+    final = store.get_job(job.id)
+    assert final.state == "failed" and first.shard.id in final.error and final.finished_at
+    assert cluster.get_shard(other.shard.id).state is ShardState.CANCELLED
+
+
+def test_lost_leases_found_by_heartbeat_are_requeued(cluster):
+    _planned_job(cluster, tasks=2, shards=2)
+    agent = _agent(cluster)
+    kept = cluster.claim_shard(agent.id, GPU, ["cuda"], at(1), TTL)
+    lost = cluster.claim_shard(agent.id, GPU, ["cuda"], at(1), TTL)
+    verdict = cluster.reconcile_leases(
+        agent.id, [(kept.shard.id, 1), (kept.shard.id, 0), ("job-x.s9", 1)], at(10), grace=5
+    )
+    assert [l.id for l in verdict.lost] == [lost.shard.id]
+    assert {(c[0], c[1]) for c in verdict.cancel} == {(kept.shard.id, 0), ("job-x.s9", 1)}
+    assert cluster.get_shard(lost.shard.id).state is ShardState.PENDING
+    assert cluster.get_shard(kept.shard.id).state is ShardState.LEASED
+
+
+def test_cancel_revokes_leases_and_ends_the_job(cluster, store):
+    job = _planned_job(cluster, tasks=2, shards=2)
+    agent = _agent(cluster)
+    lease = cluster.claim_shard(agent.id, GPU, ["cuda"], at(1), TTL)
+    cancelled = cluster.cancel_job(job.id, at(2), "changed my mind")
+    assert cancelled.state == "cancelled" and cancelled.error == "changed my mind"
+    assert {s.state for s in cluster.shards_of(job.id)} == {ShardState.CANCELLED}
+    assert cluster.job_rollup(job.id).outcome is JobOutcome.CANCELLED
+    assert not cluster.report_records(lease.shard.id, 1, agent.id, _records(lease, ["a"])).accepted
+    assert cluster.claim_shard(agent.id, GPU, ["cuda"], at(3), TTL) is None
+    assert cluster.cancel_job(job.id, at(4)).finished_at == at(2)  # already over: unchanged
+
+
+# -- events, attaching, binding ----------------------------------------------------------
+
+
+def test_events_resume_after_a_sequence(cluster):
+    job = _planned_job(cluster, tasks=1, shards=1)
+    events = cluster.events_after(job.id)
+    assert [e.kind for e in events] == ["state_changed", "state_changed"]
+    assert events[1].payload["to"] == "running"
+    seen = events[-1].sequence
+    agent = _agent(cluster)
+    cluster.claim_shard(agent.id, GPU, ["cuda"], at(1), TTL)
+    seq = cluster.append_event(job.id, "log", {"message": "hello"}, at(2))
+    resumed = cluster.events_after(job.id, after_sequence=seen)
+    assert [e.kind for e in resumed] == ["shard_changed", "log"]
+    assert resumed[0].payload["state"] == "leased" and resumed[-1].sequence == seq
+    assert cluster.last_event_sequence(job.id) == seq
+    assert cluster.events_after(job.id, after_sequence=seq) == []
+    assert len(cluster.events_after(job.id, limit=1)) == 1
+
+
+def test_a_submit_attaches_to_the_unfinished_job(cluster):
+    job = _planned_job(cluster, tasks=1, shards=1)
+    assert cluster.attachable_job("model-1", CUDA_TARGET, GPU).id == job.id
+    assert cluster.attachable_job("model-1", CUDA_TARGET, OTHER_GPU) is None
+    assert cluster.attachable_job("model-1", '{"kind":"llvm"}', GPU) is None
+    cluster.cancel_job(job.id, at(1))
+    assert cluster.attachable_job("model-1", CUDA_TARGET, GPU) is None
+
+
+def test_a_queued_job_waits_for_its_fingerprint_then_is_bound(cluster, store):
+    waiting = cluster.create_job(
+        model_id="model-1", target_request="vulkan", target_kind="vulkan", target="",
+        fingerprint_id=None, trials_budget=8, options={}, now=T0,
+        status="waiting for an agent with target kind vulkan", parent_request="req-1",
+    )
+    assert waiting.fingerprint_id is None and waiting.parent_request == "req-1"
+    assert cluster.attachable_job("model-1", "vulkan", None).id == waiting.id
+    assert [j.id for j in cluster.queued_jobs_without_fingerprint("vulkan")] == [waiting.id]
+    with pytest.raises(Exception, match="no fingerprint"):
+        cluster.add_job_plan(waiting.id, [], [], T0)
+
+    agent = _agent(cluster, kinds=["vulkan"])
+    assert list(cluster.agents_matching("vulkan")) == [agent.fingerprint_id]
+    bound = cluster.bind_job_fingerprint(waiting.id, GPU, '{"kind":"vulkan"}', at(1), "planning")
+    assert bound.fingerprint_id == GPU and bound.target == '{"kind":"vulkan"}' and bound.state == "queued"
+    assert cluster.bind_job_fingerprint(waiting.id, OTHER_GPU, "{}", at(2)) is None  # bound already
+    assert cluster.queued_jobs_without_fingerprint("vulkan") == []
+    assert store.get_job(waiting.id).fingerprint_id == GPU
+
+
+# -- validations -------------------------------------------------------------------------
+
+
+def test_validation_lease_round_trip(cluster, store):
+    job = _planned_job(cluster, tasks=1, shards=1)
+    agent = _agent(cluster)
+    lease = cluster.claim_shard(agent.id, GPU, ["cuda"], at(1), TTL)
+    cluster.complete_shard(lease.shard.id, 1, agent.id, at(2))
+    store.update_job(job.id, expect_state="running", state="building")
+    store.update_job(job.id, expect_state="building", state="validating")
+    cluster.create_validation(
+        job.id, library=b"\x7fELF lib", lib_format="so", reference_library=b"untuned",
+        inputs=[{"name": "x", "dtype": "float32", "shape": [1, 4]}], weights=[], seed=7,
+        runs=5, warmup=1, now=at(3),
+    )
+    assert cluster.claim_validation(_agent(cluster, fingerprint_id=OTHER_GPU).id, OTHER_GPU, at(4)) is None
+    first = cluster.claim_validation(agent.id, GPU, at(4))
+    assert first.library == b"\x7fELF lib" and first.reference_library == b"untuned" and first.attempt == 1
+    assert cluster.claim_validation(agent.id, GPU, at(4)) is None
+    assert cluster.fail_validation(job.id, 1, agent.id, "device busy", at(5)).validation.state == "pending"
+    second = cluster.claim_validation(agent.id, GPU, at(6))
+    assert second.attempt == 2
+    assert not cluster.finish_validation(job.id, 1, agent.id, {"passed": True}, at(7)).accepted
+    done = cluster.finish_validation(job.id, 2, agent.id, {"passed": True}, at(7))
+    assert done.accepted and done.validation.state == "done" and done.validation.result == {"passed": True}
+    assert [f.reason for f in done.validation.failures] == ["device busy"]
+
+
+# -- schema upgrade ----------------------------------------------------------------------
+
+
+def test_a_registry_made_at_0001_upgrades_with_its_jobs(registry_url):
+    # The farm's own engine: on SQLite it turns foreign keys on, as the upgrade will run.
+    engine = create_registry_engine(parse_registry_url(registry_url))
+    with engine.begin() as connection:
+        command.upgrade(migrate.alembic_config(connection), "0001")
+        connection.execute(text(
+            "INSERT INTO fingerprints (id, kind, summary, details, created_at) "
+            "VALUES ('cpu-1', 'cpu', 'a cpu', '{}', '2026-01-01 00:00:00')"))
+        connection.execute(text(
+            "INSERT INTO models (id, name, source, source_digest, batch, inputs, weights, "
+            "num_parameters, created_at) VALUES ('m-1', 'mlp', 'zoo', 'v1', 1, '[]', '[]', 1, "
+            "'2026-01-01 00:00:00')"))
+        connection.execute(text(
+            "INSERT INTO jobs (id, model_id, target, fingerprint_id, state, cache_hit, "
+            "trials_budget, trials_done, options, created_at) VALUES ('job-old', 'm-1', "
+            "'{\"kind\":\"llvm\",\"mcpu\":\"znver3\"}', 'cpu-1', 'succeeded', false, 8, 8, '{}', "
+            "'2026-01-01 00:00:00')"))
+        # An artifact points at the job: SQLite's copy of `jobs` must not trip its foreign key.
+        connection.execute(text(
+            "INSERT INTO artifacts (id, model_id, target, fingerprint_id, job_id, library, sha256, "
+            "size, lib_format, latency_mean_ms, latency_median_ms, latency_std_ms, validation, "
+            "validation_passed, tvm_version, software, created_at) VALUES ('art-1', 'm-1', 'llvm', "
+            "'cpu-1', 'job-old', :lib, 'x', 3, 'so', 1, 1, 0, '{}', true, '0.27.0', '{}', "
+            "'2026-01-01 00:00:00')"), {"lib": b"lib"})
+    engine.dispose()
+
+    assert upgrade_registry(registry_url) == migrate.head_revision()
+    registry = RegistryStore(registry_url)
+    try:
+        job = registry.get_job("job-old")
+        assert job.fingerprint_id == "cpu-1" and job.state == "succeeded" and job.trials_done == 8
+        assert job.target_kind == "llvm" and job.target_request == job.target and job.status == ""
+        assert registry.get_artifact("art-1").job_id == "job-old"
+        # A job created the pre-cluster way still works.
+        fresh = registry.create_job(model_id="m-1", target='{"kind":"llvm"}', fingerprint_id="cpu-1",
+                                    trials_budget=4, options={})
+        assert fresh.target_kind == "llvm" and fresh.parent_request is None
+    finally:
+        registry.dispose()
