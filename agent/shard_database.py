@@ -1,0 +1,103 @@
+"""The MetaSchedule database an agent tunes a shard with: warm from the registry, reporting back.
+
+An agent has no registry connection. The coordinator hands it the registry's best records
+for the shard's workloads (warm start); everything the agent measures is kept in memory for
+the search and sent to the coordinator in batches as it is measured, so an agent killed
+mid-shard loses at most the batch in flight.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+# A batch of measured records, each as (workload shash, TuningRecord JSON text).
+Reporter = Callable[[list[tuple[str, str]]], None]
+
+
+def shard_database(
+    workloads: Sequence[tuple[str, "object"]],
+    warm_records: Sequence[tuple[str, str]],
+    report: Reporter,
+    batch_size: int = 16,
+):
+    """A PyDatabase over MetaSchedule's MemoryDatabase.
+
+    ``workloads`` are (shash, IRModule) of the shard's tasks; ``warm_records`` are
+    (shash, TuningRecord JSON) the search starts from; ``report`` receives batches of the
+    records measured here. Call ``flush()`` when tuning ends.
+    """
+    import json
+
+    import tvm_ffi
+    from tvm.ir.utils import derived_object
+    from tvm.s_tir.meta_schedule.database import MemoryDatabase, PyDatabase, TuningRecord
+
+    inner = MemoryDatabase()
+    by_shash = {}
+    for shash, mod in workloads:
+        workload = inner.commit_workload(mod)
+        by_shash[shash] = workload
+    for shash, record_json in warm_records:
+        workload = by_shash.get(shash)
+        if workload is not None:
+            inner.commit_tuning_record(TuningRecord.from_json(json.loads(record_json), workload))
+
+    def shash_for(workload) -> str:
+        for shash, known in by_shash.items():
+            if known.same_as(workload) or tvm_ffi.structural_equal(known.mod, workload.mod):
+                return shash
+        # A workload outside the shard's tasks (MetaSchedule does not create these today).
+        shash = str(tvm_ffi.structural_hash(workload.mod))
+        by_shash[shash] = workload
+        return shash
+
+    @derived_object
+    class _ShardDatabase(PyDatabase):
+        def __init__(self):
+            super().__init__()
+            self.pending: list[tuple[str, str]] = []
+            self.reported = 0
+
+        def has_workload(self, mod):
+            return inner.has_workload(mod)
+
+        def commit_workload(self, mod):
+            return inner.commit_workload(mod)
+
+        def commit_tuning_record(self, record):
+            inner.commit_tuning_record(record)
+            self.pending.append((shash_for(record.workload), json.dumps(record.as_json())))
+            if len(self.pending) >= batch_size:
+                self.flush()
+
+        def get_top_k(self, workload, top_k):
+            return inner.get_top_k(workload, top_k)
+
+        def get_all_tuning_records(self):
+            return inner.get_all_tuning_records()
+
+        def query_tuning_record(self, mod, target, workload_name):
+            return inner.query_tuning_record(mod, target, workload_name)
+
+        def query_schedule(self, mod, target, workload_name):
+            return inner.query_schedule(mod, target, workload_name)
+
+        def query_ir_module(self, mod, target, workload_name):
+            return inner.query_ir_module(mod, target, workload_name)
+
+        def __len__(self):
+            return len(inner)
+
+        def flush(self) -> int:
+            if not self.pending:
+                return 0
+            batch, self.pending = self.pending, []
+            try:
+                report(batch)
+            except BaseException:
+                self.pending = batch + self.pending  # kept for the next flush
+                raise
+            self.reported += len(batch)
+            return len(batch)
+
+    return _ShardDatabase()

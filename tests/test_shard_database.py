@@ -1,0 +1,83 @@
+"""The agent's shard database: warm from given records, streams what it measures in batches."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def tasks():
+    from agent.tvm_startup import install_lean_tensor_intrinsics
+
+    install_lean_tensor_intrinsics("llvm")
+    import tvm
+
+    from coordinator.compile import extract_tuning_tasks
+    from coordinator.models.zoo import load_model
+
+    target = tvm.target.Target({"kind": "llvm", "num-cores": 2})
+    return target, extract_tuning_tasks(load_model("mlp-tiny", 1), target)
+
+
+def test_records_stream_in_batches_and_warm_the_next_shard(tasks, tmp_path):
+    import tvm_ffi
+
+    from agent.measure import MeasureSettings, WorkerPools
+    from agent.shard_database import shard_database
+    from agent.tuner import TuningBudget, tune
+
+    target, tuning_tasks = tasks
+    workloads = [(str(tvm_ffi.structural_hash(t.mod)), t.mod) for t in tuning_tasks]
+    batches: list[list[tuple[str, str]]] = []
+    db = shard_database(workloads, [], batches.append, batch_size=4)
+    pools = WorkerPools(MeasureSettings(min_repeat_ms=5))
+    report = tune(tuning_tasks, target, db, TuningBudget(12, 6, 6), tmp_path / "a", pools=pools, seed=3)
+    db.flush()
+    sent = [record for batch in batches for record in batch]
+    assert len(sent) == report.trials == len(db)
+    assert all(len(batch) <= 4 for batch in batches) and len(batches) >= 3
+    assert {shash for shash, _ in sent} <= {shash for shash, _ in workloads}
+
+    # A second shard of the same tasks starts from those records (MetaSchedule's top-k).
+    warm = sent
+    second: list = []
+    db2 = shard_database(workloads, warm, lambda batch: second.extend(batch), batch_size=4)
+    for shash, mod in workloads:
+        top = db2.get_top_k(db2.commit_workload(mod), 1)
+        assert top, f"no warm record for {shash}"
+        best = min(
+            sum(json.loads(r)[1]) / len(json.loads(r)[1])
+            for s, r in warm if s == shash and json.loads(r)[1]
+        )
+        assert sum(float(x) for x in top[0].run_secs) / len(top[0].run_secs) == pytest.approx(best)
+    assert second == [], "warm records are not reported back"
+
+
+def test_a_failed_report_keeps_the_batch(tasks):
+    import tvm_ffi
+    from tvm.s_tir.meta_schedule.database import TuningRecord
+
+    from agent.shard_database import shard_database
+
+    _, tuning_tasks = tasks
+    task = tuning_tasks[0]
+    calls = []
+
+    def flaky(batch):
+        calls.append(list(batch))
+        if len(calls) == 1:
+            raise ConnectionError("coordinator away")
+
+    db = shard_database([(str(tvm_ffi.structural_hash(task.mod)), task.mod)], [], flaky, batch_size=100)
+    import tvm
+
+    sch = tvm.s_tir.Schedule(task.mod)
+    workload = db.commit_workload(task.mod)
+    db.commit_tuning_record(TuningRecord(sch.trace, workload, [1e-5], None, None))
+    with pytest.raises(ConnectionError):
+        db.flush()
+    assert db.flush() == 1 and len(calls[1]) == 1
