@@ -45,6 +45,9 @@ class LoadedLibrary:
     """A model library loaded into a Relax VM; call it with numpy inputs and weights."""
 
     def __init__(self, library: bytes, target_kind: str, device_index: int = 0):
+        from agent.tvm_startup import pin_tvm_threads
+
+        pin_tvm_threads()
         import tvm
         from tvm import relax
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import os
 import platform
 import sys
 import types
@@ -37,12 +38,26 @@ def intrinsic_modules(target_kind: str, machine: str | None = None) -> tuple[str
     return _INTRINSICS_BY_KIND.get((target_kind, None), ())
 
 
+def pin_tvm_threads() -> str:
+    """Make TVM's runtime use every core this process may run on; returns the setting.
+
+    TVM's thread pool defaults to half the logical CPUs on x86 (it assumes two hyper-threads
+    per core), so on a 2-core box without SMT every measurement and every deployed run used
+    one thread while the target said num-cores=2. Set before TVM's pool starts (it starts at
+    the first parallel kernel); an explicit TVM_NUM_THREADS from the user wins.
+    """
+    from agent.fingerprint import available_cores
+
+    return os.environ.setdefault("TVM_NUM_THREADS", str(available_cores()))
+
+
 def install_lean_tensor_intrinsics(target_kind: str) -> tuple[str, ...]:
     """Make ``tvm.s_tir.tensor_intrin`` an importable package holding only what we need.
 
     Idempotent. If the full package was already imported, nothing changes. Returns the
     submodules registered by this call.
     """
+    pin_tvm_threads()
     if _PACKAGE in sys.modules:
         return ()
     import tvm.s_tir  # noqa: F401  (the parent package must exist first)

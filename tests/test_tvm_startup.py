@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -51,3 +52,21 @@ def test_install_is_idempotent():
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "('x86',) ()"
+
+
+def test_tvm_runtime_uses_every_available_core():
+    """TVM would use half the logical CPUs on x86; the farm pins it to the cores it counts."""
+    code = (
+        "import os\n"
+        "os.environ.pop('TVM_NUM_THREADS', None)\n"
+        "from agent.tvm_startup import install_lean_tensor_intrinsics\n"
+        "from agent.fingerprint import available_cores\n"
+        "install_lean_tensor_intrinsics('llvm')\n"
+        "import tvm\n"
+        "print(tvm.get_global_func('runtime.NumThreads')(), available_cores())\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "TVM_NUM_THREADS"}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env)
+    assert proc.returncode == 0, proc.stderr
+    threads, cores = proc.stdout.split()
+    assert threads == cores
