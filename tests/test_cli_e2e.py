@@ -152,6 +152,27 @@ def test_hit_path_never_imports_tvm(home, tuned):
     assert proc.stdout.strip().endswith("NO_TVM")
 
 
+def test_registry_export_and_import_tvm_logs(farm_exe, home, tuned, tmp_path):
+    """TVM's JSON database format out of one registry and into a fresh one, via the CLI."""
+    out = tmp_path / "logs"
+    exported = json.loads(farm(farm_exe, home, "registry", "export", str(out), "--json").stdout)
+    assert exported["records"] >= tuned["trials"] and exported["workloads"] >= 2
+    assert (out / "database_workload.json").exists() and (out / "database_tuning_record.json").exists()
+    fresh = tmp_path / "fresh-home"
+    imported = json.loads(farm(farm_exe, fresh, "registry", "import", str(out), "--json").stdout)
+    assert imported["records"] == exported["records"] and imported["skipped_duplicates"] == 0
+    again = json.loads(farm(farm_exe, fresh, "registry", "import", str(out), "--json").stdout)
+    assert again["records"] == 0 and again["skipped_duplicates"] == exported["records"]
+    # A broken log is refused whole: nothing is written.
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "database_workload.json").write_text((out / "database_workload.json").read_text())
+    (bad / "database_tuning_record.json").write_text("[0, not json\n")
+    proc = farm(farm_exe, fresh, "registry", "import", str(bad), check=False)
+    assert proc.returncode != 0 and "database_tuning_record.json" in proc.stderr
+    assert _count(fresh, "tuning_records") == exported["records"]
+
+
 def test_corrupt_artifact_is_refused(farm_exe, home, tuned):
     """Runs last in this module: it damages the stored library of the module's registry."""
     with sqlite3.connect(home / "registry.db") as db:

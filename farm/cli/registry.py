@@ -164,7 +164,17 @@ def _context_for(registry: Optional[str], target: str, fingerprint: Optional[str
 
     ctx = open_context(registry, target)
     if fingerprint is None:
-        return ctx, ctx.fingerprint.id
-    if ctx.store.get_fingerprint(fingerprint) is None:
+        fp = ctx.fingerprint  # records need their fingerprint row, also in a fresh registry
+        ctx.store.upsert_fingerprint(fp.id, fp.kind, fp.summary, fp.details)
+        return ctx, fp.id
+    stored = ctx.store.get_fingerprint(fingerprint)
+    if stored is None:
         raise NotFound(f"fingerprint '{fingerprint}' is not in the registry", "see `farm registry ls`")
+    # The target's details (mcpu, cores, arch) come from that fingerprint, not from this box.
+    from agent.fingerprint import Fingerprint
+    from farm.targets import canonical_target, target_json
+
+    other = Fingerprint(stored.id, stored.kind, stored.summary, stored.details)
+    ctx.target = canonical_target(target, other)
+    ctx.target_json = target_json(ctx.target)
     return ctx, fingerprint
