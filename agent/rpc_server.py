@@ -10,9 +10,11 @@ import threading
 import time
 from dataclasses import dataclass
 
+import psutil
+
 from coordinator.tracker import TrackerSummary, TrackerUnreachable, tracker_summary
 from farm.errors import FarmError
-from farm.process_group import ProcessGroup
+from farm.process_group import ProcessGroup, is_live
 
 logger = logging.getLogger("farm.agent.rpc")
 
@@ -194,7 +196,7 @@ class SupervisedRPCServer:
     def pid(self) -> int | None:
         """The pid of the current `tvm.exec.rpc_server` process (it changes on restart)."""
         group = self._group
-        return None if group is None else group.pid
+        return None if group is None else group.command_pid
 
     @property
     def tracker_address(self) -> str:
@@ -355,11 +357,17 @@ class SupervisedRPCServer:
 
     @staticmethod
     def _in_session(group: ProcessGroup) -> bool:
-        """Whether a session child is alive: leader -> TVM PopenWorker -> one child per session."""
-        leader_pid = group.pid
-        for proc in group.descendants():
+        """Whether a session child is alive: server -> TVM PopenWorker -> one child per session."""
+        server_pid = group.command_pid
+        if server_pid is None:
+            return False
+        try:
+            workers = psutil.Process(server_pid).children()
+        except psutil.Error:
+            return False
+        for worker in workers:
             try:
-                if proc.ppid() != leader_pid:
+                if any(is_live(child) for child in worker.children()):
                     return True
             except Exception:  # noqa: BLE001 - it ended while we looked
                 continue

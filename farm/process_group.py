@@ -8,6 +8,7 @@ import logging
 import os
 import signal
 import subprocess
+import sys
 import threading
 import weakref
 
@@ -26,7 +27,14 @@ _running: "weakref.WeakSet[ProcessGroup]" = weakref.WeakSet()
 class ProcessGroup:
     """One started command and every process it forks, with its output forwarded to logging."""
 
-    def __init__(self, argv: list[str], output_logger: logging.Logger, env: dict[str, str] | None = None):
+    def __init__(self, argv: list[str], output_logger: logging.Logger, env: dict[str, str] | None = None,
+                 *, die_with_parent: bool = True):
+        # With die_with_parent the group is led by farm.group_guard, which kills the group if
+        # this process dies without stopping it (SIGKILL leaves no chance to clean up).
+        self.command = list(argv)
+        self.guarded = die_with_parent
+        if die_with_parent:
+            argv = [sys.executable, "-m", "farm.group_guard", str(os.getpid()), "--", *argv]
         self.argv = list(argv)
         self._output_logger = output_logger
         self._env = env
@@ -57,6 +65,17 @@ class ProcessGroup:
         return self._proc.pid
 
     @property
+    def command_pid(self) -> int | None:
+        """The pid of the command itself (below the guard when there is one)."""
+        if not self.guarded:
+            return self.pid
+        try:
+            children = psutil.Process(self.pid).children()
+        except psutil.Error:
+            return None
+        return children[0].pid if children else None
+
+    @property
     def exit_code(self) -> int | None:
         """The leader's exit code, or None while it runs (or before start)."""
         return None if self._proc is None else self._proc.poll()
@@ -71,7 +90,7 @@ class ProcessGroup:
             found = psutil.Process(self.pid).children(recursive=True)
         except psutil.Error:
             return []
-        return [p for p in found if _is_live(p)]
+        return [p for p in found if is_live(p)]
 
     def stop(self, grace: float = 5.0) -> None:
         """SIGTERM the whole group, SIGKILL it after ``grace`` seconds; idempotent."""
@@ -107,7 +126,7 @@ class ProcessGroup:
         members = []
         for proc in psutil.process_iter(["pid"]):
             try:
-                if os.getpgid(proc.pid) == self.pid and _is_live(proc):
+                if os.getpgid(proc.pid) == self.pid and is_live(proc):
                     members.append(proc)
             except (ProcessLookupError, psutil.Error):
                 continue
@@ -121,7 +140,8 @@ class ProcessGroup:
         stream.close()
 
 
-def _is_live(proc: psutil.Process) -> bool:
+def is_live(proc: psutil.Process) -> bool:
+    """A process that exists and is not a zombie."""
     try:
         return proc.status() != psutil.STATUS_ZOMBIE
     except psutil.Error:
