@@ -28,6 +28,7 @@ __all__ = [
 ]
 
 _MS_LOGGER = "tvm.s_tir.meta_schedule"
+DEFAULT_TRIALS_PER_TASK = 32
 
 
 @dataclass(frozen=True)
@@ -40,10 +41,18 @@ class TuningBudget:
 
     @staticmethod
     def for_tasks(num_tasks: int, trials: int | None, trials_per_task: int | None) -> "TuningBudget":
-        """A budget from the user's options; the global budget defaults to per-task x tasks."""
-        per_task = trials_per_task or 32
-        total = trials if trials is not None else per_task * max(num_tasks, 1)
-        per_task = min(per_task, total) if trials_per_task is None else per_task
+        """A budget from the user's options.
+
+        Neither given: 32 trials per task. Only a global budget: any task may use all of it
+        (MetaSchedule's own default; its scheduler spends where latency improves most). Only
+        a per-task cap: that many for every task.
+        """
+        if trials is None:
+            per_task = trials_per_task or DEFAULT_TRIALS_PER_TASK
+            total = per_task * max(num_tasks, 1)
+        else:
+            total = trials
+            per_task = min(trials_per_task or total, total)
         return TuningBudget(
             max_trials_global=total,
             max_trials_per_task=per_task,

@@ -34,7 +34,9 @@ def test_shape_count_and_nan_mismatches_fail():
 def test_budget_defaults_to_per_task_times_tasks():
     b = TuningBudget.for_tasks(10, None, None)
     assert (b.max_trials_global, b.max_trials_per_task) == (320, 32)
-    b = TuningBudget.for_tasks(10, 50, None)
-    assert (b.max_trials_global, b.max_trials_per_task) == (50, 32)
+    b = TuningBudget.for_tasks(10, 1000, None)  # a global budget alone caps no task below it
+    assert (b.max_trials_global, b.max_trials_per_task) == (1000, 1000)
+    b = TuningBudget.for_tasks(10, None, 8)
+    assert (b.max_trials_global, b.max_trials_per_task) == (80, 8)
     b = TuningBudget.for_tasks(3, 12, 8)
     assert (b.max_trials_global, b.max_trials_per_task, b.num_trials_per_iter) == (12, 8, 8)

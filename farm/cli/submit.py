@@ -7,6 +7,7 @@ from typing import Optional
 
 import typer
 
+from farm.cli.cluster import COORDINATOR_OPTION
 from farm.cli.output import JSON_OPTION, REGISTRY_OPTION, emit_json, fail, stdout_console
 from farm.errors import FarmError
 
@@ -23,15 +24,30 @@ def submit(
     target: str = TARGET_ARG,
     batch: int = BATCH_ARG,
     trials: Optional[int] = typer.Option(None, "--trials", min=1, help="Global trial budget (default: 32 per task)."),
-    trials_per_task: Optional[int] = typer.Option(None, "--trials-per-task", min=1, help="Per-task trial cap."),
+    trials_per_task: Optional[int] = typer.Option(None, "--trials-per-task", min=1, help="Per-task trial cap (default: 32, or --trials when that is given)."),
     retune: bool = typer.Option(False, "--retune", help="Tune even if the registry has a library; records merge."),
     build_workers: Optional[int] = typer.Option(None, "--build-workers", min=1, help="Builder processes (default: all CPUs)."),
     runs: int = typer.Option(20, "--runs", min=1, help="Timed runs of the final library (after 3 warm-up runs)."),
     seed: int = typer.Option(0, "--seed", help="Seed for the search, the random weights and the inputs."),
     registry: Optional[str] = REGISTRY_OPTION,
+    coordinator: Optional[str] = COORDINATOR_OPTION,
+    fingerprint: Optional[str] = typer.Option(None, "--fingerprint", help="With --coordinator: tune for this fingerprint only."),
+    wait: bool = typer.Option(True, "--wait/--no-wait", help="With --coordinator: follow the job until it ends."),
+    timeout: Optional[float] = typer.Option(None, "--timeout", min=0, help="With --wait: give up waiting after this many seconds."),
     json_output: bool = JSON_OPTION,
 ) -> None:
-    """Tune MODEL for TARGET at BATCH, build and validate it, and store the library."""
+    """Tune MODEL for TARGET at BATCH, build and validate it, and store the library.
+
+    With --coordinator (or FARM_COORDINATOR) the farm's agents do the work; otherwise it runs
+    here, embedded, on the registry given by --registry.
+    """
+    if coordinator:
+        from farm.cli.cluster import remote_submit
+
+        return remote_submit(coordinator, model=model, target=target, batch=batch, trials=trials,
+                             trials_per_task=trials_per_task, retune=retune, seed=seed,
+                             fingerprint=fingerprint, runs=runs, wait=wait, timeout=timeout,
+                             json_output=json_output)
     from agent.tuner import MeasureSettings
     from farm.embedded import SubmitRequest, submit as submit_job
 
