@@ -7,6 +7,7 @@ from typing import Optional
 
 import typer
 
+from farm.cli.cluster import COORDINATOR_OPTION
 from farm.cli.output import JSON_OPTION, REGISTRY_OPTION, emit_json, fail, stdout_console
 from farm.errors import FarmError
 
@@ -64,9 +65,14 @@ def fingerprint(
 def jobs(
     limit: int = typer.Option(20, "--limit", min=1),
     registry: Optional[str] = REGISTRY_OPTION,
+    coordinator: Optional[str] = COORDINATOR_OPTION,
     json_output: bool = JSON_OPTION,
 ) -> None:
-    """List recent jobs in the registry, newest first."""
+    """List recent jobs (of the coordinator, or of the registry), newest first."""
+    if coordinator:
+        from farm.cli.cluster import remote_jobs
+
+        return remote_jobs(coordinator, limit, json_output)
     from farm.session import open_store
 
     try:

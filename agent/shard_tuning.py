@@ -1,0 +1,186 @@
+"""What an agent does with a lease: tune a shard's tasks, or validate and time a library."""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+if TYPE_CHECKING:  # pragma: no cover
+    from agent.daemon import Agent
+
+logger = logging.getLogger("farm.agent")
+
+
+class _ShardProgress:
+    """Keeps the latest per-task progress, sent along with each batch of records."""
+
+    def __init__(self):
+        self.tasks = []
+
+    def started(self, tasks):
+        self.tasks = list(tasks)
+
+    def measured(self, task, new_trials):
+        pass
+
+    def finished(self, tasks):
+        pass
+
+    def to_proto(self, shard_id: str):
+        from farm.wire import farm_pb2
+
+        return [
+            farm_pb2.TaskProgress(
+                shard_id=shard_id, task_name=t.name, trials=t.trials, budget=t.budget,
+                build_errors=t.build_errors, run_errors=t.run_errors,
+                best_us=(t.best_sec or 0.0) * 1e6, best_gflops=t.best_gflops or 0.0,
+            )
+            for t in self.tasks
+        ]
+
+
+def tune_shard(agent: "Agent", shard, cancelled: threading.Event) -> None:
+    """Tune every task of ``shard``; records stream to the coordinator as they are measured."""
+    import grpc
+
+    from agent.daemon import _retry_unavailable
+    from agent.shard_database import shard_database
+    from agent.tuner import TuningBudget, tune
+    from agent.tvm_startup import install_lean_tensor_intrinsics
+    from coordinator.compile import TuningTask
+    from farm import config
+    from farm.targets import to_tvm_target
+    from farm.wire import farm_pb2
+
+    target_doc = json.loads(shard.target)
+    install_lean_tensor_intrinsics(target_doc["kind"])
+    import tvm
+
+    progress = _ShardProgress()
+    stop_reporting = threading.Event()
+
+    def report(batch):
+        records = [
+            farm_pb2.MeasuredRecord(workload_shash=shash, tuning_record_json=record_json)
+            for shash, record_json in batch
+        ]
+        request = farm_pb2.ReportRecordsRequest(
+            agent_id=agent.agent_id, shard_id=shard.shard_id, attempt=shard.attempt,
+            records=records, progress=progress.to_proto(shard.shard_id),
+        )
+        reply = _retry_unavailable(lambda: agent.stub.ReportRecords(request, timeout=30), stop_reporting,
+                                   "report records", patience=agent.settings.report_patience_sec)
+        if reply is not None and not reply.accepted:
+            # Another attempt owns the shard now: stop spending this box's time on it.
+            logger.info("%s attempt %d is stale (%s); stopping", shard.shard_id, shard.attempt, reply.reason)
+            cancelled.set()
+
+    lease = farm_pb2.LeaseRef(job_id=shard.job_id, shard_id=shard.shard_id, attempt=shard.attempt)
+    try:
+        target = to_tvm_target(target_doc)
+        tasks = [
+            TuningTask(name=t.name, weight=int(t.weight), mod=tvm.ir.load_json(t.mod_json), flop=t.flop)
+            for t in shard.tasks
+        ]
+        database = shard_database(
+            [(t.workload_shash, task.mod) for t, task in zip(shard.tasks, tasks)],
+            [(w.workload_shash, w.tuning_record_json) for w in shard.warm_records],
+            report,
+            batch_size=shard.records_per_report or 16,
+        )
+        b = shard.budget
+        budget = TuningBudget(b.max_trials_global, b.max_trials_per_task, b.num_trials_per_iter or 16)
+        work_dir = (agent.settings.work_dir or config.data_dir() / "agent") / shard.shard_id.replace("/", "_")
+        logger.info("tuning %s (attempt %d): %d tasks, %d trials, %d warm records", shard.shard_id,
+                    shard.attempt, len(tasks), budget.max_trials_global, len(shard.warm_records))
+        result = tune(tasks, target, database, budget, work_dir, pools=agent._pools_for(),
+                      listener=progress, cancelled=cancelled, seed=int(shard.seed) or None)
+        database.flush()
+    except Exception as err:  # noqa: BLE001 - any failure is the shard's, reported with its reason
+        stop_reporting.set()
+        if cancelled.is_set():
+            return
+        reason = f"{type(err).__name__}: {err}"[:2000]
+        logger.warning("%s failed: %s", shard.shard_id, reason)
+        try:
+            agent.stub.FailShard(farm_pb2.FailShardRequest(
+                agent_id=agent.agent_id, shard_id=shard.shard_id, attempt=shard.attempt, reason=reason,
+                tasks=_summaries(progress.tasks)), timeout=30)
+        except grpc.RpcError as rpc_err:
+            logger.warning("could not report the failure of %s: %s", shard.shard_id, rpc_err.details())
+        return
+    if cancelled.is_set() or result.cancelled:
+        logger.info("%s stopped (cancelled)", lease.shard_id)
+        return
+    reply = agent.stub.CompleteShard(farm_pb2.CompleteShardRequest(
+        agent_id=agent.agent_id, shard_id=shard.shard_id, attempt=shard.attempt,
+        tasks=_summaries(result.tasks)), timeout=30)
+    logger.info("%s done: %d trials in %.1f s%s", shard.shard_id, result.trials, result.seconds,
+                "" if reply.accepted else f" (not accepted: {reply.reason})")
+
+
+def _summaries(tasks):
+    from farm.wire import farm_pb2
+
+    return [
+        farm_pb2.TaskSummary(
+            task_name=t.name, trials=t.trials, build_errors=t.build_errors, run_errors=t.run_errors,
+            best_us=(t.best_sec or 0.0) * 1e6, elapsed_s=t.elapsed, sample_errors=list(t.errors),
+        )
+        for t in tasks
+    ]
+
+
+def validate_library(agent: "Agent", lease) -> None:
+    """Run the tuned library against its reference on this device, time it, report."""
+    from agent.validation import check_library
+    from coordinator.models.loaded import Fill, TensorSpec, random_inputs, random_weights
+    from farm.wire import farm_pb2
+
+    def spec(s) -> TensorSpec:
+        fill = Fill.from_json(json.loads(s.fill_json)) if s.fill_json else None
+        return TensorSpec(s.name, tuple(int(d) for d in s.shape), s.dtype, fill)
+
+    def array(t) -> np.ndarray:
+        return np.frombuffer(t.data, dtype=t.spec.dtype).reshape(tuple(t.spec.shape)).copy()
+
+    request = farm_pb2.ReportValidationRequest(
+        agent_id=agent.agent_id, validation_id=lease.validation_id, attempt=lease.attempt)
+    begin = time.monotonic()
+    try:
+        kind = json.loads(lease.target)["kind"]
+        inputs = random_inputs([spec(s) for s in lease.inputs], int(lease.seed))
+        weights = ([array(w) for w in lease.weights] if lease.weights
+                   else random_weights([spec(s) for s in lease.weight_specs], int(lease.seed)))
+        reference = lease.WhichOneof("reference")
+        check = check_library(
+            lease.library,
+            lease.reference_library if reference == "reference_library" else None,
+            kind, inputs, weights,
+            reference_outputs=[array(t) for t in lease.reference_outputs.outputs]
+            if reference == "reference_outputs" else None,
+            runs=lease.runs or 20, warmup=lease.warmup or 3,
+        )
+        v = check.validation
+        request.check.CopyFrom(farm_pb2.OutputCheck(
+            passed=v.passed, max_abs_err=v.max_abs_err, max_rel_err=v.max_rel_err,
+            rtol=v.rtol, atol=v.atol, reason=v.reason or ""))
+        request.latency.CopyFrom(_latency(check.latency))
+        if check.untuned_latency is not None:
+            request.untuned_latency.CopyFrom(_latency(check.untuned_latency))
+    except Exception as err:  # noqa: BLE001 - reported to the coordinator, which decides
+        request.error = f"{type(err).__name__}: {err}"[:2000]
+    agent.stub.ReportValidation(request, timeout=60)
+    logger.info("validated %s in %.1f s", lease.job_id, time.monotonic() - begin)
+
+
+def _latency(latency):
+    from farm.wire import farm_pb2
+
+    return farm_pb2.LatencyStats(mean_ms=latency.mean_ms, median_ms=latency.median_ms,
+                                 std_ms=latency.std_ms, runs=latency.runs, warmup=latency.warmup)
