@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 from agent.tuner import MeasureSettings, ProgressListener, TuningBudget, TuningReport, WorkerPools
+from coordinator.artifacts import artifact_json, commit_artifact, find_hit, record_hit
 from coordinator.jobs import JobState, check_transition
 from coordinator.model_key import ModelKey, model_key
 from farm import config
@@ -76,23 +77,6 @@ class SubmitResult:
         return out
 
 
-def artifact_json(artifact: "Artifact") -> dict:
-    return {
-        "id": artifact.id,
-        "sha256": artifact.sha256,
-        "size": artifact.size,
-        "latency_ms": {
-            "mean": artifact.latency_mean_ms,
-            "median": artifact.latency_median_ms,
-            "std": artifact.latency_std_ms,
-        },
-        "untuned_latency_ms": artifact.untuned_latency_mean_ms,
-        "validation": artifact.validation,
-        "tvm_version": artifact.tvm_version,
-        "created_at": artifact.created_at.isoformat() if artifact.created_at else None,
-    }
-
-
 def submit(request: SubmitRequest, observer: JobObserver | None = None,
            cancelled: threading.Event | None = None) -> SubmitResult:
     """Answer from the registry if it can; otherwise tune, build, validate and commit."""
@@ -102,24 +86,12 @@ def submit(request: SubmitRequest, observer: JobObserver | None = None,
     key = model_key(request.model, request.batch)
     ctx = open_context(request.registry, request.target)
     if not request.retune:
-        hit = _find_hit(ctx, key)
+        hit = find_hit(ctx.store, key, ctx.target_json, ctx.fingerprint.id, ctx.tvm_version)
         if hit is not None:
-            job = ctx.store.create_job(
-                model_id=hit.model_id, target=ctx.target_json, fingerprint_id=ctx.fingerprint.id,
-                trials_budget=0, options=_options(request), cache_hit=True,
-                state=JobState.SUCCEEDED.value,
-            )
-            job = ctx.store.update_job(job.id, artifact_id=hit.id, finished_at=_now())
+            job = record_hit(ctx.store, hit, ctx.target_json, ctx.fingerprint.id, _options(request))
             return SubmitResult(job, True, ctx.fingerprint.id, key, ctx.target_json, hit,
                                 seconds=time.monotonic() - begin)
     return _tune_build_commit(ctx, key, request, observer, cancelled, begin)
-
-
-def _find_hit(ctx: FarmContext, key: ModelKey):
-    model = ctx.store.find_model(key.name, key.batch, key.source_digest)
-    if model is None:
-        return None
-    return ctx.store.find_artifact(model.id, ctx.target_json, ctx.fingerprint.id, ctx.tvm_version)
 
 
 def _tune_build_commit(ctx: FarmContext, key: ModelKey, request: SubmitRequest,
@@ -184,13 +156,10 @@ def _tune_build_commit(ctx: FarmContext, key: ModelKey, request: SubmitRequest,
             reason = f"tuned library disagrees with the untuned build: {check.validation.reason}"
             state = _advance(ctx, job.id, state, JobState.FAILED, finished_at=_now(), error=reason)
             raise ValidationFailed(reason, "nothing was committed; retry with --retune or report the model")
-        artifact = ctx.store.add_artifact(
-            model_id=model.id, target=ctx.target_json, fingerprint_id=ctx.fingerprint.id, job_id=job.id,
-            library=library, lib_format="so",
-            latency={"mean_ms": check.latency.mean_ms, "median_ms": check.latency.median_ms,
-                     "std_ms": check.latency.std_ms},
-            untuned_latency_mean_ms=check.untuned_latency.mean_ms if check.untuned_latency else None,
-            validation=check.validation.to_json(), tvm_version=ctx.tvm_version, software=ctx.software,
+        artifact = commit_artifact(
+            ctx.store, model_id=model.id, target_json=ctx.target_json, fingerprint_id=ctx.fingerprint.id,
+            job_id=job.id, library=library, latency=check.latency, untuned_latency=check.untuned_latency,
+            validation=check.validation, tvm_version=ctx.tvm_version, software=ctx.software,
         )
         state = _advance(ctx, job.id, state, JobState.SUCCEEDED, finished_at=_now(), artifact_id=artifact.id)
         return SubmitResult(ctx.store.get_job(job.id), False, ctx.fingerprint.id, key, ctx.target_json,

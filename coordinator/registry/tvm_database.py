@@ -52,6 +52,56 @@ def trace_is_valid(record: TuningRecord) -> bool:
     return len(insts) > 0 and insts[0].kind.name != "EnterPostproc"
 
 
+def trace_json_is_valid(trace_json: Any) -> bool:
+    """`trace_is_valid` read off a trace's JSON ([[inst, ...], decisions], each inst
+    [kind name, inputs, attrs, outputs]), so records that arrive as JSON need no TVM parse."""
+    insts = trace_json[0] if isinstance(trace_json, list) and trace_json else []
+    return bool(insts) and isinstance(insts[0], list) and insts[0][0] != "EnterPostproc"
+
+
+def new_record_from(
+    record_json: Sequence[Any],
+    *,
+    workload_id: int,
+    fingerprint_id: str,
+    target_json: str,
+    tvm_version: str,
+    software: dict[str, Any] | None = None,
+    job_id: str | None = None,
+) -> NewRecord:
+    """A registry record from ``TuningRecord.as_json()`` ([trace, run_secs, target, args_info]).
+
+    The record is filed under ``target_json``, the scope it was tuned in, not the target
+    spelled inside it: the registry keys on one canonical spelling per target. This is the
+    one conversion, used by `RegistryDatabase` and for the JSON agents report.
+    """
+    if not isinstance(record_json, Sequence) or isinstance(record_json, str) or len(record_json) != 4:
+        raise ValueError("a TuningRecord as JSON is [trace, run_secs, target, args_info]")
+    trace, run_secs, _target, args_info = record_json
+    return NewRecord(
+        workload_id=workload_id,
+        fingerprint_id=fingerprint_id,
+        target=target_json,
+        tvm_version=tvm_version,
+        trace=canonical_json(trace),
+        run_secs=None if run_secs is None else [float(v) for v in run_secs],
+        args_info=None if args_info is None else canonical_json(args_info),
+        software=dict(software or {}),
+        job_id=job_id,
+        trace_valid=trace_json_is_valid(trace),
+    )
+
+
+def workload_json(mod: IRModule) -> str:
+    """How the registry stores a workload: MetaSchedule's ``Workload.as_json()``, canonical."""
+    return canonical_json(Workload(mod).as_json())
+
+
+def module_json(stored_workload_json: str) -> str:
+    """The IRModule of a stored workload as ``tvm.ir.save_json`` text (what agents load)."""
+    return tvm.ir.save_json(Workload.from_json(json.loads(stored_workload_json)).mod)
+
+
 @derived_object
 class RegistryDatabase(PyDatabase):
     """MetaSchedule's database interface over `RegistryStore`.
@@ -145,20 +195,15 @@ class RegistryDatabase(PyDatabase):
     # -- records ---------------------------------------------------------------------
 
     def commit_tuning_record(self, record: TuningRecord) -> None:
-        as_json = record.as_json()
-        run_secs = None if record.run_secs is None else [float(v) for v in record.run_secs]
         self._pending.append(
-            NewRecord(
+            new_record_from(
+                _plain(record.as_json()),
                 workload_id=self._workload_id(record.workload),
                 fingerprint_id=self.fingerprint_id,
-                target=self.target_json,
+                target_json=self.target_json,
                 tvm_version=self.tvm_version,
-                trace=canonical_json(as_json[0]),
-                run_secs=run_secs,
-                args_info=None if as_json[3] is None else canonical_json(as_json[3]),
                 software=self.software,
                 job_id=self.job_id,
-                trace_valid=trace_is_valid(record),
             )
         )
         if len(self._pending) >= self.flush_every:

@@ -6,7 +6,7 @@ import sys
 
 import typer
 
-from farm.cli import info, registry, submit
+from farm.cli import cluster, coordinator_cmd, info, registry, submit
 
 app = typer.Typer(
     name="farm",
@@ -17,6 +17,8 @@ app = typer.Typer(
 )
 app.registered_commands += submit.app.registered_commands
 app.registered_commands += info.app.registered_commands
+app.registered_commands += cluster.app.registered_commands
+app.registered_commands += coordinator_cmd.app.registered_commands
 app.add_typer(registry.app, name="registry", help="Inspect, import into, export from and upgrade the registry.")
 
 

@@ -1,0 +1,186 @@
+"""The TVM work of a distributed job on the coordinator: load its model, plan its tasks, build it.
+
+Each step imports TVM and can take seconds to minutes, so the coordinator runs them on
+`BackgroundWorker` threads, never on a gRPC handler.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable
+
+from farm.errors import FarmError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from coordinator.models.loaded import LoadedModel
+    from coordinator.registry.entities import Model, PlannedTask
+    from coordinator.registry.store import RegistryStore
+
+logger = logging.getLogger("farm.coordinator")
+
+
+def onnx_path(data_dir: Path, sha256: str) -> Path:
+    """Where an uploaded ONNX file lives: keyed by content, so equal uploads are one file."""
+    return data_dir / "models" / f"{sha256}.onnx"
+
+
+def store_onnx(data_dir: Path, sha256: str, content: bytes) -> Path:
+    path = onnx_path(data_dir, sha256)
+    if not path.is_file():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        # Written aside and renamed: a planner never reads half a file.
+        partial = path.with_suffix(f".{threading.get_ident()}.partial")
+        partial.write_bytes(content)
+        partial.replace(path)
+    return path
+
+
+class ModelCache:
+    """Loaded models by registry model id; loading a big one takes seconds, planning and
+    building and validation leases all need it, so the last few are kept."""
+
+    def __init__(self, data_dir: Path, size: int = 4):
+        self._data_dir = data_dir
+        self._size = size
+        self._loaded: OrderedDict[str, "LoadedModel"] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def put(self, model_id: str, loaded: "LoadedModel") -> None:
+        with self._lock:
+            self._loaded[model_id] = loaded
+            self._loaded.move_to_end(model_id)
+            while len(self._loaded) > self._size:
+                self._loaded.popitem(last=False)
+
+    def get(self, model: "Model") -> "LoadedModel":
+        with self._lock:
+            loaded = self._loaded.get(model.id)
+            if loaded is not None:
+                self._loaded.move_to_end(model.id)
+                return loaded
+        loaded = load_stored_model(model, self._data_dir)
+        self.put(model.id, loaded)
+        return loaded
+
+
+def load_stored_model(model: "Model", data_dir: Path) -> "LoadedModel":
+    """The model a registry row describes: a zoo entry, or an ONNX file uploaded earlier."""
+    from coordinator.models.onnx_import import load_onnx_model
+    from coordinator.models.zoo import load_zoo_model
+
+    if model.source == "onnx":
+        path = onnx_path(data_dir, model.source_digest)
+        if not path.is_file():
+            raise FarmError(
+                f"the ONNX file of model {model.name} ({model.source_digest[:12]}) is not in {path.parent}",
+                "submit the file again; the coordinator's data directory lost it",
+            )
+        return load_onnx_model(path, model.batch)
+    return load_zoo_model(model.name, model.batch)
+
+
+@dataclass(frozen=True)
+class Plan:
+    tasks: list["PlannedTask"]
+    max_trials_global: int
+    max_trials_per_task: int
+
+
+def plan_tasks(loaded: "LoadedModel", target_json: str, trials: int | None,
+               trials_per_task: int | None) -> Plan:
+    """The model's tuning tasks for the job's target, with the budget `farm submit` gives."""
+    import json
+
+    import tvm_ffi
+
+    from agent.tuner import TuningBudget
+    from agent.tvm_startup import install_lean_tensor_intrinsics
+    from coordinator.compile import extract_tuning_tasks
+    from coordinator.registry.entities import PlannedTask
+    from coordinator.registry.tvm_database import workload_json
+    from farm.targets import to_tvm_target
+
+    target_doc = json.loads(target_json)
+    # Task extraction imports tvm.s_tir.tensor_intrin; the full package costs ~43 s.
+    install_lean_tensor_intrinsics(target_doc["kind"])
+    tasks = extract_tuning_tasks(loaded, to_tvm_target(target_doc))
+    budget = TuningBudget.for_tasks(len(tasks), trials, trials_per_task)
+    planned = [
+        PlannedTask(
+            name=task.name,
+            weight=task.weight,
+            flop=task.flop,
+            workload_shash=str(tvm_ffi.structural_hash(task.mod)),
+            mod_json=workload_json(task.mod),
+            trials_budget=budget.max_trials_per_task,
+        )
+        for task in tasks
+    ]
+    return Plan(planned, budget.max_trials_global, budget.max_trials_per_task)
+
+
+def build_libraries(store: "RegistryStore", loaded: "LoadedModel", target_json: str,
+                    fingerprint_id: str, tvm_version: str, software: dict) -> tuple[bytes, bytes]:
+    """The library built with the registry's best records, and the untuned reference."""
+    import json
+
+    from agent.tvm_startup import install_lean_tensor_intrinsics
+    from coordinator.compile import build_library
+    from coordinator.registry.tvm_database import tvm_database_for
+    from farm.targets import to_tvm_target
+
+    target_doc = json.loads(target_json)
+    install_lean_tensor_intrinsics(target_doc["kind"])
+    target = to_tvm_target(target_doc)
+    database = tvm_database_for(store, fingerprint_id, target_json, tvm_version, software)
+    return build_library(loaded, target, database), build_library(loaded, target, None)
+
+
+class BackgroundWorker:
+    """One daemon thread running queued jobs' steps in order, each job at most once at a time.
+
+    Daemon, so a build in progress never holds up shutdown: a restarted coordinator redoes it.
+    """
+
+    def __init__(self, name: str):
+        self.name = name
+        self._queue: queue.Queue[tuple[str, Callable[[], None]] | None] = queue.Queue()
+        self._pending: set[str] = set()
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    def submit(self, key: str, step: Callable[[], None]) -> bool:
+        """Queue ``step`` unless one for ``key`` is queued or running; True if queued."""
+        with self._lock:
+            if key in self._pending:
+                return False
+            self._pending.add(key)
+        self._queue.put((key, step))
+        return True
+
+    def busy_with(self, key: str) -> bool:
+        with self._lock:
+            return key in self._pending
+
+    def stop(self) -> None:
+        self._queue.put(None)
+
+    def _run(self) -> None:
+        while True:
+            item = self._queue.get()
+            if item is None:
+                return
+            key, step = item
+            try:
+                step()
+            except Exception:  # noqa: BLE001 - a step reports its own failures; never kill the worker
+                logger.exception("%s: step for %s failed", self.name, key)
+            finally:
+                with self._lock:
+                    self._pending.discard(key)

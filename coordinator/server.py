@@ -1,0 +1,173 @@
+"""Run the coordinator: gRPC server, health service, the tick thread and (by default) a tracker."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import socket
+import threading
+from concurrent import futures
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+
+from coordinator.registry.cluster_store import ClusterStore
+from coordinator.registry.store import RegistryStore
+from coordinator.service import Coordinator, CoordinatorSettings
+from coordinator.servicer import FarmAgentServicer, FarmClientServicer
+from farm.errors import FarmError
+from farm.wire import farm_pb2
+
+logger = logging.getLogger("farm.coordinator")
+
+# Libraries and ONNX files travel inside messages.
+MAX_MESSAGE_BYTES = 256 * 1024 * 1024
+SERVICE_NAMES = tuple(farm_pb2.DESCRIPTOR.services_by_name[name].full_name for name in ("FarmClient", "FarmAgent"))
+DEFAULT_LISTEN = "127.0.0.1:50051"
+DEFAULT_TRACKER_LISTEN = "127.0.0.1:0"
+
+
+@dataclass
+class CoordinatorServer:
+    """A running coordinator. ``stop(grace)`` drains it: NOT_SERVING, no new work, in-flight
+    calls get ``grace`` seconds, then the tick thread, the tracker and the registry stop."""
+
+    server: grpc.Server
+    port: int
+    host: str
+    coordinator: Coordinator
+    health: health.HealthServicer
+    tracker: object | None  # the TrackerProcess this server started, if any
+    _stop_ticking: threading.Event
+    _ticker: threading.Thread
+    _stopped: bool = False
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    @property
+    def tracker_address(self) -> str:
+        return f"{self.coordinator.tracker_host}:{self.coordinator.tracker_port}"
+
+    def stop(self, grace: float = 10.0) -> None:
+        if self._stopped:
+            return
+        self._stopped = True
+        logger.info("coordinator draining (grace %.0f s)", grace)
+        self.health.enter_graceful_shutdown()
+        self.coordinator.draining = True
+        self.server.stop(grace).wait()
+        self._stop_ticking.set()
+        self.coordinator.wake.set()
+        self._ticker.join(timeout=5)
+        self.coordinator.close()
+        if self.tracker is not None:
+            self.tracker.stop()
+        self.coordinator.store.dispose()
+        logger.info("coordinator stopped")
+
+    def wait(self) -> None:
+        self.server.wait_for_termination()
+
+
+def serve(
+    listen: str = DEFAULT_LISTEN,
+    registry_url: str | None = None,
+    tracker: str | None = None,
+    *,
+    tracker_listen: str = DEFAULT_TRACKER_LISTEN,
+    heartbeat_interval: float = 5.0,
+    lease_ttl: float = 30.0,
+    max_attempts: int = 3,
+    records_per_report: int = 16,
+    data_dir: Path | None = None,
+    tick_interval: float = 0.5,
+    max_workers: int = 32,
+) -> CoordinatorServer:
+    """Start a coordinator on ``listen`` (port 0: any free port) and return it running.
+
+    ``tracker`` is the host:port of a TVM RPC tracker agents should use; without one the
+    coordinator starts its own on ``tracker_listen``.
+    """
+    from coordinator.tracker import TrackerProcess, parse_tracker_address
+    from farm import config
+
+    store = RegistryStore(config.registry_url(registry_url))
+    owned = None
+    try:
+        if tracker is None:
+            # Port 0 (any free port) is fine here, unlike in an address agents are given.
+            host, _, port_text = tracker_listen.rpartition(":")
+            host, port = (host.strip("[]"), 0) if port_text == "0" else parse_tracker_address(tracker_listen)
+            owned = TrackerProcess(host, port).start()
+            # Agents on other boxes cannot reach a wildcard address: tell them this host's name.
+            advertised = socket.getfqdn() if owned.host in ("0.0.0.0", "::", "") else owned.host
+            tracker = f"{advertised}:{owned.port}"
+        settings = CoordinatorSettings(
+            data_dir=Path(data_dir) if data_dir else config.data_dir() / "coordinator",
+            heartbeat_interval=heartbeat_interval, lease_ttl=lease_ttl, max_attempts=max_attempts,
+            records_per_report=records_per_report,
+        )
+        coordinator = Coordinator(store, ClusterStore(store), tracker, settings)
+
+        server = grpc.server(
+            futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="farm-grpc"),
+            options=[("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+                     ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES)],
+        )
+        from farm.wire import farm_pb2_grpc
+
+        farm_pb2_grpc.add_FarmClientServicer_to_server(FarmClientServicer(coordinator), server)
+        farm_pb2_grpc.add_FarmAgentServicer_to_server(FarmAgentServicer(coordinator), server)
+        health_servicer = health.HealthServicer()
+        health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+        port = server.add_insecure_port(listen)
+        if port == 0:
+            raise FarmError(f"the coordinator cannot listen on {listen}", "free the port or choose another address")
+        server.start()
+        for name in ("", *SERVICE_NAMES):
+            health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+    except BaseException:
+        if owned is not None:
+            owned.stop()
+        store.dispose()
+        raise
+
+    stop_ticking = threading.Event()
+    ticker = threading.Thread(target=_tick_loop, args=(coordinator, stop_ticking, tick_interval),
+                              name="farm-tick", daemon=True)
+    ticker.start()
+    host = listen.rsplit(":", 1)[0].strip("[]")
+    logger.info("coordinator listening on %s:%d, registry %s, tracker %s", host, port, store.url, tracker)
+    return CoordinatorServer(server, port, host, coordinator, health_servicer, owned, stop_ticking, ticker)
+
+
+def _tick_loop(coordinator: Coordinator, stop: threading.Event, interval: float) -> None:
+    while not stop.is_set():
+        coordinator.wake.clear()
+        try:
+            coordinator.tick()
+        except Exception:  # noqa: BLE001 - a registry hiccup must not end housekeeping
+            logger.exception("coordinator tick failed; trying again")
+        coordinator.wake.wait(interval)
+
+
+def run_until_signalled(server: CoordinatorServer, grace: float = 10.0) -> None:
+    """Block until SIGTERM or SIGINT, then drain and stop (for `farm coordinator`)."""
+    stop = threading.Event()
+
+    def on_signal(signum, _frame) -> None:
+        logger.info("received %s", signal.Signals(signum).name)
+        stop.set()
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        while not stop.wait(1.0):
+            pass
+    finally:
+        server.stop(grace)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)

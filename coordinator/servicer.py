@@ -1,0 +1,388 @@
+"""The gRPC face of the coordinator: proto messages in, `Coordinator` calls, proto messages out.
+
+Nothing here decides anything. Errors become status codes with the coordinator's own
+message (what is wrong, and what to do), as proto/tvmfarm/v1/farm.proto lays out.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import time
+from datetime import datetime, timedelta
+from typing import Callable
+
+import grpc
+import numpy as np
+from google.protobuf.duration_pb2 import Duration
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from coordinator.jobs import JobState
+from coordinator.registry.cluster_store import AgentMismatch, UnknownAgent
+from coordinator.service import (
+    AgentRefused,
+    AgentView,
+    CancelLease,
+    Coordinator,
+    InvalidRequest,
+    JobView,
+    LeaseRef,
+    OnnxUpload,
+    ReRegister,
+    SubmitSpec,
+    Unavailable,
+    ValidationReport,
+)
+from coordinator.shards import ShardState
+from farm.errors import FarmError, NotFound, RegistryError
+from farm.wire import farm_pb2, farm_pb2_grpc
+
+logger = logging.getLogger("farm.coordinator")
+
+# How often WatchJob looks for new events.
+WATCH_POLL_SECONDS = 0.2
+
+_JOB_STATES = {state: getattr(farm_pb2, f"JOB_STATE_{state.name}") for state in JobState}
+_JOB_STATES_BACK = {v: k for k, v in _JOB_STATES.items()}
+_SHARD_STATES = {state: getattr(farm_pb2, f"SHARD_STATE_{state.name}") for state in ShardState}
+
+
+def _status_code(err: Exception) -> grpc.StatusCode:
+    # Order matters: UnknownAgent is a NotFound, and every error here is a FarmError.
+    if isinstance(err, (UnknownAgent, AgentMismatch, AgentRefused)):
+        return grpc.StatusCode.FAILED_PRECONDITION
+    if isinstance(err, NotFound):
+        return grpc.StatusCode.NOT_FOUND
+    if isinstance(err, (RegistryError, Unavailable)):
+        return grpc.StatusCode.UNAVAILABLE
+    if isinstance(err, (InvalidRequest, FarmError)):
+        return grpc.StatusCode.INVALID_ARGUMENT
+    return grpc.StatusCode.INTERNAL
+
+
+def _rpc(method: Callable) -> Callable:
+    """Run a handler; a raised error ends the call with its status code and message."""
+
+    @functools.wraps(method)
+    def handler(self, request, context):
+        try:
+            return method(self, request, context)
+        except FarmError as err:
+            context.abort(_status_code(err), str(err))
+        except Exception as err:  # noqa: BLE001 - a bug, still answered with a status
+            logger.exception("%s failed", method.__name__)
+            context.abort(grpc.StatusCode.INTERNAL, f"{type(err).__name__}: {err}")
+
+    return handler
+
+
+def _timestamp(moment: datetime | None) -> Timestamp | None:
+    if moment is None:
+        return None
+    stamp = Timestamp()
+    stamp.FromDatetime(moment)
+    return stamp
+
+
+def _duration(seconds: float) -> Duration:
+    duration = Duration()
+    duration.FromTimedelta(timedelta(seconds=seconds))
+    return duration
+
+
+def job_message(view: JobView) -> farm_pb2.Job:
+    job = view.job
+    message = farm_pb2.Job(
+        id=job.id,
+        state=_JOB_STATES[JobState(job.state)],
+        status=job.status or "",
+        target=job.target or "",
+        target_kind=job.target_kind or "",
+        fingerprint_id=job.fingerprint_id or "",
+        cache_hit=job.cache_hit,
+        trials_done=job.trials_done,
+        trials_budget=job.trials_budget,
+        trial_errors=view.trial_errors,
+        shards=farm_pb2.ShardCounts(**{s.value: n for s, n in view.shard_counts.items()}),
+        error=job.error or "",
+    )
+    if view.model is not None:
+        message.model.CopyFrom(farm_pb2.ModelSummary(
+            name=view.model.name, source=view.model.source, source_digest=view.model.source_digest,
+            batch=view.model.batch))
+    for shard in view.failed_shards:
+        message.failed_shards.append(farm_pb2.ShardFailure(
+            shard_id=shard.id, task_names=shard.task_names,
+            attempts=[farm_pb2.AttemptFailure(attempt=f.attempt, agent_id=f.agent_id or "", reason=f.reason)
+                      for f in shard.failures]))
+    if view.artifact is not None:
+        a = view.artifact
+        validation = a.validation or {}
+        message.artifact.CopyFrom(farm_pb2.ArtifactSummary(
+            id=a.id, sha256=a.sha256, size_bytes=a.size,
+            latency=farm_pb2.LatencyStats(mean_ms=a.latency_mean_ms, median_ms=a.latency_median_ms,
+                                          std_ms=a.latency_std_ms),
+            untuned_latency=farm_pb2.LatencyStats(mean_ms=a.untuned_latency_mean_ms or 0.0),
+            validated=bool(validation.get("passed"))))
+    for name, moment in (("created_at", job.created_at), ("started_at", job.started_at),
+                         ("finished_at", job.finished_at)):
+        if moment is not None:
+            getattr(message, name).CopyFrom(_timestamp(moment))
+    return message
+
+
+def event_message(event, state_of: Callable[[str], int]) -> farm_pb2.JobEvent:
+    """A stored job event on the wire; ``state_of`` maps a stored state name to the enum."""
+    message = farm_pb2.JobEvent(job_id=event.job_id, sequence=event.sequence, time=_timestamp(event.created_at))
+    p = event.payload
+    if event.kind == "state_changed":
+        message.state_changed.CopyFrom(farm_pb2.JobStateChanged(
+            from_state=state_of(p.get("from", "")), to_state=state_of(p.get("to", "")),
+            status=p.get("status", ""), error=p.get("error", "") or ""))
+    elif event.kind == "shard_changed":
+        message.shard_changed.CopyFrom(farm_pb2.ShardChanged(
+            shard_id=p.get("shard_id", ""), state=_SHARD_STATES.get(ShardState(p["state"]), 0) if p.get("state") else 0,
+            attempt=int(p.get("attempt", 0)), agent_id=p.get("agent_id", ""), reason=p.get("reason", "")))
+    elif event.kind == "task_progress":
+        fields = {k: p[k] for k in ("shard_id", "task_name", "trials", "budget", "build_errors", "run_errors",
+                                    "best_us", "best_gflops") if k in p}
+        message.task_progress.CopyFrom(farm_pb2.TaskProgress(**fields))
+    else:
+        message.log.CopyFrom(farm_pb2.LogLine(source=p.get("source", "coordinator"), level=p.get("level", "info"),
+                                              message=p.get("message", json.dumps(p))))
+    return message
+
+
+def _state_enum(name: str) -> int:
+    try:
+        return _JOB_STATES[JobState(name)]
+    except ValueError:
+        return farm_pb2.JOB_STATE_UNSPECIFIED
+
+
+def agent_message(view: AgentView) -> farm_pb2.Agent:
+    agent = view.agent
+    if agent.state == "lost":
+        state = farm_pb2.AGENT_STATE_LOST
+    else:
+        state = farm_pb2.AGENT_STATE_BUSY if view.running_leases else farm_pb2.AGENT_STATE_IDLE
+    return farm_pb2.Agent(
+        id=agent.id, fingerprint_id=agent.fingerprint_id, fingerprint_summary=view.fingerprint_summary,
+        target_kinds=agent.target_kinds, address=agent.address, hostname=agent.hostname,
+        tvm_version=agent.tvm_version, state=state, registered_at=_timestamp(agent.registered_at),
+        last_heartbeat=_timestamp(agent.last_heartbeat_at),
+        running_leases=[farm_pb2.LeaseRef(job_id=j, shard_id=s, attempt=a) for j, s, a in view.running_leases],
+        rpc_server_serving=view.rpc_server_serving,
+    )
+
+
+class FarmClientServicer(farm_pb2_grpc.FarmClientServicer):
+    def __init__(self, coordinator: Coordinator, poll_seconds: float = WATCH_POLL_SECONDS):
+        self.coordinator = coordinator
+        self.poll_seconds = poll_seconds
+
+    @_rpc
+    def Submit(self, request, context):
+        which = request.WhichOneof("model")
+        onnx = None
+        if which == "onnx":
+            onnx = OnnxUpload(request.onnx.file_name, request.onnx.content, request.onnx.sha256)
+        spec = SubmitSpec(
+            target=request.target, batch=request.batch, zoo_name=request.zoo_name if which == "zoo_name" else None,
+            onnx=onnx, fingerprint_id=request.fingerprint_id or None, trials=request.trials or None,
+            trials_per_task=request.trials_per_task or None, retune=request.retune, seed=request.seed,
+            validation_runs=request.validation_runs or None,
+        )
+        submitted = self.coordinator.submit(spec)
+        return farm_pb2.SubmitResponse(jobs=[
+            farm_pb2.SubmittedJob(job=job_message(self.coordinator.get_job(s.job.id)), attached=s.attached)
+            for s in submitted
+        ])
+
+    @_rpc
+    def GetJob(self, request, context):
+        return job_message(self.coordinator.get_job(request.job_id))
+
+    @_rpc
+    def ListJobs(self, request, context):
+        states = [_JOB_STATES_BACK[s].value for s in request.states if s in _JOB_STATES_BACK]
+        views = self.coordinator.list_jobs(request.limit, states, request.model_name)
+        return farm_pb2.ListJobsResponse(jobs=[job_message(v) for v in views])
+
+    @_rpc
+    def CancelJob(self, request, context):
+        return job_message(self.coordinator.cancel_job(request.job_id, request.reason))
+
+    @_rpc
+    def ListAgents(self, request, context):
+        views = self.coordinator.list_agents(request.target_kind, request.include_lost)
+        return farm_pb2.ListAgentsResponse(agents=[agent_message(v) for v in views])
+
+    def WatchJob(self, request, context):
+        # A generator: errors before the first event end the stream with a status.
+        try:
+            snapshot = self.coordinator.get_job(request.job_id)
+            after = request.after_sequence or self.coordinator.last_event_sequence(request.job_id)
+        except FarmError as err:
+            context.abort(_status_code(err), str(err))
+        yield farm_pb2.JobEvent(job_id=request.job_id, sequence=after, time=_timestamp(_now()),
+                                snapshot=job_message(snapshot))
+        while context.is_active():
+            events = self.coordinator.events(request.job_id, after)
+            for event in events:
+                yield event_message(event, _state_enum)
+                after = event.sequence
+            if not events:
+                if JobState(self.coordinator.get_job(request.job_id).job.state).is_final:
+                    # Drain what landed between the last poll and the final state.
+                    if not self.coordinator.events(request.job_id, after):
+                        return
+                    continue
+                time.sleep(self.poll_seconds)
+
+
+class FarmAgentServicer(farm_pb2_grpc.FarmAgentServicer):
+    def __init__(self, coordinator: Coordinator):
+        self.coordinator = coordinator
+
+    @_rpc
+    def Register(self, request, context):
+        reg = self.coordinator.register_agent(
+            fingerprint_id=request.fingerprint_id, fingerprint_summary=request.fingerprint_summary,
+            fingerprint_json=request.fingerprint_json, target_kinds=list(request.target_kinds),
+            hostname=request.hostname, tvm_version=request.tvm_version, address=_peer(context),
+            build_workers=request.build_workers, previous_agent_id=request.previous_agent_id,
+        )
+        return farm_pb2.RegisterResponse(
+            agent_id=reg.agent.id, heartbeat_interval=_duration(reg.heartbeat_interval),
+            lease_ttl=_duration(reg.lease_ttl),
+            tracker=farm_pb2.TrackerAddress(host=reg.tracker_host, port=reg.tracker_port, key=reg.tracker_key),
+        )
+
+    @_rpc
+    def Heartbeat(self, request, context):
+        running = [LeaseRef(r.job_id, r.shard_id, r.attempt) for r in request.running_leases]
+        instructions = []
+        for item in self.coordinator.heartbeat(request.agent_id, running, request.rpc_server_serving):
+            if isinstance(item, CancelLease):
+                ref = farm_pb2.LeaseRef(job_id=item.lease.job_id, shard_id=item.lease.shard_id,
+                                        attempt=item.lease.attempt)
+                instructions.append(farm_pb2.AgentInstruction(
+                    cancel_lease=farm_pb2.CancelLease(lease=ref, reason=item.reason)))
+            elif isinstance(item, ReRegister):
+                instructions.append(farm_pb2.AgentInstruction(re_register=farm_pb2.ReRegister(reason=item.reason)))
+        return farm_pb2.HeartbeatResponse(instructions=instructions)
+
+    @_rpc
+    def LeaseShard(self, request, context):
+        offer = self.coordinator.lease_shard(request.agent_id, request.fingerprint_id, list(request.target_kinds))
+        if offer is None:
+            return farm_pb2.LeaseShardResponse(retry_after=_duration(self.coordinator.settings.idle_retry_after))
+        shard = offer.lease.shard
+        return farm_pb2.LeaseShardResponse(shard=farm_pb2.Shard(
+            job_id=shard.job_id, shard_id=shard.id, attempt=shard.attempt,
+            tasks=[farm_pb2.TuneTask(name=t.name, weight=t.weight, flop=t.flop, mod_json=t.mod_json,
+                                     workload_shash=t.workload_shash) for t in offer.tasks],
+            target=offer.target,
+            budget=farm_pb2.TrialBudget(max_trials_global=offer.max_trials_global,
+                                        max_trials_per_task=offer.max_trials_per_task,
+                                        num_trials_per_iter=offer.num_trials_per_iter),
+            tracker=farm_pb2.TrackerAddress(host=offer.tracker_host, port=offer.tracker_port, key=offer.tracker_key),
+            seed=offer.seed, records_per_report=offer.records_per_report,
+            warm_records=[farm_pb2.WarmRecord(workload_shash=s, tuning_record_json=r) for s, r in offer.warm_records],
+        ))
+
+    @_rpc
+    def ReportRecords(self, request, context):
+        records = [(r.workload_shash, r.tuning_record_json) for r in request.records]
+        progress = [
+            {"task_name": p.task_name, "trials": p.trials, "budget": p.budget, "build_errors": p.build_errors,
+             "run_errors": p.run_errors, "best_us": p.best_us, "best_gflops": p.best_gflops}
+            for p in request.progress
+        ]
+        result = self.coordinator.report_records(request.agent_id, request.shard_id, request.attempt,
+                                                 records, progress)
+        return farm_pb2.ReportRecordsResponse(accepted=result.accepted, reason=result.reason or "",
+                                              stored=result.stored, duplicates=result.duplicates)
+
+    @_rpc
+    def CompleteShard(self, request, context):
+        outcome = self.coordinator.complete_shard(request.agent_id, request.shard_id, request.attempt,
+                                                  [_summary(t) for t in request.tasks])
+        return farm_pb2.CompleteShardResponse(accepted=outcome.accepted, reason=outcome.reason)
+
+    @_rpc
+    def FailShard(self, request, context):
+        outcome = self.coordinator.fail_shard(request.agent_id, request.shard_id, request.attempt,
+                                              request.reason, [_summary(t) for t in request.tasks])
+        return farm_pb2.FailShardResponse(
+            accepted=outcome.accepted, reason=outcome.reason,
+            shard_state=_SHARD_STATES.get(outcome.shard_state, 0) if outcome.shard_state else 0)
+
+    @_rpc
+    def LeaseValidation(self, request, context):
+        offer = self.coordinator.lease_validation(request.agent_id, request.fingerprint_id)
+        if offer is None:
+            return farm_pb2.LeaseValidationResponse(
+                retry_after=_duration(self.coordinator.settings.idle_retry_after))
+        lease, v = offer.lease, offer.lease.validation
+        message = farm_pb2.ValidationLease(
+            job_id=lease.job.id, validation_id=offer.validation_id, attempt=v.attempt, target=lease.job.target,
+            library=lease.library, lib_format=v.lib_format, library_sha256=v.library_sha256,
+            inputs=[_spec(s) for s in v.inputs], weight_specs=[_spec(s) for s in v.weights],
+            weights=[_tensor(_spec(s), value) for s, value in zip(v.weights, offer.weight_values)],
+            seed=v.seed, runs=v.runs, warmup=v.warmup,
+        )
+        if lease.reference_library is not None:
+            message.reference_library = lease.reference_library
+        return farm_pb2.LeaseValidationResponse(validation=message)
+
+    @_rpc
+    def ReportValidation(self, request, context):
+        from agent.validation import ValidationResult
+
+        report = ValidationReport(error=request.error)
+        if not request.error and request.HasField("check") and request.HasField("latency"):
+            c = request.check
+            report = ValidationReport(
+                check=ValidationResult(c.passed, c.max_abs_err, c.max_rel_err, c.rtol, c.atol, c.reason or None),
+                latency=_latency(request.latency),
+                untuned_latency=_latency(request.untuned_latency) if request.HasField("untuned_latency") else None,
+            )
+        outcome = self.coordinator.report_validation(request.agent_id, request.validation_id, request.attempt, report)
+        return farm_pb2.ReportValidationResponse(accepted=outcome.accepted, reason=outcome.reason)
+
+
+def _latency(stats):
+    from agent.library_runner import Latency
+
+    return Latency(stats.mean_ms, stats.median_ms, stats.std_ms, stats.runs, stats.warmup)
+
+
+def _summary(task) -> dict:
+    return {"task_name": task.task_name, "trials": task.trials, "build_errors": task.build_errors,
+            "run_errors": task.run_errors, "best_us": task.best_us, "elapsed_s": task.elapsed_s,
+            "sample_errors": list(task.sample_errors)}
+
+
+def _spec(spec: dict) -> farm_pb2.TensorSpec:
+    return farm_pb2.TensorSpec(name=spec["name"], dtype=spec["dtype"], shape=[int(d) for d in spec["shape"]],
+                               fill_json=json.dumps(spec["fill"]) if spec.get("fill") else "")
+
+
+def _tensor(spec: farm_pb2.TensorSpec, value) -> farm_pb2.Tensor:
+    array = np.ascontiguousarray(value, dtype=np.dtype(spec.dtype))
+    return farm_pb2.Tensor(spec=spec, data=array.astype(array.dtype.newbyteorder("<"), copy=False).tobytes())
+
+
+def _peer(context) -> str:
+    """host:port of the caller as gRPC saw it ("ipv4:1.2.3.4:5678" -> "1.2.3.4:5678")."""
+    peer = context.peer() or ""
+    return peer.split(":", 1)[1] if peer.startswith(("ipv4:", "ipv6:")) else peer
+
+
+def _now() -> datetime:
+    from coordinator.service import utc_now
+
+    return utc_now()

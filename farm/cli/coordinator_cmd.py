@@ -1,0 +1,57 @@
+"""`farm coordinator`: run the distributed farm's coordinator until SIGTERM or Ctrl-C."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from typing import Optional
+
+import typer
+
+from farm.cli.output import JSON_OPTION, REGISTRY_OPTION, emit_json, fail
+from farm.errors import FarmError
+
+app = typer.Typer()
+
+
+@app.command()
+def coordinator(
+    listen: str = typer.Option("127.0.0.1:50051", "--listen", envvar="FARM_LISTEN", show_envvar=True,
+                               help="host:port the gRPC API listens on (0.0.0.0:50051 for other boxes)."),
+    registry: Optional[str] = REGISTRY_OPTION,
+    tracker: Optional[str] = typer.Option(
+        None, "--tracker", envvar="FARM_TRACKER", show_envvar=True,
+        help="host:port of a running TVM RPC tracker; without it the coordinator starts its own."),
+    tracker_listen: str = typer.Option(
+        "127.0.0.1:9190", "--tracker-listen", envvar="FARM_TRACKER_LISTEN", show_envvar=True,
+        help="Where the coordinator's own tracker listens (without --tracker)."),
+    heartbeat_interval: float = typer.Option(5.0, "--heartbeat-interval", min=0.1,
+                                             help="Seconds between agent heartbeats."),
+    lease_ttl: float = typer.Option(30.0, "--lease-ttl", min=0.5,
+                                    help="Seconds of silence after which an agent's leases are re-queued."),
+    max_attempts: int = typer.Option(3, "--max-attempts", min=1,
+                                     help="Attempts of a shard before it, and its job, fail."),
+    grace: float = typer.Option(10.0, "--grace", min=0, help="Seconds in-flight calls get on shutdown."),
+    json_output: bool = JSON_OPTION,
+) -> None:
+    """Serve jobs to agents: shard tuning tasks, merge records, build, validate, commit."""
+    from coordinator.server import run_until_signalled, serve
+
+    if lease_ttl <= heartbeat_interval:
+        raise fail(FarmError(f"--lease-ttl {lease_ttl:g} must exceed --heartbeat-interval {heartbeat_interval:g}",
+                             "make the TTL a few intervals, e.g. 6x"))
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        server = serve(listen, registry, tracker, tracker_listen=tracker_listen,
+                       heartbeat_interval=heartbeat_interval, lease_ttl=lease_ttl, max_attempts=max_attempts)
+    except FarmError as err:
+        raise fail(err)
+    document = {"listen": server.address, "registry": str(server.coordinator.store.url),
+                "tracker": server.tracker_address, "owns_tracker": server.tracker is not None}
+    if json_output:
+        emit_json(document)
+    else:
+        sys.stderr.write(f"coordinator on {server.address}, registry {document['registry']}, "
+                         f"tracker {document['tracker']}; Ctrl-C or SIGTERM stops it\n")
+    run_until_signalled(server, grace)

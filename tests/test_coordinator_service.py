@@ -1,0 +1,357 @@
+"""The coordinator over real gRPC, with fake agents that speak the FarmAgent API but never tune.
+
+Planning extracts mlp-tiny's tasks with TVM and the coordinator really builds the library;
+the fake agents report hand-made TuningRecords and validate with agent.validation.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from registry_fixtures import postgres_admin, registry_url  # noqa: F401
+
+from coordinator.server import SERVICE_NAMES, serve
+from farm.wire import farm_pb2, farm_pb2_grpc
+
+TIMEOUT = 60.0  # per wait; the whole file stays well under two minutes
+
+
+@pytest.fixture(scope="module")
+def fingerprint():
+    from farm.session import local_fingerprint
+
+    return local_fingerprint("llvm")
+
+
+@pytest.fixture
+def start(tmp_path, registry_url):  # noqa: F811
+    """Start coordinators on loopback, on SQLite and on PostgreSQL; all stopped at teardown."""
+    servers = []
+
+    def started(**overrides):
+        options = dict(
+            listen="127.0.0.1:0", registry_url=registry_url,
+            tracker="127.0.0.1:9190", heartbeat_interval=0.5, lease_ttl=30.0, tick_interval=0.1,
+            data_dir=tmp_path / "coordinator",
+        )
+        server = serve(**(options | overrides))
+        servers.append(server)
+        channel = grpc.insecure_channel(server.address)
+        return server, channel
+
+    yield started
+    for server in servers:
+        server.stop(grace=1)
+
+
+class FakeAgent:
+    """An agent reduced to its calls: no RPC server, no tuning."""
+
+    def __init__(self, channel, fingerprint, tvm_version=None):
+        from farm.versions import tvm_version as installed
+
+        self.stub = farm_pb2_grpc.FarmAgentStub(channel)
+        self.fingerprint = fingerprint
+        self.tvm_version = tvm_version or installed()
+        self.agent_id = ""
+        self.running: list[farm_pb2.LeaseRef] = []
+        self._beating = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def register(self):
+        reply = self.stub.Register(farm_pb2.RegisterRequest(
+            fingerprint_id=self.fingerprint.id, fingerprint_summary=self.fingerprint.summary,
+            fingerprint_json=json.dumps(self.fingerprint.to_json()), target_kinds=["llvm"],
+            hostname="fake", tvm_version=self.tvm_version, previous_agent_id=self.agent_id), timeout=10)
+        self.agent_id = reply.agent_id
+        return reply
+
+    def heartbeat(self):
+        return self.stub.Heartbeat(farm_pb2.HeartbeatRequest(
+            agent_id=self.agent_id, running_leases=list(self.running)), timeout=10).instructions
+
+    def keep_beating(self, on: bool = True):
+        """Heartbeat every 0.2 s in the background while ``on``."""
+        if self._thread is None:
+            def loop():
+                while not self._stop.wait(0.2):
+                    if self._beating.is_set():
+                        self.heartbeat()
+            self._thread = threading.Thread(target=loop, daemon=True)
+            self._thread.start()
+        (self._beating.set if on else self._beating.clear)()
+
+    def close(self):
+        self._stop.set()
+
+    def lease(self):
+        reply = self.stub.LeaseShard(farm_pb2.LeaseShardRequest(
+            agent_id=self.agent_id, fingerprint_id=self.fingerprint.id, target_kinds=["llvm"]), timeout=30)
+        if not reply.HasField("shard"):
+            return None
+        shard = reply.shard
+        self.running.append(farm_pb2.LeaseRef(job_id=shard.job_id, shard_id=shard.shard_id, attempt=shard.attempt))
+        return shard
+
+    def report(self, shard, factors=(2, 4), attempt=None):
+        records = [farm_pb2.MeasuredRecord(task_name=t.name, workload_shash=t.workload_shash,
+                                           tuning_record_json=_record_json(t, shard.target, f))
+                   for t in shard.tasks for f in factors]
+        progress = [farm_pb2.TaskProgress(shard_id=shard.shard_id, task_name=t.name, trials=len(factors),
+                                          budget=shard.budget.max_trials_per_task, run_errors=1, best_us=10.0)
+                    for t in shard.tasks]
+        return self.stub.ReportRecords(farm_pb2.ReportRecordsRequest(
+            agent_id=self.agent_id, shard_id=shard.shard_id,
+            attempt=shard.attempt if attempt is None else attempt, records=records, progress=progress), timeout=30)
+
+    def complete(self, shard):
+        return self.stub.CompleteShard(farm_pb2.CompleteShardRequest(
+            agent_id=self.agent_id, shard_id=shard.shard_id, attempt=shard.attempt), timeout=30)
+
+    def validate(self):
+        """Lease a validation and do what agents do with it (agent.validation.check_library)."""
+        from agent.validation import check_library
+        from coordinator.models.loaded import Fill, TensorSpec, random_inputs, random_weights
+
+        reply = self.stub.LeaseValidation(farm_pb2.LeaseValidationRequest(
+            agent_id=self.agent_id, fingerprint_id=self.fingerprint.id, target_kinds=["llvm"]), timeout=60)
+        if not reply.HasField("validation"):
+            return None
+        lease = reply.validation
+
+        def spec(s):
+            return TensorSpec(s.name, tuple(s.shape), s.dtype,
+                              Fill.from_json(json.loads(s.fill_json)) if s.fill_json else None)
+
+        check = check_library(
+            lease.library, lease.reference_library, "llvm",
+            random_inputs([spec(s) for s in lease.inputs], lease.seed),
+            random_weights([spec(s) for s in lease.weight_specs], lease.seed), runs=lease.runs,
+        )
+        v = check.validation
+        stats = farm_pb2.LatencyStats(mean_ms=check.latency.mean_ms, median_ms=check.latency.median_ms,
+                                      std_ms=check.latency.std_ms, runs=check.latency.runs)
+        return lease, self.stub.ReportValidation(farm_pb2.ReportValidationRequest(
+            agent_id=self.agent_id, validation_id=lease.validation_id, attempt=lease.attempt,
+            check=farm_pb2.OutputCheck(passed=v.passed, max_abs_err=v.max_abs_err, max_rel_err=v.max_rel_err,
+                                       rtol=v.rtol, atol=v.atol, reason=v.reason or ""),
+            latency=stats), timeout=30)
+
+
+def _record_json(task, target_json: str, factor: int) -> str:
+    """A real TuningRecord of ``task``: split the first loop of its first block by ``factor``."""
+    import tvm
+    from tvm.s_tir.meta_schedule.arg_info import ArgInfo
+    from tvm.s_tir.meta_schedule.database import TuningRecord, Workload
+
+    from farm.targets import to_tvm_target
+
+    mod = tvm.ir.load_json(task.mod_json)
+    sch = tvm.s_tir.Schedule(mod)
+    block = sch.get_child_blocks(sch.get_sblock("root"))[0]
+    sch.split(sch.get_loops(block)[0], [None, factor])
+    record = TuningRecord(sch.trace, Workload(mod), [1e-5 * factor], to_tvm_target(json.loads(target_json)),
+                          ArgInfo.from_prim_func(mod["main"]))
+    return json.dumps(record.as_json())
+
+
+def _submit(channel, model="mlp-tiny", **kw):
+    stub = farm_pb2_grpc.FarmClientStub(channel)
+    request = farm_pb2.SubmitRequest(zoo_name=model, batch=1, target="llvm", trials_per_task=4,
+                                     validation_runs=3, seed=7, **kw)
+    return stub.Submit(request, timeout=60).jobs
+
+
+def _wait_job(channel, job_id, *states, what=""):
+    stub = farm_pb2_grpc.FarmClientStub(channel)
+    deadline = time.monotonic() + TIMEOUT
+    while time.monotonic() < deadline:
+        job = stub.GetJob(farm_pb2.GetJobRequest(job_id=job_id), timeout=10)
+        if job.state in states:
+            return job
+        if job.state in (farm_pb2.JOB_STATE_FAILED, farm_pb2.JOB_STATE_CANCELLED) and job.state not in states:
+            pytest.fail(f"job {job_id} ended {farm_pb2.JobState.Name(job.state)}: {job.error}")
+        time.sleep(0.1)
+    pytest.fail(f"job {job_id} not {what or states} within {TIMEOUT} s: {job}")
+
+
+def _wait_for(condition, what):
+    deadline = time.monotonic() + TIMEOUT
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.1)
+    pytest.fail(f"timed out waiting for {what}")
+
+
+def test_two_agents_share_a_job_that_is_built_validated_and_committed(start, fingerprint):
+    server, channel = start()
+    agents = [FakeAgent(channel, fingerprint), FakeAgent(channel, fingerprint)]
+    for agent in agents:
+        reply = agent.register()
+        assert reply.tracker.key == f"farm-{fingerprint.id}" and reply.tracker.port == 9190
+        agent.keep_beating()
+
+    (first,) = _submit(channel)
+    job_id = first.job.id
+    assert not first.attached and first.job.state == farm_pb2.JOB_STATE_QUEUED
+    (again,) = _submit(channel)
+    assert again.attached and again.job.id == job_id
+
+    job = _wait_job(channel, job_id, farm_pb2.JOB_STATE_RUNNING)
+    assert job.shards.pending == 2 and job.trials_budget == 8
+    shards = [agent.lease() for agent in agents]
+    assert all(shards) and shards[0].shard_id != shards[1].shard_id
+    assert {t.name for s in shards for t in s.tasks} == {"fused_matmul1_add1", "fused_matmul_add_relu"}
+    assert shards[0].target == job.target and shards[0].tracker.key == f"farm-{fingerprint.id}"
+    assert shards[0].budget.max_trials_per_task == 4 and shards[0].seed == 7
+    assert agents[0].lease() is None, "no third shard"
+
+    for agent, shard in zip(agents, shards):
+        reply = agent.report(shard)
+        assert reply.accepted and reply.stored == 2 and reply.duplicates == 0, reply
+        again = agent.report(shard)
+        assert again.accepted and again.stored == 0 and again.duplicates == 2, "kept once"
+    for agent, shard in zip(agents, shards):
+        assert agent.complete(shard).accepted
+
+    _wait_job(channel, job_id, farm_pb2.JOB_STATE_VALIDATING, what="built")
+    outcome = _wait_for(agents[1].validate, "a validation lease")
+    lease, reply = outcome
+    assert reply.accepted and lease.reference_library and lease.library_sha256
+    job = _wait_job(channel, job_id, farm_pb2.JOB_STATE_SUCCEEDED)
+    assert job.artifact.validated and job.artifact.latency.mean_ms > 0
+    assert job.trials_done == 8 and job.trial_errors == 2 and job.shards.done == 2
+    assert server.coordinator.store.count_records(fingerprint_id=fingerprint.id) == 4
+
+    # The whole story, replayed from the start: states in order, progress, shard changes.
+    client = farm_pb2_grpc.FarmClientStub(channel)
+    # Event sequences are shared by all jobs; this job's first one (queued) is the registry's first.
+    events = list(client.WatchJob(farm_pb2.WatchJobRequest(job_id=job_id, after_sequence=1), timeout=30))
+    assert events[0].WhichOneof("event") == "snapshot"
+    states = [e.state_changed.to_state for e in events if e.WhichOneof("event") == "state_changed"]
+    assert states[-3:] == [farm_pb2.JOB_STATE_BUILDING, farm_pb2.JOB_STATE_VALIDATING, farm_pb2.JOB_STATE_SUCCEEDED]
+    assert any(e.WhichOneof("event") == "task_progress" for e in events)
+
+    (hit,) = _submit(channel)
+    assert hit.job.cache_hit and hit.job.state == farm_pb2.JOB_STATE_SUCCEEDED and hit.job.id != job_id
+    assert hit.job.artifact.id == job.artifact.id
+    listed = client.ListAgents(farm_pb2.ListAgentsRequest(), timeout=10).agents
+    assert {a.id for a in listed} == {a.agent_id for a in agents}
+    for agent in agents:
+        agent.close()
+
+
+def test_waiting_job_binds_then_stale_attempts_and_cancel_are_refused(start, fingerprint):
+    server, channel = start(lease_ttl=1.0)
+    (submitted,) = _submit(channel)
+    job_id = submitted.job.id
+    assert submitted.job.state == farm_pb2.JOB_STATE_QUEUED
+    assert "waiting for an agent with target kind llvm (none registered)" in submitted.job.status
+    time.sleep(0.5)
+    client = farm_pb2_grpc.FarmClientStub(channel)
+    assert client.GetJob(farm_pb2.GetJobRequest(job_id=job_id)).state == farm_pb2.JOB_STATE_QUEUED
+
+    agent = FakeAgent(channel, fingerprint)
+    agent.register()
+    agent.keep_beating()
+    job = _wait_job(channel, job_id, farm_pb2.JOB_STATE_RUNNING)
+    assert job.fingerprint_id == fingerprint.id
+    shard = agent.lease()
+    assert shard.attempt == 1
+
+    # Silence past the TTL: the lease is re-queued, and the old attempt is stale.
+    agent.keep_beating(False)
+    _wait_for(lambda: client.GetJob(farm_pb2.GetJobRequest(job_id=job_id)).shards.pending == 1, "re-queue")
+    instructions = agent.heartbeat()
+    assert [i.cancel_lease.lease.attempt for i in instructions] == [1]
+    stale = agent.report(shard)
+    assert not stale.accepted and "attempt 1" in stale.reason and "is over" in stale.reason
+    assert not agent.complete(shard).accepted
+    agent.running.clear()
+    agent.keep_beating()
+    retry = agent.lease()
+    assert retry.shard_id == shard.shard_id and retry.attempt == 2
+    assert agent.report(retry).accepted
+
+    cancelled = client.CancelJob(farm_pb2.CancelJobRequest(job_id=job_id, reason="test"), timeout=10)
+    assert cancelled.state == farm_pb2.JOB_STATE_CANCELLED
+    agent.keep_beating(False)
+    reasons = [i.cancel_lease.reason for i in agent.heartbeat()]
+    assert any("cancelled" in r for r in reasons), reasons
+    assert not agent.report(retry).accepted
+    agent.close()
+
+
+def test_errors_health_and_an_owned_tracker(start, fingerprint):
+    server, channel = start(tracker=None, tracker_listen="127.0.0.1:0")
+    assert server.tracker is not None and server.tracker.running
+    health = health_pb2_grpc.HealthStub(channel)
+    for name in ("", *SERVICE_NAMES):
+        reply = health.Check(health_pb2.HealthCheckRequest(service=name), timeout=10)
+        assert reply.status == health_pb2.HealthCheckResponse.SERVING
+
+    client = farm_pb2_grpc.FarmClientStub(channel)
+    with pytest.raises(grpc.RpcError) as err:
+        _submit(channel, model="no-such-net")
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "known models" in err.value.details()
+    with pytest.raises(grpc.RpcError) as err:
+        client.GetJob(farm_pb2.GetJobRequest(job_id="job-nope"), timeout=10)
+    assert err.value.code() == grpc.StatusCode.NOT_FOUND and "job-nope" in err.value.details()
+    with pytest.raises(grpc.RpcError) as err:
+        list(client.WatchJob(farm_pb2.WatchJobRequest(job_id="job-nope"), timeout=10))
+    assert err.value.code() == grpc.StatusCode.NOT_FOUND
+    with pytest.raises(grpc.RpcError) as err:
+        client.Submit(farm_pb2.SubmitRequest(zoo_name="mlp-tiny", batch=1, target="llvm -mcpu=x"), timeout=10)
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "JSON" in err.value.details()
+
+    agent = FakeAgent(channel, fingerprint)
+    with pytest.raises(grpc.RpcError) as err:
+        FakeAgent(channel, fingerprint, tvm_version="0.1.0").register()
+    assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION and "apache-tvm==" in err.value.details()
+    reply = agent.register()
+    assert reply.tracker.port == server.tracker.port
+    agent.agent_id = "agent-unknown"
+    assert agent.heartbeat()[0].WhichOneof("instruction") == "re_register"
+    with pytest.raises(grpc.RpcError) as err:
+        agent.lease()
+    assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+
+    tracker = server.tracker
+    server.stop(grace=1)
+    assert not tracker.running, "the coordinator stops the tracker it started"
+
+
+def test_a_restarted_coordinator_carries_on(start, fingerprint, tmp_path):
+    server, channel = start()
+    agent = FakeAgent(channel, fingerprint)
+    agent.register()
+    (submitted,) = _submit(channel)
+    job_id = submitted.job.id
+    _wait_job(channel, job_id, farm_pb2.JOB_STATE_RUNNING)
+    shard = agent.lease()
+    assert agent.report(shard).accepted
+    server.stop(grace=1)
+
+    # Same registry, same data directory, new process state: the lease is still the agent's.
+    _server, channel = start()
+    agent.stub = farm_pb2_grpc.FarmAgentStub(channel)
+    previous = agent.agent_id
+    agent.register()
+    assert agent.agent_id == previous
+    agent.keep_beating()
+    assert agent.report(shard, factors=(8,)).accepted
+    assert agent.complete(shard).accepted
+    _wait_job(channel, job_id, farm_pb2.JOB_STATE_VALIDATING)
+    _wait_for(agent.validate, "a validation lease")
+    job = _wait_job(channel, job_id, farm_pb2.JOB_STATE_SUCCEEDED)
+    assert job.trials_done == 6 and job.artifact.validated
+    agent.close()
