@@ -1,0 +1,164 @@
+"""A real farm on loopback for tests, in the spirit of dask's gen_cluster.
+
+Coordinator (with the TVM RPC tracker it owns) and agents run as real `farm` processes on
+free ports. Every process carries a marker in its environment, so teardown can prove that
+nothing was left behind, children included.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import psutil
+
+MARKER = "FARM_TEST_CLUSTER"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Cluster:
+    """Handles to a coordinator and agents; ``close()`` stops them all and checks for leftovers."""
+
+    def __init__(self, root: Path, registry_url: str, *, lease_ttl: float = 6.0, heartbeat: float = 1.0):
+        self.root = root
+        self.registry_url = registry_url
+        self.marker = uuid.uuid4().hex
+        self.port = free_port()
+        self.tracker_port = free_port()
+        self.lease_ttl = lease_ttl
+        self.heartbeat = heartbeat
+        self.coordinator: subprocess.Popen | None = None
+        self.agents: dict[str, subprocess.Popen] = {}
+        self.exe = str(Path(sys.executable).with_name("farm"))
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def env(self, home: str) -> dict:
+        env = {**os.environ, MARKER: self.marker, "FARM_HOME": str(self.root / home)}
+        env.pop("FARM_REGISTRY", None)
+        env.pop("FARM_COORDINATOR", None)
+        return env
+
+    def _spawn(self, name: str, args: list[str], home: str) -> subprocess.Popen:
+        log = open(self.root / f"{name}.log", "ab")
+        return subprocess.Popen([self.exe, *args], env=self.env(home), stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+
+    def start_coordinator(self, timeout: float = 60.0) -> None:
+        self.coordinator = self._spawn("coordinator", [
+            "coordinator", "--listen", self.address, "--registry", self.registry_url,
+            "--tracker-listen", f"127.0.0.1:{self.tracker_port}",
+            "--heartbeat-interval", str(self.heartbeat), "--lease-ttl", str(self.lease_ttl),
+        ], "coordinator")
+        self.wait_serving(timeout)
+
+    def wait_serving(self, timeout: float) -> None:
+        import grpc
+        from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.coordinator.poll() is not None:
+                raise AssertionError(f"coordinator exited {self.coordinator.returncode}:\n{self.log('coordinator')}")
+            with grpc.insecure_channel(self.address) as channel:
+                try:
+                    reply = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=1)
+                    if reply.status == health_pb2.HealthCheckResponse.SERVING:
+                        return
+                except grpc.RpcError:
+                    pass
+            time.sleep(0.3)
+        raise AssertionError(f"coordinator not serving after {timeout} s:\n{self.log('coordinator')}")
+
+    def start_agent(self, name: str) -> subprocess.Popen:
+        proc = self._spawn(name, ["agent", "--coordinator", self.address, "--build-workers", "1"], name)
+        self.agents[name] = proc
+        return proc
+
+    def wait_agents(self, count: int, timeout: float = 90.0) -> list[dict]:
+        """Until ``count`` agents are registered and their RPC servers serve."""
+        deadline = time.monotonic() + timeout
+        agents: list[dict] = []
+        while time.monotonic() < deadline:
+            proc = self.farm("agents", "--json", check=False)
+            if proc.returncode == 0:
+                agents = json.loads(proc.stdout)
+                serving = [a for a in agents if a.get("rpc_server_serving")]
+                if len(serving) >= count:
+                    return agents
+            time.sleep(1.0)
+        logs = "\n".join(f"--- {n}\n{self.log(n)[-3000:]}" for n in self.agents)
+        raise AssertionError(f"{count} serving agents expected, got {agents}\n{logs}")
+
+    def farm(self, *args: str, check: bool = True, timeout: float = 600) -> subprocess.CompletedProcess:
+        env = {**self.env("client"), "FARM_COORDINATOR": self.address}
+        proc = subprocess.run([self.exe, *args], env=env, capture_output=True, text=True, timeout=timeout)
+        if check and proc.returncode != 0:
+            raise AssertionError(f"farm {' '.join(args)} exited {proc.returncode}\n{proc.stdout}\n{proc.stderr}")
+        return proc
+
+    def log(self, name: str) -> str:
+        path = self.root / f"{name}.log"
+        return path.read_text(errors="replace") if path.exists() else ""
+
+    def kill(self, proc: subprocess.Popen, sig: int = signal.SIGKILL) -> None:
+        """Signal a process alone (not its group): its children must be handled by the farm."""
+        proc.send_signal(sig)
+        proc.wait(timeout=30)
+
+    def stop_coordinator(self, sig: int = signal.SIGTERM) -> None:
+        if self.coordinator is not None and self.coordinator.poll() is None:
+            self.coordinator.send_signal(sig)
+            try:
+                self.coordinator.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.coordinator.kill()
+                self.coordinator.wait()
+
+    def leftovers(self) -> list[psutil.Process]:
+        found = []
+        for proc in psutil.process_iter(["pid"]):
+            try:
+                if proc.environ().get(MARKER) == self.marker:
+                    found.append(proc)
+            except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+                continue
+        return found
+
+    def close(self) -> list[int]:
+        """Stop everything (SIGTERM, then SIGKILL); return pids that had to be killed as leftovers."""
+        for proc in [*self.agents.values(), self.coordinator]:
+            if proc is not None and proc.poll() is None:
+                proc.terminate()
+        for proc in [*self.agents.values(), self.coordinator]:
+            if proc is not None:
+                try:
+                    proc.wait(timeout=20)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+        deadline = time.monotonic() + 10
+        stray = self.leftovers()
+        while stray and time.monotonic() < deadline:
+            time.sleep(0.5)
+            stray = self.leftovers()
+        for proc in stray:
+            try:
+                proc.kill()
+            except psutil.NoSuchProcess:
+                pass
+        return [p.pid for p in stray]

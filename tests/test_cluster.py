@@ -1,0 +1,146 @@
+"""The distributed farm with real processes on loopback: coordinator, tracker, agents, faults."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from cluster_fixture import Cluster
+from registry_fixtures import postgres_admin, registry_url  # noqa: F401 (fixtures)
+
+pytestmark = pytest.mark.slow
+
+SUBMIT = ["submit", "mlp-tiny", "llvm", "2", "--trials", "24", "--trials-per-task", "12", "--runs", "3"]
+
+
+@pytest.fixture
+def cluster(tmp_path, registry_url):
+    c = Cluster(tmp_path, registry_url)
+    begin = time.monotonic()
+    try:
+        yield c
+    finally:
+        stray = c.close()
+        assert not stray, f"processes left behind: {stray}"
+        assert time.monotonic() - begin < 600, "cluster test exceeded its hard limit"
+
+
+def registry_records(url: str, job_id: str | None = None) -> set[int]:
+    from coordinator.registry.store import RegistryStore
+
+    store = RegistryStore(url)
+    try:
+        return {r.id for r in store.all_records() if job_id is None or r.job_id == job_id}
+    finally:
+        store.dispose()
+
+
+def wait_for(predicate, timeout: float, what: str, interval: float = 0.5):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+def test_two_agents_share_a_job(cluster):
+    cluster.start_coordinator()
+    cluster.start_agent("a1")
+    cluster.start_agent("a2")
+    agents = cluster.wait_agents(2)
+    keys = {a["fingerprint_id"] for a in agents}
+    assert len(keys) == 1  # one box: one fingerprint
+
+    done = json.loads(cluster.farm(*SUBMIT, "--json", "--timeout", "400").stdout)
+    assert done["state"] == "succeeded", done
+    assert done["artifact"] and done["artifact"]["validation"]["passed"]
+    job_id = done["job"]
+
+    # Both agents tuned a shard of it.
+    from coordinator.registry.cluster_store import ClusterStore
+    from coordinator.registry.store import RegistryStore
+
+    store = RegistryStore(cluster.registry_url)
+    shards = ClusterStore(store).shards_of(job_id)
+    assert len(shards) == 2 and {s.agent_id for s in shards} == {a["id"] for a in agents}
+    # Every record landed once: as many rows as trials, no duplicate digests possible.
+    records = [r for r in store.all_records() if r.job_id == job_id]
+    assert len(records) == done["trials"] >= 24
+    store.dispose()
+
+    # TVM's own tracker query lists the agents' RPC servers under the fingerprint key.
+    query = subprocess.run([sys.executable, "-m", "tvm.exec.query_rpc_tracker", "--host", "127.0.0.1",
+                            "--port", str(cluster.tracker_port)], capture_output=True, text=True, timeout=60)
+    fingerprint = keys.pop()
+    assert fingerprint in query.stdout, query.stdout
+
+    # The artifact runs on this box from the shared registry, and a resubmit is a hit.
+    ran = subprocess.run([cluster.exe, "run", "mlp-tiny", "llvm", "2", "--registry", cluster.registry_url,
+                          "--runs", "3", "--json"], env=cluster.env("runner"), capture_output=True, text=True,
+                         timeout=120)
+    assert ran.returncode == 0, ran.stderr
+    assert json.loads(ran.stdout)["artifact"] == done["artifact"]["id"]
+    hit = json.loads(cluster.farm(*SUBMIT, "--json").stdout)
+    assert hit["cache_hit"] is True and hit["artifact"]["id"] == done["artifact"]["id"]
+
+
+def test_killed_agent_loses_no_reported_records(cluster):
+    cluster.start_coordinator()
+    victim = cluster.start_agent("victim")
+    cluster.wait_agents(1)
+    submitted = json.loads(cluster.farm(*SUBMIT, "--no-wait", "--json").stdout)
+    job_id = submitted["job"]
+    before = wait_for(lambda: registry_records(cluster.registry_url, job_id), 240, "first reported records")
+    cluster.kill(victim, signal.SIGKILL)
+    cluster.start_agent("rescuer")
+    done = json.loads(cluster.farm("status", job_id, "--json").stdout)
+    deadline = time.monotonic() + 400
+    while done["state"] not in ("succeeded", "failed", "cancelled") and time.monotonic() < deadline:
+        time.sleep(2)
+        done = json.loads(cluster.farm("status", job_id, "--json").stdout)
+    assert done["state"] == "succeeded", done
+    after = registry_records(cluster.registry_url, job_id)
+    assert before <= after, "records reported before the kill were lost"
+
+
+def test_coordinator_restart_mid_job(cluster):
+    cluster.start_coordinator()
+    cluster.start_agent("a1")
+    cluster.wait_agents(1)
+    submitted = json.loads(cluster.farm(*SUBMIT, "--no-wait", "--json").stdout)
+    job_id = submitted["job"]
+    wait_for(lambda: registry_records(cluster.registry_url, job_id), 240, "tuning to start")
+    cluster.stop_coordinator(signal.SIGKILL)
+    cluster.start_coordinator()
+    done = json.loads(cluster.farm("status", job_id, "--json").stdout)
+    deadline = time.monotonic() + 400
+    while done["state"] not in ("succeeded", "failed", "cancelled") and time.monotonic() < deadline:
+        time.sleep(2)
+        done = json.loads(cluster.farm("status", job_id, "--json").stdout)
+    assert done["state"] == "succeeded", (done, cluster.log("coordinator")[-3000:])
+
+
+def test_cancel_releases_leases(cluster):
+    cluster.start_coordinator()
+    cluster.start_agent("a1")
+    cluster.wait_agents(1)
+    big = ["submit", "mlp-tiny", "llvm", "3", "--trials", "400", "--no-wait", "--json"]
+    job_id = json.loads(cluster.farm(*big).stdout)["job"]
+    wait_for(lambda: registry_records(cluster.registry_url, job_id), 240, "tuning to start")
+    cancelled = json.loads(cluster.farm("cancel", job_id, "--json").stdout)
+    assert cancelled["state"] == "cancelled"
+    # The agent stops promptly: its record count stops growing and it holds no lease.
+    def idle():
+        agents = json.loads(cluster.farm("agents", "--json").stdout)
+        return all(not a.get("running_leases") for a in agents)
+
+    wait_for(idle, 60, "the agent to drop the cancelled lease")
+    settled = registry_records(cluster.registry_url, job_id)
+    time.sleep(5)
+    assert registry_records(cluster.registry_url, job_id) == settled
