@@ -9,7 +9,7 @@ import sys
 import time
 
 import pytest
-from cluster_fixture import Cluster
+from farm.local_cluster import Cluster
 from registry_fixtures import postgres_admin, registry_url  # noqa: F401 (fixtures)
 
 pytestmark = pytest.mark.slow
@@ -116,8 +116,10 @@ def test_coordinator_restart_mid_job(cluster):
     submitted = json.loads(cluster.farm(*SUBMIT, "--no-wait", "--json").stdout)
     job_id = submitted["job"]
     wait_for(lambda: registry_records(cluster.registry_url, job_id), 240, "tuning to start")
-    cluster.stop_coordinator(signal.SIGKILL)
-    cluster.start_coordinator()
+    cluster.stop_coordinator(signal.SIGKILL)  # its tracker dies with it (process-group guard)
+    cluster.start_coordinator()  # a new, empty tracker on the same port
+    # The agent was not restarted: it re-registers and its RPC server is listed again in time.
+    cluster.wait_agents(1, timeout=60)
     done = json.loads(cluster.farm("status", job_id, "--json").stdout)
     deadline = time.monotonic() + 400
     while done["state"] not in ("succeeded", "failed", "cancelled") and time.monotonic() < deadline:

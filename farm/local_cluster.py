@@ -1,8 +1,8 @@
-"""A real farm on loopback for tests, in the spirit of dask's gen_cluster.
+"""A whole farm on this box: coordinator (with its TVM RPC tracker) and agents as real processes.
 
-Coordinator (with the TVM RPC tracker it owns) and agents run as real `farm` processes on
-free ports. Every process carries a marker in its environment, so teardown can prove that
-nothing was left behind, children included.
+Used by the cluster tests (in the spirit of dask's gen_cluster) and by bench/. Processes run on
+free loopback ports; every one carries a marker in its environment, so ``close()`` can prove
+that nothing was left behind, children included.
 """
 
 from __future__ import annotations
