@@ -1,0 +1,194 @@
+"""Fake agents for bench/coordinator_scale.py: many FarmAgent clients in one process, no TVM.
+
+One process runs a share of the agents as asyncio tasks over one grpc.aio channel. It talks to
+its parent over a multiprocessing pipe: it registers its agents and says so, waits for "go"
+(with one TuningRecord JSON template per workload), then for a fixed time heartbeats, leases
+and reports records, and sends back every call's start time and latency.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import time
+from dataclasses import dataclass, field
+
+# The split factor in a template record; each report replaces it with a fresh number, so each
+# record's trace (and digest) is new while its JSON keeps the shape the coordinator reads.
+FACTOR_MARK = "7777777"
+
+
+@dataclass
+class ClientPlan:
+    """What one client process does; plain values, so it crosses the process boundary."""
+
+    address: str
+    index: int
+    busy: int  # agents that lease shards of the busy fingerprint and report records
+    idle: int  # agents of a fingerprint without jobs: they only heartbeat and poll for leases
+    busy_fingerprint: dict = field(default_factory=dict)  # id, summary, json
+    idle_fingerprint: dict = field(default_factory=dict)
+    tvm_version: str = ""
+    heartbeat_interval: float = 5.0
+    batch: int = 16
+    inflight: int = 4  # ReportRecords in flight at once from this process
+    seed: int = 0
+
+
+@dataclass
+class Calls:
+    """(start on the monotonic clock, latency in seconds, ok) per call kind."""
+
+    items: dict = field(default_factory=dict)
+
+    def add(self, kind: str, start: float, seconds: float, ok: bool = True) -> None:
+        self.items.setdefault(kind, []).append((start, seconds, ok))
+
+
+def run(plan: ClientPlan, pipe) -> None:
+    """The process entry point."""
+    asyncio.run(_main(plan, pipe))
+
+
+async def _main(plan: ClientPlan, pipe) -> None:
+    import grpc
+
+    from farm.wire import farm_pb2, farm_pb2_grpc
+
+    loop = asyncio.get_running_loop()
+    rng = random.Random(plan.seed)
+    calls = Calls()
+    counters = {"stored": 0, "duplicates": 0, "records_sent": 0, "rejected_reports": 0, "errors": 0,
+                "re_register": 0, "cancel_lease": 0, "granted": 0, "busy_without_shard": 0}
+    options = [("grpc.max_receive_message_length", 256 * 1024 * 1024)]
+    async with grpc.aio.insecure_channel(plan.address, options=options) as channel:
+        stub = farm_pb2_grpc.FarmAgentStub(channel)
+
+        # ---------------------------------------------------------------- registration
+        gate = asyncio.Semaphore(32)
+
+        async def register(fingerprint: dict, n: int) -> str:
+            async with gate:
+                begin = time.monotonic()
+                reply = await stub.Register(farm_pb2.RegisterRequest(
+                    fingerprint_id=fingerprint["id"], fingerprint_summary=fingerprint["summary"],
+                    fingerprint_json=fingerprint["json"], target_kinds=["llvm"],
+                    hostname=f"fake-{plan.index}-{n}", tvm_version=plan.tvm_version), timeout=120)
+                calls.add("register", begin, time.monotonic() - begin)
+                return reply.agent_id
+
+        busy_ids = await asyncio.gather(*(register(plan.busy_fingerprint, n) for n in range(plan.busy)))
+        idle_ids = await asyncio.gather(*(register(plan.idle_fingerprint, plan.busy + n) for n in range(plan.idle)))
+        pipe.send(("registered", len(busy_ids) + len(idle_ids)))
+
+        # The parent plans jobs, then says go: templates and the window on the monotonic clock.
+        message = await loop.run_in_executor(None, pipe.recv)
+        if message[0] != "go":
+            return
+        _, templates, go_at, window_start, window_end = message
+        templates = {shash: text.split(FACTOR_MARK) for shash, text in templates.items()}
+        serial = iter(range(plan.index * 10**8 + 2, (plan.index + 1) * 10**8))
+        reporting = asyncio.Semaphore(plan.inflight)
+        await asyncio.sleep(max(0.0, go_at - time.monotonic()))
+
+        def fresh(shash: str) -> str:
+            head, tail = templates[shash]
+            return f"{head}{next(serial)}{tail}"
+
+        # ---------------------------------------------------------------- one agent
+        async def heartbeat_loop(agent_id: str, running: list) -> None:
+            # Agents started at different moments: spread the beats over one interval.
+            await asyncio.sleep(rng.uniform(0, plan.heartbeat_interval))
+            while time.monotonic() < window_end:
+                begin = time.monotonic()
+                try:
+                    reply = await stub.Heartbeat(farm_pb2.HeartbeatRequest(
+                        agent_id=agent_id, running_leases=list(running)), timeout=60)
+                    calls.add("heartbeat", begin, time.monotonic() - begin)
+                    for item in reply.instructions:
+                        kind = item.WhichOneof("instruction")
+                        counters[kind] = counters.get(kind, 0) + 1
+                except grpc.aio.AioRpcError:
+                    calls.add("heartbeat", begin, time.monotonic() - begin, ok=False)
+                    counters["errors"] += 1
+                await asyncio.sleep(max(0.0, begin + plan.heartbeat_interval - time.monotonic()))
+
+        async def lease(agent_id: str, fingerprint_id: str):
+            begin = time.monotonic()
+            try:
+                reply = await stub.LeaseShard(farm_pb2.LeaseShardRequest(
+                    agent_id=agent_id, fingerprint_id=fingerprint_id, target_kinds=["llvm"]), timeout=60)
+            except grpc.aio.AioRpcError:
+                calls.add("lease_error", begin, time.monotonic() - begin, ok=False)
+                counters["errors"] += 1
+                return None, 1.0
+            granted = reply.HasField("shard")
+            calls.add("lease_granted" if granted else "lease_empty", begin, time.monotonic() - begin)
+            wait = reply.retry_after.ToTimedelta().total_seconds() if reply.HasField("retry_after") else 1.0
+            return (reply.shard if granted else None), wait
+
+        async def busy_agent(agent_id: str) -> None:
+            running: list = []
+            beats = asyncio.create_task(heartbeat_loop(agent_id, running))
+            shard = None
+            while shard is None and time.monotonic() < window_end:
+                shard, wait = await lease(agent_id, plan.busy_fingerprint["id"])
+                if shard is None:
+                    await asyncio.sleep(min(max(wait, 0.1), 5.0))
+            if shard is None:
+                counters["busy_without_shard"] += 1
+                await beats
+                return
+            counters["granted"] += 1
+            running.append(farm_pb2.LeaseRef(job_id=shard.job_id, shard_id=shard.shard_id, attempt=shard.attempt))
+            tasks = [t for t in shard.tasks if t.workload_shash in templates]
+            trials = {t.name: 0 for t in tasks}
+            turn = 0
+            while tasks and time.monotonic() < window_end:
+                async with reporting:
+                    if time.monotonic() >= window_end:
+                        break
+                    records = []
+                    for _ in range(plan.batch):
+                        task = tasks[turn % len(tasks)]
+                        turn += 1
+                        trials[task.name] += 1
+                        records.append(farm_pb2.MeasuredRecord(task_name=task.name, workload_shash=task.workload_shash,
+                                                               tuning_record_json=fresh(task.workload_shash)))
+                    # As the real agent: the progress of every task of the shard with each report.
+                    progress = [farm_pb2.TaskProgress(shard_id=shard.shard_id, task_name=t.name, trials=trials[t.name],
+                                                      budget=shard.budget.max_trials_per_task, best_us=10.0)
+                                for t in tasks]
+                    request = farm_pb2.ReportRecordsRequest(agent_id=agent_id, shard_id=shard.shard_id,
+                                                            attempt=shard.attempt, records=records, progress=progress)
+                    begin = time.monotonic()
+                    try:
+                        reply = await stub.ReportRecords(request, timeout=60)
+                    except grpc.aio.AioRpcError:
+                        calls.add("report", begin, time.monotonic() - begin, ok=False)
+                        counters["errors"] += 1
+                        continue
+                    end = time.monotonic()
+                    calls.add("report", begin, end - begin, ok=reply.accepted)
+                    if window_start <= begin and end <= window_end:
+                        counters["records_sent"] += len(records)
+                        counters["stored"] += reply.stored
+                        counters["duplicates"] += reply.duplicates
+                        if not reply.accepted:
+                            counters["rejected_reports"] += 1
+                    if not reply.accepted:
+                        break  # the lease is over (lost to a missed TTL); this agent stops
+            await beats
+
+        async def idle_agent(agent_id: str) -> None:
+            beats = asyncio.create_task(heartbeat_loop(agent_id, []))
+            # Idle agents started at different moments too.
+            await asyncio.sleep(rng.uniform(0, 1.0))
+            while time.monotonic() < window_end:
+                _shard, wait = await lease(agent_id, plan.idle_fingerprint["id"])
+                await asyncio.sleep(min(max(wait, 0.1), 5.0))
+            await beats
+
+        await asyncio.gather(*(busy_agent(a) for a in busy_ids), *(idle_agent(a) for a in idle_ids))
+    pipe.send(("done", calls.items, counters))

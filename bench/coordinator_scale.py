@@ -1,0 +1,398 @@
+"""The coordinator at scale, simulated: N fake agents (no TVM) against a real coordinator on PostgreSQL.
+
+For each N, a fresh database and a fresh `farm coordinator` process; fake agents run in a few
+client processes (bench/_fake_agent.py), asyncio over one gRPC channel each. Most agents share
+one made-up CPU fingerprint and tune inception_v3 jobs (62 tasks each, so one shard per agent
+up to 62 agents per job); they lease once and then report records as fast as the coordinator
+takes them, at most --inflight reports in flight per client process. A tenth (--idle-fraction)
+register another fingerprint that has no jobs: they only heartbeat and poll LeaseShard at the
+coordinator's retry_after (1 s), as idle agents do. Every agent heartbeats every
+--heartbeat-interval seconds, listing its lease.
+
+Measured in a steady window of --seconds after the initial lease burst: client-side latency
+per call kind (p50/p99), records stored per second (from the replies, checked against a COUNT
+in the database), and the coordinator's CPU and RSS (psutil, sampled every second), besides
+the CPU of PostgreSQL and of the client processes, which share the same cores.
+
+    /work/venv/bin/python bench/coordinator_scale.py --agents 10,100,1000 --seconds 30 [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import multiprocessing
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import psutil
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import _fake_agent  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/test"
+MODEL = "inception_v3"
+TASKS_PER_JOB = 62  # inception_v3's tuning tasks on llvm
+FARM = Path(sys.executable).with_name("farm")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def admin(sql: str, url: str = ADMIN_URL):
+    import psycopg
+
+    with psycopg.connect(url.replace("postgresql://", "postgresql://", 1), autocommit=True) as conn:
+        cur = conn.execute(sql)
+        return cur.fetchone() if cur.description else None
+
+
+def fake_fingerprint(tag: str) -> dict:
+    """A CPU fingerprint no real box has, so the bench's jobs and records are its own."""
+    from agent.fingerprint import fingerprint_from_details
+
+    details = {"arch": "x86_64", "vendor": "AuthenticAMD", "model": f"bench fake CPU {tag}",
+               "features": ["sse4_2", "avx", "avx2", "fma", "f16c"], "cores": 2, "llvm_mcpu": "znver3",
+               "llvm_triple": "x86_64-unknown-linux-gnu", "l2_kib": 512, "l3_kib": 32768}
+    fp = fingerprint_from_details("cpu", details)
+    return {"id": fp.id, "summary": fp.summary, "json": json.dumps(fp.to_json())}
+
+
+def wait_serving(address: str, proc: subprocess.Popen, timeout: float = 120) -> None:
+    import grpc
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    deadline = time.monotonic() + timeout
+    with grpc.insecure_channel(address) as channel:
+        health = health_pb2_grpc.HealthStub(channel)
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                raise RuntimeError(f"the coordinator exited with {proc.returncode}")
+            try:
+                reply = health.Check(health_pb2.HealthCheckRequest(service=""), timeout=2)
+                if reply.status == health_pb2.HealthCheckResponse.SERVING:
+                    return
+            except grpc.RpcError:
+                pass
+            time.sleep(0.2)
+    raise RuntimeError(f"the coordinator on {address} did not serve within {timeout} s")
+
+
+def submit_jobs(address: str, fingerprint_id: str, jobs: int) -> list[str]:
+    """inception_v3 at batches 1..jobs: a distinct model each, so each is its own job.
+
+    One at a time, each planned before the next is sent: the coordinator loads a submitted
+    model in the gRPC thread while its planner may reload an evicted one (ModelCache keeps 4),
+    and two concurrent loads break TVM's process-wide BlockBuilder stack (AssertionError).
+    """
+    import grpc
+
+    from farm.wire import farm_pb2, farm_pb2_grpc
+
+    ids = []
+    with grpc.insecure_channel(address) as channel:
+        client = farm_pb2_grpc.FarmClientStub(channel)
+        deadline = time.monotonic() + 600
+        for batch in range(1, jobs + 1):
+            reply = client.Submit(farm_pb2.SubmitRequest(zoo_name=MODEL, batch=batch, target="llvm",
+                                                         fingerprint_id=fingerprint_id), timeout=300)
+            for job_id in (j.job.id for j in reply.jobs):
+                ids.append(job_id)
+                while True:
+                    job = client.GetJob(farm_pb2.GetJobRequest(job_id=job_id), timeout=30)
+                    if job.state == farm_pb2.JOB_STATE_RUNNING:
+                        break
+                    if (job.state in (farm_pb2.JOB_STATE_FAILED, farm_pb2.JOB_STATE_CANCELLED)
+                            or time.monotonic() > deadline):
+                        raise RuntimeError(f"job {job_id} is {farm_pb2.JobState.Name(job.state)}: {job.error}")
+                    time.sleep(0.1)
+    return ids
+
+
+def record_templates(registry: str, job_ids: list[str]) -> dict[str, str]:
+    """One real TuningRecord JSON per workload (TVM, here in the parent), its split factor marked.
+
+    Like tests/test_coordinator_service.py's fake agents: split the first loop of the first
+    block. The coordinator checks a reported record's shape and that its trace does not start
+    with post-processing; the fake agents swap the factor for a fresh number per record.
+    """
+    import tvm
+    from tvm.s_tir.meta_schedule.arg_info import ArgInfo
+    from tvm.s_tir.meta_schedule.database import TuningRecord, Workload
+
+    from coordinator.registry.cluster_store import ClusterStore
+    from coordinator.registry.store import RegistryStore
+    from coordinator.registry.tvm_database import module_json, trace_json_is_valid
+    from farm.targets import to_tvm_target
+
+    store = RegistryStore(registry)
+    try:
+        cluster = ClusterStore(store)
+        templates: dict[str, str] = {}
+        for job_id in job_ids:
+            target = to_tvm_target(json.loads(store.get_job(job_id).target))
+            for task in cluster.job_tasks(job_id):
+                if task.workload_shash in templates:
+                    continue
+                mod = tvm.ir.load_json(module_json(task.mod_json))
+                sch = tvm.s_tir.Schedule(mod)
+                block = sch.get_child_blocks(sch.get_sblock("root"))[0]
+                sch.split(sch.get_loops(block)[0], [None, int(_fake_agent.FACTOR_MARK)])
+                record = TuningRecord(sch.trace, Workload(mod), [1e-5], target, ArgInfo.from_prim_func(mod["main"]))
+                text = json.dumps(record.as_json())
+                if text.count(_fake_agent.FACTOR_MARK) != 1 or not trace_json_is_valid(json.loads(text)[0]):
+                    raise RuntimeError(f"cannot template a record of {task.name}")
+                templates[task.workload_shash] = text
+        return templates
+    finally:
+        store.dispose()
+
+
+def percentile(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
+
+
+def cpu_seconds(procs: list[psutil.Process]) -> dict[int, float]:
+    seconds = {}
+    for proc in procs:
+        try:
+            times = proc.cpu_times()
+            seconds[proc.pid] = times.user + times.system
+        except psutil.Error:
+            pass
+    return seconds
+
+
+def cpu_delta(before: dict[int, float], after: dict[int, float]) -> float:
+    """CPU seconds spent between two readings by the processes alive at both."""
+    return sum(after[pid] - before[pid] for pid in before.keys() & after.keys())
+
+
+def postgres_processes() -> list[psutil.Process]:
+    found = []
+    for proc in psutil.process_iter(["name"]):
+        if proc.info["name"] and proc.info["name"].startswith("postgres"):
+            found.append(proc)
+    return found
+
+
+def run_scale(agents: int, args) -> dict:
+    tag = secrets.token_hex(4)
+    database = f"farm_bench_{tag}_n{agents}"
+    registry = f"postgresql://postgres@127.0.0.1:5432/{database}"
+    admin(f"CREATE DATABASE {database}")
+    coordinator = None
+    clients: list[tuple[multiprocessing.Process, object]] = []
+    try:
+        with tempfile.TemporaryDirectory(prefix="farm-bench-") as home:
+            port, tracker_port = free_port(), free_port()
+            address = f"127.0.0.1:{port}"
+            env = dict(os.environ, FARM_HOME=home)
+            log = open(Path(home) / "coordinator.log", "w")  # noqa: SIM115 - closed with the process
+            coordinator = subprocess.Popen(
+                [str(FARM), "coordinator", "--listen", address, "--registry", registry,
+                 "--tracker-listen", f"127.0.0.1:{tracker_port}",
+                 "--heartbeat-interval", str(args.heartbeat_interval),
+                 "--lease-ttl", str(args.heartbeat_interval * 6), "--grace", "2"],
+                cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+            wait_serving(address, coordinator)
+            coordinator_proc = psutil.Process(coordinator.pid)
+
+            from farm.versions import tvm_version
+
+            idle = int(round(agents * args.idle_fraction))
+            busy = agents - idle
+            busy_fp, idle_fp = fake_fingerprint(f"{tag} busy"), fake_fingerprint(f"{tag} idle")
+            context = multiprocessing.get_context("spawn")
+            processes = min(args.clients, agents)
+            for i in range(processes):
+                plan = _fake_agent.ClientPlan(
+                    address=address, index=i, busy=busy // processes + (i < busy % processes),
+                    idle=idle // processes + (i < idle % processes), busy_fingerprint=busy_fp,
+                    idle_fingerprint=idle_fp, tvm_version=tvm_version(),
+                    heartbeat_interval=args.heartbeat_interval, batch=args.batch, inflight=args.inflight, seed=i)
+                ours, theirs = context.Pipe()
+                proc = context.Process(target=_fake_agent.run, args=(plan, theirs), daemon=True)
+                proc.start()
+                clients.append((proc, ours))
+            begin = time.monotonic()
+            for proc, pipe in clients:
+                if not pipe.poll(600):
+                    raise RuntimeError("a client process did not register its agents in 600 s")
+                pipe.recv()
+            register_seconds = time.monotonic() - begin
+
+            # Planning counts the active agents of the fingerprint: one shard per busy agent.
+            jobs = math.ceil(busy / TASKS_PER_JOB) + 1
+            begin = time.monotonic()
+            job_ids = submit_jobs(address, busy_fp["id"], jobs)
+            plan_seconds = time.monotonic() - begin
+            templates = record_templates(registry, job_ids)
+
+            go_at = time.monotonic() + 1.0
+            window_start = go_at + args.warmup
+            window_end = window_start + args.seconds
+            for _proc, pipe in clients:
+                pipe.send(("go", templates, go_at, window_start, window_end))
+
+            client_procs = [psutil.Process(p.pid) for p, _ in clients]
+            time.sleep(max(0.0, window_start - time.monotonic()))
+            pg = postgres_processes()  # backends of the connections open now
+            count_sql = "SELECT count(*) FROM tuning_records"
+            count_start = admin(count_sql, registry)[0]
+            cpu0 = (cpu_seconds([coordinator_proc]), cpu_seconds(pg), cpu_seconds(client_procs), time.monotonic())
+            samples = []
+            spy = None
+            if args.profile:
+                # py-spy samples the coordinator's Python stacks (all threads) through the window.
+                spy = subprocess.Popen(
+                    [str(Path(sys.executable).with_name("py-spy")), "record", "-p", str(coordinator.pid),
+                     "-d", str(int(args.seconds)), "-r", "50", "--nonblocking", "--format", "raw",
+                     "-o", str(Path(args.profile) / f"coordinator_n{agents}.txt")],
+                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            coordinator_proc.cpu_percent(None)
+            while time.monotonic() < window_end:
+                time.sleep(min(1.0, max(0.0, window_end - time.monotonic())))
+                samples.append((coordinator_proc.cpu_percent(None), coordinator_proc.memory_info().rss,
+                                coordinator_proc.num_threads()))
+            cpu1 = (cpu_seconds([coordinator_proc]), cpu_seconds(pg), cpu_seconds(client_procs), time.monotonic())
+            count_end = admin(count_sql, registry)[0]
+            if spy is not None:
+                spy.wait(timeout=60)
+
+            results = []
+            for proc, pipe in clients:
+                if not pipe.poll(120):
+                    raise RuntimeError("a client process did not finish within 120 s of the window's end")
+                results.append(pipe.recv())
+                proc.join(timeout=30)
+            wall = cpu1[3] - cpu0[3]
+    except BaseException:
+        if coordinator is not None:
+            tail = (Path(home) / "coordinator.log").read_text(errors="replace")[-6000:] if Path(home).exists() else ""
+            sys.stderr.write(f"--- the coordinator's log, last lines ---\n{tail}\n")
+        raise
+    finally:
+        for proc, _pipe in clients:
+            if proc.is_alive():
+                proc.kill()
+                proc.join(timeout=5)
+        if coordinator is not None and coordinator.poll() is None:
+            coordinator.send_signal(signal.SIGTERM)
+            try:
+                coordinator.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(coordinator.pid, signal.SIGKILL)
+                coordinator.wait(timeout=10)
+        admin(f"DROP DATABASE IF EXISTS {database} WITH (FORCE)")
+
+    latency: dict[str, list[float]] = {}
+    all_calls: dict[str, int] = {}
+    failed: dict[str, int] = {}
+    counters: dict[str, int] = {}
+    for _kind, calls, client_counters in results:
+        for kind, items in calls.items():
+            for start, seconds, ok in items:
+                if kind == "lease_granted" or kind == "register":
+                    # The lease burst before the window (and registration) is reported on its own.
+                    latency.setdefault(kind, []).append(seconds)
+                elif window_start <= start < window_end:
+                    latency.setdefault(kind, []).append(seconds)
+                    all_calls[kind] = all_calls.get(kind, 0) + 1
+                    if not ok:
+                        failed[kind] = failed.get(kind, 0) + 1
+        for key, value in client_counters.items():
+            counters[key] = counters.get(key, 0) + value
+    calls = {kind: {"count": len(values), "p50_ms": 1000 * percentile(values, 0.50),
+                    "p99_ms": 1000 * percentile(values, 0.99), "max_ms": 1000 * max(values),
+                    "per_s": all_calls.get(kind, 0) / args.seconds if kind in all_calls else None,
+                    "failed": failed.get(kind, 0)}
+             for kind, values in sorted(latency.items())}
+    return {
+        "agents": agents, "busy_agents": busy, "idle_agents": idle, "client_processes": processes,
+        "jobs": len(job_ids), "register_s": register_seconds, "plan_s": plan_seconds,
+        "window_s": wall, "calls": calls,
+        "records_per_s": counters["stored"] / args.seconds,
+        "records_per_s_db": (count_end - count_start) / wall,
+        "records_sent": counters["records_sent"], "records_stored": counters["stored"],
+        "duplicates": counters["duplicates"], "rejected_reports": counters["rejected_reports"],
+        "errors": counters["errors"], "agents_with_shard": counters["granted"],
+        "busy_agents_without_shard": counters["busy_without_shard"],
+        "instructions": {k: counters.get(k, 0) for k in ("cancel_lease", "re_register")},
+        "coordinator_cpu_pct_mean": 100 * cpu_delta(cpu0[0], cpu1[0]) / wall,
+        "coordinator_cpu_pct_max": max(s[0] for s in samples),
+        "coordinator_rss_mb_max": max(s[1] for s in samples) / 2**20,
+        "coordinator_rss_mb_end": samples[-1][1] / 2**20,
+        "coordinator_threads_max": max(s[2] for s in samples),
+        "postgres_cpu_pct_mean": 100 * cpu_delta(cpu0[1], cpu1[1]) / wall,
+        "clients_cpu_pct_mean": 100 * cpu_delta(cpu0[2], cpu1[2]) / wall,
+    }
+
+
+def print_table(r: dict, args) -> None:
+    print(f"\n== N = {r['agents']} agents ({r['busy_agents']} tuning, {r['idle_agents']} idle) in "
+          f"{r['client_processes']} client process(es); {r['jobs']} {MODEL} jobs; heartbeat every "
+          f"{args.heartbeat_interval:g} s; {args.batch} records/report, <= {args.inflight} reports in flight "
+          f"per client process; window {r['window_s']:.1f} s")
+    print(f"   setup: registration {r['register_s']:.1f} s, submit+plan {r['plan_s']:.1f} s; "
+          f"{r['agents_with_shard']} agents got a shard, {r['busy_agents_without_shard']} tuning agents none")
+    print(f"   {'call':<14}{'count':>8}{'per s':>9}{'p50 ms':>10}{'p99 ms':>10}{'max ms':>10}{'failed':>8}")
+    for kind, c in r["calls"].items():
+        rate = f"{c['per_s']:.1f}" if c["per_s"] is not None else "-"
+        note = "  (burst, before the window)" if kind == "lease_granted" else (
+            "  (setup)" if kind == "register" else "")
+        print(f"   {kind:<14}{c['count']:>8}{rate:>9}{c['p50_ms']:>10.1f}{c['p99_ms']:>10.1f}{c['max_ms']:>10.1f}"
+              f"{c['failed']:>8}{note}")
+    print(f"   records: {r['records_per_s']:.0f}/s stored per the replies, {r['records_per_s_db']:.0f}/s per "
+          f"COUNT(*) in the database; sent {r['records_sent']}, stored {r['records_stored']}, duplicates "
+          f"{r['duplicates']}, rejected reports {r['rejected_reports']}, call errors {r['errors']}, "
+          f"instructions {r['instructions']}")
+    print(f"   CPU (100% = one core of 2): coordinator {r['coordinator_cpu_pct_mean']:.0f}% mean "
+          f"({r['coordinator_cpu_pct_max']:.0f}% max 1 s sample), PostgreSQL {r['postgres_cpu_pct_mean']:.0f}%, "
+          f"fake-agent clients {r['clients_cpu_pct_mean']:.0f}%; coordinator RSS {r['coordinator_rss_mb_max']:.0f} MB "
+          f"max, {r['coordinator_threads_max']} threads")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--agents", default="10,100,1000", help="comma-separated agent counts")
+    parser.add_argument("--seconds", type=float, default=30.0, help="measured window per N")
+    parser.add_argument("--warmup", type=float, default=5.0, help="seconds for the lease burst before the window")
+    parser.add_argument("--heartbeat-interval", type=float, default=5.0)
+    parser.add_argument("--batch", type=int, default=16, help="records per ReportRecords (the agent's default)")
+    parser.add_argument("--inflight", type=int, default=4, help="ReportRecords in flight per client process")
+    parser.add_argument("--clients", type=int, default=2, help="client processes running the fake agents")
+    parser.add_argument("--idle-fraction", type=float, default=0.1)
+    parser.add_argument("--profile", metavar="DIR",
+                        help="also record the coordinator with py-spy (collapsed stacks in DIR)")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    results = []
+    for n in (int(x) for x in args.agents.split(",")):
+        result = run_scale(n, args)
+        results.append(result)
+        if not args.json:
+            print_table(result, args)
+            sys.stdout.flush()
+    if args.json:
+        print(json.dumps({"settings": vars(args), "results": results}, indent=2))
+
+
+if __name__ == "__main__":
+    main()
