@@ -10,7 +10,7 @@ from alembic import command
 from registry_fixtures import postgres_admin, registry_url, store  # noqa: F401
 from sqlalchemy import text
 
-from coordinator.jobs import IllegalTransition
+from coordinator.jobs import IllegalTransition, JobState
 from coordinator.registry import NewRecord, RegistryStore, migrate, upgrade_registry
 from coordinator.registry.cluster_store import AgentMismatch, ClusterStore, UnknownAgent
 from coordinator.registry.engine import create_registry_engine, parse_registry_url
@@ -264,6 +264,25 @@ def test_cancel_revokes_leases_and_ends_the_job(cluster, store):
     assert cluster.cancel_job(job.id, at(4)).finished_at == at(2)  # already over: unchanged
 
 
+def test_a_job_moves_only_from_the_state_it_is_expected_in(cluster, store):
+    job = _planned_job(cluster, tasks=1, shards=1)
+    assert cluster.move_job(job.id, JobState.BUILDING, JobState.FAILED, at(1), status="late") is None
+    with pytest.raises(IllegalTransition):
+        cluster.move_job(job.id, JobState.RUNNING, JobState.SUCCEEDED, at(1), status="too soon")
+    moved = cluster.move_job(job.id, JobState.RUNNING, JobState.BUILDING, at(2), status="building",
+                             trials_budget=99)
+    assert moved.state == "building" and moved.status == "building" and moved.trials_budget == 99
+    assert store.get_job(job.id).trials_budget == 99
+    failed = cluster.move_job(job.id, JobState.BUILDING, JobState.FAILED, at(3), status="failed: build",
+                              error="no compiler")
+    assert failed.error == "no compiler" and failed.finished_at == at(3)
+    moves = [e.payload for e in cluster.events_after(job.id) if e.kind == "state_changed"][-2:]
+    assert moves == [
+        {"from": "running", "to": "building", "status": "building", "error": ""},
+        {"from": "building", "to": "failed", "status": "failed: build", "error": "no compiler"},
+    ]
+
+
 # -- events, attaching, binding ----------------------------------------------------------
 
 
@@ -332,6 +351,8 @@ def test_validation_lease_round_trip(cluster, store):
     assert cluster.claim_validation(_agent(cluster, fingerprint_id=OTHER_GPU).id, OTHER_GPU, at(4)) is None
     first = cluster.claim_validation(agent.id, GPU, at(4))
     assert first.library == b"\x7fELF lib" and first.reference_library == b"untuned" and first.attempt == 1
+    assert cluster.validation_library(job.id) == b"\x7fELF lib"
+    assert cluster.validation_library("job-none") is None
     assert cluster.claim_validation(agent.id, GPU, at(4)) is None
     assert cluster.fail_validation(job.id, 1, agent.id, "device busy", at(5)).validation.state == "pending"
     second = cluster.claim_validation(agent.id, GPU, at(6))

@@ -1,0 +1,177 @@
+"""The coordinator's calls in plain values: what clients and agents send and get back, and its errors."""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass, field
+from typing import Any
+
+from coordinator.registry.entities import (
+    Agent,
+    Artifact,
+    Job,
+    Model,
+    ShardLease,
+    StoredShard,
+    ValidationLease,
+)
+from coordinator.shards import ShardState
+from farm.errors import FarmError
+
+DEFAULT_VALIDATION_RUNS = 20
+
+
+class InvalidRequest(FarmError):
+    """The caller asked for something that cannot be done as asked (bad model, target, ...)."""
+
+
+class Unavailable(FarmError):
+    """The coordinator is shutting down and takes no new work."""
+
+
+class AgentRefused(FarmError):
+    """An agent that cannot take part (e.g. another TVM version than the coordinator's)."""
+
+
+@dataclass(frozen=True)
+class OnnxUpload:
+    file_name: str
+    content: bytes
+    sha256: str
+
+
+@dataclass(frozen=True)
+class SubmitSpec:
+    target: str
+    batch: int
+    zoo_name: str | None = None
+    onnx: OnnxUpload | None = None
+    fingerprint_id: str | None = None
+    trials: int | None = None
+    trials_per_task: int | None = None
+    retune: bool = False
+    seed: int = 0
+    validation_runs: int | None = None
+
+
+@dataclass(frozen=True)
+class Submitted:
+    job: Job
+    attached: bool
+
+
+@dataclass(frozen=True)
+class JobView:
+    """A job with what its wire form shows besides the row: model, shards, artifact, errors."""
+
+    job: Job
+    model: Model | None
+    shard_counts: dict[ShardState, int]
+    failed_shards: list[StoredShard]
+    artifact: Artifact | None
+    trial_errors: int
+
+
+@dataclass(frozen=True)
+class AgentView:
+    agent: Agent
+    fingerprint_summary: str
+    running_leases: list[tuple[str, str, int]]  # (job id, shard id, attempt)
+    rpc_server_serving: bool
+
+
+@dataclass(frozen=True)
+class LeaseRef:
+    job_id: str
+    shard_id: str  # a shard id, or a validation id (`validation_id`)
+    attempt: int
+
+
+@dataclass(frozen=True)
+class CancelLease:
+    lease: LeaseRef
+    reason: str
+
+
+@dataclass(frozen=True)
+class ReRegister:
+    reason: str
+
+
+@dataclass(frozen=True)
+class Registration:
+    agent: Agent
+    heartbeat_interval: float
+    lease_ttl: float
+    tracker_host: str
+    tracker_port: int
+    tracker_key: str
+
+
+@dataclass(frozen=True)
+class OfferedTask:
+    name: str
+    weight: int
+    flop: float
+    mod_json: str  # tvm.ir.save_json of the task's IRModule
+    workload_shash: str
+
+
+@dataclass(frozen=True)
+class ShardOffer:
+    lease: ShardLease
+    tasks: list[OfferedTask]
+    target: str
+    max_trials_global: int
+    max_trials_per_task: int
+    num_trials_per_iter: int
+    tracker_host: str
+    tracker_port: int
+    tracker_key: str
+    seed: int
+    records_per_report: int
+    warm_records: list[tuple[str, str]]  # (workload shash, TuningRecord JSON)
+
+
+@dataclass(frozen=True)
+class ValidationOffer:
+    lease: ValidationLease
+    validation_id: str
+    # Weight values for models whose weights are data (ONNX); empty: drawn from the specs.
+    weight_values: list[Any] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class ShardOutcome:
+    accepted: bool
+    reason: str
+    shard_state: ShardState | None = None
+
+
+@dataclass(frozen=True)
+class ValidationReport:
+    """What an agent found: ``check`` and ``latency`` (agent.validation values), or ``error``."""
+
+    check: Any = None  # agent.validation.ValidationResult
+    latency: Any = None  # agent.library_runner.Latency
+    untuned_latency: Any = None
+    error: str = ""
+
+
+def validation_id(job_id: str) -> str:
+    """A job's validation lease is named apart from its shards (`<job>.s<i>`)."""
+    return f"{job_id}.validation"
+
+
+def job_of_validation(validation: str) -> str | None:
+    suffix = ".validation"
+    return validation[: -len(suffix)] if validation.endswith(suffix) else None
+
+
+def rpc_key(fingerprint_id: str) -> str:
+    """The tracker key of a fingerprint's RPC servers: any of them can measure for it."""
+    return f"farm-{fingerprint_id}"
+
+
+def utc_now() -> dt.datetime:
+    return dt.datetime.now(dt.timezone.utc)
