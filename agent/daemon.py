@@ -148,6 +148,7 @@ class Agent:
                 agent_id=self.agent_id, running_leases=leases,
                 rpc_server_serving=bool(self.rpc_server and self.rpc_server.serving),
             )
+            request.sent_at.GetCurrentTime()  # the moment the lease list above was taken
             try:
                 reply = self.stub.Heartbeat(request, timeout=max(2.0, self.heartbeat_interval))
             except grpc.RpcError as err:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import datetime
+
 import json
 from typing import Sequence
 
@@ -65,9 +67,13 @@ class AgentCalls:
         return Registration(agent, self.settings.heartbeat_interval, self.settings.lease_ttl,
                             self.tracker_host, self.tracker_port, agent.rpc_key)
 
-    def heartbeat(self, agent_id: str, running: Sequence[LeaseRef], rpc_server_serving: bool = False
-                  ) -> list[CancelLease | ReRegister]:
-        """Note the agent alive; say which of its leases to stop, or that it must register."""
+    def heartbeat(self, agent_id: str, running: Sequence[LeaseRef], rpc_server_serving: bool = False,
+                  sent_at: datetime | None = None) -> list[CancelLease | ReRegister]:
+        """Note the agent alive; say which of its leases to stop, or that it must register.
+
+        ``sent_at`` is when the agent listed its leases: a lease is only "lost" if it was
+        granted well before that, not merely before this (possibly late) handling.
+        """
         now = utc_now()
         if self.cluster.heartbeat(agent_id, now) is None:
             return [ReRegister(f"agent {agent_id} is unknown to this coordinator; register again")]
@@ -76,6 +82,7 @@ class AgentCalls:
         verdict = self.cluster.reconcile_leases(
             agent_id, [(r.shard_id, r.attempt) for r in shards], now,
             grace=2 * self.settings.heartbeat_interval, max_attempts=self.settings.max_attempts,
+            as_of=min(sent_at, now) if sent_at is not None else now,
         )
         job_of = {r.shard_id: r.job_id for r in shards}
         instructions: list[CancelLease | ReRegister] = []

@@ -126,13 +126,16 @@ class ClientCalls:
 
     def _ensure_model(self, key: ModelKey) -> Model:
         """The registry's row for the model, loading it (TVM) the first time it is seen."""
+        from coordinator.job_work import TVM_IR_LOCK
         from coordinator.models.zoo import load_model
 
         stored = self.store.find_model(key.name, key.batch, key.source_digest)
         if stored is not None:
             return stored
         try:
-            loaded = load_model(str(key.path) if key.path else key.name, key.batch)
+            with TVM_IR_LOCK:
+                loaded = load_model(str(key.path) if key.path else key.name, key.batch)
+                loaded.identity()  # printed from the IR: under the same lock
         except NotFound as err:
             raise InvalidRequest(err.problem, err.fix) from None
         model = self.store.upsert_model(

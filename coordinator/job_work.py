@@ -40,6 +40,12 @@ def store_onnx(data_dir: Path, sha256: str, content: bytes) -> Path:
     return path
 
 
+# TVM's Relax BlockBuilder keeps a process-wide stack: two threads building Relax modules at
+# once (a Submit loading a new model while the planner reloads another) corrupt it and fail
+# with an AssertionError (seen in bench/coordinator_scale.py). All IR work here takes this lock.
+TVM_IR_LOCK = threading.RLock()
+
+
 class ModelCache:
     """Loaded models by registry model id; loading a big one takes seconds, planning and
     building and validation leases all need it, so the last few are kept."""
@@ -80,8 +86,10 @@ def load_stored_model(model: "Model", data_dir: Path) -> "LoadedModel":
                 f"the ONNX file of model {model.name} ({model.source_digest[:12]}) is not in {path.parent}",
                 "submit the file again; the coordinator's data directory lost it",
             )
-        return load_onnx_model(path, model.batch)
-    return load_zoo_model(model.name, model.batch)
+        with TVM_IR_LOCK:
+            return load_onnx_model(path, model.batch)
+    with TVM_IR_LOCK:
+        return load_zoo_model(model.name, model.batch)
 
 
 @dataclass(frozen=True)
@@ -108,7 +116,8 @@ def plan_tasks(loaded: "LoadedModel", target_json: str, trials: int | None,
     target_doc = json.loads(target_json)
     # Task extraction imports tvm.s_tir.tensor_intrin; the full package costs ~43 s.
     install_lean_tensor_intrinsics(target_doc["kind"])
-    tasks = extract_tuning_tasks(loaded, to_tvm_target(target_doc))
+    with TVM_IR_LOCK:
+        tasks = extract_tuning_tasks(loaded, to_tvm_target(target_doc))
     budget = TuningBudget.for_tasks(len(tasks), trials, trials_per_task)
     planned = [
         PlannedTask(
@@ -138,7 +147,8 @@ def build_libraries(store: "RegistryStore", loaded: "LoadedModel", target_json: 
     install_lean_tensor_intrinsics(target_doc["kind"])
     target = to_tvm_target(target_doc)
     database = tvm_database_for(store, fingerprint_id, target_json, tvm_version, software)
-    return build_library(loaded, target, database), build_library(loaded, target, None)
+    with TVM_IR_LOCK:
+        return build_library(loaded, target, database), build_library(loaded, target, None)
 
 
 class BackgroundWorker:

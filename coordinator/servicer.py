@@ -10,7 +10,7 @@ import functools
 import json
 import logging
 import time
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Callable
 
 import grpc
@@ -264,7 +264,8 @@ class FarmAgentServicer(farm_pb2_grpc.FarmAgentServicer):
     def Heartbeat(self, request, context):
         running = [LeaseRef(r.job_id, r.shard_id, r.attempt) for r in request.running_leases]
         instructions = []
-        for item in self.coordinator.heartbeat(request.agent_id, running, request.rpc_server_serving):
+        sent_at = request.sent_at.ToDatetime(tzinfo=timezone.utc) if request.HasField("sent_at") else None
+        for item in self.coordinator.heartbeat(request.agent_id, running, request.rpc_server_serving, sent_at):
             if isinstance(item, CancelLease):
                 ref = farm_pb2.LeaseRef(job_id=item.lease.job_id, shard_id=item.lease.shard_id,
                                         attempt=item.lease.attempt)

@@ -355,3 +355,21 @@ def test_a_restarted_coordinator_carries_on(start, fingerprint, tmp_path):
     job = _wait_job(channel, job_id, farm_pb2.JOB_STATE_SUCCEEDED)
     assert job.trials_done == 6 and job.artifact.validated
     agent.close()
+
+
+def test_concurrent_model_loads_do_not_corrupt_each_other(tmp_path):
+    """Relax's BlockBuilder stack is process-wide; loads from several threads must not interleave
+    (bench/coordinator_scale.py saw AssertionErrors when Submit and the planner loaded at once)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from coordinator.job_work import load_stored_model
+    from coordinator.registry.entities import Model
+
+    def load(batch: int):
+        model = Model(id=f"m{batch}", name="mlp-tiny", source="zoo", source_digest="zoo-v1:mlp-tiny",
+                      batch=batch, inputs=[], weights=[], num_parameters=0, created_at=None)
+        return load_stored_model(model, tmp_path).identity()
+
+    with ThreadPoolExecutor(max_workers=6) as pool:
+        identities = list(pool.map(load, [1, 2, 3, 4, 5, 6] * 2))
+    assert len(set(identities)) == 6

@@ -450,14 +450,16 @@ class RegisterResponse(_message.Message):
     def __init__(self, agent_id: _Optional[str] = ..., heartbeat_interval: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., lease_ttl: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., tracker: _Optional[_Union[TrackerAddress, _Mapping]] = ...) -> None: ...
 
 class HeartbeatRequest(_message.Message):
-    __slots__ = ("agent_id", "running_leases", "rpc_server_serving")
+    __slots__ = ("agent_id", "running_leases", "rpc_server_serving", "sent_at")
     AGENT_ID_FIELD_NUMBER: _ClassVar[int]
     RUNNING_LEASES_FIELD_NUMBER: _ClassVar[int]
     RPC_SERVER_SERVING_FIELD_NUMBER: _ClassVar[int]
+    SENT_AT_FIELD_NUMBER: _ClassVar[int]
     agent_id: str
     running_leases: _containers.RepeatedCompositeFieldContainer[LeaseRef]
     rpc_server_serving: bool
-    def __init__(self, agent_id: _Optional[str] = ..., running_leases: _Optional[_Iterable[_Union[LeaseRef, _Mapping]]] = ..., rpc_server_serving: _Optional[bool] = ...) -> None: ...
+    sent_at: _timestamp_pb2.Timestamp
+    def __init__(self, agent_id: _Optional[str] = ..., running_leases: _Optional[_Iterable[_Union[LeaseRef, _Mapping]]] = ..., rpc_server_serving: _Optional[bool] = ..., sent_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class HeartbeatResponse(_message.Message):
     __slots__ = ("instructions",)

@@ -257,10 +257,12 @@ class ShardLeases(JobPlans):
         now: datetime,
         grace: float,
         max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+        as_of: datetime | None = None,
     ) -> HeartbeatVerdict:
         """Compare the leases a heartbeat lists with the ones granted to its agent
         (`coordinator.shards.reconcile_heartbeat`); leases it lost are re-queued here, the
-        ones it must stop are returned for the reply."""
+        ones it must stop are returned for the reply. ``as_of`` is when the agent took its
+        list (default ``now``): the grace for new leases counts from there."""
         running = list(running)
         with self._unit(write=True) as session:
             ids = {shard_id for shard_id, _ in running}
@@ -283,7 +285,7 @@ class ShardLeases(JobPlans):
                 agent_id,
                 running,
                 {shard_id: s.as_shard() for shard_id, s in olds.items()},
-                _seconds(now),
+                _seconds(as_of or now),
                 grace,
             )
             settle = set()
