@@ -156,7 +156,7 @@ def _tune_contexts(tasks, target, work_dir: Path, seed: int | None):
         ms.TuneContext(
             mod=task.mod,
             target=target,
-            space_generator="post-order-apply",
+            space_generator=_space_generator(target),
             search_strategy="evolutionary",
             task_name=task.name,
             logger=logger,
@@ -165,6 +165,19 @@ def _tune_contexts(tasks, target, work_dir: Path, seed: int | None):
         )
         for task, logger, rand_state in zip(tasks, loggers, seeds)
     ]
+
+
+def _space_generator(target):
+    """MetaSchedule's design space for the target kind, with rules that need no tensor core.
+
+    For CUDA, "from-target" rules include the tensor-core ones, whose intrinsics are the
+    ~30 s import the farm avoids (agent.tvm_startup); plain "cuda" rules tune SIMT kernels.
+    """
+    from tvm.s_tir import meta_schedule as ms
+
+    if target.kind.name == "cuda":
+        return ms.space_generator.PostOrderApply(sch_rules="cuda", postprocs="cuda", mutator_probs="cuda")
+    return "post-order-apply"
 
 
 def _task_loggers(work_dir: Path, task_names: list[str]) -> list[logging.Logger]:
