@@ -162,6 +162,12 @@ def _print_submit(result) -> None:
         r = result.report
         console.print(f"tuning       {r.trials} trials over {len(r.tasks)} tasks in {r.seconds:.1f} s"
                       + (f", {r.errors} measurement errors" if r.errors else ""))
+        untouched = [t.name for t in r.tasks if t.trials == 0]
+        if untouched:
+            # MetaSchedule's first round gives every task one batch before any task a second;
+            # a budget below that leaves tasks with TVM's naive default schedule.
+            console.print(f"warning      {len(untouched)} of {len(r.tasks)} tasks got no trials (budget "
+                          f"{r.trials} < one round); they run untuned. Raise --trials or set --trials-per-task.")
     if job.error:
         console.print(f"error        {job.error}")
     art = result.artifact
