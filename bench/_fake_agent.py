@@ -103,8 +103,9 @@ async def _main(plan: ClientPlan, pipe) -> None:
             while time.monotonic() < window_end:
                 begin = time.monotonic()
                 try:
-                    reply = await stub.Heartbeat(farm_pb2.HeartbeatRequest(
-                        agent_id=agent_id, running_leases=list(running)), timeout=60)
+                    request = farm_pb2.HeartbeatRequest(agent_id=agent_id, running_leases=list(running))
+                    request.sent_at.GetCurrentTime()  # as the real agent does (agent/daemon.py)
+                    reply = await stub.Heartbeat(request, timeout=60)
                     calls.add("heartbeat", begin, time.monotonic() - begin)
                     for item in reply.instructions:
                         kind = item.WhichOneof("instruction")
