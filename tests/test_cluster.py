@@ -146,3 +146,22 @@ def test_cancel_releases_leases(cluster):
     settled = registry_records(cluster.registry_url, job_id)
     time.sleep(5)
     assert registry_records(cluster.registry_url, job_id) == settled
+
+
+def test_onnx_file_through_the_coordinator(cluster, tmp_path):
+    """An ONNX file travels as bytes (content-addressed), is tuned by an agent, runs locally."""
+    from onnx_models import write_small_cnn
+
+    path = write_small_cnn(tmp_path / "small_cnn.onnx")
+    cluster.start_coordinator()
+    cluster.start_agent("a1")
+    cluster.wait_agents(1)
+    done = json.loads(cluster.farm("submit", str(path), "llvm", "2", "--trials", "8", "--trials-per-task", "4",
+                                   "--runs", "3", "--json", "--timeout", "300").stdout)
+    assert done["state"] == "succeeded", done
+    assert done["model"] == "small_cnn" and done["batch"] == 2 and done["artifact"]["validation"]["passed"]
+    ran = subprocess.run([cluster.exe, "run", str(path), "llvm", "2", "--registry", cluster.registry_url,
+                          "--runs", "2", "--json"], env=cluster.env("runner"), capture_output=True, text=True,
+                         timeout=120)
+    assert ran.returncode == 0, ran.stderr
+    assert json.loads(ran.stdout)["artifact"] == done["artifact"]["id"]
