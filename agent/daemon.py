@@ -20,13 +20,6 @@ from farm.errors import FarmError
 
 logger = logging.getLogger("farm.agent")
 
-# gRPC messages carry libraries and ONNX files.
-MAX_MESSAGE_BYTES = 256 * 1024 * 1024
-CHANNEL_OPTIONS = [
-    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-]
-
 
 @dataclass
 class AgentSettings:
@@ -57,7 +50,7 @@ class Agent:
     def __init__(self, settings: AgentSettings):
         import grpc
 
-        from farm.wire import farm_pb2_grpc
+        from farm.wire import CHANNEL_OPTIONS, farm_pb2_grpc
 
         self.settings = settings
         self.channel = grpc.insecure_channel(settings.coordinator, options=CHANNEL_OPTIONS)

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from agent.tvm_startup import LeanWorkerInit
+from agent.warm_builder import prewarm
 
 if TYPE_CHECKING:  # pragma: no cover
     from agent.progress import LiveProgress
@@ -115,18 +116,6 @@ def _report_when_done(future, live: "LiveProgress", task_id: int | None) -> None
         live.ran(task_id, future.result())
 
 
-def _ready() -> bool:
-    return True
-
-
-def _prewarm(pool) -> None:
-    """Start a runner's worker in the background (its pool persists across batches)."""
-    import threading
-
-    threading.Thread(target=lambda: pool.submit(_ready).result(), name="farm-runner-prewarm",
-                     daemon=True).start()
-
-
 class WorkerPools:
     """Builder and runner pools that stay warm across tuning runs of one process.
 
@@ -168,7 +157,7 @@ class WorkerPools:
                 evaluator_config=evaluator,
                 initializer=LeanWorkerInit(target_kind),
             )
-            _prewarm(inner.pool)
+            prewarm(inner.pool, 1, "farm-runner-prewarm")  # LocalRunner's pool persists
         else:
             rpc_config = ms.runner.RPCConfig(
                 tracker_host=s.rpc.tracker_host,

@@ -19,6 +19,23 @@ def _ready() -> bool:
     return True
 
 
+def prewarm(pool, workers: int, name: str) -> None:
+    """Start every worker of a TVM PopenPoolExecutor (running its initializer) in the background.
+
+    One no-op per pool thread reaches each worker while the tuner is still generating its
+    first candidates; a worker that fails to start fails its first real task too.
+    """
+
+    def start_all() -> None:
+        for future in [pool.submit(_ready) for _ in range(workers)]:
+            try:
+                future.result()
+            except Exception:  # noqa: BLE001
+                pass
+
+    threading.Thread(target=start_all, name=name, daemon=True).start()
+
+
 def warm_builder(max_workers: int | None, timeout_sec: float, initializer):
     """A PyBuilder building candidates the way LocalBuilder does, on a persistent pool."""
     import os
@@ -36,16 +53,7 @@ def warm_builder(max_workers: int | None, timeout_sec: float, initializer):
         maximum_process_uses=BUILDS_PER_WORKER,
     )
 
-    def prewarm() -> None:
-        # One no-op per pool thread starts every worker (and runs its initializer) while the
-        # tuner is still generating its first candidates.
-        for future in [pool.submit(_ready) for _ in range(workers)]:
-            try:
-                future.result()
-            except Exception:  # noqa: BLE001 - a worker that fails to start fails its first build too
-                pass
-
-    threading.Thread(target=prewarm, name="farm-builder-prewarm", daemon=True).start()
+    prewarm(pool, workers, "farm-builder-prewarm")
 
     @derived_object
     class _WarmBuilder(PyBuilder):

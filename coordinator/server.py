@@ -18,12 +18,11 @@ from coordinator.registry.store import RegistryStore
 from coordinator.service import Coordinator, CoordinatorSettings
 from coordinator.servicer import FarmAgentServicer, FarmClientServicer
 from farm.errors import FarmError
-from farm.wire import farm_pb2
+from farm.wire import CHANNEL_OPTIONS, farm_pb2
 
 logger = logging.getLogger("farm.coordinator")
 
 # Libraries and ONNX files travel inside messages.
-MAX_MESSAGE_BYTES = 256 * 1024 * 1024
 SERVICE_NAMES = tuple(farm_pb2.DESCRIPTOR.services_by_name[name].full_name for name in ("FarmClient", "FarmAgent"))
 DEFAULT_LISTEN = "127.0.0.1:50051"
 DEFAULT_TRACKER_LISTEN = "127.0.0.1:0"
@@ -115,8 +114,7 @@ def serve(
 
         server = grpc.server(
             futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="farm-grpc"),
-            options=[("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-                     ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES)],
+            options=CHANNEL_OPTIONS,
         )
         from farm.wire import farm_pb2_grpc
 

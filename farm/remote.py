@@ -10,8 +10,6 @@ from typing import Iterator
 from coordinator.model_key import check_batch, looks_like_path
 from farm.errors import FarmError, NotFound
 
-MAX_MESSAGE_BYTES = 256 * 1024 * 1024
-
 _FINAL = {"succeeded", "failed", "cancelled"}
 
 
@@ -65,14 +63,11 @@ class CoordinatorClient:
     def __init__(self, address: str, timeout: float = 30.0):
         import grpc
 
-        from farm.wire import farm_pb2_grpc
+        from farm.wire import CHANNEL_OPTIONS, farm_pb2_grpc
 
         self.address = address
         self.timeout = timeout
-        self.channel = grpc.insecure_channel(address, options=[
-            ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-            ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-        ])
+        self.channel = grpc.insecure_channel(address, options=CHANNEL_OPTIONS)
         self.stub = farm_pb2_grpc.FarmClientStub(self.channel)
 
     def close(self) -> None:

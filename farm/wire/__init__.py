@@ -6,8 +6,17 @@ never edit them by hand. This file is not generated.
 
 from farm.wire import farm_pb2, farm_pb2_grpc
 
+# Libraries and ONNX files travel inside messages: every channel and server of the farm
+# raises gRPC's 4 MiB default to this.
+MAX_MESSAGE_BYTES = 256 * 1024 * 1024
+CHANNEL_OPTIONS = [
+    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+]
+
 # Full service names, as the health service and interceptors need them.
 FARM_CLIENT_SERVICE = farm_pb2.DESCRIPTOR.services_by_name["FarmClient"].full_name
 FARM_AGENT_SERVICE = farm_pb2.DESCRIPTOR.services_by_name["FarmAgent"].full_name
 
-__all__ = ["farm_pb2", "farm_pb2_grpc", "FARM_CLIENT_SERVICE", "FARM_AGENT_SERVICE"]
+__all__ = ["farm_pb2", "farm_pb2_grpc", "FARM_CLIENT_SERVICE", "FARM_AGENT_SERVICE", "CHANNEL_OPTIONS",
+           "MAX_MESSAGE_BYTES"]
