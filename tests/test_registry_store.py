@@ -122,6 +122,31 @@ def test_many_processes_may_open_a_fresh_registry_at_once(registry_url):
     assert errors == [] and len(opened) == 4
 
 
+def test_fresh_sqlite_registry_opened_by_many_at_once_switches_to_wal_once(tmp_path):
+    # Switching a new file to WAL races between openers, and SQLite answers "database is
+    # locked" at once there instead of waiting; a single round passed by luck most times.
+    for attempt in range(8):
+        url = f"sqlite:///{tmp_path}/round{attempt}/registry.db"
+        errors: list[BaseException] = []
+
+        def open_store(url: str = url, errors: list[BaseException] = errors) -> None:
+            try:
+                RegistryStore(url).dispose()
+            except Exception as exc:  # reported below
+                errors.append(exc)
+
+        threads = [threading.Thread(target=open_store) for _ in range(6)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=60)
+        assert errors == [], f"round {attempt}"
+        engine = _raw_engine(url)
+        with engine.connect() as connection:
+            assert connection.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
+        engine.dispose()
+
+
 def test_unreachable_registry_fails_fast_with_a_clear_message():
     started = time.monotonic()
     with pytest.raises(RegistryError) as raised:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sqlite3
+import time
 from pathlib import Path
 
 from sqlalchemy import Engine, create_engine, event
@@ -77,7 +79,7 @@ def _sqlite_engine(url: URL) -> Engine:
         cursor.execute("PRAGMA foreign_keys=ON")
         cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
         if not in_memory:
-            cursor.execute("PRAGMA journal_mode=WAL")
+            _use_write_ahead_log(cursor)
             # WAL with synchronous=NORMAL is durable across process crashes, which is
             # what a killed agent is; fsync per commit buys only power-loss safety.
             cursor.execute("PRAGMA synchronous=NORMAL")
@@ -89,6 +91,26 @@ def _sqlite_engine(url: URL) -> Engine:
         connection.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
 
     return engine
+
+
+def _use_write_ahead_log(cursor) -> None:  # type: ignore[no-untyped-def]
+    """Switch the database file to WAL, waiting out other connections doing the same.
+
+    WAL is a property of the file and sticks once set. Switching needs an exclusive lock,
+    and SQLite answers "database is locked" at once, without calling the busy handler, when
+    several processes open a fresh registry together; so the wait is ours.
+    """
+    deadline = time.monotonic() + SQLITE_BUSY_TIMEOUT_MS / 1000
+    delay = 0.005
+    while True:
+        try:
+            cursor.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() + delay > deadline:
+                raise
+        time.sleep(delay)
+        delay = min(delay * 2, 0.2)
 
 
 def short_reason(exc: BaseException) -> str:
