@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from datetime import datetime
-
 import json
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Sequence
 
 from coordinator.calls import (
@@ -26,7 +26,7 @@ from coordinator.calls import (
 )
 from coordinator.jobs import JobState
 from coordinator.registry.cluster_store import VALIDATION_LEASED
-from coordinator.registry.entities import RecordReport
+from coordinator.registry.entities import RecordReport, ReportedBatch, ShardClaim
 from farm.errors import NotFound
 
 
@@ -63,6 +63,7 @@ class AgentCalls:
             tvm_version=tvm_version, rpc_key=rpc_key(fingerprint_id),
             details={"build_workers": build_workers}, now=utc_now(), previous_agent_id=previous_agent_id or None,
         )
+        self.live.note_registered(agent)
         self.wake.set()  # jobs waiting for this kind of agent can be bound now
         return Registration(agent, self.settings.heartbeat_interval, self.settings.lease_ttl,
                             self.tracker_host, self.tracker_port, agent.rpc_key)
@@ -75,15 +76,22 @@ class AgentCalls:
         granted well before that, not merely before this (possibly late) handling.
         """
         now = utc_now()
-        if self.cluster.heartbeat(agent_id, now) is None:
+        if self.live.known(agent_id) is None:
             return [ReRegister(f"agent {agent_id} is unknown to this coordinator; register again")]
+        self.live.beat(agent_id, now)  # written back by the next tick
         self._rpc_serving[agent_id] = rpc_server_serving
         shards = [r for r in running if job_of_validation(r.shard_id) is None]
+        listed = frozenset((r.shard_id, r.attempt) for r in shards)
+        version = self.live.version()  # before the read the verdict comes from
+        if len(shards) == len(running) and self.live.is_settled(agent_id, listed, version):
+            return []
         verdict = self.cluster.reconcile_leases(
-            agent_id, [(r.shard_id, r.attempt) for r in shards], now,
+            agent_id, sorted(listed), now,
             grace=2 * self.settings.heartbeat_interval, max_attempts=self.settings.max_attempts,
             as_of=min(sent_at, now) if sent_at is not None else now,
         )
+        if verdict.settled:
+            self.live.note_settled(agent_id, listed, version)
         job_of = {r.shard_id: r.job_id for r in shards}
         instructions: list[CancelLease | ReRegister] = []
         for shard_id, attempt, reason in verdict.cancel:
@@ -115,7 +123,13 @@ class AgentCalls:
     def lease_shard(self, agent_id: str, fingerprint_id: str, target_kinds: Sequence[str]) -> ShardOffer | None:
         if self.draining:
             return None
-        lease = self.cluster.claim_shard(agent_id, fingerprint_id, target_kinds, utc_now(), self.settings.lease_ttl)
+        known = self.live.known(agent_id)
+        # Most polls come from idle agents when there is nothing to do: answered from memory.
+        # (An unknown agent or a wrong fingerprint goes on to the claim, which says what is wrong.)
+        if (known is not None and known.fingerprint_id == fingerprint_id
+                and not self.live.may_have_work(fingerprint_id, set(target_kinds) & known.target_kinds)):
+            return None
+        lease = self._claims.submit(ShardClaim(agent_id, fingerprint_id, tuple(target_kinds)))
         if lease is None:
             return None
         job = lease.job
@@ -158,27 +172,21 @@ class AgentCalls:
         """Keep a batch of (workload shash, TuningRecord JSON) measured under a lease.
 
         Every reported candidate counts as a trial, even one without a record to keep
-        (failures are data); a stale attempt keeps nothing.
+        (failures are data); a stale attempt keeps nothing. The report is committed with
+        the others that arrive meanwhile (coordinator.group_commit).
         """
         from coordinator.registry.tvm_database import new_record_from
-        from coordinator.shards import stale_reason
 
-        shard = self.cluster.get_shard(shard_id)
-        if shard is None:
+        job = self._job_of_shard(shard_id)
+        if job is None:
             return RecordReport(False, f"shard {shard_id} is unknown", 0, 0)
-        # Checked before parsing, so a stale agent costs nothing; the store checks again.
-        stale = stale_reason(shard.as_shard(), attempt, agent_id)
-        if stale is not None:
-            return RecordReport(False, stale, 0, 0)
-        job = self.store.get_job(shard.job_id)
-        workloads = {t.workload_shash: t.workload_id for t in self.cluster.job_tasks(job.id)}
-        agent = self.cluster.get_agent(agent_id)
+        agent = self.live.known(agent_id)
         software = {"tvm": agent.tvm_version} if agent else {}
         new, dropped = [], []
         for shash, record_json in records:
             if not record_json:
                 continue
-            workload_id = workloads.get(shash)
+            workload_id = job.workloads.get(shash)
             if workload_id is None:
                 dropped.append(f"workload {shash} is not one of job {job.id}'s tasks")
                 continue
@@ -188,24 +196,55 @@ class AgentCalls:
                     target_json=job.target, tvm_version=self.tvm_version, software=software, job_id=job.id))
             except ValueError as err:
                 dropped.append(f"unreadable record: {err}")
-        result = self.cluster.report_records(shard_id, attempt, agent_id, new, trials_done_delta=len(records))
-        if not result.accepted:
-            return result
-        now = utc_now()
-        for item in progress:
-            self.cluster.append_event(job.id, "task_progress", dict(item, shard_id=shard_id), now)
-            with self._lock:
-                self._progress.setdefault(job.id, {})[(shard_id, item["task_name"])] = dict(item)
+        events = [("task_progress", dict(item, shard_id=shard_id))
+                  for item in self._progress_events.due(shard_id, list(progress))]
         if dropped:
-            self.cluster.append_event(job.id, "log", {
-                "source": agent_id, "level": "warning",
-                "message": f"{len(dropped)} reported record(s) were not kept: {dropped[0]}"}, now)
+            events.append(("log", {"source": agent_id, "level": "warning",
+                                   "message": f"{len(dropped)} reported record(s) were not kept: {dropped[0]}"}))
+        result = self._ingest.submit(ReportedBatch(shard_id, attempt, agent_id, new, len(records), events))
+        if result.accepted:
+            with self._lock:
+                latest = self._progress.setdefault(job.id, {})
+                for item in progress:
+                    latest[(shard_id, item["task_name"])] = dict(item)
         return result
+
+    def _job_of_shard(self, shard_id: str) -> "_ReportingJob | None":
+        """What reports under a shard need of its job; a job's tasks never change once planned."""
+        from coordinator.shards import job_of_shard
+
+        job_id = job_of_shard(shard_id)
+        if job_id is None:
+            return None
+        with self._lock:
+            job = self._reporting_jobs.get(job_id)
+        if job is not None:
+            return job
+        try:
+            row = self.store.get_job(job_id)
+        except NotFound:
+            return None
+        tasks = self.cluster.job_tasks(job_id)
+        if not tasks:
+            return None  # not planned: it has no shards yet
+        job = _ReportingJob(row.id, row.fingerprint_id, row.target, {t.workload_shash: t.workload_id for t in tasks})
+        with self._lock:
+            if len(self._reporting_jobs) > _MAX_REMEMBERED_JOBS:  # a long-lived coordinator forgets old jobs
+                self._reporting_jobs.clear()
+            self._reporting_jobs[job.id] = job
+        return job
+
+    def _write_held_progress(self, job_id: str, shard_id: str) -> None:
+        now = utc_now()
+        for item in self._progress_events.held_back(shard_id):
+            self.cluster.append_event(job_id, "task_progress", dict(item, shard_id=shard_id), now)
 
     def complete_shard(self, agent_id: str, shard_id: str, attempt: int,
                        summaries: Sequence[dict] = ()) -> ShardOutcome:
-        if self.cluster.get_shard(shard_id) is None:
+        shard = self.cluster.get_shard(shard_id)
+        if shard is None:
             return ShardOutcome(False, f"shard {shard_id} is unknown")
+        self._write_held_progress(shard.job_id, shard_id)
         change = self.cluster.complete_shard(shard_id, attempt, agent_id, utc_now())
         if change.accepted:
             self._log_task_errors(change.shard.job_id, agent_id, shard_id, summaries)
@@ -214,8 +253,10 @@ class AgentCalls:
 
     def fail_shard(self, agent_id: str, shard_id: str, attempt: int, reason: str,
                    summaries: Sequence[dict] = ()) -> ShardOutcome:
-        if self.cluster.get_shard(shard_id) is None:
+        shard = self.cluster.get_shard(shard_id)
+        if shard is None:
             return ShardOutcome(False, f"shard {shard_id} is unknown")
+        self._write_held_progress(shard.job_id, shard_id)
         reason = reason or "the agent gave no reason"
         change = self.cluster.fail_shard(shard_id, attempt, agent_id, reason, utc_now(),
                                          self.settings.max_attempts)
@@ -270,6 +311,18 @@ class AgentCalls:
         if change.accepted:
             self._settle_validation(job_id)
         return ShardOutcome(change.accepted, change.reason or "")
+
+
+# Jobs whose reporting facts are kept before the memory is cleared and refilled on demand.
+_MAX_REMEMBERED_JOBS = 1_000
+
+
+@dataclass(frozen=True)
+class _ReportingJob:
+    id: str
+    fingerprint_id: str
+    target: str
+    workloads: dict[str, int]  # task workload shash -> registry workload id
 
 
 def _record_json(record) -> str:

@@ -17,7 +17,7 @@ from coordinator.registry.cluster_store import (
     VALIDATION_LEASED,
     VALIDATION_PENDING,
 )
-from coordinator.shards import JobOutcome, TaskCost, split_tasks
+from coordinator.shards import TaskCost, split_tasks
 from farm.errors import FarmError, NotFound, RegistryError
 
 logger = logging.getLogger("farm.coordinator")
@@ -33,6 +33,7 @@ class Housekeeping:
         """One round of housekeeping; the server runs it every fraction of a second."""
         now = now or utc_now()
         ttl, attempts = self.settings.lease_ttl, self.settings.max_attempts
+        self.live.flush()  # the beats collected since the last tick, before judging silence
         for agent in self.cluster.mark_lost_agents(now, ttl):
             logger.info("agent %s (%s) missed its heartbeat TTL; its leases are re-queued", agent.id, agent.hostname)
         self.cluster.expire_leases(now, ttl, attempts)
@@ -41,10 +42,9 @@ class Housekeeping:
         for job in self.store.list_jobs(limit=500, state=JobState.QUEUED.value):
             if job.fingerprint_id is not None:
                 self._planner.submit(job.id, lambda job_id=job.id: self._plan(job_id))
-        for job in self.store.list_jobs(limit=500, state=JobState.RUNNING.value):
-            if self.cluster.job_rollup(job.id).outcome is JobOutcome.READY_TO_BUILD:
-                self._move(job.id, JobState.RUNNING, JobState.BUILDING,
-                           "building: compiling with the best records, and an untuned reference")
+        for job_id in self.cluster.running_jobs_ready_to_build():
+            self._move(job_id, JobState.RUNNING, JobState.BUILDING,
+                       "building: compiling with the best records, and an untuned reference")
         for job in self.store.list_jobs(limit=500, state=JobState.BUILDING.value):
             # Also the builds a previous coordinator process did not finish.
             self._builder.submit(job.id, lambda job_id=job.id: self._build(job_id))
@@ -89,6 +89,9 @@ class Housekeeping:
                                  agents, plan.max_trials_global)
             self.store.update_job(job.id, expect_state=JobState.QUEUED.value, trials_budget=plan.max_trials_global)
             self.cluster.add_job_plan(job.id, plan.tasks, shards, utc_now())
+            # What leases hand out, converted now rather than while agents wait for it.
+            for task in self.cluster.job_tasks(job.id):
+                self._module_json_of(task.workload_id, task.mod_json)
         except Exception as err:  # noqa: BLE001 - the job says why it could not be planned
             if self.store.get_job(job_id).state == JobState.QUEUED.value:
                 logger.exception("planning %s failed", job_id)

@@ -84,7 +84,7 @@ def serve(
     records_per_report: int = 16,
     data_dir: Path | None = None,
     tick_interval: float = 0.5,
-    max_workers: int = 32,
+    max_workers: int = 256,
 ) -> CoordinatorServer:
     """Start a coordinator on ``listen`` (port 0: any free port) and return it running.
 
@@ -112,6 +112,8 @@ def serve(
         )
         coordinator = Coordinator(store, ClusterStore(store), tracker, settings)
 
+        # Many threads: report and lease calls wait for their group's commit (coordinator.
+        # group_commit) holding a thread each, and heartbeats must not queue behind them.
         server = grpc.server(
             futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="farm-grpc"),
             options=CHANNEL_OPTIONS,

@@ -34,6 +34,9 @@ from coordinator.calls import (
 from coordinator.client_calls import ClientCalls
 from coordinator.housekeeping import Housekeeping
 from coordinator.job_work import BackgroundWorker, ModelCache
+from coordinator.live_agents import LiveAgents
+from coordinator.progress_events import ProgressEvents
+from coordinator.group_commit import GroupCommit
 from coordinator.registry.cluster_store import ClusterStore
 from coordinator.registry.store import RegistryStore
 from coordinator.shards import DEFAULT_MAX_ATTEMPTS
@@ -97,8 +100,17 @@ class Coordinator(ClientCalls, AgentCalls, Housekeeping):
         self._progress: dict[str, dict[tuple[str, str], dict]] = {}
         self._module_json: dict[int, str] = {}
         self._settle_lock = threading.Lock()
+        self.live = LiveAgents(cluster, lambda: store.unit_of_work.state_version)
+        self._ingest = GroupCommit("farm-reports", cluster.ingest_reports)
+        self._claims = GroupCommit(
+            "farm-claims", lambda claims: cluster.claim_shards(claims, utc_now(), settings.lease_ttl))
+        self._progress_events = ProgressEvents()
+        # What reports need of a job (coordinator.agent_calls), filled on demand.
+        self._reporting_jobs: dict = {}
         self.wake = threading.Event()  # set when a tick should come early
 
     def close(self) -> None:
+        self._claims.close()
+        self._ingest.close()
         self._planner.stop()
         self._builder.stop()

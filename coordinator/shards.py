@@ -164,6 +164,12 @@ def shard_id(job_id: str, index: int) -> str:
     return f"{job_id}.s{index}"
 
 
+def job_of_shard(shard: str) -> str | None:
+    """The job a `shard_id` belongs to, or None if it is not spelled like one."""
+    job_id, dot_s, index = shard.rpartition(".s")
+    return job_id if dot_s and job_id and index.isdigit() else None
+
+
 def split_tasks(
     job_id: str,
     tasks: Sequence[TaskCost],
@@ -338,6 +344,9 @@ class HeartbeatVerdict:
     # Shards leased to this agent that it does not report: it lost them (e.g. it restarted
     # under the same id). Re-queue each with `fail_attempt`.
     lost: tuple[Shard, ...]
+    # The agent lists exactly the leases granted to it: until a shard changes, the same list
+    # means the same (empty) verdict.
+    settled: bool = False
 
 
 def reconcile_heartbeat(
@@ -369,7 +378,14 @@ def reconcile_heartbeat(
         and shard.leased_at is not None
         and now - shard.leased_at >= grace
     )
-    return HeartbeatVerdict(cancel=tuple(cancel), lost=lost)
+    granted = {
+        (s.id, s.attempt)
+        for s in shards.values()
+        if s.state is ShardState.LEASED and s.agent_id == agent_id
+    }
+    return HeartbeatVerdict(
+        cancel=tuple(cancel), lost=lost, settled=not cancel and granted == reported
+    )
 
 
 def cancel_unfinished(shards: Iterable[Shard]) -> list[Shard]:

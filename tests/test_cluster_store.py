@@ -14,7 +14,7 @@ from coordinator.jobs import IllegalTransition, JobState
 from coordinator.registry import NewRecord, RegistryStore, migrate, upgrade_registry
 from coordinator.registry.cluster_store import AgentMismatch, ClusterStore, UnknownAgent
 from coordinator.registry.engine import create_registry_engine, parse_registry_url
-from coordinator.registry.entities import PlannedTask
+from coordinator.registry.entities import PlannedTask, ReportedBatch, ShardClaim
 from coordinator.shards import JobOutcome, ShardState, TaskCost, split_tasks
 
 T0 = datetime(2026, 12, 1, 12, 0, tzinfo=timezone.utc)
@@ -129,6 +129,29 @@ def test_plan_starts_the_job_and_only_a_matching_agent_claims(cluster, store):
     assert [s.id for s in cluster.leases_of_agent(right.id)] == [lease.shard.id]
 
 
+def test_claims_of_many_agents_share_transactions_across_jobs(cluster, store):
+    first = _planned_job(cluster, tasks=2, shards=2)
+    second = _planned_job(cluster, tasks=3, shards=3)
+    agents = [_agent(cluster) for _ in range(6)]
+    claims = [ShardClaim(a.id, GPU, ("cuda",)) for a in agents]
+    claims.insert(2, ShardClaim("agent-nobody", GPU, ("cuda",)))
+    claims.insert(4, ShardClaim(agents[0].id, OTHER_GPU, ("cuda",)))
+    version = store.unit_of_work.state_version
+    answers = cluster.claim_shards(claims, at(1), TTL)
+    assert isinstance(answers[2], UnknownAgent) and isinstance(answers[4], AgentMismatch)
+    leases = [a for i, a in enumerate(answers) if i not in (2, 4)]
+    # Oldest job first (both were created at T0: then by id), all its shards before the next's.
+    older, newer = sorted([(first.id, 2), (second.id, 3)])
+    assert [lease.job.id for lease in leases[:5]] == [older[0]] * older[1] + [newer[0]] * newer[1]
+    assert leases[5] is None, "five shards for six agents"
+    assert [lease.shard.agent_id for lease in leases[:5]] == [a.id for a in agents[:5]]
+    assert len({lease.shard.id for lease in leases[:5]}) == 5
+    assert all(lease.attempt == 1 and lease.shard.state is ShardState.LEASED for lease in leases[:5])
+    assert store.unit_of_work.state_version == version + 2, "one write transaction per job"
+    kinds = [e.kind for e in cluster.events_after(second.id)]
+    assert kinds.count("shard_changed") == 3
+
+
 def test_racing_claimers_lease_every_shard_exactly_once(cluster, registry_url):
     shard_count = 12
     job = _planned_job(cluster, tasks=shard_count, shards=shard_count)
@@ -190,6 +213,34 @@ def test_reports_count_once_and_stale_attempts_store_nothing(cluster, store):
     late = cluster.report_records(lease.shard.id, 1, agent.id, _records(lease, ["late"]))
     assert not late.accepted and "over" in late.reason
     assert not cluster.complete_shard(lease.shard.id, 1, agent.id, at(6)).accepted
+
+
+def test_a_group_of_reports_is_judged_report_by_report_in_one_transaction(cluster, store):
+    job = _planned_job(cluster, tasks=2, shards=2)
+    one, two = _agent(cluster), _agent(cluster)
+    first = cluster.claim_shard(one.id, GPU, ["cuda"], at(1), TTL)
+    second = cluster.claim_shard(two.id, GPU, ["cuda"], at(1), TTL)
+    progress = ("task_progress", {"task_name": "task0", "trials": 2})
+    verdicts = cluster.ingest_reports([
+        ReportedBatch(first.shard.id, 1, one.id, _records(first, ["a", "b"]), trials=3, events=[progress]),
+        ReportedBatch(second.shard.id, 1, two.id, _records(second, ["c"]), trials=1),
+        ReportedBatch(first.shard.id, 1, one.id, _records(first, ["b", "d"]), trials=2),  # "b" again
+        ReportedBatch(second.shard.id, 2, two.id, _records(second, ["stale"]), trials=5),  # no such attempt
+        ReportedBatch(first.shard.id, 1, two.id, _records(first, ["thief"]), trials=5),  # not its lease
+        ReportedBatch("job-x.s9", 1, one.id, [], trials=1),
+        ReportedBatch(second.shard.id, 1, two.id, _records(second, ["e"], OTHER_GPU), trials=1),  # foreign
+    ], now=at(2))
+    assert [(v.accepted, v.stored, v.duplicates) for v in verdicts] == [
+        (True, 2, 0), (True, 1, 0), (True, 1, 1), (False, 0, 0), (False, 0, 0), (False, 0, 0), (False, 0, 0),
+    ]
+    assert "attempt 2" in verdicts[3].reason and "not " + two.id in verdicts[4].reason
+    assert "unknown" in verdicts[5].reason and OTHER_GPU in verdicts[6].reason
+    assert sorted(r.trace for r in store.all_records()) == ['"a"', '"b"', '"c"', '"d"']
+    assert cluster.get_shard(first.shard.id).trials_done == 5
+    assert cluster.get_shard(second.shard.id).trials_done == 1
+    assert store.get_job(job.id).trials_done == 6
+    [event] = [e for e in cluster.events_after(job.id) if e.kind == "task_progress"]
+    assert event.payload == {"task_name": "task0", "trials": 2} and event.created_at == at(2)
 
 
 def test_silent_agent_loses_its_lease_and_the_next_attempt_keeps_its_records(cluster, store):

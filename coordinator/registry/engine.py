@@ -56,6 +56,9 @@ def create_registry_engine(url: URL) -> Engine:
     return create_engine(
         url,
         pool_pre_ping=True,
+        # The coordinator serves many calls at once; most hold a connection only briefly.
+        pool_size=16,
+        max_overflow=16,
         connect_args={"connect_timeout": CONNECT_TIMEOUT_SEC},
     )
 

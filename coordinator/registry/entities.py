@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -219,6 +220,27 @@ class ShardLease:
     @property
     def target(self) -> str:
         return self.job.target
+
+
+@dataclass(frozen=True)
+class ShardClaim:
+    """An agent asking for a shard to tune."""
+
+    agent_id: str
+    fingerprint_id: str
+    target_kinds: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class ReportedBatch:
+    """What one report under a lease carries into the registry."""
+
+    shard_id: str
+    attempt: int
+    agent_id: str
+    records: Sequence[NewRecord]
+    trials: int  # candidates measured, with or without a record worth keeping
+    events: Sequence[tuple[str, dict[str, Any]]] = ()  # (kind, payload) for the job, if kept
 
 
 @dataclass(frozen=True)

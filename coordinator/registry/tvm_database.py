@@ -22,7 +22,12 @@ DEFAULT_FLUSH_EVERY = 16
 
 def canonical_json(value: Any) -> str:
     """One spelling per JSON value, so digests over it are stable."""
-    return json.dumps(_plain(value), sort_keys=True, separators=(",", ":"))
+    try:
+        # Values parsed from JSON (every reported record) are plain already; walking them
+        # through _plain was most of a report's cost in the coordinator.
+        return json.dumps(value, sort_keys=True, separators=(",", ":"))
+    except TypeError:  # TVM FFI containers
+        return json.dumps(_plain(value), sort_keys=True, separators=(",", ":"))
 
 
 def canonical_target_json(target: Target | Mapping[str, Any] | str) -> str:

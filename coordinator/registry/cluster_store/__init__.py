@@ -11,7 +11,7 @@ Every event insert holds its job row, which makes a job's events commit in seque
 locks its shards while holding it.
 
 ClusterStore is composed of one part per module: agents, jobs, plans (tasks, shards and what
-they mean for their job), leases (of shards), events and validations, over locking (the
+they mean for their job), leases (of shards), reports (records under leases), events and validations, over locking (the
 unit of work and the row locks) and rows (the plain entities they return).
 """
 
@@ -20,6 +20,7 @@ from __future__ import annotations
 from .agents import AGENT_ACTIVE, AGENT_LOST, AgentRoster
 from .leases import ShardLeases
 from .locking import AgentMismatch, UnknownAgent
+from .reports import ReportedRecords
 from .validations import (
     VALIDATION_CANCELLED,
     VALIDATION_DONE,
@@ -43,5 +44,5 @@ __all__ = [
 ]
 
 
-class ClusterStore(AgentRoster, ShardLeases, ValidationLeases):
+class ClusterStore(AgentRoster, ShardLeases, ReportedRecords, ValidationLeases):
     """Agents, job plans, shard leases, job events and validations, over a RegistryStore."""

@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import secrets
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import select, update
+from sqlalchemy import bindparam, select, update
 
 from ..entities import Agent
 from ..schema import AgentRow
+from ..session import unchanged
 from .locking import RowLocks
 from .rows import _agent
 
@@ -66,15 +67,29 @@ class AgentRoster(RowLocks):
         A lost agent that beats again is active again: its old leases were re-queued, and
         `reconcile_leases` tells it to drop them.
         """
-        with self._unit(write=True) as session:
-            result = session.execute(
-                update(AgentRow)
-                .where(AgentRow.id == agent_id)
-                .values(last_heartbeat_at=now, state=AGENT_ACTIVE)
+        if not self.record_heartbeats({agent_id: now}):
+            return None
+        return self.get_agent(agent_id)
+
+    def record_heartbeats(self, beats: Mapping[str, datetime]) -> set[str]:
+        """Write many agents' latest heartbeat times in one transaction (the coordinator
+        collects them in memory between ticks); returns the ids that were known."""
+        if not beats:
+            return set()
+        statement = (
+            update(AgentRow)
+            .where(AgentRow.id == bindparam("agent"))
+            .values(last_heartbeat_at=bindparam("beat"), state=AGENT_ACTIVE)
+            .execution_options(synchronize_session=False)
+        )
+        # Quiet: a beat changes no lease; an agent that was lost and beats again is only
+        # a candidate for new work, which nothing caches.
+        with self._unit(write=True, quiet=True) as session:
+            session.connection().execute(
+                statement, [{"agent": agent_id, "beat": beat} for agent_id, beat in sorted(beats.items())]
             )
-            if result.rowcount != 1:  # type: ignore[attr-defined]
-                return None
-            return _agent(session.get_one(AgentRow, agent_id))
+            known = session.scalars(select(AgentRow.id).where(AgentRow.id.in_(list(beats)))).all()
+        return set(known)
 
     def mark_lost_agents(self, now: datetime, ttl: float) -> list[Agent]:
         """Active agents silent for longer than ``ttl``, now lost (their leases expire apart)."""
@@ -99,6 +114,8 @@ class AgentRoster(RowLocks):
                 )
                 if result.rowcount == 1:  # type: ignore[attr-defined]
                     lost.append(_agent(session.get_one(AgentRow, agent_id, populate_existing=True)))
+            if not lost:
+                unchanged(session)
             return lost
 
     def get_agent(self, agent_id: str) -> Agent | None:

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import insert, select
 from sqlalchemy.orm import Session
 
 from ..entities import JobEvent
@@ -62,3 +63,13 @@ class JobEvents(RowLocks):
         session.add(row)
         session.flush()
         return row.id
+
+    def _append_events(
+        self, session: Session, job_id: str, events: Sequence[tuple[str, dict[str, Any]]], now: datetime
+    ) -> None:
+        """Many events of one job in one statement; the caller holds the job's row (see above)."""
+        if events:
+            session.connection().execute(
+                insert(JobEventRow),
+                [{"job_id": job_id, "kind": kind, "payload": payload, "created_at": now} for kind, payload in events],
+            )

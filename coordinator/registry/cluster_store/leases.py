@@ -3,21 +3,21 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import replace
 from datetime import datetime, timedelta
 
-from sqlalchemy import or_, select, update
+from sqlalchemy import bindparam, or_, select, update
 from sqlalchemy.orm import Session
 
 from coordinator import shards as shard_rules
 from coordinator.jobs import JobState
 from coordinator.shards import DEFAULT_MAX_ATTEMPTS, HeartbeatVerdict, Shard, ShardState, StaleAttempt
-from farm.errors import NotFound, RegistryError
+from farm.errors import FarmError, NotFound, RegistryError
 
-from ..entities import NewRecord, RecordReport, ShardChange, ShardLease, StoredShard
+from ..entities import ShardChange, ShardClaim, ShardLease, StoredShard
 from ..schema import AgentRow, JobRow, ShardRow
 from ..store import _job
-from .locking import _CLAIM_TRIES, _RACED
+from ..session import unchanged
+from .locking import AgentMismatch, UnknownAgent
 from .plans import JobPlans
 from .rows import _stored_shard, _failures_json, _shard_event
 
@@ -38,6 +38,17 @@ class ShardLeases(JobPlans):
         with self._unit() as session:
             return [self._stored(session, row) for row in session.scalars(query)]
 
+    def pending_work(self) -> set[tuple[str, str]]:
+        """(fingerprint id, target kind) of every running job with a pending shard."""
+        query = (
+            select(JobRow.fingerprint_id, JobRow.target_kind)
+            .join(ShardRow, ShardRow.job_id == JobRow.id)
+            .where(ShardRow.state == ShardState.PENDING.value, JobRow.state == JobState.RUNNING.value)
+            .distinct()
+        )
+        with self._unit() as session:
+            return {(fp, kind) for fp, kind in session.execute(query) if fp is not None}
+
     def claim_shard(
         self,
         agent_id: str,
@@ -52,28 +63,76 @@ class ShardLeases(JobPlans):
         oldest job first (so a big job cannot starve earlier ones), then costliest shard
         first as `coordinator.shards.next_pending` orders them.
         """
-        target_kinds = set(target_kinds)
-        for _ in range(_CLAIM_TRIES):
-            with self._unit(write=True) as session:
-                outcome = self._claim_once(session, agent_id, fingerprint_id, target_kinds, now, ttl)
-            if outcome is not _RACED:
-                return outcome  # type: ignore[return-value]
-        return None
+        [answer] = self.claim_shards([ShardClaim(agent_id, fingerprint_id, tuple(target_kinds))], now, ttl)
+        if isinstance(answer, BaseException):
+            raise answer
+        return answer
 
-    def _claim_once(
-        self,
-        session: Session,
-        agent_id: str,
-        fingerprint_id: str,
-        target_kinds: set[str],
-        now: datetime,
-        ttl: float,
-    ) -> ShardLease | None | object:
-        agent = self._claiming_agent(session, agent_id, fingerprint_id)
-        kinds = sorted(target_kinds & set(agent.target_kinds))
-        if not kinds:
-            return None
-        job_id = session.scalar(
+    def claim_shards(
+        self, claims: Sequence[ShardClaim], now: datetime, ttl: float
+    ) -> list[ShardLease | None | FarmError]:
+        """`claim_shard` for many agents at once: per claim a lease, None (no work for it) or
+        the error that claim alone raises (an unknown agent, a wrong fingerprint).
+
+        Claims that want the same work share transactions, one per job they draw from (one
+        job per transaction, by the lock order); a thousand agents asking at once after a
+        coordinator restart cost tens of transactions, not a thousand.
+        """
+        answers: list[ShardLease | None | FarmError] = [None] * len(claims)
+        with self._unit() as session:
+            agents = {
+                row.id: row
+                for row in session.execute(
+                    select(AgentRow.id, AgentRow.fingerprint_id, AgentRow.target_kinds).where(
+                        AgentRow.id.in_({c.agent_id for c in claims})
+                    )
+                )
+            }
+        wanting: dict[tuple[str, tuple[str, ...]], list[int]] = {}
+        for index, claim in enumerate(claims):
+            agent = agents.get(claim.agent_id)
+            if agent is None:
+                answers[index] = UnknownAgent(
+                    f"agent {claim.agent_id!r} is not registered with the coordinator at {self.url}",
+                    "register again",
+                )
+            elif agent.fingerprint_id != claim.fingerprint_id:
+                answers[index] = AgentMismatch(
+                    f"agent {claim.agent_id} registered fingerprint {agent.fingerprint_id}, "
+                    f"not {claim.fingerprint_id}",
+                    "register again with this box's fingerprint",
+                )
+            else:
+                kinds = tuple(sorted(set(claim.target_kinds) & set(agent.target_kinds)))
+                if kinds:
+                    wanting.setdefault((claim.fingerprint_id, kinds), []).append(index)
+        for (fingerprint_id, kinds), indexes in wanting.items():
+            passed: set[str] = set()  # jobs with nothing left to lease to these claims
+            while indexes:
+                with self._unit(write=True) as session:
+                    job_id = self._oldest_job_with_pending(session, fingerprint_id, kinds, passed)
+                    leases = []
+                    if job_id is not None:
+                        leases = self._lease_from_job(
+                            session, job_id, [claims[i].agent_id for i in indexes], now, ttl
+                        )
+                    if not leases:
+                        unchanged(session)
+                if job_id is None:
+                    break
+                if not leases:
+                    passed.add(job_id)
+                    continue
+                for lease in leases:
+                    index = next(i for i in indexes if claims[i].agent_id == lease.shard.agent_id)
+                    answers[index] = lease
+                    indexes.remove(index)
+        return answers
+
+    def _oldest_job_with_pending(
+        self, session: Session, fingerprint_id: str, kinds: Sequence[str], passed: set[str]
+    ) -> str | None:
+        query = (
             select(JobRow.id)
             .join(ShardRow, ShardRow.job_id == JobRow.id)
             .where(
@@ -85,93 +144,74 @@ class ShardLeases(JobPlans):
             .order_by(JobRow.created_at, JobRow.id)
             .limit(1)
         )
-        if job_id is None:
-            return None
-        # One job per transaction: holding one job while waiting for another could deadlock.
+        if passed:
+            query = query.where(JobRow.id.not_in(passed))
+        return session.scalar(query)
+
+    def _lease_from_job(
+        self, session: Session, job_id: str, agent_ids: Sequence[str], now: datetime, ttl: float
+    ) -> list[ShardLease]:
+        """Lease up to one pending shard of the job to each agent, in order (costliest first)."""
         job = self._lock_job(session, job_id)
         if job.state != JobState.RUNNING.value:
-            return _RACED
+            return []
         # The job lock already serializes the claims of one job; SKIP LOCKED keeps a claim
         # from queueing behind a shard row some other writer holds.
-        row = session.scalars(
+        rows = session.scalars(
             select(ShardRow)
             .where(ShardRow.job_id == job_id, ShardRow.state == ShardState.PENDING.value)
             .order_by(ShardRow.cost.desc(), ShardRow.id)
-            .limit(1)
+            .limit(len(agent_ids))
             .with_for_update(skip_locked=True)
             .execution_options(populate_existing=True)
-        ).first()
-        if row is None:
-            return _RACED
-        claimed = self._try_lease(session, row, agent_id, now, ttl)
-        return _RACED if claimed is None else claimed
-
-    def _try_lease(
-        self, session: Session, row: ShardRow, agent_id: str, now: datetime, ttl: float
-    ) -> ShardLease | None:
-        old = self._stored(session, row)
-        granted = shard_rules.lease(old.as_shard(), agent_id, _seconds(now), ttl)
+        ).all()
+        if not rows:
+            return []
+        tasks = self._tasks(session, job_id)
+        names = {task.index: task.name for task in tasks}
         deadline = now + timedelta(seconds=ttl)
-        if not self._write_shard(
-            session, old, granted.shard, now, leased_at=now, heartbeat_deadline=deadline
-        ):
-            return None
-        shard = self._reread(session, old.id)
-        self._append_event(session, shard.job_id, "shard_changed", _shard_event(shard), now)
-        tasks = self._tasks(session, shard.job_id)
-        wanted = set(shard.task_indexes)
-        return ShardLease(
-            shard=shard,
-            job=_job(session.get_one(JobRow, shard.job_id)),
-            tasks=[task for task in tasks if task.index in wanted],
-            expires_at=deadline,
+        changes = []
+        for row, agent_id in zip(rows, agent_ids):
+            old = _stored_shard(row, [names[i] for i in row.task_indexes])
+            new = shard_rules.lease(old.as_shard(), agent_id, _seconds(now), ttl).shard
+            changes.append({"shard": old.id, "old_state": old.state.value, "old_attempt": old.attempt,
+                            "new_state": new.state.value, "new_attempt": new.attempt, "agent": agent_id})
+        # One statement for all: the rows are locked, so the guard (as in `_write_shard`)
+        # cannot miss; if it ever did, nothing of this claim is kept.
+        result = session.connection().execute(
+            update(ShardRow)
+            .where(
+                ShardRow.id == bindparam("shard"),
+                ShardRow.state == bindparam("old_state"),
+                ShardRow.attempt == bindparam("old_attempt"),
+            )
+            .values(
+                state=bindparam("new_state"), attempt=bindparam("new_attempt"), agent_id=bindparam("agent"),
+                leased_at=now, heartbeat_deadline=deadline, updated_at=now,
+            ),
+            changes,
         )
-
-    def report_records(
-        self,
-        shard_id: str,
-        attempt: int,
-        agent_id: str,
-        records: Sequence[NewRecord],
-        trials_done_delta: int | None = None,
-    ) -> RecordReport:
-        """Store measured records under a lease, if it is still the shard's current one.
-
-        A stale attempt stores nothing. ``trials_done_delta`` defaults to the number of
-        records (failed candidates are records too: errors are data).
-        """
-        with self._unit(write=True) as session:
-            row = self._locked_shard(session, shard_id)
-            if row is None:
-                return RecordReport(False, f"shard {shard_id} is unknown", 0, 0)
-            shard = self._stored(session, row)
-            reason = shard_rules.stale_reason(shard.as_shard(), attempt, agent_id)
-            if reason is not None:
-                return RecordReport(False, reason, 0, 0)
-            job = session.get_one(JobRow, shard.job_id)
-            foreign = sorted({r.fingerprint_id for r in records} - {job.fingerprint_id})
-            if foreign:
-                raise RegistryError(
-                    f"records for fingerprint(s) {', '.join(foreign)} were reported under a "
-                    f"lease of job {job.id}, which tunes for {job.fingerprint_id}",
-                    "nothing was written; report records measured on this agent's device",
-                )
-            records = [r if r.job_id else replace(r, job_id=shard.job_id) for r in records]
-            stored = self._store.insert_records_in(session, records) if records else 0
-            delta = len(records) if trials_done_delta is None else trials_done_delta
-            if delta:
-                # The lease is locked (PostgreSQL) or the database is (SQLite): no guard needed.
-                session.execute(
-                    update(ShardRow)
-                    .where(ShardRow.id == shard_id)
-                    .values(trials_done=ShardRow.trials_done + delta)
-                )
-                session.execute(
-                    update(JobRow)
-                    .where(JobRow.id == shard.job_id)
-                    .values(trials_done=JobRow.trials_done + delta)
-                )
-            return RecordReport(True, None, stored, len(records) - stored)
+        if result.rowcount != len(changes):
+            raise RegistryError(f"shards of job {job_id} changed while they were being leased", "ask again")
+        granted = [change["shard"] for change in changes]
+        leased = {
+            row.id: _stored_shard(row, [names[i] for i in row.task_indexes])
+            for row in session.scalars(
+                select(ShardRow).where(ShardRow.id.in_(granted)).execution_options(populate_existing=True)
+            )
+        }
+        shards = [leased[shard_id] for shard_id in granted]
+        self._append_events(session, job_id, [("shard_changed", _shard_event(s)) for s in shards], now)
+        job_entity = _job(job)
+        return [
+            ShardLease(
+                shard=shard,
+                job=job_entity,
+                tasks=[task for task in tasks if task.index in set(shard.task_indexes)],
+                expires_at=deadline,
+            )
+            for shard in shards
+        ]
 
     def complete_shard(
         self, shard_id: str, attempt: int, agent_id: str, now: datetime
@@ -248,6 +288,8 @@ class ShardLeases(JobPlans):
                     )
             for job_id in sorted({s.job_id for s in changed}):
                 self._settle_job(session, job_id, now)
+            if not changed:
+                unchanged(session)
             return [self._reread(session, s.id) for s in changed]
 
     def reconcile_leases(
@@ -311,19 +353,23 @@ class ShardLeases(JobPlans):
     def _heartbeat_verdict(
         self, agent_id: str, running: list[tuple[str, int]], as_of: datetime, grace: float
     ) -> HeartbeatVerdict:
-        """`reconcile_heartbeat` on an unlocked read (task names do not matter to it)."""
+        """`reconcile_heartbeat` on an unlocked read of just the columns it looks at."""
         ids = {shard_id for shard_id, _ in running}
-        with self._unit() as session:
-            rows = session.scalars(
-                select(ShardRow).where(
-                    or_(
-                        ShardRow.id.in_(ids),
-                        (ShardRow.agent_id == agent_id) & (ShardRow.state == ShardState.LEASED.value),
-                    )
-                )
+        query = select(
+            ShardRow.id, ShardRow.job_id, ShardRow.state, ShardRow.attempt, ShardRow.agent_id, ShardRow.leased_at
+        ).where(
+            or_(
+                ShardRow.id.in_(ids),
+                (ShardRow.agent_id == agent_id) & (ShardRow.state == ShardState.LEASED.value),
             )
+        )
+        with self._unit() as session:
             shards = {
-                row.id: _stored_shard(row, [str(i) for i in row.task_indexes]).as_shard() for row in rows
+                row.id: Shard(
+                    row.id, row.job_id, (), 0.0, 0, ShardState(row.state), row.attempt, row.agent_id,
+                    None if row.leased_at is None else _seconds(row.leased_at),
+                )
+                for row in session.execute(query)
             }
         return shard_rules.reconcile_heartbeat(agent_id, running, shards, _seconds(as_of), grace)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
-from sqlalchemy import select, update
+from sqlalchemy import case, func, select, update
 from sqlalchemy.orm import Session
 
 from coordinator import shards as shard_rules
@@ -119,6 +119,23 @@ class JobPlans(JobLifecycle):
             )
             return _job(session.get_one(JobRow, job_id, populate_existing=True))
 
+    def running_jobs_ready_to_build(self) -> list[str]:
+        """Running jobs whose shards are all done (or that have none): `rollup` says
+        READY_TO_BUILD, decided in one query instead of one per job."""
+        query = (
+            select(JobRow.id)
+            .outerjoin(ShardRow, ShardRow.job_id == JobRow.id)
+            .where(JobRow.state == JobState.RUNNING.value)
+            .group_by(JobRow.id)
+            .having(
+                func.count(ShardRow.id)
+                == func.count(case((ShardRow.state == ShardState.DONE.value, 1)))
+            )
+            .order_by(JobRow.id)
+        )
+        with self._unit() as session:
+            return list(session.scalars(query))
+
     def job_rollup(self, job_id: str) -> JobRollup:
         with self._unit() as session:
             self._job_row(session, job_id)
@@ -140,14 +157,18 @@ class JobPlans(JobLifecycle):
         return self._stored(session, session.get_one(ShardRow, shard_id, populate_existing=True))
 
     def _shards(self, session: Session, job_id: str) -> list[StoredShard]:
-        names = self._task_names(session, job_id)
         query = (
             select(ShardRow)
             .where(ShardRow.job_id == job_id)
             .order_by(ShardRow.index)
             .execution_options(populate_existing=True)
         )
-        return [self._stored(session, row, names) for row in session.scalars(query)]
+        rows = session.scalars(query).all()
+        # Tasks after shards: each statement of a PostgreSQL (read committed) transaction sees
+        # what was committed when it began, and a plan commits its tasks with its shards. Read
+        # the other way round, a plan committed in between gave shards without task names.
+        names = self._task_names(session, job_id) if rows else {}
+        return [self._stored(session, row, names) for row in rows]
 
     def _tasks(self, session: Session, job_id: str) -> list[JobTask]:
         query = select(JobTaskRow).where(JobTaskRow.job_id == job_id).order_by(JobTaskRow.index)

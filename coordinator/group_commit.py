@@ -1,0 +1,98 @@
+"""Group commit: the requests that arrive while one transaction runs are served by the next, together.
+
+A report's or a claim's cost was its transaction (row locks, round trips, commit), not its
+content: one writer thread per kind of request that takes everything waiting and serves it
+in one transaction turns a thousand agents' calls into a few transactions a second
+(bench/coordinator_scale.py). Each caller still gets its own answer, and only after the
+commit: what an agent was told is stored, or leased to it, is.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
+from typing import Generic, TypeVar
+
+from farm.errors import FarmError
+
+logger = logging.getLogger("farm.coordinator")
+
+Request = TypeVar("Request")
+Answer = TypeVar("Answer")
+
+# Requests per transaction at most: bounds a transaction's size when a backlog builds up.
+MAX_GROUP = 256
+# A caller waits at most this long for its commit.
+COMMIT_TIMEOUT_S = 60.0
+
+
+class GroupCommit(Generic[Request, Answer]):
+    """One thread serving requests in groups with ``serve(requests) -> answers`` (an answer
+    that is an exception is raised to its caller alone); `submit` blocks until its answer."""
+
+    def __init__(self, name: str, serve: Callable[[list[Request]], Sequence[Answer | BaseException]],
+                 max_group: int = MAX_GROUP):
+        self._serve = serve
+        self._max_group = max_group
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._closed = False
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    def submit(self, request: Request) -> Answer:
+        if self._closed:
+            raise FarmError("the coordinator is shutting down", "call again once it is back")
+        future: Future = Future()
+        self._queue.put((request, future))
+        return future.result(COMMIT_TIMEOUT_S)
+
+    def waiting(self) -> int:
+        return self._queue.qsize()
+
+    def close(self) -> None:
+        """Serve what is queued, then stop."""
+        if not self._closed:
+            self._closed = True
+            self._queue.put(None)
+            self._thread.join(timeout=COMMIT_TIMEOUT_S)
+
+    def _run(self) -> None:
+        while True:
+            first = self._queue.get()
+            if first is None:
+                return
+            group = [first]
+            stop = False
+            while len(group) < self._max_group:
+                try:
+                    item = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if item is None:
+                    stop = True
+                    break
+                group.append(item)
+            self._commit(group)
+            if stop:
+                return
+
+    def _commit(self, group: list[tuple[Request, Future]]) -> None:
+        try:
+            answers = self._serve([request for request, _ in group])
+        except Exception as err:  # noqa: BLE001 - answered per request below
+            if len(group) > 1:
+                # One bad request must not cost the others theirs: each again, alone.
+                logger.warning("a group of %d requests failed (%s); serving them one by one", len(group), err)
+                for item in group:
+                    self._commit([item])
+                return
+            group[0][1].set_exception(err)
+            return
+        for (_, future), answer in zip(group, answers):
+            if isinstance(answer, BaseException):
+                future.set_exception(answer)
+            else:
+                future.set_result(answer)

@@ -1,0 +1,185 @@
+"""What the coordinator keeps in memory to stay fast, checked against the registry it caches:
+live agents (heartbeats written back, settled lease lists, pending work), the group commit of
+reports, and which progress reports become events. On SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+from registry_fixtures import postgres_admin, registry_url, store  # noqa: F401
+from test_cluster_store import GPU, OTHER_GPU, TTL, _agent, _planned_job, _records, at, cluster  # noqa: F401
+
+from coordinator.live_agents import LiveAgents
+from coordinator.progress_events import ProgressEvents
+from coordinator.registry.cluster_store import ClusterStore
+from coordinator.registry.entities import NewRecord, ReportedBatch
+from coordinator.group_commit import GroupCommit
+from farm.errors import RegistryError
+
+
+def _live(cluster: ClusterStore, store) -> LiveAgents:  # type: ignore[no-untyped-def]
+    # pending_refresh=0: every state change is seen at once (the coordinator allows 0.25 s).
+    return LiveAgents(cluster, lambda: store.unit_of_work.state_version, pending_refresh=0)
+
+
+def test_heartbeats_are_written_back_in_one_flush(cluster, store):
+    live = _live(cluster, store)
+    agents = [_agent(cluster), _agent(cluster)]
+    assert live.known("agent-nobody") is None
+    assert live.known(agents[0].id).fingerprint_id == GPU  # registered before: read from the registry
+    live.beat(agents[0].id, at(40))
+    live.beat(agents[1].id, at(41))
+    live.beat(agents[1].id, at(42))  # the latest counts
+    assert cluster.get_agent(agents[1].id).last_heartbeat_at == at(0)  # not written yet
+    assert live.flush() == 2
+    assert [cluster.get_agent(a.id).last_heartbeat_at for a in agents] == [at(40), at(42)]
+    assert live.flush() == 0
+
+    # A lost agent that beats again is active again once the beat is written.
+    assert {a.id for a in cluster.mark_lost_agents(at(42 + TTL + 1), TTL)} == {a.id for a in agents}
+    live.beat(agents[0].id, at(80))
+    live.flush()
+    assert cluster.get_agent(agents[0].id).state == "active" and cluster.get_agent(agents[1].id).state == "lost"
+
+
+def test_a_settled_lease_list_stays_settled_only_until_a_shard_changes(cluster, store):
+    live = _live(cluster, store)
+    _planned_job(cluster, tasks=2, shards=2)
+    agent = _agent(cluster)
+    lease = cluster.claim_shard(agent.id, GPU, ["cuda"], at(1), TTL)
+    listed = frozenset({(lease.shard.id, lease.attempt)})
+
+    version = live.version()
+    verdict = cluster.reconcile_leases(agent.id, sorted(listed), at(2), grace=10)
+    assert verdict.settled and not verdict.cancel and not verdict.lost
+    live.note_settled(agent.id, listed, version)
+    assert live.is_settled(agent.id, listed, live.version())
+    assert not live.is_settled(agent.id, frozenset(), live.version()), "another list is another question"
+
+    # Records change no shard's state: the verdict holds.
+    assert cluster.report_records(lease.shard.id, 1, agent.id, _records(lease, ["a"])).accepted
+    assert live.is_settled(agent.id, listed, live.version())
+    # A shard state change (here: the other shard leased) is a reason to look again.
+    cluster.claim_shard(agent.id, GPU, ["cuda"], at(3), TTL)
+    assert not live.is_settled(agent.id, listed, live.version())
+    verdict = cluster.reconcile_leases(agent.id, sorted(listed), at(4), grace=10)
+    assert not verdict.settled and not verdict.lost  # the new lease is within its grace
+
+
+def test_idle_polls_see_pending_work_as_soon_as_it_exists_and_until_it_is_gone(cluster, store):
+    live = _live(cluster, store)
+    agent = _agent(cluster)
+    assert not live.may_have_work(GPU, ["cuda"])
+    _planned_job(cluster, tasks=2, shards=2)
+    assert live.may_have_work(GPU, ["cuda"]) and not live.may_have_work(GPU, ["llvm"])
+    assert not live.may_have_work(OTHER_GPU, ["cuda"])
+    cluster.claim_shard(agent.id, GPU, ["cuda"], at(1), TTL)
+    assert live.may_have_work(GPU, ["cuda"])
+    cluster.claim_shard(agent.id, GPU, ["cuda"], at(1), TTL)
+    assert not live.may_have_work(GPU, ["cuda"])
+
+
+class _HeldCluster:
+    """A ClusterStore whose first group commit waits until the test lets it go."""
+
+    def __init__(self, cluster: ClusterStore):
+        self._cluster = cluster
+        self.release = threading.Event()
+        self.entered = threading.Event()
+        self.groups: list[int] = []
+
+    def ingest_reports(self, batches):  # type: ignore[no-untyped-def]
+        if not self.groups:
+            self.entered.set()
+            self.release.wait(30)
+        self.groups.append(len(batches))
+        return self._cluster.ingest_reports(batches)
+
+
+def test_reports_that_arrive_during_a_commit_go_in_the_next_one(cluster, store):
+    job = _planned_job(cluster, tasks=2, shards=2)
+    agents = [_agent(cluster), _agent(cluster)]
+    leases = [cluster.claim_shard(a.id, GPU, ["cuda"], at(1), TTL) for a in agents]
+    held = _HeldCluster(cluster)
+    ingest = GroupCommit("test-reports", held.ingest_reports)
+    answers: dict[int, object] = {}
+
+    def report(n: int) -> None:
+        agent, lease = agents[n % 2], leases[n % 2]
+        # Traces overlap between reports: each is stored once, for whichever report is first.
+        batch = ReportedBatch(lease.shard.id, 1, agent.id, _records(lease, [f"t{n % 7}", f"t{n}"]), trials=2)
+        answers[n] = ingest.submit(batch)
+
+    threads = [threading.Thread(target=report, args=(0,))]
+    threads[0].start()
+    assert held.entered.wait(30)
+    threads += [threading.Thread(target=report, args=(n,)) for n in range(1, 21)]
+    for thread in threads[1:]:
+        thread.start()
+    deadline = time.monotonic() + 30
+    while ingest.waiting() < 20 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    held.release.set()
+    for thread in threads:
+        thread.join(30)
+    ingest.close()
+
+    assert held.groups == [1, 20]
+    assert all(answer.accepted for answer in answers.values())
+    # Each agent's shard has its own workload: a trace is one record per workload.
+    unique = {(n % 2, trace) for n in range(21) for trace in (f"t{n % 7}", f"t{n}")}
+    assert len(unique) == 28
+    assert sum(answer.stored for answer in answers.values()) == store.count_records() == len(unique)
+    assert sum(answer.duplicates for answer in answers.values()) == 42 - len(unique)
+    assert store.get_job(job.id).trials_done == 42
+
+
+def test_a_report_that_cannot_be_written_fails_alone(cluster, store):
+    _planned_job(cluster, tasks=1, shards=1)
+    agent = _agent(cluster)
+    lease = cluster.claim_shard(agent.id, GPU, ["cuda"], at(1), TTL)
+    held = _HeldCluster(cluster)
+    ingest = GroupCommit("test-reports", held.ingest_reports)
+    bad = NewRecord(workload_id=999_999, fingerprint_id=GPU, target=lease.job.target, tvm_version="0.27.0",
+                    trace='"x"', run_secs=[0.001])
+    results: dict[str, object] = {}
+
+    def report(name: str, records) -> None:  # type: ignore[no-untyped-def]
+        try:
+            results[name] = ingest.submit(ReportedBatch(lease.shard.id, 1, agent.id, records, trials=1))
+        except RegistryError as err:
+            results[name] = err
+
+    first = threading.Thread(target=report, args=("first", _records(lease, ["a"])))
+    first.start()
+    assert held.entered.wait(30)
+    rest = [threading.Thread(target=report, args=("bad", [bad])),
+            threading.Thread(target=report, args=("good", _records(lease, ["b"])))]
+    for thread in rest:
+        thread.start()
+    while ingest.waiting() < 2:
+        time.sleep(0.01)
+    held.release.set()
+    for thread in [first, *rest]:
+        thread.join(30)
+    ingest.close()
+
+    assert isinstance(results["bad"], RegistryError) and "999999" in str(results["bad"])
+    assert results["first"].stored == 1 and results["good"].stored == 1
+    assert store.count_records() == 2
+
+
+def test_progress_events_are_thinned_but_the_last_word_is_kept():
+    events = ProgressEvents(interval=3600)
+    item = {"task_name": "t0", "trials": 1, "budget": 8}
+    assert events.due("s1", [item]) == [item]  # the first report of a task
+    assert events.due("s1", [dict(item, trials=2)]) == []
+    assert events.due("s1", [dict(item, trials=3), {"task_name": "t1", "trials": 1, "budget": 8}]) == [
+        {"task_name": "t1", "trials": 1, "budget": 8}]
+    done = dict(item, trials=8)
+    assert events.due("s2", [{"task_name": "t0", "trials": 1, "budget": 8}])  # another shard, its own clock
+    assert events.held_back("s1") == [dict(item, trials=3)]
+    assert events.held_back("s1") == []
+    assert events.due("s1", [done]) == [done], "a finished task is always written"
