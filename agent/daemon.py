@@ -181,7 +181,7 @@ class Agent:
                 validation = self.stub.LeaseValidation(farm_pb2.LeaseValidationRequest(
                     agent_id=self.agent_id, fingerprint_id=self.fingerprint.id, target_kinds=kinds), timeout=30)
                 if validation.HasField("validation"):
-                    self._validate(validation.validation)
+                    self._validate(validation.validation, stop)
                     continue
                 leased = self.stub.LeaseShard(farm_pb2.LeaseShardRequest(
                     agent_id=self.agent_id, fingerprint_id=self.fingerprint.id, target_kinds=kinds), timeout=30)
@@ -225,10 +225,10 @@ class Agent:
             with self._lock:
                 self.running.pop(shard.shard_id, None)
 
-    def _validate(self, lease) -> None:
+    def _validate(self, lease, stop: threading.Event) -> None:
         from agent.shard_tuning import validate_library
 
-        validate_library(self, lease)
+        validate_library(self, lease, stop)
 
 
 def _retry_unavailable(call: Callable, stop: threading.Event, what: str, patience: float | None = None):

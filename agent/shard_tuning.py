@@ -136,8 +136,9 @@ def _summaries(tasks):
     ]
 
 
-def validate_library(agent: "Agent", lease) -> None:
+def validate_library(agent: "Agent", lease, stop: threading.Event) -> None:
     """Run the tuned library against its reference on this device, time it, report."""
+    from agent.daemon import _retry_unavailable
     from agent.validation import check_library
     from coordinator.models.loaded import Fill, TensorSpec, random_inputs, random_weights
     from farm.wire import farm_pb2
@@ -175,8 +176,13 @@ def validate_library(agent: "Agent", lease) -> None:
             request.untuned_latency.CopyFrom(_latency(check.untuned_latency))
     except Exception as err:  # noqa: BLE001 - reported to the coordinator, which decides
         request.error = f"{type(err).__name__}: {err}"[:2000]
-    agent.stub.ReportValidation(request, timeout=60)
-    logger.info("validated %s in %.1f s", lease.job_id, time.monotonic() - begin)
+    # Retried while the coordinator restarts: a lost report is never noticed, since this agent
+    # keeps heartbeating and so the lease never expires (its job would wait forever).
+    reply = _retry_unavailable(lambda: agent.stub.ReportValidation(request, timeout=60), stop,
+                               "report validation", patience=agent.settings.report_patience_sec)
+    if reply is not None:
+        logger.info("validated %s in %.1f s%s", lease.job_id, time.monotonic() - begin,
+                    "" if reply.accepted else f" (not accepted: {reply.reason})")
 
 
 def _latency(latency):
