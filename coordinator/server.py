@@ -56,9 +56,12 @@ class CoordinatorServer:
             return
         self._stopped = True
         logger.info("coordinator draining (grace %.0f s)", grace)
+        # Refuse new calls first, then tell watchers: whoever hears NOT_SERVING and calls
+        # again is refused, never answered by a coordinator that is going away.
+        stopped = self.server.stop(grace)
         self.health.enter_graceful_shutdown()
         self.coordinator.draining = True
-        self.server.stop(grace).wait()
+        stopped.wait()
         self._stop_ticking.set()
         self.coordinator.wake.set()
         self._ticker.join(timeout=5)
