@@ -31,7 +31,8 @@ def free_port() -> int:
 class Cluster:
     """Handles to a coordinator and agents; ``close()`` stops them all and checks for leftovers."""
 
-    def __init__(self, root: Path, registry_url: str, *, lease_ttl: float = 6.0, heartbeat: float = 1.0):
+    def __init__(self, root: Path, registry_url: str, *, lease_ttl: float = 6.0, heartbeat: float = 1.0,
+                 max_attempts: int | None = None, grace: float | None = None):
         self.root = root
         self.registry_url = registry_url
         self.marker = uuid.uuid4().hex
@@ -39,6 +40,8 @@ class Cluster:
         self.tracker_port = free_port()
         self.lease_ttl = lease_ttl
         self.heartbeat = heartbeat
+        self.max_attempts = max_attempts  # None: the coordinator's default
+        self.grace = grace  # seconds in-flight calls get on SIGTERM; None: the default
         self.coordinator: subprocess.Popen | None = None
         self.agents: dict[str, subprocess.Popen] = {}
         self.exe = str(Path(sys.executable).with_name("farm"))
@@ -53,9 +56,13 @@ class Cluster:
         env.pop("FARM_COORDINATOR", None)
         return env
 
-    def _spawn(self, name: str, args: list[str], home: str) -> subprocess.Popen:
+    def _spawn(self, name: str, args: list[str], home: str, affinity: set[int] | None = None) -> subprocess.Popen:
         log = open(self.root / f"{name}.log", "ab")
-        return subprocess.Popen([self.exe, *args], env=self.env(home), stdout=log, stderr=subprocess.STDOUT,
+        # taskset sets the CPU list and execs the command (same pid), so everything it starts
+        # inherits the list; a preexec_fn would run Python in a forked child of a threaded
+        # process (the tests hold gRPC channels).
+        pin = [] if affinity is None else ["taskset", "-c", ",".join(str(c) for c in sorted(affinity))]
+        return subprocess.Popen([*pin, self.exe, *args], env=self.env(home), stdout=log, stderr=subprocess.STDOUT,
                                 start_new_session=True)
 
     def start_coordinator(self, timeout: float = 60.0) -> None:
@@ -63,6 +70,8 @@ class Cluster:
             "coordinator", "--listen", self.address, "--registry", self.registry_url,
             "--tracker-listen", f"127.0.0.1:{self.tracker_port}",
             "--heartbeat-interval", str(self.heartbeat), "--lease-ttl", str(self.lease_ttl),
+            *(["--max-attempts", str(self.max_attempts)] if self.max_attempts is not None else []),
+            *(["--grace", str(self.grace)] if self.grace is not None else []),
         ], "coordinator")
         self.wait_serving(timeout)
 
@@ -84,8 +93,10 @@ class Cluster:
             time.sleep(0.3)
         raise AssertionError(f"coordinator not serving after {timeout} s:\n{self.log('coordinator')}")
 
-    def start_agent(self, name: str) -> subprocess.Popen:
-        proc = self._spawn(name, ["agent", "--coordinator", self.address, "--build-workers", "1"], name)
+    def start_agent(self, name: str, affinity: set[int] | None = None) -> subprocess.Popen:
+        """An agent; ``affinity`` (CPU numbers) limits the CPUs it and its children may use,
+        which changes its fingerprint (the cores it can use are part of it)."""
+        proc = self._spawn(name, ["agent", "--coordinator", self.address, "--build-workers", "1"], name, affinity)
         self.agents[name] = proc
         return proc
 

@@ -14,6 +14,13 @@ from registry_fixtures import postgres_admin, registry_url  # noqa: F401 (fixtur
 
 pytestmark = pytest.mark.slow
 
+# The slowest scenarios run on one registry each (the SQL is the same on both; the core ones,
+# two agents sharing a job and an agent killed mid-shard, run on both): the suite stays within
+# CI's 20 minutes. A coordinator killed mid-build runs on SQLite in test_cluster_faults.py.
+ON_POSTGRES = pytest.mark.parametrize(
+    "registry_url", [pytest.param("postgres", marks=pytest.mark.postgres)], indirect=True)
+ON_SQLITE = pytest.mark.parametrize("registry_url", ["sqlite"], indirect=True)
+
 SUBMIT = ["submit", "mlp-tiny", "llvm", "2", "--trials", "24", "--trials-per-task", "12", "--runs", "3"]
 
 
@@ -109,6 +116,7 @@ def test_killed_agent_loses_no_reported_records(cluster):
     assert before <= after, "records reported before the kill were lost"
 
 
+@ON_POSTGRES  # the fleet's registry
 def test_coordinator_restart_mid_job(cluster):
     cluster.start_coordinator()
     cluster.start_agent("a1")
@@ -128,6 +136,7 @@ def test_coordinator_restart_mid_job(cluster):
     assert done["state"] == "succeeded", (done, cluster.log("coordinator")[-3000:])
 
 
+@ON_POSTGRES
 def test_cancel_releases_leases(cluster):
     cluster.start_coordinator()
     cluster.start_agent("a1")
@@ -148,6 +157,7 @@ def test_cancel_releases_leases(cluster):
     assert registry_records(cluster.registry_url, job_id) == settled
 
 
+@ON_SQLITE  # a single box's registry
 def test_onnx_file_through_the_coordinator(cluster, tmp_path):
     """An ONNX file travels as bytes (content-addressed), is tuned by an agent, runs locally."""
     from onnx_models import write_small_cnn
