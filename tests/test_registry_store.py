@@ -370,15 +370,62 @@ def test_top_k_is_fastest_valid_first_and_scoped(store):
     assert [r.trace for r in both] == ['"other"']
 
 
+def test_trace_and_args_info_are_stored_as_the_exact_text_given(store):
+    # PostgreSQL receives them inside a JSON document as JSON values, not strings: what comes
+    # back must still be the very text (spacing, number spelling, key order), or digests and
+    # the records agents are sent would drift.
+    workload = _seed(store)
+    trace = '[["A", {"b":1,  "a":[1.50,2e3,-0.0]}],"\\u00e9\\"q\\"",null]'
+    args_info = '[["TENSOR","float32",[1, 64]]]'
+    scope = {"software": {"tvm": "0.27.0", "note": "é"}, "job_id": None}
+    store.add_tuning_records([_record(workload, trace, [0.25, 0.5], args_info=args_info, **scope),
+                              _record(workload, "[]", None, args_info=None)])
+    stored = {r.trace: r for r in store.all_records()}
+    assert set(stored) == {trace, "[]"}
+    assert stored[trace].args_info == args_info and stored["[]"].args_info is None
+    assert stored[trace].run_secs == [0.25, 0.5] and stored["[]"].run_secs is None
+    assert stored[trace].software == {"tvm": "0.27.0", "note": "é"}
+
+
+def test_a_trace_that_is_not_json_cannot_add_rows_or_change_other_fields(store, registry_url):
+    # NewRecord's contract is canonical JSON text. PostgreSQL receives the records as one JSON
+    # document with that text spliced in: a caller that breaks the contract must get an error,
+    # not a row it never passed or a record filed under another fingerprint. (SQLite binds each
+    # value on its own, so there the text is only stored as given.)
+    workload = _seed(store)
+    smuggled = {
+        "a row": '1},{"trace":1,"workload_id":%d,"fingerprint_id":"cpu-bbbb","record_digest":"x"'
+        % workload,
+        "a field": '1,"fingerprint_id":"cpu-bbbb"',
+        "a field in args_info": ('[]', '1,"fingerprint_id":"cpu-bbbb"'),
+    }
+    for what, text in smuggled.items():
+        trace, args_info = text if isinstance(text, tuple) else (text, None)
+        record = _record(workload, trace, [0.1], args_info=args_info)
+        if registry_url.startswith("postgresql"):
+            with pytest.raises(RegistryError, match="is not JSON text"):
+                store.add_tuning_records([_record(workload, "[0]", [0.1]), record])
+        else:
+            store.add_tuning_records([record])
+    stored = store.all_records()
+    assert {r.fingerprint_id for r in stored} <= {"cpu-aaaa"}, "a smuggled field took effect"
+    if registry_url.startswith("postgresql"):
+        assert stored == [], "a refused batch wrote some of its rows"
+    else:
+        assert sorted(r.trace for r in stored) == sorted(
+            t[0] if isinstance(t, tuple) else t for t in smuggled.values()
+        )
+
+
 def test_a_bad_record_rolls_back_the_whole_batch(store):
     workload = _seed(store)
     batch = [_record(workload, f"[{i}]", [0.001]) for i in range(3)]
     with pytest.raises(RegistryError, match="refused a write"):
         store.add_tuning_records(
-            batch + [_record(workload, "[x]", [0.1], fingerprint_id="cpu-unknown")]
+            batch + [_record(workload, '["x"]', [0.1], fingerprint_id="cpu-unknown")]
         )
     with pytest.raises(RegistryError, match="does not have"):
-        store.add_tuning_records(batch + [_record(workload + 1000, "[y]", [0.1])])
+        store.add_tuning_records(batch + [_record(workload + 1000, '["y"]', [0.1])])
     assert store.count_records() == 0
     assert store.add_tuning_records(batch) == 3
 

@@ -25,25 +25,72 @@ _INSERT_CHUNK = 500
 # PostgreSQL: the rows as one JSON document, one statement whatever their number. A multi-row
 # VALUES list of 500 rows is a new SQL text of thousands of placeholders each time, which the
 # driver re-parses in Python (two thirds of a report's cost at 1,000 agents); this text is
-# always the same, and the JSON is written by the json module's C encoder and read by
-# PostgreSQL's.
+# always the same. A record's trace and args_info are JSON text already (NewRecord's contract),
+# so they go into the document as they are, as `json` values, and come out as their exact text
+# (`json` keeps its input verbatim): encoding them again as JSON strings, escaping every quote,
+# was the largest part of a report's cost in the coordinator (bench/coordinator_scale.py).
+#
+# Text spliced into a document must not be able to change other fields or add rows if a caller
+# breaks that contract. Each object starts with trace and args_info, so every field after them
+# overrides a key they might smuggle in (PostgreSQL's json keeps the last of duplicate keys);
+# each object also gives their lengths, which a smuggled field or row would shorten; and the
+# statement refuses a document with more objects than records.
 _RECORD_COLUMNS = (
+    ("trace", "json"), ("args_info", "json"),
     ("workload_id", "bigint"), ("fingerprint_id", "text"), ("target", "text"), ("tvm_version", "text"),
-    ("software", "json"), ("trace", "text"), ("args_info", "text"), ("run_secs", "json"),
+    ("software", "json"), ("run_secs", "json"),
     ("mean_sec", "float8"), ("job_id", "text"), ("record_digest", "text"), ("created_at", "timestamptz"),
 )
+_CHECK_COLUMNS = (("trace_chars", "int"), ("args_info_chars", "int"))
+_VERBATIM_JSON_COLUMNS = ("trace", "args_info")
+
+
+def _refuse_unless(condition: str, message_sql: str) -> str:
+    # A failing cast aborts the statement with the message in its error. The message is built
+    # from the data so that the planner cannot fold it to an error ahead of the test.
+    return f"CASE WHEN {condition} THEN true ELSE CAST({message_sql} AS boolean) END"
+
+
 _INSERT_FROM_JSON = text(
+    "WITH batch AS (SELECT CAST(:rows AS json) AS rows) "
     f"INSERT INTO tuning_records ({', '.join(name for name, _ in _RECORD_COLUMNS)}) "
-    f"SELECT {', '.join(name for name, _ in _RECORD_COLUMNS)} "
-    "FROM json_to_recordset(CAST(:rows AS json)) "
-    f"AS r({', '.join(f'{name} {kind}' for name, kind in _RECORD_COLUMNS)}) "
-    "ON CONFLICT (record_digest) DO NOTHING RETURNING record_digest"
+    f"SELECT {', '.join(f'r.{name}::text' if name in _VERBATIM_JSON_COLUMNS else f'r.{name}' for name, _ in _RECORD_COLUMNS)} "
+    "FROM batch CROSS JOIN LATERAL json_to_recordset(batch.rows) "
+    f"AS r({', '.join(f'{name} {kind}' for name, kind in _RECORD_COLUMNS + _CHECK_COLUMNS)}) "
+    # The first test names no column of r, so it is checked once per statement, not per row.
+    "WHERE " + _refuse_unless(
+        "json_array_length(batch.rows) = :count",
+        "'the record batch holds ' || json_array_length(batch.rows) || ' rows for ' || :count "
+        "|| ' records: a trace or args_info is not JSON text'",
+    ) + " AND " + _refuse_unless(
+        "length(r.trace::text) = r.trace_chars "
+        "AND coalesce(length(r.args_info::text), -1) = r.args_info_chars",
+        "'the trace or args_info of record ' || r.record_digest || ' is not JSON text'",
+    ) + " ON CONFLICT (record_digest) DO NOTHING RETURNING record_digest"
 )
 
 
 def _insert_from_json(session: Session, rows: list[dict[str, Any]]) -> set[str]:
-    document = json.dumps([dict(row, created_at=row["created_at"].isoformat()) for row in rows])
-    return set(session.execute(_INSERT_FROM_JSON, {"rows": document}).scalars())
+    # The fields a batch's rows share (its job's scope) are encoded once per batch.
+    shared: dict[tuple, str] = {}
+    parts = []
+    for row in rows:
+        key = (row["fingerprint_id"], row["target"], row["tvm_version"], row["job_id"],
+               row["created_at"], json.dumps(row["software"], sort_keys=True))
+        scope = shared.get(key)
+        if scope is None:
+            scope = shared[key] = json.dumps({
+                "fingerprint_id": key[0], "target": key[1], "tvm_version": key[2], "job_id": key[3],
+                "created_at": key[4].isoformat(), "software": row["software"]})[1:-1]
+        trace, args_info = row["trace"], row["args_info"]
+        parts.append(
+            f'{{"trace":{trace},"args_info":{"null" if args_info is None else args_info},'
+            f'{scope},"workload_id":{int(row["workload_id"])},"record_digest":"{row["record_digest"]}",'
+            f'"mean_sec":{json.dumps(row["mean_sec"])},"run_secs":{json.dumps(row["run_secs"])},'
+            f'"trace_chars":{len(trace)},"args_info_chars":{-1 if args_info is None else len(args_info)}}}'
+        )
+    document = "[" + ",".join(parts) + "]"
+    return set(session.execute(_INSERT_FROM_JSON, {"rows": document, "count": len(rows)}).scalars())
 
 
 def mean_run_sec(run_secs: Sequence[float | None] | None, trace_valid: bool = True) -> float | None:
