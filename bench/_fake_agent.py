@@ -9,7 +9,6 @@ and reports records, and sends back every call's start time and latency.
 from __future__ import annotations
 
 import asyncio
-import json
 import random
 import time
 from dataclasses import dataclass, field
@@ -32,7 +31,12 @@ class ClientPlan:
     tvm_version: str = ""
     heartbeat_interval: float = 5.0
     batch: int = 16
-    inflight: int = 4  # ReportRecords in flight at once from this process
+    inflight: int = 4  # ReportRecords in flight at once from this process (saturating mode)
+    # Paced mode, when > 0: each tuning agent sends one report every this many seconds (one in
+    # flight at a time, as a real agent measuring a round of candidates does), whatever the
+    # coordinator's speed; the offered load is then fixed and the latencies tell how it copes.
+    report_interval: float = 0.0
+    agents_per_connection: int = 1
     seed: int = 0
 
 
@@ -60,10 +64,19 @@ async def _main(plan: ClientPlan, pipe) -> None:
     rng = random.Random(plan.seed)
     calls = Calls()
     counters = {"stored": 0, "duplicates": 0, "records_sent": 0, "rejected_reports": 0, "errors": 0,
-                "re_register": 0, "cancel_lease": 0, "granted": 0, "busy_without_shard": 0}
-    options = [("grpc.max_receive_message_length", 256 * 1024 * 1024)]
-    async with grpc.aio.insecure_channel(plan.address, options=options) as channel:
-        stub = farm_pb2_grpc.FarmAgentStub(channel)
+                "re_register": 0, "cancel_lease": 0, "granted": 0, "busy_without_shard": 0,
+                "late_reports": 0}
+    # A connection per agent by default, as real agents each have theirs: one HTTP/2
+    # connection carries at most 100 concurrent calls, so a few shared by hundreds of agents
+    # queue their calls on the client side. (A local subchannel pool: channels to one address
+    # would share a connection otherwise.)
+    options = [("grpc.max_receive_message_length", 256 * 1024 * 1024), ("grpc.use_local_subchannel_pool", 1)]
+    agents = plan.busy + plan.idle
+    channels = [grpc.aio.insecure_channel(plan.address, options=options)
+                for _ in range(max(1, -(-agents // plan.agents_per_connection)))]
+    stubs = [farm_pb2_grpc.FarmAgentStub(channel) for channel in channels]
+    stub_of: dict[str, object] = {}
+    try:
 
         # ---------------------------------------------------------------- registration
         gate = asyncio.Semaphore(32)
@@ -71,15 +84,42 @@ async def _main(plan: ClientPlan, pipe) -> None:
         async def register(fingerprint: dict, n: int) -> str:
             async with gate:
                 begin = time.monotonic()
+                stub = stubs[n % len(stubs)]
                 reply = await stub.Register(farm_pb2.RegisterRequest(
                     fingerprint_id=fingerprint["id"], fingerprint_summary=fingerprint["summary"],
                     fingerprint_json=fingerprint["json"], target_kinds=["llvm"],
                     hostname=f"fake-{plan.index}-{n}", tvm_version=plan.tvm_version), timeout=120)
                 calls.add("register", begin, time.monotonic() - begin)
+                stub_of[reply.agent_id] = stub
                 return reply.agent_id
+
+        # Every agent heartbeats from its registration on, listing its leases, as real ones do
+        # (silent agents would be marked lost while the parent plans the jobs). The window,
+        # on the monotonic clock, comes with "go"; until then it is open-ended.
+        window = [float("inf"), float("inf")]
+        leases_of: dict[str, list] = {}
+
+        async def heartbeat_loop(agent_id: str, running: list) -> None:
+            # Agents started at different moments: spread the beats over one interval.
+            await asyncio.sleep(rng.uniform(0, plan.heartbeat_interval))
+            while time.monotonic() < window[1]:
+                begin = time.monotonic()
+                try:
+                    request = farm_pb2.HeartbeatRequest(agent_id=agent_id, running_leases=list(running))
+                    request.sent_at.GetCurrentTime()  # as the real agent does (agent/daemon.py)
+                    reply = await stub_of[agent_id].Heartbeat(request, timeout=60)
+                    calls.add("heartbeat", begin, time.monotonic() - begin)
+                    for item in reply.instructions:
+                        kind = item.WhichOneof("instruction")
+                        counters[kind] = counters.get(kind, 0) + 1
+                except grpc.aio.AioRpcError:
+                    calls.add("heartbeat", begin, time.monotonic() - begin, ok=False)
+                    counters["errors"] += 1
+                await asyncio.sleep(max(0.0, begin + plan.heartbeat_interval - time.monotonic()))
 
         busy_ids = await asyncio.gather(*(register(plan.busy_fingerprint, n) for n in range(plan.busy)))
         idle_ids = await asyncio.gather(*(register(plan.idle_fingerprint, plan.busy + n) for n in range(plan.idle)))
+        beats = [asyncio.create_task(heartbeat_loop(a, leases_of.setdefault(a, []))) for a in busy_ids + idle_ids]
         pipe.send(("registered", len(busy_ids) + len(idle_ids)))
 
         # The parent plans jobs, then says go: templates and the window on the monotonic clock.
@@ -87,6 +127,7 @@ async def _main(plan: ClientPlan, pipe) -> None:
         if message[0] != "go":
             return
         _, templates, go_at, window_start, window_end = message
+        window[:] = [window_start, window_end]
         templates = {shash: text.split(FACTOR_MARK) for shash, text in templates.items()}
         serial = iter(range(plan.index * 10**8 + 2, (plan.index + 1) * 10**8))
         reporting = asyncio.Semaphore(plan.inflight)
@@ -97,28 +138,10 @@ async def _main(plan: ClientPlan, pipe) -> None:
             return f"{head}{next(serial)}{tail}"
 
         # ---------------------------------------------------------------- one agent
-        async def heartbeat_loop(agent_id: str, running: list) -> None:
-            # Agents started at different moments: spread the beats over one interval.
-            await asyncio.sleep(rng.uniform(0, plan.heartbeat_interval))
-            while time.monotonic() < window_end:
-                begin = time.monotonic()
-                try:
-                    request = farm_pb2.HeartbeatRequest(agent_id=agent_id, running_leases=list(running))
-                    request.sent_at.GetCurrentTime()  # as the real agent does (agent/daemon.py)
-                    reply = await stub.Heartbeat(request, timeout=60)
-                    calls.add("heartbeat", begin, time.monotonic() - begin)
-                    for item in reply.instructions:
-                        kind = item.WhichOneof("instruction")
-                        counters[kind] = counters.get(kind, 0) + 1
-                except grpc.aio.AioRpcError:
-                    calls.add("heartbeat", begin, time.monotonic() - begin, ok=False)
-                    counters["errors"] += 1
-                await asyncio.sleep(max(0.0, begin + plan.heartbeat_interval - time.monotonic()))
-
         async def lease(agent_id: str, fingerprint_id: str):
             begin = time.monotonic()
             try:
-                reply = await stub.LeaseShard(farm_pb2.LeaseShardRequest(
+                reply = await stub_of[agent_id].LeaseShard(farm_pb2.LeaseShardRequest(
                     agent_id=agent_id, fingerprint_id=fingerprint_id, target_kinds=["llvm"]), timeout=60)
             except grpc.aio.AioRpcError:
                 calls.add("lease_error", begin, time.monotonic() - begin, ok=False)
@@ -129,9 +152,39 @@ async def _main(plan: ClientPlan, pipe) -> None:
             wait = reply.retry_after.ToTimedelta().total_seconds() if reply.HasField("retry_after") else 1.0
             return (reply.shard if granted else None), wait
 
+        async def report_once(agent_id: str, shard, tasks: list, trials: dict, turn: int) -> bool | None:
+            """One ReportRecords of plan.batch fresh records; None when the call failed."""
+            records = []
+            for i in range(plan.batch):
+                task = tasks[(turn + i) % len(tasks)]
+                trials[task.name] += 1
+                records.append(farm_pb2.MeasuredRecord(task_name=task.name, workload_shash=task.workload_shash,
+                                                       tuning_record_json=fresh(task.workload_shash)))
+            # As the real agent: the progress of every task of the shard with each report.
+            progress = [farm_pb2.TaskProgress(shard_id=shard.shard_id, task_name=t.name, trials=trials[t.name],
+                                              budget=shard.budget.max_trials_per_task, best_us=10.0)
+                        for t in tasks]
+            request = farm_pb2.ReportRecordsRequest(agent_id=agent_id, shard_id=shard.shard_id,
+                                                    attempt=shard.attempt, records=records, progress=progress)
+            begin = time.monotonic()
+            try:
+                reply = await stub_of[agent_id].ReportRecords(request, timeout=60)
+            except grpc.aio.AioRpcError:
+                calls.add("report", begin, time.monotonic() - begin, ok=False)
+                counters["errors"] += 1
+                return None
+            end = time.monotonic()
+            calls.add("report", begin, end - begin, ok=reply.accepted)
+            if window_start <= begin and end <= window_end:
+                counters["records_sent"] += len(records)
+                counters["stored"] += reply.stored
+                counters["duplicates"] += reply.duplicates
+                if not reply.accepted:
+                    counters["rejected_reports"] += 1
+            return reply.accepted
+
         async def busy_agent(agent_id: str) -> None:
-            running: list = []
-            beats = asyncio.create_task(heartbeat_loop(agent_id, running))
+            running = leases_of[agent_id]
             shard = None
             while shard is None and time.monotonic() < window_end:
                 shard, wait = await lease(agent_id, plan.busy_fingerprint["id"])
@@ -139,57 +192,40 @@ async def _main(plan: ClientPlan, pipe) -> None:
                     await asyncio.sleep(min(max(wait, 0.1), 5.0))
             if shard is None:
                 counters["busy_without_shard"] += 1
-                await beats
                 return
             counters["granted"] += 1
             running.append(farm_pb2.LeaseRef(job_id=shard.job_id, shard_id=shard.shard_id, attempt=shard.attempt))
             tasks = [t for t in shard.tasks if t.workload_shash in templates]
             trials = {t.name: 0 for t in tasks}
             turn = 0
+            paced = plan.report_interval > 0
+            next_at = time.monotonic() + (rng.uniform(0, plan.report_interval) if paced else 0.0)
             while tasks and time.monotonic() < window_end:
-                async with reporting:
+                if paced:
+                    await asyncio.sleep(max(0.0, next_at - time.monotonic()))
+                    if time.monotonic() - next_at > max(0.05, plan.report_interval / 4):
+                        counters["late_reports"] += 1  # the previous reply came after this one was due
+                    next_at += plan.report_interval
                     if time.monotonic() >= window_end:
                         break
-                    records = []
-                    for _ in range(plan.batch):
-                        task = tasks[turn % len(tasks)]
-                        turn += 1
-                        trials[task.name] += 1
-                        records.append(farm_pb2.MeasuredRecord(task_name=task.name, workload_shash=task.workload_shash,
-                                                               tuning_record_json=fresh(task.workload_shash)))
-                    # As the real agent: the progress of every task of the shard with each report.
-                    progress = [farm_pb2.TaskProgress(shard_id=shard.shard_id, task_name=t.name, trials=trials[t.name],
-                                                      budget=shard.budget.max_trials_per_task, best_us=10.0)
-                                for t in tasks]
-                    request = farm_pb2.ReportRecordsRequest(agent_id=agent_id, shard_id=shard.shard_id,
-                                                            attempt=shard.attempt, records=records, progress=progress)
-                    begin = time.monotonic()
-                    try:
-                        reply = await stub.ReportRecords(request, timeout=60)
-                    except grpc.aio.AioRpcError:
-                        calls.add("report", begin, time.monotonic() - begin, ok=False)
-                        counters["errors"] += 1
-                        continue
-                    end = time.monotonic()
-                    calls.add("report", begin, end - begin, ok=reply.accepted)
-                    if window_start <= begin and end <= window_end:
-                        counters["records_sent"] += len(records)
-                        counters["stored"] += reply.stored
-                        counters["duplicates"] += reply.duplicates
-                        if not reply.accepted:
-                            counters["rejected_reports"] += 1
-                    if not reply.accepted:
-                        break  # the lease is over (lost to a missed TTL); this agent stops
-            await beats
+                    accepted = await report_once(agent_id, shard, tasks, trials, turn)
+                else:
+                    async with reporting:
+                        if time.monotonic() >= window_end:
+                            break
+                        accepted = await report_once(agent_id, shard, tasks, trials, turn)
+                turn += plan.batch
+                if accepted is False:
+                    break  # the lease is over (lost to a missed TTL); this agent stops
 
         async def idle_agent(agent_id: str) -> None:
-            beats = asyncio.create_task(heartbeat_loop(agent_id, []))
             # Idle agents started at different moments too.
             await asyncio.sleep(rng.uniform(0, 1.0))
             while time.monotonic() < window_end:
                 _shard, wait = await lease(agent_id, plan.idle_fingerprint["id"])
                 await asyncio.sleep(min(max(wait, 0.1), 5.0))
-            await beats
 
-        await asyncio.gather(*(busy_agent(a) for a in busy_ids), *(idle_agent(a) for a in idle_ids))
+        await asyncio.gather(*(busy_agent(a) for a in busy_ids), *(idle_agent(a) for a in idle_ids), *beats)
+    finally:
+        await asyncio.gather(*(channel.close() for channel in channels))
     pipe.send(("done", calls.items, counters))

@@ -1,10 +1,15 @@
 """The coordinator at scale, simulated: N fake agents (no TVM) against a real coordinator on PostgreSQL.
 
 For each N, a fresh database and a fresh `farm coordinator` process; fake agents run in a few
-client processes (bench/_fake_agent.py), asyncio over one gRPC channel each. Most agents share
-one made-up CPU fingerprint and tune inception_v3 jobs (62 tasks each, so one shard per agent
-up to 62 agents per job); they lease once and then report records as fast as the coordinator
-takes them, at most --inflight reports in flight per client process. A tenth (--idle-fraction)
+client processes (bench/_fake_agent.py), asyncio, one gRPC connection per
+--agents-per-connection agents (a real agent has its own). Most agents share one made-up CPU
+fingerprint and tune inception_v3 jobs (62 tasks each, so one shard per agent up to 62 agents
+per job; jobs are submitted until there is a shard for every tuning agent);
+they lease once and then report batches of --batch records. Paced (the default): together they
+offer --records-per-s, each agent reporting at its share of that rate with at most one report in
+flight, as a tuning agent does (a report that is still in flight when the next is due is late,
+and counted). Saturating (--records-per-s 0): as fast as the coordinator takes them, at most
+--inflight reports in flight per client process. A tenth (--idle-fraction)
 register another fingerprint that has no jobs: they only heartbeat and poll LeaseShard at the
 coordinator's retry_after (1 s), as idle agents do. Every agent heartbeats every
 --heartbeat-interval seconds, listing its lease.
@@ -14,7 +19,7 @@ per call kind (p50/p99), records stored per second (from the replies, checked ag
 in the database), and the coordinator's CPU and RSS (psutil, sampled every second), besides
 the CPU of PostgreSQL and of the client processes, which share the same cores.
 
-    /work/venv/bin/python bench/coordinator_scale.py --agents 10,100,1000 --seconds 30 [--json]
+    .venv/bin/python bench/coordinator_scale.py --agents 10,100,1000 --seconds 30 [--records-per-s 0] [--json]
 """
 
 from __future__ import annotations
@@ -42,7 +47,6 @@ import _fake_agent  # noqa: E402
 REPO = Path(__file__).resolve().parents[1]
 ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/test"
 MODEL = "inception_v3"
-TASKS_PER_JOB = 62  # inception_v3's tuning tasks on llvm
 FARM = Path(sys.executable).with_name("farm")
 
 
@@ -91,8 +95,9 @@ def wait_serving(address: str, proc: subprocess.Popen, timeout: float = 120) -> 
     raise RuntimeError(f"the coordinator on {address} did not serve within {timeout} s")
 
 
-def submit_jobs(address: str, fingerprint_id: str, jobs: int) -> list[str]:
-    """inception_v3 at batches 1..jobs: a distinct model each, so each is its own job.
+def submit_jobs(address: str, fingerprint_id: str, shards_wanted: int) -> list[str]:
+    """inception_v3 at batches 1, 2, ...: a distinct model each, so each is its own job, until
+    the jobs have at least ``shards_wanted`` shards (one per tuning agent).
 
     One at a time, each planned before the next is sent: the coordinator loads a submitted
     model in the gRPC thread while its planner may reload an evicted one (ModelCache keeps 4),
@@ -106,7 +111,10 @@ def submit_jobs(address: str, fingerprint_id: str, jobs: int) -> list[str]:
     with grpc.insecure_channel(address) as channel:
         client = farm_pb2_grpc.FarmClientStub(channel)
         deadline = time.monotonic() + 600
-        for batch in range(1, jobs + 1):
+        shards = 0
+        batch = 0
+        while shards < shards_wanted:
+            batch += 1
             reply = client.Submit(farm_pb2.SubmitRequest(zoo_name=MODEL, batch=batch, target="llvm",
                                                          fingerprint_id=fingerprint_id), timeout=300)
             for job_id in (j.job.id for j in reply.jobs):
@@ -114,6 +122,7 @@ def submit_jobs(address: str, fingerprint_id: str, jobs: int) -> list[str]:
                 while True:
                     job = client.GetJob(farm_pb2.GetJobRequest(job_id=job_id), timeout=30)
                     if job.state == farm_pb2.JOB_STATE_RUNNING:
+                        shards += job.shards.pending + job.shards.leased
                         break
                     if (job.state in (farm_pb2.JOB_STATE_FAILED, farm_pb2.JOB_STATE_CANCELLED)
                             or time.monotonic() > deadline):
@@ -199,12 +208,14 @@ def run_scale(agents: int, args) -> dict:
     admin(f"CREATE DATABASE {database}")
     coordinator = None
     clients: list[tuple[multiprocessing.Process, object]] = []
+    # Outside the temporary home, so that it can be read after a failure.
+    log_path = Path(tempfile.mkstemp(prefix=f"farm-bench-coordinator-n{agents}-", suffix=".log")[1])
     try:
         with tempfile.TemporaryDirectory(prefix="farm-bench-") as home:
             port, tracker_port = free_port(), free_port()
             address = f"127.0.0.1:{port}"
             env = dict(os.environ, FARM_HOME=home)
-            log = open(Path(home) / "coordinator.log", "w")  # noqa: SIM115 - closed with the process
+            log = open(log_path, "w")  # noqa: SIM115 - closed with the process
             coordinator = subprocess.Popen(
                 [str(FARM), "coordinator", "--listen", address, "--registry", registry,
                  "--tracker-listen", f"127.0.0.1:{tracker_port}",
@@ -226,7 +237,9 @@ def run_scale(agents: int, args) -> dict:
                     address=address, index=i, busy=busy // processes + (i < busy % processes),
                     idle=idle // processes + (i < idle % processes), busy_fingerprint=busy_fp,
                     idle_fingerprint=idle_fp, tvm_version=tvm_version(),
-                    heartbeat_interval=args.heartbeat_interval, batch=args.batch, inflight=args.inflight, seed=i)
+                    heartbeat_interval=args.heartbeat_interval, batch=args.batch, inflight=args.inflight, seed=i,
+                    report_interval=busy * args.batch / args.records_per_s if args.records_per_s > 0 else 0.0,
+                    agents_per_connection=args.agents_per_connection)
                 ours, theirs = context.Pipe()
                 proc = context.Process(target=_fake_agent.run, args=(plan, theirs), daemon=True)
                 proc.start()
@@ -238,10 +251,8 @@ def run_scale(agents: int, args) -> dict:
                 pipe.recv()
             register_seconds = time.monotonic() - begin
 
-            # Planning counts the active agents of the fingerprint: one shard per busy agent.
-            jobs = math.ceil(busy / TASKS_PER_JOB) + 1
             begin = time.monotonic()
-            job_ids = submit_jobs(address, busy_fp["id"], jobs)
+            job_ids = submit_jobs(address, busy_fp["id"], busy)
             plan_seconds = time.monotonic() - begin
             templates = record_templates(registry, job_ids)
 
@@ -260,10 +271,10 @@ def run_scale(agents: int, args) -> dict:
             samples = []
             spy = None
             if args.profile:
-                # py-spy samples the coordinator's Python stacks (all threads) through the window.
+                # py-spy samples the thread holding the GIL through the window: where its Python time goes.
                 spy = subprocess.Popen(
                     [str(Path(sys.executable).with_name("py-spy")), "record", "-p", str(coordinator.pid),
-                     "-d", str(int(args.seconds)), "-r", "50", "--nonblocking", "--format", "raw",
+                     "-d", str(int(args.seconds)), "-r", "50", "--nonblocking", "--gil", "--format", "raw",
                      "-o", str(Path(args.profile) / f"coordinator_n{agents}.txt")],
                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             coordinator_proc.cpu_percent(None)
@@ -285,8 +296,8 @@ def run_scale(agents: int, args) -> dict:
             wall = cpu1[3] - cpu0[3]
     except BaseException:
         if coordinator is not None:
-            tail = (Path(home) / "coordinator.log").read_text(errors="replace")[-6000:] if Path(home).exists() else ""
-            sys.stderr.write(f"--- the coordinator's log, last lines ---\n{tail}\n")
+            tail = log_path.read_text(errors="replace")[-6000:]
+            sys.stderr.write(f"--- the coordinator's log ({log_path}), last lines ---\n{tail}\n")
         raise
     finally:
         for proc, _pipe in clients:
@@ -302,16 +313,20 @@ def run_scale(agents: int, args) -> dict:
                 coordinator.wait(timeout=10)
         admin(f"DROP DATABASE IF EXISTS {database} WITH (FORCE)")
 
+    log_path.unlink(missing_ok=True)
     latency: dict[str, list[float]] = {}
     all_calls: dict[str, int] = {}
     failed: dict[str, int] = {}
     counters: dict[str, int] = {}
+    burst_end = window_start  # when the last granted lease was answered
     for _kind, calls, client_counters in results:
         for kind, items in calls.items():
             for start, seconds, ok in items:
                 if kind == "lease_granted" or kind == "register":
-                    # The lease burst before the window (and registration) is reported on its own.
+                    # The lease burst (and registration) is reported on its own.
                     latency.setdefault(kind, []).append(seconds)
+                    if kind == "lease_granted":
+                        burst_end = max(burst_end, start + seconds)
                 elif window_start <= start < window_end:
                     latency.setdefault(kind, []).append(seconds)
                     all_calls[kind] = all_calls.get(kind, 0) + 1
@@ -328,11 +343,15 @@ def run_scale(agents: int, args) -> dict:
         "agents": agents, "busy_agents": busy, "idle_agents": idle, "client_processes": processes,
         "jobs": len(job_ids), "register_s": register_seconds, "plan_s": plan_seconds,
         "window_s": wall, "calls": calls,
+        # > 0: the lease burst went on into the window, whose figures then include it.
+        "burst_into_window_s": burst_end - window_start,
         "records_per_s": counters["stored"] / args.seconds,
         "records_per_s_db": (count_end - count_start) / wall,
         "records_sent": counters["records_sent"], "records_stored": counters["stored"],
         "duplicates": counters["duplicates"], "rejected_reports": counters["rejected_reports"],
         "errors": counters["errors"], "agents_with_shard": counters["granted"],
+        "late_reports": counters["late_reports"],
+        "offered_records_per_s": args.records_per_s or None,
         "busy_agents_without_shard": counters["busy_without_shard"],
         "instructions": {k: counters.get(k, 0) for k in ("cancel_lease", "re_register")},
         "coordinator_cpu_pct_mean": 100 * cpu_delta(cpu0[0], cpu1[0]) / wall,
@@ -346,22 +365,27 @@ def run_scale(agents: int, args) -> dict:
 
 
 def print_table(r: dict, args) -> None:
+    load = (f"paced: {args.records_per_s:g} records/s offered, one report of {args.batch} in flight per agent"
+            if args.records_per_s > 0 else
+            f"saturating: {args.batch} records/report, <= {args.inflight} reports in flight per client process")
     print(f"\n== N = {r['agents']} agents ({r['busy_agents']} tuning, {r['idle_agents']} idle) in "
           f"{r['client_processes']} client process(es); {r['jobs']} {MODEL} jobs; heartbeat every "
-          f"{args.heartbeat_interval:g} s; {args.batch} records/report, <= {args.inflight} reports in flight "
-          f"per client process; window {r['window_s']:.1f} s")
+          f"{args.heartbeat_interval:g} s; {load}; window {r['window_s']:.1f} s")
     print(f"   setup: registration {r['register_s']:.1f} s, submit+plan {r['plan_s']:.1f} s; "
           f"{r['agents_with_shard']} agents got a shard, {r['busy_agents_without_shard']} tuning agents none")
     print(f"   {'call':<14}{'count':>8}{'per s':>9}{'p50 ms':>10}{'p99 ms':>10}{'max ms':>10}{'failed':>8}")
     for kind, c in r["calls"].items():
         rate = f"{c['per_s']:.1f}" if c["per_s"] is not None else "-"
-        note = "  (burst, before the window)" if kind == "lease_granted" else (
+        burst = (f"  (burst: went on {r['burst_into_window_s']:.1f} s into the window)"
+                 if r["burst_into_window_s"] > 0 else "  (burst, before the window)")
+        note = burst if kind == "lease_granted" else (
             "  (setup)" if kind == "register" else "")
         print(f"   {kind:<14}{c['count']:>8}{rate:>9}{c['p50_ms']:>10.1f}{c['p99_ms']:>10.1f}{c['max_ms']:>10.1f}"
               f"{c['failed']:>8}{note}")
     print(f"   records: {r['records_per_s']:.0f}/s stored per the replies, {r['records_per_s_db']:.0f}/s per "
           f"COUNT(*) in the database; sent {r['records_sent']}, stored {r['records_stored']}, duplicates "
-          f"{r['duplicates']}, rejected reports {r['rejected_reports']}, call errors {r['errors']}, "
+          f"{r['duplicates']}, rejected reports {r['rejected_reports']}, late reports {r['late_reports']}, "
+          f"call errors {r['errors']}, "
           f"instructions {r['instructions']}")
     print(f"   CPU (100% = one core of 2): coordinator {r['coordinator_cpu_pct_mean']:.0f}% mean "
           f"({r['coordinator_cpu_pct_max']:.0f}% max 1 s sample), PostgreSQL {r['postgres_cpu_pct_mean']:.0f}%, "
@@ -373,11 +397,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--agents", default="10,100,1000", help="comma-separated agent counts")
     parser.add_argument("--seconds", type=float, default=30.0, help="measured window per N")
-    parser.add_argument("--warmup", type=float, default=5.0, help="seconds for the lease burst before the window")
+    parser.add_argument("--warmup", type=float, default=5.0, help="seconds for the lease burst before the window (at N = 1000 it lasts ~15 s)")
     parser.add_argument("--heartbeat-interval", type=float, default=5.0)
     parser.add_argument("--batch", type=int, default=16, help="records per ReportRecords (the agent's default)")
-    parser.add_argument("--inflight", type=int, default=4, help="ReportRecords in flight per client process")
+    parser.add_argument("--records-per-s", type=float, default=6000.0,
+                        help="records per second the tuning agents offer together (0: as fast as answered)")
+    parser.add_argument("--inflight", type=int, default=4,
+                        help="with --records-per-s 0: ReportRecords in flight per client process")
     parser.add_argument("--clients", type=int, default=2, help="client processes running the fake agents")
+    parser.add_argument("--agents-per-connection", type=int, default=1,
+                        help="fake agents sharing one gRPC connection (real agents have one each)")
     parser.add_argument("--idle-fraction", type=float, default=0.1)
     parser.add_argument("--profile", metavar="DIR",
                         help="also record the coordinator with py-spy (collapsed stacks in DIR)")
