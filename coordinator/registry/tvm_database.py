@@ -20,14 +20,19 @@ from .store import RegistryStore
 DEFAULT_FLUSH_EVERY = 16
 
 
+# One encoder for every call: json.dumps with options builds a new one each time, which was a
+# tenth of the cost of a report in the coordinator.
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"))
+
+
 def canonical_json(value: Any) -> str:
     """One spelling per JSON value, so digests over it are stable."""
     try:
         # Values parsed from JSON (every reported record) are plain already; walking them
         # through _plain was most of a report's cost in the coordinator.
-        return json.dumps(value, sort_keys=True, separators=(",", ":"))
+        return _CANONICAL.encode(value)
     except TypeError:  # TVM FFI containers
-        return json.dumps(_plain(value), sort_keys=True, separators=(",", ":"))
+        return _CANONICAL.encode(_plain(value))
 
 
 def canonical_target_json(target: Target | Mapping[str, Any] | str) -> str:
