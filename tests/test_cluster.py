@@ -10,6 +10,7 @@ import time
 
 import pytest
 from farm.local_cluster import Cluster
+from polling import wait_for
 from registry_fixtures import postgres_admin, registry_url  # noqa: F401 (fixtures)
 
 pytestmark = pytest.mark.slow
@@ -44,16 +45,6 @@ def registry_records(url: str, job_id: str | None = None) -> set[int]:
         return {r.id for r in store.all_records() if job_id is None or r.job_id == job_id}
     finally:
         store.dispose()
-
-
-def wait_for(predicate, timeout: float, what: str, interval: float = 0.5):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
 def test_two_agents_share_a_job(cluster):

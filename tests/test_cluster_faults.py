@@ -13,6 +13,7 @@ from contextlib import contextmanager
 
 import pytest
 from farm.local_cluster import Cluster
+from polling import wait_for
 from registry_fixtures import postgres_admin, registry_url  # noqa: F401 (fixtures)
 
 pytestmark = pytest.mark.slow
@@ -56,16 +57,6 @@ def registry(url: str):
         yield store, ClusterStore(store)
     finally:
         store.dispose()
-
-
-def wait_for(predicate, timeout: float, what: str, interval: float = 0.5):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
 def leased_shards(cluster_store, job_id: str, attempt: int):

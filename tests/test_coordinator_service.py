@@ -14,6 +14,7 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from polling import wait_for
 from registry_fixtures import postgres_admin, registry_url  # noqa: F401
 
 from coordinator.server import SERVICE_NAMES, serve
@@ -183,13 +184,7 @@ def _wait_job(channel, job_id, *states, what=""):
 
 
 def _wait_for(condition, what):
-    deadline = time.monotonic() + TIMEOUT
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.1)
-    pytest.fail(f"timed out waiting for {what}")
+    return wait_for(condition, TIMEOUT, what, interval=0.1)
 
 
 def test_two_agents_share_a_job_that_is_built_validated_and_committed(start, fingerprint):

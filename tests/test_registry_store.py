@@ -103,23 +103,27 @@ def test_newer_or_unmanaged_schema_is_refused(registry_url):
         RegistryStore(registry_url)
 
 
-def test_many_processes_may_open_a_fresh_registry_at_once(registry_url):
-    opened, errors = [], []
+def _open_at_once(url: str, openers: int) -> list[BaseException]:
+    """Open a RegistryStore on ``url`` from ``openers`` threads at once; what they raised."""
+    errors: list[BaseException] = []
 
     def open_store() -> None:
         try:
-            opened.append(RegistryStore(registry_url))
-        except Exception as exc:  # reported below
+            RegistryStore(url).dispose()
+        except Exception as exc:  # reported by the caller
             errors.append(exc)
 
-    threads = [threading.Thread(target=open_store) for _ in range(4)]
+    threads = [threading.Thread(target=open_store) for _ in range(openers)]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join(timeout=60)
-    for registry in opened:
-        registry.dispose()
-    assert errors == [] and len(opened) == 4
+    assert not any(thread.is_alive() for thread in threads), "an opener hung"
+    return errors
+
+
+def test_many_processes_may_open_a_fresh_registry_at_once(registry_url):
+    assert _open_at_once(registry_url, 4) == []
 
 
 def test_fresh_sqlite_registry_opened_by_many_at_once_switches_to_wal_once(tmp_path):
@@ -127,20 +131,7 @@ def test_fresh_sqlite_registry_opened_by_many_at_once_switches_to_wal_once(tmp_p
     # locked" at once there instead of waiting; a single round passed by luck most times.
     for attempt in range(8):
         url = f"sqlite:///{tmp_path}/round{attempt}/registry.db"
-        errors: list[BaseException] = []
-
-        def open_store(url: str = url, errors: list[BaseException] = errors) -> None:
-            try:
-                RegistryStore(url).dispose()
-            except Exception as exc:  # reported below
-                errors.append(exc)
-
-        threads = [threading.Thread(target=open_store) for _ in range(6)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join(timeout=60)
-        assert errors == [], f"round {attempt}"
+        assert _open_at_once(url, 6) == [], f"round {attempt}"
         engine = _raw_engine(url)
         with engine.connect() as connection:
             assert connection.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
@@ -399,8 +390,8 @@ def test_a_trace_that_is_not_json_cannot_add_rows_or_change_other_fields(store, 
         "a field": '1,"fingerprint_id":"cpu-bbbb"',
         "a field in args_info": ('[]', '1,"fingerprint_id":"cpu-bbbb"'),
     }
-    for what, text in smuggled.items():
-        trace, args_info = text if isinstance(text, tuple) else (text, None)
+    for smuggles in smuggled.values():
+        trace, args_info = smuggles if isinstance(smuggles, tuple) else (smuggles, None)
         record = _record(workload, trace, [0.1], args_info=args_info)
         if registry_url.startswith("postgresql"):
             with pytest.raises(RegistryError, match="is not JSON text"):

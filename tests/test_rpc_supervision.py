@@ -12,6 +12,7 @@ import time
 
 import psutil
 import pytest
+from polling import wait_for
 
 from agent.rpc_server import Observation, RegistrationWatch, SupervisedRPCServer, answers_handshake
 from coordinator.tracker import (
@@ -108,13 +109,7 @@ def server(tracker):
 
 
 def _wait_for(condition, timeout: float, what: str):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.2)
-    pytest.fail(f"{what} did not happen within {timeout:g} s")
+    return wait_for(condition, timeout, what, interval=0.2)
 
 
 def _assert_session_works(tracker: TrackerProcess) -> None:
