@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from concurrent.futures import Future
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Sequence
@@ -24,10 +25,20 @@ from coordinator.calls import (
     utc_now,
     validation_id,
 )
+from coordinator.group_commit import COMMIT_TIMEOUT_S
 from coordinator.jobs import JobState
 from coordinator.registry.cluster_store import VALIDATION_LEASED
-from coordinator.registry.entities import RecordReport, ReportedBatch, ShardClaim
+from coordinator.registry.entities import RecordReport, ReportedBatch, ShardClaim, ShardLease
 from farm.errors import NotFound
+
+
+@dataclass(frozen=True)
+class PreparedReport:
+    """A report checked and turned into registry records, waiting for its group commit."""
+
+    job_id: str
+    batch: ReportedBatch
+    progress: list[dict]
 
 
 class AgentCalls:
@@ -121,6 +132,13 @@ class AgentCalls:
         return reason
 
     def lease_shard(self, agent_id: str, fingerprint_id: str, target_kinds: Sequence[str]) -> ShardOffer | None:
+        claim = self.claim_shard(agent_id, fingerprint_id, target_kinds)
+        lease = None if claim is None else claim.result(COMMIT_TIMEOUT_S)
+        return None if lease is None else self.shard_offer(lease, fingerprint_id)
+
+    def claim_shard(self, agent_id: str, fingerprint_id: str, target_kinds: Sequence[str]) -> Future | None:
+        """A claim of a shard for the agent, queued for the next group (its future holds the
+        ShardLease or None); None at once when there is surely nothing to lease."""
         if self.draining:
             return None
         known = self.live.known(agent_id)
@@ -129,9 +147,10 @@ class AgentCalls:
         if (known is not None and known.fingerprint_id == fingerprint_id
                 and not self.live.may_have_work(fingerprint_id, set(target_kinds) & known.target_kinds)):
             return None
-        lease = self._claims.submit(ShardClaim(agent_id, fingerprint_id, tuple(target_kinds)))
-        if lease is None:
-            return None
+        return self._claims.enqueue(ShardClaim(agent_id, fingerprint_id, tuple(target_kinds)))
+
+    def shard_offer(self, lease: ShardLease, fingerprint_id: str) -> ShardOffer:
+        """What an agent is sent with a granted lease: tasks, budget, warm-start records."""
         job = lease.job
         per_task = max((t.trials_budget for t in lease.tasks), default=1)
         per_task = max(1, min(per_task, lease.shard.trials_budget))
@@ -175,6 +194,14 @@ class AgentCalls:
         (failures are data); a stale attempt keeps nothing. The report is committed with
         the others that arrive meanwhile (coordinator.group_commit).
         """
+        prepared = self.prepare_report(agent_id, shard_id, attempt, records, progress)
+        if isinstance(prepared, RecordReport):
+            return prepared
+        return self.finish_report(prepared, self._ingest.submit(prepared.batch))
+
+    def prepare_report(self, agent_id: str, shard_id: str, attempt: int,
+                       records: Sequence[tuple[str, str]], progress: Sequence[dict]) -> "PreparedReport | RecordReport":
+        """A report read and checked, ready for `enqueue_report`; or the answer already."""
         from coordinator.registry.tvm_database import new_record_from
 
         job = self._job_of_shard(shard_id)
@@ -201,12 +228,19 @@ class AgentCalls:
         if dropped:
             events.append(("log", {"source": agent_id, "level": "warning",
                                    "message": f"{len(dropped)} reported record(s) were not kept: {dropped[0]}"}))
-        result = self._ingest.submit(ReportedBatch(shard_id, attempt, agent_id, new, len(records), events))
+        batch = ReportedBatch(shard_id, attempt, agent_id, new, len(records), events)
+        return PreparedReport(job.id, batch, list(progress))
+
+    def enqueue_report(self, prepared: "PreparedReport") -> Future:
+        """Queue a prepared report for the next group commit; its future holds the RecordReport."""
+        return self._ingest.enqueue(prepared.batch)
+
+    def finish_report(self, prepared: "PreparedReport", result: RecordReport) -> RecordReport:
         if result.accepted:
             with self._lock:
-                latest = self._progress.setdefault(job.id, {})
-                for item in progress:
-                    latest[(shard_id, item["task_name"])] = dict(item)
+                latest = self._progress.setdefault(prepared.job_id, {})
+                for item in prepared.progress:
+                    latest[(prepared.batch.shard_id, item["task_name"])] = dict(item)
         return result
 
     def _job_of_shard(self, shard_id: str) -> "_ReportingJob | None":

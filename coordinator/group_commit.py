@@ -39,15 +39,36 @@ class GroupCommit(Generic[Request, Answer]):
         self._max_group = max_group
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
         self._closed = False
+        self._pending = 0
+        self._count_lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 
     def submit(self, request: Request) -> Answer:
+        return self.enqueue(request).result(COMMIT_TIMEOUT_S)
+
+    def enqueue(self, request: Request) -> Future:
+        """Queue a request; its future holds the answer once its group is committed.
+
+        For callers that must not hold a thread while they wait (the coordinator's asyncio
+        handlers await it, asyncio.wrap_future).
+        """
         if self._closed:
             raise FarmError("the coordinator is shutting down", "call again once it is back")
         future: Future = Future()
+        with self._count_lock:
+            self._pending += 1
+        future.add_done_callback(self._answered)
         self._queue.put((request, future))
-        return future.result(COMMIT_TIMEOUT_S)
+        return future
+
+    def pending(self) -> int:
+        """Requests queued or in the transaction being committed, not answered yet."""
+        return self._pending
+
+    def _answered(self, _future: Future) -> None:
+        with self._count_lock:
+            self._pending -= 1
 
     def waiting(self) -> int:
         return self._queue.qsize()
@@ -80,6 +101,14 @@ class GroupCommit(Generic[Request, Answer]):
                 return
 
     def _commit(self, group: list[tuple[Request, Future]]) -> None:
+        # A caller that gave up (an asyncio handler whose call was cancelled) is not served:
+        # a claim nobody hears of would lease a shard to no one. From here on, callers can
+        # no longer cancel.
+        group = [(request, future) for request, future in group if future.set_running_or_notify_cancel()]
+        if group:
+            self._serve_group(group)
+
+    def _serve_group(self, group: list[tuple[Request, Future]]) -> None:
         try:
             answers = self._serve([request for request, _ in group])
         except Exception as err:  # noqa: BLE001 - answered per request below
@@ -87,7 +116,7 @@ class GroupCommit(Generic[Request, Answer]):
                 # One bad request must not cost the others theirs: each again, alone.
                 logger.warning("a group of %d requests failed (%s); serving them one by one", len(group), err)
                 for item in group:
-                    self._commit([item])
+                    self._serve_group([item])
                 return
             group[0][1].set_exception(err)
             return

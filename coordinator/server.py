@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import signal
 import socket
@@ -28,19 +29,41 @@ DEFAULT_LISTEN = "127.0.0.1:50051"
 DEFAULT_TRACKER_LISTEN = "127.0.0.1:0"
 
 
+class _EventLoopThread:
+    """An asyncio event loop of its own in a daemon thread, for the grpc.aio server: `serve`
+    and `stop` are called from plain threads (the CLI, tests, local clusters)."""
+
+    def __init__(self, name: str):
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, name=name, daemon=True)
+        self._thread.start()
+
+    def run(self, coroutine, timeout: float | None = None):
+        """Run a coroutine on the loop and wait for its result here."""
+        return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result(timeout)
+
+    def close(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(timeout=10)
+        if not self._thread.is_alive():
+            self.loop.close()
+
+
 @dataclass
 class CoordinatorServer:
     """A running coordinator. ``stop(grace)`` drains it: NOT_SERVING, no new work, in-flight
     calls get ``grace`` seconds, then the tick thread, the tracker and the registry stop."""
 
-    server: grpc.Server
+    server: grpc.aio.Server
     port: int
     host: str
     coordinator: Coordinator
-    health: health.HealthServicer
+    health: health.aio.HealthServicer
     tracker: object | None  # the TrackerProcess this server started, if any
     _stop_ticking: threading.Event
     _ticker: threading.Thread
+    _loop: _EventLoopThread
+    _pool: futures.ThreadPoolExecutor
     _stopped: bool = False
 
     @property
@@ -56,12 +79,9 @@ class CoordinatorServer:
             return
         self._stopped = True
         logger.info("coordinator draining (grace %.0f s)", grace)
-        # Refuse new calls first, then tell watchers: whoever hears NOT_SERVING and calls
-        # again is refused, never answered by a coordinator that is going away.
-        stopped = self.server.stop(grace)
-        self.health.enter_graceful_shutdown()
-        self.coordinator.draining = True
-        stopped.wait()
+        self._loop.run(self._drain(grace))
+        self._loop.close()
+        self._pool.shutdown(wait=False, cancel_futures=True)
         self._stop_ticking.set()
         self.coordinator.wake.set()
         self._ticker.join(timeout=5)
@@ -71,8 +91,18 @@ class CoordinatorServer:
         self.coordinator.store.dispose()
         logger.info("coordinator stopped")
 
+    async def _drain(self, grace: float) -> None:
+        # Refuse new calls first, then tell watchers: whoever hears NOT_SERVING and calls
+        # again is refused, never answered by a coordinator that is going away. The server
+        # stops taking calls in the first step of its stop(), before that first awaits.
+        stopping = asyncio.ensure_future(self.server.stop(grace))
+        await asyncio.sleep(0)
+        await self.health.enter_graceful_shutdown()
+        self.coordinator.draining = True
+        await stopping
+
     def wait(self) -> None:
-        self.server.wait_for_termination()
+        self._loop.run(self.server.wait_for_termination())
 
 
 def serve(
@@ -115,24 +145,16 @@ def serve(
         )
         coordinator = Coordinator(store, ClusterStore(store), tracker, settings)
 
-        # Many threads: report and lease calls wait for their group's commit (coordinator.
-        # group_commit) holding a thread each, and heartbeats must not queue behind them.
-        server = grpc.server(
-            futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="farm-grpc"),
-            options=CHANNEL_OPTIONS,
-        )
-        from farm.wire import farm_pb2_grpc
-
-        farm_pb2_grpc.add_FarmClientServicer_to_server(FarmClientServicer(coordinator), server)
-        farm_pb2_grpc.add_FarmAgentServicer_to_server(FarmAgentServicer(coordinator), server)
-        health_servicer = health.HealthServicer()
-        health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-        port = server.add_insecure_port(listen)
-        if port == 0:
-            raise FarmError(f"the coordinator cannot listen on {listen}", "free the port or choose another address")
-        server.start()
-        for name in ("", *SERVICE_NAMES):
-            health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+        # Plain handlers run in this pool (coordinator.servicer); reports and claims waiting
+        # for their group's commit hold none of its threads.
+        pool = futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="farm-grpc")
+        loop = _EventLoopThread("farm-grpc-loop")
+        try:
+            server, port, health_servicer = loop.run(_start_grpc(coordinator, listen, pool))
+        except BaseException:
+            loop.close()
+            pool.shutdown(wait=False)
+            raise
     except BaseException:
         if owned is not None:
             owned.stop()
@@ -145,7 +167,29 @@ def serve(
     ticker.start()
     host = listen.rsplit(":", 1)[0].strip("[]")
     logger.info("coordinator listening on %s:%d, registry %s, tracker %s", host, port, store.url, tracker)
-    return CoordinatorServer(server, port, host, coordinator, health_servicer, owned, stop_ticking, ticker)
+    return CoordinatorServer(server, port, host, coordinator, health_servicer, owned, stop_ticking, ticker,
+                             loop, pool)
+
+
+async def _start_grpc(coordinator: Coordinator, listen: str, pool: futures.ThreadPoolExecutor):
+    """The grpc.aio server, created and started on the loop that will run it."""
+    from farm.wire import farm_pb2_grpc
+
+    server = grpc.aio.server(migration_thread_pool=pool, options=CHANNEL_OPTIONS)
+    farm_pb2_grpc.add_FarmClientServicer_to_server(FarmClientServicer(coordinator, pool), server)
+    farm_pb2_grpc.add_FarmAgentServicer_to_server(FarmAgentServicer(coordinator, pool), server)
+    health_servicer = health.aio.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    try:
+        port = server.add_insecure_port(listen)
+    except RuntimeError:
+        port = 0
+    if port == 0:
+        raise FarmError(f"the coordinator cannot listen on {listen}", "free the port or choose another address")
+    await server.start()
+    for name in ("", *SERVICE_NAMES):
+        await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+    return server, port, health_servicer
 
 
 def _tick_loop(coordinator: Coordinator, stop: threading.Event, interval: float) -> None:

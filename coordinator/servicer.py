@@ -2,14 +2,20 @@
 
 Nothing here decides anything. Errors become status codes with the coordinator's own
 message (what is wrong, and what to do), as proto/tvmfarm/v1/farm.proto lays out.
+
+The server is grpc.aio's (coordinator.server). Most handlers are plain functions, which it
+runs in its thread pool; the calls every agent makes all the time (Heartbeat, LeaseShard,
+ReportRecords) and the WatchJob stream are coroutines: a report or a claim awaits its group's
+commit without holding a thread, so that heartbeats never queue behind a thousand agents'
+reports for a free one (docs/benchmarks.md, "Coordinator at scale").
 """
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import json
 import logging
-import time
 from datetime import datetime, timedelta, timezone
 from typing import Callable
 
@@ -18,6 +24,7 @@ import numpy as np
 from google.protobuf.duration_pb2 import Duration
 from google.protobuf.timestamp_pb2 import Timestamp
 
+from coordinator.group_commit import COMMIT_TIMEOUT_S
 from coordinator.jobs import JobState
 from coordinator.registry.cluster_store import AgentMismatch, UnknownAgent
 from coordinator.service import (
@@ -34,6 +41,7 @@ from coordinator.service import (
     Unavailable,
     ValidationReport,
 )
+from coordinator.registry.entities import RecordReport
 from coordinator.shards import ShardState
 from farm.errors import FarmError, NotFound, RegistryError
 from farm.wire import farm_pb2, farm_pb2_grpc
@@ -75,6 +83,27 @@ def _rpc(method: Callable) -> Callable:
             context.abort(grpc.StatusCode.INTERNAL, f"{type(err).__name__}: {err}")
 
     return handler
+
+
+def _rpc_async(method: Callable) -> Callable:
+    """`_rpc` for a coroutine handler."""
+
+    @functools.wraps(method)
+    async def handler(self, request, context):
+        try:
+            return await method(self, request, context)
+        except FarmError as err:
+            await context.abort(_status_code(err), str(err))
+        except Exception as err:  # noqa: BLE001 - a bug, still answered with a status
+            logger.exception("%s failed", method.__name__)
+            await context.abort(grpc.StatusCode.INTERNAL, f"{type(err).__name__}: {err}")
+
+    return handler
+
+
+async def _committed(future):
+    """The answer of a request queued for a group commit (coordinator.group_commit)."""
+    return await asyncio.wait_for(asyncio.wrap_future(future), COMMIT_TIMEOUT_S)
 
 
 def _timestamp(moment: datetime | None) -> Timestamp | None:
@@ -178,9 +207,13 @@ def agent_message(view: AgentView) -> farm_pb2.Agent:
 
 
 class FarmClientServicer(farm_pb2_grpc.FarmClientServicer):
-    def __init__(self, coordinator: Coordinator, poll_seconds: float = WATCH_POLL_SECONDS):
+    def __init__(self, coordinator: Coordinator, executor, poll_seconds: float = WATCH_POLL_SECONDS):
         self.coordinator = coordinator
         self.poll_seconds = poll_seconds
+        self._executor = executor  # for the registry reads of the WatchJob coroutine
+
+    async def _in_thread(self, call, *args):
+        return await asyncio.get_running_loop().run_in_executor(self._executor, call, *args)
 
     @_rpc
     def Submit(self, request, context):
@@ -219,32 +252,40 @@ class FarmClientServicer(farm_pb2_grpc.FarmClientServicer):
         views = self.coordinator.list_agents(request.target_kind, request.include_lost)
         return farm_pb2.ListAgentsResponse(agents=[agent_message(v) for v in views])
 
-    def WatchJob(self, request, context):
-        # A generator: errors before the first event end the stream with a status.
+    async def WatchJob(self, request, context):
+        # An async generator: errors before the first event end the stream with a status, and
+        # a client that goes away cancels it at its next await.
         try:
-            snapshot = self.coordinator.get_job(request.job_id)
-            after = request.after_sequence or self.coordinator.last_event_sequence(request.job_id)
+            snapshot = await self._in_thread(self.coordinator.get_job, request.job_id)
+            after = request.after_sequence or await self._in_thread(
+                self.coordinator.last_event_sequence, request.job_id)
         except FarmError as err:
-            context.abort(_status_code(err), str(err))
+            await context.abort(_status_code(err), str(err))
         yield farm_pb2.JobEvent(job_id=request.job_id, sequence=after, time=_timestamp(_now()),
                                 snapshot=job_message(snapshot))
-        while context.is_active():
-            events = self.coordinator.events(request.job_id, after)
+        while True:
+            events = await self._in_thread(self.coordinator.events, request.job_id, after)
             for event in events:
                 yield event_message(event, _state_enum)
                 after = event.sequence
             if not events:
-                if JobState(self.coordinator.get_job(request.job_id).job.state).is_final:
+                view = await self._in_thread(self.coordinator.get_job, request.job_id)
+                if JobState(view.job.state).is_final:
                     # Drain what landed between the last poll and the final state.
-                    if not self.coordinator.events(request.job_id, after):
+                    if not await self._in_thread(self.coordinator.events, request.job_id, after):
                         return
                     continue
-                time.sleep(self.poll_seconds)
+                await asyncio.sleep(self.poll_seconds)
 
 
 class FarmAgentServicer(farm_pb2_grpc.FarmAgentServicer):
-    def __init__(self, coordinator: Coordinator):
+    def __init__(self, coordinator: Coordinator, executor):
         self.coordinator = coordinator
+        # Where the coroutine handlers run what may touch the registry or take a while.
+        self._executor = executor
+
+    async def _in_thread(self, call, *args):
+        return await asyncio.get_running_loop().run_in_executor(self._executor, call, *args)
 
     @_rpc
     def Register(self, request, context):
@@ -260,12 +301,14 @@ class FarmAgentServicer(farm_pb2_grpc.FarmAgentServicer):
             tracker=farm_pb2.TrackerAddress(host=reg.tracker_host, port=reg.tracker_port, key=reg.tracker_key),
         )
 
-    @_rpc
-    def Heartbeat(self, request, context):
+    @_rpc_async
+    async def Heartbeat(self, request, context):
         running = [LeaseRef(r.job_id, r.shard_id, r.attempt) for r in request.running_leases]
         instructions = []
         sent_at = request.sent_at.ToDatetime(tzinfo=timezone.utc) if request.HasField("sent_at") else None
-        for item in self.coordinator.heartbeat(request.agent_id, running, request.rpc_server_serving, sent_at):
+        verdict = await self._in_thread(self.coordinator.heartbeat, request.agent_id, running,
+                                        request.rpc_server_serving, sent_at)
+        for item in verdict:
             if isinstance(item, CancelLease):
                 ref = farm_pb2.LeaseRef(job_id=item.lease.job_id, shard_id=item.lease.shard_id,
                                         attempt=item.lease.attempt)
@@ -275,11 +318,15 @@ class FarmAgentServicer(farm_pb2_grpc.FarmAgentServicer):
                 instructions.append(farm_pb2.AgentInstruction(re_register=farm_pb2.ReRegister(reason=item.reason)))
         return farm_pb2.HeartbeatResponse(instructions=instructions)
 
-    @_rpc
-    def LeaseShard(self, request, context):
-        offer = self.coordinator.lease_shard(request.agent_id, request.fingerprint_id, list(request.target_kinds))
-        if offer is None:
+    @_rpc_async
+    async def LeaseShard(self, request, context):
+        # Answered from memory when there is surely nothing to lease; otherwise the claim
+        # waits for its group's commit without holding a thread.
+        claim = self.coordinator.claim_shard(request.agent_id, request.fingerprint_id, list(request.target_kinds))
+        lease = None if claim is None else await _committed(claim)
+        if lease is None:
             return farm_pb2.LeaseShardResponse(retry_after=_duration(self.coordinator.settings.idle_retry_after))
+        offer = await self._in_thread(self.coordinator.shard_offer, lease, request.fingerprint_id)
         shard = offer.lease.shard
         return farm_pb2.LeaseShardResponse(shard=farm_pb2.Shard(
             job_id=shard.job_id, shard_id=shard.id, attempt=shard.attempt,
@@ -294,16 +341,21 @@ class FarmAgentServicer(farm_pb2_grpc.FarmAgentServicer):
             warm_records=[farm_pb2.WarmRecord(workload_shash=s, tuning_record_json=r) for s, r in offer.warm_records],
         ))
 
-    @_rpc
-    def ReportRecords(self, request, context):
+    @_rpc_async
+    async def ReportRecords(self, request, context):
         records = [(r.workload_shash, r.tuning_record_json) for r in request.records]
         progress = [
             {"task_name": p.task_name, "trials": p.trials, "budget": p.budget, "build_errors": p.build_errors,
              "run_errors": p.run_errors, "best_us": p.best_us, "best_gflops": p.best_gflops}
             for p in request.progress
         ]
-        result = self.coordinator.report_records(request.agent_id, request.shard_id, request.attempt,
-                                                 records, progress)
+        prepared = await self._in_thread(self.coordinator.prepare_report, request.agent_id, request.shard_id,
+                                         request.attempt, records, progress)
+        if isinstance(prepared, RecordReport):
+            result = prepared
+        else:
+            committed = await _committed(self.coordinator.enqueue_report(prepared))
+            result = self.coordinator.finish_report(prepared, committed)
         return farm_pb2.ReportRecordsResponse(accepted=result.accepted, reason=result.reason or "",
                                               stored=result.stored, duplicates=result.duplicates)
 

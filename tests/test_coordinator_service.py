@@ -6,7 +6,10 @@ the fake agents report hand-made TuningRecords and validate with agent.validatio
 
 from __future__ import annotations
 
+import concurrent.futures
+import contextlib
 import json
+import sqlite3
 import threading
 import time
 
@@ -323,6 +326,60 @@ def test_errors_health_and_an_owned_tracker(start, fingerprint):
     tracker = server.tracker
     server.stop(grace=1)
     assert not tracker.running, "the coordinator stops the tracker it started"
+
+
+@contextlib.contextmanager
+def _ingestion_held(registry_url, shard_id):  # noqa: F811
+    """Make the coordinator's report commits wait: hold the lock they need, in another connection."""
+    if registry_url.startswith("sqlite:///"):
+        connection = sqlite3.connect(registry_url.removeprefix("sqlite:///"), isolation_level=None)
+        connection.execute("BEGIN IMMEDIATE")  # the database's one write lock
+        try:
+            yield
+        finally:
+            connection.execute("ROLLBACK")
+            connection.close()
+        return
+    from sqlalchemy import create_engine, text
+
+    from coordinator.registry.engine import parse_registry_url
+
+    engine = create_engine(parse_registry_url(registry_url))
+    try:
+        with engine.connect() as connection, connection.begin():
+            # A report locks its shard's row (coordinator.registry.cluster_store.reports).
+            connection.execute(text("SELECT id FROM shards WHERE id = :id FOR UPDATE"), {"id": shard_id})
+            yield
+    finally:
+        engine.dispose()
+
+
+def test_heartbeats_are_answered_while_more_reports_wait_than_the_server_has_threads(
+        start, fingerprint, registry_url):  # noqa: F811
+    # Reports and claims wait for their group's commit without holding one of the server's
+    # threads (coordinator.servicer): with two threads and four reports stuck behind a lock,
+    # a heartbeat (and, on PostgreSQL, a lease poll) is still answered. The synchronous
+    # server answered neither until the lock was gone.
+    server, channel = start(max_workers=2)
+    agent = FakeAgent(channel, fingerprint)
+    agent.register()
+    (submitted,) = _submit(channel)
+    _wait_job(channel, submitted.job.id, farm_pb2.JOB_STATE_RUNNING)
+    shard = agent.lease()
+    assert agent.heartbeat() == []
+    ingest = server.coordinator._ingest
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        with _ingestion_held(registry_url, shard.shard_id):
+            reports = [pool.submit(agent.report, shard, (factor,)) for factor in (2, 3, 4, 5)]
+            # The first group is in its transaction, stuck on the lock; the rest queue behind it.
+            _wait_for(lambda: ingest.pending() == 4, "four reports waiting for their commit")
+            assert agent.heartbeat() == []
+            if not registry_url.startswith("sqlite"):  # a claim needs SQLite's one write lock
+                assert agent.lease() is None, "the job's one shard is this agent's already"
+            assert not any(report.done() for report in reports)
+        assert all(report.result(TIMEOUT).accepted for report in reports)
+    assert server.coordinator.store.count_records() == 4 * len(shard.tasks)
+    agent.close()
 
 
 def test_a_restarted_coordinator_carries_on(start, fingerprint, tmp_path):
