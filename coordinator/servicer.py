@@ -278,11 +278,16 @@ class FarmClientServicer(farm_pb2_grpc.FarmClientServicer):
                 await asyncio.sleep(self.poll_seconds)
 
 
+# Reports read and checked at once in the thread pool, at most (see ReportRecords).
+REPORTS_PREPARED_AT_ONCE = 4
+
+
 class FarmAgentServicer(farm_pb2_grpc.FarmAgentServicer):
     def __init__(self, coordinator: Coordinator, executor):
         self.coordinator = coordinator
         # Where the coroutine handlers run what may touch the registry or take a while.
         self._executor = executor
+        self._preparing: asyncio.Semaphore | None = None  # made on the server's loop
 
     async def _in_thread(self, call, *args):
         return await asyncio.get_running_loop().run_in_executor(self._executor, call, *args)
@@ -349,8 +354,14 @@ class FarmAgentServicer(farm_pb2_grpc.FarmAgentServicer):
              "run_errors": p.run_errors, "best_us": p.best_us, "best_gflops": p.best_gflops}
             for p in request.progress
         ]
-        prepared = await self._in_thread(self.coordinator.prepare_report, request.agent_id, request.shard_id,
-                                         request.attempt, records, progress)
+        # Reading a report's records is pure CPU under the GIL, so more threads at it only
+        # fill the pool's one queue: with a thousand agents, heartbeats waited seconds there
+        # behind reports. The rest wait here, on the loop, holding nothing.
+        if self._preparing is None:
+            self._preparing = asyncio.Semaphore(REPORTS_PREPARED_AT_ONCE)
+        async with self._preparing:
+            prepared = await self._in_thread(self.coordinator.prepare_report, request.agent_id,
+                                             request.shard_id, request.attempt, records, progress)
         if isinstance(prepared, RecordReport):
             result = prepared
         else:
