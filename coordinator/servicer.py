@@ -6,8 +6,8 @@ message (what is wrong, and what to do), as proto/tvmfarm/v1/farm.proto lays out
 The server is grpc.aio's (coordinator.server). Most handlers are plain functions, which it
 runs in its thread pool; the calls every agent makes all the time (Heartbeat, LeaseShard,
 ReportRecords) and the WatchJob stream are coroutines: a report or a claim awaits its group's
-commit without holding a thread, so that heartbeats never queue behind a thousand agents'
-reports for a free one (docs/benchmarks.md, "Coordinator at scale").
+commit without holding a thread, so that a stalled registry or a thousand agents' reports do
+not take every thread from heartbeats (docs/benchmarks.md, "Coordinator at scale").
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from coordinator.group_commit import COMMIT_TIMEOUT_S
 from coordinator.jobs import JobState
 from coordinator.registry.cluster_store import AgentMismatch, UnknownAgent
+from coordinator.registry.entities import RecordReport
 from coordinator.service import (
     AgentRefused,
     AgentView,
@@ -41,7 +42,6 @@ from coordinator.service import (
     Unavailable,
     ValidationReport,
 )
-from coordinator.registry.entities import RecordReport
 from coordinator.shards import ShardState
 from farm.errors import FarmError, NotFound, RegistryError
 from farm.wire import farm_pb2, farm_pb2_grpc
