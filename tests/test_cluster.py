@@ -9,7 +9,7 @@ import sys
 import time
 
 import pytest
-from farm.local_cluster import Cluster
+from cluster_fixtures import cluster, make_cluster  # noqa: F401 (fixtures)
 from polling import wait_for
 from registry_fixtures import postgres_admin, registry_url  # noqa: F401 (fixtures)
 
@@ -23,18 +23,6 @@ ON_POSTGRES = pytest.mark.parametrize(
 ON_SQLITE = pytest.mark.parametrize("registry_url", ["sqlite"], indirect=True)
 
 SUBMIT = ["submit", "mlp-tiny", "llvm", "2", "--trials", "24", "--trials-per-task", "12", "--runs", "3"]
-
-
-@pytest.fixture
-def cluster(tmp_path, registry_url):
-    c = Cluster(tmp_path, registry_url)
-    begin = time.monotonic()
-    try:
-        yield c
-    finally:
-        stray = c.close()
-        assert not stray, f"processes left behind: {stray}"
-        assert time.monotonic() - begin < 600, "cluster test exceeded its hard limit"
 
 
 def registry_records(url: str, job_id: str | None = None) -> set[int]:

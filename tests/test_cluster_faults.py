@@ -12,6 +12,7 @@ import time
 from contextlib import contextmanager
 
 import pytest
+from cluster_fixtures import make_cluster  # noqa: F401 (fixture)
 from farm.local_cluster import Cluster
 from polling import wait_for
 from registry_fixtures import postgres_admin, registry_url  # noqa: F401 (fixtures)
@@ -24,26 +25,6 @@ FINAL = ("succeeded", "failed", "cancelled")
 # For the slow scenarios: the restarts, leases and jobs they exercise are the same SQL on both
 # registries, which test_cluster.py and the quick tests here run on PostgreSQL too.
 SQLITE_ONLY = pytest.mark.parametrize("registry_url", ["sqlite"], indirect=True)
-
-
-@pytest.fixture
-def make_cluster(tmp_path, registry_url):
-    """Makes the test's Cluster with its coordinator settings; stops it and checks that no
-    process was left behind."""
-    made: list[Cluster] = []
-
-    def make(**settings) -> Cluster:
-        made.append(Cluster(tmp_path, registry_url, **settings))
-        return made[-1]
-
-    begin = time.monotonic()
-    try:
-        yield make
-    finally:
-        for cluster in made:
-            stray = cluster.close()
-            assert not stray, f"processes left behind: {stray}"
-        assert time.monotonic() - begin < 600, "cluster test exceeded its hard limit"
 
 
 @contextmanager
