@@ -215,6 +215,22 @@ def test_reports_count_once_and_stale_attempts_store_nothing(cluster, store):
     assert not cluster.complete_shard(lease.shard.id, 1, agent.id, at(6)).accepted
 
 
+def test_jobs_ready_to_build_are_those_the_rollup_calls_ready(cluster, store):
+    # The tick asks SQL once for every running job whose shards are all done; the rule itself
+    # lives in coordinator.shards.rollup, and both must say the same of every job.
+    jobs = [_planned_job(cluster, tasks=2, shards=2)] + [_planned_job(cluster, tasks=1, shards=1) for _ in range(2)]
+    # Four shards; three leased and done leave exactly one job with a shard to tune.
+    for _ in range(3):
+        agent = _agent(cluster)
+        lease = cluster.claim_shard(agent.id, GPU, ["cuda"], at(1), TTL)
+        assert cluster.complete_shard(lease.shard.id, lease.attempt, agent.id, at(2)).accepted
+    by_rollup = sorted(
+        j.id for j in jobs if cluster.job_rollup(j.id).outcome is JobOutcome.READY_TO_BUILD
+    )
+    assert len(by_rollup) == 2
+    assert cluster.running_jobs_ready_to_build() == by_rollup
+
+
 def test_a_group_of_reports_is_judged_report_by_report_in_one_transaction(cluster, store):
     job = _planned_job(cluster, tasks=2, shards=2)
     one, two = _agent(cluster), _agent(cluster)

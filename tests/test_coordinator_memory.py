@@ -5,17 +5,16 @@ reports, and which progress reports become events. On SQLite and PostgreSQL."""
 from __future__ import annotations
 
 import threading
-import time
 
-import pytest
+from polling import wait_for
 from registry_fixtures import postgres_admin, registry_url, store  # noqa: F401
 from test_cluster_store import GPU, OTHER_GPU, TTL, _agent, _planned_job, _records, at, cluster  # noqa: F401
 
+from coordinator.group_commit import GroupCommit
 from coordinator.live_agents import LiveAgents
 from coordinator.progress_events import ProgressEvents
 from coordinator.registry.cluster_store import ClusterStore
 from coordinator.registry.entities import NewRecord, ReportedBatch
-from coordinator.group_commit import GroupCommit
 from farm.errors import RegistryError
 
 
@@ -118,9 +117,7 @@ def test_reports_that_arrive_during_a_commit_go_in_the_next_one(cluster, store):
     threads += [threading.Thread(target=report, args=(n,)) for n in range(1, 21)]
     for thread in threads[1:]:
         thread.start()
-    deadline = time.monotonic() + 30
-    while ingest.waiting() < 20 and time.monotonic() < deadline:
-        time.sleep(0.01)
+    wait_for(lambda: ingest.waiting() == 20, 30, "20 reports queued behind the held commit", interval=0.01)
     held.release.set()
     for thread in threads:
         thread.join(30)
@@ -159,8 +156,7 @@ def test_a_report_that_cannot_be_written_fails_alone(cluster, store):
             threading.Thread(target=report, args=("good", _records(lease, ["b"])))]
     for thread in rest:
         thread.start()
-    while ingest.waiting() < 2:
-        time.sleep(0.01)
+    wait_for(lambda: ingest.waiting() == 2, 30, "2 reports queued behind the held commit", interval=0.01)
     held.release.set()
     for thread in [first, *rest]:
         thread.join(30)
