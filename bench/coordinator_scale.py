@@ -19,7 +19,7 @@ per call kind (p50/p99), records stored per second (from the replies, checked ag
 in the database), and the coordinator's CPU and RSS (psutil, sampled every second), besides
 the CPU of PostgreSQL and of the client processes, which share the same cores.
 
-    .venv/bin/python bench/coordinator_scale.py --agents 10,100,1000 --seconds 30 [--records-per-s 0] [--json]
+    .venv/bin/python bench/coordinator_scale.py --agents 10,100,1000 --seconds 20 --warmup 30 [--records-per-s 0] [--json]
 """
 
 from __future__ import annotations

@@ -32,11 +32,11 @@ from coordinator.calls import (
     utc_now,
 )
 from coordinator.client_calls import ClientCalls
+from coordinator.group_commit import GroupCommit
 from coordinator.housekeeping import Housekeeping
 from coordinator.job_work import BackgroundWorker, ModelCache
 from coordinator.live_agents import LiveAgents
 from coordinator.progress_events import ProgressEvents
-from coordinator.group_commit import GroupCommit
 from coordinator.registry.cluster_store import ClusterStore
 from coordinator.registry.store import RegistryStore
 from coordinator.shards import DEFAULT_MAX_ATTEMPTS
