@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 import tvm
@@ -14,25 +14,11 @@ from tvm.s_tir.meta_schedule.database import PyDatabase, TuningRecord, Workload
 from tvm.target import Target
 
 from .entities import NewRecord, StoredRecord
+from .record_json import canonical_json, new_record_from, plain_value
 from .store import RegistryStore
 
 # Records are written in batches of this many; a killed agent loses at most one batch.
 DEFAULT_FLUSH_EVERY = 16
-
-
-# One encoder for every call: json.dumps with options builds a new one each time, which was a
-# tenth of the cost of a report in the coordinator.
-_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"))
-
-
-def canonical_json(value: Any) -> str:
-    """One spelling per JSON value, so digests over it are stable."""
-    try:
-        # Values parsed from JSON (every reported record) are plain already; walking them
-        # through _plain was most of a report's cost in the coordinator.
-        return _CANONICAL.encode(value)
-    except TypeError:  # TVM FFI containers
-        return _CANONICAL.encode(_plain(value))
 
 
 def canonical_target_json(target: Target | Mapping[str, Any] | str) -> str:
@@ -47,59 +33,10 @@ def canonical_target_json(target: Target | Mapping[str, Any] | str) -> str:
     return canonical_json(target.export())
 
 
-def _plain(value: Any) -> Any:
-    """TVM FFI containers (Map, Array) as Python dicts and lists."""
-    if isinstance(value, Mapping):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, Sequence) and not isinstance(value, str | bytes):
-        return [_plain(v) for v in value]
-    return value
-
-
 def trace_is_valid(record: TuningRecord) -> bool:
     """MetaSchedule's rule: some instruction must come before post-processing starts."""
     insts = record.trace.insts
     return len(insts) > 0 and insts[0].kind.name != "EnterPostproc"
-
-
-def trace_json_is_valid(trace_json: Any) -> bool:
-    """`trace_is_valid` read off a trace's JSON ([[inst, ...], decisions], each inst
-    [kind name, inputs, attrs, outputs]), so records that arrive as JSON need no TVM parse."""
-    insts = trace_json[0] if isinstance(trace_json, list) and trace_json else []
-    return bool(insts) and isinstance(insts[0], list) and insts[0][0] != "EnterPostproc"
-
-
-def new_record_from(
-    record_json: Sequence[Any],
-    *,
-    workload_id: int,
-    fingerprint_id: str,
-    target_json: str,
-    tvm_version: str,
-    software: dict[str, Any] | None = None,
-    job_id: str | None = None,
-) -> NewRecord:
-    """A registry record from ``TuningRecord.as_json()`` ([trace, run_secs, target, args_info]).
-
-    The record is filed under ``target_json``, the scope it was tuned in, not the target
-    spelled inside it: the registry keys on one canonical spelling per target. This is the
-    one conversion, used by `RegistryDatabase` and for the JSON agents report.
-    """
-    if not isinstance(record_json, Sequence) or isinstance(record_json, str) or len(record_json) != 4:
-        raise ValueError("a TuningRecord as JSON is [trace, run_secs, target, args_info]")
-    trace, run_secs, _target, args_info = record_json
-    return NewRecord(
-        workload_id=workload_id,
-        fingerprint_id=fingerprint_id,
-        target=target_json,
-        tvm_version=tvm_version,
-        trace=canonical_json(trace),
-        run_secs=None if run_secs is None else [float(v) for v in run_secs],
-        args_info=None if args_info is None else canonical_json(args_info),
-        software=dict(software or {}),
-        job_id=job_id,
-        trace_valid=trace_json_is_valid(trace),
-    )
 
 
 def workload_json(mod: IRModule) -> str:
@@ -207,7 +144,7 @@ class RegistryDatabase(PyDatabase):
     def commit_tuning_record(self, record: TuningRecord) -> None:
         self._pending.append(
             new_record_from(
-                _plain(record.as_json()),
+                plain_value(record.as_json()),
                 workload_id=self._workload_id(record.workload),
                 fingerprint_id=self.fingerprint_id,
                 target_json=self.target_json,
