@@ -3,87 +3,41 @@
 from __future__ import annotations
 
 import threading
-from datetime import datetime, timedelta, timezone
 
 import pytest
 from alembic import command
+from cluster_store_fixtures import (  # noqa: F401 - fixtures
+    CUDA_TARGET,
+    GPU,
+    OTHER_GPU,
+    T0,
+    TTL,
+    agent_of,
+    at,
+    cluster,
+    planned_job,
+    records_of,
+)
 from registry_fixtures import postgres_admin, registry_url, store  # noqa: F401
 from sqlalchemy import text
 
 from coordinator.jobs import IllegalTransition, JobState
-from coordinator.registry import NewRecord, RegistryStore, migrate, upgrade_registry
+from coordinator.registry import RegistryStore, migrate, upgrade_registry
 from coordinator.registry.cluster_store import AgentMismatch, ClusterStore, UnknownAgent
 from coordinator.registry.engine import create_registry_engine, parse_registry_url
-from coordinator.registry.entities import PlannedTask, ReportedBatch, ShardClaim
-from coordinator.shards import JobOutcome, ShardState, TaskCost, split_tasks
-
-T0 = datetime(2026, 12, 1, 12, 0, tzinfo=timezone.utc)
-TTL = 30.0
-GPU = "gpu-aaaa"
-OTHER_GPU = "gpu-bbbb"
-CUDA_TARGET = '{"kind":"cuda","arch":"sm_86"}'
-
-
-def at(seconds: float) -> datetime:
-    return T0 + timedelta(seconds=seconds)
-
-
-@pytest.fixture
-def cluster(store) -> ClusterStore:
-    store.upsert_fingerprint(GPU, "cuda", "test gpu", {})
-    store.upsert_fingerprint(OTHER_GPU, "cuda", "other gpu", {})
-    store.upsert_model(
-        model_id="model-1", name="mlp", source="zoo", source_digest="v1", batch=1,
-        inputs=[], weights=[], num_parameters=1,
-    )
-    return ClusterStore(store)
-
-
-def _agent(cluster: ClusterStore, fingerprint_id: str = GPU, kinds=("cuda", "llvm"), now=T0, **kw):  # type: ignore[no-untyped-def]
-    return cluster.register_agent(
-        fingerprint_id=fingerprint_id, target_kinds=list(kinds), hostname="box", address="10.0.0.1:1",
-        tvm_version="0.27.0", rpc_key=f"farm-{fingerprint_id}", details={}, now=now, **kw,
-    )
-
-
-def _tasks(count: int) -> list[PlannedTask]:
-    return [
-        PlannedTask(f"task{i}", weight=1, flop=1e6 * (i + 1), workload_shash=str(1000 + i),
-                    mod_json=f'["{1000 + i}","mod{i}"]', trials_budget=8)
-        for i in range(count)
-    ]
-
-
-def _planned_job(cluster: ClusterStore, tasks: int = 2, shards: int = 2, fingerprint_id=GPU, kind="cuda"):  # type: ignore[no-untyped-def]
-    job = cluster.create_job(
-        model_id="model-1", target_request=kind, target_kind=kind, target=CUDA_TARGET,
-        fingerprint_id=fingerprint_id, trials_budget=8 * tasks, options={"seed": 1}, now=T0,
-    )
-    planned = _tasks(tasks)
-    split = split_tasks(job.id, [TaskCost(t.name, t.weight, t.flop) for t in planned], shards, 8 * tasks)
-    cluster.add_job_plan(job.id, planned, split, T0)
-    return job
-
-
-def _records(lease, traces, fingerprint_id=GPU) -> list[NewRecord]:  # type: ignore[no-untyped-def]
-    workload = lease.tasks[0].workload_id
-    return [
-        NewRecord(workload_id=workload, fingerprint_id=fingerprint_id, target=CUDA_TARGET,
-                  tvm_version="0.27.0", trace=f'"{trace}"', run_secs=[0.001])
-        for trace in traces
-    ]
-
+from coordinator.registry.entities import ReportedBatch, ShardClaim
+from coordinator.shards import JobOutcome, ShardState
 
 # -- agents ------------------------------------------------------------------------------
 
 
 def test_register_reregister_and_unknown_heartbeat(cluster):
-    agent = _agent(cluster)
+    agent = agent_of(cluster)
     assert agent.id.startswith("agent-") and agent.state == "active"
     assert agent.target_kinds == ["cuda", "llvm"]
-    again = _agent(cluster, now=at(5), previous_agent_id=agent.id)
+    again = agent_of(cluster, now=at(5), previous_agent_id=agent.id)
     assert again.id == agent.id and again.last_heartbeat_at == at(5)
-    fresh = _agent(cluster, previous_agent_id="agent-forgotten")
+    fresh = agent_of(cluster, previous_agent_id="agent-forgotten")
     assert fresh.id != "agent-forgotten"
 
     assert cluster.heartbeat("agent-nobody", at(6)) is None
@@ -101,16 +55,16 @@ def test_register_reregister_and_unknown_heartbeat(cluster):
 
 
 def test_plan_starts_the_job_and_only_a_matching_agent_claims(cluster, store):
-    job = _planned_job(cluster)
+    job = planned_job(cluster)
     assert store.get_job(job.id).state == "running"
     assert store.get_job(job.id).status == "tuning: 0/2 shards done"
     assert [s.state for s in cluster.shards_of(job.id)] == [ShardState.PENDING] * 2
     with pytest.raises(IllegalTransition):  # running -> running is not a transition
         cluster.add_job_plan(job.id, [], [], T0)
 
-    llvm_only = _agent(cluster, kinds=["llvm"])
-    other_box = _agent(cluster, fingerprint_id=OTHER_GPU)
-    right = _agent(cluster)
+    llvm_only = agent_of(cluster, kinds=["llvm"])
+    other_box = agent_of(cluster, fingerprint_id=OTHER_GPU)
+    right = agent_of(cluster)
     assert cluster.claim_shard(llvm_only.id, GPU, ["llvm"], T0, TTL) is None
     assert cluster.claim_shard(right.id, GPU, ["vulkan"], T0, TTL) is None
     assert cluster.claim_shard(other_box.id, OTHER_GPU, ["cuda"], T0, TTL) is None
@@ -130,9 +84,9 @@ def test_plan_starts_the_job_and_only_a_matching_agent_claims(cluster, store):
 
 
 def test_claims_of_many_agents_share_transactions_across_jobs(cluster, store):
-    first = _planned_job(cluster, tasks=2, shards=2)
-    second = _planned_job(cluster, tasks=3, shards=3)
-    agents = [_agent(cluster) for _ in range(6)]
+    first = planned_job(cluster, tasks=2, shards=2)
+    second = planned_job(cluster, tasks=3, shards=3)
+    agents = [agent_of(cluster) for _ in range(6)]
     claims = [ShardClaim(a.id, GPU, ("cuda",)) for a in agents]
     claims.insert(2, ShardClaim("agent-nobody", GPU, ("cuda",)))
     claims.insert(4, ShardClaim(agents[0].id, OTHER_GPU, ("cuda",)))
@@ -154,11 +108,11 @@ def test_claims_of_many_agents_share_transactions_across_jobs(cluster, store):
 
 def test_racing_claimers_lease_every_shard_exactly_once(cluster, registry_url):
     shard_count = 12
-    job = _planned_job(cluster, tasks=shard_count, shards=shard_count)
+    job = planned_job(cluster, tasks=shard_count, shards=shard_count)
     # A second store on its own engine: another coordinator process, as far as locks go.
     second = RegistryStore(registry_url)
     stores = [cluster, ClusterStore(second)]
-    agents = [_agent(cluster) for _ in range(4)]
+    agents = [agent_of(cluster) for _ in range(4)]
     leases, errors = [], []
     barrier = threading.Barrier(len(agents))
 
@@ -187,13 +141,13 @@ def test_racing_claimers_lease_every_shard_exactly_once(cluster, registry_url):
 
 
 def test_reports_count_once_and_stale_attempts_store_nothing(cluster, store):
-    job = _planned_job(cluster, tasks=1, shards=1)
-    agent = _agent(cluster)
+    job = planned_job(cluster, tasks=1, shards=1)
+    agent = agent_of(cluster)
     lease = cluster.claim_shard(agent.id, GPU, ["cuda"], at(1), TTL)
 
-    first = cluster.report_records(lease.shard.id, 1, agent.id, _records(lease, ["a", "b"]))
+    first = cluster.report_records(lease.shard.id, 1, agent.id, records_of(lease, ["a", "b"]))
     assert (first.accepted, first.stored, first.duplicates) == (True, 2, 0)
-    again = cluster.report_records(lease.shard.id, 1, agent.id, _records(lease, ["b", "c"]))
+    again = cluster.report_records(lease.shard.id, 1, agent.id, records_of(lease, ["b", "c"]))
     assert (again.accepted, again.stored, again.duplicates) == (True, 1, 1)
     assert store.count_records() == 3
     assert all(r.job_id == job.id for r in store.all_records())
@@ -201,7 +155,7 @@ def test_reports_count_once_and_stale_attempts_store_nothing(cluster, store):
     assert store.get_job(job.id).trials_done == 4
 
     for attempt, agent_id in [(2, agent.id), (0, agent.id), (1, "agent-other")]:
-        stale = cluster.report_records(lease.shard.id, attempt, agent_id, _records(lease, ["x"]))
+        stale = cluster.report_records(lease.shard.id, attempt, agent_id, records_of(lease, ["x"]))
         assert not stale.accepted and stale.reason and stale.stored == 0
     assert cluster.report_records("job-x.s0", 1, agent.id, []).accepted is False
     assert store.count_records() == 3 and store.get_job(job.id).trials_done == 4
@@ -210,7 +164,7 @@ def test_reports_count_once_and_stale_attempts_store_nothing(cluster, store):
     assert done.accepted and done.shard.state is ShardState.DONE
     assert done.rollup.outcome is JobOutcome.READY_TO_BUILD
     assert store.get_job(job.id).status.startswith("tuning done: 1/1")
-    late = cluster.report_records(lease.shard.id, 1, agent.id, _records(lease, ["late"]))
+    late = cluster.report_records(lease.shard.id, 1, agent.id, records_of(lease, ["late"]))
     assert not late.accepted and "over" in late.reason
     assert not cluster.complete_shard(lease.shard.id, 1, agent.id, at(6)).accepted
 
@@ -218,10 +172,10 @@ def test_reports_count_once_and_stale_attempts_store_nothing(cluster, store):
 def test_jobs_ready_to_build_are_those_the_rollup_calls_ready(cluster, store):
     # The tick asks SQL once for every running job whose shards are all done; the rule itself
     # lives in coordinator.shards.rollup, and both must say the same of every job.
-    jobs = [_planned_job(cluster, tasks=2, shards=2)] + [_planned_job(cluster, tasks=1, shards=1) for _ in range(2)]
+    jobs = [planned_job(cluster, tasks=2, shards=2)] + [planned_job(cluster, tasks=1, shards=1) for _ in range(2)]
     # Four shards; three leased and done leave exactly one job with a shard to tune.
     for _ in range(3):
-        agent = _agent(cluster)
+        agent = agent_of(cluster)
         lease = cluster.claim_shard(agent.id, GPU, ["cuda"], at(1), TTL)
         assert cluster.complete_shard(lease.shard.id, lease.attempt, agent.id, at(2)).accepted
     by_rollup = sorted(
@@ -232,19 +186,19 @@ def test_jobs_ready_to_build_are_those_the_rollup_calls_ready(cluster, store):
 
 
 def test_a_group_of_reports_is_judged_report_by_report_in_one_transaction(cluster, store):
-    job = _planned_job(cluster, tasks=2, shards=2)
-    one, two = _agent(cluster), _agent(cluster)
+    job = planned_job(cluster, tasks=2, shards=2)
+    one, two = agent_of(cluster), agent_of(cluster)
     first = cluster.claim_shard(one.id, GPU, ["cuda"], at(1), TTL)
     second = cluster.claim_shard(two.id, GPU, ["cuda"], at(1), TTL)
     progress = ("task_progress", {"task_name": "task0", "trials": 2})
     verdicts = cluster.ingest_reports([
-        ReportedBatch(first.shard.id, 1, one.id, _records(first, ["a", "b"]), trials=3, events=[progress]),
-        ReportedBatch(second.shard.id, 1, two.id, _records(second, ["c"]), trials=1),
-        ReportedBatch(first.shard.id, 1, one.id, _records(first, ["b", "d"]), trials=2),  # "b" again
-        ReportedBatch(second.shard.id, 2, two.id, _records(second, ["stale"]), trials=5),  # no such attempt
-        ReportedBatch(first.shard.id, 1, two.id, _records(first, ["thief"]), trials=5),  # not its lease
+        ReportedBatch(first.shard.id, 1, one.id, records_of(first, ["a", "b"]), trials=3, events=[progress]),
+        ReportedBatch(second.shard.id, 1, two.id, records_of(second, ["c"]), trials=1),
+        ReportedBatch(first.shard.id, 1, one.id, records_of(first, ["b", "d"]), trials=2),  # "b" again
+        ReportedBatch(second.shard.id, 2, two.id, records_of(second, ["stale"]), trials=5),  # no such attempt
+        ReportedBatch(first.shard.id, 1, two.id, records_of(first, ["thief"]), trials=5),  # not its lease
         ReportedBatch("job-x.s9", 1, one.id, [], trials=1),
-        ReportedBatch(second.shard.id, 1, two.id, _records(second, ["e"], OTHER_GPU), trials=1),  # foreign
+        ReportedBatch(second.shard.id, 1, two.id, records_of(second, ["e"], OTHER_GPU), trials=1),  # foreign
     ], now=at(2))
     assert [(v.accepted, v.stored, v.duplicates) for v in verdicts] == [
         (True, 2, 0), (True, 1, 0), (True, 1, 1), (False, 0, 0), (False, 0, 0), (False, 0, 0), (False, 0, 0),
@@ -260,10 +214,10 @@ def test_a_group_of_reports_is_judged_report_by_report_in_one_transaction(cluste
 
 
 def test_silent_agent_loses_its_lease_and_the_next_attempt_keeps_its_records(cluster, store):
-    _planned_job(cluster, tasks=1, shards=1)
-    silent, healthy = _agent(cluster), _agent(cluster)
+    planned_job(cluster, tasks=1, shards=1)
+    silent, healthy = agent_of(cluster), agent_of(cluster)
     lease = cluster.claim_shard(silent.id, GPU, ["cuda"], at(1), TTL)
-    cluster.report_records(lease.shard.id, 1, silent.id, _records(lease, ["a", "b"]))
+    cluster.report_records(lease.shard.id, 1, silent.id, records_of(lease, ["a", "b"]))
 
     cluster.heartbeat(silent.id, at(20))
     assert cluster.expire_leases(at(20 + TTL - 1), TTL) == []  # beat recently enough
@@ -275,14 +229,14 @@ def test_silent_agent_loses_its_lease_and_the_next_attempt_keeps_its_records(clu
     second = cluster.claim_shard(healthy.id, GPU, ["cuda"], at(60), TTL)
     assert second.shard.id == lease.shard.id and second.attempt == 2
     assert store.count_records() == 2  # what attempt 1 reported is kept
-    assert not cluster.report_records(lease.shard.id, 1, silent.id, _records(lease, ["z"])).accepted
-    retry = cluster.report_records(second.shard.id, 2, healthy.id, _records(lease, ["a", "d"]))
+    assert not cluster.report_records(lease.shard.id, 1, silent.id, records_of(lease, ["z"])).accepted
+    retry = cluster.report_records(second.shard.id, 2, healthy.id, records_of(lease, ["a", "d"]))
     assert (retry.stored, retry.duplicates) == (1, 1)
 
 
 def test_used_up_attempts_fail_the_shard_and_the_job(cluster, store):
-    job = _planned_job(cluster, tasks=2, shards=2)
-    agent = _agent(cluster)
+    job = planned_job(cluster, tasks=2, shards=2)
+    agent = agent_of(cluster)
     first = cluster.claim_shard(agent.id, GPU, ["cuda"], at(1), TTL)
     other = cluster.claim_shard(agent.id, GPU, ["cuda"], at(1), TTL)
     change = cluster.fail_shard(first.shard.id, 1, agent.id, "out of memory", at(2), max_attempts=2)
@@ -305,8 +259,8 @@ def test_used_up_attempts_fail_the_shard_and_the_job(cluster, store):
 
 
 def test_lost_leases_found_by_heartbeat_are_requeued(cluster):
-    _planned_job(cluster, tasks=2, shards=2)
-    agent = _agent(cluster)
+    planned_job(cluster, tasks=2, shards=2)
+    agent = agent_of(cluster)
     kept = cluster.claim_shard(agent.id, GPU, ["cuda"], at(1), TTL)
     lost = cluster.claim_shard(agent.id, GPU, ["cuda"], at(1), TTL)
     verdict = cluster.reconcile_leases(
@@ -321,8 +275,8 @@ def test_lost_leases_found_by_heartbeat_are_requeued(cluster):
 def test_a_late_handled_heartbeat_does_not_lose_newer_leases(cluster):
     """An overloaded coordinator may handle a heartbeat long after the agent sent it; a lease
     granted after the agent took its list is not lost (seen at 1,000 agents in the scale bench)."""
-    _planned_job(cluster, tasks=1, shards=1)
-    agent = _agent(cluster)
+    planned_job(cluster, tasks=1, shards=1)
+    agent = agent_of(cluster)
     lease = cluster.claim_shard(agent.id, GPU, ["cuda"], at(5), TTL)
     verdict = cluster.reconcile_leases(agent.id, [], at(30), grace=5, as_of=at(4))
     assert verdict.lost == () and verdict.cancel == ()
@@ -330,20 +284,20 @@ def test_a_late_handled_heartbeat_does_not_lose_newer_leases(cluster):
 
 
 def test_cancel_revokes_leases_and_ends_the_job(cluster, store):
-    job = _planned_job(cluster, tasks=2, shards=2)
-    agent = _agent(cluster)
+    job = planned_job(cluster, tasks=2, shards=2)
+    agent = agent_of(cluster)
     lease = cluster.claim_shard(agent.id, GPU, ["cuda"], at(1), TTL)
     cancelled = cluster.cancel_job(job.id, at(2), "changed my mind")
     assert cancelled.state == "cancelled" and cancelled.error == "changed my mind"
     assert {s.state for s in cluster.shards_of(job.id)} == {ShardState.CANCELLED}
     assert cluster.job_rollup(job.id).outcome is JobOutcome.CANCELLED
-    assert not cluster.report_records(lease.shard.id, 1, agent.id, _records(lease, ["a"])).accepted
+    assert not cluster.report_records(lease.shard.id, 1, agent.id, records_of(lease, ["a"])).accepted
     assert cluster.claim_shard(agent.id, GPU, ["cuda"], at(3), TTL) is None
     assert cluster.cancel_job(job.id, at(4)).finished_at == at(2)  # already over: unchanged
 
 
 def test_a_job_moves_only_from_the_state_it_is_expected_in(cluster, store):
-    job = _planned_job(cluster, tasks=1, shards=1)
+    job = planned_job(cluster, tasks=1, shards=1)
     assert cluster.move_job(job.id, JobState.BUILDING, JobState.FAILED, at(1), status="late") is None
     with pytest.raises(IllegalTransition):
         cluster.move_job(job.id, JobState.RUNNING, JobState.SUCCEEDED, at(1), status="too soon")
@@ -365,12 +319,12 @@ def test_a_job_moves_only_from_the_state_it_is_expected_in(cluster, store):
 
 
 def test_events_resume_after_a_sequence(cluster):
-    job = _planned_job(cluster, tasks=1, shards=1)
+    job = planned_job(cluster, tasks=1, shards=1)
     events = cluster.events_after(job.id)
     assert [e.kind for e in events] == ["state_changed", "state_changed"]
     assert events[1].payload["to"] == "running"
     seen = events[-1].sequence
-    agent = _agent(cluster)
+    agent = agent_of(cluster)
     cluster.claim_shard(agent.id, GPU, ["cuda"], at(1), TTL)
     seq = cluster.append_event(job.id, "log", {"message": "hello"}, at(2))
     resumed = cluster.events_after(job.id, after_sequence=seen)
@@ -382,7 +336,7 @@ def test_events_resume_after_a_sequence(cluster):
 
 
 def test_a_submit_attaches_to_the_unfinished_job(cluster):
-    job = _planned_job(cluster, tasks=1, shards=1)
+    job = planned_job(cluster, tasks=1, shards=1)
     assert cluster.attachable_job("model-1", CUDA_TARGET, GPU).id == job.id
     assert cluster.attachable_job("model-1", CUDA_TARGET, OTHER_GPU) is None
     assert cluster.attachable_job("model-1", '{"kind":"llvm"}', GPU) is None
@@ -402,7 +356,7 @@ def test_a_queued_job_waits_for_its_fingerprint_then_is_bound(cluster, store):
     with pytest.raises(Exception, match="no fingerprint"):
         cluster.add_job_plan(waiting.id, [], [], T0)
 
-    agent = _agent(cluster, kinds=["vulkan"])
+    agent = agent_of(cluster, kinds=["vulkan"])
     assert list(cluster.agents_matching("vulkan")) == [agent.fingerprint_id]
     bound = cluster.bind_job_fingerprint(waiting.id, GPU, '{"kind":"vulkan"}', at(1), "planning")
     assert bound.fingerprint_id == GPU and bound.target == '{"kind":"vulkan"}' and bound.state == "queued"
@@ -415,8 +369,8 @@ def test_a_queued_job_waits_for_its_fingerprint_then_is_bound(cluster, store):
 
 
 def test_validation_lease_round_trip(cluster, store):
-    job = _planned_job(cluster, tasks=1, shards=1)
-    agent = _agent(cluster)
+    job = planned_job(cluster, tasks=1, shards=1)
+    agent = agent_of(cluster)
     lease = cluster.claim_shard(agent.id, GPU, ["cuda"], at(1), TTL)
     cluster.complete_shard(lease.shard.id, 1, agent.id, at(2))
     store.update_job(job.id, expect_state="running", state="building")
@@ -426,7 +380,7 @@ def test_validation_lease_round_trip(cluster, store):
         inputs=[{"name": "x", "dtype": "float32", "shape": [1, 4]}], weights=[], seed=7,
         runs=5, warmup=1, now=at(3),
     )
-    assert cluster.claim_validation(_agent(cluster, fingerprint_id=OTHER_GPU).id, OTHER_GPU, at(4)) is None
+    assert cluster.claim_validation(agent_of(cluster, fingerprint_id=OTHER_GPU).id, OTHER_GPU, at(4)) is None
     first = cluster.claim_validation(agent.id, GPU, at(4))
     assert first.library == b"\x7fELF lib" and first.reference_library == b"untuned" and first.attempt == 1
     assert cluster.validation_library(job.id) == b"\x7fELF lib"

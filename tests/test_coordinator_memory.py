@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import threading
 
+from cluster_store_fixtures import GPU, OTHER_GPU, TTL, agent_of, at, cluster, planned_job, records_of  # noqa: F401
 from polling import wait_for
 from registry_fixtures import postgres_admin, registry_url, store  # noqa: F401
-from test_cluster_store import GPU, OTHER_GPU, TTL, _agent, _planned_job, _records, at, cluster  # noqa: F401
 
 from coordinator.group_commit import GroupCommit
 from coordinator.live_agents import LiveAgents
@@ -25,7 +25,7 @@ def _live(cluster: ClusterStore, store) -> LiveAgents:  # type: ignore[no-untype
 
 def test_heartbeats_are_written_back_in_one_flush(cluster, store):
     live = _live(cluster, store)
-    agents = [_agent(cluster), _agent(cluster)]
+    agents = [agent_of(cluster), agent_of(cluster)]
     assert live.known("agent-nobody") is None
     assert live.known(agents[0].id).fingerprint_id == GPU  # registered before: read from the registry
     live.beat(agents[0].id, at(40))
@@ -45,8 +45,8 @@ def test_heartbeats_are_written_back_in_one_flush(cluster, store):
 
 def test_a_settled_lease_list_stays_settled_only_until_a_shard_changes(cluster, store):
     live = _live(cluster, store)
-    _planned_job(cluster, tasks=2, shards=2)
-    agent = _agent(cluster)
+    planned_job(cluster, tasks=2, shards=2)
+    agent = agent_of(cluster)
     lease = cluster.claim_shard(agent.id, GPU, ["cuda"], at(1), TTL)
     listed = frozenset({(lease.shard.id, lease.attempt)})
 
@@ -58,7 +58,7 @@ def test_a_settled_lease_list_stays_settled_only_until_a_shard_changes(cluster, 
     assert not live.is_settled(agent.id, frozenset(), live.version()), "another list is another question"
 
     # Records change no shard's state: the verdict holds.
-    assert cluster.report_records(lease.shard.id, 1, agent.id, _records(lease, ["a"])).accepted
+    assert cluster.report_records(lease.shard.id, 1, agent.id, records_of(lease, ["a"])).accepted
     assert live.is_settled(agent.id, listed, live.version())
     # A shard state change (here: the other shard leased) is a reason to look again.
     cluster.claim_shard(agent.id, GPU, ["cuda"], at(3), TTL)
@@ -69,9 +69,9 @@ def test_a_settled_lease_list_stays_settled_only_until_a_shard_changes(cluster, 
 
 def test_idle_polls_see_pending_work_as_soon_as_it_exists_and_until_it_is_gone(cluster, store):
     live = _live(cluster, store)
-    agent = _agent(cluster)
+    agent = agent_of(cluster)
     assert not live.may_have_work(GPU, ["cuda"])
-    _planned_job(cluster, tasks=2, shards=2)
+    planned_job(cluster, tasks=2, shards=2)
     assert live.may_have_work(GPU, ["cuda"]) and not live.may_have_work(GPU, ["llvm"])
     assert not live.may_have_work(OTHER_GPU, ["cuda"])
     cluster.claim_shard(agent.id, GPU, ["cuda"], at(1), TTL)
@@ -98,8 +98,8 @@ class _HeldCluster:
 
 
 def test_reports_that_arrive_during_a_commit_go_in_the_next_one(cluster, store):
-    job = _planned_job(cluster, tasks=2, shards=2)
-    agents = [_agent(cluster), _agent(cluster)]
+    job = planned_job(cluster, tasks=2, shards=2)
+    agents = [agent_of(cluster), agent_of(cluster)]
     leases = [cluster.claim_shard(a.id, GPU, ["cuda"], at(1), TTL) for a in agents]
     held = _HeldCluster(cluster)
     ingest = GroupCommit("test-reports", held.ingest_reports)
@@ -108,7 +108,7 @@ def test_reports_that_arrive_during_a_commit_go_in_the_next_one(cluster, store):
     def report(n: int) -> None:
         agent, lease = agents[n % 2], leases[n % 2]
         # Traces overlap between reports: each is stored once, for whichever report is first.
-        batch = ReportedBatch(lease.shard.id, 1, agent.id, _records(lease, [f"t{n % 7}", f"t{n}"]), trials=2)
+        batch = ReportedBatch(lease.shard.id, 1, agent.id, records_of(lease, [f"t{n % 7}", f"t{n}"]), trials=2)
         answers[n] = ingest.submit(batch)
 
     threads = [threading.Thread(target=report, args=(0,))]
@@ -134,8 +134,8 @@ def test_reports_that_arrive_during_a_commit_go_in_the_next_one(cluster, store):
 
 
 def test_a_report_that_cannot_be_written_fails_alone(cluster, store):
-    _planned_job(cluster, tasks=1, shards=1)
-    agent = _agent(cluster)
+    planned_job(cluster, tasks=1, shards=1)
+    agent = agent_of(cluster)
     lease = cluster.claim_shard(agent.id, GPU, ["cuda"], at(1), TTL)
     held = _HeldCluster(cluster)
     ingest = GroupCommit("test-reports", held.ingest_reports)
@@ -149,11 +149,11 @@ def test_a_report_that_cannot_be_written_fails_alone(cluster, store):
         except RegistryError as err:
             results[name] = err
 
-    first = threading.Thread(target=report, args=("first", _records(lease, ["a"])))
+    first = threading.Thread(target=report, args=("first", records_of(lease, ["a"])))
     first.start()
     assert held.entered.wait(30)
     rest = [threading.Thread(target=report, args=("bad", [bad])),
-            threading.Thread(target=report, args=("good", _records(lease, ["b"])))]
+            threading.Thread(target=report, args=("good", records_of(lease, ["b"])))]
     for thread in rest:
         thread.start()
     wait_for(lambda: ingest.waiting() == 2, 30, "2 reports queued behind the held commit", interval=0.01)

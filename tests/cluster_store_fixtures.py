@@ -1,0 +1,69 @@
+"""A ClusterStore with a fingerprint and a model to plan jobs of, and helpers that make its rows."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+import pytest
+from registry_fixtures import store  # noqa: F401
+
+from coordinator.registry import NewRecord
+from coordinator.registry.cluster_store import ClusterStore
+from coordinator.registry.entities import PlannedTask
+from coordinator.shards import TaskCost, split_tasks
+
+T0 = datetime(2026, 12, 1, 12, 0, tzinfo=timezone.utc)
+TTL = 30.0
+GPU = "gpu-aaaa"
+OTHER_GPU = "gpu-bbbb"
+CUDA_TARGET = '{"kind":"cuda","arch":"sm_86"}'
+
+
+def at(seconds: float) -> datetime:
+    return T0 + timedelta(seconds=seconds)
+
+
+@pytest.fixture
+def cluster(store) -> ClusterStore:  # noqa: F811
+    store.upsert_fingerprint(GPU, "cuda", "test gpu", {})
+    store.upsert_fingerprint(OTHER_GPU, "cuda", "other gpu", {})
+    store.upsert_model(
+        model_id="model-1", name="mlp", source="zoo", source_digest="v1", batch=1,
+        inputs=[], weights=[], num_parameters=1,
+    )
+    return ClusterStore(store)
+
+
+def agent_of(cluster: ClusterStore, fingerprint_id: str = GPU, kinds=("cuda", "llvm"), now=T0, **kw):  # type: ignore[no-untyped-def]
+    return cluster.register_agent(
+        fingerprint_id=fingerprint_id, target_kinds=list(kinds), hostname="box", address="10.0.0.1:1",
+        tvm_version="0.27.0", rpc_key=f"farm-{fingerprint_id}", details={}, now=now, **kw,
+    )
+
+
+def tasks_of(count: int) -> list[PlannedTask]:
+    return [
+        PlannedTask(f"task{i}", weight=1, flop=1e6 * (i + 1), workload_shash=str(1000 + i),
+                    mod_json=f'["{1000 + i}","mod{i}"]', trials_budget=8)
+        for i in range(count)
+    ]
+
+
+def planned_job(cluster: ClusterStore, tasks: int = 2, shards: int = 2, fingerprint_id=GPU, kind="cuda"):  # type: ignore[no-untyped-def]
+    job = cluster.create_job(
+        model_id="model-1", target_request=kind, target_kind=kind, target=CUDA_TARGET,
+        fingerprint_id=fingerprint_id, trials_budget=8 * tasks, options={"seed": 1}, now=T0,
+    )
+    planned = tasks_of(tasks)
+    split = split_tasks(job.id, [TaskCost(t.name, t.weight, t.flop) for t in planned], shards, 8 * tasks)
+    cluster.add_job_plan(job.id, planned, split, T0)
+    return job
+
+
+def records_of(lease, traces, fingerprint_id=GPU) -> list[NewRecord]:  # type: ignore[no-untyped-def]
+    workload = lease.tasks[0].workload_id
+    return [
+        NewRecord(workload_id=workload, fingerprint_id=fingerprint_id, target=CUDA_TARGET,
+                  tvm_version="0.27.0", trace=f'"{trace}"', run_secs=[0.001])
+        for trace in traces
+    ]
