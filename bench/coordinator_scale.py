@@ -143,8 +143,9 @@ def record_templates(registry: str, job_ids: list[str]) -> dict[str, str]:
     from tvm.s_tir.meta_schedule.database import TuningRecord, Workload
 
     from coordinator.registry.cluster_store import ClusterStore
+    from coordinator.registry.record_json import trace_json_is_valid
     from coordinator.registry.store import RegistryStore
-    from coordinator.registry.tvm_database import module_json, trace_json_is_valid
+    from coordinator.registry.tvm_database import module_json
     from farm.targets import to_tvm_target
 
     store = RegistryStore(registry)
@@ -220,10 +221,13 @@ def run_scale(agents: int, args) -> dict:
                 [str(FARM), "coordinator", "--listen", address, "--registry", registry,
                  "--tracker-listen", f"127.0.0.1:{tracker_port}",
                  "--heartbeat-interval", str(args.heartbeat_interval),
-                 "--lease-ttl", str(args.heartbeat_interval * 6), "--grace", "2"],
+                 "--lease-ttl", str(args.heartbeat_interval * 6), "--grace", "2",
+                 "--no-ingest-process" if args.no_ingest_process else "--ingest-process"],
                 cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
             wait_serving(address, coordinator)
             coordinator_proc = psutil.Process(coordinator.pid)
+            # The ingest process (coordinator.ingest_process), counted apart; not the tracker.
+            ingest_procs = [c for c in coordinator_proc.children() if "spawn_main" in " ".join(c.cmdline())]
 
             from farm.versions import tvm_version
 
@@ -267,24 +271,27 @@ def run_scale(agents: int, args) -> dict:
             pg = postgres_processes()  # backends of the connections open now
             count_sql = "SELECT count(*) FROM tuning_records"
             count_start = admin(count_sql, registry)[0]
-            cpu0 = (cpu_seconds([coordinator_proc]), cpu_seconds(pg), cpu_seconds(client_procs), time.monotonic())
+            cpu0 = (cpu_seconds([coordinator_proc]), cpu_seconds(pg), cpu_seconds(client_procs), time.monotonic(),
+                    cpu_seconds(ingest_procs))
             samples = []
-            spy = None
+            spies = []
             if args.profile:
                 # py-spy samples the thread holding the GIL through the window: where its Python time goes.
-                spy = subprocess.Popen(
-                    [str(Path(sys.executable).with_name("py-spy")), "record", "-p", str(coordinator.pid),
-                     "-d", str(int(args.seconds)), "-r", "50", "--nonblocking", "--gil", "--format", "raw",
-                     "-o", str(Path(args.profile) / f"coordinator_n{agents}.txt")],
-                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                for proc, name in [(coordinator_proc, "coordinator"), *((p, "ingest") for p in ingest_procs)]:
+                    spies.append(subprocess.Popen(
+                        [str(Path(sys.executable).with_name("py-spy")), "record", "-p", str(proc.pid),
+                         "-d", str(int(args.seconds)), "-r", "50", "--nonblocking", "--gil", "--format", "raw",
+                         "-o", str(Path(args.profile) / f"{name}_n{agents}.txt")],
+                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
             coordinator_proc.cpu_percent(None)
             while time.monotonic() < window_end:
                 time.sleep(min(1.0, max(0.0, window_end - time.monotonic())))
                 samples.append((coordinator_proc.cpu_percent(None), coordinator_proc.memory_info().rss,
-                                coordinator_proc.num_threads()))
-            cpu1 = (cpu_seconds([coordinator_proc]), cpu_seconds(pg), cpu_seconds(client_procs), time.monotonic())
+                                coordinator_proc.num_threads(), sum(p.memory_info().rss for p in ingest_procs)))
+            cpu1 = (cpu_seconds([coordinator_proc]), cpu_seconds(pg), cpu_seconds(client_procs), time.monotonic(),
+                    cpu_seconds(ingest_procs))
             count_end = admin(count_sql, registry)[0]
-            if spy is not None:
+            for spy in spies:
                 spy.wait(timeout=60)
 
             results = []
@@ -359,6 +366,9 @@ def run_scale(agents: int, args) -> dict:
         "coordinator_rss_mb_max": max(s[1] for s in samples) / 2**20,
         "coordinator_rss_mb_end": samples[-1][1] / 2**20,
         "coordinator_threads_max": max(s[2] for s in samples),
+        "ingest_process": bool(ingest_procs),
+        "ingest_cpu_pct_mean": 100 * cpu_delta(cpu0[4], cpu1[4]) / wall,
+        "ingest_rss_mb_max": max(s[3] for s in samples) / 2**20,
         "postgres_cpu_pct_mean": 100 * cpu_delta(cpu0[1], cpu1[1]) / wall,
         "clients_cpu_pct_mean": 100 * cpu_delta(cpu0[2], cpu1[2]) / wall,
     }
@@ -387,8 +397,10 @@ def print_table(r: dict, args) -> None:
           f"{r['duplicates']}, rejected reports {r['rejected_reports']}, late reports {r['late_reports']}, "
           f"call errors {r['errors']}, "
           f"instructions {r['instructions']}")
+    ingest = (f", its ingest process {r['ingest_cpu_pct_mean']:.0f}% (RSS {r['ingest_rss_mb_max']:.0f} MB max)"
+              if r["ingest_process"] else " (reports ingested in it: --no-ingest-process)")
     print(f"   CPU (100% = one core of 2): coordinator {r['coordinator_cpu_pct_mean']:.0f}% mean "
-          f"({r['coordinator_cpu_pct_max']:.0f}% max 1 s sample), PostgreSQL {r['postgres_cpu_pct_mean']:.0f}%, "
+          f"({r['coordinator_cpu_pct_max']:.0f}% max 1 s sample){ingest}, PostgreSQL {r['postgres_cpu_pct_mean']:.0f}%, "
           f"fake-agent clients {r['clients_cpu_pct_mean']:.0f}%; coordinator RSS {r['coordinator_rss_mb_max']:.0f} MB "
           f"max, {r['coordinator_threads_max']} threads")
 
@@ -408,6 +420,8 @@ def main() -> None:
     parser.add_argument("--agents-per-connection", type=int, default=1,
                         help="fake agents sharing one gRPC connection (real agents have one each)")
     parser.add_argument("--idle-fraction", type=float, default=0.1)
+    parser.add_argument("--no-ingest-process", action="store_true",
+                        help="ingest reports in the coordinator's serving process (farm coordinator --no-ingest-process)")
     parser.add_argument("--profile", metavar="DIR",
                         help="also record the coordinator with py-spy (collapsed stacks in DIR)")
     parser.add_argument("--json", action="store_true")

@@ -28,16 +28,17 @@ from coordinator.calls import (
 from coordinator.group_commit import COMMIT_TIMEOUT_S
 from coordinator.jobs import JobState
 from coordinator.registry.cluster_store import VALIDATION_LEASED
-from coordinator.registry.entities import RecordReport, ReportedBatch, ShardClaim, ShardLease
+from coordinator.registry.entities import RecordReport, ShardClaim, ShardLease
+from coordinator.report_ingest import UnreadReport
 from farm.errors import NotFound
 
 
 @dataclass(frozen=True)
 class PreparedReport:
-    """A report checked and turned into registry records, waiting for its group commit."""
+    """A report checked against its job, waiting for its group commit."""
 
     job_id: str
-    batch: ReportedBatch
+    report: UnreadReport
     progress: list[dict]
 
 
@@ -197,50 +198,59 @@ class AgentCalls:
         prepared = self.prepare_report(agent_id, shard_id, attempt, records, progress)
         if isinstance(prepared, RecordReport):
             return prepared
-        return self.finish_report(prepared, self._ingest.submit(prepared.batch))
+        return self.finish_report(prepared, self._ingest.submit(prepared.report))
 
     def prepare_report(self, agent_id: str, shard_id: str, attempt: int,
                        records: Sequence[tuple[str, str]], progress: Sequence[dict]) -> "PreparedReport | RecordReport":
-        """A report read and checked, ready for `enqueue_report`; or the answer already."""
-        from coordinator.registry.tvm_database import new_record_from
+        """A report checked against its job, ready for `enqueue_report`; or the answer already.
 
+        Its records stay text here: whoever commits the group reads them (coordinator.report_ingest).
+        """
         job = self._job_of_shard(shard_id)
         if job is None:
             return RecordReport(False, f"shard {shard_id} is unknown", 0, 0)
-        agent = self.live.known(agent_id)
-        software = {"tvm": agent.tvm_version} if agent else {}
-        new, dropped = [], []
+        return self._prepared(job, self.live.known(agent_id), agent_id, shard_id, attempt, records, progress)
+
+    def prepare_cached_report(self, agent_id: str, shard_id: str, attempt: int,
+                              records: Sequence[tuple[str, str]], progress: Sequence[dict]) -> "PreparedReport | None":
+        """`prepare_report` from memory alone, as almost every report can be; None when the
+        registry must be read. Waits on no registry, so the server calls it on its event loop."""
+        from coordinator.shards import job_of_shard
+
+        with self._lock:
+            job = self._reporting_jobs.get(job_of_shard(shard_id))
+        agent = self.live.cached(agent_id)
+        if job is None or agent is None:
+            return None
+        return self._prepared(job, agent, agent_id, shard_id, attempt, records, progress)
+
+    def _prepared(self, job: "_ReportingJob", agent, agent_id: str, shard_id: str, attempt: int,
+                  records: Sequence[tuple[str, str]], progress: Sequence[dict]) -> "PreparedReport":
+        kept, dropped = [], []
         for shash, record_json in records:
             if not record_json:
-                continue
+                continue  # a candidate that failed: a trial without a record
             workload_id = job.workloads.get(shash)
             if workload_id is None:
                 dropped.append(f"workload {shash} is not one of job {job.id}'s tasks")
                 continue
-            try:
-                new.append(new_record_from(
-                    json.loads(record_json), workload_id=workload_id, fingerprint_id=job.fingerprint_id,
-                    target_json=job.target, tvm_version=self.tvm_version, software=software, job_id=job.id))
-            except ValueError as err:
-                dropped.append(f"unreadable record: {err}")
+            kept.append((workload_id, record_json))
         events = [("task_progress", dict(item, shard_id=shard_id))
                   for item in self._progress_events.due(shard_id, list(progress))]
-        if dropped:
-            events.append(("log", {"source": agent_id, "level": "warning",
-                                   "message": f"{len(dropped)} reported record(s) were not kept: {dropped[0]}"}))
-        batch = ReportedBatch(shard_id, attempt, agent_id, new, len(records), events)
-        return PreparedReport(job.id, batch, list(progress))
+        report = UnreadReport(shard_id, attempt, agent_id, job.id, job.fingerprint_id, job.target, self.tvm_version,
+                              {"tvm": agent.tvm_version} if agent else {}, kept, len(records), dropped, events)
+        return PreparedReport(job.id, report, list(progress))
 
     def enqueue_report(self, prepared: "PreparedReport") -> Future:
         """Queue a prepared report for the next group commit; its future holds the RecordReport."""
-        return self._ingest.enqueue(prepared.batch)
+        return self._ingest.enqueue(prepared.report)
 
     def finish_report(self, prepared: "PreparedReport", result: RecordReport) -> RecordReport:
         if result.accepted:
             with self._lock:
                 latest = self._progress.setdefault(prepared.job_id, {})
                 for item in prepared.progress:
-                    latest[(prepared.batch.shard_id, item["task_name"])] = dict(item)
+                    latest[(prepared.report.shard_id, item["task_name"])] = dict(item)
         return result
 
     def _job_of_shard(self, shard_id: str) -> "_ReportingJob | None":

@@ -65,10 +65,14 @@ class LiveAgents:
             self._known[agent.id] = _known(agent)
             self._settled.pop(agent.id, None)
 
+    def cached(self, agent_id: str) -> KnownAgent | None:
+        """The agent if this process has seen it; None says nothing about the registry."""
+        with self._lock:
+            return self._known.get(agent_id)
+
     def known(self, agent_id: str) -> KnownAgent | None:
         """The agent, or None if the registry has never heard of it (it must register)."""
-        with self._lock:
-            found = self._known.get(agent_id)
+        found = self.cached(agent_id)
         if found is not None:
             return found
         agent = self._cluster.get_agent(agent_id)  # registered before this process started

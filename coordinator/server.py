@@ -64,6 +64,7 @@ class CoordinatorServer:
     _ticker: threading.Thread
     _loop: _EventLoopThread
     _pool: futures.ThreadPoolExecutor
+    ingest: object | None = None  # the IngestProcess committing reports, if any
     _stopped: bool = False
 
     @property
@@ -86,6 +87,8 @@ class CoordinatorServer:
         self.coordinator.wake.set()
         self._ticker.join(timeout=5)
         self.coordinator.close()
+        if self.ingest is not None:
+            self.ingest.close()
         if self.tracker is not None:
             self.tracker.stop()
         self.coordinator.store.dispose()
@@ -118,17 +121,22 @@ def serve(
     data_dir: Path | None = None,
     tick_interval: float = 0.5,
     max_workers: int = 256,
+    ingest_process: bool | None = None,
 ) -> CoordinatorServer:
     """Start a coordinator on ``listen`` (port 0: any free port) and return it running.
 
     ``tracker`` is the host:port of a TVM RPC tracker agents should use; without one the
-    coordinator starts its own on ``tracker_listen``.
+    coordinator starts its own on ``tracker_listen``. ``ingest_process``: reports are read
+    and committed in a process of their own (coordinator.ingest_process); by default on
+    PostgreSQL, where a fleet's reports come in, and not on SQLite, one box's registry that
+    takes one writer at a time anyway.
     """
     from coordinator.tracker import TrackerProcess, parse_tracker_address
     from farm import config
 
-    store = RegistryStore(config.registry_url(registry_url))
-    owned = None
+    url = config.registry_url(registry_url)
+    store = RegistryStore(url)
+    owned = ingest = None
     try:
         if tracker is None:
             # Port 0 (any free port) is fine here, unlike in an address agents are given.
@@ -143,7 +151,11 @@ def serve(
             heartbeat_interval=heartbeat_interval, lease_ttl=lease_ttl, max_attempts=max_attempts,
             records_per_report=records_per_report,
         )
-        coordinator = Coordinator(store, ClusterStore(store), tracker, settings)
+        if ingest_process if ingest_process is not None else store.dialect == "postgresql":
+            from coordinator.ingest_process import IngestProcess
+
+            ingest = IngestProcess(url)
+        coordinator = Coordinator(store, ClusterStore(store), tracker, settings, ingest)
 
         # Plain handlers run in this pool (coordinator.servicer); reports and claims waiting
         # for their group's commit hold none of its threads.
@@ -156,6 +168,8 @@ def serve(
             pool.shutdown(wait=False)
             raise
     except BaseException:
+        if ingest is not None:
+            ingest.close()
         if owned is not None:
             owned.stop()
         store.dispose()
@@ -168,7 +182,7 @@ def serve(
     host = listen.rsplit(":", 1)[0].strip("[]")
     logger.info("coordinator listening on %s:%d, registry %s, tracker %s", host, port, store.url, tracker)
     return CoordinatorServer(server, port, host, coordinator, health_servicer, owned, stop_ticking, ticker,
-                             loop, pool)
+                             loop, pool, ingest)
 
 
 async def _start_grpc(coordinator: Coordinator, listen: str, pool: futures.ThreadPoolExecutor):

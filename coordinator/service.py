@@ -12,10 +12,13 @@ tick); calls holds the plain values they take and return, and their errors.
 
 from __future__ import annotations
 
+import functools
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from coordinator import report_ingest
 from coordinator.agent_calls import AgentCalls
 from coordinator.calls import (
     AgentRefused,
@@ -39,6 +42,7 @@ from coordinator.live_agents import LiveAgents
 from coordinator.progress_events import ProgressEvents
 from coordinator.registry.cluster_store import ClusterStore
 from coordinator.registry.store import RegistryStore
+from coordinator.report_ingest import UnreadReport
 from coordinator.shards import DEFAULT_MAX_ATTEMPTS
 
 # Names the servicer and the server import from here; the other values of the calls are
@@ -79,7 +83,9 @@ class Coordinator(ClientCalls, AgentCalls, Housekeeping):
     """Jobs, agents, shard and validation leases; `tick` moves jobs along in the background."""
 
     def __init__(self, store: RegistryStore, cluster: ClusterStore, tracker_address: str,
-                 settings: CoordinatorSettings):
+                 settings: CoordinatorSettings, ingest: Callable[[list[UnreadReport]], list] | None = None):
+        """``ingest`` reads and commits a group of reports (an `IngestProcess`, say); by
+        default this process does it (coordinator.report_ingest)."""
         from coordinator.tracker import parse_tracker_address
         from farm.versions import tvm_version
 
@@ -101,7 +107,7 @@ class Coordinator(ClientCalls, AgentCalls, Housekeeping):
         self._module_json: dict[int, str] = {}
         self._settle_lock = threading.Lock()
         self.live = LiveAgents(cluster, lambda: store.unit_of_work.state_version)
-        self._ingest = GroupCommit("farm-reports", cluster.ingest_reports)
+        self._ingest = GroupCommit("farm-reports", ingest or functools.partial(report_ingest.ingest, cluster))
         self._claims = GroupCommit(
             "farm-claims", lambda claims: cluster.claim_shards(claims, utc_now(), settings.lease_ttl))
         self._progress_events = ProgressEvents()

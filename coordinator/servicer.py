@@ -278,7 +278,7 @@ class FarmClientServicer(farm_pb2_grpc.FarmClientServicer):
                 await asyncio.sleep(self.poll_seconds)
 
 
-# Reports read and checked at once in the thread pool, at most (see ReportRecords).
+# Reports checked against the registry at once in the thread pool, at most (see ReportRecords).
 REPORTS_PREPARED_AT_ONCE = 4
 
 
@@ -354,14 +354,19 @@ class FarmAgentServicer(farm_pb2_grpc.FarmAgentServicer):
              "run_errors": p.run_errors, "best_us": p.best_us, "best_gflops": p.best_gflops}
             for p in request.progress
         ]
-        # Reading a report's records is pure CPU under the GIL, so more threads at it only
-        # fill the pool's one queue: with a thousand agents, heartbeats waited seconds there
-        # behind reports. The rest wait here, on the loop, holding nothing.
-        if self._preparing is None:
-            self._preparing = asyncio.Semaphore(REPORTS_PREPARED_AT_ONCE)
-        async with self._preparing:
-            prepared = await self._in_thread(self.coordinator.prepare_report, request.agent_id,
-                                             request.shard_id, request.attempt, records, progress)
+        # Checked here, on the loop, from what the coordinator keeps in memory; its records are
+        # read where the group is committed (coordinator.report_ingest). Only a report of a
+        # job or an agent this process has not seen yet reads the registry, in the pool:
+        # a few at a time, so that a burst of them does not fill the pool's one queue ahead
+        # of heartbeats (with a thousand agents they waited seconds there).
+        prepared = self.coordinator.prepare_cached_report(request.agent_id, request.shard_id, request.attempt,
+                                                          records, progress)
+        if prepared is None:
+            if self._preparing is None:
+                self._preparing = asyncio.Semaphore(REPORTS_PREPARED_AT_ONCE)
+            async with self._preparing:
+                prepared = await self._in_thread(self.coordinator.prepare_report, request.agent_id,
+                                                 request.shard_id, request.attempt, records, progress)
         if isinstance(prepared, RecordReport):
             result = prepared
         else:

@@ -32,6 +32,10 @@ def coordinator(
     max_attempts: int = typer.Option(3, "--max-attempts", min=1,
                                      help="Attempts of a shard before it, and its job, fail."),
     grace: float = typer.Option(10.0, "--grace", min=0, help="Seconds in-flight calls get on shutdown."),
+    ingest_process: Optional[bool] = typer.Option(
+        None, "--ingest-process/--no-ingest-process",
+        help="Read and commit reported records in a process of their own, leaving the serving process "
+             "to heartbeats and leases [default: on with PostgreSQL, off with SQLite]."),
     json_output: bool = JSON_OPTION,
 ) -> None:
     """Serve jobs to agents: shard tuning tasks, merge records, build, validate, commit."""
@@ -44,11 +48,13 @@ def coordinator(
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         server = serve(listen, registry, tracker, tracker_listen=tracker_listen,
-                       heartbeat_interval=heartbeat_interval, lease_ttl=lease_ttl, max_attempts=max_attempts)
+                       heartbeat_interval=heartbeat_interval, lease_ttl=lease_ttl, max_attempts=max_attempts,
+                       ingest_process=ingest_process)
     except FarmError as err:
         raise fail(err)
     document = {"listen": server.address, "registry": str(server.coordinator.store.url),
-                "tracker": server.tracker_address, "owns_tracker": server.tracker is not None}
+                "tracker": server.tracker_address, "owns_tracker": server.tracker is not None,
+                "ingest_pid": server.ingest.pid if server.ingest is not None else None}
     if json_output:
         emit_json(document)
     else:
