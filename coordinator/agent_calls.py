@@ -87,6 +87,8 @@ class AgentCalls:
         ``sent_at`` is when the agent listed its leases: a lease is only "lost" if it was
         granted well before that, not merely before this (possibly late) handling.
         """
+        if self.settled_heartbeat(agent_id, running, rpc_server_serving):
+            return []
         now = utc_now()
         if self.live.known(agent_id) is None:
             return [ReRegister(f"agent {agent_id} is unknown to this coordinator; register again")]
@@ -95,8 +97,6 @@ class AgentCalls:
         shards = [r for r in running if job_of_validation(r.shard_id) is None]
         listed = frozenset((r.shard_id, r.attempt) for r in shards)
         version = self.live.version()  # before the read the verdict comes from
-        if len(shards) == len(running) and self.live.is_settled(agent_id, listed, version):
-            return []
         verdict = self.cluster.reconcile_leases(
             agent_id, sorted(listed), now,
             grace=2 * self.settings.heartbeat_interval, max_attempts=self.settings.max_attempts,
@@ -120,6 +120,23 @@ class AgentCalls:
                     LeaseRef(job_id, ref.shard_id, ref.attempt),
                     self._why_stop(job_id, f"validation attempt {ref.attempt} of {job_id} is no longer current")))
         return instructions
+
+    def settled_heartbeat(self, agent_id: str, running: Sequence[LeaseRef], rpc_server_serving: bool) -> bool:
+        """Note a heartbeat that can be answered from memory, with nothing to say: a known
+        agent listing exactly the shard leases the registry gave it at the current state
+        version. False: `heartbeat` must read the registry. Takes no lock that waits on
+        the registry, so the server answers it on its event loop (coordinator.servicer).
+        """
+        if self.live.cached(agent_id) is None:
+            return False
+        listed = frozenset((r.shard_id, r.attempt) for r in running)
+        if any(job_of_validation(shard_id) is not None for shard_id, _ in listed):
+            return False
+        if not self.live.is_settled(agent_id, listed, self.live.version()):
+            return False
+        self.live.beat(agent_id, utc_now())  # written back by the next tick
+        self._rpc_serving[agent_id] = rpc_server_serving
+        return True
 
     def _why_stop(self, job_id: str, reason: str) -> str:
         try:

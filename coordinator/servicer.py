@@ -309,6 +309,11 @@ class FarmAgentServicer(farm_pb2_grpc.FarmAgentServicer):
     @_rpc_async
     async def Heartbeat(self, request, context):
         running = [LeaseRef(r.job_id, r.shard_id, r.attempt) for r in request.running_leases]
+        # Almost every beat lists what the registry already says the agent holds: answered
+        # here, on the loop. Handing each to the thread pool cost a queue behind whatever
+        # else waited there (docs/benchmarks.md, "Coordinator at scale").
+        if self.coordinator.settled_heartbeat(request.agent_id, running, request.rpc_server_serving):
+            return farm_pb2.HeartbeatResponse()
         instructions = []
         sent_at = request.sent_at.ToDatetime(tzinfo=timezone.utc) if request.HasField("sent_at") else None
         verdict = await self._in_thread(self.coordinator.heartbeat, request.agent_id, running,

@@ -382,6 +382,37 @@ def test_heartbeats_are_answered_while_more_reports_wait_than_the_server_has_thr
     agent.close()
 
 
+def test_a_settled_heartbeat_needs_no_thread_of_the_server(start, fingerprint):
+    # A heartbeat listing exactly what the registry says the agent holds is answered on the
+    # server's event loop (coordinator.servicer); only one that must read the registry
+    # waits for a thread. Every thread of the pool is taken here.
+    server, channel = start(max_workers=2)
+    agent = FakeAgent(channel, fingerprint)
+    agent.register()
+    (submitted,) = _submit(channel)
+    _wait_job(channel, submitted.job.id, farm_pb2.JOB_STATE_RUNNING)
+    shard = agent.lease()
+    other = FakeAgent(channel, fingerprint)
+    other.register()
+    # Read from the registry: settled from now on, until some state changes (a registration would).
+    assert agent.heartbeat() == []
+    # A lease the other agent was never given: its beat must be read against the registry.
+    other.running = [farm_pb2.LeaseRef(job_id=shard.job_id, shard_id=shard.shard_id, attempt=shard.attempt + 1)]
+    release = threading.Event()
+    taken = [server._pool.submit(release.wait, TIMEOUT) for _ in range(2)]
+    try:
+        unsettled = other.stub.Heartbeat.future(farm_pb2.HeartbeatRequest(
+            agent_id=other.agent_id, running_leases=other.running), timeout=TIMEOUT)
+        assert agent.heartbeat() == []
+        assert not unsettled.done(), "a heartbeat that must read the registry waited for a thread"
+    finally:
+        release.set()
+    assert [i.WhichOneof("instruction") for i in unsettled.result().instructions] == ["cancel_lease"]
+    assert all(t.result(TIMEOUT) for t in taken)
+    agent.close()
+    other.close()
+
+
 def test_a_restarted_coordinator_carries_on(start, fingerprint, tmp_path):
     server, channel = start()
     agent = FakeAgent(channel, fingerprint)
