@@ -133,6 +133,7 @@ def _child_main(conn, registry_url: str) -> None:
     # end of the pipe closes. (SIGTERM stays fatal: multiprocessing's exit handler sends it.)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s farm-ingest: %(message)s")
+    from coordinator.heap import freeze_long_lived, tune_collector
     from coordinator.registry.cluster_store import ClusterStore
     from coordinator.registry.store import RegistryStore
     from coordinator.report_ingest import ingest
@@ -143,6 +144,8 @@ def _child_main(conn, registry_url: str) -> None:
         conn.send(("error", type(err), err.problem, err.fix))
         return
     cluster = ClusterStore(store)
+    tune_collector()
+    freeze_long_lived()
     conn.send(("ready",))
     try:
         while True:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
+from coordinator.heap import freeze_long_lived
 from farm.errors import FarmError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -189,6 +190,8 @@ class BackgroundWorker:
             key, step = item
             try:
                 step()
+                # A plan or a build leaves models and TVM objects behind for good.
+                freeze_long_lived()
             except Exception:  # noqa: BLE001 - a step reports its own failures; never kill the worker
                 logger.exception("%s: step for %s failed", self.name, key)
             finally:

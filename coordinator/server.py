@@ -14,6 +14,7 @@ from pathlib import Path
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
+from coordinator.heap import freeze_long_lived, tune_collector
 from coordinator.registry.cluster_store import ClusterStore
 from coordinator.registry.store import RegistryStore
 from coordinator.service import Coordinator, CoordinatorSettings
@@ -175,6 +176,8 @@ def serve(
         store.dispose()
         raise
 
+    tune_collector()
+    freeze_long_lived()
     stop_ticking = threading.Event()
     ticker = threading.Thread(target=_tick_loop, args=(coordinator, stop_ticking, tick_interval),
                               name="farm-tick", daemon=True)
