@@ -154,16 +154,20 @@ class AgentCalls:
         lease = None if claim is None else claim.result(COMMIT_TIMEOUT_S)
         return None if lease is None else self.shard_offer(lease, fingerprint_id)
 
-    def claim_shard(self, agent_id: str, fingerprint_id: str, target_kinds: Sequence[str]) -> Future | None:
+    def claim_shard(self, agent_id: str, fingerprint_id: str, target_kinds: Sequence[str],
+                    on_loop: bool = False) -> Future | None:
         """A claim of a shard for the agent, queued for the next group (its future holds the
-        ShardLease or None); None at once when there is surely nothing to lease."""
+        ShardLease or None); None at once when there is surely nothing to lease.
+        ``on_loop``: called on the server's event loop, so no registry read is waited for."""
         if self.draining:
             return None
-        known = self.live.known(agent_id)
+        known = self.live.cached(agent_id)
         # Most polls come from idle agents when there is nothing to do: answered from memory.
-        # (An unknown agent or a wrong fingerprint goes on to the claim, which says what is wrong.)
+        # (An agent not in memory or a wrong fingerprint goes on to the claim, which reads
+        # the registry and says what is wrong.)
         if (known is not None and known.fingerprint_id == fingerprint_id
-                and not self.live.may_have_work(fingerprint_id, set(target_kinds) & known.target_kinds)):
+                and not self.live.may_have_work(fingerprint_id, set(target_kinds) & known.target_kinds,
+                                                wait=not on_loop)):
             return None
         return self._claims.enqueue(ShardClaim(agent_id, fingerprint_id, tuple(target_kinds)))
 

@@ -18,6 +18,7 @@ caches rely on every state change going through its units of work.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -26,6 +27,8 @@ from datetime import datetime
 
 from coordinator.registry.cluster_store import ClusterStore
 from coordinator.registry.entities import Agent
+
+logger = logging.getLogger("farm.coordinator")
 
 # A settled lease list or pending-work answer is re-read at least this often, whatever the
 # state version says: a bound on how long a change made outside this process goes unnoticed.
@@ -58,6 +61,7 @@ class LiveAgents:
         self._beats: dict[str, datetime] = {}
         self._settled: dict[str, tuple[frozenset, int, float]] = {}
         self._pending: tuple[frozenset[tuple[str, str]], int, float] | None = None
+        self._refreshing = False
 
     # ------------------------------------------------------------------ who they are
     def note_registered(self, agent: Agent) -> None:
@@ -116,10 +120,13 @@ class LiveAgents:
             self._settled[agent_id] = (running, version, time.monotonic())
 
     # ------------------------------------------------------------------ pending work
-    def may_have_work(self, fingerprint_id: str, target_kinds: Iterable[str]) -> bool:
+    def may_have_work(self, fingerprint_id: str, target_kinds: Iterable[str], *, wait: bool = True) -> bool:
         """Whether a running job of this fingerprint and one of these kinds has a pending shard.
 
         A False may be a quarter of a second late; a True only means a claim is worth a try.
+        ``wait=False`` (for the server's event loop, which must not wait on the registry):
+        an answer due for a refresh is refreshed in a thread and used meanwhile, and with
+        no answer yet the claim is tried.
         """
         now = time.monotonic()
         version = self._state_version()
@@ -127,11 +134,36 @@ class LiveAgents:
             cached = self._pending
         age = now - cached[2] if cached is not None else None
         if age is None or age >= MAX_PENDING_AGE_S or (cached[1] != version and age >= self._pending_refresh):
-            pairs = frozenset(self._cluster.pending_work())
-            cached = (pairs, version, now)
-            with self._lock:
-                self._pending = cached
+            if wait:
+                cached = self._refresh_pending(version, now)
+            else:
+                self._refresh_pending_soon(version, now)
+                if cached is None:
+                    return True
         return any((fingerprint_id, kind) in cached[0] for kind in target_kinds)
+
+    def _refresh_pending(self, version: int, now: float):
+        cached = (frozenset(self._cluster.pending_work()), version, now)
+        with self._lock:
+            self._pending = cached
+        return cached
+
+    def _refresh_pending_soon(self, version: int, now: float) -> None:
+        with self._lock:
+            if self._refreshing:
+                return
+            self._refreshing = True
+
+        def refresh() -> None:
+            try:
+                self._refresh_pending(version, now)
+            except Exception:  # noqa: BLE001 - the next poll tries again; claims still tell the truth
+                logger.warning("reading which jobs have pending shards failed", exc_info=True)
+            finally:
+                with self._lock:
+                    self._refreshing = False
+
+        threading.Thread(target=refresh, name="farm-pending-work", daemon=True).start()
 
 
 def _known(agent: Agent) -> KnownAgent:

@@ -332,7 +332,8 @@ class FarmAgentServicer(farm_pb2_grpc.FarmAgentServicer):
     async def LeaseShard(self, request, context):
         # Answered from memory when there is surely nothing to lease; otherwise the claim
         # waits for its group's commit without holding a thread.
-        claim = self.coordinator.claim_shard(request.agent_id, request.fingerprint_id, list(request.target_kinds))
+        claim = self.coordinator.claim_shard(request.agent_id, request.fingerprint_id, list(request.target_kinds),
+                                             on_loop=True)
         lease = None if claim is None else await _committed(claim)
         if lease is None:
             return farm_pb2.LeaseShardResponse(retry_after=_duration(self.coordinator.settings.idle_retry_after))

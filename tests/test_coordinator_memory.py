@@ -4,6 +4,7 @@ reports, and which progress reports become events. On SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
+import gc
 import threading
 
 from cluster_store_fixtures import GPU, OTHER_GPU, TTL, agent_of, at, cluster, planned_job, records_of  # noqa: F401
@@ -179,3 +180,36 @@ def test_progress_events_are_thinned_but_the_last_word_is_kept():
     assert events.held_back("s1") == [dict(item, trials=3)]
     assert events.held_back("s1") == []
     assert events.due("s1", [done]) == [done], "a finished task is always written"
+
+
+def test_what_a_plan_or_build_leaves_behind_is_kept_out_of_the_garbage_collector():
+    # A full collection walks every tracked object with the GIL held; the models and TVM
+    # objects a plan leaves behind made those walks the slowest heartbeats (coordinator.heap).
+    from coordinator.job_work import BackgroundWorker
+
+    gc.unfreeze()
+    kept: list[dict] = []
+    after = threading.Event()
+    worker = BackgroundWorker("test-planner")
+    try:
+        worker.submit("plan", lambda: kept.extend({"n": n} for n in range(20_000)))
+        worker.submit("next", after.set)  # steps run in order, each followed by the freeze
+        assert after.wait(30)
+        assert gc.get_freeze_count() >= len(kept) == 20_000
+    finally:
+        worker.stop()
+        gc.unfreeze()
+
+
+def test_on_the_event_loop_pending_work_is_refreshed_in_the_background(cluster, store):
+    # The server's event loop must not wait on the registry: there, a stale answer is used
+    # while a thread reads the new one, and with no answer yet the claim is tried.
+    live = _live(cluster, store)
+    agent = agent_of(cluster)
+    assert live.may_have_work(GPU, ["cuda"], wait=False), "nothing read yet: worth a claim"
+    wait_for(lambda: not live.may_have_work(GPU, ["cuda"], wait=False), 10, "the first read to land", 0.05)
+    planned_job(cluster, tasks=1, shards=1)
+    assert not live.may_have_work(GPU, ["cuda"], wait=False), "the last answer, while the new one is read"
+    wait_for(lambda: live.may_have_work(GPU, ["cuda"], wait=False), 10, "the new job's shard to be seen", 0.05)
+    cluster.claim_shard(agent.id, GPU, ["cuda"], at(1), TTL)
+    wait_for(lambda: not live.may_have_work(GPU, ["cuda"], wait=False), 10, "the leased shard to be gone", 0.05)
