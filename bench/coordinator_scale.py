@@ -287,7 +287,8 @@ def run_scale(agents: int, args) -> dict:
             while time.monotonic() < window_end:
                 time.sleep(min(1.0, max(0.0, window_end - time.monotonic())))
                 samples.append((coordinator_proc.cpu_percent(None), coordinator_proc.memory_info().rss,
-                                coordinator_proc.num_threads(), sum(p.memory_info().rss for p in ingest_procs)))
+                                coordinator_proc.num_threads(), sum(p.memory_info().rss for p in ingest_procs),
+                                max(p.memory_info().rss for p in client_procs)))
             cpu1 = (cpu_seconds([coordinator_proc]), cpu_seconds(pg), cpu_seconds(client_procs), time.monotonic(),
                     cpu_seconds(ingest_procs))
             count_end = admin(count_sql, registry)[0]
@@ -371,6 +372,7 @@ def run_scale(agents: int, args) -> dict:
         "ingest_rss_mb_max": max(s[3] for s in samples) / 2**20,
         "postgres_cpu_pct_mean": 100 * cpu_delta(cpu0[1], cpu1[1]) / wall,
         "clients_cpu_pct_mean": 100 * cpu_delta(cpu0[2], cpu1[2]) / wall,
+        "client_rss_mb_max": max(s[4] for s in samples) / 2**20,
     }
 
 
@@ -401,7 +403,8 @@ def print_table(r: dict, args) -> None:
               if r["ingest_process"] else " (reports ingested in it: --no-ingest-process)")
     print(f"   CPU (100% = one core of 2): coordinator {r['coordinator_cpu_pct_mean']:.0f}% mean "
           f"({r['coordinator_cpu_pct_max']:.0f}% max 1 s sample){ingest}, PostgreSQL {r['postgres_cpu_pct_mean']:.0f}%, "
-          f"fake-agent clients {r['clients_cpu_pct_mean']:.0f}%; coordinator RSS {r['coordinator_rss_mb_max']:.0f} MB "
+          f"fake-agent clients {r['clients_cpu_pct_mean']:.0f}% (RSS {r['client_rss_mb_max']:.0f} MB max each, "
+          f"no garbage collection in the run); coordinator RSS {r['coordinator_rss_mb_max']:.0f} MB "
           f"max, {r['coordinator_threads_max']} threads")
 
 
