@@ -139,6 +139,22 @@ def test_a_stuck_child_is_replaced_and_its_group_fails_with_a_reason(cluster, st
         ingest.close()
 
 
+def test_the_child_ends_when_the_coordinator_is_killed(registry_url):  # noqa: F811
+    # SIGKILL leaves no chance to stop it: the child ends when its end of the pipe closes.
+    script = ("import sys, time; from coordinator.ingest_process import IngestProcess; "
+              "ingest = IngestProcess(sys.argv[1]); print(ingest.pid, flush=True); time.sleep(600)")
+    owner = subprocess.Popen([sys.executable, "-c", script, registry_url], stdout=subprocess.PIPE, text=True)
+    try:
+        child = int(owner.stdout.readline())
+        assert _alive(child)
+        owner.kill()
+        owner.wait(10)
+        wait_for(lambda: not _alive(child), 30, "the orphaned ingest process to end")
+    finally:
+        owner.kill()
+        owner.wait(10)
+
+
 def test_the_ingest_process_never_imports_tvm():
     # Its point is to keep a core free; TVM's import alone costs seconds (tvm_startup).
     probe = ("import sys; from coordinator.ingest_process import _child_main; "

@@ -33,7 +33,7 @@ def coordinator(
                                      help="Attempts of a shard before it, and its job, fail."),
     grace: float = typer.Option(10.0, "--grace", min=0, help="Seconds in-flight calls get on shutdown."),
     ingest_process: Optional[bool] = typer.Option(
-        None, "--ingest-process/--no-ingest-process",
+        None, "--ingest-process/--no-ingest-process", envvar="FARM_INGEST_PROCESS", show_envvar=True,
         help="Read and commit reported records in a process of their own, leaving the serving process "
              "to heartbeats and leases [default: on with PostgreSQL, off with SQLite]."),
     json_output: bool = JSON_OPTION,
