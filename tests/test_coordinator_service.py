@@ -328,6 +328,16 @@ def test_errors_health_and_an_owned_tracker(start, fingerprint):
     assert not tracker.running, "the coordinator stops the tracker it started"
 
 
+def _agent_leasing_a_shard(start, fingerprint, **options):
+    """A coordinator started with ``options``, a running job, and an agent holding its shard."""
+    server, channel = start(**options)
+    agent = FakeAgent(channel, fingerprint)
+    agent.register()
+    (submitted,) = _submit(channel)
+    _wait_job(channel, submitted.job.id, farm_pb2.JOB_STATE_RUNNING)
+    return server, channel, agent, agent.lease()
+
+
 @contextlib.contextmanager
 def _ingestion_held(registry_url, shard_id):  # noqa: F811
     """Make the coordinator's report commits wait: hold the lock they need, in another connection."""
@@ -360,12 +370,7 @@ def test_heartbeats_are_answered_while_more_reports_wait_than_the_server_has_thr
     # threads (coordinator.servicer): with two threads and four reports stuck behind a lock,
     # a heartbeat (and, on PostgreSQL, a lease poll) is still answered. The synchronous
     # server answered neither until the lock was gone.
-    server, channel = start(max_workers=2)
-    agent = FakeAgent(channel, fingerprint)
-    agent.register()
-    (submitted,) = _submit(channel)
-    _wait_job(channel, submitted.job.id, farm_pb2.JOB_STATE_RUNNING)
-    shard = agent.lease()
+    server, channel, agent, shard = _agent_leasing_a_shard(start, fingerprint, max_workers=2)
     assert agent.heartbeat() == []
     ingest = server.coordinator._ingest
     with concurrent.futures.ThreadPoolExecutor(4) as pool:
@@ -386,12 +391,7 @@ def test_a_settled_heartbeat_needs_no_thread_of_the_server(start, fingerprint):
     # A heartbeat listing exactly what the registry says the agent holds is answered on the
     # server's event loop (coordinator.servicer); only one that must read the registry
     # waits for a thread. Every thread of the pool is taken here.
-    server, channel = start(max_workers=2)
-    agent = FakeAgent(channel, fingerprint)
-    agent.register()
-    (submitted,) = _submit(channel)
-    _wait_job(channel, submitted.job.id, farm_pb2.JOB_STATE_RUNNING)
-    shard = agent.lease()
+    server, channel, agent, shard = _agent_leasing_a_shard(start, fingerprint, max_workers=2)
     other = FakeAgent(channel, fingerprint)
     other.register()
     # Read from the registry: settled from now on, until some state changes (a registration would).

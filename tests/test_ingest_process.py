@@ -38,6 +38,14 @@ def _report(lease, agent_id: str, factors, **changes) -> UnreadReport:
     return UnreadReport(**(fields | changes))
 
 
+@pytest.fixture
+def leased(cluster):  # noqa: F811
+    """An agent holding the one shard of a planned job: (agent, lease)."""
+    planned_job(cluster, tasks=1, shards=1)
+    agent = agent_of(cluster)
+    return agent, cluster.claim_shard(agent.id, GPU, ["cuda"], at(1), TTL)
+
+
 def test_unreadable_records_are_dropped_and_said_so_in_the_job_log():
     good = json.dumps([[[], []], [0.5], {"kind": "llvm"}, None])
     report = UnreadReport(
@@ -54,10 +62,8 @@ def test_unreadable_records_are_dropped_and_said_so_in_the_job_log():
     assert log["message"].startswith("3 reported record(s) were not kept: workload 99")
 
 
-def test_the_child_commits_groups_and_comes_back_after_being_killed(cluster, store, registry_url):  # noqa: F811
-    planned_job(cluster, tasks=1, shards=1)
-    agent = agent_of(cluster)
-    lease = cluster.claim_shard(agent.id, GPU, ["cuda"], at(1), TTL)
+def test_the_child_commits_groups_and_comes_back_after_being_killed(leased, cluster, store, registry_url):  # noqa: F811
+    agent, lease = leased
     ingest = IngestProcess(registry_url)
     try:
         first = ingest.pid
@@ -78,12 +84,10 @@ def test_the_child_commits_groups_and_comes_back_after_being_killed(cluster, sto
     assert not _alive(last) and ingest.pid is None
 
 
-def test_a_failed_group_is_raised_as_the_registry_said_and_the_child_goes_on(cluster, store, registry_url):  # noqa: F811
+def test_a_failed_group_is_raised_as_the_registry_said_and_the_child_goes_on(leased, cluster, store, registry_url):  # noqa: F811
     # The report committer then serves the group's reports one by one (coordinator.group_commit),
     # so one bad report fails alone: it needs the registry's own error, with its fix.
-    planned_job(cluster, tasks=1, shards=1)
-    agent = agent_of(cluster)
-    lease = cluster.claim_shard(agent.id, GPU, ["cuda"], at(1), TTL)
+    agent, lease = leased
     ingest = IngestProcess(registry_url)
     try:
         child = ingest.pid
@@ -102,10 +106,8 @@ def test_a_failed_group_is_raised_as_the_registry_said_and_the_child_goes_on(clu
         ingest.close()
 
 
-def test_a_stuck_child_is_replaced_and_its_group_fails_with_a_reason(cluster, store, registry_url):  # noqa: F811
-    planned_job(cluster, tasks=1, shards=1)
-    agent = agent_of(cluster)
-    lease = cluster.claim_shard(agent.id, GPU, ["cuda"], at(1), TTL)
+def test_a_stuck_child_is_replaced_and_its_group_fails_with_a_reason(leased, cluster, store, registry_url):  # noqa: F811
+    agent, lease = leased
     ingest = IngestProcess(registry_url, timeout=3)
     held, release = threading.Event(), threading.Event()
 
