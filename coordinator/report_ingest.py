@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from coordinator.registry.entities import RecordReport, ReportedBatch
@@ -35,7 +35,7 @@ class UnreadReport:
     records: Sequence[tuple[int, str]]  # (registry workload id, TuningRecord JSON)
     trials: int  # candidates measured, with or without a record worth keeping
     dropped: Sequence[str] = ()  # why reported records were not kept, found before reading
-    events: Sequence[tuple[str, dict[str, Any]]] = field(default_factory=tuple)
+    events: Sequence[tuple[str, dict[str, Any]]] = ()
 
 
 def read_report(report: UnreadReport) -> ReportedBatch:
