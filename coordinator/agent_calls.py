@@ -85,10 +85,10 @@ class AgentCalls:
         """Note the agent alive; say which of its leases to stop, or that it must register.
 
         ``sent_at`` is when the agent listed its leases: a lease is only "lost" if it was
-        granted well before that, not merely before this (possibly late) handling.
+        granted well before that, not merely before this (possibly late) handling. This is
+        the path that reads the registry: the server answers settled beats before it, from
+        memory (`settled_heartbeat`).
         """
-        if self.settled_heartbeat(agent_id, running, rpc_server_serving):
-            return []
         now = utc_now()
         if self.live.known(agent_id) is None:
             return [ReRegister(f"agent {agent_id} is unknown to this coordinator; register again")]

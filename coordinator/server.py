@@ -10,6 +10,7 @@ import threading
 from concurrent import futures
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -21,6 +22,9 @@ from coordinator.service import Coordinator, CoordinatorSettings
 from coordinator.servicer import FarmAgentServicer, FarmClientServicer
 from farm.errors import FarmError
 from farm.wire import CHANNEL_OPTIONS, farm_pb2
+
+if TYPE_CHECKING:
+    from coordinator.ingest_process import IngestProcess
 
 logger = logging.getLogger("farm.coordinator")
 
@@ -65,7 +69,7 @@ class CoordinatorServer:
     _ticker: threading.Thread
     _loop: _EventLoopThread
     _pool: futures.ThreadPoolExecutor
-    ingest: object | None = None  # the IngestProcess committing reports, if any
+    ingest: IngestProcess | None = None  # committing reports, if in a process of their own
     _stopped: bool = False
 
     @property

@@ -101,6 +101,12 @@ def _rpc_async(method: Callable) -> Callable:
     return handler
 
 
+async def _in_pool(executor, call, *args):
+    """``call(*args)`` in the server's thread pool, awaited on the loop: for what may read the
+    registry, which the event loop must never wait on."""
+    return await asyncio.get_running_loop().run_in_executor(executor, call, *args)
+
+
 async def _committed(future):
     """The answer of a request queued for a group commit (coordinator.group_commit)."""
     return await asyncio.wait_for(asyncio.wrap_future(future), COMMIT_TIMEOUT_S)
@@ -212,9 +218,6 @@ class FarmClientServicer(farm_pb2_grpc.FarmClientServicer):
         self.poll_seconds = poll_seconds
         self._executor = executor  # for the registry reads of the WatchJob coroutine
 
-    async def _in_thread(self, call, *args):
-        return await asyncio.get_running_loop().run_in_executor(self._executor, call, *args)
-
     @_rpc
     def Submit(self, request, context):
         which = request.WhichOneof("model")
@@ -256,23 +259,23 @@ class FarmClientServicer(farm_pb2_grpc.FarmClientServicer):
         # An async generator: errors before the first event end the stream with a status, and
         # a client that goes away cancels it at its next await.
         try:
-            snapshot = await self._in_thread(self.coordinator.get_job, request.job_id)
-            after = request.after_sequence or await self._in_thread(
-                self.coordinator.last_event_sequence, request.job_id)
+            snapshot = await _in_pool(self._executor, self.coordinator.get_job, request.job_id)
+            after = request.after_sequence or await _in_pool(
+                self._executor, self.coordinator.last_event_sequence, request.job_id)
         except FarmError as err:
             await context.abort(_status_code(err), str(err))
         yield farm_pb2.JobEvent(job_id=request.job_id, sequence=after, time=_timestamp(_now()),
                                 snapshot=job_message(snapshot))
         while True:
-            events = await self._in_thread(self.coordinator.events, request.job_id, after)
+            events = await _in_pool(self._executor, self.coordinator.events, request.job_id, after)
             for event in events:
                 yield event_message(event, _state_enum)
                 after = event.sequence
             if not events:
-                view = await self._in_thread(self.coordinator.get_job, request.job_id)
+                view = await _in_pool(self._executor, self.coordinator.get_job, request.job_id)
                 if JobState(view.job.state).is_final:
                     # Drain what landed between the last poll and the final state.
-                    if not await self._in_thread(self.coordinator.events, request.job_id, after):
+                    if not await _in_pool(self._executor, self.coordinator.events, request.job_id, after):
                         return
                     continue
                 await asyncio.sleep(self.poll_seconds)
@@ -288,9 +291,6 @@ class FarmAgentServicer(farm_pb2_grpc.FarmAgentServicer):
         # Where the coroutine handlers run what may touch the registry or take a while.
         self._executor = executor
         self._preparing: asyncio.Semaphore | None = None  # made on the server's loop
-
-    async def _in_thread(self, call, *args):
-        return await asyncio.get_running_loop().run_in_executor(self._executor, call, *args)
 
     @_rpc
     def Register(self, request, context):
@@ -316,8 +316,8 @@ class FarmAgentServicer(farm_pb2_grpc.FarmAgentServicer):
             return farm_pb2.HeartbeatResponse()
         instructions = []
         sent_at = request.sent_at.ToDatetime(tzinfo=timezone.utc) if request.HasField("sent_at") else None
-        verdict = await self._in_thread(self.coordinator.heartbeat, request.agent_id, running,
-                                        request.rpc_server_serving, sent_at)
+        verdict = await _in_pool(self._executor, self.coordinator.heartbeat, request.agent_id, running,
+                                 request.rpc_server_serving, sent_at)
         for item in verdict:
             if isinstance(item, CancelLease):
                 ref = farm_pb2.LeaseRef(job_id=item.lease.job_id, shard_id=item.lease.shard_id,
@@ -337,7 +337,7 @@ class FarmAgentServicer(farm_pb2_grpc.FarmAgentServicer):
         lease = None if claim is None else await _committed(claim)
         if lease is None:
             return farm_pb2.LeaseShardResponse(retry_after=_duration(self.coordinator.settings.idle_retry_after))
-        offer = await self._in_thread(self.coordinator.shard_offer, lease, request.fingerprint_id)
+        offer = await _in_pool(self._executor, self.coordinator.shard_offer, lease, request.fingerprint_id)
         shard = offer.lease.shard
         return farm_pb2.LeaseShardResponse(shard=farm_pb2.Shard(
             job_id=shard.job_id, shard_id=shard.id, attempt=shard.attempt,
@@ -371,8 +371,8 @@ class FarmAgentServicer(farm_pb2_grpc.FarmAgentServicer):
             if self._preparing is None:
                 self._preparing = asyncio.Semaphore(REPORTS_PREPARED_AT_ONCE)
             async with self._preparing:
-                prepared = await self._in_thread(self.coordinator.prepare_report, request.agent_id,
-                                                 request.shard_id, request.attempt, records, progress)
+                prepared = await _in_pool(self._executor, self.coordinator.prepare_report, request.agent_id,
+                                          request.shard_id, request.attempt, records, progress)
         if isinstance(prepared, RecordReport):
             result = prepared
         else:
