@@ -9,7 +9,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from typing import Any
 
-from sqlalchemy import Select, func, select, text
+from sqlalchemy import Select, func, select
 from sqlalchemy.orm import Session
 
 from farm.errors import RegistryError
@@ -23,51 +23,27 @@ MEASUREMENT_FAILED_SEC = 1e10
 _INSERT_CHUNK = 500
 
 
-# PostgreSQL: the rows as one JSON document, one statement whatever their number. A multi-row
-# VALUES list of 500 rows is a new SQL text of thousands of placeholders each time, which the
-# driver re-parses in Python (two thirds of a report's cost at 1,000 agents); this text is
-# always the same. A record's trace and args_info are JSON text already (NewRecord's contract),
-# so they go into the document as they are, as `json` values, and come out as their exact text
-# (`json` keeps its input verbatim): encoding them again as JSON strings, escaping every quote,
-# was the largest part of a report's cost in the coordinator (bench/coordinator_scale.py).
-#
-# Text spliced into a document must not be able to change other fields or add rows if a caller
-# breaks that contract. Each object starts with trace and args_info, so every field after them
-# overrides a key they might smuggle in (PostgreSQL's json keeps the last of duplicate keys);
-# each object also gives their lengths, which a smuggled field or row would shorten; and the
-# statement refuses a document with more objects than records.
+# PostgreSQL: the rows as one array per column, bound in binary, one statement whatever their
+# number. A multi-row VALUES list of 500 rows is a new SQL text of thousands of placeholders
+# each time, which the driver re-parses in Python (two thirds of a report's cost at 1,000
+# agents); this text is always the same. Binary arrays are neither escaped by the driver nor
+# parsed by the server: each value arrives as its length and its bytes. (Before, the rows went
+# as one JSON document, and PostgreSQL spent 40% of its time on an insert lexing it, three
+# times over: docs/benchmarks.md, "Coordinator at scale".) Each value is bound on its own, so
+# no text in one can change another field or add a row, as on SQLite.
 _RECORD_COLUMNS = (
-    ("trace", "json"), ("args_info", "json"),
     ("workload_id", "bigint"), ("fingerprint_id", "text"), ("target", "text"), ("tvm_version", "text"),
-    ("software", "json"), ("run_secs", "json"),
+    ("software", "json"), ("trace", "text"), ("args_info", "text"), ("run_secs", "json"),
     ("mean_sec", "float8"), ("job_id", "text"), ("record_digest", "text"), ("created_at", "timestamptz"),
 )
-_CHECK_COLUMNS = (("trace_chars", "int"), ("args_info_chars", "int"))
-_VERBATIM_JSON_COLUMNS = ("trace", "args_info")
-
-
-def _refuse_unless(condition: str, message_sql: str) -> str:
-    # A failing cast aborts the statement with the message in its error. The message is built
-    # from the data so that the planner cannot fold it to an error ahead of the test.
-    return f"CASE WHEN {condition} THEN true ELSE CAST({message_sql} AS boolean) END"
-
-
-_INSERT_FROM_JSON = text(
-    "WITH batch AS (SELECT CAST(:rows AS json) AS rows) "
-    f"INSERT INTO tuning_records ({', '.join(name for name, _ in _RECORD_COLUMNS)}) "
-    f"SELECT {', '.join(f'r.{name}::text' if name in _VERBATIM_JSON_COLUMNS else f'r.{name}' for name, _ in _RECORD_COLUMNS)} "
-    "FROM batch CROSS JOIN LATERAL json_to_recordset(batch.rows) "
-    f"AS r({', '.join(f'{name} {kind}' for name, kind in _RECORD_COLUMNS + _CHECK_COLUMNS)}) "
-    # The first test names no column of r, so it is checked once per statement, not per row.
-    "WHERE " + _refuse_unless(
-        "json_array_length(batch.rows) = :count",
-        "'the record batch holds ' || json_array_length(batch.rows) || ' rows for ' || :count "
-        "|| ' records: a trace or args_info is not JSON text'",
-    ) + " AND " + _refuse_unless(
-        "length(r.trace::text) = r.trace_chars "
-        "AND coalesce(length(r.args_info::text), -1) = r.args_info_chars",
-        "'the trace or args_info of record ' || r.record_digest || ' is not JSON text'",
-    ) + " ON CONFLICT (record_digest) DO NOTHING RETURNING record_digest"
+_COLUMN_NAMES = ", ".join(name for name, _ in _RECORD_COLUMNS)
+# JSON values travel as text arrays and are read once each, as the row is made.
+_INSERT_FROM_ARRAYS = (
+    f"INSERT INTO tuning_records ({_COLUMN_NAMES}) "
+    f"SELECT {', '.join(f'r.{name}::json' if kind == 'json' else f'r.{name}' for name, kind in _RECORD_COLUMNS)} "
+    f"FROM unnest({', '.join('%b::text[]' if kind == 'json' else f'%b::{kind}[]' for _, kind in _RECORD_COLUMNS)}) "
+    f"AS r({_COLUMN_NAMES}) "
+    "ON CONFLICT (record_digest) DO NOTHING RETURNING record_digest"
 )
 
 
@@ -78,29 +54,20 @@ def _json_number(value: float | None) -> str:
     return repr(value) if math.isfinite(value) else json.dumps(value)
 
 
-def _insert_from_json(session: Session, rows: list[dict[str, Any]]) -> set[str]:
-    # The fields a batch's rows share (its job's scope) are encoded once per batch. Each record
-    # has its own copy of its software dict; equal reprs are equal JSON values.
-    shared: dict[tuple, str] = {}
-    parts = []
-    for row in rows:
-        key = (row["fingerprint_id"], row["target"], row["tvm_version"], row["job_id"],
-               row["created_at"], repr(row["software"]))
-        scope = shared.get(key)
-        if scope is None:
-            scope = shared[key] = json.dumps({
-                "fingerprint_id": key[0], "target": key[1], "tvm_version": key[2], "job_id": key[3],
-                "created_at": key[4].isoformat(), "software": row["software"]})[1:-1]
-        trace, args_info, run_secs = row["trace"], row["args_info"], row["run_secs"]
-        parts.append(
-            f'{{"trace":{trace},"args_info":{"null" if args_info is None else args_info},'
-            f'{scope},"workload_id":{int(row["workload_id"])},"record_digest":"{row["record_digest"]}",'
-            f'"mean_sec":{_json_number(row["mean_sec"])},'
-            f'"run_secs":{"null" if run_secs is None else "[" + ",".join(map(_json_number, run_secs)) + "]"},'
-            f'"trace_chars":{len(trace)},"args_info_chars":{-1 if args_info is None else len(args_info)}}}'
-        )
-    document = "[" + ",".join(parts) + "]"
-    return set(session.execute(_INSERT_FROM_JSON, {"rows": document, "count": len(rows)}).scalars())
+def _insert_from_arrays(session: Session, rows: list[dict[str, Any]]) -> set[str]:
+    # A batch's rows share their job's software dict, in equal copies: encoded once per batch.
+    software: dict[str, str] = {}
+    columns = []
+    for name, _ in _RECORD_COLUMNS:
+        if name == "software":
+            values = [software.setdefault(repr(row[name]), json.dumps(row[name])) for row in rows]
+        elif name == "run_secs":
+            values = [None if row[name] is None else "[" + ",".join(map(_json_number, row[name])) + "]"
+                      for row in rows]
+        else:
+            values = [row[name] for row in rows]
+        columns.append(values)
+    return set(session.connection().exec_driver_sql(_INSERT_FROM_ARRAYS, tuple(columns)).scalars())
 
 
 def mean_run_sec(run_secs: Sequence[float | None] | None, trace_valid: bool = True) -> float | None:
@@ -222,7 +189,7 @@ class TuningRecords:
         # in one order and wait for each other instead of deadlocking.
         ordered = [rows[d] for d in sorted(rows)]
         if self._dialect == "postgresql":
-            return digests, _insert_from_json(session, ordered)
+            return digests, _insert_from_arrays(session, ordered)
         inserted: set[str] = set()
         # One statement with a parameter list: SQLAlchemy sends it as multi-row INSERTs
         # ("insertmanyvalues") compiled once, not one compile per distinct row count.
