@@ -186,6 +186,29 @@ def test_fingerprints_and_models(store):
     assert fingerprint.created_at.tzinfo is not None
     assert [f.id for f in store.list_fingerprints()] == ["cpu-aaaa"]
 
+
+def test_registering_an_unchanged_fingerprint_writes_nothing(store, registry_url):
+    # Every agent of a fleet registers its fingerprint; a rewrite of the same row each time
+    # left dead row versions for every record's foreign-key check to walk on PostgreSQL.
+    store.upsert_fingerprint("cpu-aaaa", "cpu", "test cpu", {"cores": 2, "flags": ["avx2"]})
+    version = store.unit_of_work.state_version
+    row_version = _row_version(registry_url)
+    again = store.upsert_fingerprint("cpu-aaaa", "cpu", "test cpu", {"cores": 2, "flags": ["avx2"]})
+    assert again.details == {"cores": 2, "flags": ["avx2"]}
+    assert store.unit_of_work.state_version == version, "an unchanged fingerprint was written"
+    assert _row_version(registry_url) == row_version
+    changed = store.upsert_fingerprint("cpu-aaaa", "cpu", "test cpu", {"cores": 2, "flags": ["avx2", "fma"]})
+    assert changed.details["flags"] == ["avx2", "fma"]
+    assert store.unit_of_work.state_version == version + 1
+
+
+def _row_version(url: str):  # type: ignore[no-untyped-def]
+    # PostgreSQL's xmin names the transaction that wrote the row; SQLite has no such column.
+    if not url.startswith("postgresql"):
+        return None
+    with _raw_engine(url).connect() as connection:
+        return connection.exec_driver_sql("SELECT xmin::text FROM fingerprints WHERE id = 'cpu-aaaa'").scalar_one()
+
     model = dict(
         model_id="m" * 64,
         name="resnet",

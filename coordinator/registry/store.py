@@ -104,6 +104,13 @@ class RegistryStore(TuningRecords):
     def upsert_fingerprint(
         self, fp_id: str, kind: str, summary: str, details: dict[str, Any]
     ) -> Fingerprint:
+        # An unchanged row is not written again: a fleet's agents all register the same few
+        # fingerprints (again after each coordinator restart), and each rewrite left a dead
+        # row version that every tuning record's foreign-key check then walked
+        # (docs/benchmarks.md, "Coordinator at scale").
+        known = self.get_fingerprint(fp_id)
+        if known is not None and (known.kind, known.summary, known.details) == (kind, summary, details):
+            return known
         stmt = self.insert_statement(FingerprintRow).values(
             id=fp_id, kind=kind, summary=summary, details=details, created_at=utc_now()
         )
