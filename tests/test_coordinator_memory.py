@@ -68,6 +68,32 @@ def test_a_settled_lease_list_stays_settled_only_until_a_shard_changes(cluster, 
     assert not verdict.settled and not verdict.lost  # the new lease is within its grace
 
 
+def test_lease_lists_settled_together_are_re_read_at_spread_out_times(cluster, store, monkeypatch):
+    # A fleet that leased a job's shards together settles together; re-reading all their
+    # lists at one beat put the registry in front of every heartbeat of that beat.
+    from coordinator import live_agents
+
+    clock = [1000.0]
+    monkeypatch.setattr(live_agents.time, "monotonic", lambda: clock[0])
+    live = _live(cluster, store)
+    listed = frozenset({("job-x/shard-0", 1)})
+    version = live.version()
+    agents = [f"agent-{i}" for i in range(100)]
+    for agent_id in agents:
+        live.note_settled(agent_id, listed, version)
+
+    def settled() -> int:
+        return sum(live.is_settled(a, listed, version) for a in agents)
+
+    age = live_agents.MAX_SETTLED_AGE_S
+    clock[0] += age / 2 - 0.01
+    assert settled() == 100, "a settled list was re-read before half the bound"
+    clock[0] += age / 4
+    assert 0 < settled() < 100, "the lists settled together expire together"
+    clock[0] += age / 4 + 0.02
+    assert settled() == 0, "a settled list outlived the bound"
+
+
 def test_idle_polls_see_pending_work_as_soon_as_it_exists_and_until_it_is_gone(cluster, store):
     live = _live(cluster, store)
     agent = agent_of(cluster)
