@@ -96,7 +96,7 @@ class AgentCalls:
         self._rpc_serving[agent_id] = rpc_server_serving
         shards = [r for r in running if job_of_validation(r.shard_id) is None]
         listed = frozenset((r.shard_id, r.attempt) for r in shards)
-        version = self.live.version()  # before the read the verdict comes from
+        version = self.live.lease_version(agent_id)  # before the read the verdict comes from
         verdict = self.cluster.reconcile_leases(
             agent_id, sorted(listed), now,
             grace=2 * self.settings.heartbeat_interval, max_attempts=self.settings.max_attempts,
@@ -123,8 +123,8 @@ class AgentCalls:
 
     def settled_heartbeat(self, agent_id: str, running: Sequence[LeaseRef], rpc_server_serving: bool) -> bool:
         """Note a heartbeat that can be answered from memory, with nothing to say: a known
-        agent listing exactly the shard leases the registry gave it at the current state
-        version. False: `heartbeat` must read the registry. Takes no lock that waits on
+        agent listing exactly the shard leases the registry gave it at the current version
+        of its leases (`UnitOfWork.lease_version`). False: `heartbeat` must read the registry. Takes no lock that waits on
         the registry, so the server answers it on its event loop (coordinator.servicer).
         """
         if self.live.cached(agent_id) is None:
@@ -132,7 +132,7 @@ class AgentCalls:
         listed = frozenset((r.shard_id, r.attempt) for r in running)
         if any(job_of_validation(shard_id) is not None for shard_id, _ in listed):
             return False
-        if not self.live.is_settled(agent_id, listed, self.live.version()):
+        if not self.live.is_settled(agent_id, listed, self.live.lease_version(agent_id)):
             return False
         self.live.beat(agent_id, utc_now())  # written back by the next tick
         self._rpc_serving[agent_id] = rpc_server_serving

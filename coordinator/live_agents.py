@@ -8,8 +8,8 @@ is a cache of the registry or a write on its way there, never the only copy of a
   agent registers, which goes through this coordinator;
 - when each agent last beat, written back in one statement per tick (`flush`) before the
   tick decides which agents went silent;
-- which agents' lease lists matched the registry, and at which state version
-  (`UnitOfWork.state_version`): the same list at the same version needs no second look;
+- which agents' lease lists matched the registry, and at which version of that agent's leases
+  (`UnitOfWork.lease_version`): the same list at the same version needs no second look;
 - which (fingerprint, target kind) pairs have pending shards, at a state version.
 
 One coordinator serves a registry (it also owns the tracker agents measure through): these
@@ -22,7 +22,7 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -56,14 +56,18 @@ class LiveAgents:
     """Agents as the coordinator last saw them; thread-safe."""
 
     def __init__(self, cluster: ClusterStore, state_version: Callable[[], int],
+                 lease_version: Callable[[str], Hashable] | None = None,
                  pending_refresh: float = MIN_PENDING_REFRESH_S):
         self._cluster = cluster
         self._pending_refresh = pending_refresh
         self._state_version = state_version
+        # What an agent's settled lease list is cached with (`UnitOfWork.lease_version`);
+        # without one, every state change unsettles every list.
+        self._lease_version = lease_version or (lambda _agent_id: state_version())
         self._lock = threading.Lock()
         self._known: dict[str, KnownAgent] = {}
         self._beats: dict[str, datetime] = {}
-        self._settled: dict[str, tuple[frozenset, int, float]] = {}  # list, version, good until
+        self._settled: dict[str, tuple[frozenset, Hashable, float]] = {}  # list, version, good until
         self._pending: tuple[frozenset[tuple[str, str]], int, float] | None = None
         self._refreshing = False
 
@@ -112,14 +116,18 @@ class LiveAgents:
         """The state version to read before a read whose result is cached with it."""
         return self._state_version()
 
-    def is_settled(self, agent_id: str, running: frozenset, version: int) -> bool:
+    def lease_version(self, agent_id: str) -> Hashable:
+        """`version` for a read of one agent's leases: to read before it, cache with it."""
+        return self._lease_version(agent_id)
+
+    def is_settled(self, agent_id: str, running: frozenset, version: Hashable) -> bool:
         """Whether ``running`` is exactly the lease list that matched the registry at ``version``."""
         with self._lock:
             cached = self._settled.get(agent_id)
         return (cached is not None and cached[0] == running and cached[1] == version
                 and time.monotonic() < cached[2])
 
-    def note_settled(self, agent_id: str, running: frozenset, version: int) -> None:
+    def note_settled(self, agent_id: str, running: frozenset, version: Hashable) -> None:
         with self._lock:
             self._settled[agent_id] = (running, version,
                                        time.monotonic() + MAX_SETTLED_AGE_S * random.uniform(0.5, 1.0))

@@ -106,7 +106,8 @@ class Coordinator(ClientCalls, AgentCalls, Housekeeping):
         self._progress: dict[str, dict[tuple[str, str], dict]] = {}
         self._module_json: dict[int, str] = {}
         self._settle_lock = threading.Lock()
-        self.live = LiveAgents(cluster, lambda: store.unit_of_work.state_version)
+        self.live = LiveAgents(cluster, lambda: store.unit_of_work.state_version,
+                               store.unit_of_work.lease_version)
         self._ingest = GroupCommit("farm-reports", ingest or functools.partial(report_ingest.ingest, cluster))
         self._claims = GroupCommit(
             "farm-claims", lambda claims: cluster.claim_shards(claims, utc_now(), settings.lease_ttl))

@@ -16,12 +16,15 @@ from coordinator.live_agents import LiveAgents
 from coordinator.progress_events import ProgressEvents
 from coordinator.registry.cluster_store import ClusterStore
 from coordinator.registry.entities import NewRecord, ReportedBatch
+from coordinator.registry.session import changes_any_lease, changes_leases_of
 from farm.errors import RegistryError
 
 
 def _live(cluster: ClusterStore, store) -> LiveAgents:  # type: ignore[no-untyped-def]
-    # pending_refresh=0: every state change is seen at once (the coordinator allows 0.25 s).
-    return LiveAgents(cluster, lambda: store.unit_of_work.state_version, pending_refresh=0)
+    # As coordinator.service builds it, but pending_refresh=0: every state change is seen at
+    # once (the coordinator allows 0.25 s).
+    unit = store.unit_of_work
+    return LiveAgents(cluster, lambda: unit.state_version, unit.lease_version, pending_refresh=0)
 
 
 def test_heartbeats_are_written_back_in_one_flush(cluster, store):
@@ -51,21 +54,70 @@ def test_a_settled_lease_list_stays_settled_only_until_a_shard_changes(cluster, 
     lease = cluster.claim_shard(agent.id, GPU, ["cuda"], at(1), TTL)
     listed = frozenset({(lease.shard.id, lease.attempt)})
 
-    version = live.version()
+    version = live.lease_version(agent.id)
     verdict = cluster.reconcile_leases(agent.id, sorted(listed), at(2), grace=10)
     assert verdict.settled and not verdict.cancel and not verdict.lost
     live.note_settled(agent.id, listed, version)
-    assert live.is_settled(agent.id, listed, live.version())
-    assert not live.is_settled(agent.id, frozenset(), live.version()), "another list is another question"
+    assert live.is_settled(agent.id, listed, live.lease_version(agent.id))
+    assert not live.is_settled(agent.id, frozenset(), live.lease_version(agent.id)), "another list is another question"
 
     # Records change no shard's state: the verdict holds.
     assert cluster.report_records(lease.shard.id, 1, agent.id, records_of(lease, ["a"])).accepted
-    assert live.is_settled(agent.id, listed, live.version())
+    assert live.is_settled(agent.id, listed, live.lease_version(agent.id))
     # A shard state change (here: the other shard leased) is a reason to look again.
     cluster.claim_shard(agent.id, GPU, ["cuda"], at(3), TTL)
-    assert not live.is_settled(agent.id, listed, live.version())
+    assert not live.is_settled(agent.id, listed, live.lease_version(agent.id))
     verdict = cluster.reconcile_leases(agent.id, sorted(listed), at(4), grace=10)
     assert not verdict.settled and not verdict.lost  # the new lease is within its grace
+
+
+def test_only_changes_to_an_agents_own_leases_unsettle_its_list(cluster, store):
+    # A fleet leases and completes shards every few seconds: if each of those unsettled every
+    # agent's list, no heartbeat would be answered from memory. A change that may end this
+    # agent's lease (here: the job cancelled, or failed by another agent's shard) still does.
+    live = _live(cluster, store)
+    for ending in ("cancel", "another shard fails"):
+        job = planned_job(cluster, tasks=3, shards=3)
+        mine, other = agent_of(cluster), agent_of(cluster)
+        lease = cluster.claim_shard(mine.id, GPU, ["cuda"], at(1), TTL)
+        listed = frozenset({(lease.shard.id, lease.attempt)})
+        version = live.lease_version(mine.id)
+        assert cluster.reconcile_leases(mine.id, sorted(listed), at(2), grace=10).settled
+        live.note_settled(mine.id, listed, version)
+
+        theirs = cluster.claim_shard(other.id, GPU, ["cuda"], at(3), TTL)
+        assert cluster.complete_shard(theirs.shard.id, theirs.attempt, other.id, at(4)).accepted
+        assert live.is_settled(mine.id, listed, live.lease_version(mine.id)), \
+            "another agent's claim or completion unsettled this one"
+        assert cluster.reconcile_leases(mine.id, sorted(listed), at(5), grace=10).settled
+
+        if ending == "cancel":
+            cluster.cancel_job(job.id, at(6))
+        else:
+            theirs = cluster.claim_shard(other.id, GPU, ["cuda"], at(6), TTL)
+            assert cluster.fail_shard(theirs.shard.id, theirs.attempt, other.id, "broken", at(7),
+                                      max_attempts=1).accepted
+        assert not live.is_settled(mine.id, listed, live.lease_version(mine.id)), f"{ending}: still settled"
+        verdict = cluster.reconcile_leases(mine.id, sorted(listed), at(8), grace=10)
+        assert [shard_id for shard_id, _, _ in verdict.cancel] == [lease.shard.id], ending
+
+
+def test_a_unit_that_may_end_any_lease_moves_every_agents_lease_version(store):
+    # A completion says whose lease it changed; were the job to fail in the same unit and its
+    # other shards be cancelled, every agent must look again.
+    unit = store.unit_of_work
+    a, b = unit.lease_version("agent-a"), unit.lease_version("agent-b")
+    with unit(write=True) as session:
+        changes_leases_of(session, ["agent-a"])
+    assert unit.lease_version("agent-a") != a and unit.lease_version("agent-b") == b
+    a = unit.lease_version("agent-a")
+    with unit(write=True, quiet=True) as session:
+        changes_leases_of(session, ["agent-a"])
+    assert unit.lease_version("agent-a") == a, "a quiet unit changed a lease version"
+    with unit(write=True) as session:
+        changes_leases_of(session, ["agent-a"])
+        changes_any_lease(session)
+    assert unit.lease_version("agent-b") != b
 
 
 def test_lease_lists_settled_together_are_re_read_at_spread_out_times(cluster, store, monkeypatch):

@@ -16,7 +16,7 @@ from farm.errors import FarmError, NotFound, RegistryError
 from ..entities import ShardChange, ShardClaim, ShardLease, StoredShard
 from ..schema import AgentRow, JobRow, ShardRow
 from ..store import _job
-from ..session import unchanged
+from ..session import changes_leases_of, unchanged
 from .locking import AgentMismatch, UnknownAgent
 from .plans import JobPlans
 from .rows import _stored_shard, _failures_json, _shard_event
@@ -118,6 +118,7 @@ class ShardLeases(JobPlans):
                         )
                     if not leases:
                         unchanged(session)
+                    changes_leases_of(session, [lease.shard.agent_id for lease in leases])
                 if job_id is None:
                     break
                 if not leases:
@@ -222,6 +223,7 @@ class ShardLeases(JobPlans):
                 new = shard_rules.complete(old.as_shard(), attempt, agent_id)
             except StaleAttempt as exc:
                 return ShardChange(False, str(exc), old, self._rollup(session, old.job_id))
+            changes_leases_of(session, [agent_id])
             return self._apply_change(session, old, new, now, reason=None)
 
     def fail_shard(

@@ -16,6 +16,7 @@ from farm.errors import RegistryError
 from ..entities import Job, JobTask, PlannedTask, StoredShard
 from ..schema import JobRow, JobTaskRow, ShardRow, ValidationRow
 from ..store import _job
+from ..session import changes_any_lease
 from .jobs import JobLifecycle
 from .rows import _job_task, _shard_event, _stored_shard
 from .validations import VALIDATION_CANCELLED, VALIDATION_LEASED, VALIDATION_PENDING
@@ -180,6 +181,7 @@ class JobPlans(JobLifecycle):
     def _cancel_unfinished_shards(
         self, session: Session, job_id: str, reason: str, now: datetime
     ) -> None:
+        changes_any_lease(session)  # other agents' leases end here
         # The guard is the transition table's own list of states that may become cancelled.
         sources = sorted(s.value for s in allowed_sources(ShardState.CANCELLED))
         ids = session.scalars(
