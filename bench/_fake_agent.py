@@ -33,10 +33,15 @@ class ClientPlan:
     heartbeat_interval: float = 5.0
     batch: int = 16
     inflight: int = 4  # ReportRecords in flight at once from this process (saturating mode)
-    # Paced mode, when > 0: each tuning agent sends one report every this many seconds (one in
-    # flight at a time, as a real agent measuring a round of candidates does), whatever the
-    # coordinator's speed; the offered load is then fixed and the latencies tell how it copes.
+    # Paced mode, when > 0: each tuning agent has one report in flight at a time, and
+    # schedule "measured": measures for this many seconds, then reports and waits for the
+    # answer before measuring on, as the real agent does (agent/shard_database.py reports
+    # inside MetaSchedule's commit); a slow coordinator slows the agents, as it would a fleet.
+    # schedule "fixed": a report is due every this many seconds whatever the coordinator's
+    # speed; one still in flight when the next is due makes that one late, and it is sent as
+    # soon as the answer comes, so agents that fell behind catch up at full speed.
     report_interval: float = 0.0
+    schedule: str = "measured"
     agents_per_connection: int = 1
     seed: int = 0
 
@@ -219,6 +224,8 @@ async def _main(plan: ClientPlan, pipe) -> None:
                     if time.monotonic() >= window_end:
                         break
                     accepted = await report_once(agent_id, shard, tasks, trials, turn)
+                    if plan.schedule == "measured":
+                        next_at = time.monotonic() + plan.report_interval  # the next batch is measured now
                 else:
                     async with reporting:
                         if time.monotonic() >= window_end:

@@ -6,10 +6,14 @@ client processes (bench/_fake_agent.py), asyncio, one gRPC connection per
 fingerprint and tune inception_v3 jobs (62 tasks each, so one shard per agent up to 62 agents
 per job; jobs are submitted until there is a shard for every tuning agent);
 they lease once and then report batches of --batch records. Paced (the default): together they
-offer --records-per-s, each agent reporting at its share of that rate with at most one report in
-flight, as a tuning agent does (a report that is still in flight when the next is due is late,
-and counted). Saturating (--records-per-s 0): as fast as the coordinator takes them, at most
---inflight reports in flight per client process. A tenth (--idle-fraction)
+offer --records-per-s, each agent at its share of that rate with at most one report in flight.
+--schedule measured (the default) is the real agent's loop: measure a batch (for the agent's
+share of the interval), report it, wait for the answer, measure the next; a slow coordinator
+slows the agents down, and records/s shows it. --schedule fixed: reports fall due on a fixed
+clock whatever the coordinator's speed; one still in flight when the next is due makes that one
+late (counted), and agents that fell behind (after the lease burst) catch up at full speed.
+Saturating (--records-per-s 0): as fast as the coordinator takes them, at most --inflight
+reports in flight per client process. A tenth (--idle-fraction)
 register another fingerprint that has no jobs: they only heartbeat and poll LeaseShard at the
 coordinator's retry_after (1 s), as idle agents do. Every agent heartbeats every
 --heartbeat-interval seconds, listing its lease.
@@ -243,6 +247,7 @@ def run_scale(agents: int, args) -> dict:
                     idle_fingerprint=idle_fp, tvm_version=tvm_version(),
                     heartbeat_interval=args.heartbeat_interval, batch=args.batch, inflight=args.inflight, seed=i,
                     report_interval=busy * args.batch / args.records_per_s if args.records_per_s > 0 else 0.0,
+                    schedule=args.schedule,
                     agents_per_connection=args.agents_per_connection)
                 ours, theirs = context.Pipe()
                 proc = context.Process(target=_fake_agent.run, args=(plan, theirs), daemon=True)
@@ -377,7 +382,8 @@ def run_scale(agents: int, args) -> dict:
 
 
 def print_table(r: dict, args) -> None:
-    load = (f"paced: {args.records_per_s:g} records/s offered, one report of {args.batch} in flight per agent"
+    load = (f"paced ({args.schedule} schedule): {args.records_per_s:g} records/s offered, one report of "
+            f"{args.batch} in flight per agent"
             if args.records_per_s > 0 else
             f"saturating: {args.batch} records/report, <= {args.inflight} reports in flight per client process")
     print(f"\n== N = {r['agents']} agents ({r['busy_agents']} tuning, {r['idle_agents']} idle) in "
@@ -417,6 +423,9 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=16, help="records per ReportRecords (the agent's default)")
     parser.add_argument("--records-per-s", type=float, default=6000.0,
                         help="records per second the tuning agents offer together (0: as fast as answered)")
+    parser.add_argument("--schedule", choices=("measured", "fixed"), default="measured",
+                        help="paced agents: measure, report and wait, as the real agent (measured), or "
+                             "report on a fixed clock and catch up when behind (fixed)")
     parser.add_argument("--inflight", type=int, default=4,
                         help="with --records-per-s 0: ReportRecords in flight per client process")
     parser.add_argument("--clients", type=int, default=2, help="client processes running the fake agents")
