@@ -56,14 +56,11 @@ class LiveAgents:
     """Agents as the coordinator last saw them; thread-safe."""
 
     def __init__(self, cluster: ClusterStore, state_version: Callable[[], int],
-                 lease_version: Callable[[str], Hashable] | None = None,
-                 pending_refresh: float = MIN_PENDING_REFRESH_S):
+                 lease_version: Callable[[str], Hashable], pending_refresh: float = MIN_PENDING_REFRESH_S):
         self._cluster = cluster
         self._pending_refresh = pending_refresh
         self._state_version = state_version
-        # What an agent's settled lease list is cached with (`UnitOfWork.lease_version`);
-        # without one, every state change unsettles every list.
-        self._lease_version = lease_version or (lambda _agent_id: state_version())
+        self._lease_version = lease_version  # what a settled lease list is cached with
         self._lock = threading.Lock()
         self._known: dict[str, KnownAgent] = {}
         self._beats: dict[str, datetime] = {}
