@@ -168,12 +168,15 @@ def test_killed_session_child_is_restarted(tracker, server):
 
 @pytest.mark.slow
 def test_server_is_listed_again_after_tracker_restart(tracker, server):
+    old_tracker = tracker.pid
     tracker.stop()
     time.sleep(3)
     with pytest.raises(TrackerUnreachable):
         tracker_summary(HOST, tracker.port, timeout=1)
-    tracker.start()  # same port; the new tracker knows nothing
-    assert tracker_summary(HOST, tracker.port, timeout=5).queue(KEY).servers == 0
+    # Same port, a new process: it keeps nothing, so whatever it lists registered with it anew.
+    # (Asking it at once whether it lists nothing raced TVM's own reconnect, which can win.)
+    tracker.start()
+    assert tracker.pid != old_tracker
 
     server.wait_until_serving(timeout=RECOVERY_S)
     _assert_session_works(tracker)
