@@ -124,8 +124,9 @@ class AgentCalls:
     def settled_heartbeat(self, agent_id: str, running: Sequence[LeaseRef], rpc_server_serving: bool) -> bool:
         """Note a heartbeat that can be answered from memory, with nothing to say: a known
         agent listing exactly the shard leases the registry gave it at the current version
-        of its leases (`UnitOfWork.lease_version`). False: `heartbeat` must read the registry. Takes no lock that waits on
-        the registry, so the server answers it on its event loop (coordinator.servicer).
+        of its leases (`UnitOfWork.lease_version`). False: `heartbeat` must read the registry.
+        Takes no lock that waits on the registry, so the server answers it on its event loop
+        (coordinator.servicer).
         """
         if self.live.cached(agent_id) is None:
             return False

@@ -186,6 +186,23 @@ def test_fingerprints_and_models(store):
     assert fingerprint.created_at.tzinfo is not None
     assert [f.id for f in store.list_fingerprints()] == ["cpu-aaaa"]
 
+    model = dict(
+        model_id="m" * 64,
+        name="resnet",
+        source="zoo",
+        source_digest="d1",
+        batch=1,
+        inputs=[{"name": "x", "shape": [1, 3, 8, 8], "dtype": "float32"}],
+        weights=[{"name": "w", "shape": [3], "dtype": "float32"}],
+        num_parameters=3,
+    )
+    first = store.upsert_model(**model)
+    assert store.upsert_model(**model | {"name": "renamed"}) == first
+    assert store.find_model("resnet", 1, "d1") == first
+    assert store.find_model("resnet", 2, "d1") is None
+    assert store.get_model("m" * 64).inputs[0]["shape"] == [1, 3, 8, 8]
+    assert [m.id for m in store.list_models()] == ["m" * 64]
+
 
 def test_registering_an_unchanged_fingerprint_writes_nothing(store, registry_url):
     # Every agent of a fleet registers its fingerprint; a rewrite of the same row each time
@@ -208,23 +225,6 @@ def _row_version(url: str):  # type: ignore[no-untyped-def]
         return None
     with _raw_engine(url).connect() as connection:
         return connection.exec_driver_sql("SELECT xmin::text FROM fingerprints WHERE id = 'cpu-aaaa'").scalar_one()
-
-    model = dict(
-        model_id="m" * 64,
-        name="resnet",
-        source="zoo",
-        source_digest="d1",
-        batch=1,
-        inputs=[{"name": "x", "shape": [1, 3, 8, 8], "dtype": "float32"}],
-        weights=[{"name": "w", "shape": [3], "dtype": "float32"}],
-        num_parameters=3,
-    )
-    first = store.upsert_model(**model)
-    assert store.upsert_model(**model | {"name": "renamed"}) == first
-    assert store.find_model("resnet", 1, "d1") == first
-    assert store.find_model("resnet", 2, "d1") is None
-    assert store.get_model("m" * 64).inputs[0]["shape"] == [1, 3, 8, 8]
-    assert [m.id for m in store.list_models()] == ["m" * 64]
 
 
 def _model_and_fingerprint(store) -> str:  # type: ignore[no-untyped-def]
