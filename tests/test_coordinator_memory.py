@@ -45,6 +45,10 @@ def test_heartbeats_are_written_back_in_one_flush(cluster, store):
     live.beat(agents[0].id, at(80))
     live.flush()
     assert cluster.get_agent(agents[0].id).state == "active" and cluster.get_agent(agents[1].id).state == "lost"
+    # A beat of an agent the registry does not know is written nowhere, and said so.
+    assert cluster.record_heartbeats({agents[1].id: at(81), "agent-nobody": at(81)}) == {agents[1].id}
+    assert cluster.get_agent(agents[1].id).last_heartbeat_at == at(81)
+    assert cluster.get_agent(agents[1].id).state == "active" and cluster.get_agent("agent-nobody") is None
 
 
 def test_a_settled_lease_list_stays_settled_only_until_a_shard_changes(cluster, store):
@@ -157,6 +161,27 @@ def test_idle_polls_see_pending_work_as_soon_as_it_exists_and_until_it_is_gone(c
     assert live.may_have_work(GPU, ["cuda"])
     cluster.claim_shard(agent.id, GPU, ["cuda"], at(1), TTL)
     assert not live.may_have_work(GPU, ["cuda"])
+
+
+
+def test_idle_polls_see_a_pending_validation_until_it_is_leased(cluster, store):
+    # Every idle agent asks for a validation before each shard poll: answered from this.
+    live = _live(cluster, store)
+    job = planned_job(cluster, tasks=1, shards=1)
+    agent = agent_of(cluster)
+    lease = cluster.claim_shard(agent.id, GPU, ["cuda"], at(1), TTL)
+    cluster.complete_shard(lease.shard.id, 1, agent.id, at(2))
+    store.update_job(job.id, expect_state="running", state="building")
+    store.update_job(job.id, expect_state="building", state="validating")
+    assert not live.may_have_work(GPU, ["cuda"], work="validation"), "validating, but nothing built yet"
+    cluster.create_validation(job.id, library=b"lib", lib_format="so", reference_library=None, inputs=[],
+                              weights=[], seed=1, runs=1, warmup=0, now=at(3))
+    assert live.may_have_work(GPU, ["cuda"], work="validation")
+    assert not live.may_have_work(GPU, ["llvm"], work="validation")
+    assert not live.may_have_work(OTHER_GPU, ["cuda"], work="validation")
+    assert not live.may_have_work(GPU, ["cuda"]), "a validation is not a shard"
+    assert cluster.claim_validation(agent.id, GPU, at(4)) is not None
+    assert not live.may_have_work(GPU, ["cuda"], work="validation")
 
 
 class _HeldCluster:

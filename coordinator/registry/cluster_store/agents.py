@@ -18,6 +18,12 @@ from .rows import _agent
 AGENT_ACTIVE = "active"
 AGENT_LOST = "lost"
 
+# PostgreSQL: many agents' beats in one statement, returning the ids it found.
+_RECORD_BEATS = (
+    f"UPDATE agents SET last_heartbeat_at = b.at, state = '{AGENT_ACTIVE}' "
+    "FROM unnest(%b::text[], %b::timestamptz[]) AS b(id, at) WHERE agents.id = b.id RETURNING agents.id"
+)
+
 
 class AgentRoster(RowLocks):
     """Registered agents, alive while they heartbeat."""
@@ -76,19 +82,28 @@ class AgentRoster(RowLocks):
         collects them in memory between ticks); returns the ids that were known."""
         if not beats:
             return set()
-        statement = (
-            update(AgentRow)
-            .where(AgentRow.id == bindparam("agent"))
-            .values(last_heartbeat_at=bindparam("beat"), state=AGENT_ACTIVE)
-            .execution_options(synchronize_session=False)
-        )
+        # In no particular lock order on PostgreSQL: no other writer locks more than one
+        # agent row (registration and `mark_lost_agents` update one at a time; foreign keys
+        # take key-share locks, which a heartbeat's update does not conflict with).
+        ordered = sorted(beats.items())
         # Quiet: a beat changes no lease; an agent that was lost and beats again is only
         # a candidate for new work, which nothing caches.
         with self._unit(write=True, quiet=True) as session:
-            session.connection().execute(
-                statement, [{"agent": agent_id, "beat": beat} for agent_id, beat in sorted(beats.items())]
-            )
-            known = session.scalars(select(AgentRow.id).where(AgentRow.id.in_(list(beats)))).all()
+            if self._postgres:
+                # One statement over two arrays: with a thousand agents, one UPDATE per agent
+                # per tick was a share of the coordinator's CPU of its own.
+                known = session.connection().exec_driver_sql(
+                    _RECORD_BEATS, ([agent_id for agent_id, _ in ordered], [beat for _, beat in ordered])
+                ).scalars().all()
+            else:
+                statement = (
+                    update(AgentRow)
+                    .where(AgentRow.id == bindparam("agent"))
+                    .values(last_heartbeat_at=bindparam("beat"), state=AGENT_ACTIVE)
+                    .execution_options(synchronize_session=False)
+                )
+                session.connection().execute(statement, [{"agent": agent_id, "beat": beat} for agent_id, beat in ordered])
+                known = session.scalars(select(AgentRow.id).where(AgentRow.id.in_(list(beats)))).all()
         return set(known)
 
     def mark_lost_agents(self, now: datetime, ttl: float) -> list[Agent]:
