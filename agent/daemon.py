@@ -20,6 +20,11 @@ from farm.errors import FarmError
 
 logger = logging.getLogger("farm.agent")
 
+# How long an idle agent's LeaseShard may be held by the coordinator (a long poll): one call
+# per this many seconds per idle agent instead of one per retry_after (1 s), and work is
+# picked up as soon as it exists. A coordinator without long polls answers at once.
+LEASE_WAIT_S = 20
+
 
 @dataclass
 class AgentSettings:
@@ -183,14 +188,19 @@ class Agent:
                 if validation.HasField("validation"):
                     self._validate(validation.validation, stop)
                     continue
-                leased = self.stub.LeaseShard(farm_pb2.LeaseShardRequest(
-                    agent_id=self.agent_id, fingerprint_id=self.fingerprint.id, target_kinds=kinds), timeout=30)
+                request = farm_pb2.LeaseShardRequest(
+                    agent_id=self.agent_id, fingerprint_id=self.fingerprint.id, target_kinds=kinds)
+                request.max_wait.FromSeconds(LEASE_WAIT_S)  # held until work comes (a long poll)
+                leased = _answer_unless_stopped(
+                    self.stub.LeaseShard.future(request, timeout=LEASE_WAIT_S + 10), stop)
+                if leased is None:
+                    return  # stopped while the call was held
                 if leased.HasField("shard"):
                     self._tune(leased.shard)
                     continue
                 backoff = 0.5
                 wait = leased.retry_after.ToTimedelta().total_seconds() if leased.HasField("retry_after") else 1.0
-                stop.wait(min(max(wait, 0.1), 5.0))
+                stop.wait(min(max(wait, 0.0), 5.0))
             except grpc.RpcError as err:
                 if err.code() in (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.FAILED_PRECONDITION):
                     self._register(stop)
@@ -229,6 +239,19 @@ class Agent:
         from agent.shard_tuning import validate_library
 
         validate_library(self, lease, stop)
+
+
+def _answer_unless_stopped(call, stop: threading.Event, poll: float = 0.25):
+    """The reply of a call in flight (a grpc future), or None if ``stop`` was set first: then
+    the call is cancelled, so that a held long poll does not hold up the agent's shutdown.
+    A failed call raises its grpc.RpcError, as a blocking call would."""
+    answered = threading.Event()
+    call.add_done_callback(lambda _call: answered.set())
+    while not answered.wait(poll):
+        if stop.is_set():
+            call.cancel()
+            return None
+    return call.result()
 
 
 def _retry_unavailable(call: Callable, stop: threading.Event, what: str, patience: float | None = None):

@@ -43,6 +43,10 @@ class ClientPlan:
     report_interval: float = 0.0
     schedule: str = "measured"
     agents_per_connection: int = 1
+    # Seconds an agent without a shard lets the coordinator hold its LeaseShard (max_wait, a
+    # long poll), as the real agent does (agent/daemon.py); 0: answered at once, asked again
+    # after retry_after, as agents did before long polls.
+    long_poll: float = 20.0
     seed: int = 0
 
 
@@ -151,16 +155,27 @@ async def _main(plan: ClientPlan, pipe) -> None:
 
         # ---------------------------------------------------------------- one agent
         async def lease(agent_id: str, fingerprint_id: str):
+            """As the real agent's work loop (agent/daemon.py): a LeaseValidation, then a
+            LeaseShard, held up to plan.long_poll (never past the window). (shard or None, wait)."""
             begin = time.monotonic()
             try:
-                reply = await stub_of[agent_id].LeaseShard(farm_pb2.LeaseShardRequest(
+                await stub_of[agent_id].LeaseValidation(farm_pb2.LeaseValidationRequest(
                     agent_id=agent_id, fingerprint_id=fingerprint_id, target_kinds=["llvm"]), timeout=60)
+                calls.add("lease_validation", begin, time.monotonic() - begin)  # none: no job gets that far
+                request = farm_pb2.LeaseShardRequest(agent_id=agent_id, fingerprint_id=fingerprint_id,
+                                                     target_kinds=["llvm"])
+                hold = min(plan.long_poll, max(0.0, window[1] - time.monotonic()))
+                if hold > 0:
+                    request.max_wait.FromNanoseconds(int(hold * 1e9))
+                begin = time.monotonic()
+                reply = await stub_of[agent_id].LeaseShard(request, timeout=hold + 60)
             except grpc.aio.AioRpcError:
                 calls.add("lease_error", begin, time.monotonic() - begin, ok=False)
                 counters["errors"] += 1
                 return None, 1.0
             granted = reply.HasField("shard")
-            calls.add("lease_granted" if granted else "lease_empty", begin, time.monotonic() - begin)
+            kind = "lease_granted" if granted else ("lease_held" if hold > 0 else "lease_empty")
+            calls.add(kind, begin, time.monotonic() - begin)
             wait = reply.retry_after.ToTimedelta().total_seconds() if reply.HasField("retry_after") else 1.0
             return (reply.shard if granted else None), wait
 
@@ -204,7 +219,7 @@ async def _main(plan: ClientPlan, pipe) -> None:
             while shard is None and time.monotonic() < window_end:
                 shard, wait = await lease(agent_id, plan.busy_fingerprint["id"])
                 if shard is None:
-                    await asyncio.sleep(min(max(wait, 0.1), 5.0))
+                    await asyncio.sleep(min(max(wait, 0.0), 5.0))
             if shard is None:
                 counters["busy_without_shard"] += 1
                 return
@@ -240,7 +255,7 @@ async def _main(plan: ClientPlan, pipe) -> None:
             await asyncio.sleep(rng.uniform(0, 1.0))
             while time.monotonic() < window_end:
                 _shard, wait = await lease(agent_id, plan.idle_fingerprint["id"])
-                await asyncio.sleep(min(max(wait, 0.1), 5.0))
+                await asyncio.sleep(min(max(wait, 0.0), 5.0))
 
         await asyncio.gather(*(busy_agent(a) for a in busy_ids), *(idle_agent(a) for a in idle_ids), *beats)
     finally:

@@ -14,9 +14,11 @@ clock whatever the coordinator's speed; one still in flight when the next is due
 late (counted), and agents that fell behind (after the lease burst) catch up at full speed.
 Saturating (--records-per-s 0): as fast as the coordinator takes them, at most --inflight
 reports in flight per client process. A tenth (--idle-fraction)
-register another fingerprint that has no jobs: they only heartbeat and poll LeaseShard at the
-coordinator's retry_after (1 s), as idle agents do. Every agent heartbeats every
---heartbeat-interval seconds, listing its lease.
+register another fingerprint that has no jobs: they only heartbeat and ask for work as the real
+agent's loop does, a LeaseValidation and then a LeaseShard that the coordinator holds for up to
+--long-poll seconds (0: answered at once, asked again after the coordinator's retry_after,
+1 s, as agents did before long polls). Every agent heartbeats every --heartbeat-interval
+seconds, listing its lease.
 
 Measured in a steady window of --seconds after the initial lease burst: client-side latency
 per call kind (p50/p99), records stored per second (from the replies, checked against a COUNT
@@ -47,6 +49,8 @@ import psutil
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import _fake_agent  # noqa: E402
+
+from agent.daemon import LEASE_WAIT_S  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/test"
@@ -247,7 +251,7 @@ def run_scale(agents: int, args) -> dict:
                     idle_fingerprint=idle_fp, tvm_version=tvm_version(),
                     heartbeat_interval=args.heartbeat_interval, batch=args.batch, inflight=args.inflight, seed=i,
                     report_interval=busy * args.batch / args.records_per_s if args.records_per_s > 0 else 0.0,
-                    schedule=args.schedule,
+                    schedule=args.schedule, long_poll=args.long_poll,
                     agents_per_connection=args.agents_per_connection)
                 ours, theirs = context.Pipe()
                 proc = context.Process(target=_fake_agent.run, args=(plan, theirs), daemon=True)
@@ -432,6 +436,10 @@ def main() -> None:
     parser.add_argument("--agents-per-connection", type=int, default=1,
                         help="fake agents sharing one gRPC connection (real agents have one each)")
     parser.add_argument("--idle-fraction", type=float, default=0.1)
+    parser.add_argument("--long-poll", type=float, default=LEASE_WAIT_S, metavar="SECONDS",
+                        help="how long agents without a shard let LeaseShard be held (the agent's "
+                             f"default, {LEASE_WAIT_S} s); 0: answered at once and asked again every "
+                             "retry_after (1 s), as before long polls")
     parser.add_argument("--no-ingest-process", action="store_true",
                         help="ingest reports in the coordinator's serving process (farm coordinator --no-ingest-process)")
     parser.add_argument("--profile", metavar="DIR",

@@ -344,6 +344,17 @@ class AgentCalls:
                             f"{task.get('run_errors', 0)} run)" + (f": {samples}" if samples else "")),
             }, utc_now())
 
+    def may_offer_validation(self, agent_id: str, fingerprint_id: str) -> bool:
+        """False when surely no validation waits for this agent, answered from memory without
+        waiting on the registry (the server's event loop asks, for every idle poll); True when
+        `lease_validation` is worth a try, or must say what is wrong with the agent."""
+        if self.draining:
+            return False
+        known = self.live.cached(agent_id)
+        if known is None or known.fingerprint_id != fingerprint_id:
+            return True
+        return self.live.may_have_work(fingerprint_id, known.target_kinds, wait=False, work="validation")
+
     def lease_validation(self, agent_id: str, fingerprint_id: str) -> ValidationOffer | None:
         if self.draining:
             return None

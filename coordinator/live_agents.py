@@ -10,7 +10,8 @@ is a cache of the registry or a write on its way there, never the only copy of a
   tick decides which agents went silent;
 - which agents' lease lists matched the registry, and at which version of that agent's leases
   (`UnitOfWork.lease_version`): the same list at the same version needs no second look;
-- which (fingerprint, target kind) pairs have pending shards, at a state version.
+- which (fingerprint, target kind) pairs have pending shards, and which pending validations,
+  at a state version.
 
 One coordinator serves a registry (it also owns the tracker agents measure through): these
 caches rely on every state change going through its units of work.
@@ -65,7 +66,8 @@ class LiveAgents:
         self._known: dict[str, KnownAgent] = {}
         self._beats: dict[str, datetime] = {}
         self._settled: dict[str, tuple[frozenset, Hashable, float]] = {}  # list, version, good until
-        self._pending: tuple[frozenset[tuple[str, str]], int, float] | None = None
+        # {"shard": pairs, "validation": pairs}, state version, when read
+        self._pending: tuple[dict[str, frozenset[tuple[str, str]]], int, float] | None = None
         self._refreshing = False
 
     # ------------------------------------------------------------------ who they are
@@ -130,8 +132,10 @@ class LiveAgents:
                                        time.monotonic() + MAX_SETTLED_AGE_S * random.uniform(0.5, 1.0))
 
     # ------------------------------------------------------------------ pending work
-    def may_have_work(self, fingerprint_id: str, target_kinds: Iterable[str], *, wait: bool = True) -> bool:
-        """Whether a running job of this fingerprint and one of these kinds has a pending shard.
+    def may_have_work(self, fingerprint_id: str, target_kinds: Iterable[str], *, wait: bool = True,
+                      work: str = "shard") -> bool:
+        """Whether a running job of this fingerprint and one of these kinds has a pending shard
+        (``work="validation"``: a validating job, a validation waiting for an agent).
 
         A False may be a quarter of a second late; a True only means a claim is worth a try.
         ``wait=False`` (for the server's event loop, which must not wait on the registry):
@@ -150,10 +154,13 @@ class LiveAgents:
                 self._refresh_pending_soon(version, now)
                 if cached is None:
                     return True
-        return any((fingerprint_id, kind) in cached[0] for kind in target_kinds)
+        pending = cached[0][work]
+        return any((fingerprint_id, kind) in pending for kind in target_kinds)
 
     def _refresh_pending(self, version: int, now: float):
-        cached = (frozenset(self._cluster.pending_work()), version, now)
+        pending = {"shard": frozenset(self._cluster.pending_work()),
+                   "validation": frozenset(self._cluster.pending_validations())}
+        cached = (pending, version, now)
         with self._lock:
             self._pending = cached
         return cached

@@ -5,9 +5,10 @@ message (what is wrong, and what to do), as proto/tvmfarm/v1/farm.proto lays out
 
 The server is grpc.aio's (coordinator.server). Most handlers are plain functions, which it
 runs in its thread pool; the calls every agent makes all the time (Heartbeat, LeaseShard,
-ReportRecords) and the WatchJob stream are coroutines: a report or a claim awaits its group's
-commit without holding a thread, so that a stalled registry or a thousand agents' reports do
-not take every thread from heartbeats (docs/benchmarks.md, "Coordinator at scale").
+LeaseValidation, ReportRecords) and the WatchJob stream are coroutines: a report or a claim
+awaits its group's commit without holding a thread, so that a stalled registry or a thousand
+agents' reports do not take every thread from heartbeats, and an idle agent's long-polled
+LeaseShard is held at no cost but a timer (docs/benchmarks.md, "Coordinator at scale").
 """
 
 from __future__ import annotations
@@ -283,6 +284,12 @@ class FarmClientServicer(farm_pb2_grpc.FarmClientServicer):
 
 # Reports checked against the registry at once in the thread pool, at most (see ReportRecords).
 REPORTS_PREPARED_AT_ONCE = 4
+# A long-polled LeaseShard (max_wait) is held at most this long, and ends this long before
+# the caller's deadline, so that the caller hears "no work" rather than DEADLINE_EXCEEDED.
+MAX_LEASE_WAIT_S = 30.0
+LEASE_WAIT_MARGIN_S = 2.0
+# How often a held LeaseShard looks again (in memory): the delay before it sees new work.
+LEASE_WAIT_STEP_S = 0.5
 
 
 class FarmAgentServicer(farm_pb2_grpc.FarmAgentServicer):
@@ -331,12 +338,27 @@ class FarmAgentServicer(farm_pb2_grpc.FarmAgentServicer):
     @_rpc_async
     async def LeaseShard(self, request, context):
         # Answered from memory when there is surely nothing to lease; otherwise the claim
-        # waits for its group's commit without holding a thread.
-        claim = self.coordinator.claim_shard(request.agent_id, request.fingerprint_id, list(request.target_kinds),
-                                             on_loop=True)
-        lease = None if claim is None else await _committed(claim)
-        if lease is None:
-            return farm_pb2.LeaseShardResponse(retry_after=_duration(self.coordinator.settings.idle_retry_after))
+        # waits for its group's commit without holding a thread. With max_wait, a long poll:
+        # the call is held, looking again every LEASE_WAIT_STEP_S (in memory), until a shard
+        # is leased to it or a validation appears that it could lease.
+        loop = asyncio.get_running_loop()
+        held_until = loop.time() + _hold_seconds(request, context)
+        kinds = list(request.target_kinds)
+        validation_at_start = self.coordinator.may_offer_validation(request.agent_id, request.fingerprint_id)
+        while True:
+            claim = self.coordinator.claim_shard(request.agent_id, request.fingerprint_id, kinds, on_loop=True)
+            lease = None if claim is None else await _committed(claim)
+            if lease is not None:
+                break
+            if (not validation_at_start
+                    and self.coordinator.may_offer_validation(request.agent_id, request.fingerprint_id)):
+                return farm_pb2.LeaseShardResponse(retry_after=_duration(0.0))  # ask LeaseValidation now
+            # After a claim that found nothing (another agent was first), a longer step: the
+            # pending-work answer it went by is refreshed at most every quarter second.
+            step = LEASE_WAIT_STEP_S * (2 if claim is not None else 1)
+            if self.coordinator.draining or loop.time() + step > held_until:
+                return farm_pb2.LeaseShardResponse(retry_after=_duration(self.coordinator.settings.idle_retry_after))
+            await asyncio.sleep(step)
         offer = await _in_pool(self._executor, self.coordinator.shard_offer, lease, request.fingerprint_id)
         shard = offer.lease.shard
         return farm_pb2.LeaseShardResponse(shard=farm_pb2.Shard(
@@ -395,12 +417,21 @@ class FarmAgentServicer(farm_pb2_grpc.FarmAgentServicer):
             accepted=outcome.accepted, reason=outcome.reason,
             shard_state=_SHARD_STATES.get(outcome.shard_state, 0) if outcome.shard_state else 0)
 
-    @_rpc
-    def LeaseValidation(self, request, context):
+    @_rpc_async
+    async def LeaseValidation(self, request, context):
+        # Every idle agent asks before each LeaseShard: answered from memory when surely
+        # nothing waits; a claim reads the registry, in the pool.
+        if not self.coordinator.may_offer_validation(request.agent_id, request.fingerprint_id):
+            return self._no_validation()
+        return await _in_pool(self._executor, self._lease_validation, request)
+
+    def _no_validation(self):
+        return farm_pb2.LeaseValidationResponse(retry_after=_duration(self.coordinator.settings.idle_retry_after))
+
+    def _lease_validation(self, request):
         offer = self.coordinator.lease_validation(request.agent_id, request.fingerprint_id)
         if offer is None:
-            return farm_pb2.LeaseValidationResponse(
-                retry_after=_duration(self.coordinator.settings.idle_retry_after))
+            return self._no_validation()
         lease, v = offer.lease, offer.lease.validation
         message = farm_pb2.ValidationLease(
             job_id=lease.job.id, validation_id=offer.validation_id, attempt=v.attempt, target=lease.job.target,
@@ -427,6 +458,17 @@ class FarmAgentServicer(farm_pb2_grpc.FarmAgentServicer):
             )
         outcome = self.coordinator.report_validation(request.agent_id, request.validation_id, request.attempt, report)
         return farm_pb2.ReportValidationResponse(accepted=outcome.accepted, reason=outcome.reason)
+
+
+def _hold_seconds(request, context) -> float:
+    """How long a LeaseShard may be held: what the agent asked for, capped, and inside its deadline."""
+    if not request.HasField("max_wait"):
+        return 0.0
+    wanted = min(request.max_wait.ToTimedelta().total_seconds(), MAX_LEASE_WAIT_S)
+    remaining = context.time_remaining()
+    if remaining is not None:
+        wanted = min(wanted, remaining - LEASE_WAIT_MARGIN_S)
+    return max(0.0, wanted)
 
 
 def _latency(stats):

@@ -12,6 +12,7 @@ import json
 import sqlite3
 import threading
 import time
+from datetime import timedelta
 
 import grpc
 import pytest
@@ -96,8 +97,18 @@ class FakeAgent:
         self._stop.set()
 
     def lease(self):
-        reply = self.stub.LeaseShard(farm_pb2.LeaseShardRequest(
-            agent_id=self.agent_id, fingerprint_id=self.fingerprint.id, target_kinds=["llvm"]), timeout=30)
+        return self.leased(self.stub.LeaseShard(farm_pb2.LeaseShardRequest(
+            agent_id=self.agent_id, fingerprint_id=self.fingerprint.id, target_kinds=["llvm"]), timeout=30))
+
+    def held_lease(self, max_wait: float, timeout: float):
+        """A long-polled LeaseShard in flight (a grpc future of its reply), as the real agent sends."""
+        request = farm_pb2.LeaseShardRequest(agent_id=self.agent_id, fingerprint_id=self.fingerprint.id,
+                                             target_kinds=["llvm"])
+        request.max_wait.FromTimedelta(timedelta(seconds=max_wait))
+        return self.stub.LeaseShard.future(request, timeout=timeout)
+
+    def leased(self, reply):
+        """The shard a LeaseShard reply grants (now running), or None."""
         if not reply.HasField("shard"):
             return None
         shard = reply.shard
@@ -198,15 +209,20 @@ def test_two_agents_share_a_job_that_is_built_validated_and_committed(start, fin
         assert reply.tracker.key == f"farm-{fingerprint.id}" and reply.tracker.port == 9190
         agent.keep_beating()
 
+    # The first agent long-polls, as real agents do: its call is held while there is no work
+    # and answered with a shard once the job is planned.
+    held = agents[0].held_lease(max_wait=30, timeout=45)
+    time.sleep(1.0)
+    assert not held.done(), f"an idle long poll was answered with no work: {held.result()}"
     (first,) = _submit(channel)
     job_id = first.job.id
     assert not first.attached and first.job.state == farm_pb2.JOB_STATE_QUEUED
     (again,) = _submit(channel)
     assert again.attached and again.job.id == job_id
 
+    shards = [agents[0].leased(held.result()), agents[1].lease()]
     job = _wait_job(channel, job_id, farm_pb2.JOB_STATE_RUNNING)
-    assert job.shards.pending == 2 and job.trials_budget == 8
-    shards = [agent.lease() for agent in agents]
+    assert job.shards.leased == 2 and job.trials_budget == 8
     assert all(shards) and shards[0].shard_id != shards[1].shard_id
     assert {t.name for s in shards for t in s.tasks} == {"fused_matmul1_add1", "fused_matmul_add_relu"}
     assert shards[0].target == job.target and shards[0].tracker.key == f"farm-{fingerprint.id}"
@@ -218,10 +234,14 @@ def test_two_agents_share_a_job_that_is_built_validated_and_committed(start, fin
         assert reply.accepted and reply.stored == 2 and reply.duplicates == 0, reply
         again = agent.report(shard)
         assert again.accepted and again.stored == 0 and again.duplicates == 2, "kept once"
+    # Held from before the library exists: answered, with no shard, as soon as its validation
+    # waits for an agent, so that the agent asks for it at once.
+    held = agents[0].held_lease(max_wait=30, timeout=45)
     for agent, shard in zip(agents, shards):
         assert agent.complete(shard).accepted
-
-    _wait_job(channel, job_id, farm_pb2.JOB_STATE_VALIDATING, what="built")
+    reply = held.result()
+    assert not reply.HasField("shard") and reply.retry_after.ToTimedelta().total_seconds() == 0, reply
+    assert _wait_job(channel, job_id, farm_pb2.JOB_STATE_VALIDATING).state == farm_pb2.JOB_STATE_VALIDATING
     outcome = _wait_for(agents[1].validate, "a validation lease")
     lease, reply = outcome
     assert reply.accepted and lease.reference_library and lease.library_sha256
@@ -246,6 +266,22 @@ def test_two_agents_share_a_job_that_is_built_validated_and_committed(start, fin
     assert {a.id for a in listed} == {a.agent_id for a in agents}
     for agent in agents:
         agent.close()
+
+
+def test_a_held_lease_poll_ends_inside_its_deadline_and_when_the_coordinator_stops(start, fingerprint):
+    server, channel = start()
+    agent = FakeAgent(channel, fingerprint)
+    agent.register()
+    # Held for less than the caller's deadline: it hears "no work", never DEADLINE_EXCEEDED.
+    reply = agent.held_lease(max_wait=30, timeout=3).result()
+    assert not reply.HasField("shard") and reply.retry_after.ToTimedelta().total_seconds() == 1.0, reply
+    # A draining coordinator answers its held polls within the grace rather than cutting them off.
+    held = agent.held_lease(max_wait=30, timeout=45)
+    time.sleep(0.5)
+    assert not held.done(), "an idle long poll was answered with no work at once"
+    server.stop(grace=10)
+    reply = held.result()  # raises if the call was cut off (CANCELLED or UNAVAILABLE)
+    assert not reply.HasField("shard"), reply
 
 
 def test_waiting_job_binds_then_stale_attempts_and_cancel_are_refused(start, fingerprint):

@@ -500,14 +500,16 @@ class SetHeartbeatInterval(_message.Message):
     def __init__(self, heartbeat_interval: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., lease_ttl: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
 
 class LeaseShardRequest(_message.Message):
-    __slots__ = ("agent_id", "fingerprint_id", "target_kinds")
+    __slots__ = ("agent_id", "fingerprint_id", "target_kinds", "max_wait")
     AGENT_ID_FIELD_NUMBER: _ClassVar[int]
     FINGERPRINT_ID_FIELD_NUMBER: _ClassVar[int]
     TARGET_KINDS_FIELD_NUMBER: _ClassVar[int]
+    MAX_WAIT_FIELD_NUMBER: _ClassVar[int]
     agent_id: str
     fingerprint_id: str
     target_kinds: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, agent_id: _Optional[str] = ..., fingerprint_id: _Optional[str] = ..., target_kinds: _Optional[_Iterable[str]] = ...) -> None: ...
+    max_wait: _duration_pb2.Duration
+    def __init__(self, agent_id: _Optional[str] = ..., fingerprint_id: _Optional[str] = ..., target_kinds: _Optional[_Iterable[str]] = ..., max_wait: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
 
 class LeaseShardResponse(_message.Message):
     __slots__ = ("shard", "retry_after")

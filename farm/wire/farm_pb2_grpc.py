@@ -407,6 +407,8 @@ class FarmAgentServicer:
 
     def LeaseShard(self, request, context):
         """Give me a shard of tuning tasks that matches my fingerprint and target kinds, or nothing.
+        With max_wait set, a long poll: held until such a shard exists (or a validation for this
+        agent does), for at most that long.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -82,6 +82,18 @@ class ValidationLeases(RowLocks):
             session.flush()
             return _validation(row)
 
+    def pending_validations(self) -> set[tuple[str, str]]:
+        """(fingerprint id, target kind) of every validating job whose validation waits for an
+        agent: what `claim_validation` could lease."""
+        query = (
+            select(JobRow.fingerprint_id, JobRow.target_kind)
+            .join(ValidationRow, ValidationRow.job_id == JobRow.id)
+            .where(ValidationRow.state == VALIDATION_PENDING, JobRow.state == JobState.VALIDATING.value)
+            .distinct()
+        )
+        with self._unit() as session:
+            return {(fp, kind) for fp, kind in session.execute(query) if fp is not None}
+
     def get_validation(self, job_id: str) -> Validation | None:
         with self._unit() as session:
             row = session.get(ValidationRow, job_id)
