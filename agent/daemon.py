@@ -24,6 +24,10 @@ logger = logging.getLogger("farm.agent")
 # per this many seconds per idle agent instead of one per retry_after (1 s), and work is
 # picked up as soon as it exists. A coordinator without long polls answers at once.
 LEASE_WAIT_S = 20
+# A busy agent's accepted reports tell the coordinator it is alive and its lease current, so
+# a heartbeat with nothing new to say is skipped while they keep coming (`heartbeat_due`); a
+# full one still goes at least every this many intervals.
+FULL_HEARTBEAT_EVERY = 6
 
 
 @dataclass
@@ -68,6 +72,7 @@ class Agent:
         self._lock = threading.Lock()
         self._pools = {}
         self.fingerprint = None
+        self._last_report_at = float("-inf")  # monotonic: when a report was last accepted
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -133,20 +138,30 @@ class Agent:
 
     # ------------------------------------------------------------------ heartbeats
 
+    def note_report_accepted(self) -> None:
+        """A report was accepted: the coordinator counts it as a heartbeat (`heartbeat_due`)."""
+        self._last_report_at = time.monotonic()
+
     def _heartbeat_loop(self, stop: threading.Event) -> None:
         import grpc
 
         from farm.wire import farm_pb2
 
+        last_sent_at, last_said = float("-inf"), None
         while not stop.wait(self.heartbeat_interval):
             with self._lock:
                 leases = [farm_pb2.LeaseRef(job_id=r.job_id, shard_id=r.shard_id, attempt=r.attempt)
                           for r in self.running.values()]
-            request = farm_pb2.HeartbeatRequest(
-                agent_id=self.agent_id, running_leases=leases,
-                rpc_server_serving=bool(self.rpc_server and self.rpc_server.serving),
-            )
+            serving = bool(self.rpc_server and self.rpc_server.serving)
+            said = (self.agent_id, serving, tuple((r.shard_id, r.attempt) for r in leases))
+            now = time.monotonic()
+            if not heartbeat_due(now, last_sent_at, said == last_said, self._last_report_at,
+                                 self.heartbeat_interval):
+                continue
+            request = farm_pb2.HeartbeatRequest(agent_id=self.agent_id, running_leases=leases,
+                                                rpc_server_serving=serving)
             request.sent_at.GetCurrentTime()  # the moment the lease list above was taken
+            last_sent_at, last_said = now, said
             try:
                 reply = self.stub.Heartbeat(request, timeout=max(2.0, self.heartbeat_interval))
             except grpc.RpcError as err:
@@ -239,6 +254,22 @@ class Agent:
         from agent.shard_tuning import validate_library
 
         validate_library(self, lease, stop)
+
+
+def heartbeat_due(now: float, last_sent_at: float, unchanged: bool, last_report_at: float,
+                  interval: float) -> bool:
+    """Whether the agent sends a heartbeat now (monotonic seconds).
+
+    Not when it would say nothing new (``unchanged``: the same registration, lease list and RPC
+    server state as the last beat it sent) and a report was accepted within the last interval:
+    that told the coordinator the agent is alive (coordinator.agent_calls) and that its lease
+    is current (a report under a lease that is not is refused, and the shard stops), which is
+    what the beat would have. A full beat still goes every FULL_HEARTBEAT_EVERY intervals, for
+    what only a lease list shows (a lease granted to the agent that it never heard of).
+    """
+    if not unchanged or now - last_report_at > interval:
+        return True
+    return now - last_sent_at >= FULL_HEARTBEAT_EVERY * interval - interval / 2
 
 
 def _answer_unless_stopped(call, stop: threading.Event, poll: float = 0.25):

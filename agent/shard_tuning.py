@@ -75,6 +75,8 @@ def tune_shard(agent: "Agent", shard, cancelled: threading.Event) -> None:
         )
         reply = _retry_unavailable(lambda: agent.stub.ReportRecords(request, timeout=30), stop_reporting,
                                    "report records", patience=agent.settings.report_patience_sec)
+        if reply is not None and reply.accepted:
+            agent.note_report_accepted()
         if reply is not None and not reply.accepted:
             # Another attempt owns the shard now: stop spending this box's time on it.
             logger.info("%s attempt %d is stale (%s); stopping", shard.shard_id, shard.attempt, reply.reason)

@@ -47,6 +47,9 @@ class ClientPlan:
     # long poll), as the real agent does (agent/daemon.py); 0: answered at once, asked again
     # after retry_after, as agents did before long polls.
     long_poll: float = 20.0
+    # Agents skip heartbeats that an accepted report in the last interval made redundant, as
+    # the real agent does (agent.daemon.heartbeat_due); False: every agent beats every interval.
+    skip_beats: bool = True
     seed: int = 0
 
 
@@ -68,6 +71,7 @@ def run(plan: ClientPlan, pipe) -> None:
 async def _main(plan: ClientPlan, pipe) -> None:
     import grpc
 
+    from agent.daemon import heartbeat_due
     from farm.wire import farm_pb2, farm_pb2_grpc
 
     loop = asyncio.get_running_loop()
@@ -108,12 +112,21 @@ async def _main(plan: ClientPlan, pipe) -> None:
         # on the monotonic clock, comes with "go"; until then it is open-ended.
         window = [float("inf"), float("inf")]
         leases_of: dict[str, list] = {}
+        reported_at: dict[str, float] = {}  # monotonic: the agent's last accepted report
 
         async def heartbeat_loop(agent_id: str, running: list) -> None:
             # Agents started at different moments: spread the beats over one interval.
             await asyncio.sleep(rng.uniform(0, plan.heartbeat_interval))
+            last_sent_at, last_said = float("-inf"), None
             while time.monotonic() < window[1]:
                 begin = time.monotonic()
+                said = tuple((r.shard_id, r.attempt) for r in running)
+                if plan.skip_beats and not heartbeat_due(begin, last_sent_at, said == last_said,
+                                                         reported_at.get(agent_id, float("-inf")),
+                                                         plan.heartbeat_interval):
+                    await asyncio.sleep(plan.heartbeat_interval)
+                    continue
+                last_sent_at, last_said = begin, said
                 try:
                     request = farm_pb2.HeartbeatRequest(agent_id=agent_id, running_leases=list(running))
                     request.sent_at.GetCurrentTime()  # as the real agent does (agent/daemon.py)
@@ -202,6 +215,8 @@ async def _main(plan: ClientPlan, pipe) -> None:
                 return None
             end = time.monotonic()
             calls.add("report", begin, end - begin, ok=reply.accepted)
+            if reply.accepted:
+                reported_at[agent_id] = end
             # Answered in the window (sent maybe before it, as in any steady state): with
             # seconds of latency, counting only reports sent and answered within the window
             # undercounted what was stored in it.

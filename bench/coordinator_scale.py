@@ -17,8 +17,10 @@ reports in flight per client process. A tenth (--idle-fraction)
 register another fingerprint that has no jobs: they only heartbeat and ask for work as the real
 agent's loop does, a LeaseValidation and then a LeaseShard that the coordinator holds for up to
 --long-poll seconds (0: answered at once, asked again after the coordinator's retry_after,
-1 s, as agents did before long polls). Every agent heartbeats every --heartbeat-interval
-seconds, listing its lease.
+1 s, as agents did before long polls). Agents heartbeat every --heartbeat-interval seconds,
+listing their lease, as the real agent does: a beat that would list the same lease as the last
+one is skipped when a report was accepted within the interval (the coordinator counts that as
+a sign of life), and a full beat goes every 6 intervals (--always-beat: every interval).
 
 Measured in a steady window of --seconds after the initial lease burst: client-side latency
 per call kind (p50/p99), records stored per second (from the replies, checked against a COUNT
@@ -49,6 +51,7 @@ import psutil
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import _fake_agent  # noqa: E402
+from _box_speed import reference_loop_ms  # noqa: E402
 
 from agent.daemon import LEASE_WAIT_S  # noqa: E402
 
@@ -251,7 +254,7 @@ def run_scale(agents: int, args) -> dict:
                     idle_fingerprint=idle_fp, tvm_version=tvm_version(),
                     heartbeat_interval=args.heartbeat_interval, batch=args.batch, inflight=args.inflight, seed=i,
                     report_interval=busy * args.batch / args.records_per_s if args.records_per_s > 0 else 0.0,
-                    schedule=args.schedule, long_poll=args.long_poll,
+                    schedule=args.schedule, long_poll=args.long_poll, skip_beats=not args.always_beat,
                     agents_per_connection=args.agents_per_connection)
                 ours, theirs = context.Pipe()
                 proc = context.Process(target=_fake_agent.run, args=(plan, theirs), daemon=True)
@@ -264,6 +267,7 @@ def run_scale(agents: int, args) -> dict:
                 pipe.recv()
             register_seconds = time.monotonic() - begin
 
+            reference_ms = reference_loop_ms()
             begin = time.monotonic()
             job_ids = submit_jobs(address, busy_fp["id"], busy)
             plan_seconds = time.monotonic() - begin
@@ -359,6 +363,7 @@ def run_scale(agents: int, args) -> dict:
     return {
         "agents": agents, "busy_agents": busy, "idle_agents": idle, "client_processes": processes,
         "jobs": len(job_ids), "register_s": register_seconds, "plan_s": plan_seconds,
+        "reference_loop_ms": reference_ms,
         "window_s": wall, "calls": calls,
         # > 0: the lease burst went on into the window, whose figures then include it.
         "burst_into_window_s": burst_end - window_start,
@@ -394,7 +399,8 @@ def print_table(r: dict, args) -> None:
           f"{r['client_processes']} client process(es); {r['jobs']} {MODEL} jobs; heartbeat every "
           f"{args.heartbeat_interval:g} s; {load}; window {r['window_s']:.1f} s")
     print(f"   setup: registration {r['register_s']:.1f} s, submit+plan {r['plan_s']:.1f} s; "
-          f"{r['agents_with_shard']} agents got a shard, {r['busy_agents_without_shard']} tuning agents none")
+          f"{r['agents_with_shard']} agents got a shard, {r['busy_agents_without_shard']} tuning agents none; "
+          f"this box's speed: reference loop {r['reference_loop_ms']:.0f} ms (lower is faster)")
     print(f"   {'call':<14}{'count':>8}{'per s':>9}{'p50 ms':>10}{'p99 ms':>10}{'max ms':>10}{'failed':>8}")
     for kind, c in r["calls"].items():
         rate = f"{c['per_s']:.1f}" if c["per_s"] is not None else "-"
@@ -440,6 +446,9 @@ def main() -> None:
                         help="how long agents without a shard let LeaseShard be held (the agent's "
                              f"default, {LEASE_WAIT_S} s); 0: answered at once and asked again every "
                              "retry_after (1 s), as before long polls")
+    parser.add_argument("--always-beat", action="store_true",
+                        help="every agent heartbeats every interval (before 2026-11-23 evening); by default "
+                             "agents skip beats that an accepted report made redundant, as the real agent does")
     parser.add_argument("--no-ingest-process", action="store_true",
                         help="ingest reports in the coordinator's serving process (farm coordinator --no-ingest-process)")
     parser.add_argument("--profile", metavar="DIR",

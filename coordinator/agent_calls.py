@@ -269,6 +269,10 @@ class AgentCalls:
 
     def finish_report(self, prepared: "PreparedReport", result: RecordReport) -> RecordReport:
         if result.accepted:
+            # An accepted report came from the agent holding the lease: it is alive, as a
+            # heartbeat would say; busy agents skip beats that would say nothing more
+            # (agent.daemon.heartbeat_due). Written back by the next tick, as beats are.
+            self.live.beat(prepared.report.agent_id, utc_now())
             with self._lock:
                 latest = self._progress.setdefault(prepared.job_id, {})
                 for item in prepared.progress:

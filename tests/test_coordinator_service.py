@@ -275,6 +275,13 @@ def test_a_held_lease_poll_ends_inside_its_deadline_and_when_the_coordinator_sto
     # Held for less than the caller's deadline: it hears "no work", never DEADLINE_EXCEEDED.
     reply = agent.held_lease(max_wait=30, timeout=3).result()
     assert not reply.HasField("shard") and reply.retry_after.ToTimedelta().total_seconds() == 1.0, reply
+    # An agent told to stop does not wait for its held poll: the call is cancelled.
+    from agent.daemon import _answer_unless_stopped
+
+    stop = threading.Event()
+    held = agent.held_lease(max_wait=30, timeout=45)
+    threading.Timer(0.3, stop.set).start()
+    assert _answer_unless_stopped(held, stop) is None and held.cancelled()
     # A draining coordinator answers its held polls within the grace rather than cutting them off.
     held = agent.held_lease(max_wait=30, timeout=45)
     time.sleep(0.5)
@@ -315,6 +322,15 @@ def test_waiting_job_binds_then_stale_attempts_and_cancel_are_refused(start, fin
     retry = agent.lease()
     assert retry.shard_id == shard.shard_id and retry.attempt == 2
     assert agent.report(retry).accepted
+    # Reports alone keep it alive past the TTL: an accepted report is a sign of life (busy
+    # agents skip heartbeats that would say nothing new: agent.daemon.heartbeat_due).
+    agent.keep_beating(False)
+    silent_until = time.monotonic() + 2.5  # over twice the TTL without a heartbeat
+    while time.monotonic() < silent_until:
+        reply = agent.report(retry)
+        assert reply.accepted, f"the agent was taken for lost while it reported: {reply.reason}"
+        time.sleep(0.1)
+    agent.keep_beating()
 
     cancelled = client.CancelJob(farm_pb2.CancelJobRequest(job_id=job_id, reason="test"), timeout=10)
     assert cancelled.state == farm_pb2.JOB_STATE_CANCELLED

@@ -399,7 +399,9 @@ class FarmAgentServicer:
 
     def Heartbeat(self, request, context):
         """I am alive, and these are the leases I am running. The reply carries instructions:
-        stop these leases, register again, use a new interval.
+        stop these leases, register again, use a new interval. An accepted ReportRecords also
+        counts as a sign of life, so a busy agent may skip a beat that would list the same leases
+        as its last one, but sends one at least every few intervals.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
