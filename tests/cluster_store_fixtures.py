@@ -60,6 +60,18 @@ def planned_job(cluster: ClusterStore, tasks: int = 2, shards: int = 2, fingerpr
     return job
 
 
+def validating_job(cluster: ClusterStore, store):  # type: ignore[no-untyped-def]
+    """A one-shard job whose shard is done and built: validating, its validation not made yet.
+    Returns (job, the agent that tuned it)."""
+    job = planned_job(cluster, tasks=1, shards=1)
+    agent = agent_of(cluster)
+    lease = cluster.claim_shard(agent.id, GPU, ["cuda"], at(1), TTL)
+    cluster.complete_shard(lease.shard.id, 1, agent.id, at(2))
+    store.update_job(job.id, expect_state="running", state="building")
+    store.update_job(job.id, expect_state="building", state="validating")
+    return job, agent
+
+
 def records_of(lease, traces, fingerprint_id=GPU) -> list[NewRecord]:  # type: ignore[no-untyped-def]
     workload = lease.tasks[0].workload_id
     return [

@@ -17,6 +17,7 @@ from cluster_store_fixtures import (  # noqa: F401 - fixtures
     cluster,
     planned_job,
     records_of,
+    validating_job,
 )
 from registry_fixtures import postgres_admin, registry_url, store  # noqa: F401
 from sqlalchemy import text
@@ -369,12 +370,7 @@ def test_a_queued_job_waits_for_its_fingerprint_then_is_bound(cluster, store):
 
 
 def test_validation_lease_round_trip(cluster, store):
-    job = planned_job(cluster, tasks=1, shards=1)
-    agent = agent_of(cluster)
-    lease = cluster.claim_shard(agent.id, GPU, ["cuda"], at(1), TTL)
-    cluster.complete_shard(lease.shard.id, 1, agent.id, at(2))
-    store.update_job(job.id, expect_state="running", state="building")
-    store.update_job(job.id, expect_state="building", state="validating")
+    job, agent = validating_job(cluster, store)
     cluster.create_validation(
         job.id, library=b"\x7fELF lib", lib_format="so", reference_library=b"untuned",
         inputs=[{"name": "x", "dtype": "float32", "shape": [1, 4]}], weights=[], seed=7,

@@ -7,7 +7,8 @@ from __future__ import annotations
 import gc
 import threading
 
-from cluster_store_fixtures import GPU, OTHER_GPU, TTL, agent_of, at, cluster, planned_job, records_of  # noqa: F401
+from cluster_store_fixtures import GPU, OTHER_GPU, TTL, agent_of, at, cluster, planned_job  # noqa: F401
+from cluster_store_fixtures import records_of, validating_job
 from polling import wait_for
 from registry_fixtures import postgres_admin, registry_url, store  # noqa: F401
 
@@ -167,12 +168,7 @@ def test_idle_polls_see_pending_work_as_soon_as_it_exists_and_until_it_is_gone(c
 def test_idle_polls_see_a_pending_validation_until_it_is_leased(cluster, store):
     # Every idle agent asks for a validation before each shard poll: answered from this.
     live = _live(cluster, store)
-    job = planned_job(cluster, tasks=1, shards=1)
-    agent = agent_of(cluster)
-    lease = cluster.claim_shard(agent.id, GPU, ["cuda"], at(1), TTL)
-    cluster.complete_shard(lease.shard.id, 1, agent.id, at(2))
-    store.update_job(job.id, expect_state="running", state="building")
-    store.update_job(job.id, expect_state="building", state="validating")
+    job, agent = validating_job(cluster, store)
     assert not live.may_have_work(GPU, ["cuda"], work="validation"), "validating, but nothing built yet"
     cluster.create_validation(job.id, library=b"lib", lib_format="so", reference_library=None, inputs=[],
                               weights=[], seed=1, runs=1, warmup=0, now=at(3))
