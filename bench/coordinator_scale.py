@@ -447,7 +447,7 @@ def main() -> None:
                              f"default, {LEASE_WAIT_S} s); 0: answered at once and asked again every "
                              "retry_after (1 s), as before long polls")
     parser.add_argument("--always-beat", action="store_true",
-                        help="every agent heartbeats every interval (before 2026-11-23 evening); by default "
+                        help="every agent heartbeats every interval (as before 2026-11-23 16:30); by default "
                              "agents skip beats that an accepted report made redundant, as the real agent does")
     parser.add_argument("--no-ingest-process", action="store_true",
                         help="ingest reports in the coordinator's serving process (farm coordinator --no-ingest-process)")

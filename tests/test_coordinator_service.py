@@ -241,7 +241,7 @@ def test_two_agents_share_a_job_that_is_built_validated_and_committed(start, fin
         assert agent.complete(shard).accepted
     reply = held.result()
     assert not reply.HasField("shard") and reply.retry_after.ToTimedelta().total_seconds() == 0, reply
-    assert _wait_job(channel, job_id, farm_pb2.JOB_STATE_VALIDATING).state == farm_pb2.JOB_STATE_VALIDATING
+    _wait_job(channel, job_id, farm_pb2.JOB_STATE_VALIDATING, what="built")
     outcome = _wait_for(agents[1].validate, "a validation lease")
     lease, reply = outcome
     assert reply.accepted and lease.reference_library and lease.library_sha256
