@@ -22,9 +22,11 @@ pytestmark = pytest.mark.slow
 # As small as a job gets: mlp-tiny has two tasks, and one measured candidate each is a real tune.
 TINY = ["mlp-tiny", "llvm", "2", "--trials", "2", "--trials-per-task", "1", "--runs", "3"]
 FINAL = ("succeeded", "failed", "cancelled")
-# For the slow scenarios: the restarts, leases and jobs they exercise are the same SQL on both
-# registries, which test_cluster.py and the quick tests here run on PostgreSQL too.
+# Each scenario on one registry (CI's 20 minutes): the restarts, leases and jobs they exercise
+# are the same SQL on both, and test_cluster.py runs the fleet's scenarios on PostgreSQL.
 SQLITE_ONLY = pytest.mark.parametrize("registry_url", ["sqlite"], indirect=True)
+POSTGRES_ONLY = pytest.mark.parametrize(
+    "registry_url", [pytest.param("postgres", marks=pytest.mark.postgres)], indirect=True)
 
 
 @contextmanager
@@ -65,6 +67,7 @@ def run_artifact(cluster: Cluster, model: list[str]) -> dict:
 # -- 1. a shard that loses every attempt fails its job, with one reason per attempt --------------
 
 
+@POSTGRES_ONLY  # the fleet's registry; SQLite runs the other fault scenarios here
 def test_shard_failing_max_attempts_fails_the_job_with_its_reasons(make_cluster):
     # Every attempt is lost to the heartbeat TTL: kept short, so that each costs seconds.
     cluster = make_cluster(lease_ttl=3.0, heartbeat=0.5, max_attempts=2)
