@@ -8,12 +8,15 @@ import typer
 
 from farm.cli import cluster, coordinator_cmd, info, registry, submit
 
+# rich_markup_mode=None: typer's rich help and usage errors import rich.markdown and pygments,
+# ~0.5 s before `farm --help` prints anything (bench/startup.py); click's plain help is enough.
 app = typer.Typer(
     name="farm",
     help="tvm-farm: shared, incremental tuning for Apache TVM. Tune once per hardware fingerprint, reuse everywhere.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,
 )
 app.registered_commands += submit.app.registered_commands
 app.registered_commands += info.app.registered_commands

@@ -11,7 +11,7 @@ import typer
 from farm.cli.output import JSON_OPTION, REGISTRY_OPTION, emit_json, fail, stdout_console
 from farm.errors import FarmError, NotFound
 
-app = typer.Typer(no_args_is_help=True)
+app = typer.Typer(no_args_is_help=True, rich_markup_mode=None)  # plain help: see farm.cli.app
 
 FINGERPRINT_OPTION = typer.Option(
     None, "--fingerprint", help="Fingerprint id the records belong to (default: this box's, for --target)."
