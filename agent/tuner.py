@@ -29,6 +29,12 @@ __all__ = [
 
 _MS_LOGGER = "tvm.s_tir.meta_schedule"
 DEFAULT_TRIALS_PER_TASK = 32
+# From this many trials per task the search keeps MetaSchedule's own population (512); below
+# it, sampling and evolving 512 candidates a round (~13 s per task per round on this 2-core
+# machine) costs more than measuring the few that a small budget picks from them.
+FULL_POPULATION_FROM = 32
+CANDIDATES_PER_TRIAL = 16
+MIN_POPULATION = 64
 
 
 @dataclass(frozen=True)
@@ -108,7 +114,7 @@ def tune(
                      budget=budget.max_trials_per_task, started=begin)
         for i, t in enumerate(tasks)
     ]
-    contexts = _tune_contexts(tasks, target, work_dir, seed)
+    contexts = _tune_contexts(tasks, target, work_dir, seed, budget.max_trials_per_task)
     live = LiveProgress(progress, listener, cancelled)
     picks = TaskPickHandler(live)
     logging.getLogger(_MS_LOGGER).addHandler(picks)
@@ -146,7 +152,22 @@ def tune(
     )
 
 
-def _tune_contexts(tasks, target, work_dir: Path, seed: int | None):
+def search_strategy(max_trials_per_task: int):
+    """MetaSchedule's evolutionary search, its population sized to the budget.
+
+    A small budget (a smoke tune, a test, a quick first pass) measures a handful of candidates
+    per task; they are still picked by the cost model from ``CANDIDATES_PER_TRIAL`` times as many
+    (at least ``MIN_POPULATION``), evolved from the registry's best records as usual.
+    """
+    if max_trials_per_task >= FULL_POPULATION_FROM:
+        return "evolutionary"
+    from tvm.s_tir import meta_schedule as ms
+
+    population = max(MIN_POPULATION, CANDIDATES_PER_TRIAL * max_trials_per_task)
+    return ms.search_strategy.EvolutionarySearch(population_size=population)
+
+
+def _tune_contexts(tasks, target, work_dir: Path, seed: int | None, max_trials_per_task: int):
     from tvm.s_tir import meta_schedule as ms
     from tvm.s_tir.meta_schedule.utils import fork_seed
 
@@ -157,7 +178,7 @@ def _tune_contexts(tasks, target, work_dir: Path, seed: int | None):
             mod=task.mod,
             target=target,
             space_generator=_space_generator(target),
-            search_strategy="evolutionary",
+            search_strategy=search_strategy(max_trials_per_task),
             task_name=task.name,
             logger=logger,
             rand_state=rand_state,

@@ -31,14 +31,19 @@ def time_help(repeat: int) -> list[float]:
     return samples
 
 
-def farm_first_build(repeat: int) -> list[float]:
-    """Wall time from spawning `farm submit` (fresh registry, nothing cached) to its first build."""
+def farm_first_build(repeat: int, trials: int | None) -> list[float]:
+    """Wall time from spawning `farm submit` (fresh registry, nothing cached) to its first build.
+
+    ``trials`` None: the default budget (32 a task), whose first round samples MetaSchedule's
+    full population of 512 candidates; smaller budgets sample fewer (agent.tuner.search_strategy).
+    """
     samples = []
+    budget = [] if trials is None else ["--trials", str(trials)]
     for _ in range(repeat):
         with tempfile.TemporaryDirectory() as home:
             env = {**os.environ, "FARM_HOME": home}
             begin = time.time()
-            proc = subprocess.run([FARM, "submit", "mlp-tiny", "llvm", "1", "--trials", "8", "--runs", "1", "--json"],
+            proc = subprocess.run([FARM, "submit", "mlp-tiny", "llvm", "1", *budget, "--runs", "1", "--json"],
                                   capture_output=True, text=True, env=env, check=True)
             samples.append(json.loads(proc.stdout)["first_build_at"] - begin)
     return samples
@@ -56,15 +61,18 @@ def tvm_default_first_build(timeout: float) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--trials", type=int, default=None,
+                        help="the submit's budget (default: the farm's default, 32 trials a task)")
     parser.add_argument("--skip-default", action="store_true", help="skip TVM's default path (~1-2 min)")
     args = parser.parse_args()
 
     help_s = time_help(args.repeat)
     print(f"farm --help                          median {statistics.median(help_s):.3f} s  "
           f"min {min(help_s):.3f} s  ({args.repeat} runs)")
-    first = farm_first_build(max(1, args.repeat // 2))
+    first = farm_first_build(max(1, args.repeat // 2), args.trials)
+    budget = "default budget" if args.trials is None else f"--trials {args.trials}"
     print(f"farm submit -> first candidate built median {statistics.median(first):.2f} s  "
-          f"min {min(first):.2f} s  ({len(first)} runs, fresh FARM_HOME each)")
+          f"min {min(first):.2f} s  ({len(first)} runs, fresh FARM_HOME each, {budget})")
     if args.skip_default:
         return
     for timeout in (30.0, 120.0):
