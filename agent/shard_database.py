@@ -2,13 +2,16 @@
 
 An agent has no registry connection. The coordinator hands it the registry's best records
 for the shard's workloads (warm start); everything the agent measures is kept in memory for
-the search and sent to the coordinator in batches as it is measured, so an agent killed
-mid-shard loses at most the batch in flight.
+the search and sent to the coordinator in batches as it is measured, while the search goes on
+(agent.report_pipeline), so an agent killed mid-shard loses at most the batch in flight and
+the records measured since.
 """
 
 from __future__ import annotations
 
 from typing import Callable, Sequence
+
+from agent.report_pipeline import ReportPipeline
 
 # A batch of measured records, each as (workload shash, TuningRecord JSON text).
 Reporter = Callable[[list[tuple[str, str]]], None]
@@ -24,7 +27,8 @@ def shard_database(
 
     ``workloads`` are (shash, IRModule) of the shard's tasks; ``warm_records`` are
     (shash, TuningRecord JSON) the search starts from; ``report`` receives batches of the
-    records measured here. Call ``flush()`` when tuning ends.
+    records measured here, on a thread of its own, one batch at a time. Call ``flush()`` when
+    tuning ends (it returns once every record was reported), and ``close()`` in any case.
     """
     import json
 
@@ -56,7 +60,7 @@ def shard_database(
         def __init__(self):
             super().__init__()
             self.pending: list[tuple[str, str]] = []
-            self.reported = 0
+            self.reports = ReportPipeline(report)
 
         def has_workload(self, mod):
             return inner.has_workload(mod)
@@ -68,7 +72,7 @@ def shard_database(
             inner.commit_tuning_record(record)
             self.pending.append((shash_for(record.workload), json.dumps(record.as_json())))
             if len(self.pending) >= batch_size:
-                self.flush()
+                self._send_pending()
 
         def get_top_k(self, workload, top_k):
             return inner.get_top_k(workload, top_k)
@@ -88,16 +92,31 @@ def shard_database(
         def __len__(self):
             return len(inner)
 
-        def flush(self) -> int:
-            if not self.pending:
-                return 0
+        def _send_pending(self) -> None:
             batch, self.pending = self.pending, []
             try:
-                report(batch)
+                self.reports.send(batch)  # raises the error of the report before, if it failed
             except BaseException:
-                self.pending = batch + self.pending  # kept for the next flush
+                self._keep_failed(batch)
                 raise
-            self.reported += len(batch)
-            return len(batch)
+
+        def _keep_failed(self, unsent: list) -> None:
+            # Kept for the next flush, in the order they were measured.
+            self.pending = (self.reports.take_failed() or []) + unsent + self.pending
+
+        def flush(self) -> int:
+            """Report what is pending and wait until every report is answered; the records reported."""
+            before = self.reports.sent
+            if self.pending:
+                self._send_pending()
+            try:
+                self.reports.wait()
+            except BaseException:
+                self._keep_failed([])
+                raise
+            return self.reports.sent - before
+
+        def close(self) -> None:
+            self.reports.close()
 
     return _ShardDatabase()

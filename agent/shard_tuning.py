@@ -83,6 +83,7 @@ def tune_shard(agent: "Agent", shard, cancelled: threading.Event) -> None:
             cancelled.set()
 
     lease = farm_pb2.LeaseRef(job_id=shard.job_id, shard_id=shard.shard_id, attempt=shard.attempt)
+    database = None
     try:
         target = to_tvm_target(target_doc)
         tasks = [
@@ -104,7 +105,9 @@ def tune_shard(agent: "Agent", shard, cancelled: threading.Event) -> None:
                       listener=progress, cancelled=cancelled, seed=int(shard.seed) or None)
         database.flush()
     except Exception as err:  # noqa: BLE001 - any failure is the shard's, reported with its reason
-        stop_reporting.set()
+        stop_reporting.set()  # a report in flight stops retrying
+        if database is not None:
+            database.close()
         if cancelled.is_set():
             return
         reason = f"{type(err).__name__}: {err}"[:2000]
@@ -116,6 +119,7 @@ def tune_shard(agent: "Agent", shard, cancelled: threading.Event) -> None:
         except grpc.RpcError as rpc_err:
             logger.warning("could not report the failure of %s: %s", shard.shard_id, rpc_err.details())
         return
+    database.close()
     if cancelled.is_set() or result.cancelled:
         logger.info("%s stopped (cancelled)", lease.shard_id)
         return

@@ -34,14 +34,17 @@ class ClientPlan:
     batch: int = 16
     inflight: int = 4  # ReportRecords in flight at once from this process (saturating mode)
     # Paced mode, when > 0: each tuning agent has one report in flight at a time, and
-    # schedule "measured": measures for this many seconds, then reports and waits for the
-    # answer before measuring on, as the real agent does (agent/shard_database.py reports
-    # inside MetaSchedule's commit); a slow coordinator slows the agents, as it would a fleet.
+    # schedule "pipelined": measures a batch for this many seconds, hands it over to be reported
+    # and measures the next meanwhile; a batch measured before the report ahead of it was
+    # answered waits for that answer, as the real agent's (agent/report_pipeline.py); a
+    # coordinator slower than the agents slows them, as it would a fleet.
+    # schedule "measured": reports and waits for the answer before measuring on, as the agent
+    # did before 2026-11-23 19:30 (it reported inside MetaSchedule's commit).
     # schedule "fixed": a report is due every this many seconds whatever the coordinator's
     # speed; one still in flight when the next is due makes that one late, and it is sent as
     # soon as the answer comes, so agents that fell behind catch up at full speed.
     report_interval: float = 0.0
-    schedule: str = "measured"
+    schedule: str = "pipelined"
     agents_per_connection: int = 1
     # Seconds an agent without a shard lets the coordinator hold its LeaseShard (max_wait, a
     # long poll), as the real agent does (agent/daemon.py); 0: answered at once, asked again
@@ -245,6 +248,9 @@ async def _main(plan: ClientPlan, pipe) -> None:
             turn = 0
             paced = plan.report_interval > 0
             next_at = time.monotonic() + (rng.uniform(0, plan.report_interval) if paced else 0.0)
+            if paced and plan.schedule == "pipelined":
+                await pipelined_reports(agent_id, shard, tasks, trials, next_at)
+                return
             while tasks and time.monotonic() < window_end:
                 if paced:
                     await asyncio.sleep(max(0.0, next_at - time.monotonic()))
@@ -264,6 +270,26 @@ async def _main(plan: ClientPlan, pipe) -> None:
                 turn += plan.batch
                 if accepted is False:
                     break  # the lease is over (lost to a missed TTL); this agent stops
+
+        async def pipelined_reports(agent_id: str, shard, tasks: list, trials: dict, measured_at: float) -> None:
+            """The real agent's loop: a batch measured by ``measured_at`` is reported while the next is measured."""
+            in_flight = None
+            turn = 0
+            while tasks:
+                await asyncio.sleep(max(0.0, measured_at - time.monotonic()))
+                if in_flight is not None:
+                    waited_from = time.monotonic()
+                    accepted = await in_flight  # the batch is handed over once the one ahead is answered
+                    in_flight = None
+                    if time.monotonic() - waited_from > max(0.05, plan.report_interval / 4):
+                        counters["late_reports"] += 1  # measured before the report ahead was answered
+                    if accepted is False:
+                        return  # the lease is over (lost to a missed TTL); this agent stops
+                if time.monotonic() >= window_end:
+                    return
+                in_flight = asyncio.ensure_future(report_once(agent_id, shard, tasks, trials, turn))
+                turn += plan.batch
+                measured_at = time.monotonic() + plan.report_interval
 
         async def idle_agent(agent_id: str) -> None:
             # Idle agents started at different moments too.

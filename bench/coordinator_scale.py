@@ -7,9 +7,12 @@ fingerprint and tune inception_v3 jobs (62 tasks each, so one shard per agent up
 per job; jobs are submitted until there is a shard for every tuning agent);
 they lease once and then report batches of --batch records. Paced (the default): together they
 offer --records-per-s, each agent at its share of that rate with at most one report in flight.
---schedule measured (the default) is the real agent's loop: measure a batch (for the agent's
-share of the interval), report it, wait for the answer, measure the next; a slow coordinator
-slows the agents down, and records/s shows it. --schedule fixed: reports fall due on a fixed
+--schedule pipelined (the default) is the real agent's loop (agent/report_pipeline.py): measure
+a batch (for the agent's share of the interval), hand it to the report in flight's successor,
+and measure the next meanwhile; a finished batch waits only for the report before it to be
+answered, so a coordinator slower than the agents' measuring slows them down, and records/s
+shows it. --schedule measured: report and wait for the answer before measuring on, as the
+agent did before 2026-11-23 19:30. --schedule fixed: reports fall due on a fixed
 clock whatever the coordinator's speed; one still in flight when the next is due makes that one
 late (counted), and agents that fell behind (after the lease burst) catch up at full speed.
 Saturating (--records-per-s 0): as fast as the coordinator takes them, at most --inflight
@@ -433,9 +436,10 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=16, help="records per ReportRecords (the agent's default)")
     parser.add_argument("--records-per-s", type=float, default=6000.0,
                         help="records per second the tuning agents offer together (0: as fast as answered)")
-    parser.add_argument("--schedule", choices=("measured", "fixed"), default="measured",
-                        help="paced agents: measure, report and wait, as the real agent (measured), or "
-                             "report on a fixed clock and catch up when behind (fixed)")
+    parser.add_argument("--schedule", choices=("pipelined", "measured", "fixed"), default="pipelined",
+                        help="paced agents: measure the next batch while one report is in flight, as the "
+                             "real agent (pipelined); measure, report and wait (measured); or report on a "
+                             "fixed clock and catch up when behind (fixed)")
     parser.add_argument("--inflight", type=int, default=4,
                         help="with --records-per-s 0: ReportRecords in flight per client process")
     parser.add_argument("--clients", type=int, default=2, help="client processes running the fake agents")

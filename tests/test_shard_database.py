@@ -81,3 +81,36 @@ def test_a_failed_report_keeps_the_batch(tasks):
     with pytest.raises(ConnectionError):
         db.flush()
     assert db.flush() == 1 and len(calls[1]) == 1
+
+
+def test_the_search_goes_on_while_a_report_is_in_flight(tasks):
+    import threading
+
+    import tvm
+    import tvm_ffi
+    from tvm.s_tir.meta_schedule.database import TuningRecord
+
+    from agent.shard_database import shard_database
+
+    _, tuning_tasks = tasks
+    task = tuning_tasks[0]
+    answer = threading.Semaphore(0)
+    in_flight = threading.Event()
+    batches = []
+
+    def slow_coordinator(batch):
+        in_flight.set()
+        assert answer.acquire(timeout=30)
+        batches.append([json.loads(record)[1] for _, record in batch])
+
+    db = shard_database([(str(tvm_ffi.structural_hash(task.mod)), task.mod)], [], slow_coordinator, batch_size=2)
+    workload = db.commit_workload(task.mod)
+    trace = tvm.s_tir.Schedule(task.mod).trace
+    for i in range(3):  # the first two fill a batch; the third is measured while it is in flight
+        db.commit_tuning_record(TuningRecord(trace, workload, [float(i + 1)], None, None))
+    assert in_flight.wait(30) and batches == []  # no answer yet, and tuning went on
+    answer.release()
+    answer.release()
+    assert db.flush() == 3
+    db.close()
+    assert batches == [[[1.0], [2.0]], [[3.0]]]  # run_secs of each record, in order
