@@ -46,12 +46,12 @@ def test_tuning_candidates_build_for_cuda_on_cpus(cuda, tmp_path):
     """A sampled schedule from the farm's CUDA design space builds in the farm's builder."""
     from tvm.s_tir import meta_schedule as ms
 
-    from agent.tuner import _tune_contexts
+    from agent.tuner import DEFAULT_TRIALS_PER_TASK, _tune_contexts
     from agent.tvm_startup import LeanWorkerInit
     from agent.warm_builder import warm_builder
 
     target, _, tasks = cuda
-    context = _tune_contexts(tasks[:1], target, tmp_path, seed=0)[0]
+    context = _tune_contexts(tasks[:1], target, tmp_path, seed=0, max_trials_per_task=DEFAULT_TRIALS_PER_TASK)[0]
     spaces = context.space_generator.generate_design_space(context.mod)
     assert spaces, "no design space for the CUDA task"
     builder = warm_builder(1, 120.0, LeanWorkerInit("cuda"))
