@@ -56,6 +56,9 @@ class ClientPlan:
     seed: int = 0
 
 
+LAG_PROBE_S = 0.01
+
+
 @dataclass
 class Calls:
     """(start on the monotonic clock, latency in seconds, ok) per call kind."""
@@ -298,7 +301,16 @@ async def _main(plan: ClientPlan, pipe) -> None:
                 _shard, wait = await lease(agent_id, plan.idle_fingerprint["id"])
                 await asyncio.sleep(min(max(wait, 0.0), 5.0))
 
-        await asyncio.gather(*(busy_agent(a) for a in busy_ids), *(idle_agent(a) for a in idle_ids), *beats)
+        async def loop_lag_probe() -> None:
+            # How late this process's own event loop runs a timer: the share of every latency
+            # above that the clients, not the coordinator, add.
+            while time.monotonic() < window_end:
+                begin = time.monotonic()
+                await asyncio.sleep(LAG_PROBE_S)
+                calls.add("client_loop_lag", begin, max(0.0, time.monotonic() - begin - LAG_PROBE_S))
+
+        await asyncio.gather(*(busy_agent(a) for a in busy_ids), *(idle_agent(a) for a in idle_ids), *beats,
+                             loop_lag_probe())
     finally:
         await asyncio.gather(*(channel.close() for channel in channels))
     pipe.send(("done", calls.items, counters))

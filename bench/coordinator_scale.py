@@ -410,7 +410,8 @@ def print_table(r: dict, args) -> None:
         burst = (f"  (burst: went on {r['burst_into_window_s']:.1f} s into the window)"
                  if r["burst_into_window_s"] > 0 else "  (burst, before the window)")
         note = burst if kind == "lease_granted" else (
-            "  (setup)" if kind == "register" else "")
+            "  (setup)" if kind == "register" else
+            "  (a 10 ms timer's delay in the clients' own loops)" if kind == "client_loop_lag" else "")
         print(f"   {kind:<14}{c['count']:>8}{rate:>9}{c['p50_ms']:>10.1f}{c['p99_ms']:>10.1f}{c['max_ms']:>10.1f}"
               f"{c['failed']:>8}{note}")
     print(f"   records: {r['records_per_s']:.0f}/s stored per the replies, {r['records_per_s_db']:.0f}/s per "
