@@ -36,6 +36,7 @@ the CPU of PostgreSQL and of the client processes, which share the same cores.
 from __future__ import annotations
 
 import argparse
+import bisect
 import json
 import math
 import multiprocessing
@@ -190,6 +191,32 @@ def percentile(values: list[float], q: float) -> float:
         return float("nan")
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
+
+
+def answers_beside_slow_heartbeats(results, window_start: float, window_end: float, within: float = 0.05) -> dict:
+    """How many report answers reached the clients in the ``within`` seconds before a heartbeat's
+    answer: for the slowest 1% of heartbeats and for all of them.
+
+    If slow heartbeats waited behind a group commit's answers, which reach the coordinator's
+    event loop together, they come back among many report answers.
+    """
+    report_ends, beats = [], []
+    for _kind, calls, _counters in results:
+        report_ends += [start + seconds for start, seconds, _ in calls.get("report", [])]
+        beats += [(seconds, start + seconds) for start, seconds, _ in calls.get("heartbeat", [])
+                  if window_start <= start < window_end]
+    if not beats or not report_ends:
+        return {}
+    report_ends.sort()
+
+    def answers_before(end: float) -> int:
+        return bisect.bisect_right(report_ends, end) - bisect.bisect_left(report_ends, end - within)
+
+    beats.sort()
+    slow = beats[-max(1, len(beats) // 100):]
+    return {"within_s": within,
+            "slowest_1pct": sum(answers_before(end) for _, end in slow) / len(slow),
+            "all": sum(answers_before(end) for _, end in beats) / len(beats)}
 
 
 def cpu_seconds(procs: list[psutil.Process]) -> dict[int, float]:
@@ -376,6 +403,7 @@ def run_scale(agents: int, args) -> dict:
         "duplicates": counters["duplicates"], "rejected_reports": counters["rejected_reports"],
         "errors": counters["errors"], "agents_with_shard": counters["granted"],
         "late_reports": counters["late_reports"],
+        "answers_beside_heartbeats": answers_beside_slow_heartbeats(results, window_start, window_end),
         "offered_records_per_s": args.records_per_s or None,
         "busy_agents_without_shard": counters["busy_without_shard"],
         "instructions": {k: counters.get(k, 0) for k in ("cancel_lease", "re_register")},
@@ -414,6 +442,10 @@ def print_table(r: dict, args) -> None:
             "  (a 10 ms timer's delay in the clients' own loops)" if kind == "client_loop_lag" else "")
         print(f"   {kind:<14}{c['count']:>8}{rate:>9}{c['p50_ms']:>10.1f}{c['p99_ms']:>10.1f}{c['max_ms']:>10.1f}"
               f"{c['failed']:>8}{note}")
+    beside = r["answers_beside_heartbeats"]
+    if beside:
+        print(f"   report answers in the {1000 * beside['within_s']:.0f} ms before a heartbeat's answer: "
+              f"{beside['slowest_1pct']:.1f} for the slowest 1% of heartbeats, {beside['all']:.1f} for all")
     print(f"   records: {r['records_per_s']:.0f}/s stored per the replies, {r['records_per_s_db']:.0f}/s per "
           f"COUNT(*) in the database; sent {r['records_sent']}, stored {r['records_stored']}, duplicates "
           f"{r['duplicates']}, rejected reports {r['rejected_reports']}, late reports {r['late_reports']}, "
