@@ -253,6 +253,7 @@ class Agent:
     def _validate(self, lease, stop: threading.Event) -> None:
         from agent.shard_tuning import validate_library
 
+        logger.info("validating the library of %s (attempt %d)", lease.job_id, lease.attempt)
         validate_library(self, lease, stop)
 
 

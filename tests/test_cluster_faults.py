@@ -249,6 +249,10 @@ def test_build_and_validation_survive_coordinator_kills(make_cluster):
         cluster.start_coordinator()
         leased = wait_for(lambda: (v := cluster_store.get_validation(job_id)) and v.state == "leased" and v,
                           120, "the validation to be leased", interval=0.05)
+        # Killed once the agent has the lease in hand: a kill between the lease's commit and its
+        # answer would leave it to expire instead (the agent never heard of it), another scenario.
+        wait_for(lambda: f"validating the library of {job_id}" in cluster.log("a1"), 60,
+                 "the agent to start validating", interval=0.05)
         cluster.stop_coordinator(signal.SIGKILL)
         assert store.get_job(job_id).state == "validating"
         # Back only once the agent, done validating, found no coordinator to report to.
