@@ -30,8 +30,9 @@ __all__ = [
 _MS_LOGGER = "tvm.s_tir.meta_schedule"
 DEFAULT_TRIALS_PER_TASK = 32
 # From this many trials per task the search keeps MetaSchedule's own population (512); below
-# it, sampling and evolving 512 candidates a round (~13 s per task per round on this 2-core
-# machine) costs more than measuring the few that a small budget picks from them.
+# it, sampling and evolving 512 candidates a round (~13 s per task per round on the 2-core
+# machines of docs/benchmarks.md) costs more than measuring the few that a small budget picks
+# from them.
 FULL_POPULATION_FROM = 32
 CANDIDATES_PER_TRIAL = 16
 MIN_POPULATION = 64

@@ -7,7 +7,8 @@ import threading
 import pytest
 
 from agent.measure import MeasureSettings, WorkerPools
-from agent.tuner import FULL_POPULATION_FROM, MIN_POPULATION, TuningBudget, search_strategy, tune
+from agent.tuner import (CANDIDATES_PER_TRIAL, FULL_POPULATION_FROM, MIN_POPULATION, TuningBudget,
+                         search_strategy, tune)
 
 pytestmark = pytest.mark.slow
 
@@ -107,8 +108,8 @@ def test_builder_workers_stay_warm_across_batches(mlp):
 
 def test_search_population_follows_the_budget():
     """Small budgets sample fewer candidates a round; from FULL_POPULATION_FROM on, MetaSchedule's own."""
-    assert search_strategy(8).population_size == 128
+    assert search_strategy(8).population_size == 128  # 16 candidates per trial
     assert search_strategy(1).population_size == MIN_POPULATION
-    assert search_strategy(FULL_POPULATION_FROM - 1).population_size == 16 * (FULL_POPULATION_FROM - 1)
+    assert search_strategy(FULL_POPULATION_FROM - 1).population_size == CANDIDATES_PER_TRIAL * (FULL_POPULATION_FROM - 1)
     assert search_strategy(FULL_POPULATION_FROM) == "evolutionary"
     assert search_strategy(1000) == "evolutionary"
