@@ -9,6 +9,8 @@ the records measured since.
 
 from __future__ import annotations
 
+import time
+from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from agent.report_pipeline import ReportPipeline
@@ -17,18 +19,36 @@ from agent.report_pipeline import ReportPipeline
 Reporter = Callable[[list[tuple[str, str]]], None]
 
 
+@dataclass
+class ReportBatching:
+    """How measured records are batched into reports: the coordinator sets it with the lease and
+    may change it with each report's answer (coordinator.report_sizing)."""
+
+    records: int = 16  # a batch is sent once it holds this many records
+    within_s: float = 10.0  # or once its first record has waited this long
+
+    def follow(self, records: int, within_s: float) -> None:
+        """Take the coordinator's sizes; zero (unset on the wire) keeps the current one."""
+        if records > 0:
+            self.records = records
+        if within_s > 0:
+            self.within_s = within_s
+
+
 def shard_database(
     workloads: Sequence[tuple[str, "object"]],
     warm_records: Sequence[tuple[str, str]],
     report: Reporter,
-    batch_size: int = 16,
+    batching: ReportBatching | None = None,
+    clock: Callable[[], float] = time.monotonic,
 ):
     """A PyDatabase over MetaSchedule's MemoryDatabase.
 
     ``workloads`` are (shash, IRModule) of the shard's tasks; ``warm_records`` are
     (shash, TuningRecord JSON) the search starts from; ``report`` receives batches of the
-    records measured here, on a thread of its own, one batch at a time. Call ``flush()`` when
-    tuning ends (it returns once every record was reported), and ``close()`` in any case.
+    records measured here, on a thread of its own, one batch at a time, as ``batching`` says
+    (read at each commit, so a change applies to the batch being filled). Call ``flush()``
+    when tuning ends (it returns once every record was reported), and ``close()`` in any case.
     """
     import json
 
@@ -55,11 +75,14 @@ def shard_database(
         by_shash[shash] = workload
         return shash
 
+    batching = batching or ReportBatching()
+
     @derived_object
     class _ShardDatabase(PyDatabase):
         def __init__(self):
             super().__init__()
             self.pending: list[tuple[str, str]] = []
+            self.pending_since = 0.0  # when the oldest pending record was measured
             self.reports = ReportPipeline(report)
 
         def has_workload(self, mod):
@@ -70,8 +93,13 @@ def shard_database(
 
         def commit_tuning_record(self, record):
             inner.commit_tuning_record(record)
+            now = clock()
+            if not self.pending:
+                self.pending_since = now
             self.pending.append((shash_for(record.workload), json.dumps(record.as_json())))
-            if len(self.pending) >= batch_size:
+            # MetaSchedule commits a round's candidates together, so the time bound is looked
+            # at often enough without a timer of its own.
+            if len(self.pending) >= batching.records or now - self.pending_since >= batching.within_s:
                 self._send_pending()
 
         def get_top_k(self, workload, top_k):

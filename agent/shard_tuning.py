@@ -49,7 +49,7 @@ def tune_shard(agent: "Agent", shard, cancelled: threading.Event) -> None:
     import grpc
 
     from agent.daemon import _retry_unavailable
-    from agent.shard_database import shard_database
+    from agent.shard_database import ReportBatching, shard_database
     from agent.tuner import TuningBudget, tune
     from agent.tvm_startup import install_lean_tensor_intrinsics
     from coordinator.compile import TuningTask
@@ -63,6 +63,8 @@ def tune_shard(agent: "Agent", shard, cancelled: threading.Event) -> None:
 
     progress = _ShardProgress()
     stop_reporting = threading.Event()
+    batching = ReportBatching()
+    batching.follow(shard.records_per_report, shard.report_within.ToTimedelta().total_seconds())
 
     def report(batch):
         records = [
@@ -77,6 +79,7 @@ def tune_shard(agent: "Agent", shard, cancelled: threading.Event) -> None:
                                    "report records", patience=agent.settings.report_patience_sec)
         if reply is not None and reply.accepted:
             agent.note_report_accepted()
+            batching.follow(reply.records_per_report, reply.report_within.ToTimedelta().total_seconds())
         if reply is not None and not reply.accepted:
             # Another attempt owns the shard now: stop spending this box's time on it.
             logger.info("%s attempt %d is stale (%s); stopping", shard.shard_id, shard.attempt, reply.reason)
@@ -94,7 +97,7 @@ def tune_shard(agent: "Agent", shard, cancelled: threading.Event) -> None:
             [(t.workload_shash, task.mod) for t, task in zip(shard.tasks, tasks)],
             [(w.workload_shash, w.tuning_record_json) for w in shard.warm_records],
             report,
-            batch_size=shard.records_per_report or 16,
+            batching,
         )
         b = shard.budget
         budget = TuningBudget(b.max_trials_global, b.max_trials_per_task, b.num_trials_per_iter or 16)

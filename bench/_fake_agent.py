@@ -45,6 +45,10 @@ class ClientPlan:
     # soon as the answer comes, so agents that fell behind catch up at full speed.
     report_interval: float = 0.0
     schedule: str = "pipelined"
+    # Schedules "pipelined" and "measured": batch as the coordinator says with the lease and
+    # each answer (records_per_report, report_within; coordinator.report_sizing), measuring at
+    # plan.batch records per report_interval; False: always plan.batch records a report.
+    follow_sizes: bool = True
     agents_per_connection: int = 1
     # Seconds an agent without a shard lets the coordinator hold its LeaseShard (max_wait, a
     # long poll), as the real agent does (agent/daemon.py); 0: answered at once, asked again
@@ -85,7 +89,7 @@ async def _main(plan: ClientPlan, pipe) -> None:
     calls = Calls()
     counters = {"stored": 0, "duplicates": 0, "records_sent": 0, "rejected_reports": 0, "errors": 0,
                 "re_register": 0, "cancel_lease": 0, "granted": 0, "busy_without_shard": 0,
-                "late_reports": 0}
+                "late_reports": 0, "reports_answered": 0}
     # A connection per agent by default, as real agents each have theirs: one HTTP/2
     # connection carries at most 100 concurrent calls, so a few shared by hundreds of agents
     # queue their calls on the client side. (A local subchannel pool: channels to one address
@@ -198,10 +202,27 @@ async def _main(plan: ClientPlan, pipe) -> None:
             wait = reply.retry_after.ToTimedelta().total_seconds() if reply.HasField("retry_after") else 1.0
             return (reply.shard if granted else None), wait
 
-        async def report_once(agent_id: str, shard, tasks: list, trials: dict, turn: int) -> bool | None:
-            """One ReportRecords of plan.batch fresh records; None when the call failed."""
+        # Records per report and the longest a record waits, per agent, as the coordinator said.
+        size_of: dict[str, tuple[int, float]] = {}
+
+        def next_batch(agent_id: str) -> tuple[int, float]:
+            """(records, seconds to measure them) of the agent's next batch, at its share of the rate."""
+            if not (plan.follow_sizes and plan.report_interval > 0) or agent_id not in size_of:
+                return plan.batch, plan.report_interval
+            per_s = plan.batch / plan.report_interval
+            records, within = size_of[agent_id]
+            n = max(1, min(records, int(per_s * within)))
+            return n, n / per_s
+
+        def follow(agent_id: str, records: int, within) -> None:
+            if records > 0:
+                size_of[agent_id] = (records, within.ToTimedelta().total_seconds() or plan.report_interval)
+
+        async def report_once(agent_id: str, shard, tasks: list, trials: dict, turn: int,
+                              n: int | None = None) -> bool | None:
+            """One ReportRecords of ``n`` (default plan.batch) fresh records; None when the call failed."""
             records = []
-            for i in range(plan.batch):
+            for i in range(plan.batch if n is None else n):
                 task = tasks[(turn + i) % len(tasks)]
                 trials[task.name] += 1
                 records.append(farm_pb2.MeasuredRecord(task_name=task.name, workload_shash=task.workload_shash,
@@ -223,11 +244,13 @@ async def _main(plan: ClientPlan, pipe) -> None:
             calls.add("report", begin, end - begin, ok=reply.accepted)
             if reply.accepted:
                 reported_at[agent_id] = end
+                follow(agent_id, reply.records_per_report, reply.report_within)
             # Answered in the window (sent maybe before it, as in any steady state): with
             # seconds of latency, counting only reports sent and answered within the window
             # undercounted what was stored in it.
             if window_start <= end <= window_end:
                 counters["records_sent"] += len(records)
+                counters["reports_answered"] += 1
                 counters["stored"] += reply.stored
                 counters["duplicates"] += reply.duplicates
                 if not reply.accepted:
@@ -245,6 +268,7 @@ async def _main(plan: ClientPlan, pipe) -> None:
                 counters["busy_without_shard"] += 1
                 return
             counters["granted"] += 1
+            follow(agent_id, shard.records_per_report, shard.report_within)
             running.append(farm_pb2.LeaseRef(job_id=shard.job_id, shard_id=shard.shard_id, attempt=shard.attempt))
             tasks = [t for t in shard.tasks if t.workload_shash in templates]
             trials = {t.name: 0 for t in tasks}
@@ -262,15 +286,17 @@ async def _main(plan: ClientPlan, pipe) -> None:
                     next_at += plan.report_interval
                     if time.monotonic() >= window_end:
                         break
-                    accepted = await report_once(agent_id, shard, tasks, trials, turn)
+                    n, measuring = next_batch(agent_id) if plan.schedule == "measured" else (plan.batch, 0.0)
+                    accepted = await report_once(agent_id, shard, tasks, trials, turn, n)
                     if plan.schedule == "measured":
-                        next_at = time.monotonic() + plan.report_interval  # the next batch is measured now
+                        next_at = time.monotonic() + measuring  # the next batch is measured now
                 else:
                     async with reporting:
                         if time.monotonic() >= window_end:
                             break
-                        accepted = await report_once(agent_id, shard, tasks, trials, turn)
-                turn += plan.batch
+                        n = plan.batch
+                        accepted = await report_once(agent_id, shard, tasks, trials, turn, n)
+                turn += n
                 if accepted is False:
                     break  # the lease is over (lost to a missed TTL); this agent stops
 
@@ -278,6 +304,7 @@ async def _main(plan: ClientPlan, pipe) -> None:
             """The real agent's loop: a batch measured by ``measured_at`` is reported while the next is measured."""
             in_flight = None
             turn = 0
+            n, _ = next_batch(agent_id)
             while tasks:
                 await asyncio.sleep(max(0.0, measured_at - time.monotonic()))
                 if in_flight is not None:
@@ -290,9 +317,10 @@ async def _main(plan: ClientPlan, pipe) -> None:
                         return  # the lease is over (lost to a missed TTL); this agent stops
                 if time.monotonic() >= window_end:
                     return
-                in_flight = asyncio.ensure_future(report_once(agent_id, shard, tasks, trials, turn))
-                turn += plan.batch
-                measured_at = time.monotonic() + plan.report_interval
+                in_flight = asyncio.ensure_future(report_once(agent_id, shard, tasks, trials, turn, n))
+                turn += n
+                n, measuring = next_batch(agent_id)  # as the last answer said
+                measured_at = time.monotonic() + measuring
 
         async def idle_agent(agent_id: str) -> None:
             # Idle agents started at different moments too.

@@ -263,7 +263,9 @@ def run_scale(agents: int, args) -> dict:
                  "--tracker-listen", f"127.0.0.1:{tracker_port}",
                  "--heartbeat-interval", str(args.heartbeat_interval),
                  "--lease-ttl", str(args.heartbeat_interval * 6), "--grace", "2",
-                 "--no-ingest-process" if args.no_ingest_process else "--ingest-process"],
+                 "--no-ingest-process" if args.no_ingest_process else "--ingest-process",
+                 "--records-per-report", str(args.batch),
+                 *(["--report-rate", str(args.report_rate)] if args.report_rate else [])],
                 cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
             wait_serving(address, coordinator)
             coordinator_proc = psutil.Process(coordinator.pid)
@@ -284,7 +286,7 @@ def run_scale(agents: int, args) -> dict:
                     idle_fingerprint=idle_fp, tvm_version=tvm_version(),
                     heartbeat_interval=args.heartbeat_interval, batch=args.batch, inflight=args.inflight, seed=i,
                     report_interval=busy * args.batch / args.records_per_s if args.records_per_s > 0 else 0.0,
-                    schedule=args.schedule, long_poll=args.long_poll, skip_beats=not args.always_beat,
+                    schedule=args.schedule, follow_sizes=not args.fixed_batch, long_poll=args.long_poll, skip_beats=not args.always_beat,
                     agents_per_connection=args.agents_per_connection)
                 ours, theirs = context.Pipe()
                 proc = context.Process(target=_fake_agent.run, args=(plan, theirs), daemon=True)
@@ -400,6 +402,7 @@ def run_scale(agents: int, args) -> dict:
         "records_per_s": counters["stored"] / args.seconds,
         "records_per_s_db": (count_end - count_start) / wall,
         "records_sent": counters["records_sent"], "records_stored": counters["stored"],
+        "reports_answered": counters["reports_answered"],
         "duplicates": counters["duplicates"], "rejected_reports": counters["rejected_reports"],
         "errors": counters["errors"], "agents_with_shard": counters["granted"],
         "late_reports": counters["late_reports"],
@@ -422,8 +425,10 @@ def run_scale(agents: int, args) -> dict:
 
 
 def print_table(r: dict, args) -> None:
+    sizes = (f"{args.batch} records" if args.fixed_batch or args.schedule == "fixed" else
+             f"at least {args.batch} records, as the coordinator sizes them")
     load = (f"paced ({args.schedule} schedule): {args.records_per_s:g} records/s offered, one report of "
-            f"{args.batch} in flight per agent"
+            f"{sizes} in flight per agent"
             if args.records_per_s > 0 else
             f"saturating: {args.batch} records/report, <= {args.inflight} reports in flight per client process")
     print(f"\n== N = {r['agents']} agents ({r['busy_agents']} tuning, {r['idle_agents']} idle) in "
@@ -446,6 +451,9 @@ def print_table(r: dict, args) -> None:
     if beside:
         print(f"   report answers in the {1000 * beside['within_s']:.0f} ms before a heartbeat's answer: "
               f"{beside['slowest_1pct']:.1f} for the slowest 1% of heartbeats, {beside['all']:.1f} for all")
+    if r["reports_answered"]:
+        print(f"   records per report: {r['records_sent'] / r['reports_answered']:.1f} mean (of the reports answered "
+              f"in the window)")
     print(f"   records: {r['records_per_s']:.0f}/s stored per the replies, {r['records_per_s_db']:.0f}/s per "
           f"COUNT(*) in the database; sent {r['records_sent']}, stored {r['records_stored']}, duplicates "
           f"{r['duplicates']}, rejected reports {r['rejected_reports']}, late reports {r['late_reports']}, "
@@ -466,7 +474,14 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=30.0, help="measured window per N")
     parser.add_argument("--warmup", type=float, default=5.0, help="seconds for the lease burst before the window (at N = 1000 it lasts ~15 s)")
     parser.add_argument("--heartbeat-interval", type=float, default=5.0)
-    parser.add_argument("--batch", type=int, default=16, help="records per ReportRecords (the agent's default)")
+    parser.add_argument("--batch", type=int, default=16,
+                        help="records per ReportRecords until the coordinator says otherwise (the agent's default "
+                             "minimum); with --fixed-batch, always")
+    parser.add_argument("--fixed-batch", action="store_true",
+                        help="agents ignore the report sizes the coordinator hands out (coordinator.report_sizing), "
+                             "as before 2026-11-23 22:30")
+    parser.add_argument("--report-rate", type=float, default=None,
+                        help="the coordinator's --report-rate (reports a second it sizes the fleet's reports to)")
     parser.add_argument("--records-per-s", type=float, default=6000.0,
                         help="records per second the tuning agents offer together (0: as fast as answered)")
     parser.add_argument("--schedule", choices=("pipelined", "measured", "fixed"), default="pipelined",

@@ -194,7 +194,7 @@ class AgentCalls:
             tracker_port=self.tracker_port,
             tracker_key=rpc_key(job.fingerprint_id or fingerprint_id),
             seed=int(job.options.get("seed") or 0),
-            records_per_report=self.settings.records_per_report,
+            report_size=self.report_sizing.size(),
             warm_records=warm,
         )
 
@@ -273,6 +273,7 @@ class AgentCalls:
             # heartbeat would say; busy agents skip beats that would say nothing more
             # (agent.daemon.heartbeat_due). Written back by the next tick, as beats are.
             self.live.beat(prepared.report.agent_id, utc_now())
+            self.report_sizing.note(prepared.report.agent_id, prepared.report.trials)
             with self._lock:
                 latest = self._progress.setdefault(prepared.job_id, {})
                 for item in prepared.progress:

@@ -15,6 +15,7 @@ from coordinator.registry.entities import (
     StoredShard,
     ValidationLease,
 )
+from coordinator.report_sizing import ReportSize
 from coordinator.shards import ShardState
 from farm.errors import FarmError
 
@@ -129,7 +130,7 @@ class ShardOffer:
     tracker_port: int
     tracker_key: str
     seed: int
-    records_per_report: int
+    report_size: ReportSize
     warm_records: list[tuple[str, str]]  # (workload shash, TuningRecord JSON)
 
 

@@ -123,6 +123,8 @@ def serve(
     lease_ttl: float = 30.0,
     max_attempts: int = 3,
     records_per_report: int = 16,
+    report_rate: float = 100.0,
+    report_within: float = 10.0,
     data_dir: Path | None = None,
     tick_interval: float = 0.5,
     max_workers: int = 256,
@@ -131,7 +133,10 @@ def serve(
     """Start a coordinator on ``listen`` (port 0: any free port) and return it running.
 
     ``tracker`` is the host:port of a TVM RPC tracker agents should use; without one the
-    coordinator starts its own on ``tracker_listen``. ``ingest_process``: reports are read
+    coordinator starts its own on ``tracker_listen``. Agents report at least
+    ``records_per_report`` records at a time, more when the fleet's reports would otherwise
+    come faster than ``report_rate`` a second, and at least every ``report_within`` seconds
+    (coordinator.report_sizing). ``ingest_process``: reports are read
     and committed in a process of their own (coordinator.ingest_process); by default on
     PostgreSQL, where a fleet's reports come in, and not on SQLite, one box's registry that
     takes one writer at a time anyway.
@@ -154,7 +159,7 @@ def serve(
         settings = CoordinatorSettings(
             data_dir=Path(data_dir) if data_dir else config.data_dir() / "coordinator",
             heartbeat_interval=heartbeat_interval, lease_ttl=lease_ttl, max_attempts=max_attempts,
-            records_per_report=records_per_report,
+            records_per_report=records_per_report, report_rate=report_rate, report_within=report_within,
         )
         if ingest_process if ingest_process is not None else store.dialect == "postgresql":
             from coordinator.ingest_process import IngestProcess

@@ -370,7 +370,8 @@ class FarmAgentServicer(farm_pb2_grpc.FarmAgentServicer):
                                         max_trials_per_task=offer.max_trials_per_task,
                                         num_trials_per_iter=offer.num_trials_per_iter),
             tracker=farm_pb2.TrackerAddress(host=offer.tracker_host, port=offer.tracker_port, key=offer.tracker_key),
-            seed=offer.seed, records_per_report=offer.records_per_report,
+            seed=offer.seed, records_per_report=offer.report_size.records,
+            report_within=_duration(offer.report_size.within_s),
             warm_records=[farm_pb2.WarmRecord(workload_shash=s, tuning_record_json=r) for s, r in offer.warm_records],
         ))
 
@@ -400,8 +401,13 @@ class FarmAgentServicer(farm_pb2_grpc.FarmAgentServicer):
         else:
             committed = await _committed(self.coordinator.enqueue_report(prepared))
             result = self.coordinator.finish_report(prepared, committed)
-        return farm_pb2.ReportRecordsResponse(accepted=result.accepted, reason=result.reason or "",
-                                              stored=result.stored, duplicates=result.duplicates)
+        reply = farm_pb2.ReportRecordsResponse(accepted=result.accepted, reason=result.reason or "",
+                                               stored=result.stored, duplicates=result.duplicates)
+        if result.accepted:
+            size = self.coordinator.report_sizing.size()
+            reply.records_per_report = size.records
+            reply.report_within.CopyFrom(_duration(size.within_s))
+        return reply
 
     @_rpc
     def CompleteShard(self, request, context):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import json
+import math
 import sqlite3
 import threading
 import time
@@ -436,6 +437,29 @@ def test_heartbeats_are_answered_while_more_reports_wait_than_the_server_has_thr
             assert not any(report.done() for report in reports)
         assert all(report.result(TIMEOUT).accepted for report in reports)
     assert server.coordinator.store.count_records() == 4 * len(shard.tasks)
+    agent.close()
+
+
+def test_report_sizes_go_out_with_the_lease_and_follow_the_fleets_rate(start, fingerprint):
+    # coordinator.report_sizing: at least records_per_report a report, more when the fleet's
+    # records would otherwise take more than report_rate reports a second; every answer
+    # carries the sizes, so agents follow them while they tune.
+    from coordinator.report_sizing import RECOMPUTE_EVERY_S, WINDOW_S
+
+    server, channel, agent, shard = _agent_leasing_a_shard(
+        start, fingerprint, records_per_report=3, report_rate=0.05, report_within=2.0)
+    assert shard.records_per_report == 3 and shard.report_within.ToTimedelta().total_seconds() == 2.0
+    factors = (2, 3, 4, 5, 6, 7)
+    first = agent.report(shard, factors)
+    assert first.accepted and first.records_per_report == 3  # sized before any record came
+    time.sleep(RECOMPUTE_EVERY_S + 0.1)
+    second = agent.report(shard, factors)
+    # 2 x 6 records per task in the last WINDOW_S; for the fleet (one agent here), a report every 20 s.
+    reported = 2 * len(factors) * len(shard.tasks)
+    assert second.accepted and second.records_per_report == math.ceil(reported / WINDOW_S / 0.05)
+    assert second.report_within.ToTimedelta().total_seconds() == 1 / 0.05
+    stale = agent.report(shard, factors, attempt=shard.attempt + 1)
+    assert not stale.accepted and stale.records_per_report == 0, "a refused report says nothing more"
     agent.close()
 
 

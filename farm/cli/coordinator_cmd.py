@@ -31,6 +31,16 @@ def coordinator(
                                     help="Seconds of silence after which an agent's leases are re-queued."),
     max_attempts: int = typer.Option(3, "--max-attempts", min=1,
                                      help="Attempts of a shard before it, and its job, fail."),
+    records_per_report: int = typer.Option(
+        16, "--records-per-report", min=1,
+        help="The fewest records agents put in one report (more when records come faster, see --report-rate)."),
+    report_rate: float = typer.Option(
+        100.0, "--report-rate", min=0.1,
+        help="Reports a second the whole fleet is asked to keep to: agents batch more records per report "
+             "as the fleet measures faster, so the coordinator's calls do not grow with it."),
+    report_within: float = typer.Option(
+        10.0, "--report-within", min=0.1,
+        help="Seconds an agent may keep a measured record before reporting it (longer in a large fleet)."),
     grace: float = typer.Option(10.0, "--grace", min=0, help="Seconds in-flight calls get on shutdown."),
     ingest_process: Optional[bool] = typer.Option(
         None, "--ingest-process/--no-ingest-process", envvar="FARM_INGEST_PROCESS", show_envvar=True,
@@ -49,7 +59,8 @@ def coordinator(
     try:
         server = serve(listen, registry, tracker, tracker_listen=tracker_listen,
                        heartbeat_interval=heartbeat_interval, lease_ttl=lease_ttl, max_attempts=max_attempts,
-                       ingest_process=ingest_process)
+                       records_per_report=records_per_report, report_rate=report_rate,
+                       report_within=report_within, ingest_process=ingest_process)
     except FarmError as err:
         raise fail(err)
     document = {"listen": server.address, "registry": str(server.coordinator.store.url),

@@ -520,7 +520,7 @@ class LeaseShardResponse(_message.Message):
     def __init__(self, shard: _Optional[_Union[Shard, _Mapping]] = ..., retry_after: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
 
 class Shard(_message.Message):
-    __slots__ = ("job_id", "shard_id", "attempt", "tasks", "target", "budget", "tracker", "seed", "records_per_report", "warm_records")
+    __slots__ = ("job_id", "shard_id", "attempt", "tasks", "target", "budget", "tracker", "seed", "records_per_report", "report_within", "warm_records")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     SHARD_ID_FIELD_NUMBER: _ClassVar[int]
     ATTEMPT_FIELD_NUMBER: _ClassVar[int]
@@ -530,6 +530,7 @@ class Shard(_message.Message):
     TRACKER_FIELD_NUMBER: _ClassVar[int]
     SEED_FIELD_NUMBER: _ClassVar[int]
     RECORDS_PER_REPORT_FIELD_NUMBER: _ClassVar[int]
+    REPORT_WITHIN_FIELD_NUMBER: _ClassVar[int]
     WARM_RECORDS_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     shard_id: str
@@ -540,8 +541,9 @@ class Shard(_message.Message):
     tracker: TrackerAddress
     seed: int
     records_per_report: int
+    report_within: _duration_pb2.Duration
     warm_records: _containers.RepeatedCompositeFieldContainer[WarmRecord]
-    def __init__(self, job_id: _Optional[str] = ..., shard_id: _Optional[str] = ..., attempt: _Optional[int] = ..., tasks: _Optional[_Iterable[_Union[TuneTask, _Mapping]]] = ..., target: _Optional[str] = ..., budget: _Optional[_Union[TrialBudget, _Mapping]] = ..., tracker: _Optional[_Union[TrackerAddress, _Mapping]] = ..., seed: _Optional[int] = ..., records_per_report: _Optional[int] = ..., warm_records: _Optional[_Iterable[_Union[WarmRecord, _Mapping]]] = ...) -> None: ...
+    def __init__(self, job_id: _Optional[str] = ..., shard_id: _Optional[str] = ..., attempt: _Optional[int] = ..., tasks: _Optional[_Iterable[_Union[TuneTask, _Mapping]]] = ..., target: _Optional[str] = ..., budget: _Optional[_Union[TrialBudget, _Mapping]] = ..., tracker: _Optional[_Union[TrackerAddress, _Mapping]] = ..., seed: _Optional[int] = ..., records_per_report: _Optional[int] = ..., report_within: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., warm_records: _Optional[_Iterable[_Union[WarmRecord, _Mapping]]] = ...) -> None: ...
 
 class WarmRecord(_message.Message):
     __slots__ = ("workload_shash", "tuning_record_json")
@@ -622,16 +624,20 @@ class MeasureError(_message.Message):
     def __init__(self, stage: _Optional[_Union[MeasureError.Stage, str]] = ..., message: _Optional[str] = ...) -> None: ...
 
 class ReportRecordsResponse(_message.Message):
-    __slots__ = ("accepted", "reason", "stored", "duplicates")
+    __slots__ = ("accepted", "reason", "stored", "duplicates", "records_per_report", "report_within")
     ACCEPTED_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
     STORED_FIELD_NUMBER: _ClassVar[int]
     DUPLICATES_FIELD_NUMBER: _ClassVar[int]
+    RECORDS_PER_REPORT_FIELD_NUMBER: _ClassVar[int]
+    REPORT_WITHIN_FIELD_NUMBER: _ClassVar[int]
     accepted: bool
     reason: str
     stored: int
     duplicates: int
-    def __init__(self, accepted: _Optional[bool] = ..., reason: _Optional[str] = ..., stored: _Optional[int] = ..., duplicates: _Optional[int] = ...) -> None: ...
+    records_per_report: int
+    report_within: _duration_pb2.Duration
+    def __init__(self, accepted: _Optional[bool] = ..., reason: _Optional[str] = ..., stored: _Optional[int] = ..., duplicates: _Optional[int] = ..., records_per_report: _Optional[int] = ..., report_within: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
 
 class TaskSummary(_message.Message):
     __slots__ = ("task_name", "trials", "build_errors", "run_errors", "best_us", "elapsed_s", "sample_errors")

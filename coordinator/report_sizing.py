@@ -1,0 +1,86 @@
+"""How large agents' reports are: sized so the fleet's reports come at a rate the coordinator takes.
+
+Every ReportRecords costs the serving process about a millisecond of gRPC's own work, whatever
+it carries, and the answers of one group commit reach its event loop together: with a thousand
+agents reporting 16 records each, ~330 reports a second came back in bursts of hundreds, and the
+heartbeats answered after such a burst made the latency tail (docs/benchmarks.md, "Coordinator
+at scale"). The records a fleet measures per second do not depend on how they are batched, so
+the coordinator asks for larger batches when records come faster: ``records / s ÷ report_rate``
+records a report, never fewer than the configured minimum. Agents also report at least every
+``report_within`` seconds, so a slow agent in a fast fleet does not sit on its records; that
+bound grows with the number of reporting agents, so that time-bound reports alone stay within
+the rate too.
+
+The sizes go out with each lease and each report's answer, so a running agent follows the
+fleet as it grows or shrinks. An agent killed mid-shard loses at most the batch in flight and
+the records measured since: larger batches lose more, bounded by ``report_within``.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass
+from typing import Callable
+
+# Seconds of reports the rate is measured over: long enough to hold several reports of each
+# agent, short enough to follow a fleet that grows.
+WINDOW_S = 10.0
+# Sizes are worked out again at most this often (they are read with every report's answer).
+RECOMPUTE_EVERY_S = 1.0
+# A report never carries more records than this (a message of a few MB at most).
+MAX_RECORDS_PER_REPORT = 512
+
+
+@dataclass(frozen=True)
+class ReportSize:
+    records: int  # records per ReportRecords
+    within_s: float  # the longest an agent keeps a measured record before reporting it
+
+
+class ReportSizing:
+    """Thread-safe: reports are noted on the server's loop, sizes read there and in the pool."""
+
+    def __init__(self, min_records: int = 16, report_rate: float = 100.0, min_within_s: float = 10.0,
+                 clock: Callable[[], float] = time.monotonic):
+        if min_records < 1 or report_rate <= 0 or min_within_s <= 0:
+            raise ValueError("min_records, report_rate and min_within_s must be positive")
+        self.min_records = min_records
+        self.report_rate = report_rate
+        self.min_within_s = min_within_s
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._records: deque[tuple[float, int]] = deque()  # (when, records) of accepted reports
+        self._recorded = 0  # the sum of _records
+        self._last_report: dict[str, float] = {}  # agent id -> when its last accepted report came
+        self._size = ReportSize(min_records, min_within_s)
+        self._computed_at = -math.inf
+
+    def note(self, agent_id: str, records: int) -> None:
+        """An accepted report of ``records`` records (trials, failed ones included) from ``agent_id``."""
+        now = self._clock()
+        with self._lock:
+            self._records.append((now, records))
+            self._recorded += records
+            self._last_report[agent_id] = now
+
+    def size(self) -> ReportSize:
+        now = self._clock()
+        with self._lock:
+            if now - self._computed_at >= RECOMPUTE_EVERY_S:
+                self._size = self._compute(now)
+                self._computed_at = now
+            return self._size
+
+    def _compute(self, now: float) -> ReportSize:
+        since = now - WINDOW_S
+        while self._records and self._records[0][0] < since:
+            self._recorded -= self._records.popleft()[1]
+        for agent_id in [a for a, at in self._last_report.items() if at < since]:
+            del self._last_report[agent_id]
+        records_per_s = self._recorded / WINDOW_S
+        records = min(MAX_RECORDS_PER_REPORT, max(self.min_records, math.ceil(records_per_s / self.report_rate)))
+        within = max(self.min_within_s, len(self._last_report) / self.report_rate)
+        return ReportSize(records, within)

@@ -1,0 +1,70 @@
+"""Reports sized to the fleet's rate of records (coordinator.report_sizing)."""
+
+from __future__ import annotations
+
+import pytest
+
+from coordinator.report_sizing import MAX_RECORDS_PER_REPORT, WINDOW_S, ReportSize, ReportSizing
+
+
+class Clock:
+    def __init__(self):
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def fleet_reports(sizing: ReportSizing, clock: Clock, agents: int, records_per_agent_s: float,
+                  seconds: float) -> None:
+    """``agents`` agents each reporting its records once a second for ``seconds``."""
+    for _ in range(int(seconds)):
+        clock.now += 1.0
+        for agent in range(agents):
+            sizing.note(f"agent-{agent}", int(records_per_agent_s))
+
+
+def test_a_small_farm_keeps_the_minimum():
+    clock = Clock()
+    sizing = ReportSizing(min_records=16, report_rate=100, min_within_s=10, clock=clock)
+    assert sizing.size() == ReportSize(16, 10.0)  # nothing reported yet
+    fleet_reports(sizing, clock, agents=10, records_per_agent_s=50, seconds=WINDOW_S)  # 500 records/s
+    clock.now += 1.0
+    assert sizing.size() == ReportSize(16, 10.0)
+
+
+def test_a_fast_fleet_is_asked_for_larger_reports_and_a_longer_bound():
+    clock = Clock()
+    sizing = ReportSizing(min_records=16, report_rate=100, min_within_s=10, clock=clock)
+    # 1,500 agents at 6 records/s: 9,000 records/s, so 90 records a report keep to 100 reports/s;
+    # 1,500 agents reporting at least once in 15 s keep to 100 reports/s too.
+    fleet_reports(sizing, clock, agents=1500, records_per_agent_s=6, seconds=WINDOW_S)
+    clock.now += 0.5
+    assert sizing.size() == ReportSize(90, 15.0)
+
+
+def test_sizes_follow_the_fleet_down_and_stay_put_between_recomputations():
+    clock = Clock()
+    sizing = ReportSizing(min_records=16, report_rate=100, min_within_s=10, clock=clock)
+    fleet_reports(sizing, clock, agents=1000, records_per_agent_s=6, seconds=WINDOW_S)
+    big = sizing.size()
+    assert big.records == 60
+    sizing.note("agent-0", 100_000)
+    assert sizing.size() == big  # read with every answer: worked out again at most once a second
+    clock.now += WINDOW_S + 1  # the fleet went quiet
+    sizing.note("agent-0", 6)
+    assert sizing.size() == ReportSize(16, 10.0)
+
+
+def test_a_report_never_grows_past_the_cap():
+    clock = Clock()
+    sizing = ReportSizing(min_records=16, report_rate=1, min_within_s=10, clock=clock)
+    fleet_reports(sizing, clock, agents=10, records_per_agent_s=100, seconds=WINDOW_S)
+    clock.now += 1.0
+    assert sizing.size().records == MAX_RECORDS_PER_REPORT
+
+
+@pytest.mark.parametrize("kwargs", [{"min_records": 0}, {"report_rate": 0}, {"min_within_s": -1}])
+def test_nonsense_settings_are_refused(kwargs):
+    with pytest.raises(ValueError):
+        ReportSizing(**kwargs)
