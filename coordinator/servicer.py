@@ -27,6 +27,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 
 from coordinator.group_commit import COMMIT_TIMEOUT_S
 from coordinator.jobs import JobState
+from coordinator.loop_pacing import LoopPacer
 from coordinator.registry.cluster_store import AgentMismatch, UnknownAgent
 from coordinator.registry.entities import RecordReport
 from coordinator.service import (
@@ -284,6 +285,9 @@ class FarmClientServicer(farm_pb2_grpc.FarmClientServicer):
 
 # Reports checked against the registry at once in the thread pool, at most (see ReportRecords).
 REPORTS_PREPARED_AT_ONCE = 4
+# Committed reports answered per pass of the event loop (coordinator.loop_pacing): a call that
+# comes in during a group's answers passes a few hops of its own, each behind this many.
+REPORT_ANSWERS_PER_PASS = 4
 # A long-polled LeaseShard (max_wait) is held at most this long, and ends this long before
 # the caller's deadline, so that the caller hears "no work" rather than DEADLINE_EXCEEDED.
 MAX_LEASE_WAIT_S = 30.0
@@ -298,6 +302,7 @@ class FarmAgentServicer(farm_pb2_grpc.FarmAgentServicer):
         # Where the coroutine handlers run what may touch the registry or take a while.
         self._executor = executor
         self._preparing: asyncio.Semaphore | None = None  # made on the server's loop
+        self._answering: LoopPacer | None = None  # likewise
 
     @_rpc
     def Register(self, request, context):
@@ -400,6 +405,11 @@ class FarmAgentServicer(farm_pb2_grpc.FarmAgentServicer):
             result = prepared
         else:
             committed = await _committed(self.coordinator.enqueue_report(prepared))
+            # A group's reports are answered together: a few per pass of the loop, so that
+            # calls arriving meanwhile (heartbeats) do not wait behind the whole group.
+            if self._answering is None:
+                self._answering = LoopPacer(REPORT_ANSWERS_PER_PASS)
+            await self._answering.turn()
             result = self.coordinator.finish_report(prepared, committed)
         reply = farm_pb2.ReportRecordsResponse(accepted=result.accepted, reason=result.reason or "",
                                                stored=result.stored, duplicates=result.duplicates)
