@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from coordinator.heap import freeze_long_lived, tune_collector
+from coordinator.heap import PacedCollector, freeze_long_lived, tune_collector
 from coordinator.registry.cluster_store import ClusterStore
 from coordinator.registry.store import RegistryStore
 from coordinator.service import Coordinator, CoordinatorSettings
@@ -215,6 +215,9 @@ async def _start_grpc(coordinator: Coordinator, listen: str, pool: futures.Threa
     await server.start()
     for name in ("", *SERVICE_NAMES):
         await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+    # Collected between the loop's callbacks, a little at a time (coordinator.heap); it ends
+    # with the loop.
+    PacedCollector(asyncio.get_running_loop()).start()
     return server, port, health_servicer
 
 

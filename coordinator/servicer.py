@@ -287,7 +287,7 @@ class FarmClientServicer(farm_pb2_grpc.FarmClientServicer):
 REPORTS_PREPARED_AT_ONCE = 4
 # Committed reports answered per pass of the event loop (coordinator.loop_pacing): a call that
 # comes in during a group's answers passes a few hops of its own, each behind this many.
-REPORT_ANSWERS_PER_PASS = 4
+REPORT_ANSWERS_PER_PASS = 2
 # A long-polled LeaseShard (max_wait) is held at most this long, and ends this long before
 # the caller's deadline, so that the caller hears "no work" rather than DEADLINE_EXCEEDED.
 MAX_LEASE_WAIT_S = 30.0
