@@ -307,6 +307,13 @@ async def _main(plan: ClientPlan, pipe) -> None:
             n, _ = next_batch(agent_id)
             while tasks:
                 await asyncio.sleep(max(0.0, measured_at - time.monotonic()))
+                # As the real agent (agent.shard_database): a size that grew while this batch
+                # was measured applies to it.
+                grown, seconds = next_batch(agent_id)
+                if grown > n and time.monotonic() < window_end:
+                    measured_at += seconds / grown * (grown - n)
+                    n = grown
+                    continue
                 if in_flight is not None:
                     waited_from = time.monotonic()
                     accepted = await in_flight  # the batch is handed over once the one ahead is answered

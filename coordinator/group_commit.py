@@ -31,7 +31,12 @@ COMMIT_TIMEOUT_S = 60.0
 
 class GroupCommit(Generic[Request, Answer]):
     """One thread serving requests in groups with ``serve(requests) -> answers`` (an answer
-    that is an exception is raised to its caller alone); `submit` blocks until its answer."""
+    that is an exception is raised to its caller alone); `submit` blocks until its answer.
+
+    ``serve`` may instead return a Future of the answers: the thread then goes on to the next
+    group at once, and the answers are handed out when the future is done (the ingest process
+    commits one group while it reads the next: coordinator.ingest_process).
+    """
 
     def __init__(self, name: str, serve: Callable[[list[Request]], Sequence[Answer | BaseException]],
                  max_group: int = MAX_GROUP):
@@ -82,21 +87,23 @@ class GroupCommit(Generic[Request, Answer]):
 
     def _run(self) -> None:
         while True:
-            first = self._queue.get()
-            if first is None:
-                return
-            group = [first]
-            stop = False
-            while len(group) < self._max_group:
+            item = self._queue.get()
+            group, alone, stop = [], [], False
+            while True:
+                if item is None:
+                    stop = True
+                    break
+                # Three items: a request of a failed group, already running, to serve alone.
+                (alone if len(item) == 3 else group).append(item[:2])
+                if len(group) + len(alone) >= self._max_group:
+                    break
                 try:
                     item = self._queue.get_nowait()
                 except queue.Empty:
                     break
-                if item is None:
-                    stop = True
-                    break
-                group.append(item)
             self._commit(group)
+            for request in alone:
+                self._serve_group([request])
             if stop:
                 return
 
@@ -120,6 +127,25 @@ class GroupCommit(Generic[Request, Answer]):
                 return
             group[0][1].set_exception(err)
             return
+        if isinstance(answers, Future):
+            answers.add_done_callback(lambda done: self._settle(group, done))
+            return
+        self._answer(group, answers)
+
+    def _settle(self, group: list[tuple[Request, Future]], done: Future) -> None:
+        """The answers of a group served in the background (called where its future was set)."""
+        err = done.exception()
+        if err is None:
+            self._answer(group, done.result())
+        elif len(group) > 1 and not self._closed:
+            logger.warning("a group of %d requests failed (%s); serving them one by one", len(group), err)
+            for request, future in group:
+                self._queue.put((request, future, True))
+        else:
+            for _, future in group:
+                future.set_exception(err)
+
+    def _answer(self, group: list[tuple[Request, Future]], answers: Sequence[Answer | BaseException]) -> None:
         for (_, future), answer in zip(group, answers):
             if isinstance(answer, BaseException):
                 future.set_exception(answer)

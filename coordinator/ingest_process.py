@@ -3,23 +3,29 @@
 With a thousand agents the serving process was one core's worth of Python: reading and
 writing records took two thirds of it, and heartbeats waited for the GIL behind them
 (docs/benchmarks.md, "Coordinator at scale"). Here a child process of its own, with its own
-connection to the registry, takes each group of reports the report committer collects
-(coordinator.group_commit), reads their records and commits them in one transaction, and
-sends back one answer per report. The committer thread only waits on a pipe meanwhile.
+connection to the registry, takes the groups of reports the report committer collects
+(coordinator.group_commit) as they come, reads their records (a thread of its own) while the
+database commits the groups read before, commits the groups read meanwhile in one
+transaction, and sends back one answer per group, in order. The committer thread does not
+wait for the answers; a receiver thread hands them out.
 
 Nothing but records, trials and events goes through the child: no job, shard or agent
 state changes there, so the coordinator's caches of that state (coordinator.live_agents)
-stay right. If the child dies, the group it held fails (its agents send those reports
-again) and the next group starts a new child.
+stay right. If the child dies or hangs, the groups it held fail (their agents send those
+reports again) and a new child takes the next ones.
 """
 
 from __future__ import annotations
 
 import logging
 import multiprocessing
+import queue
 import signal
 import threading
+import time
+from collections import deque
 from collections.abc import Sequence
+from concurrent.futures import Future
 
 from coordinator.group_commit import COMMIT_TIMEOUT_S
 from coordinator.report_ingest import UnreadReport
@@ -34,16 +40,21 @@ START_TIMEOUT_S = 60.0
 class IngestProcess:
     """A child process committing groups of reports to the registry at ``registry_url``.
 
-    Called with a group (from one thread at a time: the report committer), it returns one
-    RecordReport per report, or raises what the group's transaction raised.
+    `submit` hands it a group and returns a Future of one RecordReport (or error) per report,
+    or of what the group's transaction raised; calling it waits for that. Groups are sent as
+    they come and answered in order: the child reads each group's records while the previous
+    transaction commits, and commits what it has read meanwhile together, so that its CPU
+    work and the database's overlap (docs/benchmarks.md, "Coordinator at scale").
     """
 
     def __init__(self, registry_url: str, timeout: float = COMMIT_TIMEOUT_S):
         self._url = registry_url
         self._timeout = timeout
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # the child, its pipe and what was sent to it
         self._process = None
         self._conn = None
+        # Per group sent and not answered yet, oldest first: (when it was sent, its size, its future).
+        self._outstanding: deque[tuple[float, int, Future]] = deque()
         self._closed = False
         with self._lock:
             self._start()
@@ -71,35 +82,87 @@ class IngestProcess:
             parent.close()
             raise _error(ready)
         self._process, self._conn = process, parent
+        threading.Thread(target=self._receive, args=(parent,), name="farm-ingest-answers", daemon=True).start()
         logger.info("ingest process %d serving reports", process.pid)
 
     def __call__(self, reports: Sequence[UnreadReport]) -> list:
+        return self.submit(reports).result()
+
+    def submit(self, reports: Sequence[UnreadReport]) -> Future:
+        future: Future = Future()
         with self._lock:
             if self._closed:
                 raise FarmError("the coordinator is shutting down", "send the report again once it is back")
             if self._process is None or not self._process.is_alive():
-                self._restart("it had exited")
+                self._restart("it had exited", _died())
             try:
                 self._conn.send(("ingest", list(reports)))
-                if not self._conn.poll(self._timeout):
-                    self._restart(f"it took over {self._timeout:.0f} s")
-                    raise RegistryError(f"the ingest process took over {self._timeout:.0f} s for "
-                                        f"{len(reports)} report(s) and was restarted", "send them again")
-                answer = self._conn.recv()
-            except (EOFError, OSError) as err:
-                self._restart(f"it went away ({type(err).__name__})")
-                raise RegistryError("the ingest process died while committing reports; it was restarted",
-                                    "send them again: records already stored count as duplicates") from None
-        if answer[0] == "ok":
-            return answer[1]
-        raise _error(answer)
+            except OSError as err:
+                self._restart(f"it went away ({type(err).__name__})", _died())
+                raise _died() from None
+            self._outstanding.append((time.monotonic(), len(reports), future))
+        return future
 
-    def _restart(self, why: str) -> None:
+    def _receive(self, conn) -> None:
+        """Hand out the child's answers, in order; restart it when it dies or hangs.
+
+        This thread alone closes ``conn``, once it is done with it: closed from another
+        thread while this one waits on it, its descriptor could be reused by the next
+        child's pipe and this thread would read that child's answers.
+        """
+        try:
+            self._receive_on(conn)
+        finally:
+            conn.close()
+
+    def _receive_on(self, conn) -> None:
+        while True:
+            try:
+                ready = conn.poll(min(1.0, self._timeout))
+            except (EOFError, OSError):
+                ready = None
+            with self._lock:
+                if conn is not self._conn:
+                    return  # that child was replaced or closed
+                if ready is False:
+                    if self._outstanding and time.monotonic() - self._outstanding[0][0] > self._timeout:
+                        sent = self._outstanding[0][1]
+                        self._restart(f"it took over {self._timeout:.0f} s", RegistryError(
+                            f"the ingest process took over {self._timeout:.0f} s for {sent} report(s) and was "
+                            "restarted", "send them again"))
+                        return
+                    continue
+            try:
+                answer = conn.recv()
+            except (EOFError, OSError) as err:
+                with self._lock:
+                    if conn is self._conn and not self._closed:
+                        self._restart(f"it went away ({type(err).__name__})", _died())
+                return
+            with self._lock:
+                if conn is not self._conn:
+                    return  # replaced meanwhile: its groups were failed with it
+                _, _, future = self._outstanding.popleft()
+            if answer[0] == "ok":
+                future.set_result(answer[1])
+            else:
+                future.set_exception(_error(answer))
+
+    def _fail_outstanding(self, err: FarmError) -> None:
+        """Under the lock: the groups the child held are lost with it."""
+        lost, self._outstanding = self._outstanding, deque()
+        for _, _, future in lost:
+            future.set_exception(err)
+
+    def _restart(self, why: str, lost: FarmError) -> None:
+        """Under the lock: a new child; the groups the old one held fail with ``lost``."""
         logger.warning("restarting the ingest process: %s", why)
         self._stop_child(kill=True)
+        self._fail_outstanding(lost)
         self._start()
 
     def _stop_child(self, kill: bool) -> None:
+        """Under the lock: the child ends, told or killed; its receiver thread sees its pipe close."""
         process, conn = self._process, self._conn
         self._process = self._conn = None
         if process is None:
@@ -113,13 +176,26 @@ class IngestProcess:
         if process.is_alive():
             process.kill()
             process.join(5)
-        conn.close()
+        # Its receiver thread closes the pipe, at the end of it (see _receive).
 
     def close(self) -> None:
         """Let the child finish what it holds and exit."""
         with self._lock:
             self._closed = True
+            conn = self._conn
+        if conn is not None:
+            # Answered while the child finishes; the receiver then sees the pipe close.
+            deadline = time.monotonic() + 10
+            while self._outstanding and time.monotonic() < deadline:
+                time.sleep(0.01)
+        with self._lock:
             self._stop_child(kill=False)
+            self._fail_outstanding(FarmError("the coordinator is shutting down", "send the report again once it is back"))
+
+
+def _died() -> RegistryError:
+    return RegistryError("the ingest process died while committing reports; it was restarted",
+                         "send them again: records already stored count as duplicates")
 
 
 def _error(answer) -> FarmError:
@@ -136,7 +212,6 @@ def _child_main(conn, registry_url: str) -> None:
     from coordinator.heap import freeze_long_lived, tune_collector
     from coordinator.registry.cluster_store import ClusterStore
     from coordinator.registry.store import RegistryStore
-    from coordinator.report_ingest import ingest
 
     try:
         store = RegistryStore(registry_url)
@@ -147,20 +222,80 @@ def _child_main(conn, registry_url: str) -> None:
     tune_collector()
     freeze_long_lived()
     conn.send(("ready",))
+    # Groups read (records parsed, spelled canonically, digested) wait here for the commit:
+    # the reader thread reads the next groups while the database commits the last ones.
+    read: queue.SimpleQueue = queue.SimpleQueue()
+    threading.Thread(target=_read_groups, args=(conn, read), name="farm-ingest-read", daemon=True).start()
     try:
         while True:
-            try:
-                message = conn.recv()
-            except EOFError:
+            first = read.get()
+            if first is None:
                 return
-            if message[0] == "stop":
+            groups, last = [first], False
+            while sum(len(g) for g in groups if isinstance(g, list)) < MAX_REPORTS_PER_COMMIT:
+                try:
+                    more = read.get_nowait()
+                except queue.Empty:
+                    break
+                if more is None:
+                    last = True
+                    break
+                groups.append(more)
+            for answer in _commit_groups(cluster, groups):
+                conn.send(answer)
+            if last:
                 return
-            try:
-                conn.send(("ok", ingest(cluster, message[1])))
-            except FarmError as err:
-                conn.send(("error", type(err), err.problem, err.fix))
-            except Exception as err:  # noqa: BLE001 - a bug: answered, logged, and the next group goes on
-                logging.getLogger("farm.coordinator").exception("committing %d report(s) failed", len(message[1]))
-                conn.send(("error", RegistryError, f"committing reports failed: {type(err).__name__}: {err}", None))
     finally:
         store.dispose()
+
+
+# Reports of the groups read meanwhile that one transaction commits together: about as many
+# as a thousand agents send while one transaction runs.
+MAX_REPORTS_PER_COMMIT = 512
+
+
+def _read_groups(conn, read: queue.SimpleQueue) -> None:
+    from coordinator.report_ingest import read_report
+
+    while True:
+        try:
+            message = conn.recv()
+        except (EOFError, OSError):
+            message = ("stop",)
+        if message[0] == "stop":
+            read.put(None)
+            return
+        try:
+            read.put([read_report(report) for report in message[1]])
+        except Exception as err:  # noqa: BLE001 - a bug: answered in its group's turn
+            read.put(err)
+
+
+def _commit_groups(cluster, groups: list) -> list[tuple]:
+    """One answer per group: its reports' verdicts, committed together where they can be."""
+    readable = [g for g in groups if not isinstance(g, Exception)]
+    if len(readable) > 1:
+        try:
+            verdicts = iter(cluster.ingest_reports([batch for group in readable for batch in group]))
+        except Exception:  # noqa: BLE001 - one group's fault must not cost the others: each alone
+            pass
+        else:
+            return [_failure(g) if isinstance(g, Exception) else ("ok", [next(verdicts) for _ in g]) for g in groups]
+    answers = []
+    for group in groups:
+        if isinstance(group, Exception):
+            answers.append(_failure(group))
+            continue
+        try:
+            answers.append(("ok", cluster.ingest_reports(group)))
+        except Exception as err:  # noqa: BLE001 - answered to that group's reports
+            answers.append(_failure(err, len(group)))
+    return answers
+
+
+def _failure(err: Exception, reports: int = 0) -> tuple:
+    if isinstance(err, FarmError):
+        return ("error", type(err), err.problem, err.fix)
+    # A bug: answered, logged, and the next group goes on.
+    logging.getLogger("farm.coordinator").error("committing %d report(s) failed", reports, exc_info=err)
+    return ("error", RegistryError, f"committing reports failed: {type(err).__name__}: {err}", None)

@@ -80,7 +80,10 @@ class ReportSizing:
             self._recorded -= self._records.popleft()[1]
         for agent_id in [a for a, at in self._last_report.items() if at < since]:
             del self._last_report[agent_id]
-        records_per_s = self._recorded / WINDOW_S
+        # Over the span the window holds: a fleet that just started reporting is not taken
+        # for a slow one (its agents would otherwise ramp up a batch at a time).
+        span = min(WINDOW_S, max(RECOMPUTE_EVERY_S, now - self._records[0][0])) if self._records else WINDOW_S
+        records_per_s = self._recorded / span
         records = min(MAX_RECORDS_PER_REPORT, max(self.min_records, math.ceil(records_per_s / self.report_rate)))
         within = max(self.min_within_s, len(self._last_report) / self.report_rate)
         return ReportSize(records, within)

@@ -165,7 +165,8 @@ def serve(
             from coordinator.ingest_process import IngestProcess
 
             ingest = IngestProcess(url)
-        coordinator = Coordinator(store, ClusterStore(store), tracker, settings, ingest)
+        coordinator = Coordinator(store, ClusterStore(store), tracker, settings,
+                                  ingest.submit if ingest is not None else None)
 
         # Plain handlers run in this pool (coordinator.servicer); reports and claims waiting
         # for their group's commit hold none of its threads.

@@ -15,6 +15,7 @@ from __future__ import annotations
 import functools
 import threading
 from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -89,9 +90,11 @@ class Coordinator(ClientCalls, AgentCalls, Housekeeping):
     """Jobs, agents, shard and validation leases; `tick` moves jobs along in the background."""
 
     def __init__(self, store: RegistryStore, cluster: ClusterStore, tracker_address: str,
-                 settings: CoordinatorSettings, ingest: Callable[[list[UnreadReport]], list] | None = None):
-        """``ingest`` reads and commits a group of reports (an `IngestProcess`, say); by
-        default this process does it (coordinator.report_ingest)."""
+                 settings: CoordinatorSettings,
+                 ingest: Callable[[list[UnreadReport]], list | Future] | None = None):
+        """``ingest`` reads and commits a group of reports, returning their answers or a
+        Future of them (`IngestProcess.submit`, say); by default this process does it
+        (coordinator.report_ingest)."""
         from coordinator.tracker import parse_tracker_address
         from farm.versions import tvm_version
 

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import subprocess
 import sys
 import threading
+import time
 
 import pytest
 from cluster_store_fixtures import GPU, TTL, agent_of, at, cluster, planned_job  # noqa: F401 - fixtures
@@ -75,6 +77,9 @@ def test_the_child_commits_groups_and_comes_back_after_being_killed(leased, clus
 
         os.kill(first, signal.SIGKILL)
         wait_for(lambda: not _alive(first), 10, "the killed child to go")
+        # Its answer thread sees the pipe close and starts another at once; a group sent
+        # before that would be lost with the child (and said so: "send them again").
+        wait_for(lambda: ingest.pid not in (None, first), 30, "a new child")
         [again] = ingest([_report(lease, agent.id, [16])])
         assert (again.accepted, again.stored) == (True, 1)
         assert ingest.pid != first and store.count_records() == 4
@@ -102,6 +107,75 @@ def test_a_failed_group_is_raised_as_the_registry_said_and_the_child_goes_on(lea
         [good] = ingest([_report(lease, agent.id, [1])])
         assert (good.accepted, good.stored) == (True, 1) and ingest.pid == child
         assert store.count_records() == 1
+    finally:
+        ingest.close()
+
+
+@contextlib.contextmanager
+def _lease_rows_held(store, lease):
+    """Another writer holding what a report must lock: the shard's row (PostgreSQL) or the
+    database (SQLite), until the block ends."""
+    held, release = threading.Event(), threading.Event()
+
+    def hold():
+        with store.unit_of_work(write=True) as session:
+            if store.dialect == "postgresql":
+                session.execute(text("SELECT id FROM shards WHERE id = :id FOR UPDATE"), {"id": lease.shard.id})
+            else:
+                session.execute(text("UPDATE shards SET trials_done = trials_done WHERE id = :id"),
+                                {"id": lease.shard.id})
+            held.set()
+            release.wait(30)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    try:
+        assert held.wait(10)
+        yield
+    finally:
+        release.set()
+        holder.join(10)
+
+
+def test_groups_sent_while_one_commits_are_read_meanwhile_and_answered_in_order(
+        leased, cluster, store, registry_url):  # noqa: F811
+    # Groups go to the child as they come; it reads them while the one before commits, and
+    # commits what it read together. Each group still gets its own verdicts, as if alone:
+    # a record new to the registry counts as stored for the first report that had it.
+    agent, lease = leased
+    ingest = IngestProcess(registry_url)
+    try:
+        with _lease_rows_held(store, lease):
+            first = ingest.submit([_report(lease, agent.id, [1, 2])])
+            time.sleep(0.5)  # its transaction waits on the held rows
+            later = [ingest.submit([_report(lease, agent.id, [2, 4])]),
+                     ingest.submit([_report(lease, agent.id, [3], records=[(999_999, _record_json(3))])]),
+                     ingest.submit([_report(lease, agent.id, [4, 8]), _report(lease, agent.id, [8], attempt=2)])]
+            time.sleep(0.5)
+            assert not any(f.done() for f in [first, *later])
+        verdicts = [f.result(30) for f in [first, *later] if f is not later[1]]
+        assert [[(v.accepted, v.stored, v.duplicates) for v in group] for group in verdicts] == [
+            [(True, 2, 0)], [(True, 1, 1)], [(True, 1, 1), (False, 0, 0)]]
+        with pytest.raises(RegistryError) as caught:  # the bad group fails alone, as the registry said
+            later[1].result(30)
+        assert "999999" in caught.value.problem
+        assert store.count_records() == 4 and cluster.get_shard(lease.shard.id).trials_done == 6
+    finally:
+        ingest.close()
+
+
+def test_groups_read_meanwhile_commit_together(leased, cluster, store, registry_url):  # noqa: F811
+    agent, lease = leased
+    ingest = IngestProcess(registry_url)
+    try:
+        with _lease_rows_held(store, lease):
+            first = ingest.submit([_report(lease, agent.id, [1])])
+            time.sleep(0.5)
+            later = [ingest.submit([_report(lease, agent.id, [f, 2 * f])]) for f in (2, 3, 4)]
+            time.sleep(0.5)
+        assert [[(v.accepted, v.stored, v.duplicates) for v in f.result(30)] for f in [first, *later]] == [
+            [(True, 1, 0)], [(True, 2, 0)], [(True, 2, 0)], [(True, 1, 1)]]  # 4 came with [2, 4]
+        assert store.count_records() == 6 and cluster.get_shard(lease.shard.id).trials_done == 7
     finally:
         ingest.close()
 

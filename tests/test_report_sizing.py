@@ -39,14 +39,23 @@ def test_a_fast_fleet_is_asked_for_larger_reports_and_a_longer_bound():
     # 1,500 agents at 6 records/s: 9,000 records/s, so 90 records a report keep to 100 reports/s;
     # 1,500 agents reporting at least once in 15 s keep to 100 reports/s too.
     fleet_reports(sizing, clock, agents=1500, records_per_agent_s=6, seconds=WINDOW_S)
-    clock.now += 0.5
+    clock.now += 1.0  # each report carries the second before it: the window spans 10 s
     assert sizing.size() == ReportSize(90, 15.0)
+
+
+def test_a_fleet_that_just_started_is_sized_by_the_seconds_it_has_reported():
+    clock = Clock()
+    sizing = ReportSizing(min_records=16, report_rate=100, min_within_s=10, clock=clock)
+    fleet_reports(sizing, clock, agents=1500, records_per_agent_s=6, seconds=3)
+    clock.now += 1.0
+    assert sizing.size().records == 90  # 3 s of reports at 9,000 records/s, not 27,000 / 10 s
 
 
 def test_sizes_follow_the_fleet_down_and_stay_put_between_recomputations():
     clock = Clock()
     sizing = ReportSizing(min_records=16, report_rate=100, min_within_s=10, clock=clock)
     fleet_reports(sizing, clock, agents=1000, records_per_agent_s=6, seconds=WINDOW_S)
+    clock.now += 1.0
     big = sizing.size()
     assert big.records == 60
     sizing.note("agent-0", 100_000)
