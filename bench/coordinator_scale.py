@@ -5,7 +5,9 @@ client processes (bench/_fake_agent.py), asyncio, one gRPC connection per
 --agents-per-connection agents (a real agent has its own). Most agents share one made-up CPU
 fingerprint and tune inception_v3 jobs (62 tasks each, so one shard per agent up to 62 agents
 per job; jobs are submitted until there is a shard for every tuning agent);
-they lease once and then report batches of --batch records. Paced (the default): together they
+they lease once and then report batches of the size the coordinator gives with the lease and
+each answer (coordinator.report_sizing; --fixed-batch: always --batch records, as before
+2026-11-23 22:00). Paced (the default): together they
 offer --records-per-s, each agent at its share of that rate with at most one report in flight.
 --schedule pipelined (the default) is the real agent's loop (agent/report_pipeline.py): measure
 a batch (for the agent's share of the interval), hand it to the report in flight's successor,

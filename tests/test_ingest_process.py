@@ -183,35 +183,15 @@ def test_groups_read_meanwhile_commit_together(leased, cluster, store, registry_
 def test_a_stuck_child_is_replaced_and_its_group_fails_with_a_reason(leased, cluster, store, registry_url):  # noqa: F811
     agent, lease = leased
     ingest = IngestProcess(registry_url, timeout=3)
-    held, release = threading.Event(), threading.Event()
-
-    def hold_the_lease_rows():
-        # Another writer holding what a report must lock: the shard's row (PostgreSQL) or
-        # the database (SQLite).
-        with store.unit_of_work(write=True) as session:
-            if store.dialect == "postgresql":
-                session.execute(text("SELECT id FROM shards WHERE id = :id FOR UPDATE"), {"id": lease.shard.id})
-            else:
-                session.execute(text("UPDATE shards SET trials_done = trials_done WHERE id = :id"),
-                                {"id": lease.shard.id})
-            held.set()
-            release.wait(30)
-
-    holder = threading.Thread(target=hold_the_lease_rows)
-    holder.start()
     try:
-        assert held.wait(10)
-        stuck = ingest.pid
-        with pytest.raises(RegistryError) as caught:
-            ingest([_report(lease, agent.id, [1])])
-        assert "restarted" in str(caught.value) and ingest.pid != stuck and not _alive(stuck)
-        release.set()
-        holder.join(10)
+        with _lease_rows_held(store, lease):
+            stuck = ingest.pid
+            with pytest.raises(RegistryError) as caught:
+                ingest([_report(lease, agent.id, [1])])
+            assert "restarted" in str(caught.value) and ingest.pid != stuck and not _alive(stuck)
         [verdict] = ingest([_report(lease, agent.id, [1])])
         assert (verdict.accepted, verdict.stored) == (True, 1)
     finally:
-        release.set()
-        holder.join(10)
         ingest.close()
 
 
