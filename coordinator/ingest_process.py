@@ -280,22 +280,24 @@ def _commit_groups(cluster, groups: list) -> list[tuple]:
         except Exception:  # noqa: BLE001 - one group's fault must not cost the others: each alone
             pass
         else:
-            return [_failure(g) if isinstance(g, Exception) else ("ok", [next(verdicts) for _ in g]) for g in groups]
+            return [_failure(g, "reading a group of reports") if isinstance(g, Exception)
+                    else ("ok", [next(verdicts) for _ in g]) for g in groups]
     answers = []
     for group in groups:
         if isinstance(group, Exception):
-            answers.append(_failure(group))
+            answers.append(_failure(group, "reading a group of reports"))
             continue
         try:
             answers.append(("ok", cluster.ingest_reports(group)))
         except Exception as err:  # noqa: BLE001 - answered to that group's reports
-            answers.append(_failure(err, len(group)))
+            answers.append(_failure(err, f"committing {len(group)} report(s)"))
     return answers
 
 
-def _failure(err: Exception, reports: int = 0) -> tuple:
+def _failure(err: Exception, doing: str) -> tuple:
+    """A group's error answer; ``doing`` says what failed."""
     if isinstance(err, FarmError):
         return ("error", type(err), err.problem, err.fix)
     # A bug: answered, logged, and the next group goes on.
-    logging.getLogger("farm.coordinator").error("committing %d report(s) failed", reports, exc_info=err)
-    return ("error", RegistryError, f"committing reports failed: {type(err).__name__}: {err}", None)
+    logging.getLogger("farm.coordinator").error("%s failed", doing, exc_info=err)
+    return ("error", RegistryError, f"{doing} failed: {type(err).__name__}: {err}", None)
