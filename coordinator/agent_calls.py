@@ -194,7 +194,7 @@ class AgentCalls:
             tracker_port=self.tracker_port,
             tracker_key=rpc_key(job.fingerprint_id or fingerprint_id),
             seed=int(job.options.get("seed") or 0),
-            report_size=self.report_sizing.size(),
+            report_size=self.report_sizing.offer(),
             warm_records=warm,
         )
 

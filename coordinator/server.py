@@ -18,6 +18,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from coordinator.heap import PacedCollector, freeze_long_lived, tune_collector
 from coordinator.registry.cluster_store import ClusterStore
 from coordinator.registry.store import RegistryStore
+from coordinator.report_sizing import DEFAULT_JITTER
 from coordinator.service import Coordinator, CoordinatorSettings
 from coordinator.servicer import FarmAgentServicer, FarmClientServicer
 from farm.errors import FarmError
@@ -125,6 +126,7 @@ def serve(
     records_per_report: int = 16,
     report_rate: float = 100.0,
     report_within: float = 10.0,
+    report_jitter: float = DEFAULT_JITTER,
     data_dir: Path | None = None,
     tick_interval: float = 0.5,
     max_workers: int = 256,
@@ -135,8 +137,8 @@ def serve(
     ``tracker`` is the host:port of a TVM RPC tracker agents should use; without one the
     coordinator starts its own on ``tracker_listen``. Agents report at least
     ``records_per_report`` records at a time, more when the fleet's reports would otherwise
-    come faster than ``report_rate`` a second, and at least every ``report_within`` seconds
-    (coordinator.report_sizing). ``ingest_process``: reports are read
+    come faster than ``report_rate`` a second, and at least every ``report_within`` seconds,
+    each agent's sizes spread by up to ``report_jitter`` (coordinator.report_sizing). ``ingest_process``: reports are read
     and committed in a process of their own (coordinator.ingest_process); by default on
     PostgreSQL, where a fleet's reports come in, and not on SQLite, one box's registry that
     takes one writer at a time anyway.
@@ -160,6 +162,7 @@ def serve(
             data_dir=Path(data_dir) if data_dir else config.data_dir() / "coordinator",
             heartbeat_interval=heartbeat_interval, lease_ttl=lease_ttl, max_attempts=max_attempts,
             records_per_report=records_per_report, report_rate=report_rate, report_within=report_within,
+            report_jitter=report_jitter,
         )
         if ingest_process if ingest_process is not None else store.dialect == "postgresql":
             from coordinator.ingest_process import IngestProcess

@@ -44,7 +44,7 @@ from coordinator.progress_events import ProgressEvents
 from coordinator.registry.cluster_store import ClusterStore
 from coordinator.registry.store import RegistryStore
 from coordinator.report_ingest import UnreadReport
-from coordinator.report_sizing import ReportSizing
+from coordinator.report_sizing import DEFAULT_JITTER, ReportSizing
 from coordinator.shards import DEFAULT_MAX_ATTEMPTS
 
 # Names the servicer and the server import from here; the other values of the calls are
@@ -80,6 +80,8 @@ class CoordinatorSettings:
     report_rate: float = 100.0
     # Agents report at least this often (longer in a large fleet).
     report_within: float = 10.0
+    # How far one agent's report size strays from the fleet's, so that agents do not report in step.
+    report_jitter: float = DEFAULT_JITTER
     # Records per task handed to an agent for its warm start.
     warm_records_per_task: int = 32
     # How long an idle agent waits before asking for work again.
@@ -115,7 +117,8 @@ class Coordinator(ClientCalls, AgentCalls, Housekeeping):
         self._progress: dict[str, dict[tuple[str, str], dict]] = {}
         self._module_json: dict[int, str] = {}
         self._settle_lock = threading.Lock()
-        self.report_sizing = ReportSizing(settings.records_per_report, settings.report_rate, settings.report_within)
+        self.report_sizing = ReportSizing(settings.records_per_report, settings.report_rate, settings.report_within,
+                                          jitter=settings.report_jitter)
         self.live = LiveAgents(cluster, lambda: store.unit_of_work.state_version,
                                store.unit_of_work.lease_version)
         self._ingest = GroupCommit("farm-reports", ingest or functools.partial(report_ingest.ingest, cluster))

@@ -17,6 +17,7 @@ import asyncio
 import functools
 import json
 import logging
+import random
 from datetime import datetime, timedelta, timezone
 from typing import Callable
 
@@ -294,6 +295,10 @@ MAX_LEASE_WAIT_S = 30.0
 LEASE_WAIT_MARGIN_S = 2.0
 # How often a held LeaseShard looks again (in memory): the delay before it sees new work.
 LEASE_WAIT_STEP_S = 0.5
+# Held polls end up to this share early, at random: idle agents started together (a fleet
+# rolled out at once) would otherwise poll in step, each LeaseValidation of a thousand of them
+# arriving in the same fraction of a second, every hold.
+LEASE_WAIT_SPREAD = 0.25
 
 
 class FarmAgentServicer(farm_pb2_grpc.FarmAgentServicer):
@@ -414,7 +419,7 @@ class FarmAgentServicer(farm_pb2_grpc.FarmAgentServicer):
         reply = farm_pb2.ReportRecordsResponse(accepted=result.accepted, reason=result.reason or "",
                                                stored=result.stored, duplicates=result.duplicates)
         if result.accepted:
-            size = self.coordinator.report_sizing.size()
+            size = self.coordinator.report_sizing.offer()
             reply.records_per_report = size.records
             reply.report_within.CopyFrom(_duration(size.within_s))
         return reply
@@ -477,10 +482,12 @@ class FarmAgentServicer(farm_pb2_grpc.FarmAgentServicer):
 
 
 def _hold_seconds(request, context) -> float:
-    """How long a LeaseShard may be held: what the agent asked for, capped, and inside its deadline."""
+    """How long a LeaseShard may be held: what the agent asked for, capped, shortened at random
+    by up to LEASE_WAIT_SPREAD, and inside its deadline."""
     if not request.HasField("max_wait"):
         return 0.0
     wanted = min(request.max_wait.ToTimedelta().total_seconds(), MAX_LEASE_WAIT_S)
+    wanted *= 1 - random.uniform(0, LEASE_WAIT_SPREAD)
     remaining = context.time_remaining()
     if remaining is not None:
         wanted = min(wanted, remaining - LEASE_WAIT_MARGIN_S)

@@ -292,6 +292,31 @@ def test_a_held_lease_poll_ends_inside_its_deadline_and_when_the_coordinator_sto
     assert not reply.HasField("shard"), reply
 
 
+class _CallerDeadline:
+    """The one thing `_hold_seconds` asks of a call's context: the time left before its deadline."""
+
+    def __init__(self, remaining):
+        self.remaining = remaining
+
+    def time_remaining(self):
+        return self.remaining
+
+
+def test_held_polls_end_early_by_a_random_share_so_idle_agents_do_not_poll_in_step():
+    from coordinator.servicer import LEASE_WAIT_MARGIN_S, LEASE_WAIT_SPREAD, MAX_LEASE_WAIT_S, _hold_seconds
+
+    request = farm_pb2.LeaseShardRequest(agent_id="a")
+    assert _hold_seconds(request, _CallerDeadline(None)) == 0.0, "no max_wait: answered at once"
+    request.max_wait.FromTimedelta(timedelta(seconds=20))
+    holds = [_hold_seconds(request, _CallerDeadline(None)) for _ in range(500)]
+    assert all(20 * (1 - LEASE_WAIT_SPREAD) <= hold <= 20 for hold in holds), "never longer than asked"
+    assert max(holds) - min(holds) > 20 * LEASE_WAIT_SPREAD / 2, "spread over the band"
+    request.max_wait.FromTimedelta(timedelta(seconds=600))
+    assert max(_hold_seconds(request, _CallerDeadline(None)) for _ in range(100)) <= MAX_LEASE_WAIT_S
+    # Inside the caller's deadline whatever the draw, so that it hears "no work" in time.
+    assert all(_hold_seconds(request, _CallerDeadline(5.0)) <= 5.0 - LEASE_WAIT_MARGIN_S for _ in range(100))
+
+
 def test_waiting_job_binds_then_stale_attempts_and_cancel_are_refused(start, fingerprint):
     server, channel = start(lease_ttl=1.0)
     (submitted,) = _submit(channel)
@@ -446,8 +471,9 @@ def test_report_sizes_go_out_with_the_lease_and_follow_the_fleets_rate(start, fi
     # carries the sizes, so agents follow them while they tune.
     from coordinator.report_sizing import RECOMPUTE_EVERY_S
 
+    # Without the spread each agent's size gets (the next test), so the rule is seen exactly.
     server, channel, agent, shard = _agent_leasing_a_shard(
-        start, fingerprint, records_per_report=3, report_rate=0.05, report_within=2.0)
+        start, fingerprint, records_per_report=3, report_rate=0.05, report_within=2.0, report_jitter=0.0)
     # Sized before any record came: the configured minimum and bound.
     assert shard.records_per_report == 3 and shard.report_within.ToTimedelta().total_seconds() == 2.0
     factors = (2, 3, 4, 5, 6, 7)
@@ -465,6 +491,36 @@ def test_report_sizes_go_out_with_the_lease_and_follow_the_fleets_rate(start, fi
     assert second.report_within.ToTimedelta().total_seconds() == 1 / 0.05
     stale = agent.report(shard, factors, attempt=shard.attempt + 1)
     assert not stale.accepted and stale.records_per_report == 0, "a refused report says nothing more"
+    agent.close()
+
+
+def test_each_answer_carries_the_fleets_size_spread(start, fingerprint):
+    # coordinator.report_sizing.offer: every answer tells its agent the fleet's size spread by
+    # up to a quarter either way, and a time bound no longer than the fleet's, so that agents
+    # measuring at one rate do not report in step.
+    from coordinator.report_sizing import RECOMPUTE_EVERY_S
+
+    server, channel, agent, shard = _agent_leasing_a_shard(
+        start, fingerprint, records_per_report=3, report_rate=0.05, report_within=2.0, report_jitter=0.25)
+    sizing = server.coordinator.report_sizing
+    assert 3 <= shard.records_per_report <= 4, "the minimum of 3, spread up but never down"
+    assert 1.5 <= shard.report_within.ToTimedelta().total_seconds() <= 2.0
+    factors = (2, 3, 4, 5, 6, 7)
+    assert agent.report(shard, factors).accepted
+    time.sleep(RECOMPUTE_EVERY_S + 0.1)
+    told = []
+    for _ in range(8):
+        before = sizing.size()
+        reply = agent.report(shard, factors)
+        after = sizing.size()
+        assert reply.accepted
+        low, high = min(before.records, after.records), max(before.records, after.records)
+        assert round(0.75 * low) <= reply.records_per_report <= round(1.25 * high), (reply, before, after)
+        within = reply.report_within.ToTimedelta().total_seconds()
+        assert 0.75 * min(before.within_s, after.within_s) <= within <= max(before.within_s, after.within_s)
+        told.append(reply.records_per_report)
+    assert min(before.records, after.records) > 40, "a fleet size large enough to spread"
+    assert len(set(told)) > 1, f"every answer told the same size: {told}"
     agent.close()
 
 

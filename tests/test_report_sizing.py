@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from coordinator.report_sizing import MAX_RECORDS_PER_REPORT, WINDOW_S, ReportSize, ReportSizing
@@ -73,7 +75,50 @@ def test_a_report_never_grows_past_the_cap():
     assert sizing.size().records == MAX_RECORDS_PER_REPORT
 
 
-@pytest.mark.parametrize("kwargs", [{"min_records": 0}, {"report_rate": 0}, {"min_within_s": -1}])
+@pytest.mark.parametrize("kwargs", [{"min_records": 0}, {"report_rate": 0}, {"min_within_s": -1}, {"jitter": -0.1},
+                                    {"jitter": 1.0}])
 def test_nonsense_settings_are_refused(kwargs):
     with pytest.raises(ValueError):
         ReportSizing(**kwargs)
+
+
+def _fleet_of(agents: int, min_records: int = 16, jitter: float = 0.25, seed: int = 3):
+    clock = Clock()
+    sizing = ReportSizing(min_records=min_records, report_rate=100, min_within_s=10, clock=clock,
+                          jitter=jitter, rng=random.Random(seed))
+    fleet_reports(sizing, clock, agents=agents, records_per_agent_s=6, seconds=WINDOW_S)
+    clock.now += 1.0
+    return sizing
+
+
+def test_each_agent_is_told_the_fleets_size_spread_so_that_agents_do_not_report_in_step():
+    # coordinator.report_sizing.offer: agents measuring at one rate that are all told the same
+    # size stay in step; sizes that differ from answer to answer keep them drifting apart.
+    sizing = _fleet_of(agents=1000)
+    fleet = sizing.size()
+    assert fleet == ReportSize(60, 10.0)
+    offers = [sizing.offer() for _ in range(2000)]
+    records = [o.records for o in offers]
+    assert min(records) >= 45 and max(records) <= 75, "at most 25% either way"
+    assert len(set(records)) >= 25, "spread over the band, not a few values"
+    assert abs(sum(records) / len(records) - 60) < 1.0, "the fleet's rate of reports is kept on average"
+    assert min(records) < 50 and max(records) > 70, "both ends of the band are reached"
+    withins = [o.within_s for o in offers]
+    assert all(7.5 <= w <= 10.0 for w in withins), "a record never waits longer than the bound"
+    assert len(set(withins)) > 1000
+    assert sizing.size() == fleet, "the fleet's own size is not moved by what agents are told"
+
+
+def test_a_spread_size_never_goes_under_the_minimum_or_over_the_cap():
+    small = _fleet_of(agents=10)  # 60 records/s: the minimum of 16
+    assert {o.records for o in (small.offer() for _ in range(500))} <= set(range(16, 21))
+    clock = Clock()
+    big = ReportSizing(min_records=16, report_rate=1, min_within_s=10, clock=clock, rng=random.Random(5))
+    fleet_reports(big, clock, agents=10, records_per_agent_s=100, seconds=WINDOW_S)
+    clock.now += 1.0
+    assert {o.records for o in (big.offer() for _ in range(500))} <= set(range(384, MAX_RECORDS_PER_REPORT + 1))
+
+
+def test_without_jitter_every_agent_is_told_the_fleets_size():
+    sizing = _fleet_of(agents=1000, jitter=0.0)
+    assert {sizing.offer() for _ in range(100)} == {ReportSize(60, 10.0)}

@@ -41,6 +41,10 @@ def coordinator(
     report_within: float = typer.Option(
         10.0, "--report-within", min=0.1,
         help="Seconds an agent may keep a measured record before reporting it (longer in a large fleet)."),
+    report_jitter: float = typer.Option(
+        0.25, "--report-jitter", min=0.0, max=0.9,
+        help="How far the report size told to each agent strays from the fleet's (0.25: up to 25% either "
+             "way), so that agents measuring at one rate do not report in step."),
     grace: float = typer.Option(10.0, "--grace", min=0, help="Seconds in-flight calls get on shutdown."),
     ingest_process: Optional[bool] = typer.Option(
         None, "--ingest-process/--no-ingest-process", envvar="FARM_INGEST_PROCESS", show_envvar=True,
@@ -60,7 +64,8 @@ def coordinator(
         server = serve(listen, registry, tracker, tracker_listen=tracker_listen,
                        heartbeat_interval=heartbeat_interval, lease_ttl=lease_ttl, max_attempts=max_attempts,
                        records_per_report=records_per_report, report_rate=report_rate,
-                       report_within=report_within, ingest_process=ingest_process)
+                       report_within=report_within, report_jitter=report_jitter,
+                       ingest_process=ingest_process)
     except FarmError as err:
         raise fail(err)
     document = {"listen": server.address, "registry": str(server.coordinator.store.url),
