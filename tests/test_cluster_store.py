@@ -214,6 +214,44 @@ def test_a_group_of_reports_is_judged_report_by_report_in_one_transaction(cluste
     assert event.payload == {"task_name": "task0", "trials": 2} and event.created_at == at(2)
 
 
+def test_a_lease_that_ends_while_a_groups_records_are_written_keeps_none_of_them(cluster, store, registry_url):
+    # ingest_reports writes a group's records before it locks any job or shard, so that claims
+    # and completions of the same jobs do not wait for the whole group; the leases are judged
+    # again under the locks, and records of a lease that ended meanwhile are taken back.
+    if not registry_url.startswith("postgresql"):
+        pytest.skip("SQLite holds the whole database for the group's transaction: no lease can end meanwhile")
+    job = planned_job(cluster, tasks=2, shards=2)
+    one, two = agent_of(cluster), agent_of(cluster)
+    first = cluster.claim_shard(one.id, GPU, ["cuda"], at(1), TTL)
+    second = cluster.claim_shard(two.id, GPU, ["cuda"], at(1), TTL)
+    write_kept = cluster._insert_kept
+    written = []
+
+    def written_while_the_lease_ends(session, kept):
+        result = write_kept(session, kept)
+        written.append(sorted(index for index, _ in kept))
+        if len(written) == 1:
+            # Another writer of the job and the shard, in its own transaction, meanwhile.
+            ending = threading.Thread(target=cluster.fail_shard, args=(first.shard.id, 1, one.id, "gone", at(3)))
+            ending.start()
+            ending.join(timeout=15)
+            assert not ending.is_alive(), "the failure waited for the group's locks"
+        return result
+
+    cluster._insert_kept = written_while_the_lease_ends
+    verdicts = cluster.ingest_reports([
+        ReportedBatch(first.shard.id, 1, one.id, records_of(first, ["a", "b"]), trials=2),
+        ReportedBatch(second.shard.id, 1, two.id, records_of(second, ["c"]), trials=1),
+    ], now=at(4))
+    assert written == [[0, 1], [1]], "written for both, then again for the report that still stands"
+    assert not verdicts[0].accepted and "attempt 1" in verdicts[0].reason, verdicts[0]
+    assert (verdicts[1].accepted, verdicts[1].stored) == (True, 1)
+    assert [r.trace for r in store.all_records()] == ['"c"']
+    assert cluster.get_shard(first.shard.id).trials_done == 0
+    assert cluster.get_shard(first.shard.id).state is ShardState.PENDING
+    assert store.get_job(job.id).trials_done == 1
+
+
 def test_silent_agent_loses_its_lease_and_the_next_attempt_keeps_its_records(cluster, store):
     planned_job(cluster, tasks=1, shards=1)
     silent, healthy = agent_of(cluster), agent_of(cluster)

@@ -7,6 +7,7 @@ from dataclasses import replace
 from datetime import datetime
 
 from sqlalchemy import bindparam, insert, select, update
+from sqlalchemy.orm import Session
 
 from coordinator import shards as shard_rules
 from coordinator.shards import Shard, ShardState
@@ -42,7 +43,13 @@ class ReportedRecords(RowLocks):
 
         One transaction for a group of reports is what lets the coordinator keep up with a
         thousand agents: its cost was per transaction, not per record. The locks are those
-        of a single report (jobs, then shards, each by id), taken once for the group.
+        of a single report (jobs, then shards, each by id), taken once for the group, and
+        only after the records are written: a group's records take most of its transaction,
+        and claims and completions of the same jobs, which lock those jobs too, waited for
+        all of it (docs/benchmarks.md, "Coordinator at scale"). So the leases are judged
+        first as they stand, the records of the reports they accept written, and then, under
+        the locks, judged again: if a lease changed in between (expired, cancelled), the
+        records are taken back and written again for the reports that still stand.
         """
         if not batches:
             return []
@@ -50,39 +57,17 @@ class ReportedRecords(RowLocks):
         shard_ids = sorted({b.shard_id for b in batches})
         # Quiet: trials and records change no shard's state.
         with self._unit(write=True, quiet=True) as session:
-            job_ids = sorted(set(session.scalars(select(ShardRow.job_id).where(ShardRow.id.in_(shard_ids)))))
-            job_fingerprint = dict(
-                session.execute(
-                    select(JobRow.id, JobRow.fingerprint_id)
-                    .where(JobRow.id.in_(job_ids))
-                    .order_by(JobRow.id)
-                    .with_for_update(key_share=True)
-                ).all()
-            )
-            leases = {
-                row.id: row
-                for row in session.execute(
-                    select(ShardRow.id, ShardRow.job_id, ShardRow.state, ShardRow.attempt, ShardRow.agent_id)
-                    .where(ShardRow.id.in_(shard_ids))
-                    .order_by(ShardRow.id)
-                    .with_for_update()
-                )
-            }
-            verdicts: list[RecordReport | None] = []
-            kept: list[tuple[int, list[NewRecord]]] = []
-            for index, batch in enumerate(batches):
-                reason = _rejection(batch, leases.get(batch.shard_id), job_fingerprint)
-                if reason is not None:
-                    verdicts.append(RecordReport(False, reason, 0, 0))
-                    continue
-                verdicts.append(None)
-                job_id = leases[batch.shard_id].job_id
-                kept.append((index, [r if r.job_id else replace(r, job_id=job_id) for r in batch.records]))
-
-            all_records = [record for _, records in kept for record in records]
-            digests, inserted = (
-                self._store.insert_records_keyed_in(session, all_records) if all_records else ([], set())
-            )
+            _, kept = _judged(batches, *self._report_leases(session, shard_ids, lock=False))
+            written = session.begin_nested()
+            digests, inserted = self._insert_kept(session, kept)
+            leases, job_fingerprint = self._report_leases(session, shard_ids, lock=True)
+            verdicts, standing = _judged(batches, leases, job_fingerprint)
+            if [index for index, _ in standing] == [index for index, _ in kept]:
+                written.commit()
+            else:
+                written.rollback()
+                kept = standing
+                digests, inserted = self._insert_kept(session, kept)
             offset, counted = 0, set()
             shard_trials: dict[str, int] = {}
             job_trials: dict[str, int] = {}
@@ -121,6 +106,41 @@ class ReportedRecords(RowLocks):
                 # Each job's row is held, so its events commit in sequence order (JobEvents).
                 session.connection().execute(insert(JobEventRow), events)
         return verdicts  # type: ignore[return-value]
+
+    def _report_leases(self, session: Session, shard_ids: Sequence[str], *, lock: bool):
+        """The reported shards' leases by shard id, and their jobs' fingerprints by job id;
+        ``lock``: their rows locked, jobs then shards, each by id (the lock order)."""
+        job_ids = sorted(set(session.scalars(select(ShardRow.job_id).where(ShardRow.id.in_(shard_ids)))))
+        jobs = select(JobRow.id, JobRow.fingerprint_id).where(JobRow.id.in_(job_ids)).order_by(JobRow.id)
+        shards = (
+            select(ShardRow.id, ShardRow.job_id, ShardRow.state, ShardRow.attempt, ShardRow.agent_id)
+            .where(ShardRow.id.in_(shard_ids))
+            .order_by(ShardRow.id)
+        )
+        if lock:
+            jobs, shards = jobs.with_for_update(key_share=True), shards.with_for_update()
+        job_fingerprint = dict(session.execute(jobs).all())
+        return {row.id: row for row in session.execute(shards)}, job_fingerprint
+
+    def _insert_kept(self, session: Session, kept: list[tuple[int, list[NewRecord]]]):
+        all_records = [record for _, records in kept for record in records]
+        return self._store.insert_records_keyed_in(session, all_records) if all_records else ([], set())
+
+
+def _judged(batches: Sequence[ReportedBatch], leases, job_fingerprint: dict[str, str | None]):
+    """Per report a rejection (RecordReport) or None for one that stands, and the records of
+    those that stand by report index, each record with its lease's job."""
+    verdicts: list[RecordReport | None] = []
+    kept: list[tuple[int, list[NewRecord]]] = []
+    for index, batch in enumerate(batches):
+        reason = _rejection(batch, leases.get(batch.shard_id), job_fingerprint)
+        if reason is not None:
+            verdicts.append(RecordReport(False, reason, 0, 0))
+            continue
+        verdicts.append(None)
+        job_id = leases[batch.shard_id].job_id
+        kept.append((index, [r if r.job_id else replace(r, job_id=job_id) for r in batch.records]))
+    return verdicts, kept
 
 
 def _rejection(batch: ReportedBatch, lease, job_fingerprint: dict[str, str | None]) -> str | None:
