@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from dataclasses import replace
 from datetime import datetime, timedelta
 
 from sqlalchemy import bindparam, or_, select, update
@@ -79,15 +80,53 @@ class ShardLeases(JobPlans):
         coordinator restart cost tens of transactions, not a thousand.
         """
         answers: list[ShardLease | None | FarmError] = [None] * len(claims)
-        with self._unit() as session:
-            agents = {
-                row.id: row
-                for row in session.execute(
-                    select(AgentRow.id, AgentRow.fingerprint_id, AgentRow.target_kinds).where(
-                        AgentRow.id.in_({c.agent_id for c in claims})
-                    )
+        wanting: dict[tuple[str, tuple[str, ...]], list[int]] | None = None
+        groups: list[tuple[tuple[str, tuple[str, ...]], list[int], set[str]]] = []
+        # Each transaction draws from one job (by the lock order); the first also looks the
+        # agents up, so that the usual claim (one agent, one job) is one transaction.
+        while wanting is None or groups:
+            with self._unit(write=True) as session:
+                if wanting is None:
+                    wanting = self._claims_by_work(session, claims, answers)
+                    groups = [(work, indexes, set()) for work, indexes in wanting.items()]
+                    if not groups:
+                        unchanged(session)
+                        break
+                (fingerprint_id, kinds), indexes, passed = groups[0]
+                job = self._oldest_job_with_pending(session, fingerprint_id, kinds, passed)
+                leases = []
+                if job is not None:
+                    leases = self._lease_from_job(session, job, [claims[i].agent_id for i in indexes], now, ttl)
+                if not leases:
+                    unchanged(session)
+                changes_leases_of(session, [lease.shard.agent_id for lease in leases])
+            if job is None:
+                groups.pop(0)  # nothing left for these claims
+                continue
+            if not leases:
+                passed.add(job.id)  # jobs with nothing left to lease to these claims
+                continue
+            for lease in leases:
+                index = next(i for i in indexes if claims[i].agent_id == lease.shard.agent_id)
+                answers[index] = lease
+                indexes.remove(index)
+            if not indexes:
+                groups.pop(0)
+        return answers
+
+    def _claims_by_work(
+        self, session: Session, claims: Sequence[ShardClaim], answers: list
+    ) -> dict[tuple[str, tuple[str, ...]], list[int]]:
+        """Claim indexes by the (fingerprint, target kinds) they can tune; a claim of an unknown
+        agent, or of a fingerprint other than its agent's, gets its error in ``answers``."""
+        agents = {
+            row.id: row
+            for row in session.execute(
+                select(AgentRow.id, AgentRow.fingerprint_id, AgentRow.target_kinds).where(
+                    AgentRow.id.in_({c.agent_id for c in claims})
                 )
-            }
+            )
+        }
         wanting: dict[tuple[str, tuple[str, ...]], list[int]] = {}
         for index, claim in enumerate(claims):
             agent = agents.get(claim.agent_id)
@@ -106,35 +145,15 @@ class ShardLeases(JobPlans):
                 kinds = tuple(sorted(set(claim.target_kinds) & set(agent.target_kinds)))
                 if kinds:
                     wanting.setdefault((claim.fingerprint_id, kinds), []).append(index)
-        for (fingerprint_id, kinds), indexes in wanting.items():
-            passed: set[str] = set()  # jobs with nothing left to lease to these claims
-            while indexes:
-                with self._unit(write=True) as session:
-                    job_id = self._oldest_job_with_pending(session, fingerprint_id, kinds, passed)
-                    leases = []
-                    if job_id is not None:
-                        leases = self._lease_from_job(
-                            session, job_id, [claims[i].agent_id for i in indexes], now, ttl
-                        )
-                    if not leases:
-                        unchanged(session)
-                    changes_leases_of(session, [lease.shard.agent_id for lease in leases])
-                if job_id is None:
-                    break
-                if not leases:
-                    passed.add(job_id)
-                    continue
-                for lease in leases:
-                    index = next(i for i in indexes if claims[i].agent_id == lease.shard.agent_id)
-                    answers[index] = lease
-                    indexes.remove(index)
-        return answers
+        return wanting
 
     def _oldest_job_with_pending(
         self, session: Session, fingerprint_id: str, kinds: Sequence[str], passed: set[str]
-    ) -> str | None:
+    ) -> JobRow | None:
+        """The oldest running job with a pending shard for these claims, its row locked
+        (`_lock_job`, in the same statement)."""
         query = (
-            select(JobRow.id)
+            select(JobRow)
             .join(ShardRow, ShardRow.job_id == JobRow.id)
             .where(
                 ShardRow.state == ShardState.PENDING.value,
@@ -144,23 +163,25 @@ class ShardLeases(JobPlans):
             )
             .order_by(JobRow.created_at, JobRow.id)
             .limit(1)
+            .with_for_update(of=JobRow, key_share=True)
+            .execution_options(populate_existing=True)
         )
         if passed:
             query = query.where(JobRow.id.not_in(passed))
-        return session.scalar(query)
+        return session.scalars(query).first()
 
     def _lease_from_job(
-        self, session: Session, job_id: str, agent_ids: Sequence[str], now: datetime, ttl: float
+        self, session: Session, job: JobRow, agent_ids: Sequence[str], now: datetime, ttl: float
     ) -> list[ShardLease]:
-        """Lease up to one pending shard of the job to each agent, in order (costliest first)."""
-        job = self._lock_job(session, job_id)
+        """Lease up to one pending shard of the job, whose row is locked, to each agent, in
+        order (costliest first)."""
         if job.state != JobState.RUNNING.value:
             return []
         # The job lock already serializes the claims of one job; SKIP LOCKED keeps a claim
         # from queueing behind a shard row some other writer holds.
         rows = session.scalars(
             select(ShardRow)
-            .where(ShardRow.job_id == job_id, ShardRow.state == ShardState.PENDING.value)
+            .where(ShardRow.job_id == job.id, ShardRow.state == ShardState.PENDING.value)
             .order_by(ShardRow.cost.desc(), ShardRow.id)
             .limit(len(agent_ids))
             .with_for_update(skip_locked=True)
@@ -168,15 +189,17 @@ class ShardLeases(JobPlans):
         ).all()
         if not rows:
             return []
-        tasks = self._tasks(session, job_id)
-        names = {task.index: task.name for task in tasks}
+        # Only the leased shards' tasks: the plan of a large model holds every task's module.
+        tasks = {task.index: task for task in self._tasks(session, job.id, (i for r in rows for i in r.task_indexes))}
         deadline = now + timedelta(seconds=ttl)
-        changes = []
+        changes, shards = [], []
         for row, agent_id in zip(rows, agent_ids):
-            old = _stored_shard(row, [names[i] for i in row.task_indexes])
+            old = _stored_shard(row, [tasks[i].name for i in row.task_indexes])
             new = shard_rules.lease(old.as_shard(), agent_id, _seconds(now), ttl).shard
             changes.append({"shard": old.id, "old_state": old.state.value, "old_attempt": old.attempt,
                             "new_state": new.state.value, "new_attempt": new.attempt, "agent": agent_id})
+            shards.append(replace(old, state=new.state, attempt=new.attempt, agent_id=agent_id, leased_at=now,
+                                  heartbeat_deadline=deadline, updated_at=now))
         # One statement for all: the rows are locked, so the guard (as in `_write_shard`)
         # cannot miss; if it ever did, nothing of this claim is kept.
         result = session.connection().execute(
@@ -193,22 +216,14 @@ class ShardLeases(JobPlans):
             changes,
         )
         if result.rowcount != len(changes):
-            raise RegistryError(f"shards of job {job_id} changed while they were being leased", "ask again")
-        granted = [change["shard"] for change in changes]
-        leased = {
-            row.id: _stored_shard(row, [names[i] for i in row.task_indexes])
-            for row in session.scalars(
-                select(ShardRow).where(ShardRow.id.in_(granted)).execution_options(populate_existing=True)
-            )
-        }
-        shards = [leased[shard_id] for shard_id in granted]
-        self._append_events(session, job_id, [("shard_changed", _shard_event(s)) for s in shards], now)
+            raise RegistryError(f"shards of job {job.id} changed while they were being leased", "ask again")
+        self._append_events(session, job.id, [("shard_changed", _shard_event(s)) for s in shards], now)
         job_entity = _job(job)
         return [
             ShardLease(
                 shard=shard,
                 job=job_entity,
-                tasks=[task for task in tasks if task.index in set(shard.task_indexes)],
+                tasks=[tasks[i] for i in sorted(set(shard.task_indexes))],
                 expires_at=deadline,
             )
             for shard in shards

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from datetime import datetime
 
 from sqlalchemy import case, func, select, update
@@ -171,8 +171,11 @@ class JobPlans(JobLifecycle):
         names = self._task_names(session, job_id) if rows else {}
         return [self._stored(session, row, names) for row in rows]
 
-    def _tasks(self, session: Session, job_id: str) -> list[JobTask]:
+    def _tasks(self, session: Session, job_id: str, indexes: Iterable[int] | None = None) -> list[JobTask]:
+        """The job's tasks, or those of them at ``indexes``."""
         query = select(JobTaskRow).where(JobTaskRow.job_id == job_id).order_by(JobTaskRow.index)
+        if indexes is not None:
+            query = query.where(JobTaskRow.index.in_(sorted(set(indexes))))
         return [_job_task(row) for row in session.scalars(query)]
 
     def _rollup(self, session: Session, job_id: str) -> JobRollup:
