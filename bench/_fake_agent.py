@@ -57,6 +57,12 @@ class ClientPlan:
     # Agents skip heartbeats that an accepted report in the last interval made redundant, as
     # the real agent does (agent.daemon.heartbeat_due); False: every agent beats every interval.
     skip_beats: bool = True
+    # Schedule "pipelined": the mean seconds a shard takes to tune, > 0: each tuning agent is
+    # part-way through its first shard, which ends after a random share of this (a fleet in a
+    # steady state: N / shard_seconds completions a second); it then completes it and leases
+    # the next, as the real agent does, and keeps that one (it would take this long too, longer
+    # than a run). 0: agents keep their first shard to the end.
+    shard_seconds: float = 0.0
     seed: int = 0
 
 
@@ -89,7 +95,7 @@ async def _main(plan: ClientPlan, pipe) -> None:
     calls = Calls()
     counters = {"stored": 0, "duplicates": 0, "records_sent": 0, "rejected_reports": 0, "errors": 0,
                 "re_register": 0, "cancel_lease": 0, "granted": 0, "busy_without_shard": 0,
-                "late_reports": 0, "reports_answered": 0}
+                "late_reports": 0, "reports_answered": 0, "completed": 0}
     # A connection per agent by default, as real agents each have theirs: one HTTP/2
     # connection carries at most 100 concurrent calls, so a few shared by hundreds of agents
     # queue their calls on the client side. (A local subchannel pool: channels to one address
@@ -187,7 +193,10 @@ async def _main(plan: ClientPlan, pipe) -> None:
                 calls.add("lease_validation", begin, time.monotonic() - begin)  # none: no job gets that far
                 request = farm_pb2.LeaseShardRequest(agent_id=agent_id, fingerprint_id=fingerprint_id,
                                                      target_kinds=["llvm"])
-                hold = min(plan.long_poll, max(0.0, window[1] - time.monotonic()))
+                # Not cut short at the window's end: every idle agent would come back from its
+                # poll in the same second, a burst no fleet makes; polls still held then are
+                # cancelled (idle_agents).
+                hold = plan.long_poll
                 if hold > 0:
                     request.max_wait.FromNanoseconds(int(hold * 1e9))
                 begin = time.monotonic()
@@ -257,31 +266,57 @@ async def _main(plan: ClientPlan, pipe) -> None:
                     counters["rejected_reports"] += 1
             return reply.accepted
 
-        async def busy_agent(agent_id: str) -> None:
-            running = leases_of[agent_id]
+        async def leased_shard(agent_id: str):
             shard = None
             while shard is None and time.monotonic() < window_end:
                 shard, wait = await lease(agent_id, plan.busy_fingerprint["id"])
                 if shard is None:
                     await asyncio.sleep(min(max(wait, 0.0), 5.0))
+            return shard
+
+        async def busy_agent(agent_id: str) -> None:
+            running = leases_of[agent_id]
+            shard = await leased_shard(agent_id)
             if shard is None:
                 counters["busy_without_shard"] += 1
                 return
             counters["granted"] += 1
-            follow(agent_id, shard.records_per_report, shard.report_within)
-            running.append(farm_pb2.LeaseRef(job_id=shard.job_id, shard_id=shard.shard_id, attempt=shard.attempt))
-            tasks = [t for t in shard.tasks if t.workload_shash in templates]
-            trials = {t.name: 0 for t in tasks}
-            turn = 0
             paced = plan.report_interval > 0
-            next_at = time.monotonic() + (rng.uniform(0, plan.report_interval) if paced else 0.0)
-            if paced and plan.schedule == "pipelined":
-                await pipelined_reports(agent_id, shard, tasks, trials, next_at)
-                return
+            # Part-way through its first shard (ShardPlan.shard_seconds); the next outlasts the run.
+            done_at = (go_at + rng.uniform(0, plan.shard_seconds)
+                       if paced and plan.schedule == "pipelined" and plan.shard_seconds > 0 else float("inf"))
+            while True:
+                follow(agent_id, shard.records_per_report, shard.report_within)
+                running[:] = [farm_pb2.LeaseRef(job_id=shard.job_id, shard_id=shard.shard_id,
+                                                attempt=shard.attempt)]
+                tasks = [t for t in shard.tasks if t.workload_shash in templates]
+                trials = {t.name: 0 for t in tasks}
+                next_at = time.monotonic() + (rng.uniform(0, plan.report_interval) if paced else 0.0)
+                if not (paced and plan.schedule == "pipelined"):
+                    break
+                if not await pipelined_reports(agent_id, shard, tasks, trials, next_at, done_at):
+                    return
+                # Tuned: complete the shard and lease the next, as the real agent's loop does.
+                running.clear()
+                begin = time.monotonic()
+                try:
+                    await stub_of[agent_id].CompleteShard(farm_pb2.CompleteShardRequest(
+                        agent_id=agent_id, shard_id=shard.shard_id, attempt=shard.attempt), timeout=60)
+                    calls.add("complete_shard", begin, time.monotonic() - begin)
+                except grpc.aio.AioRpcError:
+                    calls.add("complete_shard", begin, time.monotonic() - begin, ok=False)
+                    counters["errors"] += 1
+                counters["completed"] += 1
+                done_at = float("inf")
+                shard = await leased_shard(agent_id)
+                if shard is None:
+                    return
+            turn = 0
             while tasks and time.monotonic() < window_end:
                 if paced:
                     await asyncio.sleep(max(0.0, next_at - time.monotonic()))
-                    if time.monotonic() - next_at > max(0.05, plan.report_interval / 4):
+                    if (time.monotonic() - next_at > max(0.05, plan.report_interval / 4)
+                            and window_start <= next_at < window_end):
                         counters["late_reports"] += 1  # the previous reply came after this one was due
                     next_at += plan.report_interval
                     if time.monotonic() >= window_end:
@@ -300,12 +335,26 @@ async def _main(plan: ClientPlan, pipe) -> None:
                 if accepted is False:
                     break  # the lease is over (lost to a missed TTL); this agent stops
 
-        async def pipelined_reports(agent_id: str, shard, tasks: list, trials: dict, measured_at: float) -> None:
-            """The real agent's loop: a batch measured by ``measured_at`` is reported while the next is measured."""
+        async def pipelined_reports(agent_id: str, shard, tasks: list, trials: dict, measured_at: float,
+                                    done_at: float) -> bool:
+            """The real agent's loop: a batch measured by ``measured_at`` is reported while the next is
+            measured. True once the shard is tuned (at ``done_at``, its last report answered);
+            False at the window's end or when the lease is over."""
             in_flight = None
             turn = 0
-            n, _ = next_batch(agent_id)
+            n, measuring = next_batch(agent_id)
+            began = measured_at - measuring  # when the batch being measured began
             while tasks:
+                if measured_at >= done_at:
+                    # Tuned part-way through a batch: the rest is reported once the report ahead
+                    # is answered (the real agent's flush), then the shard is complete.
+                    await asyncio.sleep(max(0.0, done_at - time.monotonic()))
+                    if in_flight is not None and await in_flight is False:
+                        return False
+                    rest = int((done_at - began) * plan.batch / plan.report_interval)
+                    if rest > 0 and await report_once(agent_id, shard, tasks, trials, turn, rest) is False:
+                        return False
+                    return time.monotonic() < window_end
                 await asyncio.sleep(max(0.0, measured_at - time.monotonic()))
                 # As the real agent (agent.shard_database): a size that grew while this batch
                 # was measured applies to it.
@@ -318,23 +367,33 @@ async def _main(plan: ClientPlan, pipe) -> None:
                     waited_from = time.monotonic()
                     accepted = await in_flight  # the batch is handed over once the one ahead is answered
                     in_flight = None
-                    if time.monotonic() - waited_from > max(0.05, plan.report_interval / 4):
+                    if (time.monotonic() - waited_from > max(0.05, plan.report_interval / 4)
+                            and window_start <= waited_from < window_end):
                         counters["late_reports"] += 1  # measured before the report ahead was answered
                     if accepted is False:
-                        return  # the lease is over (lost to a missed TTL); this agent stops
+                        return False  # the lease is over (lost to a missed TTL); this agent stops
                 if time.monotonic() >= window_end:
-                    return
+                    return False
                 in_flight = asyncio.ensure_future(report_once(agent_id, shard, tasks, trials, turn, n))
                 turn += n
                 n, measuring = next_batch(agent_id)  # as the last answer said
-                measured_at = time.monotonic() + measuring
+                began = time.monotonic()
+                measured_at = began + measuring
 
         async def idle_agent(agent_id: str) -> None:
-            # Idle agents started at different moments too.
-            await asyncio.sleep(rng.uniform(0, 1.0))
+            # Idle agents became idle at different moments too: spread over one poll, as a fleet's
+            # are in a steady state (the coordinator ends held polls early by a random share).
+            await asyncio.sleep(rng.uniform(0, max(1.0, plan.long_poll)))
             while time.monotonic() < window_end:
                 _shard, wait = await lease(agent_id, plan.idle_fingerprint["id"])
                 await asyncio.sleep(min(max(wait, 0.0), 5.0))
+
+        async def idle_agents() -> None:
+            tasks = [asyncio.create_task(idle_agent(a)) for a in idle_ids]
+            await asyncio.sleep(max(0.0, window_end - time.monotonic()))
+            for task in tasks:  # polls held past the window's end are not waited for
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
 
         async def loop_lag_probe() -> None:
             # How late this process's own event loop runs a timer: the share of every latency
@@ -344,8 +403,7 @@ async def _main(plan: ClientPlan, pipe) -> None:
                 await asyncio.sleep(LAG_PROBE_S)
                 calls.add("client_loop_lag", begin, max(0.0, time.monotonic() - begin - LAG_PROBE_S))
 
-        await asyncio.gather(*(busy_agent(a) for a in busy_ids), *(idle_agent(a) for a in idle_ids), *beats,
-                             loop_lag_probe())
+        await asyncio.gather(*(busy_agent(a) for a in busy_ids), idle_agents(), *beats, loop_lag_probe())
     finally:
         await asyncio.gather(*(channel.close() for channel in channels))
     pipe.send(("done", calls.items, counters))

@@ -18,21 +18,27 @@ agent did before 2026-11-23 19:30. --schedule fixed: reports fall due on a fixed
 clock whatever the coordinator's speed; one still in flight when the next is due makes that one
 late (counted), and agents that fell behind (after the lease burst) catch up at full speed.
 Saturating (--records-per-s 0): as fast as the coordinator takes them, at most --inflight
-reports in flight per client process. A tenth (--idle-fraction)
-register another fingerprint that has no jobs: they only heartbeat and ask for work as the real
-agent's loop does, a LeaseValidation and then a LeaseShard that the coordinator holds for up to
---long-poll seconds (0: answered at once, asked again after the coordinator's retry_after,
-1 s, as agents did before long polls). Agents heartbeat every --heartbeat-interval seconds,
+reports in flight per client process. With the pipelined schedule, agents are part-way
+through their first shard, as in a fleet in a steady state: each finishes it after a random
+share of --shard-seconds (300; busy agents / 300 completions a second), completes it and
+leases the next (extra jobs are submitted for them), so that LeaseShard calls granted a shard
+are timed in the window (0: every agent keeps its first shard, as before 2026-11-24). A tenth
+(--idle-fraction) register another fingerprint that has no jobs: they only heartbeat and ask
+for work as the real agent's loop does, a LeaseValidation and then a LeaseShard that the
+coordinator holds for up to --long-poll seconds (0: answered at once, asked again after the
+coordinator's retry_after, 1 s, as agents did before long polls); they start spread over one
+poll, and polls still held at the window's end are cancelled, not cut short together. Agents heartbeat every --heartbeat-interval seconds,
 listing their lease, as the real agent does: a beat that would list the same lease as the last
 one is skipped when a report was accepted within the interval (the coordinator counts that as
 a sign of life), and a full beat goes every 6 intervals (--always-beat: every interval).
 
 Measured in a steady window of --seconds after the initial lease burst: client-side latency
-per call kind (p50/p99), records stored per second (from the replies, checked against a COUNT
-in the database), and the coordinator's CPU and RSS (psutil, sampled every second), besides
-the CPU of PostgreSQL and of the client processes, which share the same cores.
+per call kind (p50/p99; leases granted before the window apart, as the burst), records stored
+per second (from the replies, checked against a COUNT in the database), how evenly reports
+are sent (per 200 ms), and the coordinator's CPU and RSS (psutil, sampled every second),
+besides the CPU of PostgreSQL and of the client processes, which share the same cores.
 
-    .venv/bin/python bench/coordinator_scale.py --agents 10,100,1000 --seconds 20 --warmup 30 [--records-per-s 0] [--json]
+    .venv/bin/python bench/coordinator_scale.py --agents 10,100,1000 --seconds 60 --warmup 30 --records-per-s 5500 [--json]
 """
 
 from __future__ import annotations
@@ -148,6 +154,15 @@ def submit_jobs(address: str, fingerprint_id: str, shards_wanted: int) -> list[s
     return ids
 
 
+def spare_shards(busy: int, args) -> int:
+    """Shards beyond one per tuning agent, for the agents that finish theirs during the run to
+    lease (--shard-seconds): the completions expected, and a fifth more."""
+    if args.shard_seconds <= 0 or args.schedule != "pipelined" or args.records_per_s <= 0:
+        return 0
+    run = 1.0 + args.warmup + args.seconds
+    return math.ceil(1.2 * busy * min(1.0, run / args.shard_seconds)) + 1
+
+
 def record_templates(registry: str, job_ids: list[str]) -> dict[str, str]:
     """One real TuningRecord JSON per workload (TVM, here in the parent), its split factor marked.
 
@@ -221,6 +236,18 @@ def answers_beside_slow_heartbeats(results, window_start: float, window_end: flo
             "all": sum(answers_before(end) for _, end in beats) / len(beats)}
 
 
+def report_waves(results, window_start: float, window_end: float, slot: float = 0.2) -> dict:
+    """Reports sent per ``slot`` seconds of the window, all clients together: the mean, and the
+    busiest slot's count. Agents that report in step send in waves (coordinator.report_sizing)."""
+    slots = [0] * max(1, int((window_end - window_start) / slot))
+    for _kind, calls, _counters in results:
+        for start, _seconds, _ok in calls.get("report", []):
+            if window_start <= start < window_end:
+                slots[min(len(slots) - 1, int((start - window_start) / slot))] += 1
+    return {"slot_s": slot, "mean": sum(slots) / len(slots), "max": max(slots),
+            "empty_share": slots.count(0) / len(slots)}
+
+
 def cpu_seconds(procs: list[psutil.Process]) -> dict[int, float]:
     seconds = {}
     for proc in procs:
@@ -267,7 +294,8 @@ def run_scale(agents: int, args) -> dict:
                  "--lease-ttl", str(args.heartbeat_interval * 6), "--grace", "2",
                  "--no-ingest-process" if args.no_ingest_process else "--ingest-process",
                  "--records-per-report", str(args.batch),
-                 *(["--report-rate", str(args.report_rate)] if args.report_rate else [])],
+                 *(["--report-rate", str(args.report_rate)] if args.report_rate else []),
+                 *(["--report-jitter", str(args.report_jitter)] if args.report_jitter is not None else [])],
                 cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
             wait_serving(address, coordinator)
             coordinator_proc = psutil.Process(coordinator.pid)
@@ -289,7 +317,7 @@ def run_scale(agents: int, args) -> dict:
                     heartbeat_interval=args.heartbeat_interval, batch=args.batch, inflight=args.inflight, seed=i,
                     report_interval=busy * args.batch / args.records_per_s if args.records_per_s > 0 else 0.0,
                     schedule=args.schedule, follow_sizes=not args.fixed_batch, long_poll=args.long_poll, skip_beats=not args.always_beat,
-                    agents_per_connection=args.agents_per_connection)
+                    agents_per_connection=args.agents_per_connection, shard_seconds=args.shard_seconds)
                 ours, theirs = context.Pipe()
                 proc = context.Process(target=_fake_agent.run, args=(plan, theirs), daemon=True)
                 proc.start()
@@ -303,7 +331,7 @@ def run_scale(agents: int, args) -> dict:
 
             reference_ms = reference_loop_ms()
             begin = time.monotonic()
-            job_ids = submit_jobs(address, busy_fp["id"], busy)
+            job_ids = submit_jobs(address, busy_fp["id"], busy + spare_shards(busy, args))
             plan_seconds = time.monotonic() - begin
             templates = record_templates(registry, job_ids)
 
@@ -373,15 +401,15 @@ def run_scale(agents: int, args) -> dict:
     all_calls: dict[str, int] = {}
     failed: dict[str, int] = {}
     counters: dict[str, int] = {}
-    burst_end = window_start  # when the last granted lease was answered
+    burst_end = window_start  # when the last lease granted before the window was answered
     for _kind, calls, client_counters in results:
         for kind, items in calls.items():
             for start, seconds, ok in items:
-                if kind == "lease_granted" or kind == "register":
-                    # The lease burst (and registration) is reported on its own.
-                    latency.setdefault(kind, []).append(seconds)
+                if kind == "register" or (kind == "lease_granted" and start < window_start):
+                    # Registration and the lease burst (with the warm-up's leases) on their own.
                     if kind == "lease_granted":
                         burst_end = max(burst_end, start + seconds)
+                    latency.setdefault("lease_burst" if kind == "lease_granted" else kind, []).append(seconds)
                 elif window_start <= start < window_end:
                     latency.setdefault(kind, []).append(seconds)
                     all_calls[kind] = all_calls.get(kind, 0) + 1
@@ -407,8 +435,10 @@ def run_scale(agents: int, args) -> dict:
         "reports_answered": counters["reports_answered"],
         "duplicates": counters["duplicates"], "rejected_reports": counters["rejected_reports"],
         "errors": counters["errors"], "agents_with_shard": counters["granted"],
+        "shards_completed": counters["completed"], "spare_shards": spare_shards(busy, args),
         "late_reports": counters["late_reports"],
         "answers_beside_heartbeats": answers_beside_slow_heartbeats(results, window_start, window_end),
+        "report_waves": report_waves(results, window_start, window_end),
         "offered_records_per_s": args.records_per_s or None,
         "busy_agents_without_shard": counters["busy_without_shard"],
         "instructions": {k: counters.get(k, 0) for k in ("cancel_lease", "re_register")},
@@ -437,14 +467,15 @@ def print_table(r: dict, args) -> None:
           f"{r['client_processes']} client process(es); {r['jobs']} {MODEL} jobs; heartbeat every "
           f"{args.heartbeat_interval:g} s; {load}; window {r['window_s']:.1f} s")
     print(f"   setup: registration {r['register_s']:.1f} s, submit+plan {r['plan_s']:.1f} s; "
-          f"{r['agents_with_shard']} agents got a shard, {r['busy_agents_without_shard']} tuning agents none; "
+          f"{r['agents_with_shard']} agents got a shard, {r['busy_agents_without_shard']} tuning agents none, "
+          f"{r['shards_completed']} shards completed in the run ({r['spare_shards']} spare); "
           f"this box's speed: reference loop {r['reference_loop_ms']:.0f} ms (lower is faster)")
     print(f"   {'call':<14}{'count':>8}{'per s':>9}{'p50 ms':>10}{'p99 ms':>10}{'max ms':>10}{'failed':>8}")
     for kind, c in r["calls"].items():
         rate = f"{c['per_s']:.1f}" if c["per_s"] is not None else "-"
         burst = (f"  (burst: went on {r['burst_into_window_s']:.1f} s into the window)"
                  if r["burst_into_window_s"] > 0 else "  (burst, before the window)")
-        note = burst if kind == "lease_granted" else (
+        note = burst if kind == "lease_burst" else (
             "  (setup)" if kind == "register" else
             "  (a 10 ms timer's delay in the clients' own loops)" if kind == "client_loop_lag" else "")
         print(f"   {kind:<14}{c['count']:>8}{rate:>9}{c['p50_ms']:>10.1f}{c['p99_ms']:>10.1f}{c['max_ms']:>10.1f}"
@@ -453,6 +484,9 @@ def print_table(r: dict, args) -> None:
     if beside:
         print(f"   report answers in the {1000 * beside['within_s']:.0f} ms before a heartbeat's answer: "
               f"{beside['slowest_1pct']:.1f} for the slowest 1% of heartbeats, {beside['all']:.1f} for all")
+    waves = r["report_waves"]
+    print(f"   reports sent per {1000 * waves['slot_s']:.0f} ms: {waves['mean']:.1f} mean, {waves['max']} in the busiest "
+          f"slot, none in {100 * waves['empty_share']:.0f}% of slots (agents in step send in waves)")
     if r["reports_answered"]:
         print(f"   records per report: {r['records_sent'] / r['reports_answered']:.1f} mean (of the reports answered "
               f"in the window)")
@@ -484,12 +518,20 @@ def main() -> None:
                              "as before 2026-11-23 22:30")
     parser.add_argument("--report-rate", type=float, default=None,
                         help="the coordinator's --report-rate (reports a second it sizes the fleet's reports to)")
+    parser.add_argument("--report-jitter", type=float, default=None,
+                        help="the coordinator's --report-jitter (how far each agent's report size strays from "
+                             "the fleet's; 0: every agent is told the same size, as before 2026-11-24)")
     parser.add_argument("--records-per-s", type=float, default=6000.0,
                         help="records per second the tuning agents offer together (0: as fast as answered)")
     parser.add_argument("--schedule", choices=("pipelined", "measured", "fixed"), default="pipelined",
                         help="paced agents: measure the next batch while one report is in flight, as the "
                              "real agent (pipelined); measure, report and wait (measured); or report on a "
                              "fixed clock and catch up when behind (fixed)")
+    parser.add_argument("--shard-seconds", type=float, default=300.0,
+                        help="pipelined schedule: the mean seconds a shard takes, so that agents complete "
+                             "theirs and lease the next during the run as a fleet in a steady state does "
+                             "(busy agents / this, a second); 0: every agent keeps its first shard, as before "
+                             "2026-11-24")
     parser.add_argument("--inflight", type=int, default=4,
                         help="with --records-per-s 0: ReportRecords in flight per client process")
     parser.add_argument("--clients", type=int, default=2, help="client processes running the fake agents")
