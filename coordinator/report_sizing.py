@@ -11,15 +11,15 @@ records a report, never fewer than the configured minimum. Agents also report at
 bound grows with the number of reporting agents, so that time-bound reports alone stay within
 the rate too.
 
-The sizes go out with each lease and each report's answer, so a running agent follows the
-fleet as it grows or shrinks. Each agent is told the fleet's size spread at random (`offer`):
-agents that measure at one rate (a rack of identical boxes) and leased a job's shards in one
-burst would otherwise report in step for good, and a report answered late (after a group
-commit) sends the next one with every other answer of its group, pulling them into step again.
-With a thousand such agents the reports came in waves of ~150 within 200 ms, then none for a
-second or two: report latency of seconds and heartbeats answered behind the waves
-(docs/benchmarks.md, "Coordinator at scale"). Sizes that differ from batch to batch keep each
-agent's reports drifting against the others'. An agent killed mid-shard loses at most the batch in flight and
+The sizes go out with each lease and each report's answer, so a running agent follows the fleet
+as it grows or shrinks. Each agent is told the fleet's size spread at random (`offer`): agents
+that measure at one rate (a rack of identical boxes) and leased a job's shards in one burst
+would otherwise report in step for good, and a report answered late (after a group commit)
+sends the next one with every other answer of its group, pulling them into step again. With a
+thousand such agents the reports came in waves of ~150 within 200 ms, then none for a second or
+two: report latency of seconds and heartbeats answered behind the waves (docs/benchmarks.md,
+"Coordinator at scale"). Sizes that differ from batch to batch keep each agent's reports
+drifting against the others'. An agent killed mid-shard loses at most the batch in flight and
 the records measured since: larger batches lose more, bounded by ``report_within``.
 """
 

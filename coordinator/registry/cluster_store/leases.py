@@ -150,8 +150,8 @@ class ShardLeases(JobPlans):
     def _oldest_job_with_pending(
         self, session: Session, fingerprint_id: str, kinds: Sequence[str], passed: set[str]
     ) -> JobRow | None:
-        """The oldest running job with a pending shard for these claims, its row locked
-        (`_lock_job`, in the same statement)."""
+        """The oldest running job with a pending shard for these claims, its row locked as
+        `_lock_job` locks it, in the same statement."""
         query = (
             select(JobRow)
             .join(ShardRow, ShardRow.job_id == JobRow.id)
@@ -190,7 +190,8 @@ class ShardLeases(JobPlans):
         if not rows:
             return []
         # Only the leased shards' tasks: the plan of a large model holds every task's module.
-        tasks = {task.index: task for task in self._tasks(session, job.id, (i for r in rows for i in r.task_indexes))}
+        leased_tasks = self._tasks(session, job.id, (i for row in rows for i in row.task_indexes))
+        tasks = {task.index: task for task in leased_tasks}
         deadline = now + timedelta(seconds=ttl)
         changes, shards = [], []
         for row, agent_id in zip(rows, agent_ids):
