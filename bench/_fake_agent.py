@@ -282,7 +282,7 @@ async def _main(plan: ClientPlan, pipe) -> None:
                 return
             counters["granted"] += 1
             paced = plan.report_interval > 0
-            # Part-way through its first shard (ShardPlan.shard_seconds); the next outlasts the run.
+            # Part-way through its first shard (ClientPlan.shard_seconds); the next outlasts the run.
             done_at = (go_at + rng.uniform(0, plan.shard_seconds)
                        if paced and plan.schedule == "pipelined" and plan.shard_seconds > 0 else float("inf"))
             while True:

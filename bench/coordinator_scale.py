@@ -27,10 +27,11 @@ are timed in the window (0: every agent keeps its first shard, as before 2026-11
 for work as the real agent's loop does, a LeaseValidation and then a LeaseShard that the
 coordinator holds for up to --long-poll seconds (0: answered at once, asked again after the
 coordinator's retry_after, 1 s, as agents did before long polls); they start spread over one
-poll, and polls still held at the window's end are cancelled, not cut short together. Agents heartbeat every --heartbeat-interval seconds,
-listing their lease, as the real agent does: a beat that would list the same lease as the last
-one is skipped when a report was accepted within the interval (the coordinator counts that as
-a sign of life), and a full beat goes every 6 intervals (--always-beat: every interval).
+poll, and polls still held at the window's end are cancelled, not cut short together. Agents
+heartbeat every --heartbeat-interval seconds, listing their lease, as the real agent does: a
+beat that would list the same lease as the last one is skipped when a report was accepted
+within the interval (the coordinator counts that as a sign of life), and a full beat goes every
+6 intervals (--always-beat: every interval).
 
 Measured in a steady window of --seconds after the initial lease burst: client-side latency
 per call kind (p50/p99; leases granted before the window apart, as the burst), records stored
