@@ -138,8 +138,9 @@ def serve(
     coordinator starts its own on ``tracker_listen``. Agents report at least
     ``records_per_report`` records at a time, more when the fleet's reports would otherwise
     come faster than ``report_rate`` a second, and at least every ``report_within`` seconds,
-    each agent's sizes spread by up to ``report_jitter`` (coordinator.report_sizing). ``ingest_process``: reports are read
-    and committed in a process of their own (coordinator.ingest_process); by default on
+    each agent's sizes spread by up to ``report_jitter`` (coordinator.report_sizing).
+    ``ingest_process``: reports are read and committed in a process of their own
+    (coordinator.ingest_process); by default on
     PostgreSQL, where a fleet's reports come in, and not on SQLite, one box's registry that
     takes one writer at a time anyway.
     """

@@ -57,10 +57,12 @@ class ReportedRecords(RowLocks):
         shard_ids = sorted({b.shard_id for b in batches})
         # Quiet: trials and records change no shard's state.
         with self._unit(write=True, quiet=True) as session:
-            _, kept = _judged(batches, *self._report_leases(session, shard_ids, lock=False))
+            job_ids = sorted(set(session.scalars(select(ShardRow.job_id).where(ShardRow.id.in_(shard_ids)))))
+            _, kept = _judged(batches, *self._report_leases(session, shard_ids, job_ids, lock=False))
             written = session.begin_nested()
             digests, inserted = self._insert_kept(session, kept)
-            leases, job_fingerprint = self._report_leases(session, shard_ids, lock=True)
+            # A shard's job never changes: the same rows again, locked this time.
+            leases, job_fingerprint = self._report_leases(session, shard_ids, job_ids, lock=True)
             verdicts, standing = _judged(batches, leases, job_fingerprint)
             if [index for index, _ in standing] == [index for index, _ in kept]:
                 written.commit()
@@ -107,10 +109,9 @@ class ReportedRecords(RowLocks):
                 session.connection().execute(insert(JobEventRow), events)
         return verdicts  # type: ignore[return-value]
 
-    def _report_leases(self, session: Session, shard_ids: Sequence[str], *, lock: bool):
+    def _report_leases(self, session: Session, shard_ids: Sequence[str], job_ids: Sequence[str], *, lock: bool):
         """The reported shards' leases by shard id, and their jobs' fingerprints by job id;
         ``lock``: their rows locked, jobs then shards, each by id (the lock order)."""
-        job_ids = sorted(set(session.scalars(select(ShardRow.job_id).where(ShardRow.id.in_(shard_ids)))))
         jobs = select(JobRow.id, JobRow.fingerprint_id).where(JobRow.id.in_(job_ids)).order_by(JobRow.id)
         shards = (
             select(ShardRow.id, ShardRow.job_id, ShardRow.state, ShardRow.attempt, ShardRow.agent_id)
