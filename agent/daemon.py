@@ -14,9 +14,10 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
-from farm.errors import FarmError
+from agent.coordinator_calls import answer_unless_stopped, retry_unavailable
+from agent.shard_tuning import tune_shard, validate_library
+from foundation.errors import FarmError
 
 logger = logging.getLogger("farm.agent")
 
@@ -59,7 +60,7 @@ class Agent:
     def __init__(self, settings: AgentSettings):
         import grpc
 
-        from farm.wire import CHANNEL_OPTIONS, farm_pb2_grpc
+        from foundation.wire import CHANNEL_OPTIONS, farm_pb2_grpc
 
         self.settings = settings
         self.channel = grpc.insecure_channel(settings.coordinator, options=CHANNEL_OPTIONS)
@@ -77,8 +78,8 @@ class Agent:
     # ------------------------------------------------------------------ lifecycle
 
     def run(self, stop: threading.Event) -> None:
-        from agent.tvm_startup import pin_tvm_threads
-        from farm.session import local_fingerprint
+        from foundation.hardware.fingerprint import local_fingerprint
+        from foundation.hardware.tvm_startup import pin_tvm_threads
 
         pin_tvm_threads()  # before the RPC server starts: it inherits the environment
         self.fingerprint = local_fingerprint(self.settings.target_kinds[0])
@@ -101,8 +102,8 @@ class Agent:
 
     def _register(self, stop: threading.Event) -> None:
         """Register (again), retrying while the coordinator is unreachable."""
-        from farm.versions import tvm_version
-        from farm.wire import farm_pb2
+        from foundation.hardware.versions import tvm_version
+        from foundation.wire import farm_pb2
 
         fp = self.fingerprint
         request = farm_pb2.RegisterRequest(
@@ -115,7 +116,7 @@ class Agent:
             build_workers=self.settings.build_workers or 0,
             previous_agent_id=self.agent_id or "",
         )
-        reply = _retry_unavailable(lambda: self.stub.Register(request, timeout=10), stop, "register")
+        reply = retry_unavailable(lambda: self.stub.Register(request, timeout=10), stop, "register")
         if reply is None:
             return
         self.agent_id = reply.agent_id
@@ -145,7 +146,7 @@ class Agent:
     def _heartbeat_loop(self, stop: threading.Event) -> None:
         import grpc
 
-        from farm.wire import farm_pb2
+        from foundation.wire import farm_pb2
 
         last_sent_at, last_said = float("-inf"), None
         while not stop.wait(self.heartbeat_interval):
@@ -192,7 +193,7 @@ class Agent:
     def _work_loop(self, stop: threading.Event) -> None:
         import grpc
 
-        from farm.wire import farm_pb2
+        from foundation.wire import farm_pb2
 
         kinds = list(self.settings.target_kinds)
         backoff = 0.5
@@ -206,7 +207,7 @@ class Agent:
                 request = farm_pb2.LeaseShardRequest(
                     agent_id=self.agent_id, fingerprint_id=self.fingerprint.id, target_kinds=kinds)
                 request.max_wait.FromSeconds(LEASE_WAIT_S)  # held until work comes (a long poll)
-                leased = _answer_unless_stopped(
+                leased = answer_unless_stopped(
                     self.stub.LeaseShard.future(request, timeout=LEASE_WAIT_S + 10), stop)
                 if leased is None:
                     return  # stopped while the call was held
@@ -225,8 +226,9 @@ class Agent:
                 stop.wait(backoff)
                 backoff = min(backoff * 2, 10.0)
 
-    def _pools_for(self):
-        from agent.measure import MeasureSettings, RPCMeasure, WorkerPools
+    def pools_for(self):
+        """The builder and runner pools for the tracker this agent measures through."""
+        from foundation.meta_schedule.measure import MeasureSettings, RPCMeasure, WorkerPools
 
         key = (self.tracker.host, self.tracker.port, self.tracker.key)
         if key not in self._pools:
@@ -239,8 +241,6 @@ class Agent:
         return self._pools[key]
 
     def _tune(self, shard) -> None:
-        from agent.shard_tuning import tune_shard
-
         lease = _RunningLease(shard.job_id, shard.shard_id, shard.attempt)
         with self._lock:
             self.running[shard.shard_id] = lease
@@ -251,8 +251,6 @@ class Agent:
                 self.running.pop(shard.shard_id, None)
 
     def _validate(self, lease, stop: threading.Event) -> None:
-        from agent.shard_tuning import validate_library
-
         logger.info("validating the library of %s (attempt %d)", lease.job_id, lease.attempt)
         validate_library(self, lease, stop)
 
@@ -271,35 +269,3 @@ def heartbeat_due(now: float, last_sent_at: float, unchanged: bool, last_report_
     if not unchanged or now - last_report_at > interval:
         return True
     return now - last_sent_at >= FULL_HEARTBEAT_EVERY * interval - interval / 2
-
-
-def _answer_unless_stopped(call, stop: threading.Event, poll: float = 0.25):
-    """The reply of a call in flight (a grpc future), or None if ``stop`` was set first: then
-    the call is cancelled, so that a held long poll does not hold up the agent's shutdown.
-    A failed call raises its grpc.RpcError, as a blocking call would."""
-    answered = threading.Event()
-    call.add_done_callback(lambda _call: answered.set())
-    while not answered.wait(poll):
-        if stop.is_set():
-            call.cancel()
-            return None
-    return call.result()
-
-
-def _retry_unavailable(call: Callable, stop: threading.Event, what: str, patience: float | None = None):
-    """Call until it succeeds; UNAVAILABLE/DEADLINE_EXCEEDED are retried with backoff."""
-    import grpc
-
-    backoff, begin = 0.5, time.monotonic()
-    while not stop.is_set():
-        try:
-            return call()
-        except grpc.RpcError as err:
-            if err.code() not in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
-                raise
-            if patience is not None and time.monotonic() - begin > patience:
-                raise
-            logger.warning("%s: coordinator unavailable (%s); retrying in %.1f s", what, err.details(), backoff)
-            stop.wait(backoff)
-            backoff = min(backoff * 2, 5.0)
-    return None

@@ -12,9 +12,9 @@ from dataclasses import dataclass
 
 import psutil
 
-from coordinator.tracker import TrackerSummary, TrackerUnreachable, tracker_summary
-from farm.errors import FarmError
-from farm.process_group import ProcessGroup, is_live
+from foundation.errors import FarmError
+from foundation.processes.process_group import ProcessGroup, is_live
+from foundation.rpc.tracker import TrackerSummary, TrackerUnreachable, tracker_summary
 
 logger = logging.getLogger("farm.agent.rpc")
 
@@ -320,7 +320,7 @@ class SupervisedRPCServer:
                     reason = self._watch.observe(obs, time.monotonic())
                     if reason is not None:
                         self._restart(reason)
-            except Exception:  # noqa: BLE001 - the watchdog must outlive any one bad check
+            except Exception:
                 logger.exception("RPC server check failed; trying again in %g s", self.check_interval)
 
     def _observe(self) -> Observation:
@@ -369,6 +369,6 @@ class SupervisedRPCServer:
             try:
                 if any(is_live(child) for child in worker.children()):
                     return True
-            except Exception:  # noqa: BLE001 - it ended while we looked
+            except Exception:
                 continue
         return False

@@ -6,14 +6,25 @@ import json
 import logging
 import threading
 import time
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 
-if TYPE_CHECKING:  # pragma: no cover
-    from agent.daemon import Agent
+from agent.coordinator_calls import retry_unavailable
 
 logger = logging.getLogger("farm.agent")
+
+
+class LeaseHolder(Protocol):
+    """What tuning a shard or validating a library needs of the agent that holds the lease."""
+
+    agent_id: str
+    stub: object  # farm_pb2_grpc.FarmAgentStub
+    settings: object  # agent.daemon.AgentSettings
+
+    def pools_for(self): ...
+
+    def note_report_accepted(self) -> None: ...
 
 
 class _ShardProgress:
@@ -32,7 +43,7 @@ class _ShardProgress:
         pass
 
     def to_proto(self, shard_id: str):
-        from farm.wire import farm_pb2
+        from foundation.wire import farm_pb2
 
         return [
             farm_pb2.TaskProgress(
@@ -44,18 +55,17 @@ class _ShardProgress:
         ]
 
 
-def tune_shard(agent: "Agent", shard, cancelled: threading.Event) -> None:
+def tune_shard(agent: LeaseHolder, shard, cancelled: threading.Event) -> None:
     """Tune every task of ``shard``; records stream to the coordinator as they are measured."""
     import grpc
 
-    from agent.daemon import _retry_unavailable
-    from agent.shard_database import ReportBatching, shard_database
-    from agent.tuner import TuningBudget, tune
-    from agent.tvm_startup import install_lean_tensor_intrinsics
-    from coordinator.compile import TuningTask
-    from farm import config
-    from farm.targets import to_tvm_target
-    from farm.wire import farm_pb2
+    from foundation import config
+    from foundation.compile import TuningTask
+    from foundation.hardware.targets import to_tvm_target
+    from foundation.hardware.tvm_startup import install_lean_tensor_intrinsics
+    from foundation.meta_schedule.database.shard_database import ReportBatching, shard_database
+    from foundation.meta_schedule.tuner import TuningBudget, tune
+    from foundation.wire import farm_pb2
 
     target_doc = json.loads(shard.target)
     install_lean_tensor_intrinsics(target_doc["kind"])
@@ -75,7 +85,7 @@ def tune_shard(agent: "Agent", shard, cancelled: threading.Event) -> None:
             agent_id=agent.agent_id, shard_id=shard.shard_id, attempt=shard.attempt,
             records=records, progress=progress.to_proto(shard.shard_id),
         )
-        reply = _retry_unavailable(lambda: agent.stub.ReportRecords(request, timeout=30), stop_reporting,
+        reply = retry_unavailable(lambda: agent.stub.ReportRecords(request, timeout=30), stop_reporting,
                                    "report records", patience=agent.settings.report_patience_sec)
         if reply is not None and reply.accepted:
             agent.note_report_accepted()
@@ -104,10 +114,10 @@ def tune_shard(agent: "Agent", shard, cancelled: threading.Event) -> None:
         work_dir = (agent.settings.work_dir or config.data_dir() / "agent") / shard.shard_id.replace("/", "_")
         logger.info("tuning %s (attempt %d): %d tasks, %d trials, %d warm records", shard.shard_id,
                     shard.attempt, len(tasks), budget.max_trials_global, len(shard.warm_records))
-        result = tune(tasks, target, database, budget, work_dir, pools=agent._pools_for(),
+        result = tune(tasks, target, database, budget, work_dir, pools=agent.pools_for(),
                       listener=progress, cancelled=cancelled, seed=int(shard.seed) or None)
         database.flush()
-    except Exception as err:  # noqa: BLE001 - any failure is the shard's, reported with its reason
+    except Exception as err:
         stop_reporting.set()  # a report in flight stops retrying
         if database is not None:
             database.close()
@@ -134,7 +144,7 @@ def tune_shard(agent: "Agent", shard, cancelled: threading.Event) -> None:
 
 
 def _summaries(tasks):
-    from farm.wire import farm_pb2
+    from foundation.wire import farm_pb2
 
     return [
         farm_pb2.TaskSummary(
@@ -145,12 +155,11 @@ def _summaries(tasks):
     ]
 
 
-def validate_library(agent: "Agent", lease, stop: threading.Event) -> None:
+def validate_library(agent: LeaseHolder, lease, stop: threading.Event) -> None:
     """Run the tuned library against its reference on this device, time it, report."""
-    from agent.daemon import _retry_unavailable
-    from agent.validation import check_library
-    from coordinator.models.loaded import Fill, TensorSpec, random_inputs, random_weights
-    from farm.wire import farm_pb2
+    from foundation.models.loaded import Fill, TensorSpec, random_inputs, random_weights
+    from foundation.runtime.validation import check_library
+    from foundation.wire import farm_pb2
 
     def spec(s) -> TensorSpec:
         fill = Fill.from_json(json.loads(s.fill_json)) if s.fill_json else None
@@ -183,11 +192,11 @@ def validate_library(agent: "Agent", lease, stop: threading.Event) -> None:
         request.latency.CopyFrom(_latency(check.latency))
         if check.untuned_latency is not None:
             request.untuned_latency.CopyFrom(_latency(check.untuned_latency))
-    except Exception as err:  # noqa: BLE001 - reported to the coordinator, which decides
+    except Exception as err:
         request.error = f"{type(err).__name__}: {err}"[:2000]
     # Retried while the coordinator restarts: a lost report is never noticed, since this agent
     # keeps heartbeating and so the lease never expires (its job would wait forever).
-    reply = _retry_unavailable(lambda: agent.stub.ReportValidation(request, timeout=60), stop,
+    reply = retry_unavailable(lambda: agent.stub.ReportValidation(request, timeout=60), stop,
                                "report validation", patience=agent.settings.report_patience_sec)
     if reply is not None:
         logger.info("validated %s in %.1f s%s", lease.job_id, time.monotonic() - begin,
@@ -195,7 +204,7 @@ def validate_library(agent: "Agent", lease, stop: threading.Event) -> None:
 
 
 def _latency(latency):
-    from farm.wire import farm_pb2
+    from foundation.wire import farm_pb2
 
     return farm_pb2.LatencyStats(mean_ms=latency.mean_ms, median_ms=latency.median_ms,
                                  std_ms=latency.std_ms, runs=latency.runs, warmup=latency.warmup)

@@ -36,7 +36,7 @@ class ClientPlan:
     # Paced mode, when > 0: each tuning agent has one report in flight at a time, and
     # schedule "pipelined": measures a batch for this many seconds, hands it over to be reported
     # and measures the next meanwhile; a batch measured before the report ahead of it was
-    # answered waits for that answer, as the real agent's (agent/report_pipeline.py); a
+    # answered waits for that answer, as the real agent's (foundation/meta_schedule/database/report_pipeline.py); a
     # coordinator slower than the agents slows them, as it would a fleet.
     # schedule "measured": reports and waits for the answer before measuring on, as the agent
     # did before 2026-11-23 19:30 (it reported inside MetaSchedule's commit).
@@ -46,7 +46,7 @@ class ClientPlan:
     report_interval: float = 0.0
     schedule: str = "pipelined"
     # Schedules "pipelined" and "measured": batch as the coordinator says with the lease and
-    # each answer (records_per_report, report_within; coordinator.report_sizing), measuring at
+    # each answer (records_per_report, report_within; coordinator.fleet.report_sizing), measuring at
     # plan.batch records per report_interval; False: always plan.batch records a report.
     follow_sizes: bool = True
     agents_per_connection: int = 1
@@ -88,7 +88,7 @@ async def _main(plan: ClientPlan, pipe) -> None:
     import grpc
 
     from agent.daemon import heartbeat_due
-    from farm.wire import farm_pb2, farm_pb2_grpc
+    from foundation.wire import farm_pb2, farm_pb2_grpc
 
     loop = asyncio.get_running_loop()
     rng = random.Random(plan.seed)
@@ -356,8 +356,8 @@ async def _main(plan: ClientPlan, pipe) -> None:
                         return False
                     return time.monotonic() < window_end
                 await asyncio.sleep(max(0.0, measured_at - time.monotonic()))
-                # As the real agent (agent.shard_database): a size that grew while this batch
-                # was measured applies to it.
+                # As the real agent (foundation.meta_schedule.database.shard_database): a size that grew
+                # while this batch was measured applies to it.
                 grown, seconds = next_batch(agent_id)
                 if grown > n and time.monotonic() < window_end:
                     measured_at += seconds / grown * (grown - n)

@@ -6,15 +6,14 @@ JSON line: wall-clock time of the first build result and how many builds failed.
 
 import json
 import sys
-import time
 
 timeout = float(sys.argv[1])
 import tvm  # noqa: E402
 from tvm.s_tir import meta_schedule as ms  # noqa: E402
 
-from agent.measure import BuildClock, timed_builder  # noqa: E402  (only the clock wrapper)
-from coordinator.compile import extract_tuning_tasks  # noqa: E402
-from coordinator.models.zoo import load_model  # noqa: E402
+from foundation.compile import extract_tuning_tasks  # noqa: E402
+from foundation.meta_schedule.measure import BuildClock, timed_builder  # noqa: E402  (only the clock wrapper)
+from foundation.models.loading import load_model  # noqa: E402
 
 target = tvm.target.Target({"kind": "llvm", "num-cores": 2})
 model = load_model("mlp-tiny", 1)

@@ -50,7 +50,8 @@ def main() -> None:
     for r in results:
         print(f"{r['agents']} agent(s): {r['state']}, {r['trials']} trials in {r['seconds']:.1f} s "
               f"(submit to validated artifact) = {r['trials'] / r['seconds']:.2f} trials/s; shards {r['shards']}")
-    print(f"2 agents / 1 agent throughput: {(results[1]['trials'] / results[1]['seconds']) / (results[0]['trials'] / results[0]['seconds']):.2f}x")
+    rates = [r['trials'] / r['seconds'] for r in results]
+    print(f"2 agents / 1 agent throughput: {rates[1] / rates[0]:.2f}x")
 
 
 if __name__ == "__main__":

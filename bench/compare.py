@@ -22,16 +22,16 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from resnet18_onnx import INPUT_NAME, named_weights, torch_resnet18, write_resnet18_onnx  # noqa: E402
+from resnet18_onnx import INPUT_NAME, torch_resnet18, write_resnet18_onnx
 
 MODEL = "resnet-18"
 TARGET = "llvm"
@@ -207,15 +207,15 @@ def main() -> None:
     if args.tvm_threads is not None:
         os.environ["TVM_NUM_THREADS"] = str(args.tvm_threads)  # read when TVM's thread pool starts
 
-    from agent.tvm_startup import install_lean_tensor_intrinsics
+    from foundation.hardware.tvm_startup import install_lean_tensor_intrinsics
 
     install_lean_tensor_intrinsics(TARGET)
     import farm
-    from agent.library_runner import LoadedLibrary
-    from coordinator.compile import build_library
-    from coordinator.models.zoo import load_model
-    from farm import config
     from farm.session import open_context
+    from foundation import config
+    from foundation.compile import build_library
+    from foundation.models.loading import load_model
+    from foundation.runtime.library_runner import LoadedLibrary
 
     log = (lambda *a: print(*a, file=sys.stderr, flush=True)) if args.json else (lambda *a: print(*a, flush=True))
     load_before = os.getloadavg()
@@ -315,7 +315,8 @@ def print_report(r: dict, torch_installed: bool) -> None:
     print(f"threads    TVM {th['tvm']} ({how}); onnxruntime as labelled; torch {th['torch']}")
     print(f"load avg   before {m['loadavg_before'][0]:.2f}, after {m['loadavg_after'][0]:.2f} (1 min)")
     ag = r["agreement"]
-    print(f"\nsame function? max|out - {ag['reference']}| / max|{ag['reference']}| (must be <= {ag['tolerance_rel']:g})")
+    print(f"\nsame function? max|out - {ag['reference']}| / max|{ag['reference']}| "
+          f"(must be <= {ag['tolerance_rel']:g})")
     for name in ag["seed0"]:
         s0, s1 = ag["seed0"][name], ag["random_bn_and_bias"][name]
         print(f"  {name:40s} seed-0 weights {s0['rel']:.2e}   random BN/bias {s1['rel']:.2e}")

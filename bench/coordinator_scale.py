@@ -6,10 +6,11 @@ client processes (bench/_fake_agent.py), asyncio, one gRPC connection per
 fingerprint and tune inception_v3 jobs (62 tasks each, so one shard per agent up to 62 agents
 per job; jobs are submitted until there is a shard for every tuning agent);
 they lease once and then report batches of the size the coordinator gives with the lease and
-each answer (coordinator.report_sizing; --fixed-batch: always --batch records, as before
+each answer (coordinator.fleet.report_sizing; --fixed-batch: always --batch records, as before
 2026-11-23 22:00). Paced (the default): together they
 offer --records-per-s, each agent at its share of that rate with at most one report in flight.
---schedule pipelined (the default) is the real agent's loop (agent/report_pipeline.py): measure
+--schedule pipelined (the default) is the real agent's loop
+(foundation/meta_schedule/database/report_pipeline.py): measure
 a batch (for the agent's share of the interval), hand it to the report in flight's successor,
 and measure the next meanwhile; a finished batch waits only for the report before it to be
 answered, so a coordinator slower than the agents' measuring slows them down, and records/s
@@ -39,7 +40,8 @@ per second (from the replies, checked against a COUNT in the database), how even
 are sent (per 200 ms), and the coordinator's CPU and RSS (psutil, sampled every second),
 besides the CPU of PostgreSQL and of the client processes, which share the same cores.
 
-    .venv/bin/python bench/coordinator_scale.py --agents 10,100,1000 --seconds 60 --warmup 30 --records-per-s 5500 [--json]
+    .venv/bin/python bench/coordinator_scale.py --agents 10,100,1000 --seconds 60 --warmup 30 \
+        --records-per-s 5500 [--json]
 """
 
 from __future__ import annotations
@@ -63,10 +65,10 @@ import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import _fake_agent  # noqa: E402
-from _box_speed import reference_loop_ms  # noqa: E402
+import _fake_agent
+from _box_speed import reference_loop_ms
 
-from agent.daemon import LEASE_WAIT_S  # noqa: E402
+from agent.daemon import LEASE_WAIT_S
 
 REPO = Path(__file__).resolve().parents[1]
 ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/test"
@@ -90,7 +92,7 @@ def admin(sql: str, url: str = ADMIN_URL):
 
 def fake_fingerprint(tag: str) -> dict:
     """A CPU fingerprint no real box has, so the bench's jobs and records are its own."""
-    from agent.fingerprint import fingerprint_from_details
+    from foundation.hardware.fingerprint import fingerprint_from_details
 
     details = {"arch": "x86_64", "vendor": "AuthenticAMD", "model": f"bench fake CPU {tag}",
                "features": ["sse4_2", "avx", "avx2", "fma", "f16c"], "cores": 2, "llvm_mcpu": "znver3",
@@ -129,7 +131,7 @@ def submit_jobs(address: str, fingerprint_id: str, shards_wanted: int) -> list[s
     """
     import grpc
 
-    from farm.wire import farm_pb2, farm_pb2_grpc
+    from foundation.wire import farm_pb2, farm_pb2_grpc
 
     ids = []
     with grpc.insecure_channel(address) as channel:
@@ -175,11 +177,11 @@ def record_templates(registry: str, job_ids: list[str]) -> dict[str, str]:
     from tvm.s_tir.meta_schedule.arg_info import ArgInfo
     from tvm.s_tir.meta_schedule.database import TuningRecord, Workload
 
-    from coordinator.registry.cluster_store import ClusterStore
-    from coordinator.registry.record_json import trace_json_is_valid
-    from coordinator.registry.store import RegistryStore
-    from coordinator.registry.tvm_database import module_json
-    from farm.targets import to_tvm_target
+    from coordinator.cluster_store import ClusterStore
+    from foundation.hardware.targets import to_tvm_target
+    from foundation.meta_schedule.database.registry_database import module_json
+    from foundation.registry.record_json import trace_json_is_valid
+    from foundation.registry.store import RegistryStore
 
     store = RegistryStore(registry)
     try:
@@ -239,7 +241,7 @@ def answers_beside_slow_heartbeats(results, window_start: float, window_end: flo
 
 def report_waves(results, window_start: float, window_end: float, slot: float = 0.2) -> dict:
     """Reports sent per ``slot`` seconds of the window, all clients together: the mean, and the
-    busiest slot's count. Agents that report in step send in waves (coordinator.report_sizing)."""
+    busiest slot's count. Agents that report in step send in waves (coordinator.fleet.report_sizing)."""
     slots = [0] * max(1, int((window_end - window_start) / slot))
     for _kind, calls, _counters in results:
         for start, _seconds, _ok in calls.get("report", []):
@@ -287,7 +289,7 @@ def run_scale(agents: int, args) -> dict:
             port, tracker_port = free_port(), free_port()
             address = f"127.0.0.1:{port}"
             env = dict(os.environ, FARM_HOME=home)
-            log = open(log_path, "w")  # noqa: SIM115 - closed with the process
+            log = open(log_path, "w")
             coordinator = subprocess.Popen(
                 [str(FARM), "coordinator", "--listen", address, "--registry", registry,
                  "--tracker-listen", f"127.0.0.1:{tracker_port}",
@@ -300,10 +302,10 @@ def run_scale(agents: int, args) -> dict:
                 cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
             wait_serving(address, coordinator)
             coordinator_proc = psutil.Process(coordinator.pid)
-            # The ingest process (coordinator.ingest_process), counted apart; not the tracker.
+            # The ingest process (coordinator.fleet.ingest_process), counted apart; not the tracker.
             ingest_procs = [c for c in coordinator_proc.children() if "spawn_main" in " ".join(c.cmdline())]
 
-            from farm.versions import tvm_version
+            from foundation.hardware.versions import tvm_version
 
             idle = int(round(agents * args.idle_fraction))
             busy = agents - idle
@@ -317,14 +319,15 @@ def run_scale(agents: int, args) -> dict:
                     idle_fingerprint=idle_fp, tvm_version=tvm_version(),
                     heartbeat_interval=args.heartbeat_interval, batch=args.batch, inflight=args.inflight, seed=i,
                     report_interval=busy * args.batch / args.records_per_s if args.records_per_s > 0 else 0.0,
-                    schedule=args.schedule, follow_sizes=not args.fixed_batch, long_poll=args.long_poll, skip_beats=not args.always_beat,
+                    schedule=args.schedule, follow_sizes=not args.fixed_batch, long_poll=args.long_poll,
+                    skip_beats=not args.always_beat,
                     agents_per_connection=args.agents_per_connection, shard_seconds=args.shard_seconds)
                 ours, theirs = context.Pipe()
                 proc = context.Process(target=_fake_agent.run, args=(plan, theirs), daemon=True)
                 proc.start()
                 clients.append((proc, ours))
             begin = time.monotonic()
-            for proc, pipe in clients:
+            for _proc, pipe in clients:
                 if not pipe.poll(600):
                     raise RuntimeError("a client process did not register its agents in 600 s")
                 pipe.recv()
@@ -486,7 +489,8 @@ def print_table(r: dict, args) -> None:
         print(f"   report answers in the {1000 * beside['within_s']:.0f} ms before a heartbeat's answer: "
               f"{beside['slowest_1pct']:.1f} for the slowest 1% of heartbeats, {beside['all']:.1f} for all")
     waves = r["report_waves"]
-    print(f"   reports sent per {1000 * waves['slot_s']:.0f} ms: {waves['mean']:.1f} mean, {waves['max']} in the busiest "
+    print(f"   reports sent per {1000 * waves['slot_s']:.0f} ms: {waves['mean']:.1f} mean, "
+          f"{waves['max']} in the busiest "
           f"slot, none in {100 * waves['empty_share']:.0f}% of slots (agents in step send in waves)")
     if r["reports_answered"]:
         print(f"   records per report: {r['records_sent'] / r['reports_answered']:.1f} mean (of the reports answered "
@@ -499,7 +503,8 @@ def print_table(r: dict, args) -> None:
     ingest = (f", its ingest process {r['ingest_cpu_pct_mean']:.0f}% (RSS {r['ingest_rss_mb_max']:.0f} MB max)"
               if r["ingest_process"] else " (reports ingested in it: --no-ingest-process)")
     print(f"   CPU (100% = one core of 2): coordinator {r['coordinator_cpu_pct_mean']:.0f}% mean "
-          f"({r['coordinator_cpu_pct_max']:.0f}% max 1 s sample){ingest}, PostgreSQL {r['postgres_cpu_pct_mean']:.0f}%, "
+          f"({r['coordinator_cpu_pct_max']:.0f}% max 1 s sample){ingest}, "
+          f"PostgreSQL {r['postgres_cpu_pct_mean']:.0f}%, "
           f"fake-agent clients {r['clients_cpu_pct_mean']:.0f}% (RSS {r['client_rss_mb_max']:.0f} MB max each, "
           f"no garbage collection in the run); coordinator RSS {r['coordinator_rss_mb_max']:.0f} MB "
           f"max, {r['coordinator_threads_max']} threads")
@@ -509,13 +514,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--agents", default="10,100,1000", help="comma-separated agent counts")
     parser.add_argument("--seconds", type=float, default=30.0, help="measured window per N")
-    parser.add_argument("--warmup", type=float, default=5.0, help="seconds for the lease burst before the window (at N = 1000 it lasts ~15 s)")
+    parser.add_argument("--warmup", type=float, default=5.0,
+                        help="seconds for the lease burst before the window (at N = 1000 it lasts ~15 s)")
     parser.add_argument("--heartbeat-interval", type=float, default=5.0)
     parser.add_argument("--batch", type=int, default=16,
                         help="records per ReportRecords until the coordinator says otherwise (the agent's default "
                              "minimum); with --fixed-batch, always")
     parser.add_argument("--fixed-batch", action="store_true",
-                        help="agents ignore the report sizes the coordinator hands out (coordinator.report_sizing), "
+                        help="agents ignore the report sizes the coordinator hands out "
+                             "(coordinator.fleet.report_sizing), "
                              "as before 2026-11-23 22:30")
     parser.add_argument("--report-rate", type=float, default=None,
                         help="the coordinator's --report-rate (reports a second it sizes the fleet's reports to)")
@@ -547,7 +554,8 @@ def main() -> None:
                         help="every agent heartbeats every interval (as before 2026-11-23 16:30); by default "
                              "agents skip beats that an accepted report made redundant, as the real agent does")
     parser.add_argument("--no-ingest-process", action="store_true",
-                        help="ingest reports in the coordinator's serving process (farm coordinator --no-ingest-process)")
+                        help="ingest reports in the coordinator's serving process "
+                             "(farm coordinator --no-ingest-process)")
     parser.add_argument("--profile", metavar="DIR",
                         help="also record the coordinator with py-spy (collapsed stacks in DIR)")
     parser.add_argument("--json", action="store_true")

@@ -20,7 +20,6 @@ import socket
 import time
 
 import psutil
-
 from _box_speed import reference_loop_ms
 
 
@@ -33,7 +32,7 @@ def free_port() -> int:
 def serve(port: int, kind: str) -> None:
     import grpc
 
-    from farm.wire import farm_pb2, farm_pb2_grpc
+    from foundation.wire import farm_pb2, farm_pb2_grpc
 
     if kind == "aio":
         class AsyncServicer(farm_pb2_grpc.FarmAgentServicer):
@@ -67,7 +66,7 @@ def clients(port: int, connections: int, rate: float, until: float, pipe) -> Non
     """``connections`` callers, each calling every connections/rate seconds until ``until``."""
     import grpc
 
-    from farm.wire import farm_pb2, farm_pb2_grpc
+    from foundation.wire import farm_pb2, farm_pb2_grpc
 
     async def main() -> list[float]:
         # A local subchannel pool: channels to one address would share a connection otherwise.

@@ -20,12 +20,12 @@ import tempfile
 CHILD = r"""
 import json, sys, tempfile, time
 from pathlib import Path
-from agent.tvm_startup import install_lean_tensor_intrinsics, LeanWorkerInit
+from foundation.hardware.tvm_startup import install_lean_tensor_intrinsics, LeanWorkerInit
 install_lean_tensor_intrinsics("llvm")
 import tvm
 from tvm.s_tir import meta_schedule as ms
-from coordinator.compile import extract_tuning_tasks
-from coordinator.models.zoo import load_model
+from foundation.compile import extract_tuning_tasks
+from foundation.models.loading import load_model
 
 mode, trials, home = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 target = tvm.target.Target({"kind": "llvm", "num-cores": 2})
@@ -45,9 +45,9 @@ if mode == "plain":
     seconds = time.monotonic() - begin
     done = len(db)
 else:
-    from agent.tuner import TuningBudget, tune
-    from coordinator.registry.store import RegistryStore
-    from coordinator.registry.tvm_database import tvm_database_for
+    from foundation.meta_schedule.tuner import TuningBudget, tune
+    from foundation.registry.store import RegistryStore
+    from foundation.meta_schedule.database.registry_database import tvm_database_for
     store = RegistryStore(f"sqlite:///{home}/registry.db")
     store.upsert_fingerprint("cpu-bench", "cpu", "bench", {})
     db = tvm_database_for(store, "cpu-bench", '{"kind":"llvm","num-cores":2}', tvm.__version__, {})

@@ -1,10 +1,10 @@
 """The zoo's resnet-18 rebuilt outside TVM, from the zoo's own weights: as an ONNX graph, and in PyTorch.
 
-Both follow coordinator/models/resnet.py op for op: BatchNorm is the zoo's inference-time
+Both follow foundation/models/resnet.py op for op: BatchNorm is the zoo's inference-time
 scale/shift ([C, 1, 1] vectors), the classifier's weight is stored [in, out]. Neither imports
 TVM, so the exported file is a plain ONNX model any runtime can load.
 
-    from coordinator.models.zoo import load_model
+    from foundation.models.loading import load_model
     model = load_model("resnet-18", 1)
     write_resnet18_onnx("resnet18.onnx", model.make_weights(0), model.weights)
 """
@@ -12,7 +12,7 @@ TVM, so the exported file is a plain ONNX model any runtime can load.
 from __future__ import annotations
 
 import re
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 

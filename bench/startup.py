@@ -35,7 +35,7 @@ def farm_first_build(repeat: int, trials: int | None) -> list[float]:
     """Wall time from spawning `farm submit` (fresh registry, nothing cached) to its first build.
 
     ``trials`` None: the default budget (32 a task), whose first round samples MetaSchedule's
-    full population of 512 candidates; smaller budgets sample fewer (agent.tuner.search_strategy).
+    full population of 512 candidates; smaller budgets sample fewer (foundation.meta_schedule.tuner.search_strategy).
     """
     samples = []
     budget = [] if trials is None else ["--trials", str(trials)]

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Sequence
 
 from coordinator.calls import (
     AgentRefused,
@@ -25,12 +25,12 @@ from coordinator.calls import (
     utc_now,
     validation_id,
 )
-from coordinator.group_commit import COMMIT_TIMEOUT_S
-from coordinator.jobs import JobState
-from coordinator.registry.cluster_store import VALIDATION_LEASED
-from coordinator.registry.entities import RecordReport, ShardClaim, ShardLease
-from coordinator.report_ingest import UnreadReport
-from farm.errors import NotFound
+from coordinator.cluster_store import VALIDATION_LEASED
+from coordinator.fleet.group_commit import COMMIT_TIMEOUT_S
+from coordinator.fleet.report_ingest import UnreadReport
+from foundation.domain.jobs import JobState
+from foundation.errors import NotFound
+from foundation.registry.entities import RecordReport, ShardClaim, ShardLease
 
 
 @dataclass(frozen=True)
@@ -49,7 +49,7 @@ class AgentCalls:
     def register_agent(self, *, fingerprint_id: str, fingerprint_summary: str, fingerprint_json: str,
                        target_kinds: Sequence[str], hostname: str, tvm_version: str, address: str,
                        build_workers: int = 0, previous_agent_id: str = "") -> Registration:
-        from farm.targets import FINGERPRINT_KIND, TUNABLE_KINDS
+        from foundation.hardware.targets import FINGERPRINT_KIND, TUNABLE_KINDS
 
         if not fingerprint_id:
             raise InvalidRequest("the registration names no fingerprint", "send the box's fingerprint id")
@@ -66,7 +66,8 @@ class AgentCalls:
         try:
             described = json.loads(fingerprint_json) if fingerprint_json else {}
         except json.JSONDecodeError:
-            raise InvalidRequest("fingerprint_json is not JSON", "send agent.fingerprint's to_json()") from None
+            raise InvalidRequest("fingerprint_json is not JSON",
+                                 "send foundation.hardware.fingerprint's to_json()") from None
         kind = described.get("kind") or FINGERPRINT_KIND[sorted(target_kinds)[0]]
         self.store.upsert_fingerprint(fingerprint_id, kind, fingerprint_summary or described.get("summary", ""),
                                       described.get("details", {}))
@@ -199,7 +200,7 @@ class AgentCalls:
         )
 
     def _module_json_of(self, workload_id: int, stored_json: str) -> str:
-        from coordinator.registry.tvm_database import module_json
+        from foundation.meta_schedule.database.registry_database import module_json
 
         with self._lock:
             cached = self._module_json.get(workload_id)
@@ -215,7 +216,7 @@ class AgentCalls:
 
         Every reported candidate counts as a trial, even one without a record to keep
         (failures are data); a stale attempt keeps nothing. The report is committed with
-        the others that arrive meanwhile (coordinator.group_commit).
+        the others that arrive meanwhile (coordinator.fleet.group_commit).
         """
         prepared = self.prepare_report(agent_id, shard_id, attempt, records, progress)
         if isinstance(prepared, RecordReport):
@@ -226,7 +227,7 @@ class AgentCalls:
                        records: Sequence[tuple[str, str]], progress: Sequence[dict]) -> "PreparedReport | RecordReport":
         """A report checked against its job, ready for `enqueue_report`; or the answer already.
 
-        Its records stay text here: whoever commits the group reads them (coordinator.report_ingest).
+        Its records stay text here: whoever commits the group reads them (coordinator.fleet.report_ingest).
         """
         job = self._job_of_shard(shard_id)
         if job is None:
@@ -237,7 +238,7 @@ class AgentCalls:
                               records: Sequence[tuple[str, str]], progress: Sequence[dict]) -> "PreparedReport | None":
         """`prepare_report` from memory alone, as almost every report can be; None when the
         registry must be read. Waits on no registry, so the server calls it on its event loop."""
-        from coordinator.shards import job_of_shard
+        from foundation.domain.shards import job_of_shard
 
         with self._lock:
             job = self._reporting_jobs.get(job_of_shard(shard_id))
@@ -282,7 +283,7 @@ class AgentCalls:
 
     def _job_of_shard(self, shard_id: str) -> "_ReportingJob | None":
         """What reports under a shard need of its job; a job's tasks never change once planned."""
-        from coordinator.shards import job_of_shard
+        from foundation.domain.shards import job_of_shard
 
         job_id = job_of_shard(shard_id)
         if job_id is None:

@@ -6,7 +6,10 @@ import datetime as dt
 from dataclasses import dataclass, field
 from typing import Any
 
-from coordinator.registry.entities import (
+from coordinator.fleet.report_sizing import ReportSize
+from foundation.domain.shards import ShardState
+from foundation.errors import FarmError
+from foundation.registry.entities import (
     Agent,
     Artifact,
     Job,
@@ -15,9 +18,6 @@ from coordinator.registry.entities import (
     StoredShard,
     ValidationLease,
 )
-from coordinator.report_sizing import ReportSize
-from coordinator.shards import ShardState
-from farm.errors import FarmError
 
 DEFAULT_VALIDATION_RUNS = 20
 
@@ -151,10 +151,10 @@ class ShardOutcome:
 
 @dataclass(frozen=True)
 class ValidationReport:
-    """What an agent found: ``check`` and ``latency`` (agent.validation values), or ``error``."""
+    """What an agent found: ``check`` and ``latency`` (foundation.runtime.validation values), or ``error``."""
 
-    check: Any = None  # agent.validation.ValidationResult
-    latency: Any = None  # agent.library_runner.Latency
+    check: Any = None  # foundation.runtime.validation.ValidationResult
+    latency: Any = None  # foundation.runtime.library_runner.Latency
     untuned_latency: Any = None
     error: str = ""
 

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
-from coordinator.artifacts import find_hit, record_hit
 from coordinator.calls import (
     DEFAULT_VALIDATION_RUNS,
     AgentView,
@@ -18,14 +17,16 @@ from coordinator.calls import (
     utc_now,
     validation_id,
 )
+from coordinator.cluster_store import VALIDATION_LEASED
 from coordinator.job_work import store_onnx
-from coordinator.jobs import JobState
-from coordinator.model_key import ModelKey, check_batch, looks_like_path, model_key
-from coordinator.registry.cluster_store import VALIDATION_LEASED
-from coordinator.registry.entities import JobEvent, Model
-from coordinator.registry.store import RegistryStore
-from coordinator.shards import ShardState
-from farm.errors import FarmError, NotFound
+from foundation.domain.jobs import JobState
+from foundation.domain.shards import ShardState
+from foundation.errors import FarmError, NotFound
+from foundation.job_driver.artifacts import find_hit, record_hit
+from foundation.models.loaded import check_batch
+from foundation.models.model_key import ModelKey, looks_like_path, model_key
+from foundation.registry.entities import JobEvent, Model
+from foundation.registry.store import RegistryStore
 
 
 class ClientCalls:
@@ -34,7 +35,7 @@ class ClientCalls:
 
     def submit(self, spec: SubmitSpec) -> list[Submitted]:
         """Start (or attach to, or answer from the registry) one job per fingerprint."""
-        from farm.targets import FINGERPRINT_KIND, canonical_target, parse_target_kind, target_json
+        from foundation.hardware.targets import FINGERPRINT_KIND, canonical_target, parse_target_kind, target_json
 
         if self.draining:
             raise Unavailable("the coordinator is shutting down", "submit again once it is back")
@@ -127,7 +128,7 @@ class ClientCalls:
     def _ensure_model(self, key: ModelKey) -> Model:
         """The registry's row for the model, loading it (TVM) the first time it is seen."""
         from coordinator.job_work import TVM_IR_LOCK
-        from coordinator.models.zoo import load_model
+        from foundation.models.loading import load_model
 
         stored = self.store.find_model(key.name, key.batch, key.source_digest)
         if stored is not None:
@@ -149,7 +150,7 @@ class ClientCalls:
     def get_job(self, job_id: str) -> JobView:
         job = self.store.get_job(job_id)
         shards = self.cluster.shards_of(job_id)
-        counts = {state: 0 for state in ShardState}
+        counts = dict.fromkeys(ShardState, 0)
         for shard in shards:
             counts[shard.state] += 1
         artifact = self.store.get_artifact(job.artifact_id) if job.artifact_id else None
@@ -238,7 +239,7 @@ def _waiting_status(kind: str) -> str:
 
 
 def _fingerprint_of(store: RegistryStore, fp_id: str):
-    from agent.fingerprint import Fingerprint
+    from foundation.hardware.fingerprint import Fingerprint
 
     stored = store.get_fingerprint(fp_id)
     if stored is None:

@@ -6,19 +6,19 @@ import datetime as dt
 import logging
 from typing import Any
 
-from coordinator.artifacts import LIBRARY_FORMAT, commit_artifact
 from coordinator.calls import DEFAULT_VALIDATION_RUNS, utc_now
 from coordinator.client_calls import _fingerprint_of
-from coordinator.job_work import build_libraries, plan_tasks
-from coordinator.jobs import JobState
-from coordinator.registry.cluster_store import (
+from coordinator.cluster_store import (
     VALIDATION_DONE,
     VALIDATION_FAILED,
     VALIDATION_LEASED,
     VALIDATION_PENDING,
 )
-from coordinator.shards import TaskCost, split_tasks
-from farm.errors import FarmError, NotFound, RegistryError
+from coordinator.job_work import build_libraries, plan_tasks
+from foundation.domain.jobs import JobState
+from foundation.domain.shards import TaskCost, split_tasks
+from foundation.errors import FarmError, NotFound, RegistryError
+from foundation.job_driver.artifacts import LIBRARY_FORMAT, commit_artifact
 
 logger = logging.getLogger("farm.coordinator")
 
@@ -54,7 +54,7 @@ class Housekeeping:
                 self._settle_validation(job.id)
 
     def _bind_waiting_jobs(self, now: dt.datetime) -> None:
-        from farm.targets import TUNABLE_KINDS, canonical_target, target_json
+        from foundation.hardware.targets import TUNABLE_KINDS, canonical_target, target_json
 
         for kind in TUNABLE_KINDS:
             waiting = self.cluster.queued_jobs_without_fingerprint(kind)
@@ -92,7 +92,7 @@ class Housekeeping:
             # What leases hand out, converted now rather than while agents wait for it.
             for task in self.cluster.job_tasks(job.id):
                 self._module_json_of(task.workload_id, task.mod_json)
-        except Exception as err:  # noqa: BLE001 - the job says why it could not be planned
+        except Exception as err:
             if self.store.get_job(job_id).state == JobState.QUEUED.value:
                 logger.exception("planning %s failed", job_id)
                 self._move(job_id, JobState.QUEUED, JobState.FAILED, "failed: could not extract tuning tasks",
@@ -115,7 +115,7 @@ class Housekeeping:
             self._move(job_id, JobState.BUILDING, JobState.VALIDATING, validating)
             return
         try:
-            from farm.versions import software_versions
+            from foundation.hardware.versions import software_versions
 
             model = self.store.get_model(job.model_id)
             loaded = self._models.get(model)
@@ -130,7 +130,7 @@ class Housekeeping:
                 runs=int(job.options.get("validation_runs") or DEFAULT_VALIDATION_RUNS),
                 warmup=VALIDATION_WARMUP, now=utc_now(),
             )
-        except Exception as err:  # noqa: BLE001 - the job says why it could not be built
+        except Exception as err:
             logger.exception("building %s failed", job_id)
             self._move(job_id, JobState.BUILDING, JobState.FAILED, "failed: the build failed",
                        error=f"build failed: {type(err).__name__}: {err}"[:2000])
@@ -139,9 +139,9 @@ class Housekeeping:
 
     def _settle_validation(self, job_id: str) -> None:
         """A validating job whose validation ended: commit the artifact, or fail the job."""
-        from agent.library_runner import Latency
-        from agent.validation import ValidationResult
-        from farm.versions import software_versions
+        from foundation.hardware.versions import software_versions
+        from foundation.runtime.library_runner import Latency
+        from foundation.runtime.validation import ValidationResult
 
         with self._settle_lock:
             job = self.store.get_job(job_id)

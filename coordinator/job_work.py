@@ -10,17 +10,18 @@ import logging
 import queue
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
-from coordinator.heap import freeze_long_lived
-from farm.errors import FarmError
+from coordinator.fleet.heap import freeze_long_lived
+from foundation.errors import FarmError
 
 if TYPE_CHECKING:  # pragma: no cover
-    from coordinator.models.loaded import LoadedModel
-    from coordinator.registry.entities import Model, PlannedTask
-    from coordinator.registry.store import RegistryStore
+    from foundation.models.loaded import LoadedModel
+    from foundation.registry.entities import Model, PlannedTask
+    from foundation.registry.store import RegistryStore
 
 logger = logging.getLogger("farm.coordinator")
 
@@ -77,8 +78,8 @@ class ModelCache:
 
 def load_stored_model(model: "Model", data_dir: Path) -> "LoadedModel":
     """The model a registry row describes: a zoo entry, or an ONNX file uploaded earlier."""
-    from coordinator.models.onnx_import import load_onnx_model
-    from coordinator.models.zoo import load_zoo_model
+    from foundation.models.onnx_import import load_onnx_model
+    from foundation.models.zoo import load_zoo_model
 
     if model.source == "onnx":
         path = onnx_path(data_dir, model.source_digest)
@@ -107,12 +108,12 @@ def plan_tasks(loaded: "LoadedModel", target_json: str, trials: int | None,
 
     import tvm_ffi
 
-    from agent.tuner import TuningBudget
-    from agent.tvm_startup import install_lean_tensor_intrinsics
-    from coordinator.compile import extract_tuning_tasks
-    from coordinator.registry.entities import PlannedTask
-    from coordinator.registry.tvm_database import workload_json
-    from farm.targets import to_tvm_target
+    from foundation.compile import extract_tuning_tasks
+    from foundation.hardware.targets import to_tvm_target
+    from foundation.hardware.tvm_startup import install_lean_tensor_intrinsics
+    from foundation.meta_schedule.database.registry_database import workload_json
+    from foundation.meta_schedule.tuner import TuningBudget
+    from foundation.registry.entities import PlannedTask
 
     target_doc = json.loads(target_json)
     # Task extraction imports tvm.s_tir.tensor_intrin; the full package costs ~43 s.
@@ -139,10 +140,10 @@ def build_libraries(store: "RegistryStore", loaded: "LoadedModel", target_json: 
     """The library built with the registry's best records, and the untuned reference."""
     import json
 
-    from agent.tvm_startup import install_lean_tensor_intrinsics
-    from coordinator.compile import build_library
-    from coordinator.registry.tvm_database import tvm_database_for
-    from farm.targets import to_tvm_target
+    from foundation.compile import build_library
+    from foundation.hardware.targets import to_tvm_target
+    from foundation.hardware.tvm_startup import install_lean_tensor_intrinsics
+    from foundation.meta_schedule.database.registry_database import tvm_database_for
 
     target_doc = json.loads(target_json)
     install_lean_tensor_intrinsics(target_doc["kind"])
@@ -192,7 +193,7 @@ class BackgroundWorker:
                 step()
                 # A plan or a build leaves models and TVM objects behind for good.
                 freeze_long_lived()
-            except Exception:  # noqa: BLE001 - a step reports its own failures; never kill the worker
+            except Exception:
                 logger.exception("%s: step for %s failed", self.name, key)
             finally:
                 with self._lock:

@@ -15,17 +15,17 @@ from typing import TYPE_CHECKING
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from coordinator.heap import PacedCollector, freeze_long_lived, tune_collector
-from coordinator.registry.cluster_store import ClusterStore
-from coordinator.registry.store import RegistryStore
-from coordinator.report_sizing import DEFAULT_JITTER
+from coordinator.cluster_store import ClusterStore
+from coordinator.fleet.heap import PacedCollector, freeze_long_lived, tune_collector
+from coordinator.fleet.report_sizing import DEFAULT_JITTER
 from coordinator.service import Coordinator, CoordinatorSettings
 from coordinator.servicer import FarmAgentServicer, FarmClientServicer
-from farm.errors import FarmError
-from farm.wire import CHANNEL_OPTIONS, farm_pb2
+from foundation.errors import FarmError
+from foundation.registry.store import RegistryStore
+from foundation.wire import CHANNEL_OPTIONS, farm_pb2
 
 if TYPE_CHECKING:
-    from coordinator.ingest_process import IngestProcess
+    from coordinator.fleet.ingest_process import IngestProcess
 
 logger = logging.getLogger("farm.coordinator")
 
@@ -138,14 +138,14 @@ def serve(
     coordinator starts its own on ``tracker_listen``. Agents report at least
     ``records_per_report`` records at a time, more when the fleet's reports would otherwise
     come faster than ``report_rate`` a second, and at least every ``report_within`` seconds,
-    each agent's sizes spread by up to ``report_jitter`` (coordinator.report_sizing).
+    each agent's sizes spread by up to ``report_jitter`` (coordinator.fleet.report_sizing).
     ``ingest_process``: reports are read and committed in a process of their own
-    (coordinator.ingest_process); by default on
+    (coordinator.fleet.ingest_process); by default on
     PostgreSQL, where a fleet's reports come in, and not on SQLite, one box's registry that
     takes one writer at a time anyway.
     """
-    from coordinator.tracker import TrackerProcess, parse_tracker_address
-    from farm import config
+    from foundation import config
+    from foundation.rpc.tracker import TrackerProcess, parse_tracker_address
 
     url = config.registry_url(registry_url)
     store = RegistryStore(url)
@@ -166,7 +166,7 @@ def serve(
             report_jitter=report_jitter,
         )
         if ingest_process if ingest_process is not None else store.dialect == "postgresql":
-            from coordinator.ingest_process import IngestProcess
+            from coordinator.fleet.ingest_process import IngestProcess
 
             ingest = IngestProcess(url)
         coordinator = Coordinator(store, ClusterStore(store), tracker, settings,
@@ -204,7 +204,7 @@ def serve(
 
 async def _start_grpc(coordinator: Coordinator, listen: str, pool: futures.ThreadPoolExecutor):
     """The grpc.aio server, created and started on the loop that will run it."""
-    from farm.wire import farm_pb2_grpc
+    from foundation.wire import farm_pb2_grpc
 
     server = grpc.aio.server(migration_thread_pool=pool, options=CHANNEL_OPTIONS)
     farm_pb2_grpc.add_FarmClientServicer_to_server(FarmClientServicer(coordinator, pool), server)
@@ -220,7 +220,7 @@ async def _start_grpc(coordinator: Coordinator, listen: str, pool: futures.Threa
     await server.start()
     for name in ("", *SERVICE_NAMES):
         await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
-    # Collected between the loop's callbacks, a little at a time (coordinator.heap); it ends
+    # Collected between the loop's callbacks, a little at a time (coordinator.fleet.heap); it ends
     # with the loop.
     PacedCollector(asyncio.get_running_loop()).start()
     return server, port, health_servicer
@@ -231,7 +231,7 @@ def _tick_loop(coordinator: Coordinator, stop: threading.Event, interval: float)
         coordinator.wake.clear()
         try:
             coordinator.tick()
-        except Exception:  # noqa: BLE001 - a registry hiccup must not end housekeeping
+        except Exception:
             logger.exception("coordinator tick failed; trying again")
         coordinator.wake.wait(interval)
 

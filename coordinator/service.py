@@ -19,7 +19,6 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
 
-from coordinator import report_ingest
 from coordinator.agent_calls import AgentCalls
 from coordinator.calls import (
     AgentRefused,
@@ -36,16 +35,17 @@ from coordinator.calls import (
     utc_now,
 )
 from coordinator.client_calls import ClientCalls
-from coordinator.group_commit import GroupCommit
+from coordinator.cluster_store import ClusterStore
+from coordinator.fleet import report_ingest
+from coordinator.fleet.group_commit import GroupCommit
+from coordinator.fleet.live_agents import LiveAgents
+from coordinator.fleet.progress_events import ProgressEvents
+from coordinator.fleet.report_ingest import UnreadReport
+from coordinator.fleet.report_sizing import DEFAULT_JITTER, ReportSizing
 from coordinator.housekeeping import Housekeeping
 from coordinator.job_work import BackgroundWorker, ModelCache
-from coordinator.live_agents import LiveAgents
-from coordinator.progress_events import ProgressEvents
-from coordinator.registry.cluster_store import ClusterStore
-from coordinator.registry.store import RegistryStore
-from coordinator.report_ingest import UnreadReport
-from coordinator.report_sizing import DEFAULT_JITTER, ReportSizing
-from coordinator.shards import DEFAULT_MAX_ATTEMPTS
+from foundation.domain.shards import DEFAULT_MAX_ATTEMPTS
+from foundation.registry.store import RegistryStore
 
 # Names the servicer and the server import from here; the other values of the calls are
 # in coordinator.calls.
@@ -75,7 +75,7 @@ class CoordinatorSettings:
     lease_ttl: float = 30.0
     max_attempts: int = DEFAULT_MAX_ATTEMPTS
     # The fewest records per ReportRecords; more when records come faster than report_rate
-    # reports a second would carry (coordinator.report_sizing).
+    # reports a second would carry (coordinator.fleet.report_sizing).
     records_per_report: int = 16
     report_rate: float = 100.0
     # Agents report at least this often (longer in a large fleet).
@@ -96,9 +96,9 @@ class Coordinator(ClientCalls, AgentCalls, Housekeeping):
                  ingest: Callable[[list[UnreadReport]], list | Future] | None = None):
         """``ingest`` reads and commits a group of reports, returning their answers or a
         Future of them (`IngestProcess.submit`, say); by default this process does it
-        (coordinator.report_ingest)."""
-        from coordinator.tracker import parse_tracker_address
-        from farm.versions import tvm_version
+        (coordinator.fleet.report_ingest)."""
+        from foundation.hardware.versions import tvm_version
+        from foundation.rpc.tracker import parse_tracker_address
 
         self.store = store
         self.cluster = cluster

@@ -18,19 +18,17 @@ import functools
 import json
 import logging
 import random
+from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
-from typing import Callable
 
 import grpc
 import numpy as np
 from google.protobuf.duration_pb2 import Duration
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from coordinator.group_commit import COMMIT_TIMEOUT_S
-from coordinator.jobs import JobState
-from coordinator.loop_pacing import LoopPacer
-from coordinator.registry.cluster_store import AgentMismatch, UnknownAgent
-from coordinator.registry.entities import RecordReport
+from coordinator.cluster_store import AgentMismatch, UnknownAgent
+from coordinator.fleet.group_commit import COMMIT_TIMEOUT_S
+from coordinator.fleet.loop_pacing import LoopPacer
 from coordinator.service import (
     AgentRefused,
     AgentView,
@@ -45,9 +43,11 @@ from coordinator.service import (
     Unavailable,
     ValidationReport,
 )
-from coordinator.shards import ShardState
-from farm.errors import FarmError, NotFound, RegistryError
-from farm.wire import farm_pb2, farm_pb2_grpc
+from foundation.domain.jobs import JobState
+from foundation.domain.shards import ShardState
+from foundation.errors import FarmError, NotFound, RegistryError
+from foundation.registry.entities import RecordReport
+from foundation.wire import farm_pb2, farm_pb2_grpc
 
 logger = logging.getLogger("farm.coordinator")
 
@@ -81,7 +81,7 @@ def _rpc(method: Callable) -> Callable:
             return method(self, request, context)
         except FarmError as err:
             context.abort(_status_code(err), str(err))
-        except Exception as err:  # noqa: BLE001 - a bug, still answered with a status
+        except Exception as err:
             logger.exception("%s failed", method.__name__)
             context.abort(grpc.StatusCode.INTERNAL, f"{type(err).__name__}: {err}")
 
@@ -97,7 +97,7 @@ def _rpc_async(method: Callable) -> Callable:
             return await method(self, request, context)
         except FarmError as err:
             await context.abort(_status_code(err), str(err))
-        except Exception as err:  # noqa: BLE001 - a bug, still answered with a status
+        except Exception as err:
             logger.exception("%s failed", method.__name__)
             await context.abort(grpc.StatusCode.INTERNAL, f"{type(err).__name__}: {err}")
 
@@ -111,7 +111,7 @@ async def _in_pool(executor, call, *args):
 
 
 async def _committed(future):
-    """The answer of a request queued for a group commit (coordinator.group_commit)."""
+    """The answer of a request queued for a group commit (coordinator.fleet.group_commit)."""
     return await asyncio.wait_for(asyncio.wrap_future(future), COMMIT_TIMEOUT_S)
 
 
@@ -286,7 +286,7 @@ class FarmClientServicer(farm_pb2_grpc.FarmClientServicer):
 
 # Reports checked against the registry at once in the thread pool, at most (see ReportRecords).
 REPORTS_PREPARED_AT_ONCE = 4
-# Committed reports answered per pass of the event loop (coordinator.loop_pacing): a call that
+# Committed reports answered per pass of the event loop (coordinator.fleet.loop_pacing): a call that
 # comes in during a group's answers passes a few hops of its own, each behind this many.
 REPORT_ANSWERS_PER_PASS = 2
 # A long-polled LeaseShard (max_wait) is held at most this long, and ends this long before
@@ -394,7 +394,7 @@ class FarmAgentServicer(farm_pb2_grpc.FarmAgentServicer):
             for p in request.progress
         ]
         # Checked here, on the loop, from what the coordinator keeps in memory; its records are
-        # read where the group is committed (coordinator.report_ingest). Only a report of a
+        # read where the group is committed (coordinator.fleet.report_ingest). Only a report of a
         # job or an agent this process has not seen yet reads the registry, in the pool:
         # a few at a time, so that a burst of them does not fill the pool's one queue ahead
         # of heartbeats (with a thousand agents they waited seconds there).
@@ -467,7 +467,7 @@ class FarmAgentServicer(farm_pb2_grpc.FarmAgentServicer):
 
     @_rpc
     def ReportValidation(self, request, context):
-        from agent.validation import ValidationResult
+        from foundation.runtime.validation import ValidationResult
 
         report = ValidationReport(error=request.error)
         if not request.error and request.HasField("check") and request.HasField("latency"):
@@ -495,7 +495,7 @@ def _hold_seconds(request, context) -> float:
 
 
 def _latency(stats):
-    from agent.library_runner import Latency
+    from foundation.runtime.library_runner import Latency
 
     return Latency(stats.mean_ms, stats.median_ms, stats.std_ms, stats.runs, stats.warmup)
 

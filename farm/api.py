@@ -8,18 +8,19 @@
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from coordinator.model_key import ModelKey, model_key
-from farm.errors import FarmError, NotFound
 from farm.session import open_context
+from foundation.errors import FarmError, NotFound
+from foundation.models.model_key import ModelKey, model_key
 
 if TYPE_CHECKING:  # pragma: no cover
-    from agent.library_runner import Latency, LoadedLibrary
-    from coordinator.registry.entities import Artifact, Model
+    from foundation.registry.entities import Artifact, Model
+    from foundation.runtime.library_runner import Latency, LoadedLibrary
 
 
 @dataclass
@@ -39,7 +40,7 @@ class DeployedModel:
         return self.library(inputs)
 
     def example_inputs(self, seed: int = 0) -> list[np.ndarray]:
-        from coordinator.models.loaded import TensorSpec, random_inputs
+        from foundation.models.loaded import TensorSpec, random_inputs
 
         return random_inputs([TensorSpec.from_json(s) for s in self.model.inputs], seed)
 
@@ -69,7 +70,7 @@ def load(model: str, target: str = "llvm", batch: int = 1, *, registry: str | No
     Zoo models get seeded random weights unless ``weights`` is given; ONNX models get the
     file's own weights.
     """
-    from agent.library_runner import LoadedLibrary
+    from foundation.runtime.library_runner import LoadedLibrary
 
     key = model_key(model, batch)
     ctx = open_context(registry, target)
@@ -102,9 +103,9 @@ def load(model: str, target: str = "llvm", batch: int = 1, *, registry: str | No
 
 def _weights_for(key: ModelKey, stored: "Model", seed: int) -> list[np.ndarray]:
     if key.source == "onnx":
-        from coordinator.models.onnx_import import load_onnx_model
+        from foundation.models.onnx_import import load_onnx_model
 
         return load_onnx_model(key.path, key.batch).make_weights(seed)
-    from coordinator.models.loaded import TensorSpec, random_weights
+    from foundation.models.loaded import TensorSpec, random_weights
 
     return random_weights([TensorSpec.from_json(s) for s in stored.weights], seed)

@@ -12,16 +12,16 @@ import threading
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
-from agent.tuner import MeasureSettings, ProgressListener, TuningBudget, TuningReport, WorkerPools
-from coordinator.artifacts import artifact_json, commit_artifact, find_hit, record_hit
-from coordinator.jobs import JobState, check_transition
-from coordinator.model_key import ModelKey, model_key
-from farm import config
-from farm.errors import FarmError, ValidationFailed
 from farm.session import FarmContext, open_context
+from foundation import config
+from foundation.domain.jobs import JobState, check_transition
+from foundation.errors import FarmError, ValidationFailed
+from foundation.job_driver.artifacts import artifact_json, commit_artifact, find_hit, record_hit
+from foundation.meta_schedule.tuner import MeasureSettings, ProgressListener, TuningBudget, TuningReport, WorkerPools
+from foundation.models.model_key import ModelKey, model_key
 
 if TYPE_CHECKING:  # pragma: no cover
-    from coordinator.registry.entities import Artifact, Job
+    from foundation.registry.entities import Artifact, Job
 
 
 class JobObserver(ProgressListener, Protocol):
@@ -98,11 +98,11 @@ def _tune_build_commit(ctx: FarmContext, key: ModelKey, request: SubmitRequest,
                        observer: JobObserver | None, cancelled, begin: float) -> SubmitResult:
     import time
 
-    from agent import tuner
-    from agent.validation import check_library
-    from coordinator.compile import build_library, extract_tuning_tasks
-    from coordinator.models.zoo import load_model
-    from coordinator.registry.tvm_database import tvm_database_for
+    from foundation.compile import build_library, extract_tuning_tasks
+    from foundation.meta_schedule import tuner
+    from foundation.meta_schedule.database.registry_database import tvm_database_for
+    from foundation.models.loading import load_model
+    from foundation.runtime.validation import check_library
 
     tell = observer.stage if observer else (lambda state, detail: None)
     # Nothing is printed or written before the model loads: a broken file is refused cleanly.

@@ -6,12 +6,14 @@ import functools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from farm import config
+from foundation import config
+from foundation.hardware.fingerprint import local_fingerprint
 
 if TYPE_CHECKING:  # pragma: no cover
     import tvm
-    from agent.fingerprint import Fingerprint
-    from coordinator.registry.store import RegistryStore
+
+    from foundation.hardware.fingerprint import Fingerprint
+    from foundation.registry.store import RegistryStore
 
 
 @dataclass
@@ -24,27 +26,18 @@ class FarmContext:
 
     @functools.cached_property
     def software(self) -> dict:
-        from farm.versions import software_versions
+        from foundation.hardware.versions import software_versions
 
         return software_versions(self.target["kind"])
 
     def tvm_target(self) -> "tvm.target.Target":
-        from farm.targets import to_tvm_target
+        from foundation.hardware.targets import to_tvm_target
 
         return to_tvm_target(self.target)
 
 
-def local_fingerprint(target_kind: str) -> "Fingerprint":
-    """This box's fingerprint for a target kind (the CPU one is cached: no TVM import)."""
-    from agent.fingerprint import cached_cpu_fingerprint, fingerprint_for
-
-    if target_kind == "llvm":
-        return cached_cpu_fingerprint(config.fingerprint_cache_dir())
-    return fingerprint_for(target_kind)
-
-
 def open_store(registry_option: str | None) -> "RegistryStore":
-    from coordinator.registry.store import RegistryStore
+    from foundation.registry.store import RegistryStore
 
     return RegistryStore(config.registry_url(registry_option))
 
@@ -52,8 +45,8 @@ def open_store(registry_option: str | None) -> "RegistryStore":
 def open_context(registry_option: str | None, user_target: str) -> FarmContext:
     """Validate the target, detect the fingerprint, then open the registry (in that order,
     so that bad input is refused before anything is created)."""
-    from farm.targets import canonical_target, parse_target_kind, target_json
-    from farm.versions import tvm_version
+    from foundation.hardware.targets import canonical_target, parse_target_kind, target_json
+    from foundation.hardware.versions import tvm_version
 
     kind = parse_target_kind(user_target)
     fingerprint = local_fingerprint(kind)

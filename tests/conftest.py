@@ -1,13 +1,22 @@
-"""Shared test settings: every test run gets its own farm home, never the user's."""
+"""Fixtures for every test: a farm home of the run's own, the `farm` executable, empty registries."""
 
 from __future__ import annotations
 
 import os
 import shutil
 import sys
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+from sqlalchemy import create_engine, text
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import OperationalError
+
+from foundation.registry import RegistryStore
+
+from support.registry_db import BACKENDS, POSTGRES_URL, admin_url, fresh_postgres_database
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -32,3 +41,45 @@ def farm_exe() -> str:
     if exe is None:
         pytest.fail("the `farm` executable is not installed: run scripts/setup")
     return exe
+
+
+@pytest.fixture(scope="session")
+def postgres_admin() -> Iterator[Any]:
+    """An AUTOCOMMIT engine on the server's maintenance database, or a skip."""
+    engine = create_engine(
+        admin_url(), isolation_level="AUTOCOMMIT", connect_args={"connect_timeout": 3}
+    )
+    try:
+        with engine.connect() as connection:
+            connection.execute(text("SELECT 1"))
+    except OperationalError as exc:
+        engine.dispose()
+        pytest.skip(
+            f"PostgreSQL not reachable at {make_url(POSTGRES_URL).render_as_string()}: "
+            f"{str(exc.orig).splitlines()[0]}; set FARM_TEST_POSTGRES_URL"
+        )
+    yield engine
+    engine.dispose()
+
+
+@pytest.fixture(params=BACKENDS)
+def registry_url(request, tmp_path) -> Iterator[str]:
+    """The URL of an empty database (no schema yet) on each backend."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'registry' / 'registry.db'}"
+        return
+    admin = request.getfixturevalue("postgres_admin")
+    url, drop = fresh_postgres_database(admin)
+    try:
+        yield url
+    finally:
+        drop()
+
+
+@pytest.fixture
+def store(registry_url) -> Iterator[RegistryStore]:
+    registry = RegistryStore(registry_url)
+    try:
+        yield registry
+    finally:
+        registry.dispose()

@@ -1,0 +1,192 @@
+"""Jobs in the cluster store: created, attached to, bound to a fingerprint, moved between states."""
+
+from __future__ import annotations
+
+import secrets
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import select, update
+from sqlalchemy.orm import Session
+
+from foundation.domain.jobs import JobState, check_transition
+from foundation.errors import RegistryError
+from foundation.registry.entities import Job
+from foundation.registry.schema import JobRow
+from foundation.registry.store import _job
+
+from .events import JobEvents
+
+
+class JobLifecycle(JobEvents):
+    """A job's row: its creation, its fingerprint, and its moves between JobStates."""
+
+    def create_job(
+        self,
+        *,
+        model_id: str,
+        target_request: str,
+        target_kind: str,
+        target: str,
+        fingerprint_id: str | None,
+        trials_budget: int,
+        options: dict[str, Any],
+        now: datetime,
+        status: str = "",
+        parent_request: str | None = None,
+    ) -> Job:
+        """A queued job and its first event. ``fingerprint_id`` None: it waits for an agent of
+        ``target_kind`` (`bind_job_fingerprint`); ``target`` may then be empty until bound."""
+        row = JobRow(
+            id="job-" + secrets.token_hex(5),
+            model_id=model_id,
+            target=target,
+            fingerprint_id=fingerprint_id,
+            target_kind=target_kind,
+            target_request=target_request,
+            status=status,
+            parent_request=parent_request,
+            state=JobState.QUEUED.value,
+            cache_hit=False,
+            trials_budget=trials_budget,
+            trials_done=0,
+            options=options,
+            created_at=now,
+        )
+        with self._unit(write=True) as session:
+            session.add(row)
+            session.flush()
+            self._append_event(
+                session, row.id, "state_changed", {"from": "", "to": row.state, "status": status}, now
+            )
+            return _job(row)
+
+    def attachable_job(self, model_id: str, target: str, fingerprint_id: str | None) -> Job | None:
+        """The oldest unfinished job tuning the same model for the same target and fingerprint.
+
+        With ``fingerprint_id`` None, a job still waiting for its fingerprint whose target was
+        requested as ``target`` (unbound jobs have no canonical target yet).
+        """
+        unfinished = [s.value for s in JobState if not s.is_final]
+        query = select(JobRow).where(JobRow.model_id == model_id, JobRow.state.in_(unfinished))
+        if fingerprint_id is None:
+            query = query.where(JobRow.fingerprint_id.is_(None), JobRow.target_request == target)
+        else:
+            query = query.where(JobRow.fingerprint_id == fingerprint_id, JobRow.target == target)
+        with self._unit() as session:
+            row = session.scalars(query.order_by(JobRow.created_at, JobRow.id).limit(1)).first()
+            return _job(row) if row else None
+
+    def queued_jobs_without_fingerprint(self, target_kind: str) -> list[Job]:
+        query = (
+            select(JobRow)
+            .where(
+                JobRow.state == JobState.QUEUED.value,
+                JobRow.fingerprint_id.is_(None),
+                JobRow.target_kind == target_kind,
+            )
+            .order_by(JobRow.created_at, JobRow.id)
+        )
+        with self._unit() as session:
+            return [_job(row) for row in session.scalars(query)]
+
+    def bind_job_fingerprint(
+        self, job_id: str, fingerprint_id: str, target: str, now: datetime, status: str = ""
+    ) -> Job | None:
+        """Give a waiting job its fingerprint and canonical target; None if another
+        coordinator bound it first (or it left `queued`)."""
+        with self._unit(write=True) as session:
+            result = session.execute(
+                update(JobRow)
+                .where(
+                    JobRow.id == job_id,
+                    JobRow.fingerprint_id.is_(None),
+                    JobRow.state == JobState.QUEUED.value,
+                )
+                .values(fingerprint_id=fingerprint_id, target=target, status=status)
+            )
+            if result.rowcount != 1:  # type: ignore[attr-defined]
+                return None
+            self._append_event(
+                session,
+                job_id,
+                "log",
+                {
+                    "source": "coordinator",
+                    "level": "info",
+                    "message": f"bound to fingerprint {fingerprint_id}",
+                },
+                now,
+            )
+            return _job(session.get_one(JobRow, job_id, populate_existing=True))
+
+    def move_job(
+        self,
+        job_id: str,
+        current: JobState,
+        new: JobState,
+        now: datetime,
+        *,
+        status: str,
+        error: str | None = None,
+        **fields: Any,
+    ) -> Job | None:
+        """Move a job from ``current`` to ``new`` as foundation.domain.jobs allows, with its status
+        line, any other ``fields`` of its row and its state_changed event, in one transaction.
+
+        None if the job had left ``current`` (cancelled meanwhile, or moved by another
+        writer). IllegalTransition for a move foundation.domain.jobs forbids; RegistryError if the
+        row changed while it was being moved.
+        """
+        with self._unit(write=True) as session:
+            row = self._lock_job(session, job_id)
+            if row.state != current.value:
+                return None
+            self._move_job(session, row, new, now, status=status, error=error)
+            if fields:
+                session.execute(
+                    update(JobRow)
+                    .where(JobRow.id == job_id)
+                    .values(**fields)
+                    .execution_options(synchronize_session=False)
+                )
+            return _job(session.get_one(JobRow, job_id, populate_existing=True))
+
+    def _move_job(
+        self,
+        session: Session,
+        job: JobRow,
+        new: JobState,
+        now: datetime,
+        *,
+        status: str,
+        error: str | None = None,
+    ) -> None:
+        """Move a job to ``new`` if foundation.domain.jobs allows it, guarded by the state read."""
+        old = job.state
+        check_transition(old, new)
+        values: dict[str, Any] = {"state": new.value, "status": status}
+        if new is JobState.RUNNING:
+            values["started_at"] = now
+        if new.is_final:
+            values["finished_at"] = now
+        if error is not None:
+            values["error"] = error
+        result = session.execute(
+            update(JobRow)
+            .where(JobRow.id == job.id, JobRow.state == old)
+            .values(**values)
+            .execution_options(synchronize_session=False)
+        )
+        if result.rowcount != 1:  # type: ignore[attr-defined]
+            raise RegistryError(
+                f"job {job.id} left {old} while it was being moved to {new.value}",
+                "another coordinator changed it first; reload the job",
+            )
+        self._append_event(
+            session,
+            job.id,
+            "state_changed",
+            {"from": old, "to": new.value, "status": status, "error": error or ""},
+            now,
+        )

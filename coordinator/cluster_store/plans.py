@@ -1,0 +1,243 @@
+"""A job's plan (its tasks and shards), and what the states of its shards mean for the job."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+
+from sqlalchemy import case, func, select, update
+from sqlalchemy.orm import Session
+
+from foundation.domain import shards as shard_rules
+from foundation.domain.jobs import JobState, check_transition
+from foundation.domain.shards import JobOutcome, JobRollup, Shard, ShardState, allowed_sources
+from foundation.errors import RegistryError
+from foundation.registry.entities import Job, JobTask, PlannedTask, StoredShard
+from foundation.registry.schema import JobRow, JobTaskRow, ShardRow, ValidationRow
+from foundation.registry.session import changes_any_lease
+from foundation.registry.store import _job
+
+from .jobs import JobLifecycle
+from .rows import _job_task, _shard_event, _stored_shard
+from .validations import VALIDATION_CANCELLED, VALIDATION_LEASED, VALIDATION_PENDING
+
+
+class JobPlans(JobLifecycle):
+    """The tasks and shards of planned jobs; a job settles as its shards end, and a
+    cancelled job takes its unfinished shards and validation with it."""
+
+    def shards_of(self, job_id: str) -> list[StoredShard]:
+        with self._unit() as session:
+            return self._shards(session, job_id)
+
+    def get_shard(self, shard_id: str) -> StoredShard | None:
+        with self._unit() as session:
+            row = session.get(ShardRow, shard_id)
+            return self._stored(session, row) if row else None
+
+    def add_job_plan(
+        self,
+        job_id: str,
+        tasks: Sequence[PlannedTask],
+        shards: Sequence[Shard],
+        now: datetime,
+    ) -> list[StoredShard]:
+        """Store a queued job's tasks and its shards (`foundation.domain.shards.split_tasks`) and
+        start it (queued -> running), all at once: agents never see half a plan."""
+        position = {task.name: index for index, task in enumerate(tasks)}
+        if len(position) != len(tasks):
+            raise ValueError(f"task names must be unique within job {job_id}")
+        planned = sorted(name for shard in shards for name in shard.task_names)
+        if planned != sorted(position):
+            raise ValueError(f"the shards of job {job_id} must cover each of its tasks once")
+        for shard in shards:
+            if shard.job_id != job_id or shard.state is not ShardState.PENDING or shard.attempt:
+                raise ValueError(f"shard {shard.id} is not a new shard of job {job_id}")
+        with self._unit(write=True) as session:
+            job = self._lock_job(session, job_id)
+            if job.fingerprint_id is None:
+                raise RegistryError(
+                    f"job {job_id} has no fingerprint yet; it cannot be planned",
+                    "bind it to a fingerprint first (bind_job_fingerprint)",
+                )
+            for index, task in enumerate(tasks):
+                session.add(
+                    JobTaskRow(
+                        job_id=job_id,
+                        index=index,
+                        name=task.name,
+                        weight=task.weight,
+                        flop=task.flop,
+                        workload_shash=task.workload_shash,
+                        mod_json=task.mod_json,
+                        workload_id=self._store.commit_workload_in(
+                            session, task.workload_shash, task.mod_json
+                        ),
+                        trials_budget=task.trials_budget,
+                    )
+                )
+            for index, shard in enumerate(shards):
+                session.add(
+                    ShardRow(
+                        id=shard.id,
+                        job_id=job_id,
+                        index=index,
+                        state=ShardState.PENDING.value,
+                        attempt=0,
+                        task_indexes=[position[name] for name in shard.task_names],
+                        cost=shard.cost,
+                        trials_budget=shard.trial_budget,
+                        trials_done=0,
+                        failures=[],
+                        updated_at=now,
+                    )
+                )
+            session.flush()
+            self._move_job(
+                session, job, JobState.RUNNING, now, status=_tuning_status(0, len(shards))
+            )
+            return self._shards(session, job_id)
+
+    def cancel_job(self, job_id: str, now: datetime, reason: str = "cancelled by user") -> Job:
+        """Cancel a job and its unfinished shards and validation; a finished job is returned
+        as it is. Agents learn of their revoked leases at their next heartbeat."""
+        with self._unit(write=True) as session:
+            job = self._lock_job(session, job_id)
+            if JobState(job.state).is_final:
+                return _job(job)
+            check_transition(job.state, JobState.CANCELLED)
+            self._cancel_unfinished_shards(session, job_id, reason, now)
+            session.execute(
+                update(ValidationRow)
+                .where(
+                    ValidationRow.job_id == job_id,
+                    ValidationRow.state.in_([VALIDATION_PENDING, VALIDATION_LEASED]),
+                )
+                .values(state=VALIDATION_CANCELLED, updated_at=now)
+            )
+            self._move_job(
+                session, job, JobState.CANCELLED, now, status=f"cancelled: {reason}", error=reason
+            )
+            return _job(session.get_one(JobRow, job_id, populate_existing=True))
+
+    def running_jobs_ready_to_build(self) -> list[str]:
+        """Running jobs whose shards are all done (or that have none): `rollup` says
+        READY_TO_BUILD, decided in one query instead of one per job."""
+        query = (
+            select(JobRow.id)
+            .outerjoin(ShardRow, ShardRow.job_id == JobRow.id)
+            .where(JobRow.state == JobState.RUNNING.value)
+            .group_by(JobRow.id)
+            .having(
+                func.count(ShardRow.id)
+                == func.count(case((ShardRow.state == ShardState.DONE.value, 1)))
+            )
+            .order_by(JobRow.id)
+        )
+        with self._unit() as session:
+            return list(session.scalars(query))
+
+    def job_rollup(self, job_id: str) -> JobRollup:
+        with self._unit() as session:
+            self._job_row(session, job_id)
+            return shard_rules.rollup(s.as_shard() for s in self._shards(session, job_id))
+
+    def job_tasks(self, job_id: str) -> list[JobTask]:
+        with self._unit() as session:
+            return self._tasks(session, job_id)
+
+    def _task_names(self, session: Session, job_id: str) -> dict[int, str]:
+        query = select(JobTaskRow.index, JobTaskRow.name).where(JobTaskRow.job_id == job_id)
+        return {row.index: row.name for row in session.execute(query)}
+
+    def _stored(self, session: Session, row: ShardRow, names: dict[int, str] | None = None) -> StoredShard:
+        names = self._task_names(session, row.job_id) if names is None else names
+        return _stored_shard(row, [names[i] for i in row.task_indexes])
+
+    def _reread(self, session: Session, shard_id: str) -> StoredShard:
+        return self._stored(session, session.get_one(ShardRow, shard_id, populate_existing=True))
+
+    def _shards(self, session: Session, job_id: str) -> list[StoredShard]:
+        query = (
+            select(ShardRow)
+            .where(ShardRow.job_id == job_id)
+            .order_by(ShardRow.index)
+            .execution_options(populate_existing=True)
+        )
+        rows = session.scalars(query).all()
+        # Tasks after shards: each statement of a PostgreSQL (read committed) transaction sees
+        # what was committed when it began, and a plan commits its tasks with its shards. Read
+        # the other way round, a plan committed in between gave shards without task names.
+        names = self._task_names(session, job_id) if rows else {}
+        return [self._stored(session, row, names) for row in rows]
+
+    def _tasks(self, session: Session, job_id: str, indexes: Iterable[int] | None = None) -> list[JobTask]:
+        """The job's tasks, or those of them at ``indexes``."""
+        query = select(JobTaskRow).where(JobTaskRow.job_id == job_id).order_by(JobTaskRow.index)
+        if indexes is not None:
+            query = query.where(JobTaskRow.index.in_(sorted(set(indexes))))
+        return [_job_task(row) for row in session.scalars(query)]
+
+    def _rollup(self, session: Session, job_id: str) -> JobRollup:
+        return shard_rules.rollup(s.as_shard() for s in self._shards(session, job_id))
+
+    def _cancel_unfinished_shards(
+        self, session: Session, job_id: str, reason: str, now: datetime
+    ) -> None:
+        changes_any_lease(session)  # other agents' leases end here
+        # The guard is the transition table's own list of states that may become cancelled.
+        sources = sorted(s.value for s in allowed_sources(ShardState.CANCELLED))
+        ids = session.scalars(
+            select(ShardRow.id)
+            .where(ShardRow.job_id == job_id, ShardRow.state.in_(sources))
+            .order_by(ShardRow.id)
+            .with_for_update()
+        ).all()
+        if not ids:
+            return
+        session.execute(
+            update(ShardRow)
+            .where(ShardRow.id.in_(ids), ShardRow.state.in_(sources))
+            .values(state=ShardState.CANCELLED.value, heartbeat_deadline=None, updated_at=now)
+            .execution_options(synchronize_session=False)
+        )
+        for shard_id in ids:
+            shard = self._reread(session, shard_id)
+            self._append_event(session, job_id, "shard_changed", _shard_event(shard, reason), now)
+
+    def _settle_job(self, session: Session, job_id: str, now: datetime) -> JobRollup:
+        """What the shards now mean for their job: a failed shard fails it (cancelling the
+        rest); otherwise the status line follows the count of shards done."""
+        rollup = self._rollup(session, job_id)
+        job = self._job_row(session, job_id)
+        if JobState(job.state).is_final:
+            return rollup
+        if rollup.outcome is JobOutcome.FAILED:
+            self._cancel_unfinished_shards(session, job_id, "another shard of the job failed", now)
+            self._move_job(
+                session,
+                job,
+                JobState.FAILED,
+                now,
+                status=f"failed: {len(rollup.failed)} shard(s) used up their attempts",
+                error=rollup.error,
+            )
+            return self._rollup(session, job_id)
+        if job.state == JobState.RUNNING.value:
+            total = sum(rollup.counts.values())
+            status = (
+                f"tuning done: {total}/{total} shards; waiting to build"
+                if rollup.outcome is JobOutcome.READY_TO_BUILD
+                else _tuning_status(rollup.counts[ShardState.DONE], total)
+            )
+            session.execute(
+                update(JobRow)
+                .where(JobRow.id == job_id)
+                .values(status=status)
+                .execution_options(synchronize_session=False)
+            )
+        return rollup
+
+
+def _tuning_status(done: int, total: int) -> str:
+    return f"tuning: {done}/{total} shards done"

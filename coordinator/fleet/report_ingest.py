@@ -1,0 +1,61 @@
+"""Reported records, from the JSON agents send to rows in the registry, a group of reports at a time.
+
+Reading a report's records (JSON parse, canonical spelling, digest) and writing them were
+two thirds of the coordinator's CPU with a thousand agents (docs/benchmarks.md,
+"Coordinator at scale"). So the serving process only checks what a report is about
+(`UnreadReport`) and leaves the records as text; whoever commits the group reads them:
+the coordinator's ingest process (coordinator.fleet.ingest_process) on PostgreSQL, or the
+coordinator's own commit thread. Everything here is plain data and TVM-free, so that it
+crosses to that process cheaply.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from foundation.registry.entities import RecordReport, ReportedBatch
+from foundation.registry.record_json import new_record_from
+
+
+@dataclass(frozen=True)
+class UnreadReport:
+    """A report under a lease, checked against its job, its records still as reported."""
+
+    shard_id: str
+    attempt: int
+    agent_id: str
+    job_id: str
+    fingerprint_id: str
+    target: str  # the job's target, canonical JSON: the scope records are filed under
+    tvm_version: str
+    software: dict[str, Any]
+    records: Sequence[tuple[int, str]]  # (registry workload id, TuningRecord JSON)
+    trials: int  # candidates measured, with or without a record worth keeping
+    dropped: Sequence[str] = ()  # why reported records were not kept, found before reading
+    events: Sequence[tuple[str, dict[str, Any]]] = ()
+
+
+def read_report(report: UnreadReport) -> ReportedBatch:
+    """The report with its records read; unreadable ones are dropped and said so in the job's log."""
+    records, dropped = [], list(report.dropped)
+    for workload_id, record_json in report.records:
+        try:
+            records.append(new_record_from(
+                json.loads(record_json), workload_id=workload_id, fingerprint_id=report.fingerprint_id,
+                target_json=report.target, tvm_version=report.tvm_version, software=report.software,
+                job_id=report.job_id))
+        except ValueError as err:  # json.JSONDecodeError is one
+            dropped.append(f"unreadable record: {err}")
+    events = list(report.events)
+    if dropped:
+        events.append(("log", {"source": report.agent_id, "level": "warning",
+                               "message": f"{len(dropped)} reported record(s) were not kept: {dropped[0]}"}))
+    return ReportedBatch(report.shard_id, report.attempt, report.agent_id, records, report.trials, events)
+
+
+def ingest(cluster, reports: Sequence[UnreadReport]) -> list[RecordReport]:
+    """Read a group of reports and commit them in one transaction (`ClusterStore.ingest_reports`)."""
+    return cluster.ingest_reports([read_report(report) for report in reports])

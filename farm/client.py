@@ -1,0 +1,171 @@
+"""Talking to a coordinator: the client side of the FarmClient gRPC service."""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+from foundation.errors import FarmError, NotFound
+from foundation.models.loaded import check_batch
+from foundation.models.model_key import looks_like_path
+
+_FINAL = {"succeeded", "failed", "cancelled"}
+
+
+def job_state_name(value: int) -> str:
+    from foundation.wire import farm_pb2
+
+    return farm_pb2.JobState.Name(value).removeprefix("JOB_STATE_").lower()
+
+
+def job_json(job) -> dict:
+    """A proto Job as the same JSON document the embedded `farm submit --json` prints."""
+    artifact = None
+    if job.HasField("artifact") and job.artifact.id:
+        a = job.artifact
+        artifact = {
+            "id": a.id,
+            "sha256": a.sha256,
+            "size": a.size_bytes,
+            "latency_ms": {"mean": a.latency.mean_ms, "median": a.latency.median_ms, "std": a.latency.std_ms},
+            "untuned_latency_ms": a.untuned_latency.mean_ms if a.HasField("untuned_latency") else None,
+            "validation": {"passed": a.validated},
+        }
+    return {
+        "job": job.id,
+        "state": job_state_name(job.state),
+        "status": job.status,
+        "cache_hit": job.cache_hit,
+        "trials": job.trials_done,
+        "trials_budget": job.trials_budget,
+        "fingerprint": job.fingerprint_id or None,
+        "model": job.model.name,
+        "batch": job.model.batch,
+        "target": job.target,
+        "shards": {
+            "pending": job.shards.pending, "leased": job.shards.leased, "done": job.shards.done,
+            "failed": job.shards.failed, "cancelled": job.shards.cancelled,
+        },
+        "error": job.error or None,
+        "failed_shards": [
+            {"shard": f.shard_id, "tasks": list(f.task_names),
+             "attempts": [{"attempt": a.attempt, "agent": a.agent_id, "reason": a.reason} for a in f.attempts]}
+            for f in job.failed_shards
+        ],
+        "artifact": artifact,
+    }
+
+
+class CoordinatorClient:
+    """A FarmClient stub with errors translated into FarmErrors a person can act on."""
+
+    def __init__(self, address: str, timeout: float = 30.0):
+        import grpc
+
+        from foundation.wire import CHANNEL_OPTIONS, farm_pb2_grpc
+
+        self.address = address
+        self.timeout = timeout
+        self.channel = grpc.insecure_channel(address, options=CHANNEL_OPTIONS)
+        self.stub = farm_pb2_grpc.FarmClientStub(self.channel)
+
+    def close(self) -> None:
+        self.channel.close()
+
+    def _call(self, method, request, **kwargs):
+        import grpc
+
+        try:
+            return method(request, timeout=kwargs.pop("timeout", self.timeout), **kwargs)
+        except grpc.RpcError as err:
+            raise _farm_error(err, self.address) from None
+
+    def submit(self, model: str, target: str, batch: int, *, trials: int | None = None,
+               trials_per_task: int | None = None, retune: bool = False, seed: int = 0,
+               fingerprint: str | None = None, validation_runs: int = 20):
+        from foundation.wire import farm_pb2
+
+        check_batch(batch)
+        request = farm_pb2.SubmitRequest(
+            batch=batch, target=target, fingerprint_id=fingerprint or "", trials=trials or 0,
+            trials_per_task=trials_per_task or 0, retune=retune, seed=seed, validation_runs=validation_runs,
+        )
+        if looks_like_path(model):
+            path = Path(model).expanduser()
+            if not path.is_file():
+                raise NotFound(f"no such ONNX file: {model}", "check the path, or name a zoo model (see `farm models`)")
+            content = path.read_bytes()
+            request.onnx.CopyFrom(farm_pb2.OnnxModel(
+                file_name=path.name, content=content, sha256=hashlib.sha256(content).hexdigest()))
+        else:
+            request.zoo_name = model
+        return self._call(self.stub.Submit, request).jobs
+
+    def get_job(self, job_id: str):
+        from foundation.wire import farm_pb2
+
+        return self._call(self.stub.GetJob, farm_pb2.GetJobRequest(job_id=job_id))
+
+    def list_jobs(self, limit: int = 20):
+        from foundation.wire import farm_pb2
+
+        return self._call(self.stub.ListJobs, farm_pb2.ListJobsRequest(limit=limit)).jobs
+
+    def cancel(self, job_id: str, reason: str = ""):
+        from foundation.wire import farm_pb2
+
+        return self._call(self.stub.CancelJob, farm_pb2.CancelJobRequest(job_id=job_id, reason=reason))
+
+    def list_agents(self, include_lost: bool = False):
+        from foundation.wire import farm_pb2
+
+        return self._call(self.stub.ListAgents, farm_pb2.ListAgentsRequest(include_lost=include_lost)).agents
+
+    def watch(self, job_id: str, deadline: float | None = None) -> Iterator:
+        """Events of a job until it is final (or ``deadline``, a time.monotonic() value).
+
+        A broken stream is resumed after the last sequence seen, so a coordinator restart
+        does not end a watch.
+        """
+        import grpc
+
+        from foundation.wire import farm_pb2
+
+        after = 0
+        while True:
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                return
+            try:
+                for event in self.stub.WatchJob(farm_pb2.WatchJobRequest(job_id=job_id, after_sequence=after),
+                                                timeout=remaining):
+                    after = max(after, event.sequence)
+                    yield event
+                return  # the server ends the stream when the job is final
+            except grpc.RpcError as err:
+                if err.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
+                    return
+                if err.code() != grpc.StatusCode.UNAVAILABLE:
+                    raise _farm_error(err, self.address) from None
+                time.sleep(1.0)  # coordinator restarting: resume after the last event seen
+
+
+def _farm_error(err, address: str) -> FarmError:
+    import grpc
+
+    code, details = err.code(), err.details() or ""
+    if code == grpc.StatusCode.UNAVAILABLE:
+        return FarmError(f"cannot reach the coordinator at {address}: {details}",
+                         "check --coordinator / FARM_COORDINATOR and that `farm coordinator` runs there")
+    if code == grpc.StatusCode.NOT_FOUND:
+        return NotFound(details, "see `farm jobs` or `farm models`")
+    if code == grpc.StatusCode.DEADLINE_EXCEEDED:
+        return FarmError(f"the coordinator at {address} did not answer in time", "retry, or check its load")
+    problem, _, fix = details.partition(" (")
+    return FarmError(problem, fix.rstrip(")") or None)
+
+
+def final(state: str) -> bool:
+    return state in _FINAL

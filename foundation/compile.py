@@ -1,0 +1,107 @@
+"""Lower a model for a target: the tuning tasks it yields, and libraries built from records.
+
+The same lowering feeds both task extraction and the final build, so the workloads that
+MetaSchedule tuned are structurally identical to the ones the build looks up.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # pragma: no cover
+    import tvm
+
+    from foundation.models.loaded import LoadedModel
+
+
+@dataclass(frozen=True)
+class TuningTask:
+    """One tunable TIR function of a model, with how often the model calls it."""
+
+    name: str
+    weight: int
+    mod: "tvm.IRModule"
+    flop: float
+
+
+def lower_for_tuning(mod: "tvm.IRModule", target: "tvm.target.Target") -> "tvm.IRModule":
+    """Legalize and fuse a Relax module into the TIR functions MetaSchedule tunes."""
+    import tvm
+    from tvm import relax
+
+    passes = tvm.transform.Sequential(
+        [
+            relax.transform.DecomposeOpsForInference(),
+            relax.transform.CanonicalizeBindings(),
+            relax.pipeline.zero_pipeline(),
+        ]
+    )
+    with target:
+        return passes(mod)
+
+
+def extract_tuning_tasks(model: "LoadedModel", target: "tvm.target.Target") -> list[TuningTask]:
+    """The model's tuning tasks for ``target``, in MetaSchedule's order."""
+    from tvm.s_tir import meta_schedule as ms
+    from tvm.s_tir.analysis import estimate_tir_flops
+
+    lowered = lower_for_tuning(model.mod, target)
+    extracted = ms.relax_integration.extract_tasks(lowered, target)
+    tasks = []
+    for task in extracted:
+        if task.mod.attrs is not None and task.mod.attrs.get("tirx.is_scheduled", False):
+            continue  # already scheduled by hand: MetaSchedule skips these too
+        tasks.append(
+            TuningTask(
+                name=task.task_name,
+                weight=int(task.weight),
+                mod=task.dispatched[0],
+                flop=float(estimate_tir_flops(task.dispatched[0])),
+            )
+        )
+    return tasks
+
+
+def build_library(model: "LoadedModel", target: "tvm.target.Target", database=None) -> bytes:
+    """Compile the model and return the exported shared library's bytes.
+
+    With ``database`` the best record of every tuned workload is applied; without it the
+    build is TVM's untuned default, which the farm uses as the numerical reference. Weights
+    stay function inputs, so the library carries none.
+    """
+    import tvm
+    from tvm import relax
+
+    lowered = lower_for_tuning(model.mod, target)
+    if database is not None:
+        with target, database:
+            lowered = relax.transform.MetaScheduleApplyDatabase()(lowered)
+    if target.kind.name != "llvm":
+        lowered = _schedule_the_rest_for_gpu(lowered, target)
+    executable = tvm.compile(lowered, target=target)
+    with tempfile.TemporaryDirectory(prefix="farm-build-") as tmp:
+        path = os.path.join(tmp, "model.so")
+        executable.export_library(path)
+        with open(path, "rb") as f:
+            return f.read()
+
+
+def _schedule_the_rest_for_gpu(mod: "tvm.IRModule", target: "tvm.target.Target") -> "tvm.IRModule":
+    """Give every function without a tuned schedule dlight's default GPU schedule.
+
+    GPU kernels must bind threads to compile at all; CPU code runs unscheduled. dlight skips
+    functions MetaScheduleApplyDatabase already marked as scheduled.
+    """
+    from tvm.s_tir import dlight
+
+    with target:
+        return dlight.ApplyDefaultSchedule(
+            dlight.gpu.Matmul(),
+            dlight.gpu.GEMV(),
+            dlight.gpu.Reduction(),
+            dlight.gpu.GeneralReduction(),
+            dlight.gpu.Fallback(),
+        )(mod)

@@ -1,0 +1,123 @@
+"""What the user typed as a target, made into the one canonical target the registry keys on."""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+from foundation.errors import FarmError
+
+if TYPE_CHECKING:
+    import tvm
+
+    from foundation.hardware.fingerprint import Fingerprint
+
+TUNABLE_KINDS = ("llvm", "cuda")
+
+# Which fingerprint kind describes the hardware of each target kind.
+FINGERPRINT_KIND = {"llvm": "cpu", "cuda": "cuda"}
+
+# TVM target kinds the farm recognizes but cannot tune yet: named in the error so that the
+# user learns it is a farm limitation, not a typo.
+UNTUNED_TVM_KINDS = ("rocm", "vulkan", "metal", "opencl", "webgpu", "hexagon", "nvptx", "c", "ext_dev")
+
+# MetaSchedule refuses CUDA targets without these (checked with TVM 0.27: the CUDA space
+# generator needs max_threads_per_block, VerifyGPUCode needs max_shared_memory_per_block).
+# The values hold for every NVIDIA GPU since sm_20; 48 KiB is the per-block limit without
+# the dynamic shared-memory opt-in, which TVM's generated kernels do not use.
+CUDA_LIMITS = {"max_threads_per_block": 1024, "max_shared_memory_per_block": 49152, "thread_warp_size": 32}
+
+_EXAMPLE = '{"kind":"llvm","mcpu":"znver4"}'
+
+
+def parse_target_kind(user: str) -> str:
+    """"llvm" or "cuda" for a target the farm can tune; FarmError for anything else."""
+    return _parse(user)["kind"]
+
+
+def canonical_target(user: str, fp: "Fingerprint") -> dict:
+    """The full target for this hardware: what the fingerprint implies, overridden by the user.
+
+    Filling in mcpu/num-cores matters: a bare `llvm` target compiles for a generic x86-64 and
+    one thread, so its records would not be the ones this box's users want.
+    """
+    given = _parse(user)
+    kind = given["kind"]
+    if fp.kind != FINGERPRINT_KIND[kind]:
+        raise FarmError(f"target {kind} needs a {FINGERPRINT_KIND[kind]} fingerprint, got {fp.kind} ({fp.id})",
+                        "detect the fingerprint with fingerprint_for(target kind)")
+    if kind == "llvm":
+        return {**llvm_target(fp.details), **given}
+    user_host = given.pop("host", None)
+    host = {"kind": "llvm", **({"mtriple": fp.details["host_triple"]} if fp.details.get("host_triple") else {})}
+    if isinstance(user_host, str):
+        user_host = _parse(user_host)
+    if user_host is not None:
+        host = {**host, **user_host}
+    major, minor = str(fp.details["compute_capability"]).split(".")
+    return {"kind": "cuda", "arch": f"sm_{major}{minor}", **CUDA_LIMITS, **given, "host": host}
+
+
+def llvm_target(cpu_details: dict) -> dict:
+    """The llvm target a CPU fingerprint's details imply."""
+    return {
+        "kind": "llvm",
+        "mtriple": cpu_details["llvm_triple"],
+        "mcpu": cpu_details["llvm_mcpu"],
+        "num-cores": int(cpu_details["cores"]),
+    }
+
+
+def target_json(d: dict) -> str:
+    """One spelling of a canonical target: it is a registry key, so it must never vary."""
+    if not isinstance(d, dict) or "kind" not in d:
+        raise FarmError(f"not a target: {d!r}", f"a target is a JSON object with a kind, such as {_EXAMPLE}")
+    return json.dumps(d, sort_keys=True, separators=(",", ":"))
+
+
+def to_tvm_target(d: dict) -> "tvm.target.Target":
+    """The TVM Target of a canonical target dict (imports TVM)."""
+    from tvm.target import Target
+
+    config = dict(d)
+    host = config.pop("host", None)
+    try:
+        return Target(config, host=host) if host is not None else Target(config)
+    except Exception as err:
+        message = str(err).strip().splitlines()[-1] if str(err).strip() else type(err).__name__
+        raise FarmError(f"TVM rejects the target {target_json(d)}: {message}",
+                        "check the attribute names and values against TVM's target kinds") from None
+
+
+def _parse(user: str) -> dict[str, Any]:
+    """The user's target as a dict with a tunable kind (other keys untouched)."""
+    text = (user or "").strip()
+    if text.startswith(("{", "[", '"')):
+        try:
+            parsed = json.loads(text)
+        except json.JSONDecodeError as err:
+            raise FarmError(f"unknown target {user!r}: malformed JSON ({err.msg} at column {err.colno})",
+                            f"use llvm, cuda, or a TVM target JSON object such as {_EXAMPLE}") from None
+        if not isinstance(parsed, dict) or not isinstance(parsed.get("kind"), str):
+            what = "the JSON object has no \"kind\"" if isinstance(parsed, dict) else "not a JSON object"
+            raise FarmError(f"unknown target {user!r}: {what}",
+                            f"use llvm, cuda, or a TVM target JSON object such as {_EXAMPLE}")
+        kind = parsed["kind"].strip().lower()
+        parsed = {**parsed, "kind": kind}
+    else:
+        kind = text.lower()
+        parsed = {"kind": kind}
+    if kind in TUNABLE_KINDS:
+        return parsed
+    if kind in UNTUNED_TVM_KINDS:
+        raise FarmError(f"unknown target {user!r}: TVM knows the kind {kind!r} but the farm does not tune it yet",
+                        "use llvm or cuda")
+    if text.startswith(("llvm ", "cuda ")) or " -" in text:
+        fix = f"TVM 0.27 dropped the command-line target form; write it as JSON, such as {_EXAMPLE}"
+    elif kind in ("cpu", "x86", "x86_64", "arm", "aarch64"):
+        fix = "CPU targets are called llvm in TVM: use llvm"
+    elif kind in ("gpu", "nvidia"):
+        fix = "NVIDIA GPU targets are called cuda: use cuda"
+    else:
+        fix = f"use llvm, cuda, or a TVM target JSON object such as {_EXAMPLE}"
+    raise FarmError(f"unknown target {user!r}", fix)

@@ -1,0 +1,88 @@
+"""Cheap TVM start-up: register only the tensor intrinsics a target needs.
+
+`import tvm.s_tir.tensor_intrin` registers the intrinsics of every backend (CUDA alone is
+~30 s, ~43 s in all on a 2-core box). MetaSchedule imports it from `TuneContext.__init__` and
+from LocalBuilder's default build function, so a naive tuner pays that in the tuning process
+and again in every builder worker, and LocalBuilder's 30 s timeout then kills every build.
+We install a lean `tvm.s_tir.tensor_intrin` package first; later imports of it are no-ops.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import os
+import platform
+import sys
+import types
+
+_PACKAGE = "tvm.s_tir.tensor_intrin"
+
+# Which submodules of tvm.s_tir.tensor_intrin a target kind can use. CUDA's tensor-core
+# intrinsics are only needed by the "cuda-tensorcore" schedule rules, which the farm does not
+# enable by default; registering them costs ~30 s per process.
+_INTRINSICS_BY_KIND = {
+    ("llvm", "x86_64"): ("x86",),
+    ("llvm", "amd64"): ("x86",),
+    ("llvm", "aarch64"): ("arm_cpu",),
+    ("llvm", "arm64"): ("arm_cpu",),
+    ("cuda", None): (),
+}
+
+
+def intrinsic_modules(target_kind: str, machine: str | None = None) -> tuple[str, ...]:
+    """The tensor-intrinsic submodules registered for ``target_kind`` on this machine."""
+    machine = (machine or platform.machine()).lower()
+    if (target_kind, machine) in _INTRINSICS_BY_KIND:
+        return _INTRINSICS_BY_KIND[(target_kind, machine)]
+    return _INTRINSICS_BY_KIND.get((target_kind, None), ())
+
+
+def pin_tvm_threads() -> str:
+    """Make TVM's runtime use every core this process may run on; returns the setting.
+
+    TVM's thread pool defaults to half the logical CPUs on x86 (it assumes two hyper-threads
+    per core), so on a 2-core box without SMT every measurement and every deployed run used
+    one thread while the target said num-cores=2. Set before TVM's pool starts (it starts at
+    the first parallel kernel); an explicit TVM_NUM_THREADS from the user wins.
+    """
+    from foundation.hardware.fingerprint import available_cores
+
+    return os.environ.setdefault("TVM_NUM_THREADS", str(available_cores()))
+
+
+def install_lean_tensor_intrinsics(target_kind: str) -> tuple[str, ...]:
+    """Make ``tvm.s_tir.tensor_intrin`` an importable package holding only what we need.
+
+    Idempotent. If the full package was already imported, nothing changes. Returns the
+    submodules registered by this call.
+    """
+    pin_tvm_threads()
+    if _PACKAGE in sys.modules:
+        return ()
+    import tvm.s_tir  # noqa: F401  (the parent package must exist first)
+
+    spec = importlib.util.find_spec(_PACKAGE)
+    if spec is None or spec.submodule_search_locations is None:  # pragma: no cover - broken TVM
+        return ()
+    package = types.ModuleType(_PACKAGE, "Tensor intrinsics (lean: registered by tvm-farm)")
+    package.__path__ = list(spec.submodule_search_locations)
+    package.__package__ = _PACKAGE
+    package.__spec__ = spec
+    package.__file__ = spec.origin
+    sys.modules[_PACKAGE] = package
+    sys.modules["tvm.s_tir"].tensor_intrin = package
+    wanted = intrinsic_modules(target_kind)
+    for name in wanted:
+        importlib.import_module(f"{_PACKAGE}.{name}")
+    return wanted
+
+
+class LeanWorkerInit:
+    """Picklable initializer for MetaSchedule's builder/runner worker processes."""
+
+    def __init__(self, target_kind: str):
+        self.target_kind = target_kind
+
+    def __call__(self) -> None:
+        install_lean_tensor_intrinsics(self.target_kind)

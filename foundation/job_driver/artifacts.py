@@ -1,0 +1,96 @@
+"""Registry hits and artifact commits: the steps the embedded and the distributed job share.
+
+Both modes must answer a hit, and keep a validated library, in exactly the same way, or a
+library tuned by one would not be found (or would be described differently) by the other.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import TYPE_CHECKING, Any
+
+from foundation.domain.jobs import JobState
+from foundation.models.model_key import ModelKey
+
+if TYPE_CHECKING:  # pragma: no cover
+    from foundation.registry.entities import Artifact, Job
+    from foundation.registry.store import RegistryStore
+    from foundation.runtime.library_runner import Latency
+    from foundation.runtime.validation import ValidationResult
+
+# Libraries are exported as shared objects (foundation.compile.build_library).
+LIBRARY_FORMAT = "so"
+
+
+def find_hit(
+    store: "RegistryStore", key: ModelKey, target_json: str, fingerprint_id: str, tvm_version: str
+) -> "Artifact | None":
+    """The newest validated artifact for this model, target, fingerprint and TVM version.
+
+    Looked up by the model's name, batch and source digest, so no TVM import is needed.
+    """
+    model = store.find_model(key.name, key.batch, key.source_digest)
+    if model is None:
+        return None
+    return store.find_artifact(model.id, target_json, fingerprint_id, tvm_version)
+
+
+def record_hit(
+    store: "RegistryStore",
+    artifact: "Artifact",
+    target_json: str,
+    fingerprint_id: str,
+    options: dict[str, Any],
+) -> "Job":
+    """A job answered from the registry: succeeded at once, pointing at ``artifact``."""
+    job = store.create_job(
+        model_id=artifact.model_id, target=target_json, fingerprint_id=fingerprint_id,
+        trials_budget=0, options=options, cache_hit=True, state=JobState.SUCCEEDED.value,
+    )
+    return store.update_job(job.id, artifact_id=artifact.id, finished_at=utc_now())
+
+
+def commit_artifact(
+    store: "RegistryStore",
+    *,
+    model_id: str,
+    target_json: str,
+    fingerprint_id: str,
+    job_id: str,
+    library: bytes,
+    latency: "Latency",
+    untuned_latency: "Latency | None",
+    validation: "ValidationResult",
+    tvm_version: str,
+    software: dict[str, Any],
+) -> "Artifact":
+    """Keep a library that passed validation, with its latency and the check it passed."""
+    return store.add_artifact(
+        model_id=model_id, target=target_json, fingerprint_id=fingerprint_id, job_id=job_id,
+        library=library, lib_format=LIBRARY_FORMAT,
+        latency={"mean_ms": latency.mean_ms, "median_ms": latency.median_ms, "std_ms": latency.std_ms},
+        untuned_latency_mean_ms=untuned_latency.mean_ms if untuned_latency else None,
+        validation=validation.to_json(), tvm_version=tvm_version, software=software,
+    )
+
+
+def artifact_json(artifact: "Artifact") -> dict:
+    """An artifact as `farm submit --json` (and the coordinator's clients) show it."""
+    return {
+        "id": artifact.id,
+        "sha256": artifact.sha256,
+        "size": artifact.size,
+        "latency_ms": {
+            "mean": artifact.latency_mean_ms,
+            "median": artifact.latency_median_ms,
+            "std": artifact.latency_std_ms,
+        },
+        "untuned_latency_ms": artifact.untuned_latency_mean_ms,
+        "validation": artifact.validation,
+        "tvm_version": artifact.tvm_version,
+        "created_at": artifact.created_at.isoformat() if artifact.created_at else None,
+    }
+
+
+def utc_now() -> dt.datetime:
+    return dt.datetime.now(dt.timezone.utc)

@@ -1,0 +1,239 @@
+"""A MetaSchedule database backed by the registry, scoped to one fingerprint, target and TVM."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+import tvm
+import tvm_ffi
+from tvm.ir import IRModule
+from tvm.ir.utils import derived_object
+from tvm.s_tir.meta_schedule.database import PyDatabase, TuningRecord, Workload
+from tvm.target import Target
+
+from foundation.registry.entities import NewRecord, StoredRecord
+from foundation.registry.record_json import canonical_json, new_record_from, plain_value
+from foundation.registry.store import RegistryStore
+
+# Records are written in batches of this many; a killed agent loses at most one batch.
+DEFAULT_FLUSH_EVERY = 16
+
+
+def canonical_target_json(target: Target | Mapping[str, Any] | str) -> str:
+    """The target as the registry keys it: TVM's exported config, canonically spelled."""
+    if isinstance(target, str):
+        try:
+            target = json.loads(target)
+        except json.JSONDecodeError:
+            pass
+    if not isinstance(target, Target):
+        target = Target(target)
+    return canonical_json(target.export())
+
+
+def trace_is_valid(record: TuningRecord) -> bool:
+    """MetaSchedule's rule: some instruction must come before post-processing starts."""
+    insts = record.trace.insts
+    return len(insts) > 0 and insts[0].kind.name != "EnterPostproc"
+
+
+def workload_json(mod: IRModule) -> str:
+    """How the registry stores a workload: MetaSchedule's ``Workload.as_json()``, canonical."""
+    return canonical_json(Workload(mod).as_json())
+
+
+def module_json(stored_workload_json: str) -> str:
+    """The IRModule of a stored workload as ``tvm.ir.save_json`` text (what agents load)."""
+    return tvm.ir.save_json(Workload.from_json(json.loads(stored_workload_json)).mod)
+
+
+@derived_object
+class RegistryDatabase(PyDatabase):
+    """MetaSchedule's database interface over `RegistryStore`.
+
+    Reads see only records of this fingerprint, target and TVM version (records from any
+    job, so a new job starts warm). Writes are tagged with ``job_id`` and buffered up to
+    ``flush_every`` records; every read flushes first, so the database always sees its own
+    writes. Call ``flush()`` when tuning ends.
+
+    The query_* methods are MetaSchedule's own (has_workload + get_top_k(1) + replaying the
+    trace), which call back into this class.
+    """
+
+    def __init__(
+        self,
+        store: RegistryStore,
+        fingerprint_id: str,
+        target: Target | str,
+        tvm_version: str | None = None,
+        software: dict[str, Any] | None = None,
+        job_id: str | None = None,
+        flush_every: int = DEFAULT_FLUSH_EVERY,
+    ):
+        super().__init__()
+        self.store = store
+        self.fingerprint_id = fingerprint_id
+        # A string is taken as already canonical, as the coordinator computed it.
+        self.target_json = target if isinstance(target, str) else canonical_target_json(target)
+        self.tvm_version = tvm_version or tvm.__version__
+        self.software = dict(software or {})
+        self.job_id = job_id
+        self.flush_every = max(1, flush_every)
+        self._record_target = Target(json.loads(self.target_json))
+        self._pending: list[NewRecord] = []
+        # shash -> [(workload id, Workload)] as stored; parsed once per process.
+        self._by_shash: dict[str, list[tuple[int, Workload]]] = {}
+        self._by_id: dict[int, Workload] = {}
+        self._tuning_records: dict[int, TuningRecord] = {}
+
+    # -- workloads -------------------------------------------------------------------
+
+    def _load(self, shash: str) -> list[tuple[int, Workload]]:
+        candidates = []
+        for workload_id, mod_json in self.store.find_workloads(shash):
+            if workload_id not in self._by_id:
+                self._by_id[workload_id] = Workload.from_json(json.loads(mod_json))
+            candidates.append((workload_id, self._by_id[workload_id]))
+        self._by_shash[shash] = candidates
+        return candidates
+
+    def _matching_ids(self, mod: IRModule) -> list[int]:
+        """Ids of stored workloads structurally equal to ``mod``, oldest first."""
+        shash = str(tvm_ffi.structural_hash(mod))
+        candidates = self._by_shash.get(shash)
+        cached = candidates is not None
+        ids = self._equal_ids(candidates if cached else self._load(shash), mod)
+        if not ids and cached:
+            # Another process may have committed the workload since we last looked.
+            ids = self._equal_ids(self._load(shash), mod)
+        return ids
+
+    @staticmethod
+    def _equal_ids(candidates: list[tuple[int, Workload]], mod: IRModule) -> list[int]:
+        return [
+            i for i, w in candidates if w.mod.same_as(mod) or tvm_ffi.structural_equal(w.mod, mod)
+        ]
+
+    def _workload_id(self, workload: Workload) -> int:
+        ids = self._matching_ids(workload.mod)
+        return ids[0] if ids else self._commit(workload)
+
+    def _commit(self, workload: Workload) -> int:
+        shash = str(tvm_ffi.structural_hash(workload.mod))
+        workload_id = self.store.commit_workload(shash, canonical_json(workload.as_json()))
+        self._by_id.setdefault(workload_id, workload)
+        candidates = self._by_shash.setdefault(shash, [])
+        if all(i != workload_id for i, _ in candidates):
+            candidates.append((workload_id, self._by_id[workload_id]))
+        return workload_id
+
+    def has_workload(self, mod: IRModule) -> bool:
+        return bool(self._matching_ids(mod))
+
+    def commit_workload(self, mod: IRModule) -> Workload:
+        ids = self._matching_ids(mod)
+        if ids:
+            return self._by_id[ids[0]]
+        workload = Workload(mod)
+        return self._by_id[self._commit(workload)]
+
+    # -- records ---------------------------------------------------------------------
+
+    def commit_tuning_record(self, record: TuningRecord) -> None:
+        self._pending.append(
+            new_record_from(
+                plain_value(record.as_json()),
+                workload_id=self._workload_id(record.workload),
+                fingerprint_id=self.fingerprint_id,
+                target_json=self.target_json,
+                tvm_version=self.tvm_version,
+                software=self.software,
+                job_id=self.job_id,
+            )
+        )
+        if len(self._pending) >= self.flush_every:
+            self.flush()
+
+    def flush(self) -> int:
+        """Write buffered records; returns how many were new to the registry."""
+        if not self._pending:
+            return 0
+        pending, self._pending = self._pending, []
+        try:
+            return self.store.add_tuning_records(pending)
+        except BaseException:
+            # Kept for the next flush: a registry hiccup must not drop measurements.
+            self._pending = pending + self._pending
+            raise
+
+    def _tuning_record(self, stored: StoredRecord) -> TuningRecord:
+        record = self._tuning_records.get(stored.id)
+        if record is None:
+            workload = self._by_id.get(stored.workload_id)
+            if workload is None:
+                _shash, mod_json = self.store.get_workloads([stored.workload_id])[
+                    stored.workload_id
+                ]
+                workload = self._by_id.setdefault(
+                    stored.workload_id, Workload.from_json(json.loads(mod_json))
+                )
+            record = TuningRecord.from_json(
+                [
+                    json.loads(stored.trace),
+                    stored.run_secs,
+                    json.loads(stored.target),
+                    None if stored.args_info is None else json.loads(stored.args_info),
+                ],
+                workload,
+            )
+            self._tuning_records[stored.id] = record
+        return record
+
+    def get_top_k(self, workload: Workload, top_k: int) -> list[TuningRecord]:
+        if top_k < 0:
+            raise ValueError("top_k must be non-negative")
+        self.flush()
+        ids = self._matching_ids(workload.mod)
+        if not ids or top_k == 0:
+            return []
+        stored = self.store.top_k_records(
+            ids, self.fingerprint_id, self.target_json, self.tvm_version, top_k
+        )
+        return [self._tuning_record(s) for s in stored]
+
+    def get_all_tuning_records(self) -> list[TuningRecord]:
+        self.flush()
+        stored = self.store.all_records(
+            fingerprint_id=self.fingerprint_id,
+            target=self.target_json,
+            tvm_version=self.tvm_version,
+        )
+        missing = {s.workload_id for s in stored} - set(self._by_id)
+        for workload_id, (_shash, mod_json) in self.store.get_workloads(missing).items():
+            self._by_id[workload_id] = Workload.from_json(json.loads(mod_json))
+        return [self._tuning_record(s) for s in stored]
+
+    def __len__(self) -> int:
+        self.flush()
+        return self.store.count_records(
+            fingerprint_id=self.fingerprint_id,
+            target=self.target_json,
+            tvm_version=self.tvm_version,
+        )
+
+
+def tvm_database_for(
+    store: RegistryStore,
+    fingerprint_id: str,
+    target_json: str,
+    tvm_version: str,
+    software: dict[str, Any],
+    job_id: str | None = None,
+    flush_every: int = DEFAULT_FLUSH_EVERY,
+) -> RegistryDatabase:
+    """The MetaSchedule database a tuning run (or a build applying its results) should use."""
+    return RegistryDatabase(
+        store, fingerprint_id, target_json, tvm_version, software, job_id, flush_every
+    )

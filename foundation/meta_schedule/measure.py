@@ -1,0 +1,174 @@
+"""Building and timing candidates: warm builder/runner pools, local or through a tracker."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from foundation.hardware.tvm_startup import LeanWorkerInit
+from foundation.meta_schedule.warm_builder import prewarm
+
+if TYPE_CHECKING:  # pragma: no cover
+    from foundation.meta_schedule.progress import LiveProgress
+
+
+@dataclass(frozen=True)
+class RPCMeasure:
+    """Measure through a TVM RPC tracker on any free server registered under ``key``."""
+
+    tracker_host: str
+    tracker_port: int
+    key: str
+    session_timeout_sec: float = 60.0
+    max_workers: int = 1
+
+
+@dataclass(frozen=True)
+class MeasureSettings:
+    """How candidates are built and timed. ``rpc`` is None for the local device."""
+
+    build_workers: int | None = None
+    build_timeout_sec: float = 120.0
+    run_timeout_sec: float = 60.0
+    number: int = 3
+    repeat: int = 1
+    min_repeat_ms: int = 40
+    rpc: RPCMeasure | None = None
+
+
+class BuildClock:
+    """Counts builds and remembers when the first candidate of this process was built.
+
+    The farm's start-up goal is measured from here (bench/startup.py), and the counts are
+    what an agent exports as metrics.
+    """
+
+    def __init__(self) -> None:
+        self.first_build_at: float | None = None  # wall clock (time.time()) of the first result
+        self.built = 0
+        self.failed = 0
+
+    def record(self, results) -> None:
+        if self.first_build_at is None and results:
+            self.first_build_at = time.time()
+        for result in results:
+            if result.error_msg:
+                self.failed += 1
+            else:
+                self.built += 1
+
+
+def timed_builder(inner, clock: BuildClock, pools: "WorkerPools | None" = None):
+    """Wrap a MetaSchedule builder: record every batch on ``clock`` and on live progress."""
+    from tvm.ir.utils import derived_object
+    from tvm.s_tir.meta_schedule.builder import PyBuilder
+
+    @derived_object
+    class _TimedBuilder(PyBuilder):
+        def build(self, build_inputs):
+            if pools is not None and pools.live is not None and pools.live.is_cancelled:
+                # Cancelled mid-round: skip the work; MetaSchedule terminates at its next join.
+                from tvm.s_tir.meta_schedule.builder import BuilderResult
+
+                return [BuilderResult(None, "cancelled") for _ in build_inputs]
+            results = inner.build(build_inputs)
+            clock.record(results)
+            if pools is not None and pools.live is not None:
+                pools.live.built(results)
+            return results
+
+    return _TimedBuilder()
+
+
+def observed_runner(inner, pools: "WorkerPools"):
+    """Wrap a MetaSchedule runner so each result reaches live progress as soon as it exists.
+
+    LocalRunner measures synchronously (its futures are done on return); RPCRunner's futures
+    complete later, so a callback reports them.
+    """
+    from tvm.ir.utils import derived_object
+    from tvm.s_tir.meta_schedule.runner import PyRunner
+
+    @derived_object
+    class _ObservedRunner(PyRunner):
+        def run(self, runner_inputs):
+            live = pools.live
+            if live is not None and live.is_cancelled:
+                from tvm.s_tir.meta_schedule.runner.local_runner import LocalRunnerFuture
+
+                return [LocalRunnerFuture(res=None, error_message="cancelled") for _ in runner_inputs]
+            futures = inner.run(runner_inputs)
+            if live is not None:
+                task_id = live.current
+                for future in futures:
+                    _report_when_done(future, live, task_id)
+            return futures
+
+    return _ObservedRunner()
+
+
+def _report_when_done(future, live: "LiveProgress", task_id: int | None) -> None:
+    pending = getattr(future, "future", None)  # RPCRunnerFuture wraps a concurrent future
+    if pending is not None and not pending.done():
+        pending.add_done_callback(lambda _: live.ran(task_id, future.result()))
+    else:
+        live.ran(task_id, future.result())
+
+
+class WorkerPools:
+    """Builder and runner pools that stay warm across tuning runs of one process.
+
+    A fresh worker pays TVM's import; reusing the pools across shards means an agent pays
+    it once. Pools are per target kind because the lean intrinsic set differs.
+    """
+
+    def __init__(self, settings: MeasureSettings | None = None):
+        self.settings = settings or MeasureSettings()
+        self.clock = BuildClock()
+        self.live: LiveProgress | None = None  # set by the tuning run in progress
+        self._pools: dict[str, tuple[object, object]] = {}
+
+    def get(self, target_kind: str):
+        if target_kind not in self._pools:
+            self._pools[target_kind] = (self._builder(target_kind), self._runner(target_kind))
+        return self._pools[target_kind]
+
+    def _builder(self, target_kind: str):
+        from foundation.meta_schedule.warm_builder import warm_builder
+
+        warm = warm_builder(self.settings.build_workers, self.settings.build_timeout_sec,
+                            LeanWorkerInit(target_kind))
+        return timed_builder(warm, self.clock, self)
+
+    def _runner(self, target_kind: str):
+        from tvm.s_tir import meta_schedule as ms
+
+        s = self.settings
+        evaluator = ms.runner.EvaluatorConfig(
+            number=s.number,
+            repeat=s.repeat,
+            min_repeat_ms=s.min_repeat_ms,
+            enable_cpu_cache_flush=False,
+        )
+        if s.rpc is None:
+            inner = ms.runner.LocalRunner(
+                timeout_sec=s.run_timeout_sec,
+                evaluator_config=evaluator,
+                initializer=LeanWorkerInit(target_kind),
+            )
+            prewarm(inner.pool, 1, "farm-runner-prewarm")  # LocalRunner's pool persists
+        else:
+            rpc_config = ms.runner.RPCConfig(
+                tracker_host=s.rpc.tracker_host,
+                tracker_port=s.rpc.tracker_port,
+                tracker_key=s.rpc.key,
+                session_timeout_sec=s.rpc.session_timeout_sec,
+            )
+            inner = ms.runner.RPCRunner(
+                rpc_config=rpc_config,
+                evaluator_config=evaluator,
+                max_workers=s.rpc.max_workers,
+                initializer=LeanWorkerInit(target_kind),
+            )
+        return observed_runner(inner, self)

@@ -1,0 +1,154 @@
+"""Per-task tuning progress, updated live as candidates are built and measured.
+
+MetaSchedule only hands measured batches to its measure callbacks when it joins a task,
+and its gradient scheduler joins nothing until every task has had a first batch: on a
+19-task model that is the whole of a small budget. So progress is taken where results
+appear instead: from the builder (build errors) and the runner (timings), attributed to
+the task the scheduler last picked (it logs each pick, and builds/runs happen right after
+on the same thread).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import re
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+# Errors kept per task: enough to diagnose, bounded for huge runs.
+KEPT_ERRORS_PER_TASK = 5
+
+_PICK = re.compile(r"TaskScheduler picks Task #(\d+)")
+
+
+@dataclass
+class TaskProgress:
+    """What is known about one task while it is tuned."""
+
+    index: int
+    name: str
+    weight: int
+    flop: float
+    budget: int
+    trials: int = 0
+    build_errors: int = 0
+    run_errors: int = 0
+    best_sec: float | None = None
+    started: float | None = None
+    last_update: float | None = None
+    errors: list[str] = field(default_factory=list)
+
+    @property
+    def best_gflops(self) -> float | None:
+        if self.best_sec is None or self.best_sec <= 0 or self.flop <= 0:
+            return None
+        return self.flop / self.best_sec / 1e9
+
+    @property
+    def elapsed(self) -> float:
+        if self.started is None:
+            return 0.0
+        return (self.last_update or time.monotonic()) - self.started
+
+    def to_json(self) -> dict:
+        return {
+            "task": self.name,
+            "weight": self.weight,
+            "trials": self.trials,
+            "budget": self.budget,
+            "build_errors": self.build_errors,
+            "run_errors": self.run_errors,
+            "best_us": None if self.best_sec is None else self.best_sec * 1e6,
+            "best_gflops": self.best_gflops,
+            "elapsed_s": round(self.elapsed, 3),
+            "errors": list(self.errors),
+        }
+
+
+class ProgressListener(Protocol):
+    """Receives tuning progress; implementations draw bars, stream events, count metrics."""
+
+    def started(self, tasks: Sequence[TaskProgress]) -> None: ...
+
+    def measured(self, task: TaskProgress, new_trials: int) -> None: ...
+
+    def finished(self, tasks: Sequence[TaskProgress]) -> None: ...
+
+
+class LiveProgress:
+    """Attributes build and run results to tasks and tells the listener, thread-safely."""
+
+    def __init__(self, tasks: list[TaskProgress], listener: ProgressListener | None,
+                 cancelled: threading.Event | None = None):
+        self.tasks = tasks
+        self.listener = listener
+        self.cancelled = cancelled
+        self.current: int | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def is_cancelled(self) -> bool:
+        return self.cancelled is not None and self.cancelled.is_set()
+
+    def picked(self, task_id: int) -> None:
+        self.current = task_id
+
+    def built(self, results) -> None:
+        """Failed builds are finished trials (they never reach the runner)."""
+        task_id = self.current
+        if task_id is None or self.is_cancelled:
+            return
+        failed = [r.error_msg for r in results if r.error_msg]
+        if failed:
+            with self._lock:
+                task = self.tasks[task_id]
+                task.trials += len(failed)
+                task.build_errors += len(failed)
+                for message in failed:
+                    _keep(task, message)
+                task.last_update = time.monotonic()
+            self._tell(task_id, len(failed))
+
+    def ran(self, task_id: int | None, result) -> None:
+        if task_id is None or self.is_cancelled:
+            return
+        with self._lock:
+            task = self.tasks[task_id]
+            task.trials += 1
+            if result.error_msg:
+                task.run_errors += 1
+                _keep(task, result.error_msg)
+            elif result.run_secs:
+                secs = [float(s) for s in result.run_secs]
+                mean = sum(secs) / len(secs)
+                if math.isfinite(mean) and (task.best_sec is None or mean < task.best_sec):
+                    task.best_sec = mean
+            task.last_update = time.monotonic()
+        self._tell(task_id, 1)
+
+    def _tell(self, task_id: int, new_trials: int) -> None:
+        if self.listener is not None:
+            self.listener.measured(self.tasks[task_id], new_trials)
+
+
+class TaskPickHandler(logging.Handler):
+    """Reads MetaSchedule's "TaskScheduler picks Task #N" log line into LiveProgress."""
+
+    def __init__(self, live: LiveProgress):
+        super().__init__(level=logging.INFO)
+        self.live = live
+
+    def emit(self, record: logging.LogRecord) -> None:
+        match = _PICK.search(record.getMessage())
+        if match:
+            self.live.picked(int(match.group(1)))
+
+
+def _keep(task: TaskProgress, message: str) -> None:
+    if len(task.errors) < KEPT_ERRORS_PER_TASK:
+        lines = [line for line in message.strip().splitlines() if line.strip()]
+        task.errors.append((lines[-1] if lines else message)[:500])

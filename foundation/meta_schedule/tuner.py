@@ -1,0 +1,258 @@
+"""Tune a set of tasks with MetaSchedule (evolutionary search, xgb cost model) into a database.
+
+The database is the farm's registry, so the search starts from every record the farm already
+has for these workloads on this fingerprint (MetaSchedule seeds its population from
+``get_top_k``), and every measured candidate reaches the registry as it is measured.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from foundation.hardware.tvm_startup import install_lean_tensor_intrinsics
+from foundation.meta_schedule.measure import MeasureSettings, RPCMeasure, WorkerPools
+from foundation.meta_schedule.progress import LiveProgress, ProgressListener, TaskPickHandler, TaskProgress
+
+if TYPE_CHECKING:  # pragma: no cover
+    import tvm
+
+    from foundation.compile import TuningTask
+
+__all__ = [
+    "MeasureSettings", "RPCMeasure", "WorkerPools", "ProgressListener", "TaskProgress",
+    "TuningBudget", "TuningReport", "tune",
+]
+
+_MS_LOGGER = "tvm.s_tir.meta_schedule"
+DEFAULT_TRIALS_PER_TASK = 32
+# From this many trials per task the search keeps MetaSchedule's own population (512); below
+# it, sampling and evolving 512 candidates a round (~13 s per task per round on the 2-core
+# machines of docs/benchmarks.md) costs more than measuring the few that a small budget picks
+# from them.
+FULL_POPULATION_FROM = 32
+CANDIDATES_PER_TRIAL = 16
+MIN_POPULATION = 64
+
+
+@dataclass(frozen=True)
+class TuningBudget:
+    """How many candidates to measure: in all, per task, and per search round."""
+
+    max_trials_global: int
+    max_trials_per_task: int
+    num_trials_per_iter: int = 16
+
+    @staticmethod
+    def for_tasks(num_tasks: int, trials: int | None, trials_per_task: int | None) -> "TuningBudget":
+        """A budget from the user's options.
+
+        Neither given: 32 trials per task. Only a global budget: any task may use all of it
+        (MetaSchedule's own default; its scheduler spends where latency improves most). Only
+        a per-task cap: that many for every task.
+        """
+        if trials is None:
+            per_task = trials_per_task or DEFAULT_TRIALS_PER_TASK
+            total = per_task * max(num_tasks, 1)
+        else:
+            total = trials
+            per_task = min(trials_per_task or total, total)
+        return TuningBudget(
+            max_trials_global=total,
+            max_trials_per_task=per_task,
+            num_trials_per_iter=max(1, min(16, per_task)),
+        )
+
+
+@dataclass
+class TuningReport:
+    """The outcome of one tuning run."""
+
+    tasks: list[TaskProgress]
+    seconds: float
+    cancelled: bool = False
+    first_build_at: float | None = None  # wall clock of this process's first built candidate
+
+    @property
+    def trials(self) -> int:
+        return sum(t.trials for t in self.tasks)
+
+    @property
+    def errors(self) -> int:
+        return sum(t.build_errors + t.run_errors for t in self.tasks)
+
+
+def tune(
+    tasks: Sequence["TuningTask"],
+    target: "tvm.target.Target",
+    database,
+    budget: TuningBudget,
+    work_dir: Path,
+    *,
+    pools: WorkerPools | None = None,
+    listener: ProgressListener | None = None,
+    cancelled: threading.Event | None = None,
+    seed: int | None = None,
+) -> TuningReport:
+    """Tune ``tasks`` for ``target``; records go to ``database`` as they are measured.
+
+    ``cancelled`` is checked after every measured batch; when set, the remaining tasks are
+    terminated and the report says so. MetaSchedule's own log goes to ``work_dir/logs``.
+    """
+    target_kind = target.kind.name
+    install_lean_tensor_intrinsics(target_kind)
+    from tvm.s_tir import meta_schedule as ms
+
+    pools = pools or WorkerPools()
+    builder, runner = pools.get(target_kind)
+    work_dir.mkdir(parents=True, exist_ok=True)
+    begin = time.monotonic()
+    progress = [
+        TaskProgress(index=i, name=t.name, weight=t.weight, flop=t.flop,
+                     budget=budget.max_trials_per_task, started=begin)
+        for i, t in enumerate(tasks)
+    ]
+    contexts = _tune_contexts(tasks, target, work_dir, seed, budget.max_trials_per_task)
+    live = LiveProgress(progress, listener, cancelled)
+    picks = TaskPickHandler(live)
+    logging.getLogger(_MS_LOGGER).addHandler(picks)
+    pools.live = live
+    canceller = _Canceller(progress, cancelled)
+    if listener:
+        listener.started(progress)
+    try:
+        ms.tune_tasks(
+            tasks=contexts,
+            task_weights=[float(t.weight) for t in tasks],
+            work_dir=str(work_dir),
+            max_trials_global=budget.max_trials_global,
+            max_trials_per_task=budget.max_trials_per_task,
+            num_trials_per_iter=budget.num_trials_per_iter,
+            builder=builder,
+            runner=runner,
+            database=database,
+            cost_model="xgb",
+            measure_callbacks=[*ms.measure_callback.MeasureCallback.create("default"), canceller.tvm_object],
+            task_scheduler="gradient",
+        )
+    finally:
+        pools.live = None
+        logging.getLogger(_MS_LOGGER).removeHandler(picks)
+        if hasattr(database, "flush"):
+            database.flush()
+        if listener:
+            listener.finished(progress)
+    return TuningReport(
+        tasks=progress,
+        seconds=time.monotonic() - begin,
+        cancelled=canceller.was_cancelled,
+        first_build_at=pools.clock.first_build_at,
+    )
+
+
+def search_strategy(max_trials_per_task: int):
+    """MetaSchedule's evolutionary search, its population sized to the budget.
+
+    A small budget (a smoke tune, a test, a quick first pass) measures a handful of candidates
+    per task; they are still picked by the cost model from ``CANDIDATES_PER_TRIAL`` times as many
+    (at least ``MIN_POPULATION``), evolved from the registry's best records as usual.
+    """
+    if max_trials_per_task >= FULL_POPULATION_FROM:
+        return "evolutionary"
+    from tvm.s_tir import meta_schedule as ms
+
+    population = max(MIN_POPULATION, CANDIDATES_PER_TRIAL * max_trials_per_task)
+    return ms.search_strategy.EvolutionarySearch(population_size=population)
+
+
+def _tune_contexts(tasks, target, work_dir: Path, seed: int | None, max_trials_per_task: int):
+    from tvm.s_tir import meta_schedule as ms
+    from tvm.s_tir.meta_schedule.utils import fork_seed
+
+    loggers = _task_loggers(work_dir, [t.name for t in tasks])
+    seeds = fork_seed(seed, n=len(tasks))
+    return [
+        ms.TuneContext(
+            mod=task.mod,
+            target=target,
+            space_generator=_space_generator(target),
+            search_strategy=search_strategy(max_trials_per_task),
+            task_name=task.name,
+            logger=logger,
+            rand_state=rand_state,
+            num_threads="physical",
+        )
+        for task, logger, rand_state in zip(tasks, loggers, seeds)
+    ]
+
+
+def _space_generator(target):
+    """MetaSchedule's design space for the target kind, with rules that need no tensor core.
+
+    For CUDA, "from-target" rules include the tensor-core ones, whose intrinsics are the
+    ~30 s import the farm avoids (foundation.hardware.tvm_startup); plain "cuda" rules tune SIMT kernels.
+    """
+    from tvm.s_tir import meta_schedule as ms
+
+    if target.kind.name == "cuda":
+        return ms.space_generator.PostOrderApply(sch_rules="cuda", postprocs="cuda", mutator_probs="cuda")
+    return "post-order-apply"
+
+
+def _task_loggers(work_dir: Path, task_names: list[str]) -> list[logging.Logger]:
+    """MetaSchedule's per-task log files under work_dir/logs, with its console handler
+    replaced by a null one: stdout belongs to `--json`, and the farm draws its own progress."""
+    from tvm.s_tir.meta_schedule.logging import create_loggers
+
+    log_dir = work_dir / "logs"
+    log_dir.mkdir(parents=True, exist_ok=True)
+    width = len(str(max(len(task_names) - 1, 0)))
+    names = [f"{_MS_LOGGER}.task_{i:0{width}d}_{name[:100]}" for i, name in enumerate(task_names)]
+    # create_loggers re-lists the global logger's handlers by name; unnamed ones (added by
+    # others, e.g. test log capture) would break it, so they step aside while it runs.
+    global_logger = logging.getLogger(_MS_LOGGER)
+    unnamed = [h for h in global_logger.handlers if h.get_name() is None]
+    for handler in unnamed:
+        global_logger.removeHandler(handler)
+    try:
+        create_loggers(
+            log_dir=str(log_dir),
+            params=[{"log_dir": str(log_dir), "logger_name": name} for name in names],
+            logger_config={"handlers": {f"{_MS_LOGGER}.console": {"class": "logging.NullHandler"}}},
+        )
+    finally:
+        for handler in unnamed:
+            global_logger.addHandler(handler)
+    return [logging.getLogger(name) for name in names]
+
+
+class _Canceller:
+    """A measure callback that terminates every task once ``cancelled`` is set."""
+
+    def __init__(self, progress: list[TaskProgress], cancelled: threading.Event | None):
+        from tvm.ir.utils import derived_object
+        from tvm.s_tir import meta_schedule as ms
+
+        self.progress = progress
+        self.cancelled = cancelled
+        self.was_cancelled = False
+        owner = self
+
+        @derived_object
+        class _Callback(ms.measure_callback.PyMeasureCallback):
+            def apply(self, task_scheduler, task_id, measure_candidates, builder_results, runner_results):
+                owner.check(task_scheduler)
+
+        self.tvm_object = _Callback()
+
+    def check(self, task_scheduler) -> None:
+        if self.cancelled is None or self.was_cancelled or not self.cancelled.is_set():
+            return
+        self.was_cancelled = True
+        for i in range(len(self.progress)):
+            task_scheduler.terminate_task(i)

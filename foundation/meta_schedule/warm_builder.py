@@ -1,0 +1,79 @@
+"""A MetaSchedule builder whose worker processes stay warm across batches.
+
+TVM's LocalBuilder starts a fresh process pool for every batch (to contain a memory leak
+in long-lived workers), so each batch of 16 candidates pays every worker's start-up again:
+`import tvm` plus the target's intrinsics. The farm keeps one pool and recycles each worker
+after a bounded number of builds instead, which contains the leak just as well, and starts
+the workers in the background as soon as the builder exists.
+"""
+
+from __future__ import annotations
+
+import threading
+
+# Builds a worker serves before it is replaced: bounds the leak LocalBuilder worries about.
+BUILDS_PER_WORKER = 200
+
+
+def _ready() -> bool:
+    return True
+
+
+def prewarm(pool, workers: int, name: str) -> None:
+    """Start every worker of a TVM PopenPoolExecutor (running its initializer) in the background.
+
+    One no-op per pool thread reaches each worker while the tuner is still generating its
+    first candidates; a worker that fails to start fails its first real task too.
+    """
+
+    def start_all() -> None:
+        for future in [pool.submit(_ready) for _ in range(workers)]:
+            try:
+                future.result()
+            except Exception:
+                pass
+
+    threading.Thread(target=start_all, name=name, daemon=True).start()
+
+
+def warm_builder(max_workers: int | None, timeout_sec: float, initializer):
+    """A PyBuilder building candidates the way LocalBuilder does, on a persistent pool."""
+    import os
+
+    from tvm.ir.utils import derived_object
+    from tvm.s_tir.meta_schedule.builder import BuilderResult, PyBuilder
+    from tvm.s_tir.meta_schedule.builder.local_builder import _serialize_params, _worker_func
+    from tvm.support.popen_pool import PopenPoolExecutor, StatusKind
+
+    workers = max_workers or os.cpu_count() or 1
+    pool = PopenPoolExecutor(
+        max_workers=workers,
+        timeout=timeout_sec,
+        initializer=initializer,
+        maximum_process_uses=BUILDS_PER_WORKER,
+    )
+
+    prewarm(pool, workers, "farm-builder-prewarm")
+
+    @derived_object
+    class _WarmBuilder(PyBuilder):
+        def build(self, build_inputs):
+            results = []
+            jobs = [
+                (None, None, b.mod, b.target, _serialize_params(b.params)) for b in build_inputs
+            ]
+            for outcome in pool.map_with_error_catching(lambda job: _worker_func(*job), jobs):
+                if outcome.status == StatusKind.COMPLETE:
+                    results.append(BuilderResult(outcome.value, None))
+                elif outcome.status == StatusKind.TIMEOUT:
+                    results.append(BuilderResult(None, f"farm builder: timeout, killed after {timeout_sec} seconds"))
+                else:
+                    results.append(BuilderResult(None, f"farm builder: an exception occurred\n{outcome.value}"))
+            return results
+
+        def shutdown(self) -> None:
+            pool.shutdown()
+
+    builder = _WarmBuilder()
+    builder.pool = pool  # for inspection (tests, metrics)
+    return builder

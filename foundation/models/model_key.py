@@ -1,0 +1,54 @@
+"""Name a model without building it: the key under which the registry answers hits.
+
+A hit must cost well under a second, so the lookup key is computed without TVM: a zoo name
+and its architecture version, or an ONNX file's content hash, plus the batch.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from foundation.errors import FarmError, NotFound
+from foundation.models.loaded import check_batch
+
+
+@dataclass(frozen=True)
+class ModelKey:
+    name: str
+    batch: int
+    source: str  # "zoo" or "onnx"
+    source_digest: str
+    path: Path | None = None
+
+    def describe(self) -> str:
+        return f"{self.name} batch {self.batch}"
+
+
+def looks_like_path(name_or_path: str) -> bool:
+    return name_or_path.endswith(".onnx") or os.sep in name_or_path or os.path.isfile(name_or_path)
+
+
+def model_key(name_or_path: str, batch: int) -> ModelKey:
+    """The key of a zoo model name or an ONNX file; bad names and files raise FarmError."""
+    from foundation.models.zoo import known_models, zoo_source_digest
+
+    check_batch(batch)
+    if looks_like_path(name_or_path):
+        path = Path(name_or_path).expanduser()
+        if not path.is_file():
+            raise NotFound(f"no such ONNX file: {name_or_path}",
+                           "check the path, or name a zoo model (see `farm models`)")
+        try:
+            digest = hashlib.sha256(path.read_bytes()).hexdigest()
+        except OSError as err:
+            raise FarmError(f"cannot read {name_or_path}: {err.strerror}", "check the file's permissions") from None
+        return ModelKey(path.stem, batch, "onnx", digest, path.resolve())
+    if name_or_path not in known_models():
+        raise NotFound(
+            f"unknown model '{name_or_path}'",
+            f"known models: {', '.join(known_models())}; or pass a path to an .onnx file",
+        )
+    return ModelKey(name_or_path, batch, "zoo", zoo_source_digest(name_or_path))

@@ -1,0 +1,143 @@
+"""Connecting to the registry database: URL checks, engines, SQLite pragmas, error messages."""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from pathlib import Path
+
+from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.exc import ArgumentError, IntegrityError, OperationalError, SQLAlchemyError
+from sqlalchemy.pool import StaticPool
+
+from foundation.errors import RegistryError
+
+URL_FIX = (
+    "check --registry / FARM_REGISTRY: sqlite:///path/to/registry.db or postgresql://user@host/db"
+)
+REACH_FIX = "check --registry / FARM_REGISTRY and that the database server is up and reachable"
+# PostgreSQL clients wait for the OS TCP timeout (minutes) on a black-holed host otherwise.
+CONNECT_TIMEOUT_SEC = 5
+SQLITE_BUSY_TIMEOUT_MS = 30000
+# Marks a session that will write, so SQLite takes the write lock when the transaction
+# begins: upgrading a read lock later fails at once with "database is locked" when
+# another writer got there first, whatever the busy timeout.
+WRITE_OPTION = "farm_registry_write"
+
+
+def parse_registry_url(url: str) -> URL:
+    """Parse a registry URL, steering every PostgreSQL spelling to the psycopg 3 driver."""
+    try:
+        parsed = make_url(url)
+    except ArgumentError as exc:
+        raise RegistryError(f"{url!r} is not a registry URL", URL_FIX) from exc
+    backend = parsed.get_backend_name()
+    if backend in ("postgresql", "postgres"):
+        if parsed.drivername in ("postgresql", "postgres"):
+            parsed = parsed.set(drivername="postgresql+psycopg")
+        return parsed
+    if backend == "sqlite":
+        return parsed
+    raise RegistryError(
+        f"unsupported registry URL scheme {parsed.drivername!r} in {masked(parsed)}",
+        URL_FIX,
+    )
+
+
+def masked(url: URL) -> str:
+    return url.render_as_string(hide_password=True)
+
+
+def create_registry_engine(url: URL) -> Engine:
+    """An engine with the per-connection settings the registry relies on."""
+    if url.get_backend_name() == "sqlite":
+        return _sqlite_engine(url)
+    return create_engine(
+        url,
+        pool_pre_ping=True,
+        # The coordinator serves many calls at once; most hold a connection only briefly.
+        pool_size=16,
+        max_overflow=16,
+        connect_args={"connect_timeout": CONNECT_TIMEOUT_SEC},
+    )
+
+
+def _sqlite_engine(url: URL) -> Engine:
+    database = url.database or ""
+    in_memory = database in ("", ":memory:") or database.startswith("file::memory:")
+    if in_memory:
+        # One connection, or every session would see its own empty database.
+        engine = create_engine(url, poolclass=StaticPool, connect_args={"check_same_thread": False})
+    else:
+        Path(database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+        engine = create_engine(url, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000})
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection, _record):  # type: ignore[no-untyped-def]
+        # Let SQLAlchemy's "begin" hook below emit BEGIN itself; pysqlite's own
+        # implicit transactions cannot be made IMMEDIATE.
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+        if not in_memory:
+            _use_write_ahead_log(cursor)
+            # WAL with synchronous=NORMAL is durable across process crashes, which is
+            # what a killed agent is; fsync per commit buys only power-loss safety.
+            cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(connection):  # type: ignore[no-untyped-def]
+        write = connection.get_execution_options().get(WRITE_OPTION, False)
+        connection.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
+
+    return engine
+
+
+def _use_write_ahead_log(cursor) -> None:  # type: ignore[no-untyped-def]
+    """Switch the database file to WAL, waiting out other connections doing the same.
+
+    WAL is a property of the file and sticks once set. Switching needs an exclusive lock,
+    and SQLite answers "database is locked" at once, without calling the busy handler, when
+    several processes open a fresh registry together; so the wait is ours.
+    """
+    deadline = time.monotonic() + SQLITE_BUSY_TIMEOUT_MS / 1000
+    delay = 0.005
+    while True:
+        try:
+            cursor.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() + delay > deadline:
+                raise
+        time.sleep(delay)
+        delay = min(delay * 2, 0.2)
+
+
+def short_reason(exc: BaseException) -> str:
+    """The first line of the driver's message, without SQLAlchemy's SQL and parameters."""
+    orig = getattr(exc, "orig", None) or exc
+    text = str(orig).strip() or type(orig).__name__
+    line = text.splitlines()[0].strip()
+    return line.removeprefix("connection failed: ")
+
+
+def registry_error(exc: SQLAlchemyError, url: str) -> RegistryError:
+    """Turn a database exception into the one-line error a user can act on."""
+    reason = short_reason(exc)
+    if isinstance(exc, IntegrityError):
+        return RegistryError(
+            f"the registry at {url} refused a write: {reason}",
+            "nothing was written; check the ids passed in (model, fingerprint, job, workload)",
+        )
+    if isinstance(exc, OperationalError):
+        if "locked" in reason or "busy" in reason:
+            return RegistryError(
+                f"the registry at {url} stayed busy: {reason}",
+                "another process holds a long write lock; retry, "
+                "or use PostgreSQL for many writers",
+            )
+        return RegistryError(f"cannot reach the registry at {url}: {reason}", REACH_FIX)
+    return RegistryError(f"the registry at {url} failed: {reason}", REACH_FIX)

@@ -1,0 +1,315 @@
+"""Plain, immutable values the registry store hands out: callers never touch ORM rows."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from foundation.domain.shards import AttemptFailure, JobRollup, Shard, ShardState
+
+
+@dataclass(frozen=True)
+class Fingerprint:
+    id: str
+    kind: str
+    summary: str
+    details: dict[str, Any]
+    created_at: datetime
+
+
+@dataclass(frozen=True)
+class Model:
+    id: str
+    name: str
+    source: str
+    source_digest: str
+    batch: int
+    inputs: list[dict[str, Any]]
+    weights: list[dict[str, Any]]
+    num_parameters: int
+    created_at: datetime
+
+
+@dataclass(frozen=True)
+class Job:
+    id: str
+    model_id: str
+    target: str
+    # None while the job waits for an agent of its target kind (distributed mode only).
+    fingerprint_id: str | None
+    state: str
+    cache_hit: bool
+    trials_budget: int
+    trials_done: int
+    options: dict[str, Any]
+    error: str | None
+    artifact_id: str | None
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    target_kind: str = ""
+    target_request: str = ""
+    status: str = ""
+    parent_request: str | None = None
+
+
+@dataclass(frozen=True)
+class Artifact:
+    """A compiled library's metadata; the bytes come from `RegistryStore.get_artifact_library`."""
+
+    id: str
+    model_id: str
+    target: str
+    fingerprint_id: str
+    job_id: str | None
+    sha256: str
+    size: int
+    lib_format: str
+    latency_mean_ms: float
+    latency_median_ms: float
+    latency_std_ms: float
+    untuned_latency_mean_ms: float | None
+    validation: dict[str, Any]
+    tvm_version: str
+    software: dict[str, Any]
+    created_at: datetime
+
+
+@dataclass(frozen=True)
+class NewRecord:
+    """A measured schedule on its way into the registry.
+
+    ``trace`` and ``args_info`` are JSON text in one canonical spelling (see
+    `tvm_database.canonical_json`): the record digest is taken over them, so two spellings
+    of one trace would be stored twice.
+    """
+
+    workload_id: int
+    fingerprint_id: str
+    target: str
+    tvm_version: str
+    trace: str
+    run_secs: list[float] | None
+    args_info: str | None = None
+    software: dict[str, Any] = field(default_factory=dict)
+    job_id: str | None = None
+    # MetaSchedule also rejects a trace with no instruction before post-processing;
+    # only TVM can tell, so the caller says.
+    trace_valid: bool = True
+
+
+@dataclass(frozen=True)
+class StoredRecord:
+    id: int
+    workload_id: int
+    fingerprint_id: str
+    target: str
+    tvm_version: str
+    software: dict[str, Any]
+    trace: str
+    args_info: str | None
+    run_secs: list[float] | None
+    mean_sec: float | None
+    job_id: str | None
+    record_digest: str
+    created_at: datetime
+
+
+# -- the distributed mode ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Agent:
+    id: str
+    fingerprint_id: str
+    target_kinds: list[str]
+    hostname: str
+    address: str
+    tvm_version: str
+    rpc_key: str
+    state: str  # "active" or "lost"
+    registered_at: datetime
+    last_heartbeat_at: datetime
+    details: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class PlannedTask:
+    """A tuning task on its way into a job's plan (foundation.compile.TuningTask, flattened)."""
+
+    name: str
+    weight: int
+    flop: float
+    workload_shash: str
+    mod_json: str
+    trials_budget: int  # the per-task trial cap
+
+
+@dataclass(frozen=True)
+class JobTask:
+    job_id: str
+    index: int
+    name: str
+    weight: int
+    flop: float
+    workload_shash: str
+    mod_json: str
+    workload_id: int
+    trials_budget: int
+
+
+@dataclass(frozen=True)
+class ShardFailure:
+    attempt: int
+    agent_id: str | None
+    reason: str
+    at: datetime | None
+
+
+@dataclass(frozen=True)
+class StoredShard:
+    """A shard as the registry keeps it; `as_shard()` is the value foundation.domain.shards checks."""
+
+    id: str
+    job_id: str
+    index: int
+    state: ShardState
+    attempt: int
+    agent_id: str | None
+    leased_at: datetime | None
+    heartbeat_deadline: datetime | None
+    task_indexes: list[int]
+    task_names: list[str]
+    cost: float
+    trials_budget: int
+    trials_done: int
+    failures: list[ShardFailure]
+    updated_at: datetime
+
+    def as_shard(self) -> Shard:
+        return Shard(
+            id=self.id,
+            job_id=self.job_id,
+            task_names=tuple(self.task_names),
+            cost=self.cost,
+            trial_budget=self.trials_budget,
+            state=self.state,
+            attempt=self.attempt,
+            agent_id=self.agent_id,
+            # foundation.domain.shards keeps time as epoch seconds.
+            leased_at=None if self.leased_at is None else self.leased_at.timestamp(),
+            failures=tuple(AttemptFailure(f.attempt, f.agent_id, f.reason) for f in self.failures),
+        )
+
+
+@dataclass(frozen=True)
+class ShardLease:
+    """What an agent gets when it claims a shard: the shard, its job and the tasks to tune."""
+
+    shard: StoredShard
+    job: Job
+    tasks: list[JobTask]
+    expires_at: datetime
+
+    @property
+    def attempt(self) -> int:
+        return self.shard.attempt
+
+    @property
+    def target(self) -> str:
+        return self.job.target
+
+
+@dataclass(frozen=True)
+class ShardClaim:
+    """An agent asking for a shard to tune."""
+
+    agent_id: str
+    fingerprint_id: str
+    target_kinds: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class ReportedBatch:
+    """What one report under a lease carries into the registry."""
+
+    shard_id: str
+    attempt: int
+    agent_id: str
+    records: Sequence[NewRecord]
+    trials: int  # candidates measured, with or without a record worth keeping
+    events: Sequence[tuple[str, dict[str, Any]]] = ()  # (kind, payload) for the job, if kept
+
+
+@dataclass(frozen=True)
+class RecordReport:
+    """The answer to a batch of records reported under a lease."""
+
+    accepted: bool
+    reason: str | None  # why not accepted
+    stored: int  # records new to the registry
+    duplicates: int  # records the registry already had
+
+
+@dataclass(frozen=True)
+class ShardChange:
+    """The answer to completing or failing a lease, and what it means for the job."""
+
+    accepted: bool
+    reason: str | None  # why not accepted (a stale attempt)
+    shard: StoredShard
+    rollup: JobRollup
+
+
+@dataclass(frozen=True)
+class JobEvent:
+    sequence: int
+    job_id: str
+    kind: str
+    payload: dict[str, Any]
+    created_at: datetime
+
+
+@dataclass(frozen=True)
+class Validation:
+    """A validation's metadata; the libraries come with `ValidationLease`."""
+
+    job_id: str
+    state: str  # pending, leased, done, failed, cancelled
+    attempt: int
+    agent_id: str | None
+    leased_at: datetime | None
+    library_sha256: str
+    lib_format: str
+    inputs: list[dict[str, Any]]
+    weights: list[dict[str, Any]]
+    seed: int
+    runs: int
+    warmup: int
+    result: dict[str, Any] | None
+    failures: list[ShardFailure]
+    created_at: datetime
+    updated_at: datetime
+
+
+@dataclass(frozen=True)
+class ValidationLease:
+    validation: Validation
+    job: Job
+    library: bytes
+    reference_library: bytes | None
+
+    @property
+    def attempt(self) -> int:
+        return self.validation.attempt
+
+
+@dataclass(frozen=True)
+class ValidationChange:
+    """The answer to a validation report: dropped when its attempt is stale."""
+
+    accepted: bool
+    reason: str | None
+    validation: Validation

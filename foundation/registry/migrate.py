@@ -1,0 +1,151 @@
+"""Schema revisions: create a new registry, refuse an outdated one, upgrade on request."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from alembic.util.exc import CommandError
+from sqlalchemy import Connection, Engine, inspect, text
+from sqlalchemy.exc import SQLAlchemyError
+
+from foundation.errors import RegistryError
+
+from .engine import WRITE_OPTION, create_registry_engine, masked, parse_registry_url, registry_error
+from .schema import Base
+
+MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
+# Any fixed number: it names the lock PostgreSQL sessions take while one of them
+# creates or upgrades the schema, so two agents opening a fresh registry do not race.
+_PG_SCHEMA_LOCK = 0x7476_6D66_6172_6D
+
+
+def alembic_config(connection: Connection | None = None) -> Config:
+    """Alembic's configuration, built in code so no alembic.ini or working directory matters."""
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS_DIR))
+    config.attributes["connection"] = connection
+    return config
+
+
+def head_revision() -> str:
+    head = ScriptDirectory.from_config(alembic_config()).get_current_head()
+    assert head is not None, f"no migrations found in {MIGRATIONS_DIR}"
+    return head
+
+
+def current_revision(connection: Connection) -> str | None:
+    return MigrationContext.configure(connection).get_current_revision()
+
+
+def _is_known(revision: str) -> bool:
+    try:
+        return ScriptDirectory.from_config(alembic_config()).get_revision(revision) is not None
+    except CommandError:
+        return False
+
+
+def ensure_schema(engine: Engine, url: str) -> None:
+    """Create the schema in an empty database; refuse one at any other revision than head."""
+    head = head_revision()
+    try:
+        with engine.connect() as connection:
+            current = current_revision(connection)
+            has_tables = bool(
+                set(inspect(connection).get_table_names()) & set(Base.metadata.tables)
+            )
+            connection.rollback()
+        if current == head:
+            return
+        if current is None and not has_tables:
+            _upgrade(engine, head, allow_existing=False, url=url)
+            return
+    except SQLAlchemyError as exc:
+        raise registry_error(exc, url) from exc
+    raise schema_mismatch(url, current, head)
+
+
+def schema_mismatch(url: str, current: str | None, head: str) -> RegistryError:
+    if current is None:
+        return RegistryError(
+            f"the registry at {url} has tables but no schema revision (this farm needs {head})",
+            "point --registry at an empty database or a registry made by `farm`",
+        )
+    if _is_known(current):
+        return RegistryError(
+            f"the registry at {url} has schema revision {current}, this farm needs {head}",
+            f"run `farm registry upgrade --registry {url}`",
+        )
+    return RegistryError(
+        f"the registry at {url} has schema revision {current}, newer than this farm knows "
+        f"(its newest is {head})",
+        "upgrade tvm-farm on this machine to the version that wrote the registry",
+    )
+
+
+def _upgrade(
+    engine: Engine, head: str, *, allow_existing: bool, url: str
+) -> tuple[str | None, str]:
+    with engine.connect().execution_options(**{WRITE_OPTION: True}) as connection:
+        sqlite = connection.dialect.name == "sqlite"
+        if sqlite:
+            # SQLite changes a table by copying it (Alembic batch mode); dropping the original
+            # would trip the foreign keys of rows pointing at it. SQLite's own recipe: keys off
+            # (only possible outside a transaction, hence the driver connection), then one
+            # foreign_key_check before commit.
+            connection.connection.driver_connection.execute("PRAGMA foreign_keys=OFF")
+        try:
+            with connection.begin():
+                if connection.dialect.name == "postgresql":
+                    connection.execute(
+                        text("SELECT pg_advisory_xact_lock(:key)"), {"key": _PG_SCHEMA_LOCK}
+                    )
+                # Checked again under the lock: another process may have upgraded meanwhile.
+                current = current_revision(connection)
+                if current == head:
+                    return current, head
+                if current is not None and not _is_known(current):
+                    raise schema_mismatch(url, current, head)
+                if current is not None and not allow_existing:
+                    raise schema_mismatch(url, current, head)
+                command.upgrade(alembic_config(connection), "head")
+                if sqlite:
+                    _check_foreign_keys(connection, url)
+        finally:
+            if sqlite:
+                connection.connection.driver_connection.execute("PRAGMA foreign_keys=ON")
+    return current, head
+
+
+def _check_foreign_keys(connection: Connection, url: str) -> None:
+    broken = connection.exec_driver_sql("PRAGMA foreign_key_check").fetchall()
+    if broken:
+        tables = sorted({row[0] for row in broken})
+        raise RegistryError(
+            f"upgrading the registry at {url} would break references in {', '.join(tables)}",
+            "nothing was changed; the rows named by `PRAGMA foreign_key_check` need fixing first",
+        )
+
+
+def upgrade_registry(url: str) -> str:
+    """Bring the registry at ``url`` to the newest schema; returns the revision it is now at."""
+    parsed = parse_registry_url(url)
+    engine = create_registry_engine(parsed)
+    try:
+        with engine.connect() as connection:
+            current = current_revision(connection)
+            has_tables = bool(
+                set(inspect(connection).get_table_names()) & set(Base.metadata.tables)
+            )
+            connection.rollback()
+        head = head_revision()
+        if current is None and has_tables:
+            raise schema_mismatch(masked(parsed), current, head)
+        return _upgrade(engine, head, allow_existing=True, url=masked(parsed))[1]
+    except SQLAlchemyError as exc:
+        raise registry_error(exc, masked(parsed)) from exc
+    finally:
+        engine.dispose()

@@ -1,0 +1,339 @@
+"""The registry's tables as SQLAlchemy ORM classes; migrations are checked against these."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    DateTime,
+    Double,
+    ForeignKey,
+    Index,
+    Integer,
+    LargeBinary,
+    MetaData,
+    PrimaryKeyConstraint,
+    String,
+    Text,
+    TypeDecorator,
+    UniqueConstraint,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, deferred, mapped_column
+
+# Every constraint gets a predictable name, so a later migration can drop or alter it by
+# name on PostgreSQL and in SQLite batch mode alike.
+NAMING_CONVENTION = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+def utc_now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """A timestamp that is always returned timezone-aware in UTC.
+
+    SQLite has no time zones and hands back naive values; PostgreSQL's timestamptz hands
+    back the session's zone. Callers compare and print these, so they get one form.
+    """
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Any) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            value = value.replace(tzinfo=timezone.utc)
+        value = value.astimezone(timezone.utc)
+        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
+
+    def process_result_value(self, value: datetime | None, dialect: Any) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            return value.replace(tzinfo=timezone.utc)
+        return value.astimezone(timezone.utc)
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+
+
+class FingerprintRow(Base):
+    """One kind of hardware: tuning results are only reused on the same fingerprint."""
+
+    __tablename__ = "fingerprints"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    kind: Mapped[str] = mapped_column(String(16))
+    summary: Mapped[str] = mapped_column(Text)
+    details: Mapped[dict] = mapped_column(JSON)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utc_now)
+
+
+class WorkloadRow(Base):
+    """A tuning task's IRModule, as MetaSchedule's Workload serializes it."""
+
+    __tablename__ = "workloads"
+    __table_args__ = (Index("ix_workloads_shash", "shash"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    # Structural hashes collide; the hash narrows the search, structural equality decides.
+    shash: Mapped[str] = mapped_column(String(32))
+    mod_json: Mapped[str] = mapped_column(Text)
+    mod_sha256: Mapped[str] = mapped_column(String(64), unique=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utc_now)
+
+
+class TuningRecordRow(Base):
+    """One measured schedule (a trace) of a workload on one fingerprint, target and TVM."""
+
+    __tablename__ = "tuning_records"
+    __table_args__ = (
+        Index(
+            "ix_tuning_records_scope_mean",
+            "workload_id",
+            "fingerprint_id",
+            "target",
+            "tvm_version",
+            "mean_sec",
+        ),
+    )
+
+    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True)
+    workload_id: Mapped[int] = mapped_column(ForeignKey("workloads.id", ondelete="CASCADE"))
+    fingerprint_id: Mapped[str] = mapped_column(ForeignKey("fingerprints.id"))
+    target: Mapped[str] = mapped_column(Text)
+    tvm_version: Mapped[str] = mapped_column(String(64))
+    software: Mapped[dict] = mapped_column(JSON)
+    trace: Mapped[str] = mapped_column(Text)
+    args_info: Mapped[str | None] = mapped_column(Text)
+    run_secs: Mapped[list | None] = mapped_column(JSON)
+    # NULL for failed or invalid measurements, so "valid, fastest first" is one index scan.
+    mean_sec: Mapped[float | None] = mapped_column(Double)
+    job_id: Mapped[str | None] = mapped_column(String(64))
+    # The same trace measured twice for the same scope is kept once, whichever path
+    # (live tuning, log import, a retried shard) brings it in.
+    record_digest: Mapped[str] = mapped_column(String(64), unique=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utc_now)
+
+
+class ModelRow(Base):
+    """A user's model, identified by its graph structure and input shapes."""
+
+    __tablename__ = "models"
+    __table_args__ = (Index("ix_models_name_batch_source", "name", "batch", "source_digest"),)
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    name: Mapped[str] = mapped_column(String(256))
+    source: Mapped[str] = mapped_column(String(16))
+    source_digest: Mapped[str] = mapped_column(String(64))
+    batch: Mapped[int] = mapped_column(Integer)
+    inputs: Mapped[list] = mapped_column(JSON)
+    weights: Mapped[list] = mapped_column(JSON)
+    num_parameters: Mapped[int] = mapped_column(BigInteger)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utc_now)
+
+
+class JobRow(Base):
+    """A request to tune one model for one target on one fingerprint."""
+
+    __tablename__ = "jobs"
+    __table_args__ = (
+        Index("ix_jobs_created_at", "created_at"),
+        # A submit looks for an unfinished job of the same model to attach to.
+        Index("ix_jobs_model_id_state", "model_id", "state"),
+    )
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    model_id: Mapped[str] = mapped_column(ForeignKey("models.id"))
+    # Canonical target JSON; empty while the job waits for a fingerprint to resolve it on.
+    target: Mapped[str] = mapped_column(Text)
+    # NULL while the job waits (queued) for an agent of its target kind to register.
+    fingerprint_id: Mapped[str | None] = mapped_column(ForeignKey("fingerprints.id"))
+    target_kind: Mapped[str] = mapped_column(String(32), default="", server_default="")
+    # The target as the user spelled it ("cuda"), kept to resolve it once a fingerprint exists.
+    target_request: Mapped[str] = mapped_column(Text, default="", server_default="")
+    # One human sentence on what the job does or waits for (farm.proto Job.status).
+    status: Mapped[str] = mapped_column(Text, default="", server_default="")
+    # Groups the per-fingerprint jobs one submit started.
+    parent_request: Mapped[str | None] = mapped_column(String(64), index=True)
+    state: Mapped[str] = mapped_column(String(16))
+    cache_hit: Mapped[bool] = mapped_column(Boolean, default=False)
+    trials_budget: Mapped[int] = mapped_column(Integer)
+    trials_done: Mapped[int] = mapped_column(Integer, default=0)
+    options: Mapped[dict] = mapped_column(JSON)
+    error: Mapped[str | None] = mapped_column(Text)
+    # No foreign key: artifacts already point at their job, and a cycle of foreign keys
+    # would need deferred constraints on PostgreSQL for no gain.
+    artifact_id: Mapped[str | None] = mapped_column(String(64))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utc_now)
+    started_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+
+
+class ArtifactRow(Base):
+    """A compiled, validated library for one model, target, fingerprint and TVM version."""
+
+    __tablename__ = "artifacts"
+    __table_args__ = (
+        Index(
+            "ix_artifacts_lookup",
+            "model_id",
+            "target",
+            "fingerprint_id",
+            "tvm_version",
+            "created_at",
+        ),
+    )
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    model_id: Mapped[str] = mapped_column(ForeignKey("models.id"))
+    target: Mapped[str] = mapped_column(Text)
+    fingerprint_id: Mapped[str] = mapped_column(ForeignKey("fingerprints.id"))
+    job_id: Mapped[str | None] = mapped_column(ForeignKey("jobs.id"))
+    # Deferred: listings and lookups must not pull megabytes of shared library per row.
+    library: Mapped[bytes] = deferred(mapped_column(LargeBinary, nullable=False))
+    sha256: Mapped[str] = mapped_column(String(64))
+    size: Mapped[int] = mapped_column(BigInteger)
+    lib_format: Mapped[str] = mapped_column(String(16))
+    latency_mean_ms: Mapped[float] = mapped_column(Double)
+    latency_median_ms: Mapped[float] = mapped_column(Double)
+    latency_std_ms: Mapped[float] = mapped_column(Double)
+    untuned_latency_mean_ms: Mapped[float | None] = mapped_column(Double)
+    validation: Mapped[dict] = mapped_column(JSON)
+    # Copied out of `validation` so lookups can filter on it in SQL.
+    validation_passed: Mapped[bool] = mapped_column(Boolean)
+    tvm_version: Mapped[str] = mapped_column(String(64))
+    software: Mapped[dict] = mapped_column(JSON)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utc_now)
+
+
+# -- the distributed mode: agents, job plans, shards, events, validations ---------------------
+
+
+class AgentRow(Base):
+    """A registered device agent: one box of one fingerprint, able to tune some target kinds."""
+
+    __tablename__ = "agents"
+    __table_args__ = (Index("ix_agents_state_fingerprint_id", "state", "fingerprint_id"),)
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    fingerprint_id: Mapped[str] = mapped_column(ForeignKey("fingerprints.id"))
+    target_kinds: Mapped[list] = mapped_column(JSON)
+    hostname: Mapped[str] = mapped_column(String(256))
+    address: Mapped[str] = mapped_column(String(256))
+    tvm_version: Mapped[str] = mapped_column(String(64))
+    rpc_key: Mapped[str] = mapped_column(String(128))
+    state: Mapped[str] = mapped_column(String(16))
+    registered_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    last_heartbeat_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    details: Mapped[dict] = mapped_column(JSON)
+
+
+class JobTaskRow(Base):
+    """One tuning task of a job's plan: a TIR function of the model and its trial cap."""
+
+    __tablename__ = "job_tasks"
+    __table_args__ = (
+        PrimaryKeyConstraint("job_id", "index"),
+        UniqueConstraint("job_id", "name"),
+    )
+
+    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"))
+    index: Mapped[int] = mapped_column(Integer)
+    name: Mapped[str] = mapped_column(String(256))
+    weight: Mapped[int] = mapped_column(Integer)
+    flop: Mapped[float] = mapped_column(Double)
+    workload_shash: Mapped[str] = mapped_column(String(32))
+    mod_json: Mapped[str] = mapped_column(Text)
+    # Committed with the plan, so reported records resolve their workload without a lookup
+    # by structural hash (which can collide).
+    workload_id: Mapped[int] = mapped_column(ForeignKey("workloads.id"))
+    trials_budget: Mapped[int] = mapped_column(Integer)
+
+
+class ShardRow(Base):
+    """Some of a job's tasks, leased to one agent at a time (foundation.domain.shards.Shard)."""
+
+    __tablename__ = "shards"
+    __table_args__ = (
+        UniqueConstraint("job_id", "index"),
+        # Claiming scans pending shards; a job's rollup reads its shards by state.
+        Index("ix_shards_state_job_id", "state", "job_id"),
+        Index("ix_shards_agent_id_state", "agent_id", "state"),
+    )
+
+    id: Mapped[str] = mapped_column(String(96), primary_key=True)
+    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"))
+    index: Mapped[int] = mapped_column(Integer)
+    state: Mapped[str] = mapped_column(String(16))
+    # Leases granted so far; while leased, the current lease's attempt id.
+    attempt: Mapped[int] = mapped_column(Integer)
+    agent_id: Mapped[str | None] = mapped_column(ForeignKey("agents.id"))
+    leased_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    # When the lease lapses if its agent never heartbeats again (Lease.expires_at); each
+    # heartbeat moves the real deadline, which expiry computes from the agent's last beat.
+    heartbeat_deadline: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    task_indexes: Mapped[list] = mapped_column(JSON)
+    # The split's cost estimate: the costliest pending shard is leased first.
+    cost: Mapped[float] = mapped_column(Double)
+    trials_budget: Mapped[int] = mapped_column(Integer)
+    trials_done: Mapped[int] = mapped_column(Integer)
+    failures: Mapped[list] = mapped_column(JSON)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
+class JobEventRow(Base):
+    """One thing that happened to a job; the id is the sequence WatchJob resumes after."""
+
+    __tablename__ = "job_events"
+    __table_args__ = (Index("ix_job_events_job_id_id", "job_id", "id"),)
+
+    id: Mapped[int] = mapped_column(
+        BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True
+    )
+    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"))
+    kind: Mapped[str] = mapped_column(String(32))
+    payload: Mapped[dict] = mapped_column(JSON)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
+class ValidationRow(Base):
+    """A built library waiting for (or checked by) an agent of the job's fingerprint."""
+
+    __tablename__ = "validations"
+    __table_args__ = (Index("ix_validations_state", "state"),)
+
+    job_id: Mapped[str] = mapped_column(
+        ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True
+    )
+    state: Mapped[str] = mapped_column(String(16))
+    attempt: Mapped[int] = mapped_column(Integer)
+    agent_id: Mapped[str | None] = mapped_column(ForeignKey("agents.id"))
+    leased_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    # Deferred: listing validations must not pull the libraries.
+    library: Mapped[bytes] = deferred(mapped_column(LargeBinary, nullable=False))
+    library_sha256: Mapped[str] = mapped_column(String(64))
+    lib_format: Mapped[str] = mapped_column(String(16))
+    # The untuned build, run on the device as the reference; NULL when outputs are sent instead.
+    reference_library: Mapped[bytes | None] = deferred(mapped_column(LargeBinary))
+    inputs: Mapped[list] = mapped_column(JSON)
+    weights: Mapped[list] = mapped_column(JSON)
+    seed: Mapped[int] = mapped_column(BigInteger)
+    runs: Mapped[int] = mapped_column(Integer)
+    warmup: Mapped[int] = mapped_column(Integer)
+    result: Mapped[dict | None] = mapped_column(JSON)
+    failures: Mapped[list] = mapped_column(JSON)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime)

@@ -1,0 +1,466 @@
+"""RegistryStore: every read and write of the registry, one transaction per call."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import secrets
+from collections.abc import Iterable
+from typing import Any
+
+from sqlalchemy import func, select, update
+from sqlalchemy.dialects import postgresql, sqlite
+
+from foundation.errors import NotFound, RegistryError
+
+from .engine import create_registry_engine, masked, parse_registry_url
+from .entities import Artifact, Fingerprint, Job, Model
+from .migrate import ensure_schema, upgrade_registry
+from .schema import (
+    ArtifactRow,
+    Base,
+    FingerprintRow,
+    JobRow,
+    ModelRow,
+    utc_now,
+)
+from .session import UnitOfWork
+from .tuning_records import TuningRecords, mean_run_sec, record_digest
+
+__all__ = [
+    "RegistryStore",
+    "mean_run_sec",
+    "record_digest",
+    "target_kind_of",
+    "upgrade_registry",
+]
+
+_JOB_FIELDS = frozenset(
+    {
+        "state",
+        "trials_done",
+        "trials_budget",
+        "error",
+        "artifact_id",
+        "started_at",
+        "finished_at",
+        "cache_hit",
+        "options",
+    }
+)
+
+
+def target_kind_of(target: str) -> str:
+    """The kind ("llvm", "cuda") of a target given as TVM JSON or as a target string."""
+    try:
+        value = json.loads(target)
+    except ValueError:
+        return target.split()[0] if target.strip() else ""
+    return str(value.get("kind", "")) if isinstance(value, dict) else ""
+
+
+class RegistryStore(TuningRecords):
+    """The registry: fingerprints, models, jobs, artifacts, workloads and tuning records."""
+
+    def __init__(self, url: str):
+        parsed = parse_registry_url(url)
+        self.url = masked(parsed)
+        self._engine = create_registry_engine(parsed)
+        self._dialect = self._engine.dialect.name
+        try:
+            ensure_schema(self._engine, self.url)
+        except BaseException:
+            self._engine.dispose()
+            raise
+        self._unit = UnitOfWork(self._engine, self.url)
+
+    def __repr__(self) -> str:
+        return f"RegistryStore({self.url!r})"
+
+    __str__ = __repr__
+
+    @property
+    def dialect(self) -> str:
+        return self._dialect
+
+    def dispose(self) -> None:
+        self._engine.dispose()
+
+    @property
+    def unit_of_work(self) -> UnitOfWork:
+        """The session helper, for stores that extend this one over the same engine
+        (cluster_store): their units of work may call the ``*_in(session, ...)`` methods."""
+        return self._unit
+
+    # -- plumbing --------------------------------------------------------------------
+
+    def insert_statement(self, row_class: type[Base]):  # type: ignore[no-untyped-def]
+        """INSERT with ON CONFLICT support; both dialects spell it the same way."""
+        module = postgresql if self._dialect == "postgresql" else sqlite
+        return module.insert(row_class)
+
+    # -- fingerprints ----------------------------------------------------------------
+
+    def upsert_fingerprint(
+        self, fp_id: str, kind: str, summary: str, details: dict[str, Any]
+    ) -> Fingerprint:
+        # An unchanged row is not written again: a fleet's agents all register the same few
+        # fingerprints (again after each coordinator restart), and each rewrite left a dead
+        # row version that every tuning record's foreign-key check then walked
+        # (docs/benchmarks.md, "Coordinator at scale").
+        known = self.get_fingerprint(fp_id)
+        if known is not None and (known.kind, known.summary, known.details) == (kind, summary, details):
+            return known
+        stmt = self.insert_statement(FingerprintRow).values(
+            id=fp_id, kind=kind, summary=summary, details=details, created_at=utc_now()
+        )
+        # Details may gain fields as probes improve; the id is what identifies the hardware.
+        stmt = stmt.on_conflict_do_update(
+            index_elements=["id"],
+            set_={
+                "kind": stmt.excluded.kind,
+                "summary": stmt.excluded.summary,
+                "details": stmt.excluded.details,
+            },
+        )
+        with self._unit(write=True) as session:
+            session.execute(stmt)
+            return _fingerprint(session.get_one(FingerprintRow, fp_id, populate_existing=True))
+
+    def get_fingerprint(self, fp_id: str) -> Fingerprint | None:
+        with self._unit() as session:
+            row = session.get(FingerprintRow, fp_id)
+            return _fingerprint(row) if row else None
+
+    def list_fingerprints(self) -> list[Fingerprint]:
+        with self._unit() as session:
+            rows = session.scalars(select(FingerprintRow).order_by(FingerprintRow.created_at))
+            return [_fingerprint(r) for r in rows]
+
+    # -- models ----------------------------------------------------------------------
+
+    def upsert_model(
+        self,
+        *,
+        model_id: str,
+        name: str,
+        source: str,
+        source_digest: str,
+        batch: int,
+        inputs: list[dict[str, Any]],
+        weights: list[dict[str, Any]],
+        num_parameters: int,
+    ) -> Model:
+        """Store a model once; its id is its content, so an existing row is returned as is."""
+        stmt = (
+            self.insert_statement(ModelRow)
+            .values(
+                id=model_id,
+                name=name,
+                source=source,
+                source_digest=source_digest,
+                batch=batch,
+                inputs=inputs,
+                weights=weights,
+                num_parameters=num_parameters,
+                created_at=utc_now(),
+            )
+            .on_conflict_do_nothing(index_elements=["id"])
+        )
+        with self._unit(write=True) as session:
+            session.execute(stmt)
+            return _model(session.get_one(ModelRow, model_id))
+
+    def find_model(self, name: str, batch: int, source_digest: str) -> Model | None:
+        query = (
+            select(ModelRow)
+            .where(
+                ModelRow.name == name,
+                ModelRow.batch == batch,
+                ModelRow.source_digest == source_digest,
+            )
+            .order_by(ModelRow.created_at.desc())
+            .limit(1)
+        )
+        with self._unit() as session:
+            row = session.scalars(query).first()
+            return _model(row) if row else None
+
+    def get_model(self, model_id: str) -> Model | None:
+        with self._unit() as session:
+            row = session.get(ModelRow, model_id)
+            return _model(row) if row else None
+
+    def list_models(self) -> list[Model]:
+        with self._unit() as session:
+            return [
+                _model(r) for r in session.scalars(select(ModelRow).order_by(ModelRow.created_at))
+            ]
+
+    # -- jobs ------------------------------------------------------------------------
+
+    def create_job(
+        self,
+        *,
+        model_id: str,
+        target: str,
+        fingerprint_id: str,
+        trials_budget: int,
+        options: dict[str, Any],
+        cache_hit: bool = False,
+        state: str = "queued",
+    ) -> Job:
+        row = JobRow(
+            id="job-" + secrets.token_hex(5),
+            model_id=model_id,
+            target=target,
+            fingerprint_id=fingerprint_id,
+            target_kind=target_kind_of(target),
+            target_request=target,
+            state=state,
+            cache_hit=cache_hit,
+            trials_budget=trials_budget,
+            trials_done=0,
+            options=options,
+            created_at=utc_now(),
+        )
+        with self._unit(write=True) as session:
+            session.add(row)
+            session.flush()
+            return _job(row)
+
+    def update_job(
+        self, job_id: str, *, expect_state: str | Iterable[str] | None = None, **fields: Any
+    ) -> Job:
+        """Set job fields in one statement.
+
+        With ``expect_state`` the update applies only while the job is in that state (or
+        one of those states), so two processes cannot both move a job out of it; the
+        loser gets a RegistryError.
+        """
+        unknown = set(fields) - _JOB_FIELDS
+        if unknown:
+            raise TypeError(
+                f"update_job() cannot set {sorted(unknown)}; settable: {sorted(_JOB_FIELDS)}"
+            )
+        states = None
+        if expect_state is not None:
+            states = [expect_state] if isinstance(expect_state, str) else list(expect_state)
+        stmt = update(JobRow).where(JobRow.id == job_id)
+        if states is not None:
+            stmt = stmt.where(JobRow.state.in_(states))
+        with self._unit(write=True) as session:
+            changed = 1
+            if fields:
+                result = session.execute(
+                    stmt.values(**fields).execution_options(synchronize_session=False)
+                )
+                changed = result.rowcount  # type: ignore[attr-defined]
+            row = session.get(JobRow, job_id, populate_existing=True)
+            if row is None:
+                raise NotFound(
+                    f"no job {job_id!r} in the registry at {self.url}", "see `farm jobs list`"
+                )
+            if not changed or (states is not None and not fields and row.state not in states):
+                raise RegistryError(
+                    f"job {job_id} is {row.state}, not {' or '.join(states or [])}; "
+                    "it was not updated",
+                    "another process changed it first; reload the job",
+                )
+            return _job(row)
+
+    def get_job(self, job_id: str) -> Job:
+        with self._unit() as session:
+            row = session.get(JobRow, job_id)
+            if row is None:
+                raise NotFound(
+                    f"no job {job_id!r} in the registry at {self.url}", "see `farm jobs list`"
+                )
+            return _job(row)
+
+    def list_jobs(self, limit: int = 50, state: str | None = None) -> list[Job]:
+        query = select(JobRow).order_by(JobRow.created_at.desc(), JobRow.id.desc()).limit(limit)
+        if state is not None:
+            query = query.where(JobRow.state == state)
+        with self._unit() as session:
+            return [_job(r) for r in session.scalars(query)]
+
+    # -- artifacts -------------------------------------------------------------------
+
+    def add_artifact(
+        self,
+        *,
+        model_id: str,
+        target: str,
+        fingerprint_id: str,
+        job_id: str | None,
+        library: bytes,
+        lib_format: str,
+        latency: dict[str, float],
+        untuned_latency_mean_ms: float | None,
+        validation: dict[str, Any],
+        tvm_version: str,
+        software: dict[str, Any],
+    ) -> Artifact:
+        library = bytes(library)
+        row = ArtifactRow(
+            id="art-" + secrets.token_hex(6),
+            model_id=model_id,
+            target=target,
+            fingerprint_id=fingerprint_id,
+            job_id=job_id,
+            library=library,
+            sha256=hashlib.sha256(library).hexdigest(),
+            size=len(library),
+            lib_format=lib_format,
+            latency_mean_ms=float(latency["mean_ms"]),
+            latency_median_ms=float(latency["median_ms"]),
+            latency_std_ms=float(latency["std_ms"]),
+            untuned_latency_mean_ms=untuned_latency_mean_ms,
+            validation=validation,
+            validation_passed=bool(validation.get("passed", False)),
+            tvm_version=tvm_version,
+            software=software,
+            created_at=utc_now(),
+        )
+        with self._unit(write=True) as session:
+            session.add(row)
+            session.flush()
+            return _artifact(row)
+
+    def find_artifact(
+        self, model_id: str, target: str, fingerprint_id: str, tvm_version: str
+    ) -> Artifact | None:
+        """The newest artifact that passed validation for exactly this scope."""
+        query = (
+            select(ArtifactRow)
+            .where(
+                ArtifactRow.model_id == model_id,
+                ArtifactRow.target == target,
+                ArtifactRow.fingerprint_id == fingerprint_id,
+                ArtifactRow.tvm_version == tvm_version,
+                ArtifactRow.validation_passed.is_(True),
+            )
+            .order_by(ArtifactRow.created_at.desc(), ArtifactRow.id.desc())
+            .limit(1)
+        )
+        with self._unit() as session:
+            row = session.scalars(query).first()
+            return _artifact(row) if row else None
+
+    def get_artifact(self, artifact_id: str) -> Artifact:
+        with self._unit() as session:
+            row = session.get(ArtifactRow, artifact_id)
+            if row is None:
+                raise _no_artifact(artifact_id, self.url)
+            return _artifact(row)
+
+    def get_artifact_library(self, artifact_id: str) -> bytes:
+        with self._unit() as session:
+            library = session.scalar(
+                select(ArtifactRow.library).where(ArtifactRow.id == artifact_id)
+            )
+            if library is None:
+                raise _no_artifact(artifact_id, self.url)
+            return bytes(library)
+
+    def list_artifacts(
+        self,
+        model_id: str | None = None,
+        fingerprint_id: str | None = None,
+        target: str | None = None,
+        limit: int = 100,
+    ) -> list[Artifact]:
+        query = (
+            select(ArtifactRow)
+            .order_by(ArtifactRow.created_at.desc(), ArtifactRow.id.desc())
+            .limit(limit)
+        )
+        if model_id is not None:
+            query = query.where(ArtifactRow.model_id == model_id)
+        if fingerprint_id is not None:
+            query = query.where(ArtifactRow.fingerprint_id == fingerprint_id)
+        if target is not None:
+            query = query.where(ArtifactRow.target == target)
+        with self._unit() as session:
+            return [_artifact(r) for r in session.scalars(query)]
+
+    def counts(self) -> dict[str, int]:
+        with self._unit() as session:
+            return {
+                table.name: session.scalar(select(func.count()).select_from(table)) or 0
+                for table in Base.metadata.sorted_tables
+            }
+
+def _no_artifact(artifact_id: str, url: str) -> NotFound:
+    return NotFound(
+        f"no artifact {artifact_id!r} in the registry at {url}", "see `farm artifacts list`"
+    )
+
+
+def _fingerprint(row: FingerprintRow) -> Fingerprint:
+    return Fingerprint(
+        id=row.id,
+        kind=row.kind,
+        summary=row.summary,
+        details=row.details,
+        created_at=row.created_at,
+    )
+
+
+def _model(row: ModelRow) -> Model:
+    return Model(
+        id=row.id,
+        name=row.name,
+        source=row.source,
+        source_digest=row.source_digest,
+        batch=row.batch,
+        inputs=row.inputs,
+        weights=row.weights,
+        num_parameters=row.num_parameters,
+        created_at=row.created_at,
+    )
+
+
+def _job(row: JobRow) -> Job:
+    return Job(
+        id=row.id,
+        model_id=row.model_id,
+        target=row.target,
+        fingerprint_id=row.fingerprint_id,
+        state=row.state,
+        cache_hit=row.cache_hit,
+        trials_budget=row.trials_budget,
+        trials_done=row.trials_done,
+        options=row.options,
+        error=row.error,
+        artifact_id=row.artifact_id,
+        created_at=row.created_at,
+        started_at=row.started_at,
+        finished_at=row.finished_at,
+        target_kind=row.target_kind,
+        target_request=row.target_request,
+        status=row.status,
+        parent_request=row.parent_request,
+    )
+
+
+def _artifact(row: ArtifactRow) -> Artifact:
+    return Artifact(
+        id=row.id,
+        model_id=row.model_id,
+        target=row.target,
+        fingerprint_id=row.fingerprint_id,
+        job_id=row.job_id,
+        sha256=row.sha256,
+        size=row.size,
+        lib_format=row.lib_format,
+        latency_mean_ms=row.latency_mean_ms,
+        latency_median_ms=row.latency_median_ms,
+        latency_std_ms=row.latency_std_ms,
+        untuned_latency_mean_ms=row.untuned_latency_mean_ms,
+        validation=row.validation,
+        tvm_version=row.tvm_version,
+        software=row.software,
+        created_at=row.created_at,
+    )

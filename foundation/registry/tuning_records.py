@@ -1,0 +1,310 @@
+"""Workloads and tuning records in the registry: commit, de-duplicate, rank (a RegistryStore part)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import replace
+from typing import Any
+
+from sqlalchemy import Select, func, select
+from sqlalchemy.orm import Session
+
+from foundation.errors import RegistryError
+
+from .entities import NewRecord, StoredRecord
+from .schema import TuningRecordRow, WorkloadRow, utc_now
+
+# MetaSchedule's stand-in for "no time measured" (SortTuningRecordByMeanRunSecs::kMaxMeanTime).
+MEASUREMENT_FAILED_SEC = 1e10
+# Rows per INSERT statement: stays under SQLite's bound-parameter limit with room to spare.
+_INSERT_CHUNK = 500
+
+
+# PostgreSQL: the rows as one array per column, bound in binary, one statement whatever their
+# number. A multi-row VALUES list of 500 rows is a new SQL text of thousands of placeholders
+# each time, which the driver re-parses in Python (two thirds of a report's cost at 1,000
+# agents); this text is always the same. Binary arrays are neither escaped by the driver nor
+# parsed by the server: each value arrives as its length and its bytes. (Before, the rows went
+# as one JSON document, and PostgreSQL spent 40% of its time on an insert lexing it, three
+# times over: docs/benchmarks.md, "Coordinator at scale".) Each value is bound on its own, so
+# no text in one can change another field or add a row, as on SQLite.
+_RECORD_COLUMNS = (
+    ("workload_id", "bigint"), ("fingerprint_id", "text"), ("target", "text"), ("tvm_version", "text"),
+    ("software", "json"), ("trace", "text"), ("args_info", "text"), ("run_secs", "json"),
+    ("mean_sec", "float8"), ("job_id", "text"), ("record_digest", "text"), ("created_at", "timestamptz"),
+)
+_COLUMN_NAMES = ", ".join(name for name, _ in _RECORD_COLUMNS)
+# JSON values travel as text arrays and are read once each, as the row is made.
+_INSERT_FROM_ARRAYS = (
+    f"INSERT INTO tuning_records ({_COLUMN_NAMES}) "
+    f"SELECT {', '.join(f'r.{name}::json' if kind == 'json' else f'r.{name}' for name, kind in _RECORD_COLUMNS)} "
+    f"FROM unnest({', '.join('%b::text[]' if kind == 'json' else f'%b::{kind}[]' for _, kind in _RECORD_COLUMNS)}) "
+    f"AS r({_COLUMN_NAMES}) "
+    "ON CONFLICT (record_digest) DO NOTHING RETURNING record_digest"
+)
+
+
+def _json_number(value: float | None) -> str:
+    # repr spells a finite float as JSON does; json.dumps costs ten times more per call.
+    if value is None:
+        return "null"
+    return repr(value) if math.isfinite(value) else json.dumps(value)
+
+
+def _insert_from_arrays(session: Session, rows: list[dict[str, Any]]) -> set[str]:
+    # A batch's rows share their job's software dict, in equal copies: encoded once per batch.
+    software: dict[str, str] = {}
+    columns = []
+    for name, _ in _RECORD_COLUMNS:
+        if name == "software":
+            values = [software.setdefault(repr(row[name]), json.dumps(row[name])) for row in rows]
+        elif name == "run_secs":
+            values = [None if row[name] is None else "[" + ",".join(map(_json_number, row[name])) + "]"
+                      for row in rows]
+        else:
+            values = [row[name] for row in rows]
+        columns.append(values)
+    return set(session.connection().exec_driver_sql(_INSERT_FROM_ARRAYS, tuple(columns)).scalars())
+
+
+def mean_run_sec(run_secs: Sequence[float | None] | None, trace_valid: bool = True) -> float | None:
+    """The sort key MetaSchedule uses, or None where it would call the record invalid."""
+    if not trace_valid or not run_secs:
+        return None
+    measured = [float(v) for v in run_secs if v is not None]
+    if not measured or min(measured) == max(measured) == MEASUREMENT_FAILED_SEC:
+        return None
+    return sum(measured) / len(measured)
+
+
+def record_digest(mod_sha256: str, record: NewRecord) -> str:
+    parts = (mod_sha256, record.fingerprint_id, record.target, record.tvm_version, record.trace)
+    return hashlib.sha256("\x1f".join(parts).encode()).hexdigest()
+
+
+class TuningRecords:
+    """Mixed into RegistryStore: needs ``_unit``, ``insert_statement`` and ``url``."""
+
+
+    def commit_workload(self, shash: str, mod_json: str) -> int:
+        """Store a workload unless its JSON is already stored; returns its id either way."""
+        with self._unit(write=True) as session:
+            return self.commit_workload_in(session, shash, mod_json)
+
+    def commit_workload_in(self, session: Session, shash: str, mod_json: str) -> int:
+        digest = hashlib.sha256(mod_json.encode()).hexdigest()
+        session.execute(
+            self.insert_statement(WorkloadRow)
+            .values(shash=shash, mod_json=mod_json, mod_sha256=digest, created_at=utc_now())
+            .on_conflict_do_nothing(index_elements=["mod_sha256"])
+        )
+        return session.scalars(select(WorkloadRow.id).where(WorkloadRow.mod_sha256 == digest)).one()
+
+    def find_workloads(self, shash: str) -> list[tuple[int, str]]:
+        """Every stored workload with this structural hash, oldest first, as (id, mod_json)."""
+        query = (
+            select(WorkloadRow.id, WorkloadRow.mod_json)
+            .where(WorkloadRow.shash == shash)
+            .order_by(WorkloadRow.id)
+        )
+        with self._unit() as session:
+            return [(i, j) for i, j in session.execute(query)]
+
+    def get_workloads(self, workload_ids: Iterable[int]) -> dict[int, tuple[str, str]]:
+        """Workloads by id, as id -> (shash, mod_json)."""
+        ids = sorted(set(workload_ids))
+        if not ids:
+            return {}
+        query = select(WorkloadRow.id, WorkloadRow.shash, WorkloadRow.mod_json).where(
+            WorkloadRow.id.in_(ids)
+        )
+        with self._unit() as session:
+            return {i: (s, j) for i, s, j in session.execute(query)}
+
+    def add_tuning_records(self, records: Iterable[NewRecord]) -> int:
+        """Insert records in one transaction; returns how many were new (duplicates skip)."""
+        records = list(records)
+        if not records:
+            return 0
+        with self._unit(write=True) as session:
+            return self.insert_records_in(session, records)
+
+    def import_tuning_log(
+        self, workloads: Sequence[tuple[str, str]], records: Sequence[NewRecord]
+    ) -> tuple[list[int], int]:
+        """Store a whole log in one transaction.
+
+        ``workloads`` are (shash, mod_json); each record's ``workload_id`` is an index into
+        that list. Returns the workload ids (in the same order) and the number of new records.
+        """
+        with self._unit(write=True) as session:
+            ids = [self.commit_workload_in(session, shash, mod_json) for shash, mod_json in workloads]
+            try:
+                resolved = [_with_workload(r, ids[r.workload_id]) for r in records]
+            except IndexError as exc:
+                raise RegistryError(
+                    "a tuning record names a workload the log does not have"
+                ) from exc
+            return ids, (self.insert_records_in(session, resolved) if resolved else 0)
+
+    def insert_records_in(self, session: Session, records: list[NewRecord]) -> int:
+        """Insert records inside the caller's transaction; returns how many were new."""
+        return len(self.insert_records_keyed_in(session, records)[1])
+
+    def insert_records_keyed_in(
+        self, session: Session, records: Sequence[NewRecord]
+    ) -> tuple[list[str], set[str]]:
+        """Insert records inside the caller's transaction; returns each record's digest, in
+        order, and the set of digests that were new to the registry."""
+        mod_sha = self._workload_digests(session, {r.workload_id for r in records})
+        now = utc_now()
+        digests: list[str] = []
+        rows: dict[str, dict[str, Any]] = {}
+        for record in records:
+            digest = record_digest(mod_sha[record.workload_id], record)
+            digests.append(digest)
+            rows.setdefault(
+                digest,
+                {
+                    "workload_id": record.workload_id,
+                    "fingerprint_id": record.fingerprint_id,
+                    "target": record.target,
+                    "tvm_version": record.tvm_version,
+                    "software": record.software,
+                    "trace": record.trace,
+                    "args_info": record.args_info,
+                    "run_secs": None
+                    if record.run_secs is None
+                    else [float(v) for v in record.run_secs],
+                    "mean_sec": mean_run_sec(record.run_secs, record.trace_valid),
+                    "job_id": record.job_id,
+                    "record_digest": digest,
+                    "created_at": now,
+                },
+            )
+        # Sorted by the unique key: concurrent PostgreSQL writers then take index locks
+        # in one order and wait for each other instead of deadlocking.
+        ordered = [rows[d] for d in sorted(rows)]
+        if self._dialect == "postgresql":
+            return digests, _insert_from_arrays(session, ordered)
+        inserted: set[str] = set()
+        # One statement with a parameter list: SQLAlchemy sends it as multi-row INSERTs
+        # ("insertmanyvalues") compiled once, not one compile per distinct row count.
+        stmt = (
+            self.insert_statement(TuningRecordRow)
+            .on_conflict_do_nothing(index_elements=["record_digest"])
+            .returning(TuningRecordRow.record_digest)
+        )
+        connection = session.connection()
+        for start in range(0, len(ordered), _INSERT_CHUNK):
+            inserted.update(connection.execute(stmt, ordered[start : start + _INSERT_CHUNK]).scalars())
+        return digests, inserted
+
+    def _workload_digests(self, session: Session, workload_ids: set[int]) -> dict[int, str]:
+        found = dict(
+            session.execute(
+                select(WorkloadRow.id, WorkloadRow.mod_sha256).where(WorkloadRow.id.in_(workload_ids))
+            ).all()
+        )
+        missing = workload_ids - set(found)
+        if missing:
+            raise RegistryError(
+                f"tuning records name workloads {sorted(missing)} "
+                f"that the registry at {self.url} does not have",
+                "commit the workload first; nothing was written",
+            )
+        return found
+
+    def _record_query(
+        self,
+        workload_id: int | Iterable[int] | None,
+        fingerprint_id: str | None,
+        target: str | None,
+        tvm_version: str | None,
+    ) -> Select[tuple[TuningRecordRow]]:
+        query = select(TuningRecordRow)
+        if workload_id is not None:
+            ids = [workload_id] if isinstance(workload_id, int) else list(workload_id)
+            query = query.where(TuningRecordRow.workload_id.in_(ids))
+        if fingerprint_id is not None:
+            query = query.where(TuningRecordRow.fingerprint_id == fingerprint_id)
+        if target is not None:
+            query = query.where(TuningRecordRow.target == target)
+        if tvm_version is not None:
+            query = query.where(TuningRecordRow.tvm_version == tvm_version)
+        return query
+
+    def top_k_records(
+        self,
+        workload_id: int | Iterable[int],
+        fingerprint_id: str,
+        target: str,
+        tvm_version: str,
+        k: int,
+    ) -> list[StoredRecord]:
+        """The k fastest valid records; ties keep the order they were stored in, as TVM does."""
+        if k <= 0:
+            return []
+        query = (
+            self._record_query(workload_id, fingerprint_id, target, tvm_version)
+            .where(TuningRecordRow.mean_sec.is_not(None))
+            .order_by(TuningRecordRow.mean_sec, TuningRecordRow.id)
+            .limit(k)
+        )
+        with self._unit() as session:
+            return [_record(r) for r in session.scalars(query)]
+
+    def all_records(
+        self,
+        workload_id: int | Iterable[int] | None = None,
+        fingerprint_id: str | None = None,
+        target: str | None = None,
+        tvm_version: str | None = None,
+    ) -> list[StoredRecord]:
+        """Every record in the scope, valid or not, in the order they were stored.
+
+        (Records of one `add_tuning_records` call are stored in digest order.)
+        """
+        query = self._record_query(workload_id, fingerprint_id, target, tvm_version).order_by(
+            TuningRecordRow.id
+        )
+        with self._unit() as session:
+            return [_record(r) for r in session.scalars(query)]
+
+    def count_records(
+        self,
+        workload_id: int | Iterable[int] | None = None,
+        fingerprint_id: str | None = None,
+        target: str | None = None,
+        tvm_version: str | None = None,
+    ) -> int:
+        inner = self._record_query(
+            workload_id, fingerprint_id, target, tvm_version
+        ).with_only_columns(TuningRecordRow.id)
+        with self._unit() as session:
+            return session.scalar(select(func.count()).select_from(inner.subquery())) or 0
+
+
+def _with_workload(record: NewRecord, workload_id: int) -> NewRecord:
+    return replace(record, workload_id=workload_id)
+
+
+def _record(row: TuningRecordRow) -> StoredRecord:
+    return StoredRecord(
+        id=row.id,
+        workload_id=row.workload_id,
+        fingerprint_id=row.fingerprint_id,
+        target=row.target,
+        tvm_version=row.tvm_version,
+        software=row.software,
+        trace=row.trace,
+        args_info=row.args_info,
+        run_secs=row.run_secs,
+        mean_sec=row.mean_sec,
+        job_id=row.job_id,
+        record_digest=row.record_digest,
+        created_at=row.created_at,
+    )

@@ -1,0 +1,111 @@
+"""Load a compiled model library (no compiler involved) and run or time it on this device."""
+
+from __future__ import annotations
+
+import os
+import statistics
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+if TYPE_CHECKING:  # pragma: no cover
+    import tvm
+
+
+@dataclass(frozen=True)
+class Latency:
+    """End-to-end latency of one inference call, over repeated runs after warm-up."""
+
+    mean_ms: float
+    median_ms: float
+    std_ms: float
+    runs: int
+    warmup: int
+
+    def to_json(self) -> dict:
+        return {
+            "mean": self.mean_ms,
+            "median": self.median_ms,
+            "std": self.std_ms,
+            "runs": self.runs,
+            "warmup": self.warmup,
+        }
+
+
+def device_for(target_kind: str, index: int = 0) -> "tvm.runtime.Device":
+    import tvm
+
+    return tvm.cuda(index) if target_kind == "cuda" else tvm.cpu(index)
+
+
+class LoadedLibrary:
+    """A model library loaded into a Relax VM; call it with numpy inputs and weights."""
+
+    def __init__(self, library: bytes, target_kind: str, device_index: int = 0):
+        from foundation.hardware.tvm_startup import pin_tvm_threads
+
+        pin_tvm_threads()
+        import tvm
+        from tvm import relax
+
+        self.device = device_for(target_kind, device_index)
+        # load_module needs a file; the bytes are what the registry stored and verified.
+        with tempfile.TemporaryDirectory(prefix="farm-lib-") as tmp:
+            path = os.path.join(tmp, "model.so")
+            with open(path, "wb") as f:
+                f.write(library)
+            module = tvm.runtime.load_module(path)
+        self.vm = relax.VirtualMachine(module, self.device)
+        self._weights: list | None = None
+
+    def set_weights(self, weights: Sequence[np.ndarray]) -> None:
+        """Upload the weights once; later calls pass only the inputs."""
+        import tvm
+
+        self._weights = [tvm.runtime.tensor(w, self.device) for w in weights]
+
+    def __call__(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        args = self._device_args(inputs)
+        return _to_numpy(self.vm["main"](*args))
+
+    def time(self, inputs: Sequence[np.ndarray], runs: int = 20, warmup: int = 3) -> Latency:
+        """Wall-clock latency of ``main`` on device-resident arguments, synchronised."""
+        args = self._device_args(inputs)
+        main = self.vm["main"]
+        for _ in range(warmup):
+            main(*args)
+        self.device.sync()
+        samples = []
+        for _ in range(runs):
+            begin = time.perf_counter()
+            main(*args)
+            self.device.sync()
+            samples.append((time.perf_counter() - begin) * 1e3)
+        return Latency(
+            mean_ms=statistics.fmean(samples),
+            median_ms=statistics.median(samples),
+            std_ms=statistics.pstdev(samples),
+            runs=runs,
+            warmup=warmup,
+        )
+
+    def _device_args(self, inputs: Sequence[np.ndarray]) -> list:
+        import tvm
+
+        if self._weights is None:
+            raise RuntimeError("set_weights() must be called before running the model")
+        return [tvm.runtime.tensor(np.ascontiguousarray(x), self.device) for x in inputs] + self._weights
+
+
+def _to_numpy(result) -> list[np.ndarray]:
+    """Flatten a VM result (a tensor or a nested tuple of them) into numpy arrays."""
+    if hasattr(result, "numpy"):
+        return [result.numpy()]
+    out: list[np.ndarray] = []
+    for item in result:
+        out.extend(_to_numpy(item))
+    return out

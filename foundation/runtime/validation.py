@@ -1,0 +1,116 @@
+"""Check a tuned library against the untuned build of the same model, and time both."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from foundation.runtime.library_runner import Latency, LoadedLibrary
+
+# Tuned schedules reorder float32 reductions (tiling, vectorised accumulation), so bitwise
+# equality is not expected. An element passes when
+#   |tuned - untuned| <= ATOL_SCALE * max(1, max|untuned|) + RTOL * |untuned|
+# The absolute term is scaled by the output's magnitude so that near-zero elements of a
+# large-valued output are not held to a tighter bound than float32 summation can meet.
+RTOL = 1e-3
+ATOL_SCALE = 1e-4
+
+
+@dataclass(frozen=True)
+class ValidationResult:
+    passed: bool
+    max_abs_err: float
+    max_rel_err: float
+    rtol: float
+    atol: float
+    reason: str | None = None
+
+    def to_json(self) -> dict:
+        return {
+            "passed": self.passed,
+            "max_abs_err": self.max_abs_err,
+            "max_rel_err": self.max_rel_err,
+            "rtol": self.rtol,
+            "atol": self.atol,
+            "rule": "|tuned-untuned| <= atol + rtol*|untuned| elementwise, atol = 1e-4*max(1, max|untuned|)",
+            "reason": self.reason,
+        }
+
+
+@dataclass(frozen=True)
+class LibraryCheck:
+    """Validation of a tuned library plus the latency of it and of the untuned reference."""
+
+    validation: ValidationResult
+    latency: Latency
+    untuned_latency: Latency | None
+
+
+def compare_outputs(tuned: Sequence[np.ndarray], reference: Sequence[np.ndarray]) -> ValidationResult:
+    """Elementwise comparison under the tolerance above; says why when it fails."""
+    if len(tuned) != len(reference):
+        return ValidationResult(False, float("inf"), float("inf"), RTOL, 0.0,
+                                f"tuned library returned {len(tuned)} outputs, untuned {len(reference)}")
+    max_abs = max_rel = 0.0
+    atol_used = 0.0
+    for i, (got, want) in enumerate(zip(tuned, reference)):
+        if got.shape != want.shape:
+            return ValidationResult(False, float("inf"), float("inf"), RTOL, 0.0,
+                                    f"output {i} has shape {got.shape}, untuned build gives {want.shape}")
+        if not np.all(np.isfinite(want)):
+            return ValidationResult(False, float("inf"), float("inf"), RTOL, 0.0,
+                                    f"the untuned build's output {i} is not finite: cannot validate against it")
+        got64, want64 = got.astype(np.float64), want.astype(np.float64)
+        atol = ATOL_SCALE * max(1.0, float(np.max(np.abs(want64))) if want64.size else 1.0)
+        atol_used = max(atol_used, atol)
+        diff = np.abs(got64 - want64)
+        if not np.all(np.isfinite(got64)):
+            return ValidationResult(False, float("inf"), float("inf"), RTOL, atol,
+                                    f"tuned output {i} contains NaN or Inf")
+        if diff.size:
+            max_abs = max(max_abs, float(diff.max()))
+            max_rel = max(max_rel, float((diff / np.maximum(np.abs(want64), 1e-30)).max()))
+        bad = diff > atol + RTOL * np.abs(want64)
+        if np.any(bad):
+            where = np.unravel_index(int(np.argmax(diff - (atol + RTOL * np.abs(want64)))), diff.shape)
+            return ValidationResult(
+                False, max_abs, max_rel, RTOL, atol,
+                f"output {i} differs from the untuned build at {tuple(int(w) for w in where)}: "
+                f"{float(got64[where]):.6g} vs {float(want64[where]):.6g} "
+                f"({int(bad.sum())} of {bad.size} elements outside tolerance)",
+            )
+    return ValidationResult(True, max_abs, max_rel, RTOL, atol_used)
+
+
+def check_library(
+    tuned_library: bytes,
+    reference_library: bytes | None,
+    target_kind: str,
+    inputs: Sequence[np.ndarray],
+    weights: Sequence[np.ndarray],
+    *,
+    reference_outputs: Sequence[np.ndarray] | None = None,
+    runs: int = 20,
+    warmup: int = 3,
+    reference_runs: int = 3,
+) -> LibraryCheck:
+    """Run both libraries on the same inputs, compare outputs, time them.
+
+    ``reference_outputs`` may be given instead of ``reference_library`` (the untuned
+    outputs computed earlier), in which case the untuned latency is not measured.
+    """
+    tuned = LoadedLibrary(tuned_library, target_kind)
+    tuned.set_weights(weights)
+    untuned_latency = None
+    if reference_outputs is None:
+        if reference_library is None:
+            raise ValueError("need the untuned library or its outputs to validate against")
+        reference = LoadedLibrary(reference_library, target_kind)
+        reference.set_weights(weights)
+        reference_outputs = reference(inputs)
+        untuned_latency = reference.time(inputs, runs=reference_runs, warmup=1)
+    validation = compare_outputs(tuned(inputs), reference_outputs)
+    latency = tuned.time(inputs, runs=runs, warmup=warmup)
+    return LibraryCheck(validation=validation, latency=latency, untuned_latency=untuned_latency)

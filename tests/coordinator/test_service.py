@@ -1,0 +1,594 @@
+"""The coordinator over real gRPC, with fake agents that speak the FarmAgent API but never tune.
+
+Planning extracts mlp-tiny's tasks with TVM and the coordinator really builds the library;
+the fake agents report hand-made TuningRecords and validate with foundation.runtime.validation.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import json
+import math
+import sqlite3
+import threading
+import time
+from datetime import timedelta
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from coordinator.server import SERVICE_NAMES, serve
+from foundation.wire import farm_pb2, farm_pb2_grpc
+
+from support.polling import wait_for
+
+TIMEOUT = 60.0  # per wait; the whole file stays well under two minutes
+
+
+@pytest.fixture(scope="module")
+def fingerprint():
+    from foundation.hardware.fingerprint import local_fingerprint
+
+    return local_fingerprint("llvm")
+
+
+@pytest.fixture
+def start(tmp_path, registry_url):
+    """Start coordinators on loopback, on SQLite and on PostgreSQL; all stopped at teardown."""
+    servers = []
+
+    def started(**overrides):
+        options = dict(
+            listen="127.0.0.1:0", registry_url=registry_url,
+            tracker="127.0.0.1:9190", heartbeat_interval=0.5, lease_ttl=30.0, tick_interval=0.1,
+            data_dir=tmp_path / "coordinator",
+        )
+        server = serve(**(options | overrides))
+        servers.append(server)
+        channel = grpc.insecure_channel(server.address)
+        return server, channel
+
+    yield started
+    for server in servers:
+        server.stop(grace=1)
+
+
+class FakeAgent:
+    """An agent reduced to its calls: no RPC server, no tuning."""
+
+    def __init__(self, channel, fingerprint, tvm_version=None):
+        from foundation.hardware.versions import tvm_version as installed
+
+        self.stub = farm_pb2_grpc.FarmAgentStub(channel)
+        self.fingerprint = fingerprint
+        self.tvm_version = tvm_version or installed()
+        self.agent_id = ""
+        self.running: list[farm_pb2.LeaseRef] = []
+        self._beating = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def register(self):
+        reply = self.stub.Register(farm_pb2.RegisterRequest(
+            fingerprint_id=self.fingerprint.id, fingerprint_summary=self.fingerprint.summary,
+            fingerprint_json=json.dumps(self.fingerprint.to_json()), target_kinds=["llvm"],
+            hostname="fake", tvm_version=self.tvm_version, previous_agent_id=self.agent_id), timeout=10)
+        self.agent_id = reply.agent_id
+        return reply
+
+    def heartbeat(self):
+        return self.stub.Heartbeat(farm_pb2.HeartbeatRequest(
+            agent_id=self.agent_id, running_leases=list(self.running)), timeout=10).instructions
+
+    def keep_beating(self, on: bool = True):
+        """Heartbeat every 0.2 s in the background while ``on``."""
+        if self._thread is None:
+            def loop():
+                while not self._stop.wait(0.2):
+                    if self._beating.is_set():
+                        self.heartbeat()
+            self._thread = threading.Thread(target=loop, daemon=True)
+            self._thread.start()
+        (self._beating.set if on else self._beating.clear)()
+
+    def close(self):
+        self._stop.set()
+
+    def lease(self):
+        return self.leased(self.stub.LeaseShard(farm_pb2.LeaseShardRequest(
+            agent_id=self.agent_id, fingerprint_id=self.fingerprint.id, target_kinds=["llvm"]), timeout=30))
+
+    def held_lease(self, max_wait: float, timeout: float):
+        """A long-polled LeaseShard in flight (a grpc future of its reply), as the real agent sends."""
+        request = farm_pb2.LeaseShardRequest(agent_id=self.agent_id, fingerprint_id=self.fingerprint.id,
+                                             target_kinds=["llvm"])
+        request.max_wait.FromTimedelta(timedelta(seconds=max_wait))
+        return self.stub.LeaseShard.future(request, timeout=timeout)
+
+    def leased(self, reply):
+        """The shard a LeaseShard reply grants (now running), or None."""
+        if not reply.HasField("shard"):
+            return None
+        shard = reply.shard
+        self.running.append(farm_pb2.LeaseRef(job_id=shard.job_id, shard_id=shard.shard_id, attempt=shard.attempt))
+        return shard
+
+    def report(self, shard, factors=(2, 4), attempt=None):
+        records = [farm_pb2.MeasuredRecord(task_name=t.name, workload_shash=t.workload_shash,
+                                           tuning_record_json=_record_json(t, shard.target, f))
+                   for t in shard.tasks for f in factors]
+        progress = [farm_pb2.TaskProgress(shard_id=shard.shard_id, task_name=t.name, trials=len(factors),
+                                          budget=shard.budget.max_trials_per_task, run_errors=1, best_us=10.0)
+                    for t in shard.tasks]
+        return self.stub.ReportRecords(farm_pb2.ReportRecordsRequest(
+            agent_id=self.agent_id, shard_id=shard.shard_id,
+            attempt=shard.attempt if attempt is None else attempt, records=records, progress=progress), timeout=30)
+
+    def complete(self, shard):
+        return self.stub.CompleteShard(farm_pb2.CompleteShardRequest(
+            agent_id=self.agent_id, shard_id=shard.shard_id, attempt=shard.attempt), timeout=30)
+
+    def validate(self):
+        """Lease a validation and do what agents do with it (foundation.runtime.validation.check_library)."""
+        from foundation.models.loaded import Fill, TensorSpec, random_inputs, random_weights
+        from foundation.runtime.validation import check_library
+
+        reply = self.stub.LeaseValidation(farm_pb2.LeaseValidationRequest(
+            agent_id=self.agent_id, fingerprint_id=self.fingerprint.id, target_kinds=["llvm"]), timeout=60)
+        if not reply.HasField("validation"):
+            return None
+        lease = reply.validation
+
+        def spec(s):
+            return TensorSpec(s.name, tuple(s.shape), s.dtype,
+                              Fill.from_json(json.loads(s.fill_json)) if s.fill_json else None)
+
+        check = check_library(
+            lease.library, lease.reference_library, "llvm",
+            random_inputs([spec(s) for s in lease.inputs], lease.seed),
+            random_weights([spec(s) for s in lease.weight_specs], lease.seed), runs=lease.runs,
+        )
+        v = check.validation
+        stats = farm_pb2.LatencyStats(mean_ms=check.latency.mean_ms, median_ms=check.latency.median_ms,
+                                      std_ms=check.latency.std_ms, runs=check.latency.runs)
+        return lease, self.stub.ReportValidation(farm_pb2.ReportValidationRequest(
+            agent_id=self.agent_id, validation_id=lease.validation_id, attempt=lease.attempt,
+            check=farm_pb2.OutputCheck(passed=v.passed, max_abs_err=v.max_abs_err, max_rel_err=v.max_rel_err,
+                                       rtol=v.rtol, atol=v.atol, reason=v.reason or ""),
+            latency=stats), timeout=30)
+
+
+def _record_json(task, target_json: str, factor: int) -> str:
+    """A real TuningRecord of ``task``: split the first loop of its first block by ``factor``."""
+    import tvm
+    from tvm.s_tir.meta_schedule.arg_info import ArgInfo
+    from tvm.s_tir.meta_schedule.database import TuningRecord, Workload
+
+    from foundation.hardware.targets import to_tvm_target
+
+    mod = tvm.ir.load_json(task.mod_json)
+    sch = tvm.s_tir.Schedule(mod)
+    block = sch.get_child_blocks(sch.get_sblock("root"))[0]
+    sch.split(sch.get_loops(block)[0], [None, factor])
+    record = TuningRecord(sch.trace, Workload(mod), [1e-5 * factor], to_tvm_target(json.loads(target_json)),
+                          ArgInfo.from_prim_func(mod["main"]))
+    return json.dumps(record.as_json())
+
+
+def _submit(channel, model="mlp-tiny", **kw):
+    stub = farm_pb2_grpc.FarmClientStub(channel)
+    request = farm_pb2.SubmitRequest(zoo_name=model, batch=1, target="llvm", trials_per_task=4,
+                                     validation_runs=3, seed=7, **kw)
+    return stub.Submit(request, timeout=60).jobs
+
+
+def _wait_job(channel, job_id, *states, what=""):
+    stub = farm_pb2_grpc.FarmClientStub(channel)
+    deadline = time.monotonic() + TIMEOUT
+    while time.monotonic() < deadline:
+        job = stub.GetJob(farm_pb2.GetJobRequest(job_id=job_id), timeout=10)
+        if job.state in states:
+            return job
+        if job.state in (farm_pb2.JOB_STATE_FAILED, farm_pb2.JOB_STATE_CANCELLED) and job.state not in states:
+            pytest.fail(f"job {job_id} ended {farm_pb2.JobState.Name(job.state)}: {job.error}")
+        time.sleep(0.1)
+    pytest.fail(f"job {job_id} not {what or states} within {TIMEOUT} s: {job}")
+
+
+def _wait_for(condition, what):
+    return wait_for(condition, TIMEOUT, what, interval=0.1)
+
+
+def test_two_agents_share_a_job_that_is_built_validated_and_committed(start, fingerprint):
+    server, channel = start()
+    agents = [FakeAgent(channel, fingerprint), FakeAgent(channel, fingerprint)]
+    for agent in agents:
+        reply = agent.register()
+        assert reply.tracker.key == f"farm-{fingerprint.id}" and reply.tracker.port == 9190
+        agent.keep_beating()
+
+    # The first agent long-polls, as real agents do: its call is held while there is no work
+    # and answered with a shard once the job is planned.
+    held = agents[0].held_lease(max_wait=30, timeout=45)
+    time.sleep(1.0)
+    assert not held.done(), f"an idle long poll was answered with no work: {held.result()}"
+    (first,) = _submit(channel)
+    job_id = first.job.id
+    assert not first.attached and first.job.state == farm_pb2.JOB_STATE_QUEUED
+    (again,) = _submit(channel)
+    assert again.attached and again.job.id == job_id
+
+    shards = [agents[0].leased(held.result()), agents[1].lease()]
+    job = _wait_job(channel, job_id, farm_pb2.JOB_STATE_RUNNING)
+    assert job.shards.leased == 2 and job.trials_budget == 8
+    assert all(shards) and shards[0].shard_id != shards[1].shard_id
+    assert {t.name for s in shards for t in s.tasks} == {"fused_matmul1_add1", "fused_matmul_add_relu"}
+    assert shards[0].target == job.target and shards[0].tracker.key == f"farm-{fingerprint.id}"
+    assert shards[0].budget.max_trials_per_task == 4 and shards[0].seed == 7
+    assert agents[0].lease() is None, "no third shard"
+
+    for agent, shard in zip(agents, shards):
+        reply = agent.report(shard)
+        assert reply.accepted and reply.stored == 2 and reply.duplicates == 0, reply
+        again = agent.report(shard)
+        assert again.accepted and again.stored == 0 and again.duplicates == 2, "kept once"
+    # Held from before the library exists: answered, with no shard, as soon as its validation
+    # waits for an agent, so that the agent asks for it at once.
+    held = agents[0].held_lease(max_wait=30, timeout=45)
+    for agent, shard in zip(agents, shards):
+        assert agent.complete(shard).accepted
+    reply = held.result()
+    assert not reply.HasField("shard") and reply.retry_after.ToTimedelta().total_seconds() == 0, reply
+    _wait_job(channel, job_id, farm_pb2.JOB_STATE_VALIDATING, what="built")
+    outcome = _wait_for(agents[1].validate, "a validation lease")
+    lease, reply = outcome
+    assert reply.accepted and lease.reference_library and lease.library_sha256
+    job = _wait_job(channel, job_id, farm_pb2.JOB_STATE_SUCCEEDED)
+    assert job.artifact.validated and job.artifact.latency.mean_ms > 0
+    assert job.trials_done == 8 and job.trial_errors == 2 and job.shards.done == 2
+    assert server.coordinator.store.count_records(fingerprint_id=fingerprint.id) == 4
+
+    # The whole story, replayed from the start: states in order, progress, shard changes.
+    client = farm_pb2_grpc.FarmClientStub(channel)
+    # Event sequences are shared by all jobs; this job's first one (queued) is the registry's first.
+    events = list(client.WatchJob(farm_pb2.WatchJobRequest(job_id=job_id, after_sequence=1), timeout=30))
+    assert events[0].WhichOneof("event") == "snapshot"
+    states = [e.state_changed.to_state for e in events if e.WhichOneof("event") == "state_changed"]
+    assert states[-3:] == [farm_pb2.JOB_STATE_BUILDING, farm_pb2.JOB_STATE_VALIDATING, farm_pb2.JOB_STATE_SUCCEEDED]
+    assert any(e.WhichOneof("event") == "task_progress" for e in events)
+
+    (hit,) = _submit(channel)
+    assert hit.job.cache_hit and hit.job.state == farm_pb2.JOB_STATE_SUCCEEDED and hit.job.id != job_id
+    assert hit.job.artifact.id == job.artifact.id
+    listed = client.ListAgents(farm_pb2.ListAgentsRequest(), timeout=10).agents
+    assert {a.id for a in listed} == {a.agent_id for a in agents}
+    for agent in agents:
+        agent.close()
+
+
+def test_a_held_lease_poll_ends_inside_its_deadline_and_when_the_coordinator_stops(start, fingerprint):
+    server, channel = start()
+    agent = FakeAgent(channel, fingerprint)
+    agent.register()
+    # Held for less than the caller's deadline: it hears "no work", never DEADLINE_EXCEEDED.
+    reply = agent.held_lease(max_wait=30, timeout=3).result()
+    assert not reply.HasField("shard") and reply.retry_after.ToTimedelta().total_seconds() == 1.0, reply
+    # An agent told to stop does not wait for its held poll: the call is cancelled.
+    from agent.coordinator_calls import answer_unless_stopped
+
+    stop = threading.Event()
+    held = agent.held_lease(max_wait=30, timeout=45)
+    threading.Timer(0.3, stop.set).start()
+    assert answer_unless_stopped(held, stop) is None and held.cancelled()
+    # A draining coordinator answers its held polls within the grace rather than cutting them off.
+    held = agent.held_lease(max_wait=30, timeout=45)
+    time.sleep(0.5)
+    assert not held.done(), "an idle long poll was answered with no work at once"
+    server.stop(grace=10)
+    reply = held.result()  # raises if the call was cut off (CANCELLED or UNAVAILABLE)
+    assert not reply.HasField("shard"), reply
+
+
+class _CallerDeadline:
+    """The one thing `_hold_seconds` asks of a call's context: the time left before its deadline."""
+
+    def __init__(self, remaining):
+        self.remaining = remaining
+
+    def time_remaining(self):
+        return self.remaining
+
+
+def test_held_polls_end_early_by_a_random_share_so_idle_agents_do_not_poll_in_step():
+    from coordinator.servicer import LEASE_WAIT_MARGIN_S, LEASE_WAIT_SPREAD, MAX_LEASE_WAIT_S, _hold_seconds
+
+    request = farm_pb2.LeaseShardRequest(agent_id="a")
+    assert _hold_seconds(request, _CallerDeadline(None)) == 0.0, "no max_wait: answered at once"
+    request.max_wait.FromTimedelta(timedelta(seconds=20))
+    holds = [_hold_seconds(request, _CallerDeadline(None)) for _ in range(500)]
+    assert all(20 * (1 - LEASE_WAIT_SPREAD) <= hold <= 20 for hold in holds), "never longer than asked"
+    assert max(holds) - min(holds) > 20 * LEASE_WAIT_SPREAD / 2, "spread over the band"
+    request.max_wait.FromTimedelta(timedelta(seconds=600))
+    assert max(_hold_seconds(request, _CallerDeadline(None)) for _ in range(100)) <= MAX_LEASE_WAIT_S
+    # Inside the caller's deadline whatever the draw, so that it hears "no work" in time.
+    assert all(_hold_seconds(request, _CallerDeadline(5.0)) <= 5.0 - LEASE_WAIT_MARGIN_S for _ in range(100))
+
+
+def test_waiting_job_binds_then_stale_attempts_and_cancel_are_refused(start, fingerprint):
+    server, channel = start(lease_ttl=1.0)
+    (submitted,) = _submit(channel)
+    job_id = submitted.job.id
+    assert submitted.job.state == farm_pb2.JOB_STATE_QUEUED
+    assert "waiting for an agent with target kind llvm (none registered)" in submitted.job.status
+    time.sleep(0.5)
+    client = farm_pb2_grpc.FarmClientStub(channel)
+    assert client.GetJob(farm_pb2.GetJobRequest(job_id=job_id)).state == farm_pb2.JOB_STATE_QUEUED
+
+    agent = FakeAgent(channel, fingerprint)
+    agent.register()
+    agent.keep_beating()
+    job = _wait_job(channel, job_id, farm_pb2.JOB_STATE_RUNNING)
+    assert job.fingerprint_id == fingerprint.id
+    shard = agent.lease()
+    assert shard.attempt == 1
+
+    # Silence past the TTL: the lease is re-queued, and the old attempt is stale.
+    agent.keep_beating(False)
+    _wait_for(lambda: client.GetJob(farm_pb2.GetJobRequest(job_id=job_id)).shards.pending == 1, "re-queue")
+    instructions = agent.heartbeat()
+    assert [i.cancel_lease.lease.attempt for i in instructions] == [1]
+    stale = agent.report(shard)
+    assert not stale.accepted and "attempt 1" in stale.reason and "is over" in stale.reason
+    assert not agent.complete(shard).accepted
+    agent.running.clear()
+    agent.keep_beating()
+    retry = agent.lease()
+    assert retry.shard_id == shard.shard_id and retry.attempt == 2
+    assert agent.report(retry).accepted
+    # Reports alone keep it alive past the TTL: an accepted report is a sign of life (busy
+    # agents skip heartbeats that would say nothing new: agent.daemon.heartbeat_due).
+    agent.keep_beating(False)
+    silent_until = time.monotonic() + 2.5  # over twice the TTL without a heartbeat
+    while time.monotonic() < silent_until:
+        reply = agent.report(retry)
+        assert reply.accepted, f"the agent was taken for lost while it reported: {reply.reason}"
+        time.sleep(0.1)
+    agent.keep_beating()
+
+    cancelled = client.CancelJob(farm_pb2.CancelJobRequest(job_id=job_id, reason="test"), timeout=10)
+    assert cancelled.state == farm_pb2.JOB_STATE_CANCELLED
+    agent.keep_beating(False)
+    reasons = [i.cancel_lease.reason for i in agent.heartbeat()]
+    assert any("cancelled" in r for r in reasons), reasons
+    assert not agent.report(retry).accepted
+    agent.close()
+
+
+def test_errors_health_and_an_owned_tracker(start, fingerprint):
+    server, channel = start(tracker=None, tracker_listen="127.0.0.1:0")
+    assert server.tracker is not None and server.tracker.running
+    health = health_pb2_grpc.HealthStub(channel)
+    for name in ("", *SERVICE_NAMES):
+        reply = health.Check(health_pb2.HealthCheckRequest(service=name), timeout=10)
+        assert reply.status == health_pb2.HealthCheckResponse.SERVING
+
+    client = farm_pb2_grpc.FarmClientStub(channel)
+    with pytest.raises(grpc.RpcError) as err:
+        _submit(channel, model="no-such-net")
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "known models" in err.value.details()
+    with pytest.raises(grpc.RpcError) as err:
+        client.GetJob(farm_pb2.GetJobRequest(job_id="job-nope"), timeout=10)
+    assert err.value.code() == grpc.StatusCode.NOT_FOUND and "job-nope" in err.value.details()
+    with pytest.raises(grpc.RpcError) as err:
+        list(client.WatchJob(farm_pb2.WatchJobRequest(job_id="job-nope"), timeout=10))
+    assert err.value.code() == grpc.StatusCode.NOT_FOUND
+    with pytest.raises(grpc.RpcError) as err:
+        client.Submit(farm_pb2.SubmitRequest(zoo_name="mlp-tiny", batch=1, target="llvm -mcpu=x"), timeout=10)
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "JSON" in err.value.details()
+
+    agent = FakeAgent(channel, fingerprint)
+    with pytest.raises(grpc.RpcError) as err:
+        FakeAgent(channel, fingerprint, tvm_version="0.1.0").register()
+    assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION and "apache-tvm==" in err.value.details()
+    reply = agent.register()
+    assert reply.tracker.port == server.tracker.port
+    agent.agent_id = "agent-unknown"
+    assert agent.heartbeat()[0].WhichOneof("instruction") == "re_register"
+    with pytest.raises(grpc.RpcError) as err:
+        agent.lease()
+    assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+
+    tracker = server.tracker
+    server.stop(grace=1)
+    assert not tracker.running, "the coordinator stops the tracker it started"
+
+
+def _agent_leasing_a_shard(start, fingerprint, **options):
+    """A coordinator started with ``options``, a running job, and an agent holding its shard."""
+    server, channel = start(**options)
+    agent = FakeAgent(channel, fingerprint)
+    agent.register()
+    (submitted,) = _submit(channel)
+    _wait_job(channel, submitted.job.id, farm_pb2.JOB_STATE_RUNNING)
+    return server, channel, agent, agent.lease()
+
+
+@contextlib.contextmanager
+def _ingestion_held(registry_url, shard_id):
+    """Make the coordinator's report commits wait: hold the lock they need, in another connection."""
+    if registry_url.startswith("sqlite:///"):
+        connection = sqlite3.connect(registry_url.removeprefix("sqlite:///"), isolation_level=None)
+        connection.execute("BEGIN IMMEDIATE")  # the database's one write lock
+        try:
+            yield
+        finally:
+            connection.execute("ROLLBACK")
+            connection.close()
+        return
+    from sqlalchemy import create_engine, text
+
+    from foundation.registry.engine import parse_registry_url
+
+    engine = create_engine(parse_registry_url(registry_url))
+    try:
+        with engine.connect() as connection, connection.begin():
+            # A report locks its shard's row (coordinator.cluster_store.reports).
+            connection.execute(text("SELECT id FROM shards WHERE id = :id FOR UPDATE"), {"id": shard_id})
+            yield
+    finally:
+        engine.dispose()
+
+
+def test_heartbeats_are_answered_while_more_reports_wait_than_the_server_has_threads(
+        start, fingerprint, registry_url):
+    # Reports and claims wait for their group's commit without holding one of the server's
+    # threads (coordinator.servicer): with two threads and four reports stuck behind a lock,
+    # a heartbeat (and, on PostgreSQL, a lease poll) is still answered. The synchronous
+    # server answered neither until the lock was gone.
+    server, channel, agent, shard = _agent_leasing_a_shard(start, fingerprint, max_workers=2)
+    assert agent.heartbeat() == []
+    ingest = server.coordinator._ingest
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        with _ingestion_held(registry_url, shard.shard_id):
+            reports = [pool.submit(agent.report, shard, (factor,)) for factor in (2, 3, 4, 5)]
+            # The first group is in its transaction, stuck on the lock; the rest queue behind it.
+            _wait_for(lambda: ingest.pending() == 4, "four reports waiting for their commit")
+            assert agent.heartbeat() == []
+            if not registry_url.startswith("sqlite"):  # a claim needs SQLite's one write lock
+                assert agent.lease() is None, "the job's one shard is this agent's already"
+            assert not any(report.done() for report in reports)
+        assert all(report.result(TIMEOUT).accepted for report in reports)
+    assert server.coordinator.store.count_records() == 4 * len(shard.tasks)
+    agent.close()
+
+
+def test_report_sizes_go_out_with_the_lease_and_follow_the_fleets_rate(start, fingerprint):
+    # coordinator.fleet.report_sizing: at least records_per_report a report, more when the fleet's
+    # records would otherwise take more than report_rate reports a second; every answer
+    # carries the sizes, so agents follow them while they tune.
+    from coordinator.fleet.report_sizing import RECOMPUTE_EVERY_S
+
+    # Without the spread each agent's size gets (the next test), so the rule is seen exactly.
+    server, channel, agent, shard = _agent_leasing_a_shard(
+        start, fingerprint, records_per_report=3, report_rate=0.05, report_within=2.0, report_jitter=0.0)
+    # Sized before any record came: the configured minimum and bound.
+    assert shard.records_per_report == 3 and shard.report_within.ToTimedelta().total_seconds() == 2.0
+    factors = (2, 3, 4, 5, 6, 7)
+    began = time.monotonic()
+    assert agent.report(shard, factors).accepted
+    time.sleep(RECOMPUTE_EVERY_S + 0.1)
+    second = agent.report(shard, factors)
+    took = time.monotonic() - began
+    # 2 x 6 records per task over the seconds between the reports (at least RECOMPUTE_EVERY_S),
+    # for a fleet asked for one report every 20 s; and one reporting agent, so a bound of 20 s.
+    reported = 2 * len(factors) * len(shard.tasks)
+    assert second.accepted
+    assert math.ceil(reported / took / 0.05) <= second.records_per_report <= math.ceil(
+        reported / RECOMPUTE_EVERY_S / 0.05)
+    assert second.report_within.ToTimedelta().total_seconds() == 1 / 0.05
+    stale = agent.report(shard, factors, attempt=shard.attempt + 1)
+    assert not stale.accepted and stale.records_per_report == 0, "a refused report says nothing more"
+    agent.close()
+
+
+def test_each_answer_carries_the_fleets_size_spread(start, fingerprint):
+    # coordinator.fleet.report_sizing.offer: every answer tells its agent the fleet's size spread by
+    # up to a quarter either way, and a time bound no longer than the fleet's, so that agents
+    # measuring at one rate do not report in step.
+    from coordinator.fleet.report_sizing import RECOMPUTE_EVERY_S
+
+    server, channel, agent, shard = _agent_leasing_a_shard(
+        start, fingerprint, records_per_report=3, report_rate=0.05, report_within=2.0, report_jitter=0.25)
+    sizing = server.coordinator.report_sizing
+    assert 3 <= shard.records_per_report <= 4, "the minimum of 3, spread up but never down"
+    assert 1.5 <= shard.report_within.ToTimedelta().total_seconds() <= 2.0
+    factors = (2, 3, 4, 5, 6, 7)
+    assert agent.report(shard, factors).accepted
+    time.sleep(RECOMPUTE_EVERY_S + 0.1)
+    told = []
+    for _ in range(8):
+        before = sizing.size()
+        reply = agent.report(shard, factors)
+        after = sizing.size()
+        assert reply.accepted
+        low, high = min(before.records, after.records), max(before.records, after.records)
+        assert round(0.75 * low) <= reply.records_per_report <= round(1.25 * high), (reply, before, after)
+        within = reply.report_within.ToTimedelta().total_seconds()
+        assert 0.75 * min(before.within_s, after.within_s) <= within <= max(before.within_s, after.within_s)
+        told.append(reply.records_per_report)
+    assert min(before.records, after.records) > 40, "a fleet size large enough to spread"
+    assert len(set(told)) > 1, f"every answer told the same size: {told}"
+    agent.close()
+
+
+def test_a_settled_heartbeat_needs_no_thread_of_the_server(start, fingerprint):
+    # A heartbeat listing exactly what the registry says the agent holds is answered on the
+    # server's event loop (coordinator.servicer); only one that must read the registry
+    # waits for a thread. Every thread of the pool is taken here.
+    server, channel, agent, shard = _agent_leasing_a_shard(start, fingerprint, max_workers=2)
+    other = FakeAgent(channel, fingerprint)
+    other.register()
+    # Read from the registry: settled from now on, until some state changes (a registration would).
+    assert agent.heartbeat() == []
+    # A lease the other agent was never given: its beat must be read against the registry.
+    other.running = [farm_pb2.LeaseRef(job_id=shard.job_id, shard_id=shard.shard_id, attempt=shard.attempt + 1)]
+    release = threading.Event()
+    taken = [server._pool.submit(release.wait, TIMEOUT) for _ in range(2)]
+    try:
+        unsettled = other.stub.Heartbeat.future(farm_pb2.HeartbeatRequest(
+            agent_id=other.agent_id, running_leases=other.running), timeout=TIMEOUT)
+        assert agent.heartbeat() == []
+        assert not unsettled.done(), "a heartbeat that must read the registry waited for a thread"
+    finally:
+        release.set()
+    assert [i.WhichOneof("instruction") for i in unsettled.result().instructions] == ["cancel_lease"]
+    assert all(t.result(TIMEOUT) for t in taken)
+    agent.close()
+    other.close()
+
+
+def test_a_restarted_coordinator_carries_on(start, fingerprint, tmp_path):
+    server, channel = start()
+    agent = FakeAgent(channel, fingerprint)
+    agent.register()
+    (submitted,) = _submit(channel)
+    job_id = submitted.job.id
+    _wait_job(channel, job_id, farm_pb2.JOB_STATE_RUNNING)
+    shard = agent.lease()
+    assert agent.report(shard).accepted
+    server.stop(grace=1)
+
+    # Same registry, same data directory, new process state: the lease is still the agent's.
+    _server, channel = start()
+    agent.stub = farm_pb2_grpc.FarmAgentStub(channel)
+    previous = agent.agent_id
+    agent.register()
+    assert agent.agent_id == previous
+    agent.keep_beating()
+    assert agent.report(shard, factors=(8,)).accepted
+    assert agent.complete(shard).accepted
+    _wait_job(channel, job_id, farm_pb2.JOB_STATE_VALIDATING)
+    _wait_for(agent.validate, "a validation lease")
+    job = _wait_job(channel, job_id, farm_pb2.JOB_STATE_SUCCEEDED)
+    assert job.trials_done == 6 and job.artifact.validated
+    agent.close()
+
+
+def test_concurrent_model_loads_do_not_corrupt_each_other(tmp_path):
+    """Relax's BlockBuilder stack is process-wide; loads from several threads must not interleave
+    (bench/coordinator_scale.py saw AssertionErrors when Submit and the planner loaded at once)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from coordinator.job_work import load_stored_model
+    from foundation.registry.entities import Model
+
+    def load(batch: int):
+        model = Model(id=f"m{batch}", name="mlp-tiny", source="zoo", source_digest="zoo-v1:mlp-tiny",
+                      batch=batch, inputs=[], weights=[], num_parameters=0, created_at=None)
+        return load_stored_model(model, tmp_path).identity()
+
+    with ThreadPoolExecutor(max_workers=6) as pool:
+        identities = list(pool.map(load, [1, 2, 3, 4, 5, 6] * 2))
+    assert len(set(identities)) == 6

@@ -1,0 +1,193 @@
+"""End to end through the real `farm` executable: tune, hit, run; an ONNX file; bad input."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytestmark = pytest.mark.slow
+
+TUNE = ["--trials", "12", "--trials-per-task", "8", "--runs", "3"]
+
+
+def farm(exe: str, home: Path, *args: str, check: bool = True, timeout: float = 600) -> subprocess.CompletedProcess:
+    env = {**os.environ, "FARM_HOME": str(home)}
+    env.pop("FARM_REGISTRY", None)
+    proc = subprocess.run([exe, *args], env=env, capture_output=True, text=True, timeout=timeout)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"farm {' '.join(args)} exited {proc.returncode}\n"
+                             f"stdout:\n{proc.stdout}\nstderr:\n{proc.stderr}")
+    return proc
+
+
+@pytest.fixture(scope="module")
+def home(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("e2e-home")
+
+
+@pytest.fixture(scope="module")
+def tuned(farm_exe, home) -> dict:
+    """mlp-tiny tuned once for this module; later tests reuse its artifact."""
+    proc = farm(farm_exe, home, "submit", "mlp-tiny", "llvm", "2", *TUNE, "--json")
+    return json.loads(proc.stdout)
+
+
+def test_submit_tunes_validates_and_commits(tuned):
+    assert tuned["state"] == "succeeded"
+    assert tuned["cache_hit"] is False
+    assert tuned["trials"] >= 8
+    assert tuned["fingerprint"].startswith("cpu-")
+    art = tuned["artifact"]
+    assert art["id"].startswith("art-") and len(art["sha256"]) == 64
+    assert art["validation"]["passed"] is True
+    for key in ("mean", "median", "std"):
+        assert art["latency_ms"][key] >= 0
+    assert art["latency_ms"]["mean"] > 0
+    assert {t["task"] for t in tuned["tasks"]}, "per-task progress is reported"
+
+
+def test_second_submit_is_a_registry_hit(farm_exe, home, tuned):
+    proc = farm(farm_exe, home, "submit", "mlp-tiny", "llvm", "2", "--json")
+    hit = json.loads(proc.stdout)
+    assert hit["cache_hit"] is True
+    assert hit["state"] == "succeeded"
+    assert hit["trials"] == 0
+    assert hit["job"] != tuned["job"]
+    assert hit["artifact"]["id"] == tuned["artifact"]["id"]
+    assert hit["artifact"]["sha256"] == tuned["artifact"]["sha256"]
+
+
+def test_run_loads_the_stored_library(farm_exe, home, tuned, tmp_path):
+    x = np.random.default_rng(1).standard_normal((2, 64)).astype("float32")
+    np.save(tmp_path / "x.npy", x)
+    proc = farm(farm_exe, home, "run", "mlp-tiny", "llvm", "2", "--input", str(tmp_path / "x.npy"),
+                "--output", str(tmp_path / "y.npy"), "--runs", "5", "--json")
+    ran = json.loads(proc.stdout)
+    assert ran["artifact"] == tuned["artifact"]["id"]
+    assert set(ran["latency_ms"]) >= {"mean", "median", "std"}
+    y = np.load(tmp_path / "y.npy")
+    assert y.shape == (2, 10) and np.all(np.isfinite(y))
+    # The same library called from Python gives the same numbers for the same input.
+    import farm as farm_api
+
+    os.environ["FARM_HOME"] = str(home)
+    try:
+        model = farm_api.load("mlp-tiny", "llvm", batch=2)
+        (again,) = model(x)
+    finally:
+        os.environ.pop("FARM_HOME")
+    np.testing.assert_allclose(again, y, rtol=1e-6)
+
+
+def test_retune_merges_records(farm_exe, home, tuned):
+    before = _count(home, "tuning_records")
+    proc = farm(farm_exe, home, "submit", "mlp-tiny", "llvm", "2", *TUNE, "--retune", "--seed", "7", "--json")
+    again = json.loads(proc.stdout)
+    assert again["cache_hit"] is False and again["state"] == "succeeded"
+    assert _count(home, "tuning_records") > before
+    assert again["artifact"]["id"] != tuned["artifact"]["id"]
+
+
+def test_human_output_and_listing(farm_exe, home, tuned):
+    newest = json.loads(farm(farm_exe, home, "submit", "mlp-tiny", "llvm", "2", "--json").stdout)["artifact"]
+    proc = farm(farm_exe, home, "submit", "mlp-tiny", "llvm", "2")
+    assert "registry hit" in proc.stdout and newest["id"] in proc.stdout
+    ls = json.loads(farm(farm_exe, home, "registry", "ls", "--json").stdout)
+    assert ls["counts"]["artifacts"] >= 1
+    shown = json.loads(farm(farm_exe, home, "registry", "show", tuned["artifact"]["id"], "--json").stdout)
+    assert shown["sha256"] == tuned["artifact"]["sha256"]
+    jobs = json.loads(farm(farm_exe, home, "jobs", "--json").stdout)
+    assert tuned["job"] in {j["id"] for j in jobs}
+
+
+def test_onnx_file_end_to_end(farm_exe, tmp_path):
+    from support.onnx_models import write_small_cnn
+
+    home = tmp_path / "home"
+    path = write_small_cnn(tmp_path / "small_cnn.onnx")
+    proc = farm(farm_exe, home, "submit", str(path), "llvm", "3", *TUNE, "--json")
+    tuned = json.loads(proc.stdout)
+    assert tuned["state"] == "succeeded" and tuned["artifact"]["validation"]["passed"]
+    assert tuned["model"] == "small_cnn" and tuned["batch"] == 3
+    hit = json.loads(farm(farm_exe, home, "submit", str(path), "llvm", "3", "--json").stdout)
+    assert hit["cache_hit"] is True
+    # The library runs with the file's own weights: compare with onnxruntime.
+    ort = pytest.importorskip("onnxruntime")
+    x = np.random.default_rng(3).standard_normal((3, 3, 16, 16)).astype("float32")
+    np.save(tmp_path / "x.npy", x)
+    farm(farm_exe, home, "run", str(path), "llvm", "3", "--input", str(tmp_path / "x.npy"),
+         "--output", str(tmp_path / "y.npy"), "--runs", "2")
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    (want,) = session.run(None, {session.get_inputs()[0].name: x})
+    np.testing.assert_allclose(np.load(tmp_path / "y.npy"), want, rtol=1e-4, atol=1e-5)
+
+
+def _count(home: Path, table: str) -> int:
+    with sqlite3.connect(home / "registry.db") as db:
+        return db.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0]
+
+
+def test_hit_path_never_imports_tvm(home, tuned):
+    """A registry hit must stay cheap: the CLI answers it without importing TVM at all."""
+    import sys
+
+    code = (
+        "import sys\n"
+        "from farm.cli.app import app\n"
+        "try:\n"
+        "    app(['submit', 'mlp-tiny', 'llvm', '2', '--json'])\n"
+        "except SystemExit as e:\n"
+        "    assert not e.code, e.code\n"
+        "print('TVM_IMPORTED' if any(m == 'tvm' or m.startswith('tvm.') for m in sys.modules) else 'NO_TVM')\n"
+    )
+    env = {**os.environ, "FARM_HOME": str(home)}
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert '"cache_hit": true' in proc.stdout
+    assert proc.stdout.strip().endswith("NO_TVM")
+
+
+def test_registry_export_and_import_tvm_logs(farm_exe, home, tuned, tmp_path):
+    """TVM's JSON database format out of one registry and into a fresh one, via the CLI."""
+    out = tmp_path / "logs"
+    exported = json.loads(farm(farm_exe, home, "registry", "export", str(out), "--json").stdout)
+    assert exported["records"] >= tuned["trials"] and exported["workloads"] >= 2
+    assert (out / "database_workload.json").exists() and (out / "database_tuning_record.json").exists()
+    fresh = tmp_path / "fresh-home"
+    imported = json.loads(farm(farm_exe, fresh, "registry", "import", str(out), "--json").stdout)
+    assert imported["records"] == exported["records"] and imported["skipped_duplicates"] == 0
+    again = json.loads(farm(farm_exe, fresh, "registry", "import", str(out), "--json").stdout)
+    assert again["records"] == 0 and again["skipped_duplicates"] == exported["records"]
+    # A broken log is refused whole: nothing is written.
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "database_workload.json").write_text((out / "database_workload.json").read_text())
+    (bad / "database_tuning_record.json").write_text("[0, not json\n")
+    proc = farm(farm_exe, fresh, "registry", "import", str(bad), check=False)
+    assert proc.returncode != 0 and "database_tuning_record.json" in proc.stderr
+    assert _count(fresh, "tuning_records") == exported["records"]
+
+
+def test_a_budget_below_one_round_warns_about_untuned_tasks(farm_exe, tmp_path):
+    """mlp-tiny has 2 tasks; 4 trials at 4 per round cover only the first one."""
+    proc = farm(farm_exe, tmp_path / "home", "submit", "mlp-tiny", "llvm", "1",
+                "--trials", "4", "--trials-per-task", "4", "--runs", "2")
+    assert "1 of 2 tasks got no trials" in proc.stdout
+
+
+def test_corrupt_artifact_is_refused(farm_exe, home, tuned):
+    """Runs last in this module: it damages the stored library of the module's registry."""
+    with sqlite3.connect(home / "registry.db") as db:
+        for (art_id,) in db.execute("SELECT id FROM artifacts").fetchall():
+            db.execute("UPDATE artifacts SET library = ? WHERE id = ?", (b"\x7fELF broken", art_id))
+    proc = farm(farm_exe, home, "run", "mlp-tiny", "llvm", "2", check=False)
+    assert proc.returncode != 0
+    assert "corrupt" in proc.stderr and "--retune" in proc.stderr
+    assert proc.stdout == ""
+

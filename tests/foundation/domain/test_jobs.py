@@ -1,0 +1,32 @@
+"""Job state transitions (pure)."""
+
+import pytest
+
+from foundation.domain.jobs import IllegalTransition, JobState, check_transition
+
+
+def test_the_happy_path_is_legal():
+    path = [JobState.QUEUED, JobState.RUNNING, JobState.BUILDING, JobState.VALIDATING, JobState.SUCCEEDED]
+    for current, new in zip(path, path[1:]):
+        assert check_transition(current, new) is new
+
+
+def test_a_hit_goes_straight_to_succeeded():
+    assert check_transition("queued", "succeeded") is JobState.SUCCEEDED
+
+
+@pytest.mark.parametrize("final", [JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED])
+def test_final_states_are_final(final):
+    assert final.is_final
+    for state in JobState:
+        with pytest.raises(IllegalTransition):
+            check_transition(final, state)
+
+
+def test_stages_cannot_be_skipped_or_reversed():
+    with pytest.raises(IllegalTransition, match="running to validating"):
+        check_transition(JobState.RUNNING, JobState.VALIDATING)
+    with pytest.raises(IllegalTransition):
+        check_transition(JobState.BUILDING, JobState.RUNNING)
+    with pytest.raises(ValueError):
+        check_transition("queued", "exploded")

@@ -1,0 +1,122 @@
+"""Real MetaSchedule tuning of a tiny model: live per-task progress, records, cancellation."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from foundation.meta_schedule.measure import MeasureSettings, WorkerPools
+from foundation.meta_schedule.tuner import (
+    CANDIDATES_PER_TRIAL,
+    FULL_POPULATION_FROM,
+    MIN_POPULATION,
+    TuningBudget,
+    search_strategy,
+    tune,
+)
+
+pytestmark = pytest.mark.slow
+
+
+class Recorder:
+    def __init__(self, cancel_after: int | None = None, cancelled: threading.Event | None = None):
+        self.events: list[tuple[str, int, int]] = []
+        self.finished_seen = False
+        self.cancel_after = cancel_after
+        self.cancelled = cancelled
+
+    def started(self, tasks):
+        self.events.append(("started", -1, len(tasks)))
+
+    def measured(self, task, new_trials):
+        assert not self.finished_seen, "progress after finished()"
+        self.events.append(("measured", task.index, task.trials))
+        if self.cancel_after is not None and task.trials >= self.cancel_after:
+            self.cancelled.set()
+
+    def finished(self, tasks):
+        self.finished_seen = True
+
+
+@pytest.fixture(scope="module")
+def mlp():
+    from foundation.hardware.tvm_startup import install_lean_tensor_intrinsics
+
+    install_lean_tensor_intrinsics("llvm")
+    import tvm
+
+    from foundation.compile import extract_tuning_tasks
+    from foundation.models.loading import load_model
+
+    target = tvm.target.Target({"kind": "llvm", "num-cores": 2})
+    return target, extract_tuning_tasks(load_model("mlp-tiny", 1), target)
+
+
+@pytest.fixture(scope="module")
+def pools():
+    return WorkerPools(MeasureSettings(min_repeat_ms=5))
+
+
+def test_progress_is_live_and_records_land(mlp, pools, tmp_path):
+    from tvm.s_tir import meta_schedule as ms
+
+    target, tasks = mlp
+    db = ms.database.MemoryDatabase()
+    recorder = Recorder()
+    report = tune(tasks, target, db, TuningBudget(16, 8, 8), tmp_path, pools=pools, listener=recorder, seed=1)
+    measured = [e for e in recorder.events if e[0] == "measured"]
+    # One event per measured candidate (LocalRunner is synchronous), not one per joined batch.
+    assert len(measured) == report.trials >= 16
+    assert {e[1] for e in measured} == set(range(len(tasks)))
+    for task in report.tasks:
+        assert task.trials == 8 and task.best_sec is not None and task.best_sec > 0
+        assert task.best_gflops is None or task.best_gflops > 0
+    assert len(db) == report.trials  # every measured candidate was committed
+    assert report.first_build_at is not None and not report.cancelled
+    assert (tmp_path / "logs").is_dir()
+
+
+def test_cancel_stops_tuning_early(mlp, pools, tmp_path):
+    from tvm.s_tir import meta_schedule as ms
+
+    target, tasks = mlp
+    cancelled = threading.Event()
+    recorder = Recorder(cancel_after=3, cancelled=cancelled)
+    report = tune(tasks, target, ms.database.MemoryDatabase(), TuningBudget(200, 100, 8), tmp_path,
+                  pools=pools, listener=recorder, cancelled=cancelled)
+    assert report.cancelled
+    assert report.trials < 40, report.trials  # far below the 200-trial budget
+
+
+def test_builder_workers_stay_warm_across_batches(mlp):
+    """TVM's LocalBuilder starts new processes per batch; the farm's builder reuses them."""
+    from tvm.s_tir import meta_schedule as ms
+
+    from foundation.hardware.tvm_startup import LeanWorkerInit
+    from foundation.meta_schedule.warm_builder import warm_builder
+
+    target, tasks = mlp
+    builder = warm_builder(2, 60.0, LeanWorkerInit("llvm"))
+    inputs = [ms.builder.BuilderInput(task.mod, target) for task in tasks]
+
+    def worker_pids():
+        return sorted(w._proc.pid for w in builder.pool._worker_map.values() if w._proc is not None)
+
+    first = builder.build(inputs)
+    assert all(r.error_msg is None for r in first), [r.error_msg for r in first]
+    pids = worker_pids()
+    second = builder.build(inputs)
+    assert all(r.error_msg is None for r in second)
+    assert pids and worker_pids() == pids
+    builder.shutdown()
+
+
+def test_search_population_follows_the_budget():
+    """Small budgets sample fewer candidates a round; from FULL_POPULATION_FROM on, MetaSchedule's own."""
+    assert search_strategy(8).population_size == 128  # 16 candidates per trial
+    assert search_strategy(1).population_size == MIN_POPULATION
+    below = FULL_POPULATION_FROM - 1
+    assert search_strategy(below).population_size == CANDIDATES_PER_TRIAL * below
+    assert search_strategy(FULL_POPULATION_FROM) == "evolutionary"
+    assert search_strategy(1000) == "evolutionary"

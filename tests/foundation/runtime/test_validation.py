@@ -1,0 +1,42 @@
+"""Output comparison and the tuning budget (pure numpy / dataclasses)."""
+
+import numpy as np
+
+from foundation.meta_schedule.tuner import TuningBudget
+from foundation.runtime.validation import compare_outputs
+
+
+def test_equal_and_slightly_reordered_outputs_pass():
+    ref = np.random.default_rng(0).standard_normal((4, 10)).astype("float32") * 50
+    noisy = ref * (1 + 1e-6)
+    result = compare_outputs([noisy], [ref])
+    assert result.passed, result.reason
+    assert 0 < result.max_abs_err < 1e-3
+
+
+def test_a_wrong_element_fails_and_says_where():
+    ref = np.ones((2, 3), dtype="float32")
+    bad = ref.copy()
+    bad[1, 2] = 1.5
+    result = compare_outputs([bad], [ref])
+    assert not result.passed
+    assert "(1, 2)" in result.reason and "1 of 6" in result.reason
+    assert result.max_abs_err == 0.5
+
+
+def test_shape_count_and_nan_mismatches_fail():
+    ref = np.zeros((2, 2), dtype="float32")
+    assert "shape" in compare_outputs([np.zeros((2, 3), "float32")], [ref]).reason
+    assert "outputs" in compare_outputs([ref, ref], [ref]).reason
+    assert "NaN" in compare_outputs([np.full((2, 2), np.nan, "float32")], [ref]).reason
+
+
+def test_budget_defaults_to_per_task_times_tasks():
+    b = TuningBudget.for_tasks(10, None, None)
+    assert (b.max_trials_global, b.max_trials_per_task) == (320, 32)
+    b = TuningBudget.for_tasks(10, 1000, None)  # a global budget alone caps no task below it
+    assert (b.max_trials_global, b.max_trials_per_task) == (1000, 1000)
+    b = TuningBudget.for_tasks(10, None, 8)
+    assert (b.max_trials_global, b.max_trials_per_task) == (80, 8)
+    b = TuningBudget.for_tasks(3, 12, 8)
+    assert (b.max_trials_global, b.max_trials_per_task, b.num_trials_per_iter) == (12, 8, 8)

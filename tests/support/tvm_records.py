@@ -1,0 +1,39 @@
+"""TVM objects for database tests: a small matmul workload and records of it (TVM imported lazily)."""
+
+from __future__ import annotations
+
+
+def matmul_module(n: int = 64):  # type: ignore[no-untyped-def]
+    """A one-block TIR matmul, the smallest thing MetaSchedule would tune."""
+    import tvm
+    from tvm import te
+
+    a = te.placeholder((n, n), name="A")
+    b = te.placeholder((n, n), name="B")
+    k = te.reduce_axis((0, n), name="k")
+    c = te.compute((n, n), lambda i, j: te.sum(a[i, k] * b[k, j], axis=k), name="matmul")
+    return tvm.IRModule({"main": te.create_prim_func([a, b, c])})
+
+
+def split_trace(mod, factor: int):  # type: ignore[no-untyped-def]
+    """A schedule trace that splits the outer loop by ``factor``: distinct per factor."""
+    import tvm
+
+    sch = tvm.s_tir.Schedule(mod)
+    i, _j, _k = sch.get_loops(sch.get_sblock("matmul"))
+    sch.split(i, [None, factor])
+    return sch.trace
+
+
+def tuning_record(workload, factor: int, run_secs, target="llvm"):  # type: ignore[no-untyped-def]
+    from tvm.s_tir.meta_schedule.arg_info import ArgInfo
+    from tvm.s_tir.meta_schedule.database import TuningRecord
+    from tvm.target import Target
+
+    return TuningRecord(
+        split_trace(workload.mod, factor),
+        workload,
+        run_secs,
+        Target(target),
+        ArgInfo.from_prim_func(workload.mod["main"]),
+    )
