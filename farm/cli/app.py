@@ -1,4 +1,4 @@
-"""The `farm` entry point: composes the command groups and maps errors to exit codes."""
+"""The `farm` entry point: composes the command groups and is the one place errors become exit codes."""
 
 from __future__ import annotations
 
@@ -6,7 +6,8 @@ import sys
 
 import typer
 
-from farm.cli import cluster, coordinator_cmd, info, registry, submit
+from farm.cli import agent_cmd, cluster, coordinator_cmd, info, registry, submit
+from foundation.errors import FarmError
 
 # rich_markup_mode=None: typer's rich help and usage errors import rich.markdown and pygments,
 # ~0.5 s before `farm --help` prints anything (bench/startup.py); click's plain help is enough.
@@ -18,20 +19,22 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
 )
-app.registered_commands += submit.app.registered_commands
-app.registered_commands += info.app.registered_commands
-app.registered_commands += cluster.app.registered_commands
-app.registered_commands += coordinator_cmd.app.registered_commands
+# Groups added without a name contribute their commands at the top level.
+app.add_typer(submit.app)
+app.add_typer(info.app)
+app.add_typer(cluster.app)
+app.add_typer(coordinator_cmd.app)
+app.add_typer(agent_cmd.app)
 app.add_typer(registry.app, name="registry", help="Inspect, import into, export from and upgrade the registry.")
 
 
 def main() -> None:
-    from farm.errors import FarmError
-
+    """Run the command line; a FarmError from any command is one line on stderr and its exit code."""
     try:
         app()
-    except FarmError as err:  # raised outside a command's own handling
+    except FarmError as err:
         sys.stderr.write(f"error: {err}\n")
+        sys.stderr.flush()
         sys.exit(err.exit_code)
 
 

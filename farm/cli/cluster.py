@@ -1,58 +1,16 @@
-"""`farm agent`, `farm status`, `farm cancel`, `farm agents`, and submit/jobs through a coordinator."""
+"""`farm status`, `farm cancel`, `farm agents`, and submit/jobs through a coordinator."""
 
 from __future__ import annotations
 
 import time
-from typing import Optional
 
 import typer
 
-from farm.cli.output import JSON_OPTION, emit_json, fail, stderr_console, stdout_console
-from farm.errors import FarmError
+from farm.cli.options import JSON_OPTION, REQUIRED_COORDINATOR
+from farm.cli.output import emit_json, stderr_console, stdout_console
 
 app = typer.Typer()
 
-COORDINATOR_OPTION = typer.Option(
-    None, "--coordinator", envvar="FARM_COORDINATOR", show_envvar=True,
-    help="host:port of a coordinator; without it commands run embedded on this box.",
-)
-REQUIRED_COORDINATOR = typer.Option(
-    ..., "--coordinator", envvar="FARM_COORDINATOR", show_envvar=True, help="host:port of the coordinator.",
-)
-
-
-@app.command()
-def agent(
-    coordinator: str = REQUIRED_COORDINATOR,
-    target: list[str] = typer.Option(["llvm"], "--target", help="Target kinds this box tunes and measures (repeat)."),
-    device: str = typer.Option("cpu", "--device", envvar="FARM_DEVICE", help="cpu, or cuda:N for a GPU agent."),
-    build_workers: Optional[int] = typer.Option(None, "--build-workers", min=1, envvar="FARM_BUILD_WORKERS",
-                                                help="Builder processes (default: all CPUs)."),
-    rpc_host: str = typer.Option("127.0.0.1", "--rpc-host", envvar="FARM_RPC_HOST",
-                                 help="Address this box's TVM RPC server listens on (reachable by the tracker)."),
-    rpc_port: int = typer.Option(0, "--rpc-port", envvar="FARM_RPC_PORT", help="0: pick a free port."),
-) -> None:
-    """Run this box as a farm agent until interrupted (SIGTERM/SIGINT)."""
-    import logging
-    import signal
-    import threading
-
-    from agent.daemon import Agent, AgentSettings
-
-    kinds = tuple(dict.fromkeys(target))
-    if device.startswith("cuda") and "cuda" not in kinds:
-        kinds = ("cuda", *[k for k in kinds if k != "llvm"])
-    index = int(device.split(":", 1)[1]) if ":" in device else 0
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
-    settings = AgentSettings(coordinator=coordinator, target_kinds=kinds, device=index,
-                             build_workers=build_workers, rpc_host=rpc_host, rpc_port=rpc_port)
-    try:
-        Agent(settings).run(stop)
-    except FarmError as err:
-        raise fail(err)
 
 
 @app.command()
@@ -62,12 +20,9 @@ def status(
     json_output: bool = JSON_OPTION,
 ) -> None:
     """Show one job of the coordinator."""
-    from farm.remote import CoordinatorClient, job_json
+    from farm.client import CoordinatorClient, job_json
 
-    try:
-        job = CoordinatorClient(coordinator).get_job(job_id)
-    except FarmError as err:
-        raise fail(err)
+    job = CoordinatorClient(coordinator).get_job(job_id)
     _print_job(job_json(job), json_output)
 
 
@@ -78,12 +33,9 @@ def cancel(
     json_output: bool = JSON_OPTION,
 ) -> None:
     """Cancel a job: its leases are released and its agents stop that work."""
-    from farm.remote import CoordinatorClient, job_json
+    from farm.client import CoordinatorClient, job_json
 
-    try:
-        job = CoordinatorClient(coordinator).cancel(job_id, "cancelled by the user")
-    except FarmError as err:
-        raise fail(err)
+    job = CoordinatorClient(coordinator).cancel(job_id, "cancelled by the user")
     _print_job(job_json(job), json_output)
 
 
@@ -96,18 +48,15 @@ def agents(
     """List the agents registered with the coordinator."""
     from google.protobuf.json_format import MessageToDict
 
-    from farm.remote import CoordinatorClient
+    from farm.client import CoordinatorClient
 
-    try:
-        rows = CoordinatorClient(coordinator).list_agents(include_lost)
-    except FarmError as err:
-        raise fail(err)
+    rows = CoordinatorClient(coordinator).list_agents(include_lost)
     if json_output:
         emit_json([MessageToDict(a, preserving_proto_field_name=True) for a in rows])
         return
     from rich.table import Table
 
-    from farm.wire import farm_pb2
+    from foundation.wire import farm_pb2
 
     table = Table("agent", "state", "fingerprint", "kinds", "host", "leases", "rpc", box=None)
     for a in rows:
@@ -118,12 +67,9 @@ def agents(
 
 
 def remote_jobs(coordinator: str, limit: int, json_output: bool) -> None:
-    from farm.remote import CoordinatorClient, job_json
+    from farm.client import CoordinatorClient, job_json
 
-    try:
-        rows = [job_json(j) for j in CoordinatorClient(coordinator).list_jobs(limit)]
-    except FarmError as err:
-        raise fail(err)
+    rows = [job_json(j) for j in CoordinatorClient(coordinator).list_jobs(limit)]
     if json_output:
         emit_json(rows)
         return
@@ -140,23 +86,20 @@ def remote_submit(coordinator: str, *, model: str, target: str, batch: int, tria
                   retune: bool, seed: int, fingerprint, runs: int, wait: bool, timeout,
                   json_output: bool) -> None:
     """Submit through the coordinator; with --wait, follow the job(s) to a final state."""
-    from farm.remote import CoordinatorClient, final, job_json, job_state_name
+    from farm.client import CoordinatorClient, final, job_json, job_state_name
 
     client = CoordinatorClient(coordinator)
-    try:
-        submitted = client.submit(model, target, batch, trials=trials, trials_per_task=trials_per_task,
-                                  retune=retune, seed=seed, fingerprint=fingerprint, validation_runs=runs)
-        jobs = [s.job for s in submitted]
-        console = None if json_output else stderr_console()
-        if console:
-            for s in submitted:
-                console.print(f"job {s.job.id} {'(attached to the running job) ' if s.attached else ''}"
-                              f"{job_state_name(s.job.state)}: {s.job.status}")
-        deadline = None if timeout is None else time.monotonic() + timeout
-        if wait:
-            jobs = [_follow(client, job, deadline, console) for job in jobs]
-    except FarmError as err:
-        raise fail(err)
+    submitted = client.submit(model, target, batch, trials=trials, trials_per_task=trials_per_task,
+                              retune=retune, seed=seed, fingerprint=fingerprint, validation_runs=runs)
+    jobs = [s.job for s in submitted]
+    console = None if json_output else stderr_console()
+    if console:
+        for s in submitted:
+            console.print(f"job {s.job.id} {'(attached to the running job) ' if s.attached else ''}"
+                          f"{job_state_name(s.job.state)}: {s.job.status}")
+    deadline = None if timeout is None else time.monotonic() + timeout
+    if wait:
+        jobs = [_follow(client, job, deadline, console) for job in jobs]
     documents = [job_json(j) for j in jobs]
     if json_output:
         emit_json(documents[0] if len(documents) == 1 else {"jobs": documents})
@@ -174,7 +117,7 @@ def remote_submit(coordinator: str, *, model: str, target: str, batch: int, tria
 
 
 def _follow(client, job, deadline, console):
-    from farm.remote import final, job_state_name
+    from farm.client import final, job_state_name
 
     if final(job_state_name(job.state)):
         return job

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import logging
 import sys
-from typing import Optional
 
 import typer
 
-from farm.cli.output import JSON_OPTION, REGISTRY_OPTION, emit_json, fail
-from farm.errors import FarmError
+from farm.cli.options import JSON_OPTION, REGISTRY_OPTION
+from farm.cli.output import emit_json
+from foundation.errors import FarmError
 
 app = typer.Typer()
 
@@ -18,8 +18,8 @@ app = typer.Typer()
 def coordinator(
     listen: str = typer.Option("127.0.0.1:50051", "--listen", envvar="FARM_LISTEN", show_envvar=True,
                                help="host:port the gRPC API listens on (0.0.0.0:50051 for other boxes)."),
-    registry: Optional[str] = REGISTRY_OPTION,
-    tracker: Optional[str] = typer.Option(
+    registry: str | None = REGISTRY_OPTION,
+    tracker: str | None = typer.Option(
         None, "--tracker", envvar="FARM_TRACKER", show_envvar=True,
         help="host:port of a running TVM RPC tracker; without it the coordinator starts its own."),
     tracker_listen: str = typer.Option(
@@ -46,7 +46,7 @@ def coordinator(
         help="How far the report size told to each agent strays from the fleet's (0.25: up to 25% either "
              "way), so that agents measuring at one rate do not report in step."),
     grace: float = typer.Option(10.0, "--grace", min=0, help="Seconds in-flight calls get on shutdown."),
-    ingest_process: Optional[bool] = typer.Option(
+    ingest_process: bool | None = typer.Option(
         None, "--ingest-process/--no-ingest-process", envvar="FARM_INGEST_PROCESS", show_envvar=True,
         help="Read and commit reported records in a process of their own, leaving the serving process "
              "to heartbeats and leases [default: on with PostgreSQL, off with SQLite]."),
@@ -56,18 +56,15 @@ def coordinator(
     from coordinator.server import run_until_signalled, serve
 
     if lease_ttl <= heartbeat_interval:
-        raise fail(FarmError(f"--lease-ttl {lease_ttl:g} must exceed --heartbeat-interval {heartbeat_interval:g}",
-                             "make the TTL a few intervals, e.g. 6x"))
+        raise FarmError(f"--lease-ttl {lease_ttl:g} must exceed --heartbeat-interval {heartbeat_interval:g}",
+                        "make the TTL a few intervals, e.g. 6x")
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    try:
-        server = serve(listen, registry, tracker, tracker_listen=tracker_listen,
-                       heartbeat_interval=heartbeat_interval, lease_ttl=lease_ttl, max_attempts=max_attempts,
-                       records_per_report=records_per_report, report_rate=report_rate,
-                       report_within=report_within, report_jitter=report_jitter,
-                       ingest_process=ingest_process)
-    except FarmError as err:
-        raise fail(err)
+    server = serve(listen, registry, tracker, tracker_listen=tracker_listen,
+                   heartbeat_interval=heartbeat_interval, lease_ttl=lease_ttl, max_attempts=max_attempts,
+                   records_per_report=records_per_report, report_rate=report_rate,
+                   report_within=report_within, report_jitter=report_jitter,
+                   ingest_process=ingest_process)
     document = {"listen": server.address, "registry": str(server.coordinator.store.url),
                 "tracker": server.tracker_address, "owns_tracker": server.tracker is not None,
                 "ingest_pid": server.ingest.pid if server.ingest is not None else None}

@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Optional
 
 import typer
 
-from farm.cli.cluster import COORDINATOR_OPTION
-from farm.cli.output import JSON_OPTION, REGISTRY_OPTION, emit_json, fail, stdout_console
-from farm.errors import FarmError
+from farm.cli.options import COORDINATOR_OPTION, JSON_OPTION, REGISTRY_OPTION
+from farm.cli.output import emit_json, stdout_console
 
 app = typer.Typer()
 
@@ -17,7 +15,7 @@ app = typer.Typer()
 @app.command()
 def models(json_output: bool = JSON_OPTION) -> None:
     """List the model zoo (any .onnx file can be submitted too)."""
-    from coordinator.models.zoo import ZOO, known_models
+    from foundation.models.zoo import ZOO, known_models
 
     rows = [
         {"name": name, "parameters": ZOO[name].parameter_count(), "input": ZOO[name].default_input,
@@ -41,14 +39,11 @@ def fingerprint(
     json_output: bool = JSON_OPTION,
 ) -> None:
     """Show this box's hardware fingerprint: the key its tuning records are stored under."""
-    from farm.session import local_fingerprint
-    from farm.targets import parse_target_kind
-    from farm.versions import software_versions
+    from foundation.hardware.fingerprint import local_fingerprint
+    from foundation.hardware.targets import parse_target_kind
+    from foundation.hardware.versions import software_versions
 
-    try:
-        fp = local_fingerprint(parse_target_kind(target))
-    except FarmError as err:
-        raise fail(err)
+    fp = local_fingerprint(parse_target_kind(target))
     software = software_versions(fp.kind if fp.kind != "cpu" else "llvm")
     if json_output:
         emit_json({**fp.to_json(), "software": software})
@@ -64,8 +59,8 @@ def fingerprint(
 @app.command()
 def jobs(
     limit: int = typer.Option(20, "--limit", min=1),
-    registry: Optional[str] = REGISTRY_OPTION,
-    coordinator: Optional[str] = COORDINATOR_OPTION,
+    registry: str | None = REGISTRY_OPTION,
+    coordinator: str | None = COORDINATOR_OPTION,
     json_output: bool = JSON_OPTION,
 ) -> None:
     """List recent jobs (of the coordinator, or of the registry), newest first."""
@@ -75,10 +70,7 @@ def jobs(
         return remote_jobs(coordinator, limit, json_output)
     from farm.session import open_store
 
-    try:
-        rows = open_store(registry).list_jobs(limit=limit)
-    except FarmError as err:
-        raise fail(err)
+    rows = open_store(registry).list_jobs(limit=limit)
     if json_output:
         emit_json([dataclasses.asdict(j) for j in rows])
         return

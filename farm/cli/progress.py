@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import time
-from typing import Sequence
+from collections.abc import Sequence
 
-from agent.progress import TaskProgress
+from foundation.meta_schedule.progress import TaskProgress
 
 
 def _best(task: TaskProgress) -> str:

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Optional
 
 import typer
 
-from farm.cli.output import JSON_OPTION, REGISTRY_OPTION, emit_json, fail, stdout_console
-from farm.errors import FarmError, NotFound
+from farm.cli.options import JSON_OPTION, REGISTRY_OPTION
+from farm.cli.output import emit_json, stdout_console
+from foundation.errors import NotFound
 
 app = typer.Typer(no_args_is_help=True, rich_markup_mode=None)  # plain help: see farm.cli.app
 
@@ -26,21 +26,18 @@ def _plain(entity) -> dict:
 
 
 @app.command("ls")
-def ls(registry: Optional[str] = REGISTRY_OPTION, json_output: bool = JSON_OPTION) -> None:
+def ls(registry: str | None = REGISTRY_OPTION, json_output: bool = JSON_OPTION) -> None:
     """Summarise the registry: row counts, fingerprints, models and artifacts."""
     from farm.session import open_store
 
-    try:
-        store = open_store(registry)
-        document = {
-            "registry": str(store.url),
-            "counts": store.counts(),
-            "fingerprints": [_plain(f) for f in store.list_fingerprints()],
-            "models": [_plain(m) for m in store.list_models()],
-            "artifacts": [_plain(a) for a in store.list_artifacts()],
-        }
-    except FarmError as err:
-        raise fail(err)
+    store = open_store(registry)
+    document = {
+        "registry": str(store.url),
+        "counts": store.counts(),
+        "fingerprints": [_plain(f) for f in store.list_fingerprints()],
+        "models": [_plain(m) for m in store.list_models()],
+        "artifacts": [_plain(a) for a in store.list_artifacts()],
+    }
     if json_output:
         emit_json(document)
         return
@@ -62,17 +59,14 @@ def ls(registry: Optional[str] = REGISTRY_OPTION, json_output: bool = JSON_OPTIO
 @app.command()
 def show(
     ident: str = typer.Argument(..., help="An artifact (art-…), job (job-…), model or fingerprint id."),
-    registry: Optional[str] = REGISTRY_OPTION,
+    registry: str | None = REGISTRY_OPTION,
     json_output: bool = JSON_OPTION,
 ) -> None:
     """Show one registry entry in full."""
     from farm.session import open_store
 
-    try:
-        store = open_store(registry)
-        entity = _lookup(store, ident)
-    except FarmError as err:
-        raise fail(err)
+    store = open_store(registry)
+    entity = _lookup(store, ident)
     document = _plain(entity)
     if json_output:
         emit_json(document)
@@ -95,20 +89,18 @@ def _lookup(store, ident: str):
 
 @app.command("import")
 def import_logs(
-    path: Path = typer.Argument(..., help="A directory with TVM's database_workload.json and database_tuning_record.json."),
+    path: Path = typer.Argument(
+        ..., help="A directory with TVM's database_workload.json and database_tuning_record.json."),
     target: str = TARGET_OPTION,
-    fingerprint: Optional[str] = FINGERPRINT_OPTION,
-    registry: Optional[str] = REGISTRY_OPTION,
+    fingerprint: str | None = FINGERPRINT_OPTION,
+    registry: str | None = REGISTRY_OPTION,
     json_output: bool = JSON_OPTION,
 ) -> None:
     """Import a TVM MetaSchedule JSON database (all or nothing) for a fingerprint."""
-    from coordinator.registry.tvm_logs import import_tvm_logs
+    from foundation.meta_schedule.database.tvm_logs import import_tvm_logs
 
-    try:
-        ctx, fp_id = _context_for(registry, target, fingerprint)
-        report = import_tvm_logs(ctx.store, path, fp_id, ctx.target_json, ctx.tvm_version, ctx.software)
-    except FarmError as err:
-        raise fail(err)
+    ctx, fp_id = _context_for(registry, target, fingerprint)
+    report = import_tvm_logs(ctx.store, path, fp_id, ctx.target_json, ctx.tvm_version, ctx.software)
     document = {"fingerprint": fp_id, "target": ctx.target_json, **dataclasses.asdict(report)}
     if json_output:
         emit_json(document)
@@ -121,20 +113,18 @@ def import_logs(
 
 @app.command("export")
 def export_logs(
-    path: Path = typer.Argument(..., help="Directory to write database_workload.json and database_tuning_record.json to."),
+    path: Path = typer.Argument(
+        ..., help="Directory to write database_workload.json and database_tuning_record.json to."),
     target: str = TARGET_OPTION,
-    fingerprint: Optional[str] = FINGERPRINT_OPTION,
-    registry: Optional[str] = REGISTRY_OPTION,
+    fingerprint: str | None = FINGERPRINT_OPTION,
+    registry: str | None = REGISTRY_OPTION,
     json_output: bool = JSON_OPTION,
 ) -> None:
     """Export a fingerprint's records as a TVM MetaSchedule JSON database."""
-    from coordinator.registry.tvm_logs import export_tvm_logs
+    from foundation.meta_schedule.database.tvm_logs import export_tvm_logs
 
-    try:
-        ctx, fp_id = _context_for(registry, target, fingerprint)
-        counts = export_tvm_logs(ctx.store, path, fp_id, ctx.target_json, ctx.tvm_version)
-    except FarmError as err:
-        raise fail(err)
+    ctx, fp_id = _context_for(registry, target, fingerprint)
+    counts = export_tvm_logs(ctx.store, path, fp_id, ctx.target_json, ctx.tvm_version)
     counts = dataclasses.asdict(counts) if dataclasses.is_dataclass(counts) else dict(counts)
     document = {"fingerprint": fp_id, "target": ctx.target_json, "directory": str(path), **counts}
     if json_output:
@@ -144,22 +134,19 @@ def export_logs(
 
 
 @app.command()
-def upgrade(registry: Optional[str] = REGISTRY_OPTION, json_output: bool = JSON_OPTION) -> None:
+def upgrade(registry: str | None = REGISTRY_OPTION, json_output: bool = JSON_OPTION) -> None:
     """Migrate the registry's schema to the version this farm needs."""
-    from coordinator.registry.store import upgrade_registry
-    from farm.config import registry_url
+    from foundation.config import registry_url
+    from foundation.registry.store import upgrade_registry
 
-    try:
-        revision = upgrade_registry(registry_url(registry))
-    except FarmError as err:
-        raise fail(err)
+    revision = upgrade_registry(registry_url(registry))
     if json_output:
         emit_json({"registry": registry_url(registry), "revision": revision})
     else:
         stdout_console().print(f"registry is at revision {revision}")
 
 
-def _context_for(registry: Optional[str], target: str, fingerprint: Optional[str]):
+def _context_for(registry: str | None, target: str, fingerprint: str | None):
     from farm.session import open_context
 
     ctx = open_context(registry, target)
@@ -171,8 +158,8 @@ def _context_for(registry: Optional[str], target: str, fingerprint: Optional[str
     if stored is None:
         raise NotFound(f"fingerprint '{fingerprint}' is not in the registry", "see `farm registry ls`")
     # The target's details (mcpu, cores, arch) come from that fingerprint, not from this box.
-    from agent.fingerprint import Fingerprint
-    from farm.targets import canonical_target, target_json
+    from foundation.hardware.fingerprint import Fingerprint
+    from foundation.hardware.targets import canonical_target, target_json
 
     other = Fingerprint(stored.id, stored.kind, stored.summary, stored.details)
     ctx.target = canonical_target(target, other)

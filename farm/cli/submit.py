@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
 
 import typer
 
-from farm.cli.cluster import COORDINATOR_OPTION
-from farm.cli.output import JSON_OPTION, REGISTRY_OPTION, emit_json, fail, stdout_console
-from farm.errors import FarmError
+from farm.cli.options import COORDINATOR_OPTION, JSON_OPTION, REGISTRY_OPTION
+from farm.cli.output import emit_json, stdout_console
+from foundation.errors import FarmError
 
 app = typer.Typer()
 
@@ -23,17 +22,21 @@ def submit(
     model: str = MODEL_ARG,
     target: str = TARGET_ARG,
     batch: int = BATCH_ARG,
-    trials: Optional[int] = typer.Option(None, "--trials", min=1, help="Global trial budget (default: 32 per task)."),
-    trials_per_task: Optional[int] = typer.Option(None, "--trials-per-task", min=1, help="Per-task trial cap (default: 32, or --trials when that is given)."),
+    trials: int | None = typer.Option(None, "--trials", min=1, help="Global trial budget (default: 32 per task)."),
+    trials_per_task: int | None = typer.Option(
+        None, "--trials-per-task", min=1, help="Per-task trial cap (default: 32, or --trials when that is given)."),
     retune: bool = typer.Option(False, "--retune", help="Tune even if the registry has a library; records merge."),
-    build_workers: Optional[int] = typer.Option(None, "--build-workers", min=1, help="Builder processes (default: all CPUs)."),
+    build_workers: int | None = typer.Option(
+        None, "--build-workers", min=1, help="Builder processes (default: all CPUs)."),
     runs: int = typer.Option(20, "--runs", min=1, help="Timed runs of the final library (after 3 warm-up runs)."),
     seed: int = typer.Option(0, "--seed", help="Seed for the search, the random weights and the inputs."),
-    registry: Optional[str] = REGISTRY_OPTION,
-    coordinator: Optional[str] = COORDINATOR_OPTION,
-    fingerprint: Optional[str] = typer.Option(None, "--fingerprint", help="With --coordinator: tune for this fingerprint only."),
+    registry: str | None = REGISTRY_OPTION,
+    coordinator: str | None = COORDINATOR_OPTION,
+    fingerprint: str | None = typer.Option(
+        None, "--fingerprint", help="With --coordinator: tune for this fingerprint only."),
     wait: bool = typer.Option(True, "--wait/--no-wait", help="With --coordinator: follow the job until it ends."),
-    timeout: Optional[float] = typer.Option(None, "--timeout", min=0, help="With --wait: give up waiting after this many seconds."),
+    timeout: float | None = typer.Option(
+        None, "--timeout", min=0, help="With --wait: give up waiting after this many seconds."),
     json_output: bool = JSON_OPTION,
 ) -> None:
     """Tune MODEL for TARGET at BATCH, build and validate it, and store the library.
@@ -48,8 +51,9 @@ def submit(
                              trials_per_task=trials_per_task, retune=retune, seed=seed,
                              fingerprint=fingerprint, runs=runs, wait=wait, timeout=timeout,
                              json_output=json_output)
-    from agent.tuner import MeasureSettings
-    from farm.embedded import SubmitRequest, submit as submit_job
+    from farm.embedded import SubmitRequest
+    from farm.embedded import submit as submit_job
+    from foundation.meta_schedule.tuner import MeasureSettings
 
     request = SubmitRequest(
         model=model, target=target, batch=batch, registry=registry, trials=trials,
@@ -61,10 +65,7 @@ def submit(
         from farm.cli.progress import ConsoleProgress
 
         observer = ConsoleProgress()
-    try:
-        result = submit_job(request, observer)
-    except FarmError as err:
-        raise fail(err)
+    result = submit_job(request, observer)
     if json_output:
         emit_json(result.to_json())
     else:
@@ -78,12 +79,13 @@ def run(
     model: str = MODEL_ARG,
     target: str = TARGET_ARG,
     batch: int = BATCH_ARG,
-    input_path: Optional[Path] = typer.Option(None, "--input", help="A .npy file for the (single) input; default: seeded random."),
-    output_path: Optional[Path] = typer.Option(None, "--output", help="Write the outputs: .npy (one output) or .npz."),
+    input_path: Path | None = typer.Option(
+        None, "--input", help="A .npy file for the (single) input; default: seeded random."),
+    output_path: Path | None = typer.Option(None, "--output", help="Write the outputs: .npy (one output) or .npz."),
     runs: int = typer.Option(20, "--runs", min=1, help="Timed runs after warm-up."),
     warmup: int = typer.Option(3, "--warmup", min=0),
     seed: int = typer.Option(0, "--seed", help="Seed for random weights and inputs."),
-    registry: Optional[str] = REGISTRY_OPTION,
+    registry: str | None = REGISTRY_OPTION,
     json_output: bool = JSON_OPTION,
 ) -> None:
     """Load the stored library for MODEL/TARGET/BATCH (no compile), run it and time it."""
@@ -95,18 +97,15 @@ def run(
     from farm.embedded import artifact_json
 
     begin = time.perf_counter()
-    try:
-        deployed = load(model, target, batch, registry=registry, seed=seed)
-        loaded_s = time.perf_counter() - begin
-        inputs = [_read_input(input_path)] if input_path else deployed.example_inputs(seed)
-        first = time.perf_counter()
-        outputs = deployed(*inputs)
-        first_s = time.perf_counter() - first
-        latency = deployed.time(inputs, runs=runs, warmup=warmup)
-        if output_path:
-            _write_outputs(output_path, outputs)
-    except FarmError as err:
-        raise fail(err)
+    deployed = load(model, target, batch, registry=registry, seed=seed)
+    loaded_s = time.perf_counter() - begin
+    inputs = [_read_input(input_path)] if input_path else deployed.example_inputs(seed)
+    first = time.perf_counter()
+    outputs = deployed(*inputs)
+    first_s = time.perf_counter() - first
+    latency = deployed.time(inputs, runs=runs, warmup=warmup)
+    if output_path:
+        _write_outputs(output_path, outputs)
     document = {
         "artifact": deployed.artifact.id,
         "model": deployed.key.name,

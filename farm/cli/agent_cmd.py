@@ -1,0 +1,40 @@
+"""`farm agent`: run this box as one of the farm's agents until SIGTERM or Ctrl-C."""
+
+from __future__ import annotations
+
+import typer
+
+from farm.cli.options import REQUIRED_COORDINATOR
+
+app = typer.Typer()
+
+
+@app.command()
+def agent(
+    coordinator: str = REQUIRED_COORDINATOR,
+    target: list[str] = typer.Option(["llvm"], "--target", help="Target kinds this box tunes and measures (repeat)."),
+    device: str = typer.Option("cpu", "--device", envvar="FARM_DEVICE", help="cpu, or cuda:N for a GPU agent."),
+    build_workers: int | None = typer.Option(None, "--build-workers", min=1, envvar="FARM_BUILD_WORKERS",
+                                                help="Builder processes (default: all CPUs)."),
+    rpc_host: str = typer.Option("127.0.0.1", "--rpc-host", envvar="FARM_RPC_HOST",
+                                 help="Address this box's TVM RPC server listens on (reachable by the tracker)."),
+    rpc_port: int = typer.Option(0, "--rpc-port", envvar="FARM_RPC_PORT", help="0: pick a free port."),
+) -> None:
+    """Run this box as a farm agent until interrupted (SIGTERM/SIGINT)."""
+    import logging
+    import signal
+    import threading
+
+    from agent.daemon import Agent, AgentSettings
+
+    kinds = tuple(dict.fromkeys(target))
+    if device.startswith("cuda") and "cuda" not in kinds:
+        kinds = ("cuda", *[k for k in kinds if k != "llvm"])
+    index = int(device.split(":", 1)[1]) if ":" in device else 0
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    settings = AgentSettings(coordinator=coordinator, target_kinds=kinds, device=index,
+                             build_workers=build_workers, rpc_host=rpc_host, rpc_port=rpc_port)
+    Agent(settings).run(stop)
