@@ -1,0 +1,123 @@
+"""What the tests of deploy/ share: where the recipes are, the interface they may use (the options
+and environment of `farm coordinator` and `farm agent`), and readers of their files.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+DEPLOY = ROOT / "deploy"
+COMPOSE_DIR = DEPLOY / "compose"
+COMPOSE_FILE = COMPOSE_DIR / "compose.yaml"
+K8S = DEPLOY / "k8s"
+SYSTEMD = DEPLOY / "systemd"
+DOCKERFILES = {"cpu": DEPLOY / "docker" / "Dockerfile", "cuda": DEPLOY / "docker" / "Dockerfile.cuda"}
+PROMETHEUS_CONFIG = DEPLOY / "prometheus" / "prometheus.yml"
+GRAFANA = DEPLOY / "grafana"
+DASHBOARD = GRAFANA / "dashboards" / "farm.json"
+DATASOURCES = GRAFANA / "provisioning" / "datasources" / "prometheus.yaml"
+DASHBOARD_PROVIDERS = GRAFANA / "provisioning" / "dashboards" / "tvm-farm.yaml"
+
+
+# --------------------------------------------------------------------------- the interface
+# What the recipes may use: the options and environment of `farm coordinator` and `farm agent`
+# (issue 18's interface plus the options that already existed).
+COORDINATOR_FLAGS = {
+    "--listen", "--registry", "--tracker", "--tracker-listen", "--metrics-listen", "--token-file",
+    "--heartbeat-interval", "--lease-ttl", "--max-attempts", "--records-per-report", "--report-rate",
+    "--report-within", "--report-jitter", "--grace", "--ingest-process", "--no-ingest-process", "--json",
+}
+AGENT_FLAGS = {
+    "--coordinator", "--target", "--device", "--build-workers", "--rpc-host", "--rpc-port",
+    "--metrics-listen", "--token-file",
+}
+COMMON_ENV = {"FARM_HOME", "FARM_TOKEN", "FARM_TOKEN_FILE", "FARM_METRICS_LISTEN"}
+COORDINATOR_ENV = COMMON_ENV | {
+    "FARM_LISTEN", "FARM_REGISTRY", "FARM_TRACKER", "FARM_TRACKER_LISTEN", "FARM_INGEST_PROCESS",
+    "FARM_TLS_CERT", "FARM_TLS_KEY", "FARM_TLS_CLIENT_CA",
+}
+AGENT_ENV = COMMON_ENV | {
+    "FARM_COORDINATOR", "FARM_DEVICE", "FARM_BUILD_WORKERS", "FARM_RPC_HOST", "FARM_RPC_PORT", "FARM_TLS_CA",
+}
+
+# Set by the CUDA image for TVM itself, not by the farm.
+OTHER_ENV = {"PATH", "HOME", "PYTHONUNBUFFERED", "CUDA_HOME", "TVM_CUDA_COMPILE_MODE", "XDG_CACHE_HOME"}
+
+
+# --------------------------------------------------------------------------- readers
+def load_yaml_documents(path: Path) -> list[dict]:
+    return [doc for doc in yaml.safe_load_all(path.read_text()) if doc]
+
+
+def read_env_file(path: Path, *, commented: bool = False) -> dict[str, str]:
+    """KEY=VALUE lines (systemd EnvironmentFile and compose .env syntax); with `commented`,
+    also the `#KEY=VALUE` lines that document optional settings."""
+    out = {}
+    for line in path.read_text().splitlines():
+        line = line.strip()
+        if commented and re.match(r"#[A-Z_][A-Z0-9_]*=", line):
+            line = line[1:]
+        if not line or line.startswith("#"):
+            continue
+        key, sep, value = line.partition("=")
+        assert sep and re.fullmatch(r"[A-Z_][A-Z0-9_]*", key), f"{path.name}: not KEY=VALUE: {line!r}"
+        out[key] = value
+    return out
+
+
+def flags_of(argv: list[str]) -> set[str]:
+    return {arg.split("=", 1)[0] for arg in argv if arg.startswith("--")}
+
+
+def flag_value(argv: list[str], flag: str) -> str:
+    index = argv.index(flag)
+    return argv[index + 1]
+
+
+def host_port(address: str) -> tuple[str, int]:
+    host, _, port = address.rpartition(":")
+    return host, int(port)
+
+
+def farm_services(compose: dict) -> dict[str, dict]:
+    """The services running `farm`: their command's first word is the role."""
+    return {name: service for name, service in compose["services"].items()
+            if service.get("command") and service["command"][0] in ("coordinator", "agent")}
+
+
+def k8s_manifests() -> dict[str, list[dict]]:
+    return {path.name: load_yaml_documents(path) for path in sorted(K8S.glob("*.yaml"))
+            if path.name != "kustomization.yaml"}
+
+
+def k8s_objects() -> list[dict]:
+    return [doc for docs in k8s_manifests().values() for doc in docs]
+
+
+def find(kind: str, name: str) -> dict:
+    [found] = [o for o in k8s_objects() if o["kind"] == kind and o["metadata"]["name"] == name]
+    return found
+
+
+def selects(selector: dict, labels: dict) -> bool:
+    return all(labels.get(k) == v for k, v in selector.items())
+
+
+def pod_template(obj: dict) -> dict:
+    return obj["spec"]["template"]
+
+
+def container_args(obj: dict) -> list[str]:
+    [container] = pod_template(obj)["spec"]["containers"]
+    return container["args"]
+
+
+# --------------------------------------------------------------------------- tools
+needs_promtool = pytest.mark.skipif(shutil.which("promtool") is None,
+                                    reason="promtool is not installed (Debian package prometheus)")
