@@ -18,6 +18,7 @@ from pathlib import Path
 from agent.coordinator_calls import answer_unless_stopped, retry_unavailable
 from agent.shard_tuning import tune_shard, validate_library
 from foundation.errors import FarmError
+from foundation.wire.access import ChannelAccess, open_channel
 
 logger = logging.getLogger("farm.agent")
 
@@ -44,6 +45,7 @@ class AgentSettings:
     min_repeat_ms: int = 40
     # How long a report may wait for an unreachable coordinator before the shard gives up.
     report_patience_sec: float = 120.0
+    access: ChannelAccess | None = None  # token and TLS to present (foundation.wire.access)
 
 
 @dataclass
@@ -58,12 +60,10 @@ class Agent:
     """The agent's loops. ``run(stop)`` blocks until ``stop`` is set."""
 
     def __init__(self, settings: AgentSettings):
-        import grpc
-
-        from foundation.wire import CHANNEL_OPTIONS, farm_pb2_grpc
+        from foundation.wire import farm_pb2_grpc
 
         self.settings = settings
-        self.channel = grpc.insecure_channel(settings.coordinator, options=CHANNEL_OPTIONS)
+        self.channel = open_channel(settings.coordinator, settings.access)
         self.stub = farm_pb2_grpc.FarmAgentStub(self.channel)
         self.agent_id: str | None = None
         self.heartbeat_interval = 5.0

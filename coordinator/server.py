@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
+from coordinator.access import TokenCheck
 from coordinator.cluster_store import ClusterStore
 from coordinator.fleet.heap import PacedCollector, freeze_long_lived, tune_collector
 from coordinator.fleet.report_sizing import DEFAULT_JITTER
@@ -23,6 +24,7 @@ from coordinator.servicer import FarmAgentServicer, FarmClientServicer
 from foundation.errors import FarmError
 from foundation.registry.store import RegistryStore
 from foundation.wire import CHANNEL_OPTIONS, farm_pb2
+from foundation.wire.access import ServerAccess
 
 if TYPE_CHECKING:
     from coordinator.fleet.ingest_process import IngestProcess
@@ -71,6 +73,8 @@ class CoordinatorServer:
     _loop: _EventLoopThread
     _pool: futures.ThreadPoolExecutor
     ingest: IngestProcess | None = None  # committing reports, if in a process of their own
+    health_server: grpc.aio.Server | None = None  # the health service alone, on a plaintext port
+    health_port: int | None = None
     _stopped: bool = False
 
     @property
@@ -109,6 +113,8 @@ class CoordinatorServer:
         await self.health.enter_graceful_shutdown()
         self.coordinator.draining = True
         await stopping
+        if self.health_server is not None:  # said NOT_SERVING while the API drained
+            await self.health_server.stop(0)
 
     def wait(self) -> None:
         self._loop.run(self.server.wait_for_termination())
@@ -131,6 +137,8 @@ def serve(
     tick_interval: float = 0.5,
     max_workers: int = 256,
     ingest_process: bool | None = None,
+    access: ServerAccess | None = None,
+    health_listen: str | None = None,
 ) -> CoordinatorServer:
     """Start a coordinator on ``listen`` (port 0: any free port) and return it running.
 
@@ -143,8 +151,16 @@ def serve(
     (coordinator.fleet.ingest_process); by default on
     PostgreSQL, where a fleet's reports come in, and not on SQLite, one box's registry that
     takes one writer at a time anyway.
+
+    ``access``: the token every call but the health service's must carry, and TLS; without a
+    token the coordinator refuses to listen beyond loopback (foundation.wire.access).
+    ``health_listen``: also serve the health service alone, in plaintext, on this address (for
+    probes that cannot speak TLS, such as Kubernetes' native gRPC probes).
     """
     from foundation import config
+
+    access = access or ServerAccess()
+    access.check_listen(listen)
     from foundation.rpc.tracker import TrackerProcess, parse_tracker_address
 
     url = config.registry_url(registry_url)
@@ -176,9 +192,14 @@ def serve(
         # for their group's commit hold none of its threads.
         pool = futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="farm-grpc")
         loop = _EventLoopThread("farm-grpc-loop")
+        server = health_server = health_port = None
         try:
-            server, port, health_servicer = loop.run(_start_grpc(coordinator, listen, pool))
+            server, port, health_servicer = loop.run(_start_grpc(coordinator, listen, pool, access))
+            if health_listen:
+                health_server, health_port = loop.run(_start_health(health_servicer, health_listen))
         except BaseException:
+            if server is not None:
+                loop.run(server.stop(0))
             loop.close()
             pool.shutdown(wait=False)
             raise
@@ -197,26 +218,25 @@ def serve(
                               name="farm-tick", daemon=True)
     ticker.start()
     host = listen.rsplit(":", 1)[0].strip("[]")
-    logger.info("coordinator listening on %s:%d, registry %s, tracker %s", host, port, store.url, tracker)
+    logger.info("coordinator listening on %s:%d (%s, %s), registry %s, tracker %s", host, port,
+                "TLS" if access.tls else "plaintext", "token required" if access.token else "no token",
+                store.url, tracker)
     return CoordinatorServer(server, port, host, coordinator, health_servicer, owned, stop_ticking, ticker,
-                             loop, pool, ingest)
+                             loop, pool, ingest, health_server=health_server, health_port=health_port)
 
 
-async def _start_grpc(coordinator: Coordinator, listen: str, pool: futures.ThreadPoolExecutor):
+async def _start_grpc(coordinator: Coordinator, listen: str, pool: futures.ThreadPoolExecutor,
+                      access: ServerAccess):
     """The grpc.aio server, created and started on the loop that will run it."""
     from foundation.wire import farm_pb2_grpc
 
-    server = grpc.aio.server(migration_thread_pool=pool, options=CHANNEL_OPTIONS)
+    interceptors = [TokenCheck(access.token)] if access.token else []
+    server = grpc.aio.server(migration_thread_pool=pool, options=CHANNEL_OPTIONS, interceptors=interceptors)
     farm_pb2_grpc.add_FarmClientServicer_to_server(FarmClientServicer(coordinator, pool), server)
     farm_pb2_grpc.add_FarmAgentServicer_to_server(FarmAgentServicer(coordinator, pool), server)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    try:
-        port = server.add_insecure_port(listen)
-    except RuntimeError:
-        port = 0
-    if port == 0:
-        raise FarmError(f"the coordinator cannot listen on {listen}", "free the port or choose another address")
+    port = _add_port(server, listen, access.credentials())
     await server.start()
     for name in ("", *SERVICE_NAMES):
         await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
@@ -224,6 +244,26 @@ async def _start_grpc(coordinator: Coordinator, listen: str, pool: futures.Threa
     # with the loop.
     PacedCollector(asyncio.get_running_loop()).start()
     return server, port, health_servicer
+
+
+async def _start_health(health_servicer: health.aio.HealthServicer, listen: str):
+    """A server of the health service alone, plaintext, answering what the API's server's
+    health service says (it is the same servicer)."""
+    server = grpc.aio.server()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    port = _add_port(server, listen, None)
+    await server.start()
+    return server, port
+
+
+def _add_port(server: grpc.aio.Server, listen: str, credentials: grpc.ServerCredentials | None) -> int:
+    try:
+        port = server.add_secure_port(listen, credentials) if credentials else server.add_insecure_port(listen)
+    except RuntimeError:
+        port = 0
+    if port == 0:
+        raise FarmError(f"the coordinator cannot listen on {listen}", "free the port or choose another address")
+    return port
 
 
 def _tick_loop(coordinator: Coordinator, stop: threading.Event, interval: float) -> None:

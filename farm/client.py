@@ -3,15 +3,24 @@
 from __future__ import annotations
 
 import hashlib
+import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from foundation.errors import FarmError, NotFound
 from foundation.models.loaded import check_batch
 from foundation.models.model_key import looks_like_path
 
+if TYPE_CHECKING:  # pragma: no cover
+    from foundation.wire.access import ChannelAccess
+
 _FINAL = {"succeeded", "failed", "cancelled"}
+# What gRPC says when the two ends disagree about TLS or its certificates.
+_TLS_TROUBLE = re.compile(r"ssl|tls|handshake|certificate", re.IGNORECASE)
+_TLS_FIX = ("a coordinator serving TLS needs --tls-ca (FARM_TLS_CA) naming the CA of its certificate, and with "
+            "mutual TLS --tls-cert and --tls-key; a plaintext one needs none of them")
 
 
 def job_state_name(value: int) -> str:
@@ -61,14 +70,15 @@ def job_json(job) -> dict:
 class CoordinatorClient:
     """A FarmClient stub with errors translated into FarmErrors a person can act on."""
 
-    def __init__(self, address: str, timeout: float = 30.0):
-        import grpc
-
-        from foundation.wire import CHANNEL_OPTIONS, farm_pb2_grpc
+    def __init__(self, address: str, timeout: float = 30.0, access: "ChannelAccess | None" = None):
+        """``access``: the token and TLS settings to present (foundation.wire.access); by
+        default none, which a coordinator listening on loopback without a token accepts."""
+        from foundation.wire import farm_pb2_grpc
+        from foundation.wire.access import open_channel
 
         self.address = address
         self.timeout = timeout
-        self.channel = grpc.insecure_channel(address, options=CHANNEL_OPTIONS)
+        self.channel = open_channel(address, access)
         self.stub = farm_pb2_grpc.FarmClientStub(self.channel)
 
     def close(self) -> None:
@@ -80,7 +90,7 @@ class CoordinatorClient:
         try:
             return method(request, timeout=kwargs.pop("timeout", self.timeout), **kwargs)
         except grpc.RpcError as err:
-            raise _farm_error(err, self.address) from None
+            raise coordinator_error(err, self.address) from None
 
     def submit(self, model: str, target: str, batch: int, *, trials: int | None = None,
                trials_per_task: int | None = None, retune: bool = False, seed: int = 0,
@@ -148,17 +158,25 @@ class CoordinatorClient:
                 if err.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
                     return
                 if err.code() != grpc.StatusCode.UNAVAILABLE:
-                    raise _farm_error(err, self.address) from None
+                    raise coordinator_error(err, self.address) from None
                 time.sleep(1.0)  # coordinator restarting: resume after the last event seen
 
 
-def _farm_error(err, address: str) -> FarmError:
+def coordinator_error(err, address: str) -> FarmError:
+    """A coordinator's gRPC error as the FarmError a person can act on."""
     import grpc
 
     code, details = err.code(), err.details() or ""
     if code == grpc.StatusCode.UNAVAILABLE:
-        return FarmError(f"cannot reach the coordinator at {address}: {details}",
-                         "check --coordinator / FARM_COORDINATOR and that `farm coordinator` runs there")
+        if _TLS_TROUBLE.search(details):
+            return FarmError(f"no TLS connection to the coordinator at {address}: {details}", _TLS_FIX)
+        fix = "check --coordinator / FARM_COORDINATOR and that `farm coordinator` runs there"
+        if "Socket closed" in details:  # what a plaintext call to a TLS port sees
+            fix += f"; {_TLS_FIX}"
+        return FarmError(f"cannot reach the coordinator at {address}: {details}", fix)
+    if code == grpc.StatusCode.UNAUTHENTICATED:
+        problem, _, fix = details.partition(" (")
+        return FarmError(f"the coordinator at {address} refused the call: {problem}", fix.rstrip(")") or None)
     if code == grpc.StatusCode.NOT_FOUND:
         return NotFound(details, "see `farm jobs` or `farm models`")
     if code == grpc.StatusCode.DEADLINE_EXCEEDED:

@@ -32,7 +32,7 @@ class Cluster:
     """Handles to a coordinator and agents; ``close()`` stops them all and checks for leftovers."""
 
     def __init__(self, root: Path, registry_url: str, *, lease_ttl: float = 6.0, heartbeat: float = 1.0,
-                 max_attempts: int | None = None, grace: float | None = None):
+                 max_attempts: int | None = None, grace: float | None = None, token: str | None = None):
         self.root = root
         self.registry_url = registry_url
         self.marker = uuid.uuid4().hex
@@ -42,6 +42,7 @@ class Cluster:
         self.heartbeat = heartbeat
         self.max_attempts = max_attempts  # None: the coordinator's default
         self.grace = grace  # seconds in-flight calls get on SIGTERM; None: the default
+        self.token = token  # the farm's shared token, in every process's FARM_TOKEN; None: none
         self.coordinator: subprocess.Popen | None = None
         self.agents: dict[str, subprocess.Popen] = {}
         self.exe = str(Path(sys.executable).with_name("farm"))
@@ -52,8 +53,10 @@ class Cluster:
 
     def env(self, home: str) -> dict:
         env = {**os.environ, MARKER: self.marker, "FARM_HOME": str(self.root / home)}
-        env.pop("FARM_REGISTRY", None)
-        env.pop("FARM_COORDINATOR", None)
+        for name in ("FARM_REGISTRY", "FARM_COORDINATOR", "FARM_TOKEN", "FARM_TOKEN_FILE"):
+            env.pop(name, None)
+        if self.token is not None:
+            env["FARM_TOKEN"] = self.token
         return env
 
     def _spawn(self, name: str, args: list[str], home: str, affinity: set[int] | None = None) -> subprocess.Popen:

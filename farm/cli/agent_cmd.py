@@ -2,9 +2,17 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import typer
 
-from farm.cli.options import REQUIRED_COORDINATOR
+from farm.cli.options import (
+    CLIENT_CERT_OPTION,
+    CLIENT_KEY_OPTION,
+    REQUIRED_COORDINATOR,
+    TLS_CA_OPTION,
+    TOKEN_FILE_OPTION,
+)
 
 app = typer.Typer()
 
@@ -19,22 +27,38 @@ def agent(
     rpc_host: str = typer.Option("127.0.0.1", "--rpc-host", envvar="FARM_RPC_HOST",
                                  help="Address this box's TVM RPC server listens on (reachable by the tracker)."),
     rpc_port: int = typer.Option(0, "--rpc-port", envvar="FARM_RPC_PORT", help="0: pick a free port."),
+    token_file: Path | None = TOKEN_FILE_OPTION,
+    tls_ca: Path | None = TLS_CA_OPTION,
+    tls_cert: Path | None = CLIENT_CERT_OPTION,
+    tls_key: Path | None = CLIENT_KEY_OPTION,
 ) -> None:
     """Run this box as a farm agent until interrupted (SIGTERM/SIGINT)."""
     import logging
     import signal
     import threading
 
+    import grpc
+
     from agent.daemon import Agent, AgentSettings
+    from farm.client import coordinator_error
+    from foundation.wire.access import ChannelAccess
 
     kinds = tuple(dict.fromkeys(target))
     if device.startswith("cuda") and "cuda" not in kinds:
         kinds = ("cuda", *[k for k in kinds if k != "llvm"])
     index = int(device.split(":", 1)[1]) if ":" in device else 0
+    access = ChannelAccess.from_files(token_file, tls_ca, tls_cert, tls_key)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     settings = AgentSettings(coordinator=coordinator, target_kinds=kinds, device=index,
-                             build_workers=build_workers, rpc_host=rpc_host, rpc_port=rpc_port)
-    Agent(settings).run(stop)
+                             build_workers=build_workers, rpc_host=rpc_host, rpc_port=rpc_port, access=access)
+    try:
+        Agent(settings).run(stop)
+    except grpc.RpcError as err:
+        # Registration is retried while the coordinator is unreachable; what ends here is a
+        # refusal that retrying cannot mend.
+        if err.code() != grpc.StatusCode.UNAUTHENTICATED:
+            raise
+        raise coordinator_error(err, coordinator) from None

@@ -3,10 +3,18 @@
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import typer
 
-from farm.cli.options import JSON_OPTION, REQUIRED_COORDINATOR
+from farm.cli.options import (
+    CLIENT_CERT_OPTION,
+    CLIENT_KEY_OPTION,
+    JSON_OPTION,
+    REQUIRED_COORDINATOR,
+    TLS_CA_OPTION,
+    TOKEN_FILE_OPTION,
+)
 from farm.cli.output import emit_json, stderr_console, stdout_console
 
 app = typer.Typer()
@@ -17,12 +25,16 @@ app = typer.Typer()
 def status(
     job_id: str = typer.Argument(..., help="The job id (job-…)."),
     coordinator: str = REQUIRED_COORDINATOR,
+    token_file: Path | None = TOKEN_FILE_OPTION,
+    tls_ca: Path | None = TLS_CA_OPTION,
+    tls_cert: Path | None = CLIENT_CERT_OPTION,
+    tls_key: Path | None = CLIENT_KEY_OPTION,
     json_output: bool = JSON_OPTION,
 ) -> None:
     """Show one job of the coordinator."""
-    from farm.client import CoordinatorClient, job_json
+    from farm.client import job_json
 
-    job = CoordinatorClient(coordinator).get_job(job_id)
+    job = client_of(coordinator, token_file, tls_ca, tls_cert, tls_key).get_job(job_id)
     _print_job(job_json(job), json_output)
 
 
@@ -30,12 +42,16 @@ def status(
 def cancel(
     job_id: str = typer.Argument(..., help="The job id (job-…)."),
     coordinator: str = REQUIRED_COORDINATOR,
+    token_file: Path | None = TOKEN_FILE_OPTION,
+    tls_ca: Path | None = TLS_CA_OPTION,
+    tls_cert: Path | None = CLIENT_CERT_OPTION,
+    tls_key: Path | None = CLIENT_KEY_OPTION,
     json_output: bool = JSON_OPTION,
 ) -> None:
     """Cancel a job: its leases are released and its agents stop that work."""
-    from farm.client import CoordinatorClient, job_json
+    from farm.client import job_json
 
-    job = CoordinatorClient(coordinator).cancel(job_id, "cancelled by the user")
+    job = client_of(coordinator, token_file, tls_ca, tls_cert, tls_key).cancel(job_id, "cancelled by the user")
     _print_job(job_json(job), json_output)
 
 
@@ -43,14 +59,16 @@ def cancel(
 def agents(
     coordinator: str = REQUIRED_COORDINATOR,
     include_lost: bool = typer.Option(False, "--all", help="Include agents whose heartbeat lapsed."),
+    token_file: Path | None = TOKEN_FILE_OPTION,
+    tls_ca: Path | None = TLS_CA_OPTION,
+    tls_cert: Path | None = CLIENT_CERT_OPTION,
+    tls_key: Path | None = CLIENT_KEY_OPTION,
     json_output: bool = JSON_OPTION,
 ) -> None:
     """List the agents registered with the coordinator."""
     from google.protobuf.json_format import MessageToDict
 
-    from farm.client import CoordinatorClient
-
-    rows = CoordinatorClient(coordinator).list_agents(include_lost)
+    rows = client_of(coordinator, token_file, tls_ca, tls_cert, tls_key).list_agents(include_lost)
     if json_output:
         emit_json([MessageToDict(a, preserving_proto_field_name=True) for a in rows])
         return
@@ -66,10 +84,18 @@ def agents(
     stdout_console().print(table)
 
 
-def remote_jobs(coordinator: str, limit: int, json_output: bool) -> None:
-    from farm.client import CoordinatorClient, job_json
+def client_of(coordinator: str, token_file=None, tls_ca=None, tls_cert=None, tls_key=None):
+    """A CoordinatorClient presenting the token and TLS settings the command was given."""
+    from farm.client import CoordinatorClient
+    from foundation.wire.access import ChannelAccess
 
-    rows = [job_json(j) for j in CoordinatorClient(coordinator).list_jobs(limit)]
+    return CoordinatorClient(coordinator, access=ChannelAccess.from_files(token_file, tls_ca, tls_cert, tls_key))
+
+
+def remote_jobs(client, limit: int, json_output: bool) -> None:
+    from farm.client import job_json
+
+    rows = [job_json(j) for j in client.list_jobs(limit)]
     if json_output:
         emit_json(rows)
         return
@@ -82,13 +108,12 @@ def remote_jobs(coordinator: str, limit: int, json_output: bool) -> None:
     stdout_console().print(table)
 
 
-def remote_submit(coordinator: str, *, model: str, target: str, batch: int, trials, trials_per_task,
+def remote_submit(client, *, model: str, target: str, batch: int, trials, trials_per_task,
                   retune: bool, seed: int, fingerprint, runs: int, wait: bool, timeout,
                   json_output: bool) -> None:
     """Submit through the coordinator; with --wait, follow the job(s) to a final state."""
-    from farm.client import CoordinatorClient, final, job_json, job_state_name
+    from farm.client import final, job_json, job_state_name
 
-    client = CoordinatorClient(coordinator)
     submitted = client.submit(model, target, batch, trials=trials, trials_per_task=trials_per_task,
                               retune=retune, seed=seed, fingerprint=fingerprint, validation_runs=runs)
     jobs = [s.job for s in submitted]

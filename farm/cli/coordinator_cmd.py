@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import logging
 import sys
+from pathlib import Path
 
 import typer
 
-from farm.cli.options import JSON_OPTION, REGISTRY_OPTION
+from farm.cli.options import JSON_OPTION, REGISTRY_OPTION, TOKEN_FILE_OPTION
 from farm.cli.output import emit_json
 from foundation.errors import FarmError
 
@@ -50,27 +51,49 @@ def coordinator(
         None, "--ingest-process/--no-ingest-process", envvar="FARM_INGEST_PROCESS", show_envvar=True,
         help="Read and commit reported records in a process of their own, leaving the serving process "
              "to heartbeats and leases [default: on with PostgreSQL, off with SQLite]."),
+    token_file: Path | None = TOKEN_FILE_OPTION,
+    tls_cert: Path | None = typer.Option(
+        None, "--tls-cert", envvar="FARM_TLS_CERT", show_envvar=True,
+        help="The coordinator's certificate (PEM): serve the API over TLS only; with --tls-key."),
+    tls_key: Path | None = typer.Option(
+        None, "--tls-key", envvar="FARM_TLS_KEY", show_envvar=True, help="The key of --tls-cert (PEM)."),
+    tls_client_ca: Path | None = typer.Option(
+        None, "--tls-client-ca", envvar="FARM_TLS_CLIENT_CA", show_envvar=True,
+        help="CA (PEM) whose certificates callers must present: mutual TLS."),
+    health_listen: str | None = typer.Option(
+        None, "--health-listen", envvar="FARM_HEALTH_LISTEN", show_envvar=True,
+        help="Also serve the gRPC health service alone, in plaintext, on this host:port "
+             "(for probes that cannot speak TLS)."),
     json_output: bool = JSON_OPTION,
 ) -> None:
-    """Serve jobs to agents: shard tuning tasks, merge records, build, validate, commit."""
+    """Serve jobs to agents: shard tuning tasks, merge records, build, validate, commit.
+
+    Beyond loopback the API demands the farm's token (FARM_TOKEN or --token-file) from every
+    caller but the health service, and the coordinator will not start without one.
+    """
     from coordinator.server import run_until_signalled, serve
+    from foundation.wire.access import ServerAccess
 
     if lease_ttl <= heartbeat_interval:
         raise FarmError(f"--lease-ttl {lease_ttl:g} must exceed --heartbeat-interval {heartbeat_interval:g}",
                         "make the TTL a few intervals, e.g. 6x")
+    access = ServerAccess.from_files(token_file, tls_cert, tls_key, tls_client_ca)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     server = serve(listen, registry, tracker, tracker_listen=tracker_listen,
                    heartbeat_interval=heartbeat_interval, lease_ttl=lease_ttl, max_attempts=max_attempts,
                    records_per_report=records_per_report, report_rate=report_rate,
                    report_within=report_within, report_jitter=report_jitter,
-                   ingest_process=ingest_process)
+                   ingest_process=ingest_process, access=access, health_listen=health_listen)
     document = {"listen": server.address, "registry": str(server.coordinator.store.url),
                 "tracker": server.tracker_address, "owns_tracker": server.tracker is not None,
-                "ingest_pid": server.ingest.pid if server.ingest is not None else None}
+                "ingest_pid": server.ingest.pid if server.ingest is not None else None,
+                "tls": access.tls, "mutual_tls": access.client_ca is not None, "token": access.token is not None,
+                "health_listen": f"{health_listen.rsplit(':', 1)[0]}:{server.health_port}" if health_listen else None}
     if json_output:
         emit_json(document)
     else:
-        sys.stderr.write(f"coordinator on {server.address}, registry {document['registry']}, "
+        door = ("TLS" if access.tls else "plaintext") + (", token required" if access.token else ", no token")
+        sys.stderr.write(f"coordinator on {server.address} ({door}), registry {document['registry']}, "
                          f"tracker {document['tracker']}; Ctrl-C or SIGTERM stops it\n")
     run_until_signalled(server, grace)

@@ -3,10 +3,19 @@
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import typer
 
-from farm.cli.options import COORDINATOR_OPTION, JSON_OPTION, REGISTRY_OPTION
+from farm.cli.options import (
+    CLIENT_CERT_OPTION,
+    CLIENT_KEY_OPTION,
+    COORDINATOR_OPTION,
+    JSON_OPTION,
+    REGISTRY_OPTION,
+    TLS_CA_OPTION,
+    TOKEN_FILE_OPTION,
+)
 from farm.cli.output import emit_json, stdout_console
 
 app = typer.Typer()
@@ -61,13 +70,17 @@ def jobs(
     limit: int = typer.Option(20, "--limit", min=1),
     registry: str | None = REGISTRY_OPTION,
     coordinator: str | None = COORDINATOR_OPTION,
+    token_file: Path | None = TOKEN_FILE_OPTION,
+    tls_ca: Path | None = TLS_CA_OPTION,
+    tls_cert: Path | None = CLIENT_CERT_OPTION,
+    tls_key: Path | None = CLIENT_KEY_OPTION,
     json_output: bool = JSON_OPTION,
 ) -> None:
     """List recent jobs (of the coordinator, or of the registry), newest first."""
     if coordinator:
-        from farm.cli.cluster import remote_jobs
+        from farm.cli.cluster import client_of, remote_jobs
 
-        return remote_jobs(coordinator, limit, json_output)
+        return remote_jobs(client_of(coordinator, token_file, tls_ca, tls_cert, tls_key), limit, json_output)
     from farm.session import open_store
 
     rows = open_store(registry).list_jobs(limit=limit)

@@ -16,3 +16,20 @@ COORDINATOR_OPTION = typer.Option(
 REQUIRED_COORDINATOR = typer.Option(
     ..., "--coordinator", envvar="FARM_COORDINATOR", show_envvar=True, help="host:port of the coordinator.",
 )
+
+# How commands that call a coordinator present themselves (foundation.wire.access).
+TOKEN_FILE_OPTION = typer.Option(
+    None, "--token-file", envvar="FARM_TOKEN_FILE", show_envvar=True,
+    help="File holding the farm's shared token (or set FARM_TOKEN to the token itself).",
+)
+TLS_CA_OPTION = typer.Option(
+    None, "--tls-ca", envvar="FARM_TLS_CA", show_envvar=True,
+    help="PEM file of the CA that signed the coordinator's certificate: connect with TLS.",
+)
+CLIENT_CERT_OPTION = typer.Option(
+    None, "--tls-cert", envvar="FARM_TLS_CERT", show_envvar=True,
+    help="This caller's certificate (PEM), for a coordinator that demands mutual TLS; with --tls-key.",
+)
+CLIENT_KEY_OPTION = typer.Option(
+    None, "--tls-key", envvar="FARM_TLS_KEY", show_envvar=True, help="The key of --tls-cert (PEM).",
+)

@@ -6,7 +6,15 @@ from pathlib import Path
 
 import typer
 
-from farm.cli.options import COORDINATOR_OPTION, JSON_OPTION, REGISTRY_OPTION
+from farm.cli.options import (
+    CLIENT_CERT_OPTION,
+    CLIENT_KEY_OPTION,
+    COORDINATOR_OPTION,
+    JSON_OPTION,
+    REGISTRY_OPTION,
+    TLS_CA_OPTION,
+    TOKEN_FILE_OPTION,
+)
 from farm.cli.output import emit_json, stdout_console
 from foundation.errors import FarmError
 
@@ -37,6 +45,10 @@ def submit(
     wait: bool = typer.Option(True, "--wait/--no-wait", help="With --coordinator: follow the job until it ends."),
     timeout: float | None = typer.Option(
         None, "--timeout", min=0, help="With --wait: give up waiting after this many seconds."),
+    token_file: Path | None = TOKEN_FILE_OPTION,
+    tls_ca: Path | None = TLS_CA_OPTION,
+    tls_cert: Path | None = CLIENT_CERT_OPTION,
+    tls_key: Path | None = CLIENT_KEY_OPTION,
     json_output: bool = JSON_OPTION,
 ) -> None:
     """Tune MODEL for TARGET at BATCH, build and validate it, and store the library.
@@ -45,9 +57,10 @@ def submit(
     here, embedded, on the registry given by --registry.
     """
     if coordinator:
-        from farm.cli.cluster import remote_submit
+        from farm.cli.cluster import client_of, remote_submit
 
-        return remote_submit(coordinator, model=model, target=target, batch=batch, trials=trials,
+        client = client_of(coordinator, token_file, tls_ca, tls_cert, tls_key)
+        return remote_submit(client, model=model, target=target, batch=batch, trials=trials,
                              trials_per_task=trials_per_task, retune=retune, seed=seed,
                              fingerprint=fingerprint, runs=runs, wait=wait, timeout=timeout,
                              json_output=json_output)

@@ -1,0 +1,197 @@
+"""Who may call the coordinator: the shared token and the TLS material, for both ends of a channel.
+
+Every caller (agents, the CLI) sends the farm's shared token as ``authorization: Bearer <token>``
+metadata on every call; the coordinator compares it with its own (coordinator.access). TLS is
+optional and independent: with a server certificate the coordinator speaks only TLS, and with a
+client CA it also demands a certificate signed by that CA from every caller (mutual TLS).
+
+The token comes from a file (``--token-file``, FARM_TOKEN_FILE) or from FARM_TOKEN, the token
+itself; the file wins when both are set. It is never taken from a command line, where ``ps``
+shows it. Files are read once, when a process starts.
+"""
+
+from __future__ import annotations
+
+import collections
+import ipaddress
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+
+from foundation.errors import FarmError
+
+TOKEN_METADATA_KEY = "authorization"
+TOKEN_SCHEME = "Bearer "
+TOKEN_ENV = "FARM_TOKEN"
+TOKEN_HELP = "set FARM_TOKEN to the token, or --token-file / FARM_TOKEN_FILE to a file holding it"
+
+
+def read_token(token_file: Path | str | None, environ: Mapping[str, str] = os.environ) -> str | None:
+    """The shared token from ``token_file``, else FARM_TOKEN, else None."""
+    if token_file:
+        path = Path(token_file).expanduser()
+        try:
+            text = path.read_text()
+        except (OSError, UnicodeDecodeError) as err:
+            raise FarmError(f"cannot read the token file {path}: {getattr(err, 'strerror', None) or err}",
+                            "check the path and that this user may read it") from None
+        return _checked_token(text, f"the token file {path}")
+    if environ.get(TOKEN_ENV):
+        return _checked_token(environ[TOKEN_ENV], TOKEN_ENV)
+    return None
+
+
+def _checked_token(text: str, source: str) -> str:
+    token = text.strip()
+    if not token:
+        raise FarmError(f"{source} is empty", "put the token in it, e.g. `openssl rand -hex 32`")
+    # gRPC metadata values are printable ASCII; anything else would fail on every call instead.
+    if not all(" " < ch <= "~" for ch in token):
+        raise FarmError(f"{source} holds characters a token cannot have (spaces, control or non-ASCII)",
+                        "use printable ASCII without spaces, e.g. `openssl rand -hex 32`")
+    return token
+
+
+def read_pem(path: Path | str | None, what: str) -> bytes | None:
+    if not path:
+        return None
+    path = Path(path).expanduser()
+    try:
+        data = path.read_bytes()
+    except OSError as err:
+        raise FarmError(f"cannot read the {what} {path}: {err.strerror or err}",
+                        "check the path and that this user may read it") from None
+    if b"-----BEGIN " not in data:
+        raise FarmError(f"the {what} {path} is not a PEM file", "give the PEM-encoded file (-----BEGIN ...)")
+    return data
+
+
+def is_loopback(listen: str) -> bool:
+    """Whether a listen address (host:port, [v6]:port, unix:path) is reachable from this box only."""
+    if listen.startswith(("unix:", "unix-abstract:")):
+        return True
+    host = listen.rsplit(":", 1)[0].strip("[]") if ":" in listen else listen
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False  # a host name: whatever it resolves to may be reachable from elsewhere
+
+
+@dataclass(frozen=True)
+class ChannelAccess:
+    """What a caller presents: the token, and for TLS the CA it trusts (None: the system's)
+    and, for mutual TLS, its own certificate and key (PEM bytes)."""
+
+    token: str | None = None
+    tls: bool = False
+    ca: bytes | None = None
+    cert: bytes | None = None
+    key: bytes | None = None
+
+    @classmethod
+    def from_files(cls, token_file=None, tls_ca=None, tls_cert=None, tls_key=None,
+                   environ: Mapping[str, str] = os.environ) -> "ChannelAccess":
+        """From the options every command that calls a coordinator takes. Any TLS file means TLS."""
+        cert, key = read_pem(tls_cert, "TLS certificate"), read_pem(tls_key, "TLS key")
+        if (cert is None) != (key is None):
+            raise FarmError("a client certificate needs its key, and a key its certificate",
+                            "give both --tls-cert and --tls-key (FARM_TLS_CERT, FARM_TLS_KEY), or neither")
+        ca = read_pem(tls_ca, "TLS CA certificate")
+        return cls(read_token(token_file, environ), tls=bool(ca or cert), ca=ca, cert=cert, key=key)
+
+
+def open_channel(address: str, access: ChannelAccess | None = None, options=None) -> grpc.Channel:
+    """A channel to the coordinator at ``address`` that presents ``access`` on every call."""
+    from foundation.wire import CHANNEL_OPTIONS
+
+    access = access or ChannelAccess()
+    options = CHANNEL_OPTIONS if options is None else options
+    if access.tls:
+        credentials = grpc.ssl_channel_credentials(root_certificates=access.ca, private_key=access.key,
+                                                   certificate_chain=access.cert)
+        channel = grpc.secure_channel(address, credentials, options=options)
+    else:
+        channel = grpc.insecure_channel(address, options=options)
+    if access.token is None:
+        return channel
+    return grpc.intercept_channel(channel, _BearerToken(access.token))
+
+
+class _CallDetails(
+    collections.namedtuple("_CallDetails", ("method", "timeout", "metadata", "credentials", "wait_for_ready",
+                                            "compression")),
+    grpc.ClientCallDetails,
+):
+    pass
+
+
+class _BearerToken(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientInterceptor,
+                   grpc.StreamUnaryClientInterceptor, grpc.StreamStreamClientInterceptor):
+    """Adds the token to every call's metadata, whatever the channel's transport (plaintext on
+    loopback, TLS elsewhere): gRPC's own call credentials refuse plaintext channels."""
+
+    def __init__(self, token: str):
+        self._metadata = ((TOKEN_METADATA_KEY, TOKEN_SCHEME + token),)
+
+    def _with_token(self, details):
+        return _CallDetails(details.method, details.timeout, tuple(details.metadata or ()) + self._metadata,
+                            details.credentials, details.wait_for_ready, details.compression)
+
+    def intercept_unary_unary(self, continuation, details, request):
+        return continuation(self._with_token(details), request)
+
+    def intercept_unary_stream(self, continuation, details, request):
+        return continuation(self._with_token(details), request)
+
+    def intercept_stream_unary(self, continuation, details, request_iterator):
+        return continuation(self._with_token(details), request_iterator)
+
+    def intercept_stream_stream(self, continuation, details, request_iterator):
+        return continuation(self._with_token(details), request_iterator)
+
+
+@dataclass(frozen=True)
+class ServerAccess:
+    """What the coordinator demands: the token (None: none), and for TLS its certificate and
+    key, and the CA that signs callers' certificates (mutual TLS)."""
+
+    token: str | None = None
+    cert: bytes | None = None
+    key: bytes | None = None
+    client_ca: bytes | None = None
+
+    @classmethod
+    def from_files(cls, token_file=None, tls_cert=None, tls_key=None, tls_client_ca=None,
+                   environ: Mapping[str, str] = os.environ) -> "ServerAccess":
+        cert, key = read_pem(tls_cert, "TLS certificate"), read_pem(tls_key, "TLS key")
+        if (cert is None) != (key is None):
+            raise FarmError("TLS needs both the certificate and its key",
+                            "give --tls-cert and --tls-key (FARM_TLS_CERT, FARM_TLS_KEY), or neither")
+        client_ca = read_pem(tls_client_ca, "client CA certificate")
+        if client_ca is not None and cert is None:
+            raise FarmError("--tls-client-ca asks for mutual TLS, which needs TLS",
+                            "give the coordinator's --tls-cert and --tls-key too")
+        return cls(read_token(token_file, environ), cert, key, client_ca)
+
+    @property
+    def tls(self) -> bool:
+        return self.cert is not None
+
+    def credentials(self) -> grpc.ServerCredentials | None:
+        if not self.tls:
+            return None
+        return grpc.ssl_server_credentials([(self.key, self.cert)], root_certificates=self.client_ca,
+                                           require_client_auth=self.client_ca is not None)
+
+    def check_listen(self, listen: str) -> None:
+        """Refuse to serve beyond loopback without a token: anyone who can reach the port could
+        register agents, submit jobs and cancel them."""
+        if self.token is None and not is_loopback(listen):
+            raise FarmError(f"the coordinator would listen on {listen}, beyond loopback, without a token",
+                            f"{TOKEN_HELP} (e.g. `openssl rand -hex 32 > token`), and give agents and "
+                            "clients the same; or listen on 127.0.0.1")

@@ -1,0 +1,64 @@
+"""The token through the real commands: a coordinator that will not listen beyond loopback
+without one, and agents and clients refused, in one line, without the coordinator's."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+
+from support.polling import wait_for
+
+TOKEN = "a-token-only-this-test-knows"
+
+
+def one_error_line(proc: subprocess.CompletedProcess) -> str:
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert proc.returncode not in (0, None), proc
+    assert len(lines) == 1 and lines[0].startswith("error: "), proc.stderr
+    return lines[0]
+
+
+def test_no_coordinator_beyond_loopback_without_a_token(farm_exe, tmp_path):
+    env = {**os.environ, "FARM_HOME": str(tmp_path / "home")}
+    for name in ("FARM_TOKEN", "FARM_TOKEN_FILE"):
+        env.pop(name, None)
+    proc = subprocess.run([farm_exe, "coordinator", "--listen", "0.0.0.0:0", "--tracker-listen", "127.0.0.1:0"],
+                          env=env, capture_output=True, text=True, timeout=120)
+    line = one_error_line(proc)
+    assert proc.returncode == 2
+    assert "beyond loopback, without a token" in line and "FARM_TOKEN" in line and "--token-file" in line
+    assert not (tmp_path / "home" / "registry.db").exists(), "refused before touching the registry"
+
+
+def test_clients_and_agents_need_the_token(make_cluster, tmp_path):
+    cluster = make_cluster(token=TOKEN)
+    cluster.start_coordinator()
+    without = {**cluster.env("client"), "FARM_COORDINATOR": cluster.address}
+    without.pop("FARM_TOKEN")
+
+    refused = subprocess.run([cluster.exe, "agents"], env=without, capture_output=True, text=True, timeout=120)
+    line = one_error_line(refused)
+    assert f"the coordinator at {cluster.address} refused the call" in line and "FARM_TOKEN" in line
+
+    wrong = subprocess.run([cluster.exe, "jobs", "--json"], env={**without, "FARM_TOKEN": "guess"},
+                           capture_output=True, text=True, timeout=120)
+    assert "is not this coordinator's" in one_error_line(wrong) and wrong.stdout == ""
+
+    token_file = tmp_path / "token"
+    token_file.write_text(TOKEN + "\n")
+    listed = subprocess.run([cluster.exe, "agents", "--json", "--token-file", str(token_file)], env=without,
+                            capture_output=True, text=True, timeout=120)
+    assert listed.returncode == 0 and listed.stdout.strip() == "[]", listed.stderr
+
+    # An agent with the wrong token stops at once with one line, not a traceback or a retry loop.
+    agent = subprocess.run([cluster.exe, "agent", "--coordinator", cluster.address, "--build-workers", "1"],
+                           env={**cluster.env("rogue"), "FARM_TOKEN": "guess"}, capture_output=True, text=True,
+                           timeout=300)
+    assert "refused the call" in agent.stderr.strip().splitlines()[-1]
+    assert agent.returncode == 2 and "Traceback" not in agent.stderr
+    # One with the token registers.
+    cluster.start_agent("agent-1")
+    [registered] = wait_for(lambda: json.loads(cluster.farm("agents", "--json").stdout), 120,
+                            "the agent with the token registered")
+    assert registered["id"].startswith("agent-")
