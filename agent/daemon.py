@@ -228,6 +228,7 @@ class Agent:
 
     def pools_for(self):
         """The builder and runner pools for the tracker this agent measures through."""
+        from agent.metrics import MeasureMetrics
         from foundation.meta_schedule.measure import MeasureSettings, RPCMeasure, WorkerPools
 
         key = (self.tracker.host, self.tracker.port, self.tracker.key)
@@ -237,7 +238,7 @@ class Agent:
                 min_repeat_ms=self.settings.min_repeat_ms,
                 rpc=RPCMeasure(self.tracker.host, self.tracker.port, self.tracker.key,
                                session_timeout_sec=self.settings.session_timeout_sec),
-            ))
+            ), observer=MeasureMetrics(self.fingerprint.id, self.settings.target_kinds))
         return self._pools[key]
 
     def _tune(self, shard) -> None:

@@ -8,6 +8,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from datetime import datetime
 
+from coordinator import metrics
 from coordinator.calls import (
     AgentRefused,
     CancelLease,
@@ -269,6 +270,7 @@ class AgentCalls:
         return self._ingest.enqueue(prepared.report)
 
     def finish_report(self, prepared: "PreparedReport", result: RecordReport) -> RecordReport:
+        metrics.report_committed(prepared.report.fingerprint_id, result)
         if result.accepted:
             # An accepted report came from the agent holding the lease: it is alive, as a
             # heartbeat would say; busy agents skip beats that would say nothing more
@@ -334,6 +336,7 @@ class AgentCalls:
                                          self.settings.max_attempts)
         if change.accepted:
             self._log_task_errors(change.shard.job_id, agent_id, shard_id, summaries)
+            metrics.shard_failed(change.shard.state)
         return ShardOutcome(change.accepted, change.reason or "", change.shard.state)
 
     def _log_task_errors(self, job_id: str, agent_id: str, shard_id: str, summaries: Sequence[dict]) -> None:

@@ -6,6 +6,7 @@ import hashlib
 from collections.abc import Sequence
 from pathlib import Path
 
+from coordinator import metrics
 from coordinator.calls import (
     DEFAULT_VALIDATION_RUNS,
     AgentView,
@@ -72,6 +73,7 @@ class ClientCalls:
             target = target_json(canonical_target(spec.target, fingerprint))
             if not spec.retune:
                 hit = find_hit(self.store, key, target, fp_id, self.tvm_version)
+                metrics.registry_lookup(hit is not None)
                 if hit is not None:
                     submitted.append(Submitted(record_hit(self.store, hit, target, fp_id, options), False))
                     continue

@@ -6,6 +6,7 @@ import datetime as dt
 import logging
 from typing import Any
 
+from coordinator import metrics
 from coordinator.calls import DEFAULT_VALIDATION_RUNS, utc_now
 from coordinator.client_calls import _fingerprint_of
 from coordinator.cluster_store import (
@@ -36,8 +37,8 @@ class Housekeeping:
         self.live.flush()  # the beats collected since the last tick, before judging silence
         for agent in self.cluster.mark_lost_agents(now, ttl):
             logger.info("agent %s (%s) missed its heartbeat TTL; its leases are re-queued", agent.id, agent.hostname)
-        self.cluster.expire_leases(now, ttl, attempts)
-        self.cluster.expire_validations(now, ttl, attempts)
+        metrics.leases_expired("shard", self.cluster.expire_leases(now, ttl, attempts))
+        metrics.leases_expired("validation", self.cluster.expire_validations(now, ttl, attempts))
         self._bind_waiting_jobs(now)
         for job in self.store.list_jobs(limit=500, state=JobState.QUEUED.value):
             if job.fingerprint_id is not None:
@@ -173,6 +174,7 @@ class Housekeeping:
                     untuned_latency=untuned, validation=check, tvm_version=self.tvm_version,
                     software=software_versions(job.target_kind),
                 )
+                metrics.artifact_committed()
             self._move(job_id, JobState.VALIDATING, JobState.SUCCEEDED,
                        f"succeeded: validated on {result.get('agent_id')}, {artifact.latency_mean_ms:.3f} ms mean",
                        artifact_id=artifact.id)

@@ -22,6 +22,7 @@ from coordinator.fleet.report_sizing import DEFAULT_JITTER
 from coordinator.service import Coordinator, CoordinatorSettings
 from coordinator.servicer import FarmAgentServicer, FarmClientServicer
 from foundation.errors import FarmError
+from foundation.metrics_http import MetricsServer
 from foundation.registry.store import RegistryStore
 from foundation.wire import CHANNEL_OPTIONS, farm_pb2
 from foundation.wire.access import ServerAccess
@@ -75,6 +76,7 @@ class CoordinatorServer:
     ingest: IngestProcess | None = None  # committing reports, if in a process of their own
     health_server: grpc.aio.Server | None = None  # the health service alone, on a plaintext port
     health_port: int | None = None
+    metrics: MetricsServer | None = None  # Prometheus' /metrics, if served
     _stopped: bool = False
 
     @property
@@ -101,6 +103,8 @@ class CoordinatorServer:
             self.ingest.close()
         if self.tracker is not None:
             self.tracker.stop()
+        if self.metrics is not None:
+            self.metrics.stop()
         self.coordinator.store.dispose()
         logger.info("coordinator stopped")
 
@@ -139,6 +143,7 @@ def serve(
     ingest_process: bool | None = None,
     access: ServerAccess | None = None,
     health_listen: str | None = None,
+    metrics_listen: str | None = None,
 ) -> CoordinatorServer:
     """Start a coordinator on ``listen`` (port 0: any free port) and return it running.
 
@@ -156,6 +161,7 @@ def serve(
     token the coordinator refuses to listen beyond loopback (foundation.wire.access).
     ``health_listen``: also serve the health service alone, in plaintext, on this address (for
     probes that cannot speak TLS, such as Kubernetes' native gRPC probes).
+    ``metrics_listen``: serve Prometheus metrics there (coordinator.metrics).
     """
     from foundation import config
 
@@ -165,7 +171,7 @@ def serve(
 
     url = config.registry_url(registry_url)
     store = RegistryStore(url)
-    owned = ingest = None
+    owned = ingest = metrics = None
     try:
         if tracker is None:
             # Port 0 (any free port) is fine here, unlike in an address agents are given.
@@ -197,9 +203,14 @@ def serve(
             server, port, health_servicer = loop.run(_start_grpc(coordinator, listen, pool, access))
             if health_listen:
                 health_server, health_port = loop.run(_start_health(health_servicer, health_listen))
+            if metrics_listen:
+                from coordinator.metrics import serve_metrics
+
+                metrics = serve_metrics(metrics_listen, store)
         except BaseException:
-            if server is not None:
-                loop.run(server.stop(0))
+            for started in (server, health_server):
+                if started is not None:
+                    loop.run(started.stop(0))
             loop.close()
             pool.shutdown(wait=False)
             raise
@@ -222,7 +233,8 @@ def serve(
                 "TLS" if access.tls else "plaintext", "token required" if access.token else "no token",
                 store.url, tracker)
     return CoordinatorServer(server, port, host, coordinator, health_servicer, owned, stop_ticking, ticker,
-                             loop, pool, ingest, health_server=health_server, health_port=health_port)
+                             loop, pool, ingest, health_server=health_server, health_port=health_port,
+                             metrics=metrics)
 
 
 async def _start_grpc(coordinator: Coordinator, listen: str, pool: futures.ThreadPoolExecutor,

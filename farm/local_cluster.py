@@ -32,7 +32,12 @@ class Cluster:
     """Handles to a coordinator and agents; ``close()`` stops them all and checks for leftovers."""
 
     def __init__(self, root: Path, registry_url: str, *, lease_ttl: float = 6.0, heartbeat: float = 1.0,
-                 max_attempts: int | None = None, grace: float | None = None, token: str | None = None):
+                 max_attempts: int | None = None, grace: float | None = None, token: str | None = None,
+                 tls: tuple[Path, Path, Path] | None = None, metrics: bool = False):
+        """``token``: the farm's shared token, in every process's FARM_TOKEN. ``tls``: (CA,
+        certificate, key) PEM files: the coordinator serves TLS with the certificate (and its
+        health service in plaintext on ``health_port``), the others trust the CA. ``metrics``:
+        every process serves Prometheus metrics (``metrics_ports``)."""
         self.root = root
         self.registry_url = registry_url
         self.marker = uuid.uuid4().hex
@@ -42,7 +47,10 @@ class Cluster:
         self.heartbeat = heartbeat
         self.max_attempts = max_attempts  # None: the coordinator's default
         self.grace = grace  # seconds in-flight calls get on SIGTERM; None: the default
-        self.token = token  # the farm's shared token, in every process's FARM_TOKEN; None: none
+        self.token = token
+        self.tls = tls
+        self.health_port = free_port() if tls else None
+        self.metrics_ports: dict[str, int] | None = {} if metrics else None
         self.coordinator: subprocess.Popen | None = None
         self.agents: dict[str, subprocess.Popen] = {}
         self.exe = str(Path(sys.executable).with_name("farm"))
@@ -57,7 +65,18 @@ class Cluster:
             env.pop(name, None)
         if self.token is not None:
             env["FARM_TOKEN"] = self.token
+        for name in ("FARM_TLS_CA", "FARM_TLS_CERT", "FARM_TLS_KEY", "FARM_TLS_CLIENT_CA", "FARM_METRICS_LISTEN"):
+            env.pop(name, None)
+        if self.tls is not None and home != "coordinator":
+            env["FARM_TLS_CA"] = str(self.tls[0])
         return env
+
+    def _served(self, name: str) -> list[str]:
+        """The options that make process ``name`` serve its metrics, when the cluster wants them."""
+        if self.metrics_ports is None:
+            return []
+        port = self.metrics_ports.setdefault(name, free_port())
+        return ["--metrics-listen", f"127.0.0.1:{port}"]
 
     def _spawn(self, name: str, args: list[str], home: str, affinity: set[int] | None = None) -> subprocess.Popen:
         log = open(self.root / f"{name}.log", "ab")
@@ -75,6 +94,9 @@ class Cluster:
             "--heartbeat-interval", str(self.heartbeat), "--lease-ttl", str(self.lease_ttl),
             *(["--max-attempts", str(self.max_attempts)] if self.max_attempts is not None else []),
             *(["--grace", str(self.grace)] if self.grace is not None else []),
+            *self._served("coordinator"),
+            *([] if self.tls is None else ["--tls-cert", str(self.tls[1]), "--tls-key", str(self.tls[2]),
+                                           "--health-listen", f"127.0.0.1:{self.health_port}"]),
         ], "coordinator")
         self.wait_serving(timeout)
 
@@ -86,7 +108,8 @@ class Cluster:
         while time.monotonic() < deadline:
             if self.coordinator.poll() is not None:
                 raise AssertionError(f"coordinator exited {self.coordinator.returncode}:\n{self.log('coordinator')}")
-            with grpc.insecure_channel(self.address) as channel:
+            health = self.address if self.health_port is None else f"127.0.0.1:{self.health_port}"
+            with grpc.insecure_channel(health) as channel:
                 try:
                     reply = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=1)
                     if reply.status == health_pb2.HealthCheckResponse.SERVING:
@@ -99,7 +122,8 @@ class Cluster:
     def start_agent(self, name: str, affinity: set[int] | None = None) -> subprocess.Popen:
         """An agent; ``affinity`` (CPU numbers) limits the CPUs it and its children may use,
         which changes its fingerprint (the cores it can use are part of it)."""
-        proc = self._spawn(name, ["agent", "--coordinator", self.address, "--build-workers", "1"], name, affinity)
+        proc = self._spawn(name, ["agent", "--coordinator", self.address, "--build-workers", "1",
+                                  *self._served(name)], name, affinity)
         self.agents[name] = proc
         return proc
 

@@ -9,6 +9,7 @@ import typer
 from farm.cli.options import (
     CLIENT_CERT_OPTION,
     CLIENT_KEY_OPTION,
+    METRICS_LISTEN_OPTION,
     REQUIRED_COORDINATOR,
     TLS_CA_OPTION,
     TOKEN_FILE_OPTION,
@@ -27,6 +28,7 @@ def agent(
     rpc_host: str = typer.Option("127.0.0.1", "--rpc-host", envvar="FARM_RPC_HOST",
                                  help="Address this box's TVM RPC server listens on (reachable by the tracker)."),
     rpc_port: int = typer.Option(0, "--rpc-port", envvar="FARM_RPC_PORT", help="0: pick a free port."),
+    metrics_listen: str | None = METRICS_LISTEN_OPTION,
     token_file: Path | None = TOKEN_FILE_OPTION,
     tls_ca: Path | None = TLS_CA_OPTION,
     tls_cert: Path | None = CLIENT_CERT_OPTION,
@@ -54,11 +56,21 @@ def agent(
         signal.signal(sig, lambda *_: stop.set())
     settings = AgentSettings(coordinator=coordinator, target_kinds=kinds, device=index,
                              build_workers=build_workers, rpc_host=rpc_host, rpc_port=rpc_port, access=access)
+    agent = Agent(settings)
+    metrics = None
+    if metrics_listen:
+        from agent.metrics import serve_metrics
+
+        metrics = serve_metrics(metrics_listen, agent, device)
+        logging.getLogger("farm.agent").info("metrics on http://%s/metrics", metrics.address)
     try:
-        Agent(settings).run(stop)
+        agent.run(stop)
     except grpc.RpcError as err:
         # Registration is retried while the coordinator is unreachable; what ends here is a
         # refusal that retrying cannot mend.
         if err.code() != grpc.StatusCode.UNAUTHENTICATED:
             raise
         raise coordinator_error(err, coordinator) from None
+    finally:
+        if metrics is not None:
+            metrics.stop()

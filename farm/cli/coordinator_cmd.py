@@ -8,7 +8,7 @@ from pathlib import Path
 
 import typer
 
-from farm.cli.options import JSON_OPTION, REGISTRY_OPTION, TOKEN_FILE_OPTION
+from farm.cli.options import JSON_OPTION, METRICS_LISTEN_OPTION, REGISTRY_OPTION, TOKEN_FILE_OPTION
 from farm.cli.output import emit_json
 from foundation.errors import FarmError
 
@@ -51,6 +51,7 @@ def coordinator(
         None, "--ingest-process/--no-ingest-process", envvar="FARM_INGEST_PROCESS", show_envvar=True,
         help="Read and commit reported records in a process of their own, leaving the serving process "
              "to heartbeats and leases [default: on with PostgreSQL, off with SQLite]."),
+    metrics_listen: str | None = METRICS_LISTEN_OPTION,
     token_file: Path | None = TOKEN_FILE_OPTION,
     tls_cert: Path | None = typer.Option(
         None, "--tls-cert", envvar="FARM_TLS_CERT", show_envvar=True,
@@ -84,16 +85,20 @@ def coordinator(
                    heartbeat_interval=heartbeat_interval, lease_ttl=lease_ttl, max_attempts=max_attempts,
                    records_per_report=records_per_report, report_rate=report_rate,
                    report_within=report_within, report_jitter=report_jitter,
-                   ingest_process=ingest_process, access=access, health_listen=health_listen)
+                   ingest_process=ingest_process, access=access, health_listen=health_listen,
+                   metrics_listen=metrics_listen)
     document = {"listen": server.address, "registry": str(server.coordinator.store.url),
                 "tracker": server.tracker_address, "owns_tracker": server.tracker is not None,
                 "ingest_pid": server.ingest.pid if server.ingest is not None else None,
                 "tls": access.tls, "mutual_tls": access.client_ca is not None, "token": access.token is not None,
-                "health_listen": f"{health_listen.rsplit(':', 1)[0]}:{server.health_port}" if health_listen else None}
+                "health_listen": f"{health_listen.rsplit(':', 1)[0]}:{server.health_port}" if health_listen else None,
+                "metrics": f"http://{server.metrics.address}/metrics" if server.metrics else None}
     if json_output:
         emit_json(document)
     else:
         door = ("TLS" if access.tls else "plaintext") + (", token required" if access.token else ", no token")
         sys.stderr.write(f"coordinator on {server.address} ({door}), registry {document['registry']}, "
-                         f"tracker {document['tracker']}; Ctrl-C or SIGTERM stops it\n")
+                         f"tracker {document['tracker']}"
+                         + (f", metrics {document['metrics']}" if document["metrics"] else "")
+                         + "; Ctrl-C or SIGTERM stops it\n")
     run_until_signalled(server, grace)

@@ -33,3 +33,7 @@ CLIENT_CERT_OPTION = typer.Option(
 CLIENT_KEY_OPTION = typer.Option(
     None, "--tls-key", envvar="FARM_TLS_KEY", show_envvar=True, help="The key of --tls-cert (PEM).",
 )
+METRICS_LISTEN_OPTION = typer.Option(
+    None, "--metrics-listen", envvar="FARM_METRICS_LISTEN", show_envvar=True,
+    help="host:port to serve Prometheus metrics on, plain HTTP at /metrics (default: none).",
+)

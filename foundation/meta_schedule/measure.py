@@ -2,15 +2,42 @@
 
 from __future__ import annotations
 
+import re
+import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from foundation.hardware.tvm_startup import LeanWorkerInit
 from foundation.meta_schedule.warm_builder import prewarm
 
 if TYPE_CHECKING:  # pragma: no cover
     from foundation.meta_schedule.progress import LiveProgress
+
+
+# MetaSchedule's builders and runners, and the farm's builder, report a timed-out candidate as
+# "<who>: Timeout, killed after N seconds".
+_TIMEOUT = re.compile(r"\btimeout, killed after\b", re.IGNORECASE)
+
+
+def trial_outcome(stage: str, error_msg: str | None) -> str:
+    """What became of one candidate: ok, build_error, run_error or timeout (``stage`` is
+    "build" or "run"; a candidate that built is only ok once it ran)."""
+    if not error_msg:
+        return "ok"
+    if _TIMEOUT.search(error_msg):
+        return "timeout"
+    return f"{stage}_error"
+
+
+class MeasureObserver(Protocol):
+    """Told of every batch of candidates built and every batch measured, with the wall time it
+    took (an agent's metrics). ``results`` are MetaSchedule's BuilderResults / RunnerResults."""
+
+    def built(self, target_kind: str, results: Sequence, seconds: float) -> None: ...
+
+    def measured(self, target_kind: str, results: Sequence, seconds: float) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -59,8 +86,9 @@ class BuildClock:
                 self.built += 1
 
 
-def timed_builder(inner, clock: BuildClock, pools: "WorkerPools | None" = None):
-    """Wrap a MetaSchedule builder: record every batch on ``clock`` and on live progress."""
+def timed_builder(inner, clock: BuildClock, pools: "WorkerPools | None" = None, target_kind: str = ""):
+    """Wrap a MetaSchedule builder: record every batch on ``clock``, on live progress and with
+    the pools' observer."""
     from tvm.ir.utils import derived_object
     from tvm.s_tir.meta_schedule.builder import PyBuilder
 
@@ -72,17 +100,21 @@ def timed_builder(inner, clock: BuildClock, pools: "WorkerPools | None" = None):
                 from tvm.s_tir.meta_schedule.builder import BuilderResult
 
                 return [BuilderResult(None, "cancelled") for _ in build_inputs]
+            begin = time.monotonic()
             results = inner.build(build_inputs)
             clock.record(results)
             if pools is not None and pools.live is not None:
                 pools.live.built(results)
+            if pools is not None and pools.observer is not None:
+                pools.observer.built(target_kind, results, time.monotonic() - begin)
             return results
 
     return _TimedBuilder()
 
 
-def observed_runner(inner, pools: "WorkerPools"):
-    """Wrap a MetaSchedule runner so each result reaches live progress as soon as it exists.
+def observed_runner(inner, pools: "WorkerPools", target_kind: str = ""):
+    """Wrap a MetaSchedule runner so each result reaches live progress as soon as it exists,
+    and each whole batch the pools' observer.
 
     LocalRunner measures synchronously (its futures are done on return); RPCRunner's futures
     complete later, so a callback reports them.
@@ -98,22 +130,46 @@ def observed_runner(inner, pools: "WorkerPools"):
                 from tvm.s_tir.meta_schedule.runner.local_runner import LocalRunnerFuture
 
                 return [LocalRunnerFuture(res=None, error_message="cancelled") for _ in runner_inputs]
+            begin = time.monotonic()
             futures = inner.run(runner_inputs)
-            if live is not None:
-                task_id = live.current
-                for future in futures:
-                    _report_when_done(future, live, task_id)
+            task_id = live.current if live is not None else None
+            batch = _MeasuredBatch(len(futures), target_kind, pools.observer, begin)
+            for future in futures:
+                _report_when_done(future, live, task_id, batch)
             return futures
 
     return _ObservedRunner()
 
 
-def _report_when_done(future, live: "LiveProgress", task_id: int | None) -> None:
+class _MeasuredBatch:
+    """Collects a batch's results as they complete; tells the observer once all have."""
+
+    def __init__(self, size: int, target_kind: str, observer: MeasureObserver | None, begin: float):
+        self.results: list = []
+        self.size, self.target_kind, self.observer, self.begin = size, target_kind, observer, begin
+        self._lock = threading.Lock()
+
+    def done(self, result) -> None:
+        if self.observer is None:
+            return
+        with self._lock:
+            self.results.append(result)
+            complete = len(self.results) == self.size
+        if complete:
+            self.observer.measured(self.target_kind, self.results, time.monotonic() - self.begin)
+
+
+def _report_when_done(future, live: "LiveProgress | None", task_id: int | None, batch: _MeasuredBatch) -> None:
+    def report(result) -> None:
+        if live is not None:
+            live.ran(task_id, result)
+        batch.done(result)
+
     pending = getattr(future, "future", None)  # RPCRunnerFuture wraps a concurrent future
     if pending is not None and not pending.done():
-        pending.add_done_callback(lambda _: live.ran(task_id, future.result()))
+        pending.add_done_callback(lambda _: report(future.result()))
     else:
-        live.ran(task_id, future.result())
+        report(future.result())
 
 
 class WorkerPools:
@@ -123,9 +179,10 @@ class WorkerPools:
     it once. Pools are per target kind because the lean intrinsic set differs.
     """
 
-    def __init__(self, settings: MeasureSettings | None = None):
+    def __init__(self, settings: MeasureSettings | None = None, observer: MeasureObserver | None = None):
         self.settings = settings or MeasureSettings()
         self.clock = BuildClock()
+        self.observer = observer
         self.live: LiveProgress | None = None  # set by the tuning run in progress
         self._pools: dict[str, tuple[object, object]] = {}
 
@@ -139,7 +196,7 @@ class WorkerPools:
 
         warm = warm_builder(self.settings.build_workers, self.settings.build_timeout_sec,
                             LeanWorkerInit(target_kind))
-        return timed_builder(warm, self.clock, self)
+        return timed_builder(warm, self.clock, self, target_kind)
 
     def _runner(self, target_kind: str):
         from tvm.s_tir import meta_schedule as ms
@@ -171,4 +228,4 @@ class WorkerPools:
                 max_workers=s.rpc.max_workers,
                 initializer=LeanWorkerInit(target_kind),
             )
-        return observed_runner(inner, self)
+        return observed_runner(inner, self, target_kind)

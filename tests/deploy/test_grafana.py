@@ -210,5 +210,5 @@ def test_promql_check_rejects_broken_queries():
     assert promql_problems('sum by (agent) (rate(farm_trials_total[5m]))')
     assert promql_problems('farm_trials_total{outcome="error"}')
     assert promql_problems("sum(rate(farm_trials_total[5m])")
-    assert promql_problems('farm_job_best_latency_seconds{job_id="job-1"}')
-    assert not promql_problems('farm_job_best_latency_seconds{exported_job="job-1"}')
+    assert promql_problems('farm_job_best_latency_seconds{exported_job="job-1"}')
+    assert not promql_problems('farm_job_best_latency_seconds{job_id="job-1"}')

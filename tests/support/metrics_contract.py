@@ -14,7 +14,8 @@ METRICS = {
     "farm_lease_expirations_total": ("counter", {"kind"}, {"kind": {"shard", "validation"}}),
     "farm_shard_retries_total": ("counter", set(), {}),
     "farm_records_ingested_total": ("counter", {"fingerprint"}, {}),
-    "farm_job_best_latency_seconds": ("gauge", {"job", "model"}, {}),
+    # job_id, not job: Prometheus' own "job" label (the scrape job) would rename it exported_job.
+    "farm_job_best_latency_seconds": ("gauge", {"job_id", "model"}, {}),
     "farm_agents": ("gauge", {"fingerprint", "state"}, {}),
     "farm_registry_lookups_total": ("counter", {"result"}, {"result": {"hit", "miss"}}),
     "farm_artifacts_committed_total": ("counter", set(), {}),

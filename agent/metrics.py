@@ -1,0 +1,87 @@
+"""An agent's Prometheus metrics, served on ``farm agent --metrics-listen`` (plain HTTP, /metrics).
+
+Trials and build/measure durations are counted as candidates come back from the builder and
+the runner (`MeasureMetrics`, the worker pools' observer); what the agent is (its fingerprint
+and device) and how often its TVM RPC server was restarted are read from the running Agent
+when Prometheus scrapes. Label values are bounded: a fingerprint, a target kind, an outcome.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from foundation.meta_schedule.measure import trial_outcome
+from foundation.metrics_http import MetricsServer, standard_registry
+
+if TYPE_CHECKING:  # pragma: no cover
+    from agent.daemon import Agent
+
+REGISTRY: CollectorRegistry = standard_registry()
+OUTCOMES = ("ok", "build_error", "run_error", "timeout")
+
+TRIALS = Counter("farm_trials", "Candidates built and measured, by what became of them.",
+                 ["fingerprint", "target_kind", "outcome"], registry=REGISTRY)
+# A batch is MetaSchedule's num_trials_per_iter candidates (16 by default): built in parallel
+# by the build workers, measured one after another on the device.
+BUILD_DURATION = Histogram(
+    "farm_build_duration_seconds", "Wall time of building one batch of candidates.", registry=REGISTRY,
+    buckets=(0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600))
+MEASURE_DURATION = Histogram(
+    "farm_measure_duration_seconds", "Wall time of measuring one batch of candidates on the device.",
+    registry=REGISTRY, buckets=(0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600))
+
+
+class MeasureMetrics:
+    """The worker pools' observer (foundation.meta_schedule.measure.MeasureObserver): counts
+    every candidate once, a failed build when built and the rest when measured."""
+
+    def __init__(self, fingerprint_id: str, target_kinds: Sequence[str]):
+        self.fingerprint_id = fingerprint_id
+        for kind in target_kinds:  # every series exists from the start, at 0
+            for outcome in OUTCOMES:
+                TRIALS.labels(fingerprint_id, kind, outcome)
+
+    def built(self, target_kind: str, results: Sequence, seconds: float) -> None:
+        BUILD_DURATION.observe(seconds)
+        for result in results:
+            if result.error_msg:
+                self._count(target_kind, trial_outcome("build", result.error_msg))
+
+    def measured(self, target_kind: str, results: Sequence, seconds: float) -> None:
+        MEASURE_DURATION.observe(seconds)
+        for result in results:
+            self._count(target_kind, trial_outcome("run", result.error_msg))
+
+    def _count(self, target_kind: str, outcome: str) -> None:
+        TRIALS.labels(self.fingerprint_id, target_kind, outcome).inc()
+
+
+class AgentCollector(Collector):
+    """What the running Agent knows, read at scrape time."""
+
+    def __init__(self, agent: "Agent", device: str):
+        self.agent = agent
+        self.device = device
+
+    def collect(self):
+        info = GaugeMetricFamily("farm_agent_info", "This agent: its fingerprint and device (always 1).",
+                                 labels=["fingerprint", "device"])
+        fingerprint = self.agent.fingerprint
+        if fingerprint is not None:  # known once the agent has started
+            info.add_metric([fingerprint.id, self.device], 1)
+        yield info
+        restarts = CounterMetricFamily("farm_rpc_server_restarts",
+                                       "Times this agent restarted its TVM RPC server (agent.rpc_server).")
+        server = self.agent.rpc_server
+        restarts.add_metric([], server.restarts if server is not None else 0)
+        yield restarts
+
+
+def serve_metrics(listen: str, agent: "Agent", device: str) -> MetricsServer:
+    """Serve this agent's metrics on ``listen`` (host:port; port 0: any free port)."""
+    return MetricsServer(listen, REGISTRY, [AgentCollector(agent, device)]).start()

@@ -1,0 +1,79 @@
+"""The coordinator's Prometheus metrics, served on ``farm coordinator --metrics-listen`` (plain HTTP).
+
+Counters are bumped by one-line calls where things happen (the functions below); gauges of
+what is in SQL (jobs, shards and agents by state, the best latency of running jobs) are read
+when Prometheus scrapes (coordinator.state_metrics), so that no code path can forget to keep
+them right. Label values are bounded: states, kinds, fingerprints, and a running job's id and
+model on the one gauge that names jobs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from prometheus_client import CollectorRegistry, Counter
+
+from foundation.domain.shards import ShardState
+from foundation.metrics_http import MetricsServer, standard_registry
+
+if TYPE_CHECKING:  # pragma: no cover
+    from foundation.registry.entities import RecordReport
+    from foundation.registry.store import RegistryStore
+
+REGISTRY: CollectorRegistry = standard_registry()
+
+LEASE_EXPIRATIONS = Counter("farm_lease_expirations", "Leases whose agent went silent for the lease TTL.",
+                            ["kind"], registry=REGISTRY)
+SHARD_RETRIES = Counter("farm_shard_retries", "Shards re-queued for another attempt (expired or failed).",
+                        registry=REGISTRY)
+RECORDS_INGESTED = Counter("farm_records_ingested", "Measured records agents reported that the registry kept.",
+                           ["fingerprint"], registry=REGISTRY)
+REGISTRY_LOOKUPS = Counter("farm_registry_lookups", "Submissions answered from the registry (hit) or not (miss).",
+                           ["result"], registry=REGISTRY)
+ARTIFACTS_COMMITTED = Counter("farm_artifacts_committed", "Validated libraries committed to the registry.",
+                              registry=REGISTRY)
+WARM_START_SEEDS = Counter("farm_warm_start_seeds", "Records handed to a search as its warm start, by source.",
+                           ["source"], registry=REGISTRY)
+for _kind in ("shard", "validation"):
+    LEASE_EXPIRATIONS.labels(_kind)
+for _result in ("hit", "miss"):
+    REGISTRY_LOOKUPS.labels(_result)
+
+
+def leases_expired(kind: str, changed: Sequence) -> None:
+    """``changed``: what expire_leases / expire_validations returned (one per expired lease)."""
+    LEASE_EXPIRATIONS.labels(kind).inc(len(changed))
+    if kind == "shard":
+        SHARD_RETRIES.inc(sum(1 for shard in changed if shard.state is ShardState.PENDING))
+
+
+def shard_failed(state: ShardState | None) -> None:
+    """An agent reported a shard failed, and it is now ``state`` (pending: it is tried again)."""
+    if state is ShardState.PENDING:
+        SHARD_RETRIES.inc()
+
+
+def report_committed(fingerprint_id: str, result: "RecordReport") -> None:
+    if result.accepted:
+        RECORDS_INGESTED.labels(fingerprint_id).inc(result.stored)
+
+
+def registry_lookup(hit: bool) -> None:
+    REGISTRY_LOOKUPS.labels("hit" if hit else "miss").inc()
+
+
+def artifact_committed() -> None:
+    ARTIFACTS_COMMITTED.inc()
+
+
+def warm_start_seeds(source: str, count: int) -> None:
+    """``count`` records seeded a search from ``source`` (a bounded name: "registry", "transfer", ...)."""
+    WARM_START_SEEDS.labels(source).inc(count)
+
+
+def serve_metrics(listen: str, store: "RegistryStore") -> MetricsServer:
+    """Serve the coordinator's metrics on ``listen`` (host:port; port 0: any free port)."""
+    from coordinator.state_metrics import FarmStateCollector
+
+    return MetricsServer(listen, REGISTRY, [FarmStateCollector(store)]).start()
