@@ -69,6 +69,15 @@ def read_pem(path: Path | str | None, what: str) -> bytes | None:
     return data
 
 
+def read_certificate(cert_path, key_path) -> tuple[bytes | None, bytes | None]:
+    """A certificate and its key (PEM), both or neither."""
+    cert, key = read_pem(cert_path, "TLS certificate"), read_pem(key_path, "TLS key")
+    if (cert is None) != (key is None):
+        raise FarmError("a TLS certificate needs its key, and a key its certificate",
+                        "give both --tls-cert and --tls-key (FARM_TLS_CERT, FARM_TLS_KEY), or neither")
+    return cert, key
+
+
 def is_loopback(listen: str) -> bool:
     """Whether a listen address (host:port, [v6]:port, unix:path) is reachable from this box only."""
     if listen.startswith(("unix:", "unix-abstract:")):
@@ -97,10 +106,7 @@ class ChannelAccess:
     def from_files(cls, token_file=None, tls_ca=None, tls_cert=None, tls_key=None,
                    environ: Mapping[str, str] = os.environ) -> "ChannelAccess":
         """From the options every command that calls a coordinator takes. Any TLS file means TLS."""
-        cert, key = read_pem(tls_cert, "TLS certificate"), read_pem(tls_key, "TLS key")
-        if (cert is None) != (key is None):
-            raise FarmError("a client certificate needs its key, and a key its certificate",
-                            "give both --tls-cert and --tls-key (FARM_TLS_CERT, FARM_TLS_KEY), or neither")
+        cert, key = read_certificate(tls_cert, tls_key)
         ca = read_pem(tls_ca, "TLS CA certificate")
         return cls(read_token(token_file, environ), tls=bool(ca or cert), ca=ca, cert=cert, key=key)
 
@@ -168,10 +174,7 @@ class ServerAccess:
     @classmethod
     def from_files(cls, token_file=None, tls_cert=None, tls_key=None, tls_client_ca=None,
                    environ: Mapping[str, str] = os.environ) -> "ServerAccess":
-        cert, key = read_pem(tls_cert, "TLS certificate"), read_pem(tls_key, "TLS key")
-        if (cert is None) != (key is None):
-            raise FarmError("TLS needs both the certificate and its key",
-                            "give --tls-cert and --tls-key (FARM_TLS_CERT, FARM_TLS_KEY), or neither")
+        cert, key = read_certificate(tls_cert, tls_key)
         client_ca = read_pem(tls_client_ca, "client CA certificate")
         if client_ca is not None and cert is None:
             raise FarmError("--tls-client-ca asks for mutual TLS, which needs TLS",

@@ -44,7 +44,7 @@ def test_loopback_addresses(listen, loopback):
 def test_tls_files_must_come_in_pairs(tmp_path):
     pem = tmp_path / "x.pem"
     pem.write_text("-----BEGIN CERTIFICATE-----\nMII=\n-----END CERTIFICATE-----\n")
-    with pytest.raises(FarmError, match="needs both"):
+    with pytest.raises(FarmError, match="needs its key"):
         ServerAccess.from_files(tls_cert=pem, environ={})
     with pytest.raises(FarmError, match="mutual TLS, which needs TLS"):
         ServerAccess.from_files(tls_client_ca=pem, environ={})
