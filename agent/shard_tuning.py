@@ -11,6 +11,7 @@ from typing import Protocol
 import numpy as np
 
 from agent.coordinator_calls import retry_unavailable
+from foundation.meta_schedule.progress import ProgressListener
 
 logger = logging.getLogger("farm.agent")
 
@@ -27,7 +28,7 @@ class LeaseHolder(Protocol):
     def note_report_accepted(self) -> None: ...
 
 
-class _ShardProgress:
+class _ShardProgress(ProgressListener):
     """Keeps the latest per-task progress, sent along with each batch of records."""
 
     def __init__(self):

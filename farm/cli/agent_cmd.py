@@ -43,6 +43,7 @@ def agent(
 
     from agent.daemon import Agent, AgentSettings
     from farm.client import coordinator_error
+    from foundation.processes.native_stderr import terminal_stderr
     from foundation.wire.access import ChannelAccess
 
     kinds = tuple(dict.fromkeys(target))
@@ -50,7 +51,10 @@ def agent(
         kinds = ("cuda", *[k for k in kinds if k != "llvm"])
     index = int(device.split(":", 1)[1]) if ":" in device else 0
     access = ChannelAccess.from_files(token_file, tls_ca, tls_cert, tls_key)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    # On a copy of stderr: while a shard tunes, stderr itself carries TVM's C++ warnings into the
+    # shard's log file (foundation.processes.native_stderr), and the agent's log must go on.
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s",
+                        stream=terminal_stderr())
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())

@@ -1,45 +1,75 @@
-"""Live tuning progress on stderr: a bar per task on a terminal, log lines otherwise."""
+"""Live tuning progress on the terminal: a bar per task and a total, or one line per measured batch.
+
+It writes to the terminal's stderr as it was when the command started (`terminal_console`):
+while tuning, fd 2 itself carries TVM's C++ warnings to the job's log file
+(foundation.processes.native_stderr), and nothing but the bars reaches the screen.
+"""
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Sequence
 
-from foundation.meta_schedule.progress import TaskProgress
+from farm.cli.units import duration, rate, seconds_short
+from foundation.meta_schedule.progress import ProgressListener, TaskProgress, estimated_latency
+
+NAME_WIDTH = 40
 
 
 def _best(task: TaskProgress) -> str:
     if task.best_sec is None:
         return "best -"
-    us = task.best_sec * 1e6
-    text = f"best {us:,.1f} us" if us < 10_000 else f"best {us / 1e3:,.2f} ms"
+    text = f"best {duration(task.best_sec)}"
     if task.best_gflops is not None:
         text += f"  {task.best_gflops:,.1f} GFLOP/s"
     return text
 
 
-class ConsoleProgress:
-    """A JobObserver drawing one progress bar per tuning task (rich), or plain lines."""
+def _errors(tasks: Sequence[TaskProgress]) -> str:
+    errors = sum(t.build_errors + t.run_errors for t in tasks)
+    return f"{errors} errors" if errors else ""
+
+
+def _total(tasks: Sequence[TaskProgress], began: float) -> str:
+    """The model as the best schedules so far predict it, and the pace."""
+    latency = estimated_latency(tasks)
+    measured = sum(1 for t in tasks if t.best_sec is not None)
+    model = (f"model ~{duration(latency)}" if latency is not None
+             else f"model - ({measured}/{len(tasks)} tasks measured)")
+    return f"{model}  {rate(sum(t.trials for t in tasks), time.monotonic() - began)}"
+
+
+class ConsoleProgress(ProgressListener):
+    """A JobObserver: stage lines, and per-task progress as rich's live bars on a terminal or
+    as plain lines (one per task per measured batch) elsewhere."""
 
     def __init__(self, console=None):
-        from farm.cli.output import stderr_console
+        from farm.cli.output import terminal_console
 
-        self.console = console or stderr_console()
+        self.console = console or terminal_console()
         self.live = self.console.is_terminal
         self.begin = time.monotonic()
+        self.tuning_began = self.begin
         self._progress = None
         self._rows: dict[int, int] = {}
+        self._total_row: int | None = None
+        self._tasks: list[TaskProgress] = []
+        self._printed: dict[int, int] = {}  # task index -> trials its last plain line showed
+        self._lock = threading.Lock()
 
     def stage(self, state: str, detail: str) -> None:
-        self.console.print(f"[{time.monotonic() - self.begin:7.1f}s] {state:<10} {detail}")
+        self.console.print(f"[{seconds_short(time.monotonic() - self.begin)}] {state:<10} {detail}")
 
     def started(self, tasks: Sequence[TaskProgress]) -> None:
+        self._tasks = list(tasks)
+        self.tuning_began = time.monotonic()
         if not self.live:
             return
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
         self._progress = Progress(
-            TextColumn("{task.description:<40}"),
+            TextColumn(f"{{task.description:<{NAME_WIDTH}}}"),
             BarColumn(bar_width=24),
             MofNCompleteColumn(),
             TextColumn("{task.fields[best]}"),
@@ -48,27 +78,44 @@ class ConsoleProgress:
             console=self.console,
             transient=False,
         )
-        self._progress.start()
+        # Every row exists before the first frame is drawn: no half-empty frame is left behind.
         for task in tasks:
-            self._rows[task.index] = self._progress.add_task(
-                task.name[:40], total=task.budget, best="best -", errors=""
-            )
+            self._rows[task.index] = self._progress.add_task(task.name[:NAME_WIDTH], total=task.expected,
+                                                             best="best -", errors="")
+        self._total_row = self._progress.add_task(
+            "total", total=sum(t.expected for t in tasks), best=_total(tasks, self.tuning_began), errors="")
+        self._progress.start()
 
     def measured(self, task: TaskProgress, new_trials: int) -> None:
-        errors = task.build_errors + task.run_errors
-        if self._progress is not None:
-            self._progress.update(
-                self._rows[task.index], completed=min(task.trials, task.budget), best=_best(task),
-                errors=f"{errors} errors" if errors else "",
-            )
+        if self._progress is None:
             return
-        if new_trials:
-            self.console.print(
-                f"[{time.monotonic() - self.begin:7.1f}s] tune       {task.name[:40]:<40} "
-                f"{task.trials:>4}/{task.budget:<4} {_best(task)}" + (f"  {errors} errors" if errors else "")
-            )
+        self._progress.update(self._rows[task.index], completed=task.trials, total=task.expected,
+                              best=_best(task), errors=_errors([task]))
+        self._progress.update(self._total_row, completed=sum(t.trials for t in self._tasks),
+                              total=sum(t.expected for t in self._tasks), best=_total(self._tasks, self.tuning_began),
+                              errors=_errors(self._tasks))
+
+    def batch_measured(self, task: TaskProgress) -> None:
+        if not self.live:
+            self._line(task)
 
     def finished(self, tasks: Sequence[TaskProgress]) -> None:
         if self._progress is not None:
             self._progress.stop()
             self._progress = None
+            return
+        for task in tasks:  # what a batch cut short (cancelled) left unsaid
+            self._line(task)
+        self.console.print(f"[{seconds_short(time.monotonic() - self.begin)}] tuned      "
+                           f"{sum(t.trials for t in tasks)} trials over {len(tasks)} tasks: "
+                           f"{_total(tasks, self.tuning_began)}")
+
+    def _line(self, task: TaskProgress) -> None:
+        with self._lock:
+            if self._printed.get(task.index) == task.trials or not task.trials:
+                return
+            self._printed[task.index] = task.trials
+        errors = _errors([task])
+        self.console.print(
+            f"[{seconds_short(time.monotonic() - self.begin)}] tune       {task.name[:NAME_WIDTH]:<{NAME_WIDTH}} "
+            f"{task.trials:>4}/{task.expected:<4} {_best(task)}" + (f"  {errors}" if errors else ""))

@@ -133,7 +133,7 @@ def observed_runner(inner, pools: "WorkerPools", target_kind: str = ""):
             begin = time.monotonic()
             futures = inner.run(runner_inputs)
             task_id = live.current if live is not None else None
-            batch = _MeasuredBatch(len(futures), target_kind, pools.observer, begin)
+            batch = _MeasuredBatch(len(futures), target_kind, pools.observer, begin, live, task_id)
             for future in futures:
                 _report_when_done(future, live, task_id, batch)
             return futures
@@ -142,21 +142,26 @@ def observed_runner(inner, pools: "WorkerPools", target_kind: str = ""):
 
 
 class _MeasuredBatch:
-    """Collects a batch's results as they complete; tells the observer once all have."""
+    """Collects a batch's results as they complete; tells the observer and live progress once
+    all have."""
 
-    def __init__(self, size: int, target_kind: str, observer: MeasureObserver | None, begin: float):
+    def __init__(self, size: int, target_kind: str, observer: MeasureObserver | None, begin: float,
+                 live: "LiveProgress | None", task_id: int | None):
         self.results: list = []
         self.size, self.target_kind, self.observer, self.begin = size, target_kind, observer, begin
+        self.live, self.task_id = live, task_id
         self._lock = threading.Lock()
 
     def done(self, result) -> None:
-        if self.observer is None:
-            return
         with self._lock:
             self.results.append(result)
             complete = len(self.results) == self.size
-        if complete:
+        if not complete:
+            return
+        if self.observer is not None:
             self.observer.measured(self.target_kind, self.results, time.monotonic() - self.begin)
+        if self.live is not None:
+            self.live.batch_measured(self.task_id)
 
 
 def _report_when_done(future, live: "LiveProgress | None", task_id: int | None, batch: _MeasuredBatch) -> None:
@@ -185,6 +190,15 @@ class WorkerPools:
         self.observer = observer
         self.live: LiveProgress | None = None  # set by the tuning run in progress
         self._pools: dict[str, tuple[object, object]] = {}
+        self._processes: list = []  # the PopenPoolExecutors behind them
+
+    def close(self) -> None:
+        """Stop every worker process; a later `get` starts new ones. After tuning, so that
+        timing a library competes with no idle worker for the box (bench/quiet_timing.py)."""
+        for pool in self._processes:
+            pool.shutdown()
+        self._processes.clear()
+        self._pools.clear()
 
     def get(self, target_kind: str):
         if target_kind not in self._pools:
@@ -196,6 +210,7 @@ class WorkerPools:
 
         warm = warm_builder(self.settings.build_workers, self.settings.build_timeout_sec,
                             LeanWorkerInit(target_kind))
+        self._processes.append(warm.pool)
         return timed_builder(warm, self.clock, self, target_kind)
 
     def _runner(self, target_kind: str):
@@ -228,4 +243,5 @@ class WorkerPools:
                 max_workers=s.rpc.max_workers,
                 initializer=LeanWorkerInit(target_kind),
             )
+        self._processes.append(inner.pool)
         return observed_runner(inner, self, target_kind)

@@ -33,7 +33,8 @@ class TaskProgress:
     name: str
     weight: int
     flop: float
-    budget: int
+    budget: int  # the most trials MetaSchedule gives it (its per-task cap)
+    planned: int = 0  # its share of the budget, what progress is shown against (0: the cap)
     trials: int = 0
     build_errors: int = 0
     run_errors: int = 0
@@ -47,6 +48,11 @@ class TaskProgress:
         if self.best_sec is None or self.best_sec <= 0 or self.flop <= 0:
             return None
         return self.flop / self.best_sec / 1e9
+
+    @property
+    def expected(self) -> int:
+        """What the task's bar counts to: its planned trials, or more once it got more."""
+        return max(self.planned or self.budget, self.trials)
 
     @property
     def elapsed(self) -> float:
@@ -69,12 +75,24 @@ class TaskProgress:
         }
 
 
+def estimated_latency(tasks: Sequence[TaskProgress]) -> float | None:
+    """The model's latency in seconds as its tasks' best schedules so far predict it (each
+    task's best time by its weight, as MetaSchedule's scheduler reckons); None until every
+    task has a measurement."""
+    if not tasks or any(t.best_sec is None for t in tasks):
+        return None
+    return sum(t.best_sec * t.weight for t in tasks)
+
+
 class ProgressListener(Protocol):
     """Receives tuning progress; implementations draw bars, stream events, count metrics."""
 
     def started(self, tasks: Sequence[TaskProgress]) -> None: ...
 
     def measured(self, task: TaskProgress, new_trials: int) -> None: ...
+
+    def batch_measured(self, task: TaskProgress) -> None:
+        """Every candidate of the task's latest batch is measured (or failed to build)."""
 
     def finished(self, tasks: Sequence[TaskProgress]) -> None: ...
 
@@ -112,6 +130,13 @@ class LiveProgress:
                     _keep(task, message)
                 task.last_update = time.monotonic()
             self._tell(task_id, len(failed))
+        if results and len(failed) == len(results):
+            self.batch_measured(task_id)  # nothing of it reaches the runner
+
+    def batch_measured(self, task_id: int | None) -> None:
+        if task_id is None or self.is_cancelled or self.listener is None:
+            return
+        self.listener.batch_measured(self.tasks[task_id])
 
     def ran(self, task_id: int | None, result) -> None:
         if task_id is None or self.is_cancelled:

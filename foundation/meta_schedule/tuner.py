@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 from foundation.hardware.tvm_startup import install_lean_tensor_intrinsics
 from foundation.meta_schedule.measure import MeasureSettings, RPCMeasure, WorkerPools
 from foundation.meta_schedule.progress import LiveProgress, ProgressListener, TaskPickHandler, TaskProgress
+from foundation.processes.native_stderr import native_stderr_to
 
 if TYPE_CHECKING:  # pragma: no cover
     import tvm
@@ -30,6 +31,8 @@ __all__ = [
 ]
 
 _MS_LOGGER = "tvm.s_tir.meta_schedule"
+NATIVE_LOG = "tvm.log"  # in the work directory's logs/, beside MetaSchedule's own
+TASK_LIST = "tasks.json"  # in the work directory: the tasks tuned (`_write_task_list`)
 DEFAULT_TRIALS_PER_TASK = 32
 # From this many trials per task the search keeps MetaSchedule's own population (512); below
 # it, sampling and evolving 512 candidates a round (~13 s per task per round on the 2-core
@@ -47,6 +50,11 @@ class TuningBudget:
     max_trials_global: int
     max_trials_per_task: int
     num_trials_per_iter: int = 16
+
+    def planned_per_task(self, num_tasks: int) -> int:
+        """A task's share of the budget: the global budget split evenly, within the per-task
+        cap. MetaSchedule's scheduler gives more to tasks whose latency improves most."""
+        return max(1, min(self.max_trials_per_task, -(-self.max_trials_global // max(num_tasks, 1))))
 
     @staticmethod
     def for_tasks(num_tasks: int, trials: int | None, trials_per_task: int | None) -> "TuningBudget":
@@ -102,7 +110,10 @@ def tune(
     """Tune ``tasks`` for ``target``; records go to ``database`` as they are measured.
 
     ``cancelled`` is checked after every measured batch; when set, the remaining tasks are
-    terminated and the report says so. MetaSchedule's own log goes to ``work_dir/logs``.
+    terminated and the report says so. MetaSchedule's own log goes to ``work_dir/logs``, and
+    what TVM's C++ code writes to stderr meanwhile to ``work_dir/logs/tvm.log``
+    (foundation.processes.native_stderr): a listener drawing on the terminal writes to
+    `terminal_stderr()`.
     """
     target_kind = target.kind.name
     install_lean_tensor_intrinsics(target_kind)
@@ -112,12 +123,13 @@ def tune(
     builder, runner = pools.get(target_kind)
     work_dir.mkdir(parents=True, exist_ok=True)
     begin = time.monotonic()
+    planned = budget.planned_per_task(len(tasks))
+    _write_task_list(work_dir, tasks, planned)
     progress = [
         TaskProgress(index=i, name=t.name, weight=t.weight, flop=t.flop,
-                     budget=budget.max_trials_per_task, started=begin)
+                     budget=budget.max_trials_per_task, planned=planned, started=begin)
         for i, t in enumerate(tasks)
     ]
-    contexts = _tune_contexts(tasks, target, work_dir, seed, budget.max_trials_per_task)
     live = LiveProgress(progress, listener, cancelled)
     picks = TaskPickHandler(live)
     logging.getLogger(_MS_LOGGER).addHandler(picks)
@@ -126,20 +138,21 @@ def tune(
     if listener:
         listener.started(progress)
     try:
-        ms.tune_tasks(
-            tasks=contexts,
-            task_weights=[float(t.weight) for t in tasks],
-            work_dir=str(work_dir),
-            max_trials_global=budget.max_trials_global,
-            max_trials_per_task=budget.max_trials_per_task,
-            num_trials_per_iter=budget.num_trials_per_iter,
-            builder=builder,
-            runner=runner,
-            database=database,
-            cost_model="xgb",
-            measure_callbacks=[*ms.measure_callback.MeasureCallback.create("default"), canceller.tvm_object],
-            task_scheduler="gradient",
-        )
+        with native_stderr_to(work_dir / "logs" / NATIVE_LOG):
+            ms.tune_tasks(
+                tasks=_tune_contexts(tasks, target, work_dir, seed, budget.max_trials_per_task),
+                task_weights=[float(t.weight) for t in tasks],
+                work_dir=str(work_dir),
+                max_trials_global=budget.max_trials_global,
+                max_trials_per_task=budget.max_trials_per_task,
+                num_trials_per_iter=budget.num_trials_per_iter,
+                builder=builder,
+                runner=runner,
+                database=database,
+                cost_model="xgb",
+                measure_callbacks=[*ms.measure_callback.MeasureCallback.create("default"), canceller.tvm_object],
+                task_scheduler="gradient",
+            )
     finally:
         pools.live = None
         logging.getLogger(_MS_LOGGER).removeHandler(picks)
@@ -153,6 +166,18 @@ def tune(
         cancelled=canceller.was_cancelled,
         first_build_at=pools.clock.first_build_at,
     )
+
+
+def _write_task_list(work_dir: Path, tasks: Sequence["TuningTask"], planned: int) -> None:
+    """What was tuned, beside MetaSchedule's logs: names, weights and workload hashes, so that a
+    report can name the registry's records by task (`farm report`)."""
+    import json
+
+    import tvm_ffi
+
+    document = [{"name": t.name, "weight": t.weight, "flop": t.flop, "planned": planned,
+                 "workload_shash": str(tvm_ffi.structural_hash(t.mod))} for t in tasks]
+    (work_dir / TASK_LIST).write_text(json.dumps(document, indent=1))
 
 
 def search_strategy(max_trials_per_task: int):

@@ -35,6 +35,10 @@ class Recorder:
         if self.cancel_after is not None and task.trials >= self.cancel_after:
             self.cancelled.set()
 
+    def batch_measured(self, task):
+        assert not self.finished_seen, "progress after finished()"
+        self.events.append(("batch", task.index, task.trials))
+
     def finished(self, tasks):
         self.finished_seen = True
 
@@ -75,6 +79,11 @@ def test_progress_is_live_and_records_land(mlp, pools, tmp_path):
     assert len(db) == report.trials  # every measured candidate was committed
     assert report.first_build_at is not None and not report.cancelled
     assert (tmp_path / "logs").is_dir()
+    # Batches of 8 (num_trials_per_iter): each task's one batch ends after its eighth trial.
+    batches = [e for e in recorder.events if e[0] == "batch"]
+    assert sorted(batches) == [("batch", task.index, 8) for task in report.tasks]
+    assert all(task.planned == 8 for task in report.tasks)
+    assert (tmp_path / "logs" / "tvm.log").is_file()  # where TVM's C++ warnings went
 
 
 def test_cancel_stops_tuning_early(mlp, pools, tmp_path):

@@ -1,0 +1,43 @@
+"""TVM's C++ warnings go to a file while fd 2 is redirected; the terminal stream still reaches the console."""
+
+from __future__ import annotations
+
+import os
+
+from foundation.processes.native_stderr import native_stderr_to, terminal_stderr
+
+
+def pool_design_space() -> int:
+    """MetaSchedule's design space of a max-pool, whose block names the schedule rule
+    "meta_schedule.pool_max", which CPU targets lack: TVM's C++ code warns on stderr, as it
+    does for every pooling task of a CNN."""
+    from foundation.hardware.tvm_startup import install_lean_tensor_intrinsics
+
+    install_lean_tensor_intrinsics("llvm")
+    import tvm
+    from tvm import te, topi
+    from tvm.s_tir import meta_schedule as ms
+
+    data = te.placeholder((1, 4, 8, 8), name="data")
+    pooled = topi.nn.pool2d(data, kernel=(2, 2), stride=(2, 2), dilation=(1, 1), padding=(0, 0, 0, 0),
+                            pool_type="max")
+    mod = tvm.IRModule({"main": te.create_prim_func([data, pooled])})
+    context = ms.TuneContext(mod=mod, target=tvm.target.Target({"kind": "llvm", "num-cores": 2}),
+                             space_generator="post-order-apply", task_name="pool")
+    return len(context.generate_design_space())
+
+
+def test_tvm_warnings_go_to_the_file_and_progress_to_the_terminal(tmp_path, capfd):
+    terminal = terminal_stderr()
+    log = tmp_path / "logs" / "tvm.log"
+    with native_stderr_to(log):
+        assert pool_design_space() > 0
+        terminal.write("progress for the terminal\n")
+        terminal.flush()
+    os.write(2, b"after: stderr is stderr again\n")
+    terminal.close()
+    err = capfd.readouterr().err
+    assert "progress for the terminal" in err and "after: stderr is stderr again" in err
+    assert "Unknown schedule rule" not in err
+    text = log.read_text()
+    assert 'Unknown schedule rule "meta_schedule.pool_max"' in text and "after:" not in text
