@@ -270,7 +270,7 @@ class AgentCalls:
         return self._ingest.enqueue(prepared.report)
 
     def finish_report(self, prepared: "PreparedReport", result: RecordReport) -> RecordReport:
-        metrics.report_committed(prepared.report.fingerprint_id, result)
+        metrics.report_committed(prepared.report, result)
         if result.accepted:
             # An accepted report came from the agent holding the lease: it is alive, as a
             # heartbeat would say; busy agents skip beats that would say nothing more

@@ -9,6 +9,9 @@ model on the one gauge that names jobs.
 
 from __future__ import annotations
 
+import threading
+import time
+from collections import deque
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -18,10 +21,12 @@ from foundation.domain.shards import ShardState
 from foundation.metrics_http import MetricsServer, standard_registry
 
 if TYPE_CHECKING:  # pragma: no cover
+    from coordinator.fleet.report_ingest import UnreadReport
     from foundation.registry.entities import RecordReport
     from foundation.registry.store import RegistryStore
 
 REGISTRY: CollectorRegistry = standard_registry()
+RATE_WINDOW_S = 60.0
 
 LEASE_EXPIRATIONS = Counter("farm_lease_expirations", "Leases whose agent went silent for the lease TTL.",
                             ["kind"], registry=REGISTRY)
@@ -35,6 +40,39 @@ ARTIFACTS_COMMITTED = Counter("farm_artifacts_committed", "Validated libraries c
                               registry=REGISTRY)
 WARM_START_SEEDS = Counter("farm_warm_start_seeds", "Records handed to a search as its warm start, by source.",
                            ["source"], registry=REGISTRY)
+
+
+class _TrialRates:
+    """Each agent's reported trials over the last RATE_WINDOW_S seconds (few entries per agent:
+    one per report)."""
+
+    def __init__(self, window: float = RATE_WINDOW_S):
+        self.window = window
+        self._lock = threading.Lock()
+        self._reports: dict[str, deque[tuple[float, int]]] = {}
+
+    def note(self, agent_id: str, trials: int) -> None:
+        now = time.monotonic()
+        with self._lock:
+            reports = self._reports.setdefault(agent_id, deque())
+            reports.append((now, trials))
+            self._forget(reports, now)
+
+    def per_second(self, agent_id: str) -> float:
+        now = time.monotonic()
+        with self._lock:
+            reports = self._reports.get(agent_id)
+            if not reports:
+                return 0.0
+            self._forget(reports, now)
+            return sum(trials for _, trials in reports) / self.window
+
+    def _forget(self, reports: deque, now: float) -> None:
+        while reports and reports[0][0] < now - self.window:
+            reports.popleft()
+
+
+_RATES = _TrialRates()
 for _kind in ("shard", "validation"):
     LEASE_EXPIRATIONS.labels(_kind)
 for _result in ("hit", "miss"):
@@ -54,9 +92,15 @@ def shard_failed(state: ShardState | None) -> None:
         SHARD_RETRIES.inc()
 
 
-def report_committed(fingerprint_id: str, result: "RecordReport") -> None:
+def report_committed(report: "UnreadReport", result: "RecordReport") -> None:
     if result.accepted:
-        RECORDS_INGESTED.labels(fingerprint_id).inc(result.stored)
+        RECORDS_INGESTED.labels(report.fingerprint_id).inc(result.stored)
+        _RATES.note(report.agent_id, report.trials)
+
+
+def trials_per_second(agent_id: str) -> float:
+    """What `farm agents` shows: the agent's reported trials over the last minute, per second."""
+    return _RATES.per_second(agent_id)
 
 
 def registry_lookup(hit: bool) -> None:

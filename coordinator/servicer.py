@@ -26,6 +26,7 @@ import numpy as np
 from google.protobuf.duration_pb2 import Duration
 from google.protobuf.timestamp_pb2 import Timestamp
 
+from coordinator import metrics
 from coordinator.cluster_store import AgentMismatch, UnknownAgent
 from coordinator.fleet.group_commit import COMMIT_TIMEOUT_S
 from coordinator.fleet.loop_pacing import LoopPacer
@@ -211,7 +212,7 @@ def agent_message(view: AgentView) -> farm_pb2.Agent:
         tvm_version=agent.tvm_version, state=state, registered_at=_timestamp(agent.registered_at),
         last_heartbeat=_timestamp(agent.last_heartbeat_at),
         running_leases=[farm_pb2.LeaseRef(job_id=j, shard_id=s, attempt=a) for j, s, a in view.running_leases],
-        rpc_server_serving=view.rpc_server_serving,
+        rpc_server_serving=view.rpc_server_serving, trials_per_second=metrics.trials_per_second(agent.id),
     )
 
 

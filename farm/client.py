@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
 import re
 import time
@@ -53,6 +54,8 @@ def job_json(job) -> dict:
         "model": job.model.name,
         "batch": job.model.batch,
         "target": job.target,
+        "target_kind": job.target_kind,
+        "trial_errors": job.trial_errors,
         "shards": {
             "pending": job.shards.pending, "leased": job.shards.leased, "done": job.shards.done,
             "failed": job.shards.failed, "cancelled": job.shards.cancelled,
@@ -64,7 +67,39 @@ def job_json(job) -> dict:
             for f in job.failed_shards
         ],
         "artifact": artifact,
+        "created_at": _time(job, "created_at"),
+        "started_at": _time(job, "started_at"),
+        "finished_at": _time(job, "finished_at"),
     }
+
+
+def agent_json(agent) -> dict:
+    """A proto Agent as JSON: every field present, states and times as words and ISO 8601."""
+    from foundation.wire import farm_pb2
+
+    return {
+        "id": agent.id,
+        "state": farm_pb2.AgentState.Name(agent.state).removeprefix("AGENT_STATE_").lower(),
+        "fingerprint_id": agent.fingerprint_id,
+        "fingerprint_summary": agent.fingerprint_summary,
+        "target_kinds": list(agent.target_kinds),
+        "hostname": agent.hostname,
+        "address": agent.address,
+        "tvm_version": agent.tvm_version,
+        "registered_at": _time(agent, "registered_at"),
+        "last_heartbeat": _time(agent, "last_heartbeat"),
+        "running_leases": [{"job_id": r.job_id, "shard_id": r.shard_id, "attempt": r.attempt}
+                           for r in agent.running_leases],
+        "rpc_server_serving": agent.rpc_server_serving,
+        "trials_per_second": round(agent.trials_per_second, 3),
+    }
+
+
+def _time(message, field: str) -> str | None:
+    """A Timestamp field as ISO 8601 (UTC), None when unset."""
+    if not message.HasField(field):
+        return None
+    return getattr(message, field).ToDatetime(tzinfo=dt.timezone.utc).isoformat()
 
 
 class CoordinatorClient:

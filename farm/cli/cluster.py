@@ -15,10 +15,11 @@ from farm.cli.options import (
     TLS_CA_OPTION,
     TOKEN_FILE_OPTION,
 )
-from farm.cli.output import emit_json, stderr_console, stdout_console
+from farm.cli.output import emit_json, print_fields, print_table, stderr_console
+from farm.cli.units import duration
+from farm.cli.views import AGENT_COLUMNS, JOB_COLUMNS, agent_row, job_fields, job_row
 
 app = typer.Typer()
-
 
 
 @app.command()
@@ -66,22 +67,15 @@ def agents(
     json_output: bool = JSON_OPTION,
 ) -> None:
     """List the agents registered with the coordinator."""
-    from google.protobuf.json_format import MessageToDict
+    from farm.client import agent_json
 
-    rows = client_of(coordinator, token_file, tls_ca, tls_cert, tls_key).list_agents(include_lost)
+    documents = [agent_json(a) for a in client_of(coordinator, token_file, tls_ca, tls_cert, tls_key)
+                 .list_agents(include_lost)]
     if json_output:
-        emit_json([MessageToDict(a, preserving_proto_field_name=True) for a in rows])
+        emit_json(documents)
         return
-    from rich.table import Table
-
-    from foundation.wire import farm_pb2
-
-    table = Table("agent", "state", "fingerprint", "kinds", "host", "leases", "rpc", box=None)
-    for a in rows:
-        table.add_row(a.id, farm_pb2.AgentState.Name(a.state).removeprefix("AGENT_STATE_").lower(),
-                      a.fingerprint_id, ",".join(a.target_kinds), a.hostname, str(len(a.running_leases)),
-                      "serving" if a.rpc_server_serving else "down")
-    stdout_console().print(table)
+    print_table(AGENT_COLUMNS, [agent_row(d) for d in documents],
+                empty="no agents registered" + ("" if include_lost else " and alive (--all lists lost ones)"))
 
 
 def client_of(coordinator: str, token_file=None, tls_ca=None, tls_cert=None, tls_key=None):
@@ -99,19 +93,14 @@ def remote_jobs(client, limit: int, json_output: bool) -> None:
     if json_output:
         emit_json(rows)
         return
-    from rich.table import Table
-
-    table = Table("job", "state", "hit", "model", "batch", "trials", "fingerprint", "status", box=None)
-    for j in rows:
-        table.add_row(j["job"], j["state"], "yes" if j["cache_hit"] else "", j["model"], str(j["batch"]),
-                      f"{j['trials']}/{j['trials_budget']}", j["fingerprint"] or "-", j["status"])
-    stdout_console().print(table)
+    print_table(JOB_COLUMNS, [job_row(j) for j in rows], empty=f"no jobs at {client.address}")
 
 
 def remote_submit(client, *, model: str, target: str, batch: int, trials, trials_per_task,
                   retune: bool, seed: int, fingerprint, runs: int, wait: bool, timeout,
-                  json_output: bool) -> None:
-    """Submit through the coordinator; with --wait, follow the job(s) to a final state."""
+                  json_output: bool, report_dir=None, registry: str | None = None) -> None:
+    """Submit through the coordinator; with --wait, follow the job(s) to a final state (and with
+    ``report_dir``, write each tuned job's report from ``registry``, the coordinator's)."""
     from farm.client import final, job_json, job_state_name
 
     submitted = client.submit(model, target, batch, trials=trials, trials_per_task=trials_per_task,
@@ -126,11 +115,21 @@ def remote_submit(client, *, model: str, target: str, batch: int, trials, trials
     if wait:
         jobs = [_follow(client, job, deadline, console) for job in jobs]
     documents = [job_json(j) for j in jobs]
+    if wait and report_dir is not None:
+        from farm.cli.report_cmd import write_job_report
+
+        for doc in documents:
+            if final(doc["state"]) and not doc["cache_hit"]:
+                doc["report"] = write_job_report(doc["job"], report_dir, registry)
     if json_output:
         emit_json(documents[0] if len(documents) == 1 else {"jobs": documents})
     else:
         for doc in documents:
             _print_job(doc, False)
+            if doc.get("report"):
+                print(f"Report:       {doc['report']['markdown']} and {doc['report']['png']}")
+            if len(documents) > 1:
+                print()
     if wait:
         timed_out = [d for d in documents if not final(d["state"])]
         if timed_out:
@@ -155,11 +154,12 @@ def _follow(client, job, deadline, console):
             console.print(f"{job.id}: {job_state_name(c.to_state)} {c.status}")
         elif kind == "task_progress":
             p = event.task_progress
-            best = f"best {p.best_us:,.1f} us" if p.best_us else "best -"
+            best = f"best {duration(p.best_us / 1e6)}" if p.best_us else "best -"
             console.print(f"{job.id}: {p.task_name[:40]:<40} {p.trials:>4}/{p.budget:<4} {best}")
         elif kind == "shard_changed":
             s = event.shard_changed
-            console.print(f"{job.id}: shard {s.shard_id} {s.reason or ''} (attempt {s.attempt}, agent {s.agent_id})")
+            held = f" by {s.agent_id}" if s.agent_id else ""
+            console.print(f"{job.id}: {s.shard_id} attempt {s.attempt}{held}" + (f": {s.reason}" if s.reason else ""))
     return client.get_job(job.id)
 
 
@@ -167,16 +167,4 @@ def _print_job(doc: dict, json_output: bool) -> None:
     if json_output:
         emit_json(doc)
         return
-    console = stdout_console()
-    console.print(f"job          {doc['job']}  {doc['state']}{'  (registry hit)' if doc['cache_hit'] else ''}")
-    console.print(f"status       {doc['status']}")
-    console.print(f"model        {doc['model']} batch {doc['batch']}  target {doc['target']}")
-    console.print(f"fingerprint  {doc['fingerprint']}")
-    console.print(f"trials       {doc['trials']}/{doc['trials_budget']}  shards {doc['shards']}")
-    if doc["error"]:
-        console.print(f"error        {doc['error']}")
-    art = doc["artifact"]
-    if art:
-        lat = art["latency_ms"]
-        console.print(f"artifact     {art['id']}  sha256 {art['sha256'][:16]}…  "
-                      f"mean {lat['mean']:.3f} ms  median {lat['median']:.3f} ms  std {lat['std']:.3f} ms")
+    print_fields(job_fields(doc))

@@ -16,7 +16,7 @@ from farm.cli.options import (
     TLS_CA_OPTION,
     TOKEN_FILE_OPTION,
 )
-from farm.cli.output import emit_json, stdout_console
+from farm.cli.output import emit_json, print_table, stdout_console
 
 app = typer.Typer()
 
@@ -34,12 +34,8 @@ def models(json_output: bool = JSON_OPTION) -> None:
     if json_output:
         emit_json(rows)
         return
-    from rich.table import Table
-
-    table = Table("model", "parameters", "input (batch B)", "description", box=None)
-    for row in rows:
-        table.add_row(row["name"], f"{row['parameters']:,}", row["input"], row["description"])
-    stdout_console().print(table)
+    print_table(("model", "parameters", "input (batch B)", "description"),
+                [(r["name"], f"{r['parameters']:,}", r["input"], r["description"]) for r in rows])
 
 
 @app.command()
@@ -65,6 +61,28 @@ def fingerprint(
     console.print("software     " + ", ".join(f"{k} {v}" for k, v in software.items()))
 
 
+def versions_text() -> str:
+    """`farm --version`: farm's own, then the compiler stack's, without importing TVM."""
+    import importlib.metadata
+
+    from foundation.hardware.versions import software_versions
+
+    try:
+        farm_version = importlib.metadata.version("tvm-farm")
+    except importlib.metadata.PackageNotFoundError:
+        farm_version = "unknown (not installed: run scripts/setup)"
+    found = software_versions("cuda")
+    ffi = f" (tvm-ffi {found['tvm_ffi']})" if "tvm_ffi" in found else ""
+    lines = [f"farm    {farm_version}", f"TVM     {found.get('tvm', 'unknown')}{ffi}",
+             f"LLVM    {found.get('llvm', 'not found in TVM')}"]
+    cuda = [f"{what} {found[key]}" for key, what in (("cuda_build", "TVM built with"), ("cuda_runtime", "runtime"),
+                                                       ("nvcc", "nvcc"), ("nvidia_driver", "driver")) if key in found]
+    if cuda:
+        lines.append(f"CUDA    {', '.join(cuda)}")
+    lines.append(f"Python  {found.get('python')}")
+    return "\n".join(lines) + "\n"
+
+
 @app.command()
 def jobs(
     limit: int = typer.Option(20, "--limit", min=1),
@@ -81,16 +99,14 @@ def jobs(
         from farm.cli.cluster import client_of, remote_jobs
 
         return remote_jobs(client_of(coordinator, token_file, tls_ca, tls_cert, tls_key), limit, json_output)
+    from farm.cli.views import JOB_COLUMNS, registry_job_row
     from farm.session import open_store
 
-    rows = open_store(registry).list_jobs(limit=limit)
+    store = open_store(registry)
+    rows = store.list_jobs(limit=limit)
     if json_output:
         emit_json([dataclasses.asdict(j) for j in rows])
         return
-    from rich.table import Table
-
-    table = Table("job", "state", "hit", "model", "trials", "fingerprint", "created", box=None)
-    for j in rows:
-        table.add_row(j.id, j.state, "yes" if j.cache_hit else "", j.model_id[:12], str(j.trials_done),
-                      j.fingerprint_id, j.created_at.strftime("%Y-%m-%d %H:%M:%S"))
-    stdout_console().print(table)
+    models = {m.id: m for m in store.list_models()}
+    print_table(JOB_COLUMNS, [registry_job_row(j, models.get(j.model_id)) for j in rows],
+                empty=f"no jobs in the registry at {store.url}")

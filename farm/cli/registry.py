@@ -8,8 +8,12 @@ from pathlib import Path
 import typer
 
 from farm.cli.options import JSON_OPTION, REGISTRY_OPTION
-from farm.cli.output import emit_json, stdout_console
+from farm.cli.output import emit_json, print_fields, print_table, stdout_console
 from foundation.errors import NotFound
+
+# What `farm registry ls` counts, in this order (the registry's own tables; the distributed
+# mode's bookkeeping is left out).
+_COUNTED = ("fingerprints", "models", "workloads", "tuning_records", "jobs", "artifacts")
 
 app = typer.Typer(no_args_is_help=True, rich_markup_mode=None)  # plain help: see farm.cli.app
 
@@ -28,32 +32,27 @@ def _plain(entity) -> dict:
 @app.command("ls")
 def ls(registry: str | None = REGISTRY_OPTION, json_output: bool = JSON_OPTION) -> None:
     """Summarise the registry: row counts, fingerprints, models and artifacts."""
+    from farm.cli.views import ARTIFACT_COLUMNS, artifact_rows
     from farm.session import open_store
 
     store = open_store(registry)
+    models, artifacts = store.list_models(), store.list_artifacts()
     document = {
         "registry": str(store.url),
         "counts": store.counts(),
         "fingerprints": [_plain(f) for f in store.list_fingerprints()],
-        "models": [_plain(m) for m in store.list_models()],
-        "artifacts": [_plain(a) for a in store.list_artifacts()],
+        "models": [_plain(m) for m in models],
+        "artifacts": [_plain(a) for a in artifacts],
     }
     if json_output:
         emit_json(document)
         return
-    console = stdout_console()
-    console.print(f"registry  {document['registry']}")
-    console.print("rows      " + ", ".join(f"{k} {v}" for k, v in document["counts"].items()))
-    from rich.table import Table
-
-    table = Table("artifact", "model", "batch", "fingerprint", "mean ms", "validated", "created", box=None)
-    models = {m["id"]: m for m in document["models"]}
-    for a in document["artifacts"]:
-        m = models.get(a["model_id"], {})
-        table.add_row(a["id"], m.get("name", a["model_id"][:12]), str(m.get("batch", "")), a["fingerprint_id"],
-                      f"{a['latency_mean_ms']:.3f}", "yes" if (a["validation"] or {}).get("passed") else "no",
-                      str(a["created_at"])[:19])
-    console.print(table)
+    counts = document["counts"]
+    print_fields([("Registry", document["registry"]),
+                  ("Rows", ", ".join(f"{counts[k]:,} {k.replace('_', ' ')}" for k in _COUNTED if k in counts))])
+    print()
+    print_table(ARTIFACT_COLUMNS, artifact_rows(artifacts, {m.id: m for m in models}),
+                empty="no artifacts yet: `farm submit` tunes and stores one")
 
 
 @app.command()
@@ -71,9 +70,9 @@ def show(
     if json_output:
         emit_json(document)
         return
-    console = stdout_console()
-    for k, v in document.items():
-        console.print(f"{k:<24} {v}")
+    from farm.cli.views import field_value
+
+    print_fields((name, field_value(value)) for name, value in document.items())
 
 
 def _lookup(store, ident: str):
@@ -130,7 +129,8 @@ def export_logs(
     if json_output:
         emit_json(document)
     else:
-        stdout_console().print(f"wrote {counts} to {path}")
+        stdout_console().print(f"wrote {counts['records']} records of {counts['workloads']} workloads for "
+                               f"{fp_id} to {path}")
 
 
 @app.command()

@@ -390,7 +390,7 @@ class LogLine(_message.Message):
     def __init__(self, source: _Optional[str] = ..., level: _Optional[str] = ..., message: _Optional[str] = ...) -> None: ...
 
 class Agent(_message.Message):
-    __slots__ = ("id", "fingerprint_id", "fingerprint_summary", "target_kinds", "address", "hostname", "tvm_version", "state", "registered_at", "last_heartbeat", "running_leases", "rpc_server_serving")
+    __slots__ = ("id", "fingerprint_id", "fingerprint_summary", "target_kinds", "address", "hostname", "tvm_version", "state", "registered_at", "last_heartbeat", "running_leases", "rpc_server_serving", "trials_per_second")
     ID_FIELD_NUMBER: _ClassVar[int]
     FINGERPRINT_ID_FIELD_NUMBER: _ClassVar[int]
     FINGERPRINT_SUMMARY_FIELD_NUMBER: _ClassVar[int]
@@ -403,6 +403,7 @@ class Agent(_message.Message):
     LAST_HEARTBEAT_FIELD_NUMBER: _ClassVar[int]
     RUNNING_LEASES_FIELD_NUMBER: _ClassVar[int]
     RPC_SERVER_SERVING_FIELD_NUMBER: _ClassVar[int]
+    TRIALS_PER_SECOND_FIELD_NUMBER: _ClassVar[int]
     id: str
     fingerprint_id: str
     fingerprint_summary: str
@@ -415,7 +416,8 @@ class Agent(_message.Message):
     last_heartbeat: _timestamp_pb2.Timestamp
     running_leases: _containers.RepeatedCompositeFieldContainer[LeaseRef]
     rpc_server_serving: bool
-    def __init__(self, id: _Optional[str] = ..., fingerprint_id: _Optional[str] = ..., fingerprint_summary: _Optional[str] = ..., target_kinds: _Optional[_Iterable[str]] = ..., address: _Optional[str] = ..., hostname: _Optional[str] = ..., tvm_version: _Optional[str] = ..., state: _Optional[_Union[AgentState, str]] = ..., registered_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., last_heartbeat: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., running_leases: _Optional[_Iterable[_Union[LeaseRef, _Mapping]]] = ..., rpc_server_serving: _Optional[bool] = ...) -> None: ...
+    trials_per_second: float
+    def __init__(self, id: _Optional[str] = ..., fingerprint_id: _Optional[str] = ..., fingerprint_summary: _Optional[str] = ..., target_kinds: _Optional[_Iterable[str]] = ..., address: _Optional[str] = ..., hostname: _Optional[str] = ..., tvm_version: _Optional[str] = ..., state: _Optional[_Union[AgentState, str]] = ..., registered_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., last_heartbeat: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., running_leases: _Optional[_Iterable[_Union[LeaseRef, _Mapping]]] = ..., rpc_server_serving: _Optional[bool] = ..., trials_per_second: _Optional[float] = ...) -> None: ...
 
 class RegisterRequest(_message.Message):
     __slots__ = ("fingerprint_id", "fingerprint_summary", "fingerprint_json", "target_kinds", "hostname", "tvm_version", "build_workers", "previous_agent_id")

@@ -1,0 +1,138 @@
+"""What the listing commands show people: jobs, agents and artifacts as rows of words and human units.
+
+Every view reads the same JSON documents `--json` prints (or the registry's entities), so the
+two never disagree; nothing here prints a Python value as Python would (no ``None``, no dicts).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from collections.abc import Iterable
+from typing import Any
+
+from farm.cli.units import age, duration, milliseconds, size
+
+JOB_COLUMNS = ("job", "state", "model", "batch", "target", "trials", "fingerprint", "age", "status")
+AGENT_COLUMNS = ("agent", "state", "fingerprint", "device", "host", "lease", "trials/s", "rpc", "last beat")
+ARTIFACT_COLUMNS = ("artifact", "model", "batch", "target", "fingerprint", "latency", "speed-up", "validated",
+                    "size", "age")
+
+
+def _when(value: str | dt.datetime | None) -> dt.datetime | None:
+    if value is None or isinstance(value, dt.datetime):
+        return value
+    return dt.datetime.fromisoformat(value)
+
+
+def _trials(done: int, budget: int, errors: int = 0) -> str:
+    if not budget and not done:
+        return "-"
+    text = f"{done}/{budget}" if budget else str(done)
+    return text + (f" ({errors} failed)" if errors else "")
+
+
+def _target_kind(target: str, kind: str = "") -> str:
+    """A target's kind from its canonical JSON (or the kind already known)."""
+    if kind:
+        return kind
+    try:
+        return json.loads(target).get("kind", target)
+    except (ValueError, AttributeError):
+        return target or "-"
+
+
+def job_row(doc: dict) -> list[Any]:
+    """A row of `farm jobs` from a job document (farm.client.job_json)."""
+    state = doc["state"] + (" (hit)" if doc.get("cache_hit") else "")
+    return [doc["job"], state, doc["model"], doc["batch"], _target_kind(doc["target"], doc.get("target_kind", "")),
+            _trials(doc["trials"], doc.get("trials_budget", 0), doc.get("trial_errors", 0)), doc["fingerprint"],
+            age(_when(doc.get("created_at"))), doc.get("status", "")]
+
+
+def registry_job_row(job, model) -> list[Any]:
+    """A row of `farm jobs` from a registry Job and its Model (without a coordinator)."""
+    state = job.state + (" (hit)" if job.cache_hit else "")
+    return [job.id, state, model.name if model else job.model_id[:12], model.batch if model else None,
+            _target_kind(job.target, job.target_kind), _trials(job.trials_done, job.trials_budget),
+            job.fingerprint_id, age(job.created_at), job.status or job.error]
+
+
+def job_fields(doc: dict) -> list[tuple[str, Any]]:
+    """`farm status`: the job's fields, `kubectl describe` style."""
+    shards = ", ".join(f"{count} {state}" for state, count in doc["shards"].items() if count)
+    fields = [
+        ("Job", doc["job"]),
+        ("State", doc["state"] + ("  (answered from the registry)" if doc.get("cache_hit") else "")),
+        ("Status", doc.get("status")),
+        ("Model", f"{doc['model']}, batch {doc['batch']}"),
+        ("Target", doc["target"] or doc.get("target_kind")),
+        ("Fingerprint", doc["fingerprint"] or "not chosen yet: the first agent of its target kind decides"),
+        ("Trials", _trials(doc["trials"], doc.get("trials_budget", 0), doc.get("trial_errors", 0))),
+        ("Shards", shards or "none yet"),
+        ("Created", _ago(doc.get("created_at"))),
+        ("Started", _ago(doc.get("started_at"))),
+        ("Finished", _ago(doc.get("finished_at"))),
+        ("Error", doc.get("error")),
+    ]
+    for failed in doc.get("failed_shards", []):
+        reasons = "; ".join(f"attempt {a['attempt']} on {a['agent']}: {a['reason']}" for a in failed["attempts"])
+        fields.append((f"Failed {failed['shard']}", f"tasks {', '.join(failed['tasks'])}: {reasons}"))
+    artifact = doc.get("artifact")
+    if artifact:
+        fields.append(("Artifact", f"{artifact['id']}  {size(artifact.get('size'))}  sha256 {artifact['sha256']}"))
+        fields.append(("Latency", latency_text(artifact["latency_ms"], artifact.get("untuned_latency_ms"))))
+    return fields
+
+
+def latency_text(latency_ms: dict, untuned_ms: float | None = None) -> str:
+    text = (f"{milliseconds(latency_ms['mean'])} mean, {milliseconds(latency_ms['median'])} median, "
+            f"{milliseconds(latency_ms['std'])} std")
+    if untuned_ms and latency_ms["mean"]:
+        text += f"  (untuned {milliseconds(untuned_ms)}: {speedup_text(untuned_ms, latency_ms['mean'])})"
+    return text
+
+
+def speedup_text(untuned: float, tuned: float) -> str:
+    ratio = untuned / tuned
+    return f"{ratio:.2f}x faster" if ratio >= 1 else f"{1 / ratio:.2f}x slower"
+
+
+def _ago(when: str | None) -> str | None:
+    return None if when is None else f"{age(_when(when))} ago"
+
+
+def agent_row(doc: dict) -> list[Any]:
+    """A row of `farm agents` from an agent document (farm.client.agent_json)."""
+    leases = ", ".join(f"{r['shard_id']}#{r['attempt']}" for r in doc["running_leases"])
+    device = "cuda" if "cuda" in doc["target_kinds"] else "cpu"
+    return [doc["id"], doc["state"], doc["fingerprint_id"], device, doc["hostname"], leases,
+            f"{doc['trials_per_second']:.2g}" if doc["trials_per_second"] else "-",
+            "serving" if doc["rpc_server_serving"] else "down", f"{age(_when(doc['last_heartbeat']))} ago"
+            if doc["last_heartbeat"] else "-"]
+
+
+def artifact_rows(artifacts: Iterable, models: dict[str, Any]) -> list[list[Any]]:
+    """Rows of `farm registry ls` from registry Artifacts, newest first."""
+    rows = []
+    for a in sorted(artifacts, key=lambda a: a.created_at, reverse=True):
+        model = models.get(a.model_id)
+        speedup = (f"{a.untuned_latency_mean_ms / a.latency_mean_ms:.2f}x"
+                   if a.untuned_latency_mean_ms and a.latency_mean_ms else None)
+        rows.append([a.id, model.name if model else a.model_id[:12], model.batch if model else None,
+                     _target_kind(a.target), a.fingerprint_id, duration(a.latency_mean_ms / 1e3), speedup,
+                     "yes" if (a.validation or {}).get("passed") else "no", size(a.size), age(a.created_at)])
+    return rows
+
+
+def field_value(value: Any) -> str:
+    """A registry entity's field for `farm registry show`: JSON for structures, words for the rest."""
+    if value is None:
+        return "-"
+    if isinstance(value, (dict, list)):
+        return json.dumps(value, sort_keys=True, default=str)
+    if isinstance(value, dt.datetime):
+        return value.isoformat()
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    return str(value)
