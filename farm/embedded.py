@@ -131,10 +131,12 @@ def _tune_build_commit(ctx: FarmContext, key: ModelKey, request: SubmitRequest,
         database = tvm_database_for(ctx.store, ctx.fingerprint.id, ctx.target_json, ctx.tvm_version,
                                     ctx.software, job_id=job.id)
         tell("running", f"tuning {len(tasks)} tasks, {budget.max_trials_global} trials")
+        pools = WorkerPools(request.measure)
         report = tuner.tune(
             tasks, tvm_target, database, budget, config.job_work_dir(job.id),
-            pools=WorkerPools(request.measure), listener=observer, cancelled=cancelled, seed=request.seed,
+            pools=pools, listener=observer, cancelled=cancelled, seed=request.seed,
         )
+        pools.close()  # the library is timed with no worker process about (bench/quiet_timing.py)
         ctx.store.update_job(job.id, trials_done=report.trials)
         if report.cancelled:
             state = _advance(ctx, job.id, state, JobState.CANCELLED, finished_at=_now(),

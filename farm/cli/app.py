@@ -6,7 +6,7 @@ import sys
 
 import typer
 
-from farm.cli import agent_cmd, cluster, coordinator_cmd, info, registry, submit
+from farm.cli import agent_cmd, cluster, coordinator_cmd, info, registry, report_cmd, submit
 from foundation.errors import FarmError
 
 # rich_markup_mode=None: typer's rich help and usage errors import rich.markdown and pygments,
@@ -25,7 +25,22 @@ app.add_typer(info.app)
 app.add_typer(cluster.app)
 app.add_typer(coordinator_cmd.app)
 app.add_typer(agent_cmd.app)
+app.add_typer(report_cmd.app)
 app.add_typer(registry.app, name="registry", help="Inspect, import into, export from and upgrade the registry.")
+
+
+def _print_version(asked: bool) -> None:
+    if asked:
+        sys.stdout.write(info.versions_text())
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(
+    version: bool = typer.Option(False, "--version", is_eager=True, callback=_print_version,
+                                 help="Print the versions of farm, TVM, LLVM and CUDA (when present), and exit."),
+) -> None:
+    """tvm-farm: shared, incremental tuning for Apache TVM. Tune once per hardware fingerprint, reuse everywhere."""
 
 
 def main() -> None:

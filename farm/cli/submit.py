@@ -45,6 +45,9 @@ def submit(
     wait: bool = typer.Option(True, "--wait/--no-wait", help="With --coordinator: follow the job until it ends."),
     timeout: float | None = typer.Option(
         None, "--timeout", min=0, help="With --wait: give up waiting after this many seconds."),
+    report_dir: Path | None = typer.Option(
+        None, "--report", help="At the end, write the job's report (JOB.png, JOB.md) into this directory; "
+                               "with --coordinator it reads the coordinator's registry (--registry)."),
     token_file: Path | None = TOKEN_FILE_OPTION,
     tls_ca: Path | None = TLS_CA_OPTION,
     tls_cert: Path | None = CLIENT_CERT_OPTION,
@@ -63,7 +66,7 @@ def submit(
         return remote_submit(client, model=model, target=target, batch=batch, trials=trials,
                              trials_per_task=trials_per_task, retune=retune, seed=seed,
                              fingerprint=fingerprint, runs=runs, wait=wait, timeout=timeout,
-                             json_output=json_output)
+                             json_output=json_output, report_dir=report_dir, registry=registry)
     from farm.embedded import SubmitRequest
     from farm.embedded import submit as submit_job
     from foundation.meta_schedule.tuner import MeasureSettings
@@ -79,10 +82,19 @@ def submit(
 
         observer = ConsoleProgress()
     result = submit_job(request, observer)
+    report = None
+    if report_dir is not None and (result.report or result.artifact):
+        from farm.cli.report_cmd import write_job_report
+
+        # A registry hit tuned nothing: its report is that of the job that made the artifact.
+        tuned_by = result.artifact.job_id if result.cache_hit and result.artifact else result.job.id
+        report = write_job_report(tuned_by, report_dir, registry) if tuned_by else None
     if json_output:
-        emit_json(result.to_json())
+        emit_json({**result.to_json(), "report": report})
     else:
         _print_submit(result)
+        if report:
+            stdout_console().print(f"report       {report['markdown']} and {report['png']}")
     if result.job.state != "succeeded":
         raise typer.Exit(1)
 
@@ -165,6 +177,10 @@ def _write_outputs(path: Path, outputs) -> None:
 
 
 def _print_submit(result) -> None:
+    from farm.cli.units import duration, size
+    from farm.cli.views import latency_text
+    from foundation.meta_schedule.progress import estimated_latency
+
     console = stdout_console()
     job = result.job
     console.print(f"job          {job.id}  {job.state}{'  (registry hit: no tuning)' if result.cache_hit else ''}")
@@ -172,7 +188,7 @@ def _print_submit(result) -> None:
     console.print(f"fingerprint  {result.fingerprint}")
     if result.report:
         r = result.report
-        console.print(f"tuning       {r.trials} trials over {len(r.tasks)} tasks in {r.seconds:.1f} s"
+        console.print(f"tuning       {r.trials} trials over {len(r.tasks)} tasks in {duration(r.seconds)}"
                       + (f", {r.errors} measurement errors" if r.errors else ""))
         untouched = [t.name for t in r.tasks if t.trials == 0]
         if untouched:
@@ -184,14 +200,17 @@ def _print_submit(result) -> None:
         console.print(f"error        {job.error}")
     art = result.artifact
     if art:
-        console.print(f"artifact     {art.id}  sha256 {art.sha256[:16]}…  {art.size / 1e6:.2f} MB")
-        console.print(f"latency      mean {art.latency_mean_ms:.3f} ms  median {art.latency_median_ms:.3f} ms  "
-                      f"std {art.latency_std_ms:.3f} ms")
-        if art.untuned_latency_mean_ms:
-            console.print(f"untuned      mean {art.untuned_latency_mean_ms:.3f} ms  "
-                          f"(speed-up {art.untuned_latency_mean_ms / art.latency_mean_ms:.2f}x)")
+        console.print(f"artifact     {art.id}  sha256 {art.sha256[:16]}…  {size(art.size)}")
+        latency = {"mean": art.latency_mean_ms, "median": art.latency_median_ms, "std": art.latency_std_ms}
+        console.print(f"latency      {latency_text(latency, art.untuned_latency_mean_ms)}")
+        if result.report and not result.cache_hit:
+            # Tuning measures each candidate while others compile beside it on the same cores.
+            during = estimated_latency(result.report.tasks)
+            console.print("             timed here after tuning, its worker processes stopped"
+                          + (f"; tuning's own measurements, taken beside candidate builds, added up to "
+                             f"{duration(during)}" if during else ""))
         v = art.validation or {}
         if v:
             console.print(f"validation   {'passed' if v.get('passed') else 'FAILED'}: max abs err "
                           f"{v.get('max_abs_err', 0):.3g} (rtol {v.get('rtol')}, atol {v.get('atol', 0):.3g})")
-    console.print(f"time         {result.seconds:.2f} s")
+    console.print(f"time         {duration(result.seconds)}")

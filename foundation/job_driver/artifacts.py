@@ -78,6 +78,7 @@ def artifact_json(artifact: "Artifact") -> dict:
     """An artifact as `farm submit --json` (and the coordinator's clients) show it."""
     return {
         "id": artifact.id,
+        "job_id": artifact.job_id,  # the job that tuned it
         "sha256": artifact.sha256,
         "size": artifact.size,
         "latency_ms": {

@@ -274,6 +274,15 @@ class TuningRecords:
         with self._unit() as session:
             return [_record(r) for r in session.scalars(query)]
 
+    def job_measurements(self, job_id: str) -> list[tuple[int, float | None]]:
+        """(workload id, mean seconds or None when it failed) of every record a job measured,
+        in the order they were stored: what `farm report` plots. Scans the table (no index on
+        job_id: reports are rare)."""
+        query = (select(TuningRecordRow.workload_id, TuningRecordRow.mean_sec)
+                 .where(TuningRecordRow.job_id == job_id).order_by(TuningRecordRow.id))
+        with self._unit() as session:
+            return [(workload_id, mean_sec) for workload_id, mean_sec in session.execute(query)]
+
     def count_records(
         self,
         workload_id: int | Iterable[int] | None = None,

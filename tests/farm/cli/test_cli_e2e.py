@@ -191,3 +191,52 @@ def test_corrupt_artifact_is_refused(farm_exe, home, tuned):
     assert "corrupt" in proc.stderr and "--retune" in proc.stderr
     assert proc.stdout == ""
 
+
+
+def test_report_plots_the_tuned_job(farm_exe, home, tuned, tmp_path):
+    out = tmp_path / "report"
+    made = json.loads(farm(farm_exe, home, "report", tuned["job"], "--out", str(out), "--json").stdout)
+    png, page = Path(made["png"]), Path(made["markdown"])
+    assert png.parent == out and png.read_bytes().startswith(b"\x89PNG\r\n\x1a\n") and png.stat().st_size > 10_000
+    assert made["trials"] == tuned["trials"]
+    assert sorted(t["task"] for t in made["tasks"]) == sorted(t["task"] for t in tuned["tasks"])
+    assert all(t["best_ms"] and t["best_ms"] > 0 for t in made["tasks"])
+    assert made["estimated_latency_ms"] > 0
+    text = page.read_text()
+    assert f"![best latency against trials]({png.name})" in text and tuned["artifact"]["id"] in text
+    assert "the tuner's task list" in text  # names and weights, not bare workload ids
+    for task in tuned["tasks"]:
+        assert f"| {task['task']} |" in text
+    # What TVM's C++ code wrote while tuning went to the job's log, not to the console.
+    assert (home / "jobs" / tuned["job"] / "logs" / "tvm.log").is_file()
+
+    # A registry hit tuned nothing: its report points at the job that did; --report follows it.
+    hit = json.loads(farm(farm_exe, home, "submit", "mlp-tiny", "llvm", "2", "--json").stdout)
+    refused = farm(farm_exe, home, "report", hit["job"], "--out", str(out), check=False)
+    assert refused.returncode == 3 and refused.stderr.count("\n") == 1
+    assert "answered from the registry" in refused.stderr and "farm report" in refused.stderr
+    again = json.loads(farm(farm_exe, home, "submit", "mlp-tiny", "llvm", "2", "--report", str(tmp_path / "r2"),
+                            "--json").stdout)
+    assert again["cache_hit"] and Path(again["report"]["png"]).is_file()
+    assert again["report"]["job"] == again["artifact"]["job_id"]
+
+
+def test_listings_read_like_kubectl(farm_exe, home, tuned):
+    jobs = farm(farm_exe, home, "jobs").stdout.splitlines()
+    assert jobs[0].split() == ["JOB", "STATE", "MODEL", "BATCH", "TARGET", "TRIALS", "FINGERPRINT", "AGE", "STATUS"]
+    row = next(line for line in jobs if line.startswith(tuned["job"]))
+    assert "mlp-tiny" in row and "llvm" in row and f"{tuned['trials']}/" in row
+    # Columns line up: each header starts where its values start.
+    starts = [jobs[0].index(word) for word in ("STATE", "MODEL", "FINGERPRINT")]
+    assert all(row[start - 1] == " " and row[start] != " " for start in starts)
+    listing = farm(farm_exe, home, "registry", "ls").stdout
+    assert tuned["artifact"]["id"] in listing and "VALIDATED" in listing
+    for text in ("\n".join(jobs), listing):
+        assert "None" not in text and "{'" not in text
+
+
+def test_version(farm_exe, home):
+    lines = farm(farm_exe, home, "--version").stdout.splitlines()
+    names = [line.split()[0] for line in lines]
+    assert names[:3] == ["farm", "TVM", "LLVM"] and "Python" in names
+    assert lines[0].split()[1] == "0.1.0" and "0.27" in lines[1]

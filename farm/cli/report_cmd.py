@@ -1,0 +1,46 @@
+"""`farm report JOB`: best latency against trials as a PNG, and a Markdown summary, from the registry."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from farm.cli.options import JSON_OPTION, REGISTRY_OPTION
+from farm.cli.output import emit_json, stdout_console
+
+app = typer.Typer()
+
+
+@app.command()
+def report(
+    job_id: str = typer.Argument(..., help="The job id (job-…); see `farm jobs`."),
+    out: Path = typer.Option(Path("."), "--out", "-o", help="Directory to write JOB.png and JOB.md into."),
+    registry: str | None = REGISTRY_OPTION,
+    json_output: bool = JSON_OPTION,
+) -> None:
+    """Plot a job's best latency against trials (per task and for the model) and sum it up in Markdown.
+
+    A distributed job's records are in the coordinator's registry: pass it with --registry.
+    """
+    document = write_job_report(job_id, out, registry)
+    if json_output:
+        emit_json(document)
+    else:
+        stdout_console().print(f"report       {document['markdown']} and {document['png']}")
+
+
+def write_job_report(job_id: str, out: Path, registry: str | None) -> dict:
+    """Write the report of ``job_id`` into ``out``; return what was written, as JSON."""
+    from farm.report import job_report, write_report
+    from farm.session import open_store
+
+    made = job_report(open_store(registry), job_id)
+    png, page = write_report(made, out)
+    document = {
+        "job": job_id, "png": str(png), "markdown": str(page), "trials": made.trials,
+        "estimated_latency_ms": made.model_curve[-1][1] * 1e3 if made.model_curve else None,
+        "tasks": [{"task": t.name, "weight": t.weight, "trials": t.trials, "failed": t.failed,
+                   "best_ms": None if t.final is None else t.final * 1e3} for t in made.tasks],
+    }
+    return document

@@ -1,0 +1,170 @@
+"""`farm report`: a job's tuning as a picture and a page, from what the registry kept of it.
+
+The picture (PNG) plots the best latency found against trials, for each task and for the model
+(each task's best time by its weight, as MetaSchedule's scheduler reckons the whole), with the
+artifact's measured latency beside it; the page (Markdown) sums the job up. Records are the
+job's own, in the order they were stored: one per measured candidate, failures included.
+
+A record names its workload, not its task. The task names and weights come from the job's plan
+(distributed jobs), else from the task list the tuner wrote into the job's work directory on the
+box that tuned it (embedded jobs, foundation.meta_schedule.tuner), else each workload stands
+for itself with weight 1, and the page says so.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from foundation import config
+from foundation.errors import FarmError, NotFound
+from foundation.registry.store import RegistryStore
+
+
+@dataclass
+class TaskCurve:
+    """A task's best latency (seconds) after each of its trials; None until one was valid."""
+
+    name: str
+    weight: int
+    workload_id: int | None
+    best: list[float | None] = field(default_factory=list)
+    failed: int = 0
+
+    @property
+    def trials(self) -> int:
+        return len(self.best)
+
+    @property
+    def final(self) -> float | None:
+        return self.best[-1] if self.best else None
+
+    @property
+    def first_valid(self) -> float | None:
+        return next((b for b in self.best if b is not None), None)
+
+
+@dataclass
+class JobReport:
+    job: object  # foundation.registry.entities.Job
+    model: object  # Model
+    artifact: object | None  # Artifact
+    fingerprint_summary: str
+    tasks: list[TaskCurve]
+    tasks_from: str  # where the task names and weights came from
+    model_curve: list[tuple[int, float]]  # (trials so far, estimated model latency in seconds)
+
+    @property
+    def trials(self) -> int:
+        return sum(t.trials for t in self.tasks)
+
+
+def job_report(store: RegistryStore, job_id: str) -> JobReport:
+    """The report of ``job_id`` from ``store``."""
+    job = store.get_job(job_id)
+    if job.cache_hit:
+        artifact = store.get_artifact(job.artifact_id) if job.artifact_id else None
+        origin = f"; its artifact came from job {artifact.job_id}: `farm report {artifact.job_id}`" if artifact else ""
+        raise NotFound(f"job {job_id} was answered from the registry and tuned nothing", f"nothing to plot{origin}")
+    measurements = store.job_measurements(job_id)
+    if not measurements:
+        raise NotFound(f"job {job_id} has no tuning records in the registry at {store.url}",
+                       "a job reports once it has measured candidates; a distributed job's records are "
+                       "in the coordinator's registry (--registry)")
+    tasks, tasks_from = _tasks_of(store, job_id, {w for w, _ in measurements})
+    by_workload = {t.workload_id: t for t in tasks}
+    model_curve = []
+    for count, (workload_id, mean_sec) in enumerate(measurements, start=1):
+        task = by_workload[workload_id]
+        valid = mean_sec is not None and math.isfinite(mean_sec)
+        task.failed += not valid
+        improved = valid and (task.final is None or mean_sec < task.final)
+        task.best.append(mean_sec if improved else task.final)
+        if all(t.final is not None for t in tasks):
+            model_curve.append((count, sum(t.final * t.weight for t in tasks)))
+    artifact = store.get_artifact(job.artifact_id) if job.artifact_id else None
+    fingerprint = store.get_fingerprint(job.fingerprint_id) if job.fingerprint_id else None
+    return JobReport(job, store.get_model(job.model_id), artifact, fingerprint.summary if fingerprint else "",
+                     tasks, tasks_from, model_curve)
+
+
+def _tasks_of(store: RegistryStore, job_id: str, workload_ids: set[int]) -> tuple[list[TaskCurve], str]:
+    from coordinator.cluster_store import ClusterStore
+
+    planned = ClusterStore(store).job_tasks(job_id)
+    if planned:
+        return [TaskCurve(t.name, t.weight, t.workload_id) for t in planned], "the job's plan"
+    task_list = config.job_work_dir(job_id) / "tasks.json"
+    if task_list.is_file():
+        listed = json.loads(task_list.read_text())
+        by_shash: dict[str, list[int]] = {}
+        for workload_id, (shash, _) in store.get_workloads(workload_ids).items():
+            by_shash.setdefault(shash, []).append(workload_id)
+        tasks = [TaskCurve(t["name"], int(t["weight"]), (by_shash.get(t["workload_shash"]) or [None])[0])
+                 for t in listed]
+        known = {t.workload_id for t in tasks}
+        if workload_ids <= known:
+            return tasks, f"the tuner's task list ({task_list})"
+    return ([TaskCurve(f"workload {w}", 1, w) for w in sorted(workload_ids)],
+            "nowhere: the job has no plan in the registry and its task list is not on this box, so each "
+            "workload is shown with weight 1 and the model curve is not the model's latency")
+
+
+def write_report(report: JobReport, out_dir: Path) -> tuple[Path, Path]:
+    """Write ``JOB.png`` and ``JOB.md`` into ``out_dir``; return their paths."""
+    from farm.report_page import markdown
+
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise FarmError(f"cannot create the report directory {out_dir}: {err.strerror or err}",
+                        "choose a directory you can write to") from None
+    png = out_dir / f"{report.job.id}.png"
+    page = out_dir / f"{report.job.id}.md"
+    _plot(report, png)
+    page.write_text(markdown(report, png.name))
+    return png, page
+
+
+def _plot(report: JobReport, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only: no display, no GUI toolkit
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator
+
+    job, model = report.job, report.model
+    figure, (by_task, whole) = plt.subplots(1, 2, figsize=(14, 5.5), constrained_layout=True)
+    for task in sorted(report.tasks, key=lambda t: -(t.final or 0) * t.weight):
+        points = [(i + 1, b * 1e3) for i, b in enumerate(task.best) if b is not None]
+        if points:
+            by_task.step(*zip(*points), where="post", label=f"{task.name[:40]} (x{task.weight})")
+    by_task.set(xlabel="trials of the task", ylabel="best latency (ms)", yscale="log",
+                title="each task's best schedule so far")
+    if report.tasks and len(report.tasks) <= 24:
+        by_task.legend(fontsize="x-small", loc="best")
+    if report.model_curve:
+        trials, seconds = zip(*report.model_curve)
+        whole.step(trials, [s * 1e3 for s in seconds], where="post", label="estimated from the best schedules")
+    artifact = report.artifact
+    if artifact is not None:
+        whole.axhline(artifact.latency_mean_ms, color="tab:green", linestyle="--",
+                      label=f"measured: {artifact.latency_mean_ms:.3g} ms")
+        if artifact.untuned_latency_mean_ms:
+            whole.axhline(artifact.untuned_latency_mean_ms, color="tab:red", linestyle=":",
+                          label=f"untuned: {artifact.untuned_latency_mean_ms:.3g} ms")
+    whole.set(xlabel="trials of the job", ylabel="model latency (ms)", yscale="log",
+              title="the model (each task's best, by its weight)")
+    whole.legend(fontsize="small")
+    for axes in (by_task, whole):
+        axes.xaxis.set_major_locator(MaxNLocator(integer=True))
+        axes.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+        axes.yaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
+        axes.yaxis.set_minor_formatter(FuncFormatter(lambda value, _: ""))
+        axes.grid(True, which="major", alpha=0.3)
+    figure.suptitle(f"{model.name} batch {model.batch}, {job.target_kind or 'target'} on {job.fingerprint_id}: "
+                    f"{job.id}")
+    figure.savefig(path, dpi=110)
+    plt.close(figure)

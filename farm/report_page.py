@@ -1,0 +1,74 @@
+"""The Markdown page of `farm report`: the job summed up, then a table of its tasks."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from farm.cli.units import duration, milliseconds, size
+from farm.cli.views import speedup_text
+
+if TYPE_CHECKING:  # pragma: no cover
+    from farm.report import JobReport
+
+# How the stored latency was measured (docs/benchmarks.md, "Timing after tuning").
+TIMING_NOTE = {
+    "embedded": "timed by the validation on the box that tuned it, after tuning, with the tuning's worker processes "
+                "stopped",
+    "distributed": "timed by the validation on an agent of the fingerprint, between its shards (it tunes nothing "
+                   "meanwhile; other agents sharing its box may have been)",
+}
+
+
+def markdown(report: "JobReport", image: str) -> str:
+    job, model, artifact = report.job, report.model, report.artifact
+    failed = sum(t.failed for t in report.tasks)
+    rows = [
+        ("state", job.state + (" (answered from the registry)" if job.cache_hit else "")),
+        ("model", f"{model.name}, batch {model.batch} ({model.num_parameters:,} parameters)"),
+        ("target", f"`{job.target}`"),
+        ("fingerprint", f"{job.fingerprint_id}: {report.fingerprint_summary}" if job.fingerprint_id else "-"),
+        ("trials", f"{report.trials} measured of {job.trials_budget} planned"
+                   + (f", {failed} failed" if failed else "")),
+        ("tuning time", _span(job)),
+        ("error", job.error),
+    ]
+    if artifact is not None:
+        speedup = (f" ({speedup_text(artifact.untuned_latency_mean_ms, artifact.latency_mean_ms)} than untuned, "
+                   f"{milliseconds(artifact.untuned_latency_mean_ms)})" if artifact.untuned_latency_mean_ms else "")
+        validation = artifact.validation or {}
+        rows += [
+            ("artifact", f"{artifact.id}, {size(artifact.size)}, sha256 `{artifact.sha256}`"),
+            ("latency", f"{milliseconds(artifact.latency_mean_ms)} mean, {milliseconds(artifact.latency_median_ms)} "
+                        f"median, {milliseconds(artifact.latency_std_ms)} std{speedup}"),
+            ("validation", ("passed" if validation.get("passed") else "FAILED")
+             + (f": max abs error {validation['max_abs_err']:.3g}" if "max_abs_err" in validation else "")),
+        ]
+    if report.model_curve:
+        rows.append(("estimated from tuning", f"{milliseconds(report.model_curve[-1][1] * 1e3)} "
+                                              "(each task's best measured time by its weight)"))
+    lines = [f"# {model.name} batch {model.batch}: job {job.id}", "", "| | |", "| --- | --- |"]
+    lines += [f"| {name} | {value} |" for name, value in rows if value]
+    lines += ["", f"![best latency against trials]({image})", ""]
+    if artifact is not None:
+        how = TIMING_NOTE.get(job.options.get("mode", "embedded"), TIMING_NOTE["embedded"])
+        lines += [f"The latency was {how}: {job.options.get('validation_runs') or 20} runs after 3 warm-up runs. "
+                  "Candidates measured during tuning share the cores with candidates being built, so the estimate "
+                  "from tuning reads high on a busy box; `farm run` times the artifact again.", ""]
+    lines += ["## Tasks", "", f"Task names and weights come from {report.tasks_from}.", "",
+              "| task | weight | trials | failed | first valid | best | share of the model |",
+              "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    total = sum((t.final or 0) * t.weight for t in report.tasks) or 1.0
+    for task in sorted(report.tasks, key=lambda t: -(t.final or 0) * t.weight):
+        share = f"{(task.final or 0) * task.weight / total:.0%}" if task.final else "-"
+        lines.append(f"| {task.name} | {task.weight} | {task.trials} | {task.failed} | "
+                     f"{duration(task.first_valid)} | {duration(task.final)} | {share} |")
+    return "\n".join(lines) + "\n"
+
+
+def _span(job) -> str | None:
+    if job.started_at is None:
+        return None
+    if job.finished_at is None:
+        return f"running since {job.started_at:%Y-%m-%d %H:%M:%S} UTC"
+    return (f"{duration((job.finished_at - job.started_at).total_seconds())} "
+            f"({job.started_at:%Y-%m-%d %H:%M:%S} to {job.finished_at:%H:%M:%S} UTC)")
