@@ -9,7 +9,7 @@ when Prometheus scrapes. Label values are bounded: a fingerprint, a target kind,
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -18,8 +18,12 @@ from prometheus_client.registry import Collector
 from foundation.meta_schedule.measure import trial_outcome
 from foundation.metrics_http import MetricsServer, standard_registry
 
-if TYPE_CHECKING:  # pragma: no cover
-    from agent.daemon import Agent
+
+class RunningAgent(Protocol):
+    """What the collector reads of agent.daemon.Agent (which imports this module)."""
+
+    fingerprint: object  # foundation.hardware.fingerprint.Fingerprint, once the agent started
+    rpc_server: object  # agent.rpc_server.SupervisedRPCServer, once started
 
 REGISTRY: CollectorRegistry = standard_registry()
 OUTCOMES = ("ok", "build_error", "run_error", "timeout")
@@ -64,7 +68,7 @@ class MeasureMetrics:
 class AgentCollector(Collector):
     """What the running Agent knows, read at scrape time."""
 
-    def __init__(self, agent: "Agent", device: str):
+    def __init__(self, agent: RunningAgent, device: str):
         self.agent = agent
         self.device = device
 
@@ -82,6 +86,6 @@ class AgentCollector(Collector):
         yield restarts
 
 
-def serve_metrics(listen: str, agent: "Agent", device: str) -> MetricsServer:
+def serve_metrics(listen: str, agent: RunningAgent, device: str) -> MetricsServer:
     """Serve this agent's metrics on ``listen`` (host:port; port 0: any free port)."""
     return MetricsServer(listen, REGISTRY, [AgentCollector(agent, device)]).start()

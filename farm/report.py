@@ -18,6 +18,7 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from farm.report_page import markdown
 from foundation import config
 from foundation.errors import FarmError, NotFound
 from foundation.registry.store import RegistryStore
@@ -114,8 +115,6 @@ def _tasks_of(store: RegistryStore, job_id: str, workload_ids: set[int]) -> tupl
 
 def write_report(report: JobReport, out_dir: Path) -> tuple[Path, Path]:
     """Write ``JOB.png`` and ``JOB.md`` into ``out_dir``; return their paths."""
-    from farm.report_page import markdown
-
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
     except OSError as err:

@@ -2,13 +2,8 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from farm.cli.units import duration, milliseconds, size
 from farm.cli.views import speedup_text
-
-if TYPE_CHECKING:  # pragma: no cover
-    from farm.report import JobReport
 
 # How the stored latency was measured (docs/benchmarks.md, "Timing after tuning").
 TIMING_NOTE = {
@@ -19,7 +14,8 @@ TIMING_NOTE = {
 }
 
 
-def markdown(report: "JobReport", image: str) -> str:
+def markdown(report, image: str) -> str:
+    """The page of ``report`` (a farm.report.JobReport), showing the picture file ``image``."""
     job, model, artifact = report.job, report.model, report.artifact
     failed = sum(t.failed for t in report.tasks)
     rows = [
