@@ -21,7 +21,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-_lock = threading.Lock()  # one redirection at a time per process: fd 2 is the process's
+_lock = threading.Lock()
+# fd 2 is the process's: a redirection made while another is in force (two tuning runs in one
+# process) shares the first one's file, and the last to end restores the terminal's.
+_active = 0
+_saved: int | None = None
 
 
 def terminal_stderr():
@@ -33,18 +37,25 @@ def terminal_stderr():
 @contextmanager
 def native_stderr_to(path: Path) -> Iterator[Path]:
     """Point fd 2 at ``path`` (appended to) for the duration; restore it after."""
+    global _active, _saved
     path.parent.mkdir(parents=True, exist_ok=True)
     with _lock:
-        sys.stderr.flush()
-        saved = os.dup(2)
-        target = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-        try:
-            os.dup2(target, 2)
-        finally:
-            os.close(target)
-        try:
-            yield path
-        finally:
+        if _active == 0:
             sys.stderr.flush()
-            os.dup2(saved, 2)
-            os.close(saved)
+            _saved = os.dup(2)
+            target = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+            try:
+                os.dup2(target, 2)
+            finally:
+                os.close(target)
+        _active += 1
+    try:
+        yield path
+    finally:
+        with _lock:
+            _active -= 1
+            if _active == 0:
+                sys.stderr.flush()
+                os.dup2(_saved, 2)
+                os.close(_saved)
+                _saved = None

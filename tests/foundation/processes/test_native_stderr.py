@@ -41,3 +41,16 @@ def test_tvm_warnings_go_to_the_file_and_progress_to_the_terminal(tmp_path, capf
     assert "Unknown schedule rule" not in err
     text = log.read_text()
     assert 'Unknown schedule rule "meta_schedule.pool_max"' in text and "after:" not in text
+
+
+def test_overlapping_redirections_share_the_first_file(tmp_path, capfd):
+    """Two tuning runs in one process: the second writes into the first's file, and the
+    terminal's stderr comes back only when both have ended."""
+    first, second = tmp_path / "first.log", tmp_path / "second.log"
+    with native_stderr_to(first):
+        with native_stderr_to(second):
+            os.write(2, b"inner\n")
+        os.write(2, b"still redirected\n")
+    os.write(2, b"back\n")
+    assert first.read_text() == "inner\nstill redirected\n" and not second.exists()
+    assert capfd.readouterr().err == "back\n"
