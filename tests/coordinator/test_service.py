@@ -449,7 +449,7 @@ def test_heartbeats_are_answered_while_more_reports_wait_than_the_server_has_thr
     # server answered neither until the lock was gone.
     server, channel, agent, shard = _agent_leasing_a_shard(start, fingerprint, max_workers=2)
     assert agent.heartbeat() == []
-    ingest = server.coordinator._ingest
+    ingest = server.coordinator.report_commits
     with concurrent.futures.ThreadPoolExecutor(4) as pool:
         with _ingestion_held(registry_url, shard.shard_id):
             reports = [pool.submit(agent.report, shard, (factor,)) for factor in (2, 3, 4, 5)]

@@ -100,6 +100,14 @@ class ReRegister:
 
 
 @dataclass(frozen=True)
+class TrackerAddress:
+    """The TVM RPC tracker agents' RPC servers register with and measurements go through."""
+
+    host: str
+    port: int
+
+
+@dataclass(frozen=True)
 class Registration:
     agent: Agent
     heartbeat_interval: float
