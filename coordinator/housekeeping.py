@@ -11,11 +11,12 @@ import datetime as dt
 import logging
 
 from coordinator.calls.values import utc_now
-from coordinator.cluster_store import VALIDATION_DONE, VALIDATION_FAILED, ClusterStore
+from coordinator.cluster_store import ClusterStore
 from coordinator.fleet.live_agents import LiveAgents
 from coordinator.job_steps import JobSteps
 from coordinator.job_work import BackgroundWorker, registered_fingerprint
 from foundation.domain.jobs import JobState
+from foundation.domain.validations import ValidationState
 from foundation.errors import FarmError
 from foundation.registry.store import RegistryStore
 
@@ -62,7 +63,7 @@ class Housekeeping:
             self._builder.submit(job.id, lambda job_id=job.id: self._steps.build(job_id))
         for job in self._store.list_jobs(limit=500, state=JobState.VALIDATING.value):
             validation = self._cluster.get_validation(job.id)
-            if validation is not None and validation.state in (VALIDATION_DONE, VALIDATION_FAILED):
+            if validation is not None and validation.state in (ValidationState.DONE, ValidationState.FAILED):
                 self._steps.settle_validation(job.id)
 
     def _bind_waiting_jobs(self, now: dt.datetime) -> None:

@@ -13,17 +13,12 @@ import threading
 from typing import Any
 
 from coordinator.calls.values import DEFAULT_VALIDATION_RUNS, utc_now
-from coordinator.cluster_store import (
-    VALIDATION_DONE,
-    VALIDATION_FAILED,
-    VALIDATION_LEASED,
-    VALIDATION_PENDING,
-    ClusterStore,
-)
+from coordinator.cluster_store import ClusterStore
 from coordinator.hints import WorkloadJson
 from coordinator.job_work import ModelCache, build_libraries, plan_tasks
 from foundation.domain.jobs import JobState
 from foundation.domain.shards import TaskCost, split_tasks
+from foundation.domain.validations import ValidationState
 from foundation.errors import NotFound, RegistryError
 from foundation.job_driver.artifacts import LIBRARY_FORMAT, commit_artifact
 from foundation.registry.store import RegistryStore
@@ -81,7 +76,7 @@ class JobSteps:
         validating = (f"validating: waiting for an agent of fingerprint {job.fingerprint_id} "
                       "to check and time the library")
         existing = self._cluster.get_validation(job_id)
-        if existing is not None and existing.state in (VALIDATION_PENDING, VALIDATION_LEASED):
+        if existing is not None and not existing.state.is_final:
             # Built before a restart; only the move was lost.
             self.move(job_id, JobState.BUILDING, JobState.VALIDATING, validating)
             return
@@ -119,12 +114,12 @@ class JobSteps:
             validation = self._cluster.get_validation(job_id)
             if job.state != JobState.VALIDATING.value or validation is None:
                 return
-            if validation.state == VALIDATION_FAILED:
+            if validation.state is ValidationState.FAILED:
                 reasons = "; ".join(f"attempt {f.attempt} on {f.agent_id}: {f.reason}" for f in validation.failures)
                 self.move(job_id, JobState.VALIDATING, JobState.FAILED, "failed: the library could not be validated",
                           error=f"validation could not run: {reasons}"[:4000])
                 return
-            if validation.state != VALIDATION_DONE:
+            if validation.state is not ValidationState.DONE:
                 return
             result = validation.result or {}
             check = ValidationResult(**{k: v for k, v in result["validation"].items() if k != "rule"})

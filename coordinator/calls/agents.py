@@ -19,10 +19,11 @@ from coordinator.calls.values import (
     rpc_key,
     utc_now,
 )
-from coordinator.cluster_store import VALIDATION_LEASED, ClusterStore
+from coordinator.cluster_store import ClusterStore
 from coordinator.fleet.live_agents import LiveAgents
 from coordinator.hints import RpcServerFlags
 from foundation.domain.jobs import JobState
+from foundation.domain.validations import ValidationState
 from foundation.errors import NotFound
 from foundation.registry.store import RegistryStore
 
@@ -115,7 +116,7 @@ class AgentCalls:
                 continue
             validation = self._cluster.get_validation(job_id)
             if (validation is None or validation.attempt != ref.attempt
-                    or validation.state != VALIDATION_LEASED or validation.agent_id != agent_id):
+                    or validation.state is not ValidationState.LEASED or validation.agent_id != agent_id):
                 instructions.append(CancelLease(
                     LeaseRef(job_id, ref.shard_id, ref.attempt),
                     self._why_stop(job_id, f"validation attempt {ref.attempt} of {job_id} is no longer current")))

@@ -18,11 +18,12 @@ from coordinator.calls.values import (
     utc_now,
     validation_id,
 )
-from coordinator.cluster_store import VALIDATION_LEASED, ClusterStore
+from coordinator.cluster_store import ClusterStore
 from coordinator.hints import RpcServerFlags, TaskProgress
 from coordinator.job_work import TVM_IR_LOCK, ModelCache, registered_fingerprint, store_onnx
 from foundation.domain.jobs import JobState
 from foundation.domain.shards import ShardState
+from foundation.domain.validations import ValidationState
 from foundation.errors import FarmError, NotFound
 from foundation.job_driver.artifacts import find_hit, record_hit
 from foundation.models.loaded import check_batch
@@ -223,7 +224,7 @@ class ClientCalls:
     def _validation_held_by(self, agent_id: str) -> tuple[str, str, int] | None:
         for job in self._store.list_jobs(limit=100, state=JobState.VALIDATING.value):
             validation = self._cluster.get_validation(job.id)
-            if validation and validation.state == VALIDATION_LEASED and validation.agent_id == agent_id:
+            if validation and validation.state is ValidationState.LEASED and validation.agent_id == agent_id:
                 return (job.id, validation_id(job.id), validation.attempt)
         return None
 

@@ -21,23 +21,11 @@ from .agents import AGENT_ACTIVE, AGENT_LOST, AgentRoster
 from .leases import ShardLeases
 from .locking import AgentMismatch, UnknownAgent
 from .reports import ReportedRecords
-from .validations import (
-    VALIDATION_CANCELLED,
-    VALIDATION_DONE,
-    VALIDATION_FAILED,
-    VALIDATION_LEASED,
-    VALIDATION_PENDING,
-    ValidationLeases,
-)
+from .validations import ValidationLeases
 
 __all__ = [
     "AGENT_ACTIVE",
     "AGENT_LOST",
-    "VALIDATION_CANCELLED",
-    "VALIDATION_DONE",
-    "VALIDATION_FAILED",
-    "VALIDATION_LEASED",
-    "VALIDATION_PENDING",
     "AgentMismatch",
     "ClusterStore",
     "UnknownAgent",

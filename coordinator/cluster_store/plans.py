@@ -9,8 +9,10 @@ from sqlalchemy import case, func, select, update
 from sqlalchemy.orm import Session
 
 from foundation.domain import shards as shard_rules
+from foundation.domain import validations as validation_rules
 from foundation.domain.jobs import JobState, check_transition
 from foundation.domain.shards import JobOutcome, JobRollup, Shard, ShardState, allowed_sources
+from foundation.domain.validations import ValidationState
 from foundation.errors import RegistryError
 from foundation.registry.entities import Job, JobTask, PlannedTask, StoredShard
 from foundation.registry.schema import JobRow, JobTaskRow, ShardRow, ValidationRow
@@ -19,7 +21,6 @@ from foundation.registry.store import _job
 
 from .jobs import JobLifecycle
 from .rows import _job_task, _shard_event, _stored_shard
-from .validations import VALIDATION_CANCELLED, VALIDATION_LEASED, VALIDATION_PENDING
 
 
 class JobPlans(JobLifecycle):
@@ -107,13 +108,12 @@ class JobPlans(JobLifecycle):
                 return _job(job)
             check_transition(job.state, JobState.CANCELLED)
             self._cancel_unfinished_shards(session, job_id, reason, now)
+            # The transition table's own list of states that may become cancelled.
+            unfinished = sorted(s.value for s in validation_rules.allowed_sources(ValidationState.CANCELLED))
             session.execute(
                 update(ValidationRow)
-                .where(
-                    ValidationRow.job_id == job_id,
-                    ValidationRow.state.in_([VALIDATION_PENDING, VALIDATION_LEASED]),
-                )
-                .values(state=VALIDATION_CANCELLED, updated_at=now)
+                .where(ValidationRow.job_id == job_id, ValidationRow.state.in_(unfinished))
+                .values(state=ValidationState.CANCELLED.value, updated_at=now)
             )
             self._move_job(
                 session, job, JobState.CANCELLED, now, status=f"cancelled: {reason}", error=reason

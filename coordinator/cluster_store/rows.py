@@ -7,6 +7,8 @@ from datetime import datetime, timezone
 from typing import Any
 
 from foundation.domain.shards import Shard, ShardState
+from foundation.domain.validations import Validation as DomainValidation
+from foundation.domain.validations import ValidationState
 from foundation.registry.entities import Agent, JobEvent, JobTask, ShardFailure, StoredShard, Validation
 from foundation.registry.schema import AgentRow, JobEventRow, JobTaskRow, ShardRow, ValidationRow
 
@@ -29,8 +31,8 @@ def _failure_json(attempt: int, agent_id: str | None, reason: str, at: datetime)
     }
 
 
-def _failures_json(old: Sequence[ShardFailure], new: Shard, now: datetime) -> list[dict[str, Any]]:
-    """The stored failures plus the ones foundation.domain.shards appended, stamped ``now``."""
+def _failures_json(old: Sequence[ShardFailure], new: Shard | DomainValidation, now: datetime) -> list[dict[str, Any]]:
+    """The stored failures plus the ones foundation.domain appended, stamped ``now``."""
     kept = [
         _failure_json(f.attempt, f.agent_id, f.reason, f.at or now) for f in old
     ]
@@ -109,7 +111,7 @@ def _event(row: JobEventRow) -> JobEvent:
 def _validation(row: ValidationRow) -> Validation:
     return Validation(
         job_id=row.job_id,
-        state=row.state,
+        state=ValidationState(row.state),
         attempt=row.attempt,
         agent_id=row.agent_id,
         leased_at=row.leased_at,

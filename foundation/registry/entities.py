@@ -7,7 +7,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from foundation.domain import validations as validation_rules
 from foundation.domain.shards import AttemptFailure, JobRollup, Shard, ShardState
+from foundation.domain.validations import ValidationState
 
 
 @dataclass(frozen=True)
@@ -274,10 +276,11 @@ class JobEvent:
 
 @dataclass(frozen=True)
 class Validation:
-    """A validation's metadata; the libraries come with `ValidationLease`."""
+    """A validation's metadata; the libraries come with `ValidationLease`. `as_validation()` is
+    the value foundation.domain.validations decides on."""
 
     job_id: str
-    state: str  # pending, leased, done, failed, cancelled
+    state: ValidationState
     attempt: int
     agent_id: str | None
     leased_at: datetime | None
@@ -292,6 +295,17 @@ class Validation:
     failures: list[ShardFailure]
     created_at: datetime
     updated_at: datetime
+
+    def as_validation(self) -> validation_rules.Validation:
+        return validation_rules.Validation(
+            job_id=self.job_id,
+            state=self.state,
+            attempt=self.attempt,
+            agent_id=self.agent_id,
+            # foundation.domain keeps time as epoch seconds.
+            leased_at=None if self.leased_at is None else self.leased_at.timestamp(),
+            failures=tuple(AttemptFailure(f.attempt, f.agent_id, f.reason) for f in self.failures),
+        )
 
 
 @dataclass(frozen=True)
