@@ -11,10 +11,7 @@ from sqlalchemy import bindparam, select, update
 
 from foundation.registry.entities import Agent
 from foundation.registry.schema import AgentRow
-from foundation.registry.session import unchanged
-
-from .locking import RowLocks
-from .rows import _agent
+from foundation.registry.session import UnitOfWork, unchanged
 
 AGENT_ACTIVE = "active"
 AGENT_LOST = "lost"
@@ -26,8 +23,12 @@ _RECORD_BEATS = (
 )
 
 
-class AgentRoster(RowLocks):
+class AgentStore:
     """Registered agents, alive while they heartbeat."""
+
+    def __init__(self, unit: UnitOfWork, *, postgres: bool):
+        self._unit = unit
+        self._postgres = postgres
 
     def register_agent(
         self,
@@ -62,11 +63,11 @@ class AgentRoster(RowLocks):
                     update(AgentRow).where(AgentRow.id == previous_agent_id).values(**fields)
                 )
                 if result.rowcount == 1:  # type: ignore[attr-defined]
-                    return _agent(session.get_one(AgentRow, previous_agent_id))
+                    return session.get_one(AgentRow, previous_agent_id).to_entity()
             row = AgentRow(id="agent-" + secrets.token_hex(6), **fields)
             session.add(row)
             session.flush()
-            return _agent(row)
+            return row.to_entity()
 
     def heartbeat(self, agent_id: str, now: datetime) -> Agent | None:
         """Note that the agent is alive; None when the id is unknown (it must re-register).
@@ -130,7 +131,7 @@ class AgentRoster(RowLocks):
                     .values(state=AGENT_LOST)
                 )
                 if result.rowcount == 1:  # type: ignore[attr-defined]
-                    lost.append(_agent(session.get_one(AgentRow, agent_id, populate_existing=True)))
+                    lost.append(session.get_one(AgentRow, agent_id, populate_existing=True).to_entity())
             if not lost:
                 unchanged(session)
             return lost
@@ -138,14 +139,14 @@ class AgentRoster(RowLocks):
     def get_agent(self, agent_id: str) -> Agent | None:
         with self._unit() as session:
             row = session.get(AgentRow, agent_id)
-            return _agent(row) if row else None
+            return row.to_entity() if row else None
 
     def list_agents(self, target_kind: str | None = None, include_lost: bool = True) -> list[Agent]:
         query = select(AgentRow).order_by(AgentRow.registered_at, AgentRow.id)
         if not include_lost:
             query = query.where(AgentRow.state == AGENT_ACTIVE)
         with self._unit() as session:
-            agents = [_agent(row) for row in session.scalars(query)]
+            agents = [row.to_entity() for row in session.scalars(query)]
         # JSON containment is spelled differently per dialect; agents are few.
         return [a for a in agents if target_kind is None or target_kind in a.target_kinds]
 

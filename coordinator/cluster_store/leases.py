@@ -13,22 +13,28 @@ from foundation.domain import shards as shard_rules
 from foundation.domain.jobs import JobState
 from foundation.domain.shards import DEFAULT_MAX_ATTEMPTS, HeartbeatVerdict, Shard, ShardState, StaleAttempt
 from foundation.errors import FarmError, NotFound, RegistryError
-from foundation.registry.entities import ShardChange, ShardClaim, ShardLease, StoredShard
+from foundation.registry.entities import ShardChange, ShardClaim, ShardLease, StoredShard, failures_json
 from foundation.registry.schema import AgentRow, JobRow, ShardRow
-from foundation.registry.session import changes_leases_of, unchanged
-from foundation.registry.store import _job
+from foundation.registry.session import UnitOfWork, changes_leases_of, unchanged
 
-from .locking import AgentMismatch, UnknownAgent
-from .plans import JobPlans
-from .rows import _failures_json, _shard_event, _stored_shard
+from .events import EventLog
+from .locking import RowLocks, agent_mismatch
+from .plans import PlanStore
 
 
 def _seconds(moment: datetime) -> float:
     return moment.timestamp()
 
 
-class ShardLeases(JobPlans):
-    """Shards leased to agents, each lease an attempt: a stale attempt changes nothing."""
+class LeaseStore:
+    """Shards leased to agents, each lease an attempt: a stale attempt changes nothing. What a
+    shard's end means for its job is the plan's to settle (PlanStore.settle_job_in)."""
+
+    def __init__(self, unit: UnitOfWork, locks: RowLocks, plans: PlanStore, events: EventLog):
+        self._unit = unit
+        self._locks = locks
+        self._plans = plans
+        self._events = events
 
     def leases_of_agent(self, agent_id: str) -> list[StoredShard]:
         query = (
@@ -37,7 +43,7 @@ class ShardLeases(JobPlans):
             .order_by(ShardRow.id)
         )
         with self._unit() as session:
-            return [self._stored(session, row) for row in session.scalars(query)]
+            return [self._plans.stored_in(session, row) for row in session.scalars(query)]
 
     def pending_work(self) -> set[tuple[str, str]]:
         """(fingerprint id, target kind) of every running job with a pending shard."""
@@ -131,16 +137,9 @@ class ShardLeases(JobPlans):
         for index, claim in enumerate(claims):
             agent = agents.get(claim.agent_id)
             if agent is None:
-                answers[index] = UnknownAgent(
-                    f"agent {claim.agent_id!r} is not registered with the coordinator at {self.url}",
-                    "register again",
-                )
+                answers[index] = self._locks.unknown_agent(claim.agent_id)
             elif agent.fingerprint_id != claim.fingerprint_id:
-                answers[index] = AgentMismatch(
-                    f"agent {claim.agent_id} registered fingerprint {agent.fingerprint_id}, "
-                    f"not {claim.fingerprint_id}",
-                    "register again with this box's fingerprint",
-                )
+                answers[index] = agent_mismatch(claim.agent_id, agent.fingerprint_id, claim.fingerprint_id)
             else:
                 kinds = tuple(sorted(set(claim.target_kinds) & set(agent.target_kinds)))
                 if kinds:
@@ -151,7 +150,7 @@ class ShardLeases(JobPlans):
         self, session: Session, fingerprint_id: str, kinds: Sequence[str], passed: set[str]
     ) -> JobRow | None:
         """The oldest running job with a pending shard for these claims, its row locked as
-        `_lock_job` locks it, in the same statement."""
+        `RowLocks.lock_job` locks it, in the same statement."""
         query = (
             select(JobRow)
             .join(ShardRow, ShardRow.job_id == JobRow.id)
@@ -190,12 +189,12 @@ class ShardLeases(JobPlans):
         if not rows:
             return []
         # Only the leased shards' tasks: the plan of a large model holds every task's module.
-        leased_tasks = self._tasks(session, job.id, (i for row in rows for i in row.task_indexes))
+        leased_tasks = self._plans.tasks_in(session, job.id, (i for row in rows for i in row.task_indexes))
         tasks = {task.index: task for task in leased_tasks}
         deadline = now + timedelta(seconds=ttl)
         changes, shards = [], []
         for row, agent_id in zip(rows, agent_ids):
-            old = _stored_shard(row, [tasks[i].name for i in row.task_indexes])
+            old = row.to_entity([tasks[i].name for i in row.task_indexes])
             new = shard_rules.lease(old.as_shard(), agent_id, _seconds(now), ttl).shard
             changes.append({"shard": old.id, "old_state": old.state.value, "old_attempt": old.attempt,
                             "new_state": new.state.value, "new_attempt": new.attempt, "agent": agent_id})
@@ -218,8 +217,8 @@ class ShardLeases(JobPlans):
         )
         if result.rowcount != len(changes):
             raise RegistryError(f"shards of job {job.id} changed while they were being leased", "ask again")
-        self._append_events(session, job.id, [("shard_changed", _shard_event(s)) for s in shards], now)
-        job_entity = _job(job)
+        self._events.append_many_in(session, job.id, [("shard_changed", s.changed_event()) for s in shards], now)
+        job_entity = job.to_entity()
         return [
             ShardLease(
                 shard=shard,
@@ -238,7 +237,7 @@ class ShardLeases(JobPlans):
             try:
                 new = shard_rules.complete(old.as_shard(), attempt, agent_id)
             except StaleAttempt as exc:
-                return ShardChange(False, str(exc), old, self._rollup(session, old.job_id))
+                return ShardChange(False, str(exc), old, self._plans.rollup_in(session, old.job_id))
             changes_leases_of(session, [agent_id])
             return self._apply_change(session, old, new, now, reason=None)
 
@@ -260,7 +259,7 @@ class ShardLeases(JobPlans):
                     old.as_shard(), attempt, reason, max_attempts, agent_id
                 )
             except StaleAttempt as exc:
-                return ShardChange(False, str(exc), old, self._rollup(session, old.job_id))
+                return ShardChange(False, str(exc), old, self._plans.rollup_in(session, old.job_id))
             return self._apply_change(session, old, new, now, reason=reason)
 
     def expire_leases(
@@ -282,10 +281,10 @@ class ShardLeases(JobPlans):
         with self._unit(write=True) as session:
             candidates = session.execute(query.with_only_columns(ShardRow.job_id)).scalars()
             for job_id in sorted(set(candidates)):
-                self._lock_job(session, job_id)
+                self._locks.lock_job(session, job_id)
             locked = query.with_for_update(of=ShardRow).execution_options(populate_existing=True)
             found = session.execute(locked).all()
-            olds = {row.id: self._stored(session, row) for row, _ in found}
+            olds = {row.id: self._plans.stored_in(session, row) for row, _ in found}
             heartbeats = {
                 row.agent_id: _seconds(beat) for row, beat in found if row.agent_id and beat
             }
@@ -296,19 +295,19 @@ class ShardLeases(JobPlans):
             for new in expired:
                 old = olds[new.id]
                 if self._write_shard(session, old, new, now, leased_at=None):
-                    changed.append(self._reread(session, new.id))
-                    self._append_event(
+                    changed.append(self._plans.reread_in(session, new.id))
+                    self._events.append_in(
                         session,
                         new.job_id,
                         "shard_changed",
-                        _shard_event(changed[-1], new.failures[-1].reason),
+                        changed[-1].changed_event(new.failures[-1].reason),
                         now,
                     )
             for job_id in sorted({s.job_id for s in changed}):
-                self._settle_job(session, job_id, now)
+                self._plans.settle_job_in(session, job_id, now)
             if not changed:
                 unchanged(session)
-            return [self._reread(session, s.id) for s in changed]
+            return [self._plans.reread_in(session, s.id) for s in changed]
 
     def reconcile_leases(
         self,
@@ -344,9 +343,9 @@ class ShardLeases(JobPlans):
                 .order_by(ShardRow.id)
             )
             for job_id in sorted(set(session.scalars(query.with_only_columns(ShardRow.job_id)))):
-                self._lock_job(session, job_id)
+                self._locks.lock_job(session, job_id)
             query = query.with_for_update(of=ShardRow).execution_options(populate_existing=True)
-            olds = {row.id: self._stored(session, row) for row in session.scalars(query)}
+            olds = {row.id: self._plans.stored_in(session, row) for row in session.scalars(query)}
             verdict = shard_rules.reconcile_heartbeat(
                 agent_id,
                 running,
@@ -359,13 +358,13 @@ class ShardLeases(JobPlans):
                 reason = f"agent {agent_id} no longer runs attempt {lost.attempt} (it restarted?)"
                 new = shard_rules.fail_attempt(lost, lost.attempt, reason, max_attempts, agent_id)
                 if self._write_shard(session, olds[lost.id], new, now, leased_at=None):
-                    shard = self._reread(session, lost.id)
-                    self._append_event(
-                        session, shard.job_id, "shard_changed", _shard_event(shard, reason), now
+                    shard = self._plans.reread_in(session, lost.id)
+                    self._events.append_in(
+                        session, shard.job_id, "shard_changed", shard.changed_event(reason), now
                     )
                     settle.add(shard.job_id)
             for job_id in sorted(settle):
-                self._settle_job(session, job_id, now)
+                self._plans.settle_job_in(session, job_id, now)
             return verdict
 
     def _heartbeat_verdict(
@@ -392,10 +391,10 @@ class ShardLeases(JobPlans):
         return shard_rules.reconcile_heartbeat(agent_id, running, shards, _seconds(as_of), grace)
 
     def _shard_for_change(self, session: Session, shard_id: str) -> StoredShard:
-        row = self._locked_shard(session, shard_id)
+        row = self._locks.locked_shard(session, shard_id)
         if row is None:
-            raise NotFound(f"no shard {shard_id!r} in the registry at {self.url}")
-        return self._stored(session, row)
+            raise NotFound(f"no shard {shard_id!r} in the registry at {self._locks.url}")
+        return self._plans.stored_in(session, row)
 
     def _write_shard(
         self,
@@ -428,7 +427,7 @@ class ShardLeases(JobPlans):
                 agent_id=new.agent_id,
                 leased_at=leased_at,
                 heartbeat_deadline=heartbeat_deadline if leased else None,
-                failures=_failures_json(old.failures, new, now),
+                failures=failures_json(old.failures, new.failures, now),
                 updated_at=now,
             )
             .execution_options(synchronize_session=False)
@@ -443,7 +442,7 @@ class ShardLeases(JobPlans):
             raise RegistryError(
                 f"shard {old.id} changed while it was being updated", "retry the call"
             )
-        shard = self._reread(session, old.id)
-        self._append_event(session, shard.job_id, "shard_changed", _shard_event(shard, reason), now)
-        rollup = self._settle_job(session, shard.job_id, now)
-        return ShardChange(True, None, self._reread(session, old.id), rollup)
+        shard = self._plans.reread_in(session, old.id)
+        self._events.append_in(session, shard.job_id, "shard_changed", shard.changed_event(reason), now)
+        rollup = self._plans.settle_job_in(session, shard.job_id, now)
+        return ShardChange(True, None, self._plans.reread_in(session, old.id), rollup)

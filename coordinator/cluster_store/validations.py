@@ -18,16 +18,24 @@ from foundation.domain.jobs import JobState
 from foundation.domain.shards import DEFAULT_MAX_ATTEMPTS, StaleAttempt
 from foundation.domain.validations import ValidationState
 from foundation.errors import NotFound, RegistryError
-from foundation.registry.entities import Validation, ValidationChange, ValidationLease
+from foundation.registry.entities import Validation, ValidationChange, ValidationLease, failures_json
 from foundation.registry.schema import AgentRow, JobRow, ValidationRow
-from foundation.registry.store import _job
+from foundation.registry.session import UnitOfWork
 
-from .locking import _CLAIM_TRIES, _RACED, RowLocks
-from .rows import _failures_json, _validation
+from .locking import RowLocks
+
+# A claim that finds its candidate taken (another coordinator won) tries again this often
+# before answering "no work now"; the agent asks again later anyway.
+_CLAIM_TRIES = 4
+_RACED = object()
 
 
-class ValidationLeases(RowLocks):
+class ValidationStore:
     """Built libraries waiting for, leased to, and checked by agents; one per job."""
+
+    def __init__(self, unit: UnitOfWork, locks: RowLocks):
+        self._unit = unit
+        self._locks = locks
 
     def create_validation(
         self,
@@ -66,7 +74,7 @@ class ValidationLeases(RowLocks):
             "updated_at": now,
         }
         with self._unit(write=True) as session:
-            self._lock_job(session, job_id)
+            self._locks.lock_job(session, job_id)
             existing = session.get(ValidationRow, job_id)
             if existing is not None:
                 if not ValidationState(existing.state).is_final:
@@ -79,7 +87,7 @@ class ValidationLeases(RowLocks):
             row = ValidationRow(job_id=job_id, **fields)
             session.add(row)
             session.flush()
-            return _validation(row)
+            return row.to_entity()
 
     def pending_validations(self) -> set[tuple[str, str]]:
         """(fingerprint id, target kind) of every validating job whose validation waits for an
@@ -96,7 +104,7 @@ class ValidationLeases(RowLocks):
     def get_validation(self, job_id: str) -> Validation | None:
         with self._unit() as session:
             row = session.get(ValidationRow, job_id)
-            return _validation(row) if row else None
+            return row.to_entity() if row else None
 
     def validation_library(self, job_id: str) -> bytes | None:
         """The library bytes of a job's validation (None: it has none). A claim hands them
@@ -121,7 +129,7 @@ class ValidationLeases(RowLocks):
     def _claim_validation_once(
         self, session: Session, agent_id: str, fingerprint_id: str, now: datetime
     ) -> ValidationLease | None | object:
-        agent = self._claiming_agent(session, agent_id, fingerprint_id)
+        agent = self._locks.claiming_agent(session, agent_id, fingerprint_id)
         job_id = session.scalar(
             select(ValidationRow.job_id)
             .join(JobRow, JobRow.id == ValidationRow.job_id)
@@ -136,7 +144,7 @@ class ValidationLeases(RowLocks):
         )
         if job_id is None:
             return None
-        job = self._lock_job(session, job_id)
+        job = self._locks.lock_job(session, job_id)
         row = session.scalars(
             select(ValidationRow)
             .where(ValidationRow.job_id == job_id)
@@ -144,7 +152,7 @@ class ValidationLeases(RowLocks):
         ).one_or_none()
         if job.state != JobState.VALIDATING.value or row is None or row.state != ValidationState.PENDING.value:
             return _RACED
-        old = _validation(row)
+        old = row.to_entity()
         new = validation_rules.claim(old.as_validation(), agent_id, now.timestamp())
         if not self._write_validation(session, old, new, now):
             return _RACED
@@ -155,8 +163,8 @@ class ValidationLeases(RowLocks):
             .execution_options(populate_existing=True)
         ).one()
         return ValidationLease(
-            validation=_validation(row),
-            job=_job(job),
+            validation=row.to_entity(),
+            job=job.to_entity(),
             library=bytes(row.library),
             reference_library=None if row.reference_library is None else bytes(row.reference_library),
         )
@@ -167,12 +175,12 @@ class ValidationLeases(RowLocks):
         """Keep the outcome of a validation lease (outputs check, latency), if still current.
         Moving the job on (artifact, succeeded or failed) is the coordinator's next step."""
         with self._unit(write=True) as session:
-            old = _validation(self._locked_validation(session, job_id))
+            old = self._locked_validation(session, job_id).to_entity()
             try:
                 new = validation_rules.finish(old.as_validation(), attempt, agent_id)
             except StaleAttempt as exc:
                 return ValidationChange(False, str(exc), old)
-            return self._apply_validation_change(session, old, new, now, result=result)
+            return self._apply_change(session, old, new, now, result=result)
 
     def fail_validation(
         self,
@@ -186,12 +194,12 @@ class ValidationLeases(RowLocks):
         """The library could not be checked under this lease: pending again, or failed
         after ``max_attempts``, every attempt's reason kept."""
         with self._unit(write=True) as session:
-            old = _validation(self._locked_validation(session, job_id))
+            old = self._locked_validation(session, job_id).to_entity()
             try:
                 new = validation_rules.fail_attempt(old.as_validation(), attempt, reason, max_attempts, agent_id)
             except StaleAttempt as exc:
                 return ValidationChange(False, str(exc), old)
-            return self._apply_validation_change(session, old, new, now)
+            return self._apply_change(session, old, new, now)
 
     def expire_validations(
         self, now: datetime, ttl: float, max_attempts: int = DEFAULT_MAX_ATTEMPTS
@@ -207,7 +215,7 @@ class ValidationLeases(RowLocks):
             .order_by(ValidationRow.job_id)
         )
         with self._unit() as session:
-            found = [(_validation(row), beat) for row, beat in session.execute(query)]
+            found = [(row.to_entity(), beat) for row, beat in session.execute(query)]
         heartbeats = {v.agent_id: beat.timestamp() for v, beat in found if v.agent_id and beat}
         expired = validation_rules.expire(
             [v.as_validation() for v, _ in found], heartbeats, now.timestamp(), ttl, max_attempts
@@ -223,15 +231,26 @@ class ValidationLeases(RowLocks):
                 changed.append(outcome.validation)
         return changed
 
+    def cancel_in(self, session: Session, job_id: str, now: datetime) -> None:
+        """Cancel the job's validation if it has not ended, within the caller's unit of work
+        (which holds the job's row): a cancelled job takes its validation with it."""
+        # The transition table's own list of states that may become cancelled.
+        unfinished = sorted(s.value for s in validation_rules.allowed_sources(ValidationState.CANCELLED))
+        session.execute(
+            update(ValidationRow)
+            .where(ValidationRow.job_id == job_id, ValidationRow.state.in_(unfinished))
+            .values(state=ValidationState.CANCELLED.value, updated_at=now)
+        )
+
     def _validation_row(self, session: Session, job_id: str) -> ValidationRow:
         row = session.get(ValidationRow, job_id, populate_existing=True)
         if row is None:
-            raise NotFound(f"job {job_id} has no validation in the registry at {self.url}")
+            raise NotFound(f"job {job_id} has no validation in the registry at {self._locks.url}")
         return row
 
     def _locked_validation(self, session: Session, job_id: str) -> ValidationRow:
         """The job's validation row, locked after its job row (the lock order)."""
-        self._lock_job(session, job_id)
+        self._locks.lock_job(session, job_id)
         row = session.scalars(
             select(ValidationRow)
             .where(ValidationRow.job_id == job_id)
@@ -239,7 +258,7 @@ class ValidationLeases(RowLocks):
             .execution_options(populate_existing=True)
         ).one_or_none()
         if row is None:
-            raise NotFound(f"job {job_id} has no validation in the registry at {self.url}")
+            raise NotFound(f"job {job_id} has no validation in the registry at {self._locks.url}")
         return row
 
     def _write_validation(
@@ -266,7 +285,7 @@ class ValidationLeases(RowLocks):
                 attempt=new.attempt,
                 agent_id=new.agent_id,
                 leased_at=leased_at,
-                failures=_failures_json(old.failures, new, now),
+                failures=failures_json(old.failures, new.failures, now),
                 updated_at=now,
                 **fields,
             )
@@ -274,11 +293,11 @@ class ValidationLeases(RowLocks):
         )
         return result.rowcount == 1  # type: ignore[attr-defined]
 
-    def _apply_validation_change(
+    def _apply_change(
         self, session: Session, old: Validation, new: validation_rules.Validation, now: datetime, **fields: Any
     ) -> ValidationChange:
         if not self._write_validation(session, old, new, now, **fields):
             # Unreachable while the validation row is locked; kept as the guard of last resort.
             raise RegistryError(f"the validation of job {old.job_id} changed while it was being updated",
                                 "retry the call")
-        return ValidationChange(True, None, _validation(self._validation_row(session, old.job_id)))
+        return ValidationChange(True, None, self._validation_row(session, old.job_id).to_entity())

@@ -255,7 +255,7 @@ class TuningRecords:
             .limit(k)
         )
         with self._unit() as session:
-            return [_record(r) for r in session.scalars(query)]
+            return [r.to_entity() for r in session.scalars(query)]
 
     def all_records(
         self,
@@ -272,7 +272,7 @@ class TuningRecords:
             TuningRecordRow.id
         )
         with self._unit() as session:
-            return [_record(r) for r in session.scalars(query)]
+            return [r.to_entity() for r in session.scalars(query)]
 
     def count_records(
         self,
@@ -290,21 +290,3 @@ class TuningRecords:
 
 def _with_workload(record: NewRecord, workload_id: int) -> NewRecord:
     return replace(record, workload_id=workload_id)
-
-
-def _record(row: TuningRecordRow) -> StoredRecord:
-    return StoredRecord(
-        id=row.id,
-        workload_id=row.workload_id,
-        fingerprint_id=row.fingerprint_id,
-        target=row.target,
-        tvm_version=row.tvm_version,
-        software=row.software,
-        trace=row.trace,
-        args_info=row.args_info,
-        run_secs=row.run_secs,
-        mean_sec=row.mean_sec,
-        job_id=row.job_id,
-        record_digest=row.record_digest,
-        created_at=row.created_at,
-    )

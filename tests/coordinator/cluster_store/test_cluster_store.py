@@ -224,7 +224,7 @@ def test_a_lease_that_ends_while_a_groups_records_are_written_keeps_none_of_them
     one, two = agent_of(cluster_store), agent_of(cluster_store)
     first = cluster_store.claim_shard(one.id, GPU, ["cuda"], at(1), TTL)
     second = cluster_store.claim_shard(two.id, GPU, ["cuda"], at(1), TTL)
-    write_kept = cluster_store._insert_kept
+    write_kept = cluster_store.reports._insert_kept
     written = []
 
     def written_while_the_lease_ends(session, kept):
@@ -238,7 +238,7 @@ def test_a_lease_that_ends_while_a_groups_records_are_written_keeps_none_of_them
             assert not ending.is_alive(), "the failure waited for the group's locks"
         return result
 
-    cluster_store._insert_kept = written_while_the_lease_ends
+    cluster_store.reports._insert_kept = written_while_the_lease_ends
     verdicts = cluster_store.ingest_reports([
         ReportedBatch(first.shard.id, 1, one.id, records_of(first, ["a", "b"]), trials=2),
         ReportedBatch(second.shard.id, 1, two.id, records_of(second, ["c"]), trials=1),
