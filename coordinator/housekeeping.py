@@ -12,7 +12,7 @@ import logging
 
 from coordinator.calls.values import utc_now
 from coordinator.cluster_store import ClusterStore
-from coordinator.fleet.live_agents import LiveAgents
+from coordinator.fleet import LiveAgents
 from coordinator.job_steps import JobSteps
 from coordinator.job_work import BackgroundWorker, registered_fingerprint
 from foundation.domain.jobs import JobState

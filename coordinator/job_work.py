@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from coordinator.calls.values import InvalidRequest
-from coordinator.fleet.heap import freeze_long_lived
+from coordinator.fleet import freeze_long_lived
 from foundation.errors import FarmError
 from foundation.hardware.fingerprint import Fingerprint
 

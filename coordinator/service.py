@@ -41,12 +41,15 @@ from coordinator.calls.values import (
     utc_now,
 )
 from coordinator.cluster_store import ClusterStore
-from coordinator.fleet import report_ingest
-from coordinator.fleet.group_commit import GroupCommit
-from coordinator.fleet.live_agents import LiveAgents
-from coordinator.fleet.progress_events import ProgressEvents
-from coordinator.fleet.report_ingest import UnreadReport
-from coordinator.fleet.report_sizing import DEFAULT_JITTER, ReportSizing
+from coordinator.fleet import (
+    GroupCommit,
+    LiveAgents,
+    ProgressEvents,
+    ReportPolicy,
+    ReportSizing,
+    UnreadReport,
+    ingest_reports,
+)
 from coordinator.hints import RpcServerFlags, TaskProgress, WorkloadJson
 from coordinator.housekeeping import Housekeeping
 from coordinator.job_steps import JobSteps
@@ -81,14 +84,8 @@ class CoordinatorSettings:
     # A few intervals, so one late beat is not fatal.
     lease_ttl: float = 30.0
     max_attempts: int = DEFAULT_MAX_ATTEMPTS
-    # The fewest records per ReportRecords; more when records come faster than report_rate
-    # reports a second would carry (coordinator.fleet.report_sizing).
-    records_per_report: int = 16
-    report_rate: float = 100.0
-    # Agents report at least this often (longer in a large fleet).
-    report_within: float = 10.0
-    # How far one agent's report size strays from the fleet's, so that agents do not report in step.
-    report_jitter: float = DEFAULT_JITTER
+    # How large agents' reports are (coordinator.fleet.report_sizing).
+    report_policy: ReportPolicy = ReportPolicy()
     # Records per task handed to an agent for its warm start.
     warm_records_per_task: int = 32
     # How long an idle agent waits before asking for work again.
@@ -124,10 +121,8 @@ class Coordinator:
         # What the parts share, each in an object of its own.
         self.live = LiveAgents(cluster, lambda: store.unit_of_work.state_version,
                                store.unit_of_work.lease_version)
-        self.report_sizing = ReportSizing(settings.records_per_report, settings.report_rate, settings.report_within,
-                                          jitter=settings.report_jitter)
-        self.report_commits = GroupCommit("farm-reports",
-                                          ingest or functools.partial(report_ingest.ingest, cluster))
+        self.report_sizing = ReportSizing(settings.report_policy)
+        self.report_commits = GroupCommit("farm-reports", ingest or functools.partial(ingest_reports, cluster))
         self.claim_commits = GroupCommit(
             "farm-claims", lambda claims: cluster.claim_shards(claims, utc_now(), settings.lease_ttl))
         models = ModelCache(settings.data_dir)

@@ -20,7 +20,7 @@ from coordinator.calls.values import (
     utc_now,
 )
 from coordinator.cluster_store import ClusterStore
-from coordinator.fleet.live_agents import LiveAgents
+from coordinator.fleet import LiveAgents
 from coordinator.hints import RpcServerFlags
 from foundation.domain.jobs import JobState
 from foundation.domain.validations import ValidationState

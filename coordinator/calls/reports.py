@@ -14,11 +14,7 @@ from dataclasses import dataclass
 
 from coordinator.calls.values import utc_now
 from coordinator.cluster_store import ClusterStore
-from coordinator.fleet.group_commit import GroupCommit
-from coordinator.fleet.live_agents import KnownAgent, LiveAgents
-from coordinator.fleet.progress_events import ProgressEvents
-from coordinator.fleet.report_ingest import UnreadReport
-from coordinator.fleet.report_sizing import ReportSizing
+from coordinator.fleet import GroupCommit, KnownAgent, LiveAgents, ProgressEvents, ReportSizing, UnreadReport
 from coordinator.hints import TaskProgress
 from foundation.domain.shards import job_of_shard
 from foundation.errors import NotFound

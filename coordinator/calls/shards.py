@@ -9,10 +9,7 @@ from concurrent.futures import Future
 
 from coordinator.calls.values import OfferedTask, ShardOffer, ShardOutcome, TrackerAddress, rpc_key, utc_now
 from coordinator.cluster_store import ClusterStore
-from coordinator.fleet.group_commit import COMMIT_TIMEOUT_S, GroupCommit
-from coordinator.fleet.live_agents import LiveAgents
-from coordinator.fleet.progress_events import ProgressEvents
-from coordinator.fleet.report_sizing import ReportSizing
+from coordinator.fleet import COMMIT_TIMEOUT_S, GroupCommit, LiveAgents, ProgressEvents, ReportSizing
 from coordinator.hints import WorkloadJson
 from foundation.registry.entities import ShardClaim, ShardLease
 from foundation.registry.store import RegistryStore

@@ -14,7 +14,7 @@ from coordinator.calls.values import (
     validation_id,
 )
 from coordinator.cluster_store import ClusterStore
-from coordinator.fleet.live_agents import LiveAgents
+from coordinator.fleet import LiveAgents
 from coordinator.job_work import ModelCache
 from foundation.registry.store import RegistryStore
 

@@ -6,7 +6,7 @@ import datetime as dt
 from dataclasses import dataclass, field
 from typing import Any
 
-from coordinator.fleet.report_sizing import ReportSize
+from coordinator.fleet import ReportSize
 from foundation.domain.shards import ShardState
 from foundation.errors import FarmError
 from foundation.registry.entities import (
