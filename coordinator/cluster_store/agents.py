@@ -11,7 +11,7 @@ from sqlalchemy import bindparam, select, update
 
 from foundation.registry.entities import Agent
 from foundation.registry.schema import AgentRow
-from foundation.registry.session import UnitOfWork, unchanged
+from foundation.registry.session import Changes, UnitOfWork
 
 AGENT_ACTIVE = "active"
 AGENT_LOST = "lost"
@@ -57,7 +57,7 @@ class AgentStore:
             "registered_at": now,
             "last_heartbeat_at": now,
         }
-        with self._unit(write=True) as session:
+        with self._unit.write(Changes.STATE) as session:
             if previous_agent_id:
                 result = session.execute(
                     update(AgentRow).where(AgentRow.id == previous_agent_id).values(**fields)
@@ -88,9 +88,9 @@ class AgentStore:
         # agent row (registration and `mark_lost_agents` update one at a time; foreign keys
         # take key-share locks, which a heartbeat's update does not conflict with).
         ordered = sorted(beats.items())
-        # Quiet: a beat changes no lease; an agent that was lost and beats again is only
-        # a candidate for new work, which nothing caches.
-        with self._unit(write=True, quiet=True) as session:
+        # A beat changes no lease; an agent that was lost and beats again is only a
+        # candidate for new work, which nothing caches.
+        with self._unit.write(Changes.NO_STATE) as session:
             if self._postgres:
                 # One statement over two arrays: with a thousand agents, one UPDATE per agent
                 # per tick was a share of the coordinator's CPU of its own.
@@ -112,12 +112,18 @@ class AgentStore:
     def mark_lost_agents(self, now: datetime, ttl: float) -> list[Agent]:
         """Active agents silent for longer than ``ttl``, now lost (their leases expire apart)."""
         cutoff = now - timedelta(seconds=ttl)
-        with self._unit(write=True) as session:
-            ids = session.scalars(
-                select(AgentRow.id)
-                .where(AgentRow.state == AGENT_ACTIVE, AgentRow.last_heartbeat_at < cutoff)
-                .order_by(AgentRow.id)
-            ).all()
+        silent = (
+            select(AgentRow.id)
+            .where(AgentRow.state == AGENT_ACTIVE, AgentRow.last_heartbeat_at < cutoff)
+            .order_by(AgentRow.id)
+        )
+        # Almost every tick finds none: looked for first without a write unit, which SQLite
+        # would give the whole database, and which would say that state may have changed.
+        with self._unit.read() as session:
+            if session.scalars(silent.limit(1)).first() is None:
+                return []
+        with self._unit.write(Changes.STATE) as session:
+            ids = session.scalars(silent).all()
             lost = []
             for agent_id in ids:
                 # Guarded: a heartbeat that landed meanwhile keeps the agent active.
@@ -132,12 +138,10 @@ class AgentStore:
                 )
                 if result.rowcount == 1:  # type: ignore[attr-defined]
                     lost.append(session.get_one(AgentRow, agent_id, populate_existing=True).to_entity())
-            if not lost:
-                unchanged(session)
             return lost
 
     def get_agent(self, agent_id: str) -> Agent | None:
-        with self._unit() as session:
+        with self._unit.read() as session:
             row = session.get(AgentRow, agent_id)
             return row.to_entity() if row else None
 
@@ -145,7 +149,7 @@ class AgentStore:
         query = select(AgentRow).order_by(AgentRow.registered_at, AgentRow.id)
         if not include_lost:
             query = query.where(AgentRow.state == AGENT_ACTIVE)
-        with self._unit() as session:
+        with self._unit.read() as session:
             agents = [row.to_entity() for row in session.scalars(query)]
         # JSON containment is spelled differently per dialect; agents are few.
         return [a for a in agents if target_kind is None or target_kind in a.target_kinds]

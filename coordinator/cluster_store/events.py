@@ -11,7 +11,7 @@ from sqlalchemy.orm import Session
 
 from foundation.registry.entities import JobEvent
 from foundation.registry.schema import JobEventRow, JobRow
-from foundation.registry.session import UnitOfWork
+from foundation.registry.session import Changes, UnitOfWork
 
 from .locking import RowLocks
 
@@ -27,7 +27,7 @@ class EventLog:
 
     def append_event(self, job_id: str, kind: str, payload: dict[str, Any], now: datetime) -> int:
         """Record an event of a job; returns its sequence number."""
-        with self._unit(write=True) as session:
+        with self._unit.write(Changes.STATE) as session:
             self._locks.lock_job(session, job_id)
             return self.append_in(session, job_id, kind, payload, now)
 
@@ -39,7 +39,7 @@ class EventLog:
             .order_by(JobEventRow.id)
             .limit(limit)
         )
-        with self._unit() as session:
+        with self._unit.read() as session:
             return [row.to_entity() for row in session.scalars(query)]
 
     def last_event_sequence(self, job_id: str) -> int:
@@ -50,7 +50,7 @@ class EventLog:
             .order_by(JobEventRow.id.desc())
             .limit(1)
         )
-        with self._unit() as session:
+        with self._unit.read() as session:
             return session.scalar(query) or 0
 
     def append_in(self, session: Session, job_id: str, kind: str, payload: dict[str, Any], now: datetime) -> int:

@@ -13,7 +13,7 @@ from foundation.domain.jobs import JobState, check_transition
 from foundation.errors import RegistryError
 from foundation.registry.entities import Job
 from foundation.registry.schema import JobRow
-from foundation.registry.session import UnitOfWork
+from foundation.registry.session import Changes, UnitOfWork
 
 from .events import EventLog
 from .locking import RowLocks
@@ -60,7 +60,7 @@ class JobStore:
             options=options,
             created_at=now,
         )
-        with self._unit(write=True) as session:
+        with self._unit.write(Changes.STATE) as session:
             session.add(row)
             session.flush()
             self._events.append_in(
@@ -80,7 +80,7 @@ class JobStore:
             query = query.where(JobRow.fingerprint_id.is_(None), JobRow.target_request == target)
         else:
             query = query.where(JobRow.fingerprint_id == fingerprint_id, JobRow.target == target)
-        with self._unit() as session:
+        with self._unit.read() as session:
             row = session.scalars(query.order_by(JobRow.created_at, JobRow.id).limit(1)).first()
             return row.to_entity() if row else None
 
@@ -94,7 +94,7 @@ class JobStore:
             )
             .order_by(JobRow.created_at, JobRow.id)
         )
-        with self._unit() as session:
+        with self._unit.read() as session:
             return [row.to_entity() for row in session.scalars(query)]
 
     def bind_job_fingerprint(
@@ -102,7 +102,7 @@ class JobStore:
     ) -> Job | None:
         """Give a waiting job its fingerprint and canonical target; None if another
         coordinator bound it first (or it left `queued`)."""
-        with self._unit(write=True) as session:
+        with self._unit.write(Changes.STATE) as session:
             result = session.execute(
                 update(JobRow)
                 .where(
@@ -145,7 +145,7 @@ class JobStore:
         writer). IllegalTransition for a move foundation.domain.jobs forbids; RegistryError if the
         row changed while it was being moved.
         """
-        with self._unit(write=True) as session:
+        with self._unit.write(Changes.STATE) as session:
             row = self._locks.lock_job(session, job_id)
             if row.state != current.value:
                 return None

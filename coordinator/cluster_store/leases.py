@@ -15,7 +15,7 @@ from foundation.domain.shards import DEFAULT_MAX_ATTEMPTS, HeartbeatVerdict, Sha
 from foundation.errors import FarmError, NotFound, RegistryError
 from foundation.registry.entities import ShardChange, ShardClaim, ShardLease, StoredShard, failures_json
 from foundation.registry.schema import AgentRow, JobRow, ShardRow
-from foundation.registry.session import UnitOfWork, changes_leases_of, unchanged
+from foundation.registry.session import Changes, UnitOfWork, WriteSession
 
 from .events import EventLog
 from .locking import RowLocks, agent_mismatch
@@ -42,7 +42,7 @@ class LeaseStore:
             .where(ShardRow.agent_id == agent_id, ShardRow.state == ShardState.LEASED.value)
             .order_by(ShardRow.id)
         )
-        with self._unit() as session:
+        with self._unit.read() as session:
             return [self._plans.stored_in(session, row) for row in session.scalars(query)]
 
     def pending_work(self) -> set[tuple[str, str]]:
@@ -53,7 +53,7 @@ class LeaseStore:
             .where(ShardRow.state == ShardState.PENDING.value, JobRow.state == JobState.RUNNING.value)
             .distinct()
         )
-        with self._unit() as session:
+        with self._unit.read() as session:
             return {(fp, kind) for fp, kind in session.execute(query) if fp is not None}
 
     def claim_shard(
@@ -89,23 +89,20 @@ class LeaseStore:
         wanting: dict[tuple[str, tuple[str, ...]], list[int]] | None = None
         groups: list[tuple[tuple[str, tuple[str, ...]], list[int], set[str]]] = []
         # Each transaction draws from one job (by the lock order); the first also looks the
-        # agents up, so that the usual claim (one agent, one job) is one transaction.
+        # agents up, so that the usual claim (one agent, one job) is one transaction. Each
+        # changes only the leases it grants (a transaction that grants none changed nothing).
         while wanting is None or groups:
-            with self._unit(write=True) as session:
+            with self._unit.write(Changes.LEASES) as session:
                 if wanting is None:
                     wanting = self._claims_by_work(session, claims, answers)
                     groups = [(work, indexes, set()) for work, indexes in wanting.items()]
                     if not groups:
-                        unchanged(session)
                         break
                 (fingerprint_id, kinds), indexes, passed = groups[0]
                 job = self._oldest_job_with_pending(session, fingerprint_id, kinds, passed)
                 leases = []
                 if job is not None:
                     leases = self._lease_from_job(session, job, [claims[i].agent_id for i in indexes], now, ttl)
-                if not leases:
-                    unchanged(session)
-                changes_leases_of(session, [lease.shard.agent_id for lease in leases])
             if job is None:
                 groups.pop(0)  # nothing left for these claims
                 continue
@@ -170,7 +167,7 @@ class LeaseStore:
         return session.scalars(query).first()
 
     def _lease_from_job(
-        self, session: Session, job: JobRow, agent_ids: Sequence[str], now: datetime, ttl: float
+        self, session: WriteSession, job: JobRow, agent_ids: Sequence[str], now: datetime, ttl: float
     ) -> list[ShardLease]:
         """Lease up to one pending shard of the job, whose row is locked, to each agent, in
         order (costliest first)."""
@@ -217,6 +214,7 @@ class LeaseStore:
         )
         if result.rowcount != len(changes):
             raise RegistryError(f"shards of job {job.id} changed while they were being leased", "ask again")
+        session.changed_leases_of(change["agent"] for change in changes)
         self._events.append_many_in(session, job.id, [("shard_changed", s.changed_event()) for s in shards], now)
         job_entity = job.to_entity()
         return [
@@ -232,13 +230,13 @@ class LeaseStore:
     def complete_shard(
         self, shard_id: str, attempt: int, agent_id: str, now: datetime
     ) -> ShardChange:
-        with self._unit(write=True) as session:
+        # Only the completing agent's lease ends (a completion fails no job, which would end others').
+        with self._unit.write(Changes.LEASES) as session:
             old = self._shard_for_change(session, shard_id)
             try:
                 new = shard_rules.complete(old.as_shard(), attempt, agent_id)
             except StaleAttempt as exc:
                 return ShardChange(False, str(exc), old, self._plans.rollup_in(session, old.job_id))
-            changes_leases_of(session, [agent_id])
             return self._apply_change(session, old, new, now, reason=None)
 
     def fail_shard(
@@ -252,7 +250,7 @@ class LeaseStore:
     ) -> ShardChange:
         """End a lease as failed: the shard is pending again, or failed once its attempts are
         used up, which fails the job and cancels its other shards."""
-        with self._unit(write=True) as session:
+        with self._unit.write(Changes.STATE) as session:
             old = self._shard_for_change(session, shard_id)
             try:
                 new = shard_rules.fail_attempt(
@@ -278,7 +276,12 @@ class LeaseStore:
             )
             .order_by(ShardRow.id)
         )
-        with self._unit(write=True) as session:
+        # Almost every tick finds none: looked for first without a write unit, which SQLite
+        # would give the whole database, and which would say that state may have changed.
+        with self._unit.read() as session:
+            if session.execute(query.with_only_columns(ShardRow.id).limit(1)).first() is None:
+                return []
+        with self._unit.write(Changes.STATE) as session:
             candidates = session.execute(query.with_only_columns(ShardRow.job_id)).scalars()
             for job_id in sorted(set(candidates)):
                 self._locks.lock_job(session, job_id)
@@ -305,8 +308,6 @@ class LeaseStore:
                     )
             for job_id in sorted({s.job_id for s in changed}):
                 self._plans.settle_job_in(session, job_id, now)
-            if not changed:
-                unchanged(session)
             return [self._plans.reread_in(session, s.id) for s in changed]
 
     def reconcile_leases(
@@ -329,7 +330,7 @@ class LeaseStore:
         verdict = self._heartbeat_verdict(agent_id, running, as_of or now, grace)
         if not verdict.lost:
             return verdict  # cancels are only instructions: nothing to write
-        with self._unit(write=True) as session:
+        with self._unit.write(Changes.STATE) as session:
             ids = {shard_id for shard_id, _ in running}
             query = (
                 select(ShardRow)
@@ -380,7 +381,7 @@ class LeaseStore:
                 (ShardRow.agent_id == agent_id) & (ShardRow.state == ShardState.LEASED.value),
             )
         )
-        with self._unit() as session:
+        with self._unit.read() as session:
             shards = {
                 row.id: Shard(
                     row.id, row.job_id, (), 0.0, 0, ShardState(row.state), row.attempt, row.agent_id,
@@ -398,7 +399,7 @@ class LeaseStore:
 
     def _write_shard(
         self,
-        session: Session,
+        session: WriteSession,
         old: StoredShard,
         new: Shard,
         now: datetime,
@@ -407,7 +408,8 @@ class LeaseStore:
         heartbeat_deadline: datetime | None = None,
     ) -> bool:
         """Write a transition decided by foundation.domain.shards, guarded by the state and attempt
-        it was decided from; False if another writer changed the shard first."""
+        it was decided from; False if another writer changed the shard first. The agents whose
+        leases it changes are the one that held the shard and the one that holds it now."""
         leased = new.state is ShardState.LEASED
         # A finished shard keeps who held its last lease and when; a re-queued one does not.
         if new.state is ShardState.PENDING:
@@ -432,10 +434,13 @@ class LeaseStore:
             )
             .execution_options(synchronize_session=False)
         )
-        return result.rowcount == 1  # type: ignore[attr-defined]
+        if result.rowcount != 1:  # type: ignore[attr-defined]
+            return False
+        session.changed_leases_of({agent_id for agent_id in (old.agent_id, new.agent_id) if agent_id})
+        return True
 
     def _apply_change(
-        self, session: Session, old: StoredShard, new: Shard, now: datetime, reason: str | None
+        self, session: WriteSession, old: StoredShard, new: Shard, now: datetime, reason: str | None
     ) -> ShardChange:
         if not self._write_shard(session, old, new, now):
             # Unreachable while the shard row is locked; kept as the guard of last resort.

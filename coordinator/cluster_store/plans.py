@@ -14,7 +14,7 @@ from foundation.domain.shards import JobOutcome, JobRollup, Shard, ShardState, a
 from foundation.errors import RegistryError
 from foundation.registry.entities import Job, JobTask, PlannedTask, StoredShard
 from foundation.registry.schema import JobRow, JobTaskRow, ShardRow
-from foundation.registry.session import UnitOfWork, changes_any_lease
+from foundation.registry.session import Changes, UnitOfWork, WriteSession
 from foundation.registry.store import RegistryStore
 
 from .events import EventLog
@@ -38,11 +38,11 @@ class PlanStore:
         self._validations = validations
 
     def shards_of(self, job_id: str) -> list[StoredShard]:
-        with self._unit() as session:
+        with self._unit.read() as session:
             return self.shards_in(session, job_id)
 
     def get_shard(self, shard_id: str) -> StoredShard | None:
-        with self._unit() as session:
+        with self._unit.read() as session:
             row = session.get(ShardRow, shard_id)
             return self.stored_in(session, row) if row else None
 
@@ -64,7 +64,7 @@ class PlanStore:
         for shard in shards:
             if shard.job_id != job_id or shard.state is not ShardState.PENDING or shard.attempt:
                 raise ValueError(f"shard {shard.id} is not a new shard of job {job_id}")
-        with self._unit(write=True) as session:
+        with self._unit.write(Changes.STATE) as session:
             job = self._locks.lock_job(session, job_id)
             if job.fingerprint_id is None:
                 raise RegistryError(
@@ -110,7 +110,7 @@ class PlanStore:
     def cancel_job(self, job_id: str, now: datetime, reason: str = "cancelled by user") -> Job:
         """Cancel a job and its unfinished shards and validation; a finished job is returned
         as it is. Agents learn of their revoked leases at their next heartbeat."""
-        with self._unit(write=True) as session:
+        with self._unit.write(Changes.STATE) as session:
             job = self._locks.lock_job(session, job_id)
             if JobState(job.state).is_final:
                 return job.to_entity()
@@ -134,16 +134,16 @@ class PlanStore:
             )
             .order_by(JobRow.id)
         )
-        with self._unit() as session:
+        with self._unit.read() as session:
             return list(session.scalars(query))
 
     def job_rollup(self, job_id: str) -> JobRollup:
-        with self._unit() as session:
+        with self._unit.read() as session:
             self._locks.job_row(session, job_id)
             return self.rollup_in(session, job_id)
 
     def job_tasks(self, job_id: str) -> list[JobTask]:
-        with self._unit() as session:
+        with self._unit.read() as session:
             return self.tasks_in(session, job_id)
 
     def _task_names(self, session: Session, job_id: str) -> dict[int, str]:
@@ -183,9 +183,9 @@ class PlanStore:
         return shard_rules.rollup(s.as_shard() for s in self.shards_in(session, job_id))
 
     def _cancel_unfinished_shards(
-        self, session: Session, job_id: str, reason: str, now: datetime
+        self, session: WriteSession, job_id: str, reason: str, now: datetime
     ) -> None:
-        changes_any_lease(session)  # other agents' leases end here
+        session.may_have_changed_any_lease()  # other agents' leases end here
         # The guard is the transition table's own list of states that may become cancelled.
         sources = sorted(s.value for s in allowed_sources(ShardState.CANCELLED))
         ids = session.scalars(
@@ -206,7 +206,7 @@ class PlanStore:
             shard = self.reread_in(session, shard_id)
             self._events.append_in(session, job_id, "shard_changed", shard.changed_event(reason), now)
 
-    def settle_job_in(self, session: Session, job_id: str, now: datetime) -> JobRollup:
+    def settle_job_in(self, session: WriteSession, job_id: str, now: datetime) -> JobRollup:
         """What the shards now mean for their job: a failed shard fails it (cancelling the
         rest); otherwise the status line follows the count of shards done."""
         rollup = self.rollup_in(session, job_id)

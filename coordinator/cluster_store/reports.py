@@ -13,7 +13,7 @@ from foundation.domain import shards as shard_rules
 from foundation.domain.shards import Shard, ShardState
 from foundation.registry.entities import NewRecord, RecordReport, ReportedBatch
 from foundation.registry.schema import JobEventRow, JobRow, ShardRow, utc_now
-from foundation.registry.session import UnitOfWork
+from foundation.registry.session import Changes, UnitOfWork
 from foundation.registry.store import RegistryStore
 
 
@@ -60,8 +60,8 @@ class ReportStore:
             return []
         now = now or utc_now()
         shard_ids = sorted({b.shard_id for b in batches})
-        # Quiet: trials and records change no shard's state.
-        with self._unit(write=True, quiet=True) as session:
+        # Trials, records and events change no state a cache keeps.
+        with self._unit.write(Changes.NO_STATE) as session:
             job_ids = sorted(set(session.scalars(select(ShardRow.job_id).where(ShardRow.id.in_(shard_ids)))))
             _, kept = _judged(batches, *self._report_leases(session, shard_ids, job_ids, lock=False))
             written = session.begin_nested()

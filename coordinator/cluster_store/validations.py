@@ -20,7 +20,7 @@ from foundation.domain.validations import ValidationState
 from foundation.errors import NotFound, RegistryError
 from foundation.registry.entities import Validation, ValidationChange, ValidationLease, failures_json
 from foundation.registry.schema import AgentRow, JobRow, ValidationRow
-from foundation.registry.session import UnitOfWork
+from foundation.registry.session import Changes, UnitOfWork
 
 from .locking import RowLocks
 
@@ -73,7 +73,7 @@ class ValidationStore:
             "created_at": now,
             "updated_at": now,
         }
-        with self._unit(write=True) as session:
+        with self._unit.write(Changes.STATE) as session:
             self._locks.lock_job(session, job_id)
             existing = session.get(ValidationRow, job_id)
             if existing is not None:
@@ -98,11 +98,11 @@ class ValidationStore:
             .where(ValidationRow.state == ValidationState.PENDING.value, JobRow.state == JobState.VALIDATING.value)
             .distinct()
         )
-        with self._unit() as session:
+        with self._unit.read() as session:
             return {(fp, kind) for fp, kind in session.execute(query) if fp is not None}
 
     def get_validation(self, job_id: str) -> Validation | None:
-        with self._unit() as session:
+        with self._unit.read() as session:
             row = session.get(ValidationRow, job_id)
             return row.to_entity() if row else None
 
@@ -110,7 +110,7 @@ class ValidationStore:
         """The library bytes of a job's validation (None: it has none). A claim hands them
         out with its lease; the coordinator reads them again to commit the artifact."""
         query = select(ValidationRow.library).where(ValidationRow.job_id == job_id)
-        with self._unit() as session:
+        with self._unit.read() as session:
             library = session.scalar(query)
         return None if library is None else bytes(library)
 
@@ -120,7 +120,7 @@ class ValidationStore:
         """Lease the oldest pending validation of a validating job on this agent's
         fingerprint, with the library bytes, or None."""
         for _ in range(_CLAIM_TRIES):
-            with self._unit(write=True) as session:
+            with self._unit.write(Changes.STATE) as session:
                 outcome = self._claim_validation_once(session, agent_id, fingerprint_id, now)
             if outcome is not _RACED:
                 return outcome  # type: ignore[return-value]
@@ -174,7 +174,7 @@ class ValidationStore:
     ) -> ValidationChange:
         """Keep the outcome of a validation lease (outputs check, latency), if still current.
         Moving the job on (artifact, succeeded or failed) is the coordinator's next step."""
-        with self._unit(write=True) as session:
+        with self._unit.write(Changes.STATE) as session:
             old = self._locked_validation(session, job_id).to_entity()
             try:
                 new = validation_rules.finish(old.as_validation(), attempt, agent_id)
@@ -193,7 +193,7 @@ class ValidationStore:
     ) -> ValidationChange:
         """The library could not be checked under this lease: pending again, or failed
         after ``max_attempts``, every attempt's reason kept."""
-        with self._unit(write=True) as session:
+        with self._unit.write(Changes.STATE) as session:
             old = self._locked_validation(session, job_id).to_entity()
             try:
                 new = validation_rules.fail_attempt(old.as_validation(), attempt, reason, max_attempts, agent_id)
@@ -214,7 +214,7 @@ class ValidationStore:
             .where(ValidationRow.state == ValidationState.LEASED.value, ValidationRow.leased_at < cutoff)
             .order_by(ValidationRow.job_id)
         )
-        with self._unit() as session:
+        with self._unit.read() as session:
             found = [(row.to_entity(), beat) for row, beat in session.execute(query)]
         heartbeats = {v.agent_id: beat.timestamp() for v, beat in found if v.agent_id and beat}
         expired = validation_rules.expire(

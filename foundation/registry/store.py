@@ -24,7 +24,7 @@ from .schema import (
     ModelRow,
     utc_now,
 )
-from .session import UnitOfWork
+from .session import Changes, UnitOfWork
 from .tuning_records import TuningRecords, mean_run_sec, record_digest
 
 __all__ = [
@@ -123,17 +123,17 @@ class RegistryStore(TuningRecords):
                 "details": stmt.excluded.details,
             },
         )
-        with self._unit(write=True) as session:
+        with self._unit.write(Changes.STATE) as session:
             session.execute(stmt)
             return session.get_one(FingerprintRow, fp_id, populate_existing=True).to_entity()
 
     def get_fingerprint(self, fp_id: str) -> Fingerprint | None:
-        with self._unit() as session:
+        with self._unit.read() as session:
             row = session.get(FingerprintRow, fp_id)
             return row.to_entity() if row else None
 
     def list_fingerprints(self) -> list[Fingerprint]:
-        with self._unit() as session:
+        with self._unit.read() as session:
             rows = session.scalars(select(FingerprintRow).order_by(FingerprintRow.created_at))
             return [r.to_entity() for r in rows]
 
@@ -167,7 +167,7 @@ class RegistryStore(TuningRecords):
             )
             .on_conflict_do_nothing(index_elements=["id"])
         )
-        with self._unit(write=True) as session:
+        with self._unit.write(Changes.STATE) as session:
             session.execute(stmt)
             return session.get_one(ModelRow, model_id).to_entity()
 
@@ -182,17 +182,17 @@ class RegistryStore(TuningRecords):
             .order_by(ModelRow.created_at.desc())
             .limit(1)
         )
-        with self._unit() as session:
+        with self._unit.read() as session:
             row = session.scalars(query).first()
             return row.to_entity() if row else None
 
     def get_model(self, model_id: str) -> Model | None:
-        with self._unit() as session:
+        with self._unit.read() as session:
             row = session.get(ModelRow, model_id)
             return row.to_entity() if row else None
 
     def list_models(self) -> list[Model]:
-        with self._unit() as session:
+        with self._unit.read() as session:
             return [
                 r.to_entity() for r in session.scalars(select(ModelRow).order_by(ModelRow.created_at))
             ]
@@ -224,7 +224,7 @@ class RegistryStore(TuningRecords):
             options=options,
             created_at=utc_now(),
         )
-        with self._unit(write=True) as session:
+        with self._unit.write(Changes.STATE) as session:
             session.add(row)
             session.flush()
             return row.to_entity()
@@ -249,7 +249,7 @@ class RegistryStore(TuningRecords):
         stmt = update(JobRow).where(JobRow.id == job_id)
         if states is not None:
             stmt = stmt.where(JobRow.state.in_(states))
-        with self._unit(write=True) as session:
+        with self._unit.write(Changes.STATE) as session:
             changed = 1
             if fields:
                 result = session.execute(
@@ -270,7 +270,7 @@ class RegistryStore(TuningRecords):
             return row.to_entity()
 
     def get_job(self, job_id: str) -> Job:
-        with self._unit() as session:
+        with self._unit.read() as session:
             row = session.get(JobRow, job_id)
             if row is None:
                 raise NotFound(
@@ -282,7 +282,7 @@ class RegistryStore(TuningRecords):
         query = select(JobRow).order_by(JobRow.created_at.desc(), JobRow.id.desc()).limit(limit)
         if state is not None:
             query = query.where(JobRow.state == state)
-        with self._unit() as session:
+        with self._unit.read() as session:
             return [r.to_entity() for r in session.scalars(query)]
 
     # -- artifacts -------------------------------------------------------------------
@@ -323,7 +323,7 @@ class RegistryStore(TuningRecords):
             software=software,
             created_at=utc_now(),
         )
-        with self._unit(write=True) as session:
+        with self._unit.write(Changes.STATE) as session:
             session.add(row)
             session.flush()
             return row.to_entity()
@@ -344,19 +344,19 @@ class RegistryStore(TuningRecords):
             .order_by(ArtifactRow.created_at.desc(), ArtifactRow.id.desc())
             .limit(1)
         )
-        with self._unit() as session:
+        with self._unit.read() as session:
             row = session.scalars(query).first()
             return row.to_entity() if row else None
 
     def get_artifact(self, artifact_id: str) -> Artifact:
-        with self._unit() as session:
+        with self._unit.read() as session:
             row = session.get(ArtifactRow, artifact_id)
             if row is None:
                 raise _no_artifact(artifact_id, self.url)
             return row.to_entity()
 
     def get_artifact_library(self, artifact_id: str) -> bytes:
-        with self._unit() as session:
+        with self._unit.read() as session:
             library = session.scalar(
                 select(ArtifactRow.library).where(ArtifactRow.id == artifact_id)
             )
@@ -382,11 +382,11 @@ class RegistryStore(TuningRecords):
             query = query.where(ArtifactRow.fingerprint_id == fingerprint_id)
         if target is not None:
             query = query.where(ArtifactRow.target == target)
-        with self._unit() as session:
+        with self._unit.read() as session:
             return [r.to_entity() for r in session.scalars(query)]
 
     def counts(self) -> dict[str, int]:
-        with self._unit() as session:
+        with self._unit.read() as session:
             return {
                 table.name: session.scalar(select(func.count()).select_from(table)) or 0
                 for table in Base.metadata.sorted_tables
