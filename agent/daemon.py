@@ -17,19 +17,10 @@ from pathlib import Path
 
 from agent.coordinator_calls import answer_unless_stopped, retry_unavailable
 from agent.shard_tuning import tune_shard, validate_library
+from agent.state.policy import LEASE_WAIT_S, heartbeat_due
 from foundation.errors import FarmError
 
 logger = logging.getLogger("farm.agent")
-
-# How long an idle agent's LeaseShard may be held by the coordinator (a long poll): one call
-# per this many seconds per idle agent instead of one per retry_after (1 s), and work is
-# picked up as soon as it exists. A coordinator without long polls answers at once.
-LEASE_WAIT_S = 20
-# A busy agent's accepted reports tell the coordinator it is alive and its lease current, so
-# a heartbeat with nothing new to say is skipped while they keep coming (`heartbeat_due`); a
-# full one still goes at least every this many intervals.
-FULL_HEARTBEAT_EVERY = 6
-
 
 @dataclass
 class AgentSettings:
@@ -254,18 +245,3 @@ class Agent:
         logger.info("validating the library of %s (attempt %d)", lease.job_id, lease.attempt)
         validate_library(self, lease, stop)
 
-
-def heartbeat_due(now: float, last_sent_at: float, unchanged: bool, last_report_at: float,
-                  interval: float) -> bool:
-    """Whether the agent sends a heartbeat now (monotonic seconds).
-
-    Not when it would say nothing new (``unchanged``: the same registration, lease list and RPC
-    server state as the last beat it sent) and a report was accepted within the last interval:
-    that told the coordinator the agent is alive (coordinator.agent_calls) and that its lease
-    is current (a report under a lease that is not is refused, and the shard stops), which is
-    what the beat would have. A full beat still goes every FULL_HEARTBEAT_EVERY intervals, for
-    what only a lease list shows (a lease granted to the agent that it never heard of).
-    """
-    if not unchanged or now - last_report_at > interval:
-        return True
-    return now - last_sent_at >= FULL_HEARTBEAT_EVERY * interval - interval / 2
