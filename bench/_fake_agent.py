@@ -87,7 +87,7 @@ def run(plan: ClientPlan, pipe) -> None:
 async def _main(plan: ClientPlan, pipe) -> None:
     import grpc
 
-    from agent.daemon import heartbeat_due
+    from agent.state import heartbeat_due
     from foundation.wire import farm_pb2, farm_pb2_grpc
 
     loop = asyncio.get_running_loop()
