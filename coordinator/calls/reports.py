@@ -103,7 +103,7 @@ class ReportCalls:
         if result.accepted:
             # An accepted report came from the agent holding the lease: it is alive, as a
             # heartbeat would say; busy agents skip beats that would say nothing more
-            # (agent.daemon.heartbeat_due). Written back by the next tick, as beats are.
+            # (agent.state.policy.heartbeat_due). Written back by the next tick, as beats are.
             self._live.beat(prepared.report.agent_id, utc_now())
             self._report_sizing.note(prepared.report.agent_id, prepared.report.trials)
             self._progress.note(prepared.job_id, prepared.report.shard_id, prepared.progress)
