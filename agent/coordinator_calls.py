@@ -1,4 +1,9 @@
-"""Calls to the coordinator that outlast its restarts, and long polls that yield to a stop."""
+"""The agent's calls to the coordinator: requests from its state machine's instructions, events
+from the answers, calls that outlast coordinator restarts, and long polls that yield to a stop.
+
+The translations hold no decisions (agent.state makes them); the real agent (agent.daemon)
+and the fake ones (tests, bench/_fake_agent.py) share them, so they speak the same wire.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +12,92 @@ import threading
 import time
 from collections.abc import Callable
 
+import grpc
+
+from agent.state.events import (
+    CallFailed,
+    CancelLeaseOrder,
+    HeartbeatAnswered,
+    HeartbeatIntervalOrder,
+    Lease,
+    NothingToLease,
+    NothingToValidate,
+    Registered,
+    ReRegisterOrder,
+    ShardLeased,
+    ValidationLeased,
+)
+from agent.state.instructions import LeaseShard, LeaseValidation, SendHeartbeat
+from agent.state.policy import TRANSIENT_CODES, Backoff
+from foundation.wire import farm_pb2
+
 logger = logging.getLogger("farm.agent")
+
+
+# ---------------------------------------------------------------------- requests and answers
+
+
+def lease_of(shard) -> Lease:
+    """The lease a farm_pb2.Shard (or LeaseRef) is held under."""
+    return Lease(shard.job_id, shard.shard_id, shard.attempt)
+
+
+def registered(reply: farm_pb2.RegisterResponse) -> Registered:
+    return Registered(reply.agent_id, reply.heartbeat_interval.ToTimedelta().total_seconds(), reply.tracker)
+
+
+def heartbeat_request(beat: SendHeartbeat) -> farm_pb2.HeartbeatRequest:
+    request = farm_pb2.HeartbeatRequest(
+        agent_id=beat.agent_id, rpc_server_serving=beat.rpc_server_serving,
+        running_leases=[farm_pb2.LeaseRef(job_id=lease.job_id, shard_id=lease.shard_id, attempt=lease.attempt)
+                        for lease in beat.leases])
+    request.sent_at.GetCurrentTime()  # the moment the machine listed the leases (just now)
+    return request
+
+
+def heartbeat_answered(reply: farm_pb2.HeartbeatResponse) -> HeartbeatAnswered:
+    orders = []
+    for instruction in reply.instructions:
+        kind = instruction.WhichOneof("instruction")
+        if kind == "cancel_lease":
+            orders.append(CancelLeaseOrder(lease_of(instruction.cancel_lease.lease), instruction.cancel_lease.reason))
+        elif kind == "re_register":
+            orders.append(ReRegisterOrder(instruction.re_register.reason))
+        elif kind == "set_heartbeat_interval":
+            interval = instruction.set_heartbeat_interval.heartbeat_interval
+            orders.append(HeartbeatIntervalOrder(interval.ToTimedelta().total_seconds()))
+    return HeartbeatAnswered(tuple(orders))
+
+
+def lease_validation_request(ask: LeaseValidation, fingerprint_id: str,
+                             target_kinds) -> farm_pb2.LeaseValidationRequest:
+    return farm_pb2.LeaseValidationRequest(agent_id=ask.agent_id, fingerprint_id=fingerprint_id,
+                                           target_kinds=list(target_kinds))
+
+
+def validation_answer(reply: farm_pb2.LeaseValidationResponse) -> ValidationLeased | NothingToValidate:
+    return ValidationLeased(reply.validation) if reply.HasField("validation") else NothingToValidate()
+
+
+def lease_shard_request(ask: LeaseShard, fingerprint_id: str, target_kinds) -> farm_pb2.LeaseShardRequest:
+    request = farm_pb2.LeaseShardRequest(agent_id=ask.agent_id, fingerprint_id=fingerprint_id,
+                                         target_kinds=list(target_kinds))
+    if ask.max_wait > 0:
+        request.max_wait.FromNanoseconds(int(ask.max_wait * 1e9))  # held until work comes (a long poll)
+    return request
+
+
+def shard_answer(reply: farm_pb2.LeaseShardResponse) -> ShardLeased | NothingToLease:
+    if reply.HasField("shard"):
+        return ShardLeased(lease_of(reply.shard), reply.shard)
+    return NothingToLease(reply.retry_after.ToTimedelta().total_seconds() if reply.HasField("retry_after") else None)
+
+
+def call_failed(call, err: grpc.RpcError) -> CallFailed:
+    return CallFailed(call, err.code().name, err.details() or "")
+
+
+# ---------------------------------------------------------------------- calls
 
 
 def answer_unless_stopped(call, stop: threading.Event, poll: float = 0.25):
@@ -25,18 +115,16 @@ def answer_unless_stopped(call, stop: threading.Event, poll: float = 0.25):
 
 def retry_unavailable(call: Callable, stop: threading.Event, what: str, patience: float | None = None):
     """Call until it succeeds; UNAVAILABLE/DEADLINE_EXCEEDED are retried with backoff."""
-    import grpc
-
-    backoff, begin = 0.5, time.monotonic()
+    backoff, begin = Backoff(0.5, 5.0), time.monotonic()
     while not stop.is_set():
         try:
             return call()
         except grpc.RpcError as err:
-            if err.code() not in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+            if err.code().name not in TRANSIENT_CODES:
                 raise
             if patience is not None and time.monotonic() - begin > patience:
                 raise
-            logger.warning("%s: coordinator unavailable (%s); retrying in %.1f s", what, err.details(), backoff)
-            stop.wait(backoff)
-            backoff = min(backoff * 2, 5.0)
+            wait = backoff.next()
+            logger.warning("%s: coordinator unavailable (%s); retrying in %.1f s", what, err.details(), wait)
+            stop.wait(wait)
     return None

@@ -3,33 +3,76 @@
 The agent keeps no durable state: its records go to the coordinator as they are measured,
 its identity is the coordinator's (it re-registers under its previous id after a coordinator
 restart), and its TVM RPC server is supervised so that the tracker always lists it.
+
+This module decides nothing: `Agent.run` feeds events to the agent's state machine
+(agent.state.AgentState) on one thread and carries out the instructions it returns, with gRPC
+calls, threads (one per call, tuning or validation under way) and timers, whose outcomes are
+posted back as the next events.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import queue
 import socket
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from functools import singledispatchmethod
 from pathlib import Path
 
-from agent.coordinator_calls import answer_unless_stopped, retry_unavailable
+import grpc
+
+from agent.coordinator_calls import (
+    answer_unless_stopped,
+    call_failed,
+    heartbeat_answered,
+    heartbeat_request,
+    lease_shard_request,
+    lease_validation_request,
+    registered,
+    shard_answer,
+    validation_answer,
+)
 from agent.shard_tuning import tune_shard, validate_library
+from agent.state import AgentState
+from agent.state.events import (
+    AgentStarted,
+    Event,
+    HeartbeatTick,
+    RPCServerStarted,
+    ShardCompleted,
+    ShardFailureReported,
+    StopRequested,
+    ValidationDone,
+    WaitOver,
+)
+from agent.state.instructions import (
+    CancelShard,
+    CompleteShard,
+    FailShard,
+    Instruction,
+    LeaseShard,
+    LeaseValidation,
+    Register,
+    ScheduleHeartbeat,
+    SendHeartbeat,
+    Shutdown,
+    StartRPCServer,
+    StartShard,
+    ValidateLibrary,
+    Wait,
+)
 from foundation.errors import FarmError
 from foundation.wire.access import ChannelAccess, open_channel
 
 logger = logging.getLogger("farm.agent")
 
-# How long an idle agent's LeaseShard may be held by the coordinator (a long poll): one call
-# per this many seconds per idle agent instead of one per retry_after (1 s), and work is
-# picked up as soon as it exists. A coordinator without long polls answers at once.
-LEASE_WAIT_S = 20
-# A busy agent's accepted reports tell the coordinator it is alive and its lease current, so
-# a heartbeat with nothing new to say is skipped while they keep coming (`heartbeat_due`); a
-# full one still goes at least every this many intervals.
-FULL_HEARTBEAT_EVERY = 6
+# Deadlines of the calls whose length the machine does not set.
+REGISTER_TIMEOUT_S = 10
+CALL_TIMEOUT_S = 30
+RPC_SERVER_START_TIMEOUT_S = 60
 
 
 @dataclass
@@ -48,34 +91,51 @@ class AgentSettings:
     access: ChannelAccess | None = None  # token and TLS to present (foundation.wire.access)
 
 
-@dataclass
-class _RunningLease:
-    job_id: str
-    shard_id: str
-    attempt: int
-    cancelled: threading.Event = field(default_factory=threading.Event)
+def coordinator_channel(address: str, access: ChannelAccess | None = None) -> grpc.Channel:
+    """The agent's channel to the coordinator at ``address`` (host:port): made here only, so
+    that credentials (TLS, a token: foundation.wire.access) are added in one place."""
+    return open_channel(address, access)
+
+
+@dataclass(frozen=True)
+class _Crashed:
+    """A thread of the agent raised what no event covers (a bug, or a broken TVM): the agent ends."""
+
+    error: BaseException
 
 
 class Agent:
-    """The agent's loops. ``run(stop)`` blocks until ``stop`` is set."""
+    """The agent's executor. ``run(stop)`` blocks until ``stop`` is set and the work under way ended."""
 
     def __init__(self, settings: AgentSettings):
         from foundation.wire import farm_pb2_grpc
 
         self.settings = settings
-        self.channel = open_channel(settings.coordinator, settings.access)
+        self.channel = coordinator_channel(settings.coordinator, settings.access)
         self.stub = farm_pb2_grpc.FarmAgentStub(self.channel)
-        self.agent_id: str | None = None
-        self.heartbeat_interval = 5.0
-        self.tracker = None  # farm_pb2.TrackerAddress from Register
-        self.rpc_server = None
-        self.running: dict[str, _RunningLease] = {}
-        self._lock = threading.Lock()
-        self._pools = {}
+        self.state = AgentState()
         self.fingerprint = None
-        self._last_report_at = float("-inf")  # monotonic: when a report was last accepted
+        self.rpc_server = None
+        self._events: queue.SimpleQueue = queue.SimpleQueue()
+        self._stop = threading.Event()
+        self._cancelled: dict[str, threading.Event] = {}  # shard id -> its tuning's stop flag
+        self._timers: dict[str, threading.Timer] = {}  # "beat" and "work": one each at most
+        self._pools = {}
 
-    # ------------------------------------------------------------------ lifecycle
+    @property
+    def agent_id(self) -> str:
+        return self.state.agent_id
+
+    @property
+    def tracker(self):
+        """farm_pb2.TrackerAddress from the last registration."""
+        return self.state.tracker
+
+    def post(self, event: Event | _Crashed) -> None:
+        """Hand the state machine an event (from any thread); `run` takes them in order."""
+        self._events.put(event)
+
+    # ------------------------------------------------------------------ the loop
 
     def run(self, stop: threading.Event) -> None:
         from foundation.hardware.fingerprint import local_fingerprint
@@ -83,148 +143,216 @@ class Agent:
 
         pin_tvm_threads()  # before the RPC server starts: it inherits the environment
         self.fingerprint = local_fingerprint(self.settings.target_kinds[0])
-        self._register(stop)
-        if stop.is_set():
-            return
-        self._start_rpc_server()
-        beat = threading.Thread(target=self._heartbeat_loop, args=(stop,), name="farm-heartbeat", daemon=True)
-        beat.start()
+        self._stop = stop
+        self.post(AgentStarted())
+        shutdown = None
         try:
-            self._work_loop(stop)
+            while shutdown is None:
+                if stop.is_set() and not self.state.stopping:
+                    event = StopRequested()
+                else:
+                    try:
+                        event = self._events.get(timeout=0.25)
+                    except queue.Empty:
+                        continue
+                if isinstance(event, _Crashed):
+                    raise event.error
+                for instruction in self.state.handle(event):
+                    if isinstance(instruction, Shutdown):
+                        shutdown = instruction
+                        break
+                    self._carry_out(instruction)
         finally:
-            stop.set()
-            for lease in list(self.running.values()):
-                lease.cancelled.set()
+            stop.set()  # calls and retries under way give up
+            for cancelled in list(self._cancelled.values()):
+                cancelled.set()
+            for timer in self._timers.values():
+                timer.cancel()
             if self.rpc_server is not None:
                 self.rpc_server.stop()
-            beat.join(timeout=self.heartbeat_interval + 5)
             self.channel.close()
+        if shutdown.error:
+            raise FarmError(shutdown.error)
 
-    def _register(self, stop: threading.Event) -> None:
-        """Register (again), retrying while the coordinator is unreachable."""
+    def _in_thread(self, name: str, work, *args) -> None:
+        def run():
+            try:
+                work(*args)
+            except Exception as err:  # handed to run(), which raises it
+                self.post(_Crashed(err))
+
+        threading.Thread(target=run, name=f"farm-{name}", daemon=True).start()
+
+    def _call(self, name: str, call, answered) -> None:
+        """Make a call (in this thread); post the event its answer or failure is."""
+        try:
+            reply = call()
+        except grpc.RpcError as err:
+            self.post(call_failed(name, err))
+            return
+        self.post(answered(reply))
+
+    def _after(self, timer: str, seconds: float, post) -> None:
+        self._timers[timer] = threading.Timer(seconds, post)
+        self._timers[timer].daemon = True
+        self._timers[timer].start()
+
+    # ------------------------------------------------------------------ instructions
+
+    @singledispatchmethod
+    def _carry_out(self, instruction: Instruction) -> None:
+        raise TypeError(f"no way to carry out {instruction!r}")
+
+    @_carry_out.register
+    def _(self, instruction: Register) -> None:
+        if instruction.why:
+            logger.warning(instruction.why)
+        self._in_thread("register", self._register, instruction)
+
+    def _register(self, instruction: Register) -> None:
         from foundation.hardware.versions import tvm_version
         from foundation.wire import farm_pb2
 
+        if instruction.after and self._stop.wait(instruction.after):
+            return
         fp = self.fingerprint
         request = farm_pb2.RegisterRequest(
-            fingerprint_id=fp.id,
-            fingerprint_summary=fp.summary,
-            fingerprint_json=json.dumps(fp.to_json()),
-            target_kinds=list(self.settings.target_kinds),
-            hostname=socket.gethostname(),
-            tvm_version=tvm_version(),
-            build_workers=self.settings.build_workers or 0,
-            previous_agent_id=self.agent_id or "",
+            fingerprint_id=fp.id, fingerprint_summary=fp.summary, fingerprint_json=json.dumps(fp.to_json()),
+            target_kinds=list(self.settings.target_kinds), hostname=socket.gethostname(),
+            tvm_version=tvm_version(), build_workers=self.settings.build_workers or 0,
+            previous_agent_id=instruction.previous_agent_id,
         )
-        reply = retry_unavailable(lambda: self.stub.Register(request, timeout=10), stop, "register")
-        if reply is None:
-            return
-        self.agent_id = reply.agent_id
-        self.heartbeat_interval = max(0.2, reply.heartbeat_interval.ToTimedelta().total_seconds())
-        self.tracker = reply.tracker
-        logger.info("registered as %s (fingerprint %s); tracker %s:%s key %s", self.agent_id, fp.id,
-                    reply.tracker.host, reply.tracker.port, reply.tracker.key)
 
-    def _start_rpc_server(self) -> None:
+        def answered(reply):
+            logger.info("registered as %s (fingerprint %s); tracker %s:%s key %s", reply.agent_id, fp.id,
+                        reply.tracker.host, reply.tracker.port, reply.tracker.key)
+            return registered(reply)
+
+        self._call("Register", lambda: self.stub.Register(request, timeout=REGISTER_TIMEOUT_S), answered)
+
+    @_carry_out.register
+    def _(self, instruction: StartRPCServer) -> None:
         from agent.rpc_server import SupervisedRPCServer
 
+        # Here, not in a thread: a server started after the agent shut down would outlive it.
+        tracker = instruction.tracker
         self.rpc_server = SupervisedRPCServer(
-            self.tracker.host, self.tracker.port, self.tracker.key,
-            host=self.settings.rpc_host, port=self.settings.rpc_port,
+            tracker.host, tracker.port, tracker.key, host=self.settings.rpc_host, port=self.settings.rpc_port,
         ).start()
         try:
-            self.rpc_server.wait_until_serving(timeout=60)
+            self.rpc_server.wait_until_serving(timeout=RPC_SERVER_START_TIMEOUT_S)
         except FarmError as err:  # the watchdog keeps trying; tuning waits on the tracker
             logger.warning("RPC server not serving yet: %s", err)
+        self.post(RPCServerStarted())
 
-    # ------------------------------------------------------------------ heartbeats
+    @_carry_out.register
+    def _(self, instruction: ScheduleHeartbeat) -> None:
+        if instruction.why:
+            logger.warning(instruction.why)
+        self._after("beat", instruction.seconds, lambda: self.post(HeartbeatTick(
+            time.monotonic(), bool(self.rpc_server and self.rpc_server.serving))))
 
-    def note_report_accepted(self) -> None:
-        """A report was accepted: the coordinator counts it as a heartbeat (`heartbeat_due`)."""
-        self._last_report_at = time.monotonic()
+    @_carry_out.register
+    def _(self, instruction: SendHeartbeat) -> None:
+        self._in_thread("heartbeat", self._call, "Heartbeat",
+                        lambda: self.stub.Heartbeat(heartbeat_request(instruction), timeout=instruction.timeout),
+                        heartbeat_answered)
 
-    def _heartbeat_loop(self, stop: threading.Event) -> None:
-        import grpc
+    @_carry_out.register
+    def _(self, instruction: LeaseValidation) -> None:
+        request = lease_validation_request(instruction, self.fingerprint.id, self.settings.target_kinds)
+        self._in_thread("lease", self._call, "LeaseValidation",
+                        lambda: self.stub.LeaseValidation(request, timeout=CALL_TIMEOUT_S), validation_answer)
 
+    @_carry_out.register
+    def _(self, instruction: LeaseShard) -> None:
+        request = lease_shard_request(instruction, self.fingerprint.id, self.settings.target_kinds)
+
+        def poll():
+            try:
+                reply = answer_unless_stopped(self.stub.LeaseShard.future(request, timeout=instruction.timeout),
+                                              self._stop)
+            except grpc.RpcError as err:
+                self.post(call_failed("LeaseShard", err))
+                return
+            if reply is not None:  # None: cancelled, as the agent stops
+                self.post(shard_answer(reply))
+
+        self._in_thread("lease", poll)
+
+    @_carry_out.register
+    def _(self, instruction: Wait) -> None:
+        if instruction.why:
+            logger.warning(instruction.why)
+        self._after("work", instruction.seconds, lambda: self.post(WaitOver()))
+
+    @_carry_out.register
+    def _(self, instruction: StartShard) -> None:
+        cancelled = self._cancelled[instruction.lease.shard_id] = threading.Event()
+
+        def tune():
+            try:
+                self.post(tune_shard(self, instruction.shard, cancelled))
+            finally:
+                self._cancelled.pop(instruction.lease.shard_id, None)
+
+        self._in_thread("tune", tune)
+
+    @_carry_out.register
+    def _(self, instruction: CancelShard) -> None:
+        logger.info("cancelling %s: %s", instruction.lease.shard_id, instruction.reason)
+        cancelled = self._cancelled.get(instruction.lease.shard_id)
+        if cancelled is not None:
+            cancelled.set()
+
+    @_carry_out.register
+    def _(self, instruction: CompleteShard) -> None:
         from foundation.wire import farm_pb2
 
-        last_sent_at, last_said = float("-inf"), None
-        while not stop.wait(self.heartbeat_interval):
-            with self._lock:
-                leases = [farm_pb2.LeaseRef(job_id=r.job_id, shard_id=r.shard_id, attempt=r.attempt)
-                          for r in self.running.values()]
-            serving = bool(self.rpc_server and self.rpc_server.serving)
-            said = (self.agent_id, serving, tuple((r.shard_id, r.attempt) for r in leases))
-            now = time.monotonic()
-            if not heartbeat_due(now, last_sent_at, said == last_said, self._last_report_at,
-                                 self.heartbeat_interval):
-                continue
-            request = farm_pb2.HeartbeatRequest(agent_id=self.agent_id, running_leases=leases,
-                                                rpc_server_serving=serving)
-            request.sent_at.GetCurrentTime()  # the moment the lease list above was taken
-            last_sent_at, last_said = now, said
-            try:
-                reply = self.stub.Heartbeat(request, timeout=max(2.0, self.heartbeat_interval))
-            except grpc.RpcError as err:
-                if err.code() in (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.FAILED_PRECONDITION):
-                    self._register(stop)
-                else:
-                    logger.warning("heartbeat failed (%s); will retry", err.code().name)
-                continue
-            for instruction in reply.instructions:
-                self._follow(instruction, stop)
+        lease = instruction.lease
+        request = farm_pb2.CompleteShardRequest(agent_id=instruction.agent_id, shard_id=lease.shard_id,
+                                                attempt=lease.attempt, tasks=list(instruction.tasks))
 
-    def _follow(self, instruction, stop: threading.Event) -> None:
-        kind = instruction.WhichOneof("instruction")
-        if kind == "cancel_lease":
-            with self._lock:
-                running = self.running.get(instruction.cancel_lease.lease.shard_id)
-            if running is not None:
-                logger.info("cancelling %s: %s", running.shard_id, instruction.cancel_lease.reason)
-                running.cancelled.set()
-        elif kind == "re_register":
-            self._register(stop)
-        elif kind == "set_heartbeat_interval":
-            self.heartbeat_interval = max(
-                0.2, instruction.set_heartbeat_interval.heartbeat_interval.ToTimedelta().total_seconds())
+        def answered(reply):
+            logger.info("%s done: %d trials in %.1f s%s", lease.shard_id, instruction.trials, instruction.seconds,
+                        "" if reply.accepted else f" (not accepted: {reply.reason})")
+            return ShardCompleted(lease)
 
-    # ------------------------------------------------------------------ work
+        self._in_thread("complete", self._call, "CompleteShard",
+                        lambda: self.stub.CompleteShard(request, timeout=CALL_TIMEOUT_S), answered)
 
-    def _work_loop(self, stop: threading.Event) -> None:
-        import grpc
-
+    @_carry_out.register
+    def _(self, instruction: FailShard) -> None:
         from foundation.wire import farm_pb2
 
-        kinds = list(self.settings.target_kinds)
-        backoff = 0.5
-        while not stop.is_set():
+        lease = instruction.lease
+        request = farm_pb2.FailShardRequest(agent_id=instruction.agent_id, shard_id=lease.shard_id,
+                                            attempt=lease.attempt, reason=instruction.reason,
+                                            tasks=list(instruction.tasks))
+
+        def report():
             try:
-                validation = self.stub.LeaseValidation(farm_pb2.LeaseValidationRequest(
-                    agent_id=self.agent_id, fingerprint_id=self.fingerprint.id, target_kinds=kinds), timeout=30)
-                if validation.HasField("validation"):
-                    self._validate(validation.validation, stop)
-                    continue
-                request = farm_pb2.LeaseShardRequest(
-                    agent_id=self.agent_id, fingerprint_id=self.fingerprint.id, target_kinds=kinds)
-                request.max_wait.FromSeconds(LEASE_WAIT_S)  # held until work comes (a long poll)
-                leased = answer_unless_stopped(
-                    self.stub.LeaseShard.future(request, timeout=LEASE_WAIT_S + 10), stop)
-                if leased is None:
-                    return  # stopped while the call was held
-                if leased.HasField("shard"):
-                    self._tune(leased.shard)
-                    continue
-                backoff = 0.5
-                wait = leased.retry_after.ToTimedelta().total_seconds() if leased.HasField("retry_after") else 1.0
-                stop.wait(min(max(wait, 0.0), 5.0))
+                self.stub.FailShard(request, timeout=CALL_TIMEOUT_S)
             except grpc.RpcError as err:
-                if err.code() in (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.FAILED_PRECONDITION):
-                    self._register(stop)
-                    continue
-                logger.warning("coordinator call failed (%s: %s); retrying in %.1f s",
-                               err.code().name, err.details(), backoff)
-                stop.wait(backoff)
-                backoff = min(backoff * 2, 10.0)
+                logger.warning("could not report the failure of %s: %s", lease.shard_id, err.details())
+                self.post(call_failed("FailShard", err))
+                return
+            self.post(ShardFailureReported(lease))
+
+        self._in_thread("fail", report)
+
+    @_carry_out.register
+    def _(self, instruction: ValidateLibrary) -> None:
+        lease = instruction.lease
+
+        def validate():
+            logger.info("validating the library of %s (attempt %d)", lease.job_id, lease.attempt)
+            validate_library(self, lease, self._stop)
+            self.post(ValidationDone())
+
+        self._in_thread("validate", validate)
+
+    # ------------------------------------------------------------------ what a lease's work needs
 
     def pools_for(self):
         """The builder and runner pools for the tracker this agent measures through."""
@@ -240,33 +368,3 @@ class Agent:
                                session_timeout_sec=self.settings.session_timeout_sec),
             ), observer=MeasureMetrics(self.fingerprint.id, self.settings.target_kinds))
         return self._pools[key]
-
-    def _tune(self, shard) -> None:
-        lease = _RunningLease(shard.job_id, shard.shard_id, shard.attempt)
-        with self._lock:
-            self.running[shard.shard_id] = lease
-        try:
-            tune_shard(self, shard, lease.cancelled)
-        finally:
-            with self._lock:
-                self.running.pop(shard.shard_id, None)
-
-    def _validate(self, lease, stop: threading.Event) -> None:
-        logger.info("validating the library of %s (attempt %d)", lease.job_id, lease.attempt)
-        validate_library(self, lease, stop)
-
-
-def heartbeat_due(now: float, last_sent_at: float, unchanged: bool, last_report_at: float,
-                  interval: float) -> bool:
-    """Whether the agent sends a heartbeat now (monotonic seconds).
-
-    Not when it would say nothing new (``unchanged``: the same registration, lease list and RPC
-    server state as the last beat it sent) and a report was accepted within the last interval:
-    that told the coordinator the agent is alive (coordinator.agent_calls) and that its lease
-    is current (a report under a lease that is not is refused, and the shard stops), which is
-    what the beat would have. A full beat still goes every FULL_HEARTBEAT_EVERY intervals, for
-    what only a lease list shows (a lease granted to the agent that it never heard of).
-    """
-    if not unchanged or now - last_report_at > interval:
-        return True
-    return now - last_sent_at >= FULL_HEARTBEAT_EVERY * interval - interval / 2

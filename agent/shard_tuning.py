@@ -10,7 +10,8 @@ from typing import Protocol
 
 import numpy as np
 
-from agent.coordinator_calls import retry_unavailable
+from agent.coordinator_calls import lease_of, retry_unavailable
+from agent.state.events import Event, ReportAccepted, ReportRefused, ShardFailed, ShardStopped, ShardTuned
 from foundation.meta_schedule.progress import ProgressListener
 
 logger = logging.getLogger("farm.agent")
@@ -25,7 +26,8 @@ class LeaseHolder(Protocol):
 
     def pools_for(self): ...
 
-    def note_report_accepted(self) -> None: ...
+    def post(self, event: Event) -> None:
+        """Hand the agent's state machine what happened (here: a report's answer)."""
 
 
 class _ShardProgress(ProgressListener):
@@ -56,10 +58,13 @@ class _ShardProgress(ProgressListener):
         ]
 
 
-def tune_shard(agent: LeaseHolder, shard, cancelled: threading.Event) -> None:
-    """Tune every task of ``shard``; records stream to the coordinator as they are measured."""
-    import grpc
+def tune_shard(agent: LeaseHolder, shard, cancelled: threading.Event) -> ShardTuned | ShardFailed | ShardStopped:
+    """Tune every task of ``shard``; records stream to the coordinator as they are measured.
 
+    Ends when the tuning does, or soon after ``cancelled`` is set; says how it ended. Each
+    report's answer goes to the agent (``post``): a refused one means the shard is another
+    attempt's now, and the agent's state machine cancels this one.
+    """
     from foundation import config
     from foundation.compile import TuningTask
     from foundation.hardware.targets import to_tvm_target
@@ -88,15 +93,15 @@ def tune_shard(agent: LeaseHolder, shard, cancelled: threading.Event) -> None:
         )
         reply = retry_unavailable(lambda: agent.stub.ReportRecords(request, timeout=30), stop_reporting,
                                    "report records", patience=agent.settings.report_patience_sec)
-        if reply is not None and reply.accepted:
-            agent.note_report_accepted()
+        if reply is None:
+            return
+        if reply.accepted:
             batching.follow(reply.records_per_report, reply.report_within.ToTimedelta().total_seconds())
-        if reply is not None and not reply.accepted:
-            # Another attempt owns the shard now: stop spending this box's time on it.
-            logger.info("%s attempt %d is stale (%s); stopping", shard.shard_id, shard.attempt, reply.reason)
-            cancelled.set()
+            agent.post(ReportAccepted(time.monotonic()))
+        else:
+            agent.post(ReportRefused(lease, reply.reason))
 
-    lease = farm_pb2.LeaseRef(job_id=shard.job_id, shard_id=shard.shard_id, attempt=shard.attempt)
+    lease = lease_of(shard)
     database = None
     try:
         target = to_tvm_target(target_doc)
@@ -123,25 +128,15 @@ def tune_shard(agent: LeaseHolder, shard, cancelled: threading.Event) -> None:
         if database is not None:
             database.close()
         if cancelled.is_set():
-            return
+            return ShardStopped(lease)
         reason = f"{type(err).__name__}: {err}"[:2000]
         logger.warning("%s failed: %s", shard.shard_id, reason)
-        try:
-            agent.stub.FailShard(farm_pb2.FailShardRequest(
-                agent_id=agent.agent_id, shard_id=shard.shard_id, attempt=shard.attempt, reason=reason,
-                tasks=_summaries(progress.tasks)), timeout=30)
-        except grpc.RpcError as rpc_err:
-            logger.warning("could not report the failure of %s: %s", shard.shard_id, rpc_err.details())
-        return
+        return ShardFailed(lease, reason, tuple(_summaries(progress.tasks)))
     database.close()
     if cancelled.is_set() or result.cancelled:
         logger.info("%s stopped (cancelled)", lease.shard_id)
-        return
-    reply = agent.stub.CompleteShard(farm_pb2.CompleteShardRequest(
-        agent_id=agent.agent_id, shard_id=shard.shard_id, attempt=shard.attempt,
-        tasks=_summaries(result.tasks)), timeout=30)
-    logger.info("%s done: %d trials in %.1f s%s", shard.shard_id, result.trials, result.seconds,
-                "" if reply.accepted else f" (not accepted: {reply.reason})")
+        return ShardStopped(lease)
+    return ShardTuned(lease, tuple(_summaries(result.tasks)), result.trials, result.seconds)
 
 
 def _summaries(tasks):

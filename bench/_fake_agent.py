@@ -1,9 +1,14 @@
 """Fake agents for bench/coordinator_scale.py: many FarmAgent clients in one process, no TVM.
 
-One process runs a share of the agents as asyncio tasks over one grpc.aio channel. It talks to
-its parent over a multiprocessing pipe: it registers its agents and says so, waits for "go"
-(with one TuningRecord JSON template per workload), then for a fixed time heartbeats, leases
-and reports records, and sends back every call's start time and latency.
+Each fake agent (bench/_fake_agent_executor.py) is the real agent's state machine
+(agent.state.AgentState) with fake I/O: it registers, heartbeats, asks for a validation and
+then for a shard (a long poll), waits and backs off, completes shards and leases the next as
+the real agent decides; only its tuning is made up here (records from templates, at a paced
+rate: `Client.tune`). One process runs a share of the agents as asyncio tasks over grpc.aio
+channels. It talks to its parent over a
+multiprocessing pipe: it registers its agents and says so, waits for "go" (with one
+TuningRecord JSON template per workload), then for a fixed time lets them work, and sends
+back every call's start time and latency.
 """
 
 from __future__ import annotations
@@ -13,6 +18,12 @@ import gc
 import random
 import time
 from dataclasses import dataclass, field
+
+import grpc
+from _fake_agent_executor import CALL_TIMEOUT_S, FakeAgent
+
+from agent.state.events import Lease, ReportAccepted, ReportRefused, ShardStopped, ShardTuned
+from foundation.wire import farm_pb2, farm_pb2_grpc
 
 # The split factor in a template record; each report replaces it with a fresh number, so each
 # record's trace (and digest) is new while its JSON keeps the shape the coordinator reads.
@@ -51,11 +62,11 @@ class ClientPlan:
     follow_sizes: bool = True
     agents_per_connection: int = 1
     # Seconds an agent without a shard lets the coordinator hold its LeaseShard (max_wait, a
-    # long poll), as the real agent does (agent/daemon.py); 0: answered at once, asked again
-    # after retry_after, as agents did before long polls.
+    # long poll), as the real agent does (agent.state.LEASE_WAIT_S); 0: answered at once, asked
+    # again after retry_after, as agents did before long polls.
     long_poll: float = 20.0
     # Agents skip heartbeats that an accepted report in the last interval made redundant, as
-    # the real agent does (agent.daemon.heartbeat_due); False: every agent beats every interval.
+    # the real agent does (agent.state.heartbeat_due); False: every agent beats every interval.
     skip_beats: bool = True
     # Schedule "pipelined": the mean seconds a shard takes to tune, > 0: each tuning agent is
     # part-way through its first shard, which ends after a random share of this (a fleet in a
@@ -85,325 +96,253 @@ def run(plan: ClientPlan, pipe) -> None:
 
 
 async def _main(plan: ClientPlan, pipe) -> None:
-    import grpc
-
-    from agent.daemon import heartbeat_due
-    from foundation.wire import farm_pb2, farm_pb2_grpc
-
     loop = asyncio.get_running_loop()
-    rng = random.Random(plan.seed)
-    calls = Calls()
-    counters = {"stored": 0, "duplicates": 0, "records_sent": 0, "rejected_reports": 0, "errors": 0,
-                "re_register": 0, "cancel_lease": 0, "granted": 0, "busy_without_shard": 0,
-                "late_reports": 0, "reports_answered": 0, "completed": 0}
     # A connection per agent by default, as real agents each have theirs: one HTTP/2
     # connection carries at most 100 concurrent calls, so a few shared by hundreds of agents
     # queue their calls on the client side. (A local subchannel pool: channels to one address
     # would share a connection otherwise.)
     options = [("grpc.max_receive_message_length", 256 * 1024 * 1024), ("grpc.use_local_subchannel_pool", 1)]
-    agents = plan.busy + plan.idle
+    count = plan.busy + plan.idle
     channels = [grpc.aio.insecure_channel(plan.address, options=options)
-                for _ in range(max(1, -(-agents // plan.agents_per_connection)))]
-    stubs = [farm_pb2_grpc.FarmAgentStub(channel) for channel in channels]
-    stub_of: dict[str, object] = {}
+                for _ in range(max(1, -(-count // plan.agents_per_connection)))]
+    client = Client(plan)
+    agents = [FakeAgent(client, n, farm_pb2_grpc.FarmAgentStub(channels[n % len(channels)]), n < plan.busy)
+              for n in range(count)]
     try:
-
-        # ---------------------------------------------------------------- registration
-        gate = asyncio.Semaphore(32)
-
-        async def register(fingerprint: dict, n: int) -> str:
-            async with gate:
-                begin = time.monotonic()
-                stub = stubs[n % len(stubs)]
-                reply = await stub.Register(farm_pb2.RegisterRequest(
-                    fingerprint_id=fingerprint["id"], fingerprint_summary=fingerprint["summary"],
-                    fingerprint_json=fingerprint["json"], target_kinds=["llvm"],
-                    hostname=f"fake-{plan.index}-{n}", tvm_version=plan.tvm_version), timeout=120)
-                calls.add("register", begin, time.monotonic() - begin)
-                stub_of[reply.agent_id] = stub
-                return reply.agent_id
-
         # Every agent heartbeats from its registration on, listing its leases, as real ones do
-        # (silent agents would be marked lost while the parent plans the jobs). The window,
-        # on the monotonic clock, comes with "go"; until then it is open-ended.
-        window = [float("inf"), float("inf")]
-        leases_of: dict[str, list] = {}
-        reported_at: dict[str, float] = {}  # monotonic: the agent's last accepted report
-
-        async def heartbeat_loop(agent_id: str, running: list) -> None:
-            # Agents started at different moments: spread the beats over one interval.
-            await asyncio.sleep(rng.uniform(0, plan.heartbeat_interval))
-            last_sent_at, last_said = float("-inf"), None
-            while time.monotonic() < window[1]:
-                begin = time.monotonic()
-                said = tuple((r.shard_id, r.attempt) for r in running)
-                if plan.skip_beats and not heartbeat_due(begin, last_sent_at, said == last_said,
-                                                         reported_at.get(agent_id, float("-inf")),
-                                                         plan.heartbeat_interval):
-                    await asyncio.sleep(plan.heartbeat_interval)
-                    continue
-                last_sent_at, last_said = begin, said
-                try:
-                    request = farm_pb2.HeartbeatRequest(agent_id=agent_id, running_leases=list(running))
-                    request.sent_at.GetCurrentTime()  # as the real agent does (agent/daemon.py)
-                    reply = await stub_of[agent_id].Heartbeat(request, timeout=60)
-                    calls.add("heartbeat", begin, time.monotonic() - begin)
-                    for item in reply.instructions:
-                        kind = item.WhichOneof("instruction")
-                        counters[kind] = counters.get(kind, 0) + 1
-                except grpc.aio.AioRpcError:
-                    calls.add("heartbeat", begin, time.monotonic() - begin, ok=False)
-                    counters["errors"] += 1
-                await asyncio.sleep(max(0.0, begin + plan.heartbeat_interval - time.monotonic()))
-
-        busy_ids = await asyncio.gather(*(register(plan.busy_fingerprint, n) for n in range(plan.busy)))
-        idle_ids = await asyncio.gather(*(register(plan.idle_fingerprint, plan.busy + n) for n in range(plan.idle)))
-        beats = [asyncio.create_task(heartbeat_loop(a, leases_of.setdefault(a, []))) for a in busy_ids + idle_ids]
-        pipe.send(("registered", len(busy_ids) + len(idle_ids)))
+        # (silent agents would be marked lost while the parent plans the jobs); none asks for
+        # work before "go".
+        for agent in agents:
+            agent.start()
+        await asyncio.gather(*(agent.registered.wait() for agent in agents))
+        pipe.send(("registered", count))
 
         # The parent plans jobs, then says go: templates and the window on the monotonic clock.
         message = await loop.run_in_executor(None, pipe.recv)
         if message[0] != "go":
             return
-        _, templates, go_at, window_start, window_end = message
-        window[:] = [window_start, window_end]
-        templates = {shash: text.split(FACTOR_MARK) for shash, text in templates.items()}
-        serial = iter(range(plan.index * 10**8 + 2, (plan.index + 1) * 10**8))
-        reporting = asyncio.Semaphore(plan.inflight)
+        _, templates, client.go_at, client.window_start, client.window_end = message
+        client.templates = {shash: text.split(FACTOR_MARK) for shash, text in templates.items()}
         # A full collection here stalled this process's loop for 70-230 ms, and every call
         # in flight looked that much slower: no collections from here to the end of the run,
         # which is short (the bench reports what the clients' memory grows to).
         gc.collect()
         gc.freeze()
         gc.disable()
-        await asyncio.sleep(max(0.0, go_at - time.monotonic()))
-
-        def fresh(shash: str) -> str:
-            head, tail = templates[shash]
-            return f"{head}{next(serial)}{tail}"
-
-        # ---------------------------------------------------------------- one agent
-        async def lease(agent_id: str, fingerprint_id: str):
-            """As the real agent's work loop (agent/daemon.py): a LeaseValidation, then a
-            LeaseShard, held up to plan.long_poll (never past the window). (shard or None, wait)."""
-            begin = time.monotonic()
-            try:
-                await stub_of[agent_id].LeaseValidation(farm_pb2.LeaseValidationRequest(
-                    agent_id=agent_id, fingerprint_id=fingerprint_id, target_kinds=["llvm"]), timeout=60)
-                calls.add("lease_validation", begin, time.monotonic() - begin)  # none: no job gets that far
-                request = farm_pb2.LeaseShardRequest(agent_id=agent_id, fingerprint_id=fingerprint_id,
-                                                     target_kinds=["llvm"])
-                # Not cut short at the window's end: every idle agent would come back from its
-                # poll in the same second, a burst no fleet makes; polls still held then are
-                # cancelled (idle_agents).
-                hold = plan.long_poll
-                if hold > 0:
-                    request.max_wait.FromNanoseconds(int(hold * 1e9))
-                begin = time.monotonic()
-                reply = await stub_of[agent_id].LeaseShard(request, timeout=hold + 60)
-            except grpc.aio.AioRpcError:
-                calls.add("lease_error", begin, time.monotonic() - begin, ok=False)
-                counters["errors"] += 1
-                return None, 1.0
-            granted = reply.HasField("shard")
-            kind = "lease_granted" if granted else ("lease_held" if hold > 0 else "lease_empty")
-            calls.add(kind, begin, time.monotonic() - begin)
-            wait = reply.retry_after.ToTimedelta().total_seconds() if reply.HasField("retry_after") else 1.0
-            return (reply.shard if granted else None), wait
-
-        # Records per report and the longest a record waits, per agent, as the coordinator said.
-        size_of: dict[str, tuple[int, float]] = {}
-
-        def next_batch(agent_id: str) -> tuple[int, float]:
-            """(records, seconds to measure them) of the agent's next batch, at its share of the rate."""
-            if not (plan.follow_sizes and plan.report_interval > 0) or agent_id not in size_of:
-                return plan.batch, plan.report_interval
-            per_s = plan.batch / plan.report_interval
-            records, within = size_of[agent_id]
-            n = max(1, min(records, int(per_s * within)))
-            return n, n / per_s
-
-        def follow(agent_id: str, records: int, within) -> None:
-            if records > 0:
-                size_of[agent_id] = (records, within.ToTimedelta().total_seconds() or plan.report_interval)
-
-        async def report_once(agent_id: str, shard, tasks: list, trials: dict, turn: int,
-                              n: int | None = None) -> bool | None:
-            """One ReportRecords of ``n`` (default plan.batch) fresh records; None when the call failed."""
-            records = []
-            for i in range(plan.batch if n is None else n):
-                task = tasks[(turn + i) % len(tasks)]
-                trials[task.name] += 1
-                records.append(farm_pb2.MeasuredRecord(task_name=task.name, workload_shash=task.workload_shash,
-                                                       tuning_record_json=fresh(task.workload_shash)))
-            # As the real agent: the progress of every task of the shard with each report.
-            progress = [farm_pb2.TaskProgress(shard_id=shard.shard_id, task_name=t.name, trials=trials[t.name],
-                                              budget=shard.budget.max_trials_per_task, best_us=10.0)
-                        for t in tasks]
-            request = farm_pb2.ReportRecordsRequest(agent_id=agent_id, shard_id=shard.shard_id,
-                                                    attempt=shard.attempt, records=records, progress=progress)
-            begin = time.monotonic()
-            try:
-                reply = await stub_of[agent_id].ReportRecords(request, timeout=60)
-            except grpc.aio.AioRpcError:
-                calls.add("report", begin, time.monotonic() - begin, ok=False)
-                counters["errors"] += 1
-                return None
-            end = time.monotonic()
-            calls.add("report", begin, end - begin, ok=reply.accepted)
-            if reply.accepted:
-                reported_at[agent_id] = end
-                follow(agent_id, reply.records_per_report, reply.report_within)
-            # Answered in the window (sent maybe before it, as in any steady state): with
-            # seconds of latency, counting only reports sent and answered within the window
-            # undercounted what was stored in it.
-            if window_start <= end <= window_end:
-                counters["records_sent"] += len(records)
-                counters["reports_answered"] += 1
-                counters["stored"] += reply.stored
-                counters["duplicates"] += reply.duplicates
-                if not reply.accepted:
-                    counters["rejected_reports"] += 1
-            return reply.accepted
-
-        async def leased_shard(agent_id: str):
-            shard = None
-            while shard is None and time.monotonic() < window_end:
-                shard, wait = await lease(agent_id, plan.busy_fingerprint["id"])
-                if shard is None:
-                    await asyncio.sleep(min(max(wait, 0.0), 5.0))
-            return shard
-
-        async def busy_agent(agent_id: str) -> None:
-            running = leases_of[agent_id]
-            shard = await leased_shard(agent_id)
-            if shard is None:
-                counters["busy_without_shard"] += 1
-                return
-            counters["granted"] += 1
-            paced = plan.report_interval > 0
-            # Part-way through its first shard (ClientPlan.shard_seconds); the next outlasts the run.
-            done_at = (go_at + rng.uniform(0, plan.shard_seconds)
-                       if paced and plan.schedule == "pipelined" and plan.shard_seconds > 0 else float("inf"))
-            while True:
-                follow(agent_id, shard.records_per_report, shard.report_within)
-                running[:] = [farm_pb2.LeaseRef(job_id=shard.job_id, shard_id=shard.shard_id,
-                                                attempt=shard.attempt)]
-                tasks = [t for t in shard.tasks if t.workload_shash in templates]
-                trials = {t.name: 0 for t in tasks}
-                next_at = time.monotonic() + (rng.uniform(0, plan.report_interval) if paced else 0.0)
-                if not (paced and plan.schedule == "pipelined"):
-                    break
-                if not await pipelined_reports(agent_id, shard, tasks, trials, next_at, done_at):
-                    return
-                # Tuned: complete the shard and lease the next, as the real agent's loop does.
-                running.clear()
-                begin = time.monotonic()
-                try:
-                    await stub_of[agent_id].CompleteShard(farm_pb2.CompleteShardRequest(
-                        agent_id=agent_id, shard_id=shard.shard_id, attempt=shard.attempt), timeout=60)
-                    calls.add("complete_shard", begin, time.monotonic() - begin)
-                except grpc.aio.AioRpcError:
-                    calls.add("complete_shard", begin, time.monotonic() - begin, ok=False)
-                    counters["errors"] += 1
-                counters["completed"] += 1
-                done_at = float("inf")
-                shard = await leased_shard(agent_id)
-                if shard is None:
-                    return
-            turn = 0
-            while tasks and time.monotonic() < window_end:
-                if paced:
-                    await asyncio.sleep(max(0.0, next_at - time.monotonic()))
-                    if (time.monotonic() - next_at > max(0.05, plan.report_interval / 4)
-                            and window_start <= next_at < window_end):
-                        counters["late_reports"] += 1  # the previous reply came after this one was due
-                    next_at += plan.report_interval
-                    if time.monotonic() >= window_end:
-                        break
-                    n, measuring = next_batch(agent_id) if plan.schedule == "measured" else (plan.batch, 0.0)
-                    accepted = await report_once(agent_id, shard, tasks, trials, turn, n)
-                    if plan.schedule == "measured":
-                        next_at = time.monotonic() + measuring  # the next batch is measured now
-                else:
-                    async with reporting:
-                        if time.monotonic() >= window_end:
-                            break
-                        n = plan.batch
-                        accepted = await report_once(agent_id, shard, tasks, trials, turn, n)
-                turn += n
-                if accepted is False:
-                    break  # the lease is over (lost to a missed TTL); this agent stops
-
-        async def pipelined_reports(agent_id: str, shard, tasks: list, trials: dict, measured_at: float,
-                                    done_at: float) -> bool:
-            """The real agent's loop: a batch measured by ``measured_at`` is reported while the next is
-            measured. True once the shard is tuned (at ``done_at``, its last report answered);
-            False at the window's end or when the lease is over."""
-            in_flight = None
-            turn = 0
-            n, measuring = next_batch(agent_id)
-            began = measured_at - measuring  # when the batch being measured began
-            while tasks:
-                if measured_at >= done_at:
-                    # Tuned part-way through a batch: the rest is reported once the report ahead
-                    # is answered (the real agent's flush), then the shard is complete.
-                    await asyncio.sleep(max(0.0, done_at - time.monotonic()))
-                    if in_flight is not None and await in_flight is False:
-                        return False
-                    rest = int((done_at - began) * plan.batch / plan.report_interval)
-                    if rest > 0 and await report_once(agent_id, shard, tasks, trials, turn, rest) is False:
-                        return False
-                    return time.monotonic() < window_end
-                await asyncio.sleep(max(0.0, measured_at - time.monotonic()))
-                # As the real agent (foundation.meta_schedule.database.shard_database): a size that grew
-                # while this batch was measured applies to it.
-                grown, seconds = next_batch(agent_id)
-                if grown > n and time.monotonic() < window_end:
-                    measured_at += seconds / grown * (grown - n)
-                    n = grown
-                    continue
-                if in_flight is not None:
-                    waited_from = time.monotonic()
-                    accepted = await in_flight  # the batch is handed over once the one ahead is answered
-                    in_flight = None
-                    if (time.monotonic() - waited_from > max(0.05, plan.report_interval / 4)
-                            and window_start <= waited_from < window_end):
-                        counters["late_reports"] += 1  # measured before the report ahead was answered
-                    if accepted is False:
-                        return False  # the lease is over (lost to a missed TTL); this agent stops
-                if time.monotonic() >= window_end:
-                    return False
-                in_flight = asyncio.ensure_future(report_once(agent_id, shard, tasks, trials, turn, n))
-                turn += n
-                n, measuring = next_batch(agent_id)  # as the last answer said
-                began = time.monotonic()
-                measured_at = began + measuring
-
-        async def idle_agent(agent_id: str) -> None:
-            # Idle agents became idle at different moments too: spread over one poll, as a fleet's
-            # are in a steady state (the coordinator ends held polls early by a random share).
-            await asyncio.sleep(rng.uniform(0, max(1.0, plan.long_poll)))
-            while time.monotonic() < window_end:
-                _shard, wait = await lease(agent_id, plan.idle_fingerprint["id"])
-                await asyncio.sleep(min(max(wait, 0.0), 5.0))
-
-        async def idle_agents() -> None:
-            tasks = [asyncio.create_task(idle_agent(a)) for a in idle_ids]
-            await asyncio.sleep(max(0.0, window_end - time.monotonic()))
-            for task in tasks:  # polls held past the window's end are not waited for
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-
-        async def loop_lag_probe() -> None:
-            # How late this process's own event loop runs a timer: the share of every latency
-            # above that the clients, not the coordinator, add.
-            while time.monotonic() < window_end:
-                begin = time.monotonic()
-                await asyncio.sleep(LAG_PROBE_S)
-                calls.add("client_loop_lag", begin, max(0.0, time.monotonic() - begin - LAG_PROBE_S))
-
-        await asyncio.gather(*(busy_agent(a) for a in busy_ids), idle_agents(), *beats, loop_lag_probe())
+        await asyncio.sleep(max(0.0, client.go_at - time.monotonic()))
+        client.go.set()
+        probe = asyncio.create_task(client.loop_lag_probe())
+        # Calls still in flight at the window's end are cancelled, not waited for: held polls
+        # would otherwise all come back in the same second, a burst no fleet makes.
+        await asyncio.sleep(max(0.0, client.window_end - time.monotonic()))
+        await asyncio.gather(*(agent.stop() for agent in agents), probe)
+        client.counters["busy_without_shard"] = sum(1 for agent in agents if agent.busy and not agent.granted)
     finally:
         await asyncio.gather(*(channel.close() for channel in channels))
-    pipe.send(("done", calls.items, counters))
+    pipe.send(("done", client.calls.items, client.counters))
+
+
+class Client:
+    """What one process's agents share (the plan, the window, call times and counters, record
+    templates) and their made-up tuning."""
+
+    def __init__(self, plan: ClientPlan):
+        self.plan = plan
+        self.rng = random.Random(plan.seed)
+        self.calls = Calls()
+        self.counters = {"stored": 0, "duplicates": 0, "records_sent": 0, "rejected_reports": 0, "errors": 0,
+                         "re_register": 0, "cancel_lease": 0, "granted": 0, "busy_without_shard": 0,
+                         "late_reports": 0, "reports_answered": 0, "completed": 0}
+        self.registering = asyncio.Semaphore(32)
+        self.reporting = asyncio.Semaphore(plan.inflight)
+        # "go", and the window on the monotonic clock, come from the parent; until then no
+        # agent asks for work.
+        self.go = asyncio.Event()
+        self.go_at = self.window_start = self.window_end = float("inf")
+        self.templates: dict[str, list[str]] = {}
+        self._serial = iter(range(plan.index * 10**8 + 2, (plan.index + 1) * 10**8))
+        # Records per report and the longest a record waits, per agent, as the coordinator said.
+        self._size_of: dict[str, tuple[int, float]] = {}
+
+    def fresh(self, shash: str) -> str:
+        head, tail = self.templates[shash]
+        return f"{head}{next(self._serial)}{tail}"
+
+    def next_batch(self, agent_id: str) -> tuple[int, float]:
+        """(records, seconds to measure them) of the agent's next batch, at its share of the rate."""
+        plan = self.plan
+        if not (plan.follow_sizes and plan.report_interval > 0) or agent_id not in self._size_of:
+            return plan.batch, plan.report_interval
+        per_s = plan.batch / plan.report_interval
+        records, within = self._size_of[agent_id]
+        n = max(1, min(records, int(per_s * within)))
+        return n, n / per_s
+
+    def follow(self, agent_id: str, records: int, within) -> None:
+        if records > 0:
+            self._size_of[agent_id] = (records, within.ToTimedelta().total_seconds() or self.plan.report_interval)
+
+    async def loop_lag_probe(self) -> None:
+        # How late this process's own event loop runs a timer: the share of every latency
+        # above that the clients, not the coordinator, add.
+        while time.monotonic() < self.window_end:
+            begin = time.monotonic()
+            await asyncio.sleep(LAG_PROBE_S)
+            self.calls.add("client_loop_lag", begin, max(0.0, time.monotonic() - begin - LAG_PROBE_S))
+
+    # ------------------------------------------------------------------ made-up tuning
+
+    async def tune(self, agent: FakeAgent, lease: Lease, shard, cancelled: asyncio.Event, first: bool) -> None:
+        """Report fresh records of ``shard`` as the plan paces them, until it is tuned (ShardTuned),
+        its lease is over (a refused report, or cancelled: ShardStopped), or the window ends."""
+        plan = self.plan
+        self.follow(agent.agent_id, shard.records_per_report, shard.report_within)
+        work = _ShardWork(agent, lease, shard, [t for t in shard.tasks if t.workload_shash in self.templates],
+                          cancelled)
+        paced = plan.report_interval > 0
+        next_at = time.monotonic() + (self.rng.uniform(0, plan.report_interval) if paced else 0.0)
+        if paced and plan.schedule == "pipelined":
+            # Part-way through its first shard (ClientPlan.shard_seconds); the next outlasts the run.
+            done_at = (self.go_at + self.rng.uniform(0, plan.shard_seconds)
+                       if first and plan.shard_seconds > 0 else float("inf"))
+            ended = await self.pipelined_reports(work, next_at, done_at)
+        else:
+            ended = await self.steady_reports(work, next_at)
+        if ended == "tuned":
+            agent.post(ShardTuned(lease))
+        elif ended == "stopped":
+            agent.post(ShardStopped(lease))
+
+    async def report_once(self, work: _ShardWork, n: int | None = None) -> bool | None:
+        """One ReportRecords of ``n`` (default plan.batch) fresh records; None when the call failed."""
+        shard, agent = work.shard, work.agent
+        records = []
+        for i in range(self.plan.batch if n is None else n):
+            task = work.tasks[(work.turn + i) % len(work.tasks)]
+            work.trials[task.name] += 1
+            records.append(farm_pb2.MeasuredRecord(task_name=task.name, workload_shash=task.workload_shash,
+                                                   tuning_record_json=self.fresh(task.workload_shash)))
+        work.turn += len(records)
+        # As the real agent: the progress of every task of the shard with each report.
+        progress = [farm_pb2.TaskProgress(shard_id=shard.shard_id, task_name=t.name, trials=work.trials[t.name],
+                                          budget=shard.budget.max_trials_per_task, best_us=10.0)
+                    for t in work.tasks]
+        request = farm_pb2.ReportRecordsRequest(agent_id=agent.agent_id, shard_id=shard.shard_id,
+                                                attempt=shard.attempt, records=records, progress=progress)
+        begin = time.monotonic()
+        try:
+            reply = await agent.stub.ReportRecords(request, timeout=CALL_TIMEOUT_S)
+        except grpc.aio.AioRpcError:
+            self.calls.add("report", begin, time.monotonic() - begin, ok=False)
+            self.counters["errors"] += 1
+            return None
+        end = time.monotonic()
+        self.calls.add("report", begin, end - begin, ok=reply.accepted)
+        if reply.accepted:
+            self.follow(agent.agent_id, reply.records_per_report, reply.report_within)
+            agent.post(ReportAccepted(end))
+        else:
+            agent.post(ReportRefused(work.lease, reply.reason))
+        # Answered in the window (sent maybe before it, as in any steady state): with
+        # seconds of latency, counting only reports sent and answered within the window
+        # undercounted what was stored in it.
+        if self.window_start <= end <= self.window_end:
+            self.counters["records_sent"] += len(records)
+            self.counters["reports_answered"] += 1
+            self.counters["stored"] += reply.stored
+            self.counters["duplicates"] += reply.duplicates
+            if not reply.accepted:
+                self.counters["rejected_reports"] += 1
+        return reply.accepted
+
+    async def pipelined_reports(self, work: _ShardWork, measured_at: float, done_at: float) -> str:
+        """The real agent's loop: a batch measured by ``measured_at`` is reported while the next is
+        measured. "tuned" once the shard is (at ``done_at``, its last report answered); "stopped"
+        when the lease is over; "window" at the window's end."""
+        plan, agent_id = self.plan, work.agent.agent_id
+        in_flight = None
+        n, measuring = self.next_batch(agent_id)
+        began = measured_at - measuring  # when the batch being measured began
+        while work.tasks:
+            if work.cancelled.is_set():
+                return "stopped"
+            if measured_at >= done_at:
+                # Tuned part-way through a batch: the rest is reported once the report ahead
+                # is answered (the real agent's flush), then the shard is complete.
+                await asyncio.sleep(max(0.0, done_at - time.monotonic()))
+                if in_flight is not None and await in_flight is False:
+                    return "stopped"
+                rest = int((done_at - began) * plan.batch / plan.report_interval)
+                if rest > 0 and await self.report_once(work, rest) is False:
+                    return "stopped"
+                return "tuned" if time.monotonic() < self.window_end else "window"
+            await asyncio.sleep(max(0.0, measured_at - time.monotonic()))
+            # As the real agent (foundation.meta_schedule.database.shard_database): a size that grew
+            # while this batch was measured applies to it.
+            grown, seconds = self.next_batch(agent_id)
+            if grown > n and time.monotonic() < self.window_end:
+                measured_at += seconds / grown * (grown - n)
+                n = grown
+                continue
+            if in_flight is not None:
+                waited_from = time.monotonic()
+                accepted = await in_flight  # the batch is handed over once the one ahead is answered
+                in_flight = None
+                if (time.monotonic() - waited_from > max(0.05, plan.report_interval / 4)
+                        and self.window_start <= waited_from < self.window_end):
+                    self.counters["late_reports"] += 1  # measured before the report ahead was answered
+                if accepted is False:
+                    return "stopped"  # the lease is over (lost to a missed TTL)
+            if time.monotonic() >= self.window_end:
+                return "window"
+            in_flight = asyncio.ensure_future(self.report_once(work, n))
+            n, measuring = self.next_batch(agent_id)  # as the last answer said
+            began = time.monotonic()
+            measured_at = began + measuring
+        return "window"
+
+    async def steady_reports(self, work: _ShardWork, next_at: float) -> str:
+        """Schedules "measured" and "fixed", and saturating: report until the window ends
+        ("window") or the lease is over ("stopped")."""
+        plan = self.plan
+        paced = plan.report_interval > 0
+        while work.tasks and time.monotonic() < self.window_end:
+            if work.cancelled.is_set():
+                return "stopped"
+            if paced:
+                await asyncio.sleep(max(0.0, next_at - time.monotonic()))
+                if (time.monotonic() - next_at > max(0.05, plan.report_interval / 4)
+                        and self.window_start <= next_at < self.window_end):
+                    self.counters["late_reports"] += 1  # the previous reply came after this one was due
+                next_at += plan.report_interval
+                if time.monotonic() >= self.window_end:
+                    break
+                n, measuring = (self.next_batch(work.agent.agent_id) if plan.schedule == "measured"
+                                else (plan.batch, 0.0))
+                accepted = await self.report_once(work, n)
+                if plan.schedule == "measured":
+                    next_at = time.monotonic() + measuring  # the next batch is measured now
+            else:
+                async with self.reporting:
+                    if time.monotonic() >= self.window_end:
+                        break
+                    accepted = await self.report_once(work)
+            if accepted is False:
+                return "stopped"  # the lease is over (lost to a missed TTL)
+        return "window"
+
+
+@dataclass
+class _ShardWork:
+    """One leased shard being "tuned": the tasks it reports records of, and how far it got."""
+
+    agent: FakeAgent
+    lease: Lease
+    shard: object
+    tasks: list
+    cancelled: asyncio.Event
+    trials: dict = field(default_factory=dict)
+    turn: int = 0
+
+    def __post_init__(self):
+        self.trials = {t.name: 0 for t in self.tasks}

@@ -68,7 +68,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _fake_agent
 from _box_speed import reference_loop_ms
 
-from agent.daemon import LEASE_WAIT_S
+from agent.state import LEASE_WAIT_S
 
 REPO = Path(__file__).resolve().parents[1]
 ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/test"

@@ -1,5 +1,7 @@
 """The TVM work of a distributed job on the coordinator: load its model, plan its tasks, build it.
 
+Also the fingerprint a job's canonical target is worked out on (`registered_fingerprint`).
+
 Each step imports TVM and can take seconds to minutes, so the coordinator runs them on
 `BackgroundWorker` threads, never on a gRPC handler.
 """
@@ -15,8 +17,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from coordinator.fleet.heap import freeze_long_lived
+from coordinator.calls.values import InvalidRequest
+from coordinator.fleet import freeze_long_lived
 from foundation.errors import FarmError
+from foundation.hardware.fingerprint import Fingerprint
 
 if TYPE_CHECKING:  # pragma: no cover
     from foundation.models.loaded import LoadedModel
@@ -40,6 +44,16 @@ def store_onnx(data_dir: Path, sha256: str, content: bytes) -> Path:
         partial.write_bytes(content)
         partial.replace(path)
     return path
+
+
+def registered_fingerprint(store: "RegistryStore", fp_id: str) -> Fingerprint:
+    """A fingerprint the registry knows, as foundation.hardware's value (targets are worked out on it)."""
+    stored = store.get_fingerprint(fp_id)
+    if stored is None:
+        raise InvalidRequest(f"fingerprint {fp_id!r} is not in the registry",
+                             "start an agent of that fingerprint first")
+    # The stored id is trusted, not recomputed (see Fingerprint.from_json).
+    return Fingerprint(stored.id, stored.kind, stored.summary, dict(stored.details))
 
 
 # TVM's Relax BlockBuilder keeps a process-wide stack: two threads building Relax modules at

@@ -21,7 +21,7 @@ from foundation.domain.shards import ShardState
 from foundation.metrics_http import MetricsServer, standard_registry
 
 if TYPE_CHECKING:  # pragma: no cover
-    from coordinator.fleet.report_ingest import UnreadReport
+    from coordinator.fleet import UnreadReport
     from foundation.registry.entities import RecordReport
     from foundation.registry.store import RegistryStore
 

@@ -10,15 +10,13 @@ import threading
 from concurrent import futures
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from coordinator.access import TokenCheck
 from coordinator.cluster_store import ClusterStore
-from coordinator.fleet.heap import PacedCollector, freeze_long_lived, tune_collector
-from coordinator.fleet.report_sizing import DEFAULT_JITTER
+from coordinator.fleet import IngestProcess, PacedCollector, ReportPolicy, freeze_long_lived, tune_collector
 from coordinator.service import Coordinator, CoordinatorSettings
 from coordinator.servicer import FarmAgentServicer, FarmClientServicer
 from foundation.errors import FarmError
@@ -26,9 +24,6 @@ from foundation.metrics_http import MetricsServer
 from foundation.registry.store import RegistryStore
 from foundation.wire import CHANNEL_OPTIONS, farm_pb2
 from foundation.wire.access import ServerAccess
-
-if TYPE_CHECKING:
-    from coordinator.fleet.ingest_process import IngestProcess
 
 logger = logging.getLogger("farm.coordinator")
 
@@ -133,10 +128,10 @@ def serve(
     heartbeat_interval: float = 5.0,
     lease_ttl: float = 30.0,
     max_attempts: int = 3,
-    records_per_report: int = 16,
-    report_rate: float = 100.0,
-    report_within: float = 10.0,
-    report_jitter: float = DEFAULT_JITTER,
+    records_per_report: int = ReportPolicy.min_records,
+    report_rate: float = ReportPolicy.report_rate,
+    report_within: float = ReportPolicy.min_within_s,
+    report_jitter: float = ReportPolicy.jitter,
     data_dir: Path | None = None,
     tick_interval: float = 0.5,
     max_workers: int = 256,
@@ -151,7 +146,8 @@ def serve(
     coordinator starts its own on ``tracker_listen``. Agents report at least
     ``records_per_report`` records at a time, more when the fleet's reports would otherwise
     come faster than ``report_rate`` a second, and at least every ``report_within`` seconds,
-    each agent's sizes spread by up to ``report_jitter`` (coordinator.fleet.report_sizing).
+    each agent's sizes spread by up to ``report_jitter``: the flags of `farm coordinator`,
+    which from here on travel as one ReportPolicy (coordinator.fleet.report_sizing).
     ``ingest_process``: reports are read and committed in a process of their own
     (coordinator.fleet.ingest_process); by default on
     PostgreSQL, where a fleet's reports come in, and not on SQLite, one box's registry that
@@ -164,10 +160,10 @@ def serve(
     ``metrics_listen``: serve Prometheus metrics there (coordinator.metrics).
     """
     from foundation import config
+    from foundation.rpc.tracker import TrackerProcess, parse_tracker_address
 
     access = access or ServerAccess()
     access.check_listen(listen)
-    from foundation.rpc.tracker import TrackerProcess, parse_tracker_address
 
     url = config.registry_url(registry_url)
     store = RegistryStore(url)
@@ -184,12 +180,9 @@ def serve(
         settings = CoordinatorSettings(
             data_dir=Path(data_dir) if data_dir else config.data_dir() / "coordinator",
             heartbeat_interval=heartbeat_interval, lease_ttl=lease_ttl, max_attempts=max_attempts,
-            records_per_report=records_per_report, report_rate=report_rate, report_within=report_within,
-            report_jitter=report_jitter,
+            report_policy=ReportPolicy(records_per_report, report_rate, report_within, report_jitter),
         )
         if ingest_process if ingest_process is not None else store.dialect == "postgresql":
-            from coordinator.fleet.ingest_process import IngestProcess
-
             ingest = IngestProcess(url)
         coordinator = Coordinator(store, ClusterStore(store), tracker, settings,
                                   ingest.submit if ingest is not None else None)

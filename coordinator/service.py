@@ -5,9 +5,10 @@ Everything the coordinator knows is in SQL (RegistryStore, ClusterStore), so a r
 coordinator carries on: `tick` re-plans jobs left queued, rebuilds jobs left building, and
 settles validations reported while it was away. What is kept in memory only speeds things up.
 
-The Coordinator is composed of one part per module: client_calls (submit, jobs, agents),
-agent_calls (registration, heartbeats, leases and reports) and housekeeping (the background
-tick); calls holds the plain values they take and return, and their errors.
+The Coordinator composes one part per kind of call (coordinator.calls: clients, agents, shard
+leases, reports, validations), the background tick (coordinator.housekeeping) and the steps
+that move a job along (coordinator.job_steps); coordinator.calls.values holds the plain values
+they take and return, and their errors.
 """
 
 from __future__ import annotations
@@ -19,8 +20,12 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
 
-from coordinator.agent_calls import AgentCalls
-from coordinator.calls import (
+from coordinator.calls.agents import AgentCalls
+from coordinator.calls.client import ClientCalls
+from coordinator.calls.reports import ReportCalls
+from coordinator.calls.shards import ShardCalls
+from coordinator.calls.validations import ValidationCalls
+from coordinator.calls.values import (
     AgentRefused,
     AgentView,
     CancelLease,
@@ -30,25 +35,30 @@ from coordinator.calls import (
     OnnxUpload,
     ReRegister,
     SubmitSpec,
+    TrackerAddress,
     Unavailable,
     ValidationReport,
     utc_now,
 )
-from coordinator.client_calls import ClientCalls
 from coordinator.cluster_store import ClusterStore
-from coordinator.fleet import report_ingest
-from coordinator.fleet.group_commit import GroupCommit
-from coordinator.fleet.live_agents import LiveAgents
-from coordinator.fleet.progress_events import ProgressEvents
-from coordinator.fleet.report_ingest import UnreadReport
-from coordinator.fleet.report_sizing import DEFAULT_JITTER, ReportSizing
+from coordinator.fleet import (
+    GroupCommit,
+    LiveAgents,
+    ProgressEvents,
+    ReportPolicy,
+    ReportSizing,
+    UnreadReport,
+    ingest_reports,
+)
+from coordinator.hints import RpcServerFlags, TaskProgress, WorkloadJson
 from coordinator.housekeeping import Housekeeping
-from coordinator.job_work import BackgroundWorker, ModelCache
+from coordinator.job_steps import JobSteps
+from coordinator.job_work import ModelCache
 from foundation.domain.shards import DEFAULT_MAX_ATTEMPTS
 from foundation.registry.store import RegistryStore
 
 # Names the servicer and the server import from here; the other values of the calls are
-# in coordinator.calls.
+# in coordinator.calls.values.
 __all__ = [
     "AgentRefused",
     "AgentView",
@@ -74,22 +84,21 @@ class CoordinatorSettings:
     # A few intervals, so one late beat is not fatal.
     lease_ttl: float = 30.0
     max_attempts: int = DEFAULT_MAX_ATTEMPTS
-    # The fewest records per ReportRecords; more when records come faster than report_rate
-    # reports a second would carry (coordinator.fleet.report_sizing).
-    records_per_report: int = 16
-    report_rate: float = 100.0
-    # Agents report at least this often (longer in a large fleet).
-    report_within: float = 10.0
-    # How far one agent's report size strays from the fleet's, so that agents do not report in step.
-    report_jitter: float = DEFAULT_JITTER
+    # How large agents' reports are (coordinator.fleet.report_sizing).
+    report_policy: ReportPolicy = ReportPolicy()
     # Records per task handed to an agent for its warm start.
     warm_records_per_task: int = 32
     # How long an idle agent waits before asking for work again.
     idle_retry_after: float = 1.0
 
 
-class Coordinator(ClientCalls, AgentCalls, Housekeeping):
-    """Jobs, agents, shard and validation leases; `tick` moves jobs along in the background."""
+class Coordinator:
+    """Jobs, agents, shard and validation leases; `tick` moves jobs along in the background.
+
+    Composed of one part per kind of call (coordinator.calls), the tick (coordinator.housekeeping)
+    and the steps of a job (coordinator.job_steps), each given what it needs; their calls are
+    this object's, as the servicer and the server make them.
+    """
 
     def __init__(self, store: RegistryStore, cluster: ClusterStore, tracker_address: str,
                  settings: CoordinatorSettings,
@@ -104,33 +113,78 @@ class Coordinator(ClientCalls, AgentCalls, Housekeeping):
         self.cluster = cluster
         self.settings = settings
         self.tracker_host, self.tracker_port = parse_tracker_address(tracker_address)
-        self.tvm_version = tvm_version()
-        self.draining = False
-        self._models = ModelCache(settings.data_dir)
-        self._planner = BackgroundWorker("farm-planner")
-        self._builder = BackgroundWorker("farm-builder")
-        self._lock = threading.Lock()
-        # In memory only, as hints: the RPC server flag of each agent's last heartbeat, the
-        # latest progress of each task (rebuilt from the job's events when missing), and the
-        # save_json form of workloads handed to agents.
-        self._rpc_serving: dict[str, bool] = {}
-        self._progress: dict[str, dict[tuple[str, str], dict]] = {}
-        self._module_json: dict[int, str] = {}
-        self._settle_lock = threading.Lock()
-        self.report_sizing = ReportSizing(settings.records_per_report, settings.report_rate, settings.report_within,
-                                          jitter=settings.report_jitter)
+        tracker = TrackerAddress(self.tracker_host, self.tracker_port)
+        self.tvm_version = version = tvm_version()
+        self.wake = wake = threading.Event()  # set when a tick should come early
+        self._draining = draining = threading.Event()
+
+        # What the parts share, each in an object of its own.
         self.live = LiveAgents(cluster, lambda: store.unit_of_work.state_version,
                                store.unit_of_work.lease_version)
-        self._ingest = GroupCommit("farm-reports", ingest or functools.partial(report_ingest.ingest, cluster))
-        self._claims = GroupCommit(
+        self.report_sizing = ReportSizing(settings.report_policy)
+        self.report_commits = GroupCommit("farm-reports", ingest or functools.partial(ingest_reports, cluster))
+        self.claim_commits = GroupCommit(
             "farm-claims", lambda claims: cluster.claim_shards(claims, utc_now(), settings.lease_ttl))
-        self._progress_events = ProgressEvents()
-        # What reports need of a job (coordinator.agent_calls), filled on demand.
-        self._reporting_jobs: dict = {}
-        self.wake = threading.Event()  # set when a tick should come early
+        models = ModelCache(settings.data_dir)
+        progress = TaskProgress(cluster)
+        workloads = WorkloadJson()
+        rpc_servers = RpcServerFlags()
+        progress_events = ProgressEvents()
+
+        steps = JobSteps(store, cluster, models, workloads, version, wake)
+        self.housekeeping = Housekeeping(store, cluster, self.live, steps, lease_ttl=settings.lease_ttl,
+                                         max_attempts=settings.max_attempts)
+        self.client_calls = ClientCalls(store, cluster, models, progress, rpc_servers, data_dir=settings.data_dir,
+                                        tvm_version=version, draining=draining, wake=wake)
+        self.agent_calls = AgentCalls(
+            store, cluster, self.live, rpc_servers, tvm_version=version, tracker=tracker,
+            heartbeat_interval=settings.heartbeat_interval, lease_ttl=settings.lease_ttl,
+            max_attempts=settings.max_attempts, wake=wake)
+        self.shard_calls = ShardCalls(
+            store, cluster, self.live, self.claim_commits, workloads, progress_events, self.report_sizing,
+            tvm_version=version, tracker=tracker, warm_records_per_task=settings.warm_records_per_task,
+            max_attempts=settings.max_attempts, draining=draining, wake=wake)
+        self.report_calls = ReportCalls(store, cluster, self.live, self.report_commits, progress_events, progress,
+                                        self.report_sizing, tvm_version=version)
+        self.validation_calls = ValidationCalls(store, cluster, self.live, models, settle=steps.settle_validation,
+                                                max_attempts=settings.max_attempts, draining=draining)
+
+        # The calls, as the servicer and the server make them: each is its part's.
+        self.tick = self.housekeeping.tick
+        self.submit = self.client_calls.submit
+        self.get_job = self.client_calls.get_job
+        self.list_jobs = self.client_calls.list_jobs
+        self.events = self.client_calls.events
+        self.last_event_sequence = self.client_calls.last_event_sequence
+        self.cancel_job = self.client_calls.cancel_job
+        self.list_agents = self.client_calls.list_agents
+        self.register_agent = self.agent_calls.register_agent
+        self.heartbeat = self.agent_calls.heartbeat
+        self.settled_heartbeat = self.agent_calls.settled_heartbeat
+        self.lease_shard = self.shard_calls.lease_shard
+        self.claim_shard = self.shard_calls.claim_shard
+        self.shard_offer = self.shard_calls.shard_offer
+        self.complete_shard = self.shard_calls.complete_shard
+        self.fail_shard = self.shard_calls.fail_shard
+        self.report_records = self.report_calls.report_records
+        self.prepare_report = self.report_calls.prepare_report
+        self.prepare_cached_report = self.report_calls.prepare_cached_report
+        self.enqueue_report = self.report_calls.enqueue_report
+        self.finish_report = self.report_calls.finish_report
+        self.may_offer_validation = self.validation_calls.may_offer_validation
+        self.lease_validation = self.validation_calls.lease_validation
+        self.report_validation = self.validation_calls.report_validation
+
+    @property
+    def draining(self) -> bool:
+        """Set while the server drains: no new jobs, leases or validations are handed out."""
+        return self._draining.is_set()
+
+    @draining.setter
+    def draining(self, value: bool) -> None:
+        (self._draining.set if value else self._draining.clear)()
 
     def close(self) -> None:
-        self._claims.close()
-        self._ingest.close()
-        self._planner.stop()
-        self._builder.stop()
+        self.claim_commits.close()
+        self.report_commits.close()
+        self.housekeeping.close()

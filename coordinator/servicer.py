@@ -28,8 +28,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 
 from coordinator import metrics
 from coordinator.cluster_store import AgentMismatch, UnknownAgent
-from coordinator.fleet.group_commit import COMMIT_TIMEOUT_S
-from coordinator.fleet.loop_pacing import LoopPacer
+from coordinator.fleet import COMMIT_TIMEOUT_S, LoopPacer
 from coordinator.service import (
     AgentRefused,
     AgentView,

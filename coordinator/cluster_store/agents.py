@@ -11,10 +11,7 @@ from sqlalchemy import bindparam, select, update
 
 from foundation.registry.entities import Agent
 from foundation.registry.schema import AgentRow
-from foundation.registry.session import unchanged
-
-from .locking import RowLocks
-from .rows import _agent
+from foundation.registry.session import Changes, UnitOfWork
 
 AGENT_ACTIVE = "active"
 AGENT_LOST = "lost"
@@ -26,8 +23,12 @@ _RECORD_BEATS = (
 )
 
 
-class AgentRoster(RowLocks):
+class AgentStore:
     """Registered agents, alive while they heartbeat."""
+
+    def __init__(self, unit: UnitOfWork, *, postgres: bool):
+        self._unit = unit
+        self._postgres = postgres
 
     def register_agent(
         self,
@@ -56,17 +57,17 @@ class AgentRoster(RowLocks):
             "registered_at": now,
             "last_heartbeat_at": now,
         }
-        with self._unit(write=True) as session:
+        with self._unit.write(Changes.STATE) as session:
             if previous_agent_id:
                 result = session.execute(
                     update(AgentRow).where(AgentRow.id == previous_agent_id).values(**fields)
                 )
                 if result.rowcount == 1:  # type: ignore[attr-defined]
-                    return _agent(session.get_one(AgentRow, previous_agent_id))
+                    return session.get_one(AgentRow, previous_agent_id).to_entity()
             row = AgentRow(id="agent-" + secrets.token_hex(6), **fields)
             session.add(row)
             session.flush()
-            return _agent(row)
+            return row.to_entity()
 
     def heartbeat(self, agent_id: str, now: datetime) -> Agent | None:
         """Note that the agent is alive; None when the id is unknown (it must re-register).
@@ -87,9 +88,9 @@ class AgentRoster(RowLocks):
         # agent row (registration and `mark_lost_agents` update one at a time; foreign keys
         # take key-share locks, which a heartbeat's update does not conflict with).
         ordered = sorted(beats.items())
-        # Quiet: a beat changes no lease; an agent that was lost and beats again is only
-        # a candidate for new work, which nothing caches.
-        with self._unit(write=True, quiet=True) as session:
+        # A beat changes no lease; an agent that was lost and beats again is only a
+        # candidate for new work, which nothing caches.
+        with self._unit.write(Changes.NO_STATE) as session:
             if self._postgres:
                 # One statement over two arrays: with a thousand agents, one UPDATE per agent
                 # per tick was a share of the coordinator's CPU of its own.
@@ -111,12 +112,18 @@ class AgentRoster(RowLocks):
     def mark_lost_agents(self, now: datetime, ttl: float) -> list[Agent]:
         """Active agents silent for longer than ``ttl``, now lost (their leases expire apart)."""
         cutoff = now - timedelta(seconds=ttl)
-        with self._unit(write=True) as session:
-            ids = session.scalars(
-                select(AgentRow.id)
-                .where(AgentRow.state == AGENT_ACTIVE, AgentRow.last_heartbeat_at < cutoff)
-                .order_by(AgentRow.id)
-            ).all()
+        silent = (
+            select(AgentRow.id)
+            .where(AgentRow.state == AGENT_ACTIVE, AgentRow.last_heartbeat_at < cutoff)
+            .order_by(AgentRow.id)
+        )
+        # Almost every tick finds none: looked for first without a write unit, which SQLite
+        # would give the whole database, and which would say that state may have changed.
+        with self._unit.read() as session:
+            if session.scalars(silent.limit(1)).first() is None:
+                return []
+        with self._unit.write(Changes.STATE) as session:
+            ids = session.scalars(silent).all()
             lost = []
             for agent_id in ids:
                 # Guarded: a heartbeat that landed meanwhile keeps the agent active.
@@ -130,22 +137,20 @@ class AgentRoster(RowLocks):
                     .values(state=AGENT_LOST)
                 )
                 if result.rowcount == 1:  # type: ignore[attr-defined]
-                    lost.append(_agent(session.get_one(AgentRow, agent_id, populate_existing=True)))
-            if not lost:
-                unchanged(session)
+                    lost.append(session.get_one(AgentRow, agent_id, populate_existing=True).to_entity())
             return lost
 
     def get_agent(self, agent_id: str) -> Agent | None:
-        with self._unit() as session:
+        with self._unit.read() as session:
             row = session.get(AgentRow, agent_id)
-            return _agent(row) if row else None
+            return row.to_entity() if row else None
 
     def list_agents(self, target_kind: str | None = None, include_lost: bool = True) -> list[Agent]:
         query = select(AgentRow).order_by(AgentRow.registered_at, AgentRow.id)
         if not include_lost:
             query = query.where(AgentRow.state == AGENT_ACTIVE)
-        with self._unit() as session:
-            agents = [_agent(row) for row in session.scalars(query)]
+        with self._unit.read() as session:
+            agents = [row.to_entity() for row in session.scalars(query)]
         # JSON containment is spelled differently per dialect; agents are few.
         return [a for a in agents if target_kind is None or target_kind in a.target_kinds]
 

@@ -11,21 +11,25 @@ from sqlalchemy.orm import Session
 
 from foundation.registry.entities import JobEvent
 from foundation.registry.schema import JobEventRow, JobRow
+from foundation.registry.session import Changes, UnitOfWork
 
 from .locking import RowLocks
-from .rows import _event
 
 
-class JobEvents(RowLocks):
-    """The events of jobs, which WatchJob follows."""
+class EventLog:
+    """The events of jobs, which WatchJob follows. The ``*_in`` methods append within the
+    caller's unit of work, which holds the job's row (the lock order)."""
 
-    def append_event(
-        self, job_id: str, kind: str, payload: dict[str, Any], now: datetime
-    ) -> int:
+    def __init__(self, unit: UnitOfWork, locks: RowLocks, *, postgres: bool):
+        self._unit = unit
+        self._locks = locks
+        self._postgres = postgres
+
+    def append_event(self, job_id: str, kind: str, payload: dict[str, Any], now: datetime) -> int:
         """Record an event of a job; returns its sequence number."""
-        with self._unit(write=True) as session:
-            self._lock_job(session, job_id)
-            return self._append_event(session, job_id, kind, payload, now)
+        with self._unit.write(Changes.STATE) as session:
+            self._locks.lock_job(session, job_id)
+            return self.append_in(session, job_id, kind, payload, now)
 
     def events_after(self, job_id: str, after_sequence: int = 0, limit: int = 100) -> list[JobEvent]:
         """A job's events with a sequence above ``after_sequence``, oldest first."""
@@ -35,8 +39,8 @@ class JobEvents(RowLocks):
             .order_by(JobEventRow.id)
             .limit(limit)
         )
-        with self._unit() as session:
-            return [_event(row) for row in session.scalars(query)]
+        with self._unit.read() as session:
+            return [row.to_entity() for row in session.scalars(query)]
 
     def last_event_sequence(self, job_id: str) -> int:
         """Where a watch that starts "from now" resumes after (0: the job has no events)."""
@@ -46,12 +50,10 @@ class JobEvents(RowLocks):
             .order_by(JobEventRow.id.desc())
             .limit(1)
         )
-        with self._unit() as session:
+        with self._unit.read() as session:
             return session.scalar(query) or 0
 
-    def _append_event(
-        self, session: Session, job_id: str, kind: str, payload: dict[str, Any], now: datetime
-    ) -> int:
+    def append_in(self, session: Session, job_id: str, kind: str, payload: dict[str, Any], now: datetime) -> int:
         if self._postgres:
             # Sequence values are handed out before commit, so two writers of one job could
             # commit 11 before 10 and a watcher resuming after 11 would never see 10. Holding
@@ -65,7 +67,7 @@ class JobEvents(RowLocks):
         session.flush()
         return row.id
 
-    def _append_events(
+    def append_many_in(
         self, session: Session, job_id: str, events: Sequence[tuple[str, dict[str, Any]]], now: datetime
     ) -> None:
         """Many events of one job in one statement; the caller holds the job's row (see above)."""

@@ -13,13 +13,20 @@ from foundation.domain.jobs import JobState, check_transition
 from foundation.errors import RegistryError
 from foundation.registry.entities import Job
 from foundation.registry.schema import JobRow
-from foundation.registry.store import _job
+from foundation.registry.session import Changes, UnitOfWork
 
-from .events import JobEvents
+from .events import EventLog
+from .locking import RowLocks
 
 
-class JobLifecycle(JobEvents):
-    """A job's row: its creation, its fingerprint, and its moves between JobStates."""
+class JobStore:
+    """A job's row: its creation, its fingerprint, and its moves between JobStates, each with
+    its event. `move_in` moves a job within the caller's unit of work, which holds its row."""
+
+    def __init__(self, unit: UnitOfWork, locks: RowLocks, events: EventLog):
+        self._unit = unit
+        self._locks = locks
+        self._events = events
 
     def create_job(
         self,
@@ -53,13 +60,13 @@ class JobLifecycle(JobEvents):
             options=options,
             created_at=now,
         )
-        with self._unit(write=True) as session:
+        with self._unit.write(Changes.STATE) as session:
             session.add(row)
             session.flush()
-            self._append_event(
+            self._events.append_in(
                 session, row.id, "state_changed", {"from": "", "to": row.state, "status": status}, now
             )
-            return _job(row)
+            return row.to_entity()
 
     def attachable_job(self, model_id: str, target: str, fingerprint_id: str | None) -> Job | None:
         """The oldest unfinished job tuning the same model for the same target and fingerprint.
@@ -73,9 +80,9 @@ class JobLifecycle(JobEvents):
             query = query.where(JobRow.fingerprint_id.is_(None), JobRow.target_request == target)
         else:
             query = query.where(JobRow.fingerprint_id == fingerprint_id, JobRow.target == target)
-        with self._unit() as session:
+        with self._unit.read() as session:
             row = session.scalars(query.order_by(JobRow.created_at, JobRow.id).limit(1)).first()
-            return _job(row) if row else None
+            return row.to_entity() if row else None
 
     def queued_jobs_without_fingerprint(self, target_kind: str) -> list[Job]:
         query = (
@@ -87,15 +94,15 @@ class JobLifecycle(JobEvents):
             )
             .order_by(JobRow.created_at, JobRow.id)
         )
-        with self._unit() as session:
-            return [_job(row) for row in session.scalars(query)]
+        with self._unit.read() as session:
+            return [row.to_entity() for row in session.scalars(query)]
 
     def bind_job_fingerprint(
         self, job_id: str, fingerprint_id: str, target: str, now: datetime, status: str = ""
     ) -> Job | None:
         """Give a waiting job its fingerprint and canonical target; None if another
         coordinator bound it first (or it left `queued`)."""
-        with self._unit(write=True) as session:
+        with self._unit.write(Changes.STATE) as session:
             result = session.execute(
                 update(JobRow)
                 .where(
@@ -107,7 +114,7 @@ class JobLifecycle(JobEvents):
             )
             if result.rowcount != 1:  # type: ignore[attr-defined]
                 return None
-            self._append_event(
+            self._events.append_in(
                 session,
                 job_id,
                 "log",
@@ -118,7 +125,7 @@ class JobLifecycle(JobEvents):
                 },
                 now,
             )
-            return _job(session.get_one(JobRow, job_id, populate_existing=True))
+            return session.get_one(JobRow, job_id, populate_existing=True).to_entity()
 
     def move_job(
         self,
@@ -138,11 +145,11 @@ class JobLifecycle(JobEvents):
         writer). IllegalTransition for a move foundation.domain.jobs forbids; RegistryError if the
         row changed while it was being moved.
         """
-        with self._unit(write=True) as session:
-            row = self._lock_job(session, job_id)
+        with self._unit.write(Changes.STATE) as session:
+            row = self._locks.lock_job(session, job_id)
             if row.state != current.value:
                 return None
-            self._move_job(session, row, new, now, status=status, error=error)
+            self.move_in(session, row, new, now, status=status, error=error)
             if fields:
                 session.execute(
                     update(JobRow)
@@ -150,9 +157,9 @@ class JobLifecycle(JobEvents):
                     .values(**fields)
                     .execution_options(synchronize_session=False)
                 )
-            return _job(session.get_one(JobRow, job_id, populate_existing=True))
+            return session.get_one(JobRow, job_id, populate_existing=True).to_entity()
 
-    def _move_job(
+    def move_in(
         self,
         session: Session,
         job: JobRow,
@@ -183,7 +190,7 @@ class JobLifecycle(JobEvents):
                 f"job {job.id} left {old} while it was being moved to {new.value}",
                 "another coordinator changed it first; reload the job",
             )
-        self._append_event(
+        self._events.append_in(
             session,
             job.id,
             "state_changed",

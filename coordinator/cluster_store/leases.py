@@ -13,22 +13,28 @@ from foundation.domain import shards as shard_rules
 from foundation.domain.jobs import JobState
 from foundation.domain.shards import DEFAULT_MAX_ATTEMPTS, HeartbeatVerdict, Shard, ShardState, StaleAttempt
 from foundation.errors import FarmError, NotFound, RegistryError
-from foundation.registry.entities import ShardChange, ShardClaim, ShardLease, StoredShard
+from foundation.registry.entities import ShardChange, ShardClaim, ShardLease, StoredShard, failures_json
 from foundation.registry.schema import AgentRow, JobRow, ShardRow
-from foundation.registry.session import changes_leases_of, unchanged
-from foundation.registry.store import _job
+from foundation.registry.session import Changes, UnitOfWork, WriteSession
 
-from .locking import AgentMismatch, UnknownAgent
-from .plans import JobPlans
-from .rows import _failures_json, _shard_event, _stored_shard
+from .events import EventLog
+from .locking import RowLocks, agent_mismatch
+from .plans import PlanStore
 
 
 def _seconds(moment: datetime) -> float:
     return moment.timestamp()
 
 
-class ShardLeases(JobPlans):
-    """Shards leased to agents, each lease an attempt: a stale attempt changes nothing."""
+class LeaseStore:
+    """Shards leased to agents, each lease an attempt: a stale attempt changes nothing. What a
+    shard's end means for its job is the plan's to settle (PlanStore.settle_job_in)."""
+
+    def __init__(self, unit: UnitOfWork, locks: RowLocks, plans: PlanStore, events: EventLog):
+        self._unit = unit
+        self._locks = locks
+        self._plans = plans
+        self._events = events
 
     def leases_of_agent(self, agent_id: str) -> list[StoredShard]:
         query = (
@@ -36,8 +42,8 @@ class ShardLeases(JobPlans):
             .where(ShardRow.agent_id == agent_id, ShardRow.state == ShardState.LEASED.value)
             .order_by(ShardRow.id)
         )
-        with self._unit() as session:
-            return [self._stored(session, row) for row in session.scalars(query)]
+        with self._unit.read() as session:
+            return [self._plans.stored_in(session, row) for row in session.scalars(query)]
 
     def pending_work(self) -> set[tuple[str, str]]:
         """(fingerprint id, target kind) of every running job with a pending shard."""
@@ -47,7 +53,7 @@ class ShardLeases(JobPlans):
             .where(ShardRow.state == ShardState.PENDING.value, JobRow.state == JobState.RUNNING.value)
             .distinct()
         )
-        with self._unit() as session:
+        with self._unit.read() as session:
             return {(fp, kind) for fp, kind in session.execute(query) if fp is not None}
 
     def claim_shard(
@@ -83,23 +89,20 @@ class ShardLeases(JobPlans):
         wanting: dict[tuple[str, tuple[str, ...]], list[int]] | None = None
         groups: list[tuple[tuple[str, tuple[str, ...]], list[int], set[str]]] = []
         # Each transaction draws from one job (by the lock order); the first also looks the
-        # agents up, so that the usual claim (one agent, one job) is one transaction.
+        # agents up, so that the usual claim (one agent, one job) is one transaction. Each
+        # changes only the leases it grants (a transaction that grants none changed nothing).
         while wanting is None or groups:
-            with self._unit(write=True) as session:
+            with self._unit.write(Changes.LEASES) as session:
                 if wanting is None:
                     wanting = self._claims_by_work(session, claims, answers)
                     groups = [(work, indexes, set()) for work, indexes in wanting.items()]
                     if not groups:
-                        unchanged(session)
                         break
                 (fingerprint_id, kinds), indexes, passed = groups[0]
                 job = self._oldest_job_with_pending(session, fingerprint_id, kinds, passed)
                 leases = []
                 if job is not None:
                     leases = self._lease_from_job(session, job, [claims[i].agent_id for i in indexes], now, ttl)
-                if not leases:
-                    unchanged(session)
-                changes_leases_of(session, [lease.shard.agent_id for lease in leases])
             if job is None:
                 groups.pop(0)  # nothing left for these claims
                 continue
@@ -131,16 +134,9 @@ class ShardLeases(JobPlans):
         for index, claim in enumerate(claims):
             agent = agents.get(claim.agent_id)
             if agent is None:
-                answers[index] = UnknownAgent(
-                    f"agent {claim.agent_id!r} is not registered with the coordinator at {self.url}",
-                    "register again",
-                )
+                answers[index] = self._locks.unknown_agent(claim.agent_id)
             elif agent.fingerprint_id != claim.fingerprint_id:
-                answers[index] = AgentMismatch(
-                    f"agent {claim.agent_id} registered fingerprint {agent.fingerprint_id}, "
-                    f"not {claim.fingerprint_id}",
-                    "register again with this box's fingerprint",
-                )
+                answers[index] = agent_mismatch(claim.agent_id, agent.fingerprint_id, claim.fingerprint_id)
             else:
                 kinds = tuple(sorted(set(claim.target_kinds) & set(agent.target_kinds)))
                 if kinds:
@@ -151,7 +147,7 @@ class ShardLeases(JobPlans):
         self, session: Session, fingerprint_id: str, kinds: Sequence[str], passed: set[str]
     ) -> JobRow | None:
         """The oldest running job with a pending shard for these claims, its row locked as
-        `_lock_job` locks it, in the same statement."""
+        `RowLocks.lock_job` locks it, in the same statement."""
         query = (
             select(JobRow)
             .join(ShardRow, ShardRow.job_id == JobRow.id)
@@ -171,7 +167,7 @@ class ShardLeases(JobPlans):
         return session.scalars(query).first()
 
     def _lease_from_job(
-        self, session: Session, job: JobRow, agent_ids: Sequence[str], now: datetime, ttl: float
+        self, session: WriteSession, job: JobRow, agent_ids: Sequence[str], now: datetime, ttl: float
     ) -> list[ShardLease]:
         """Lease up to one pending shard of the job, whose row is locked, to each agent, in
         order (costliest first)."""
@@ -190,12 +186,12 @@ class ShardLeases(JobPlans):
         if not rows:
             return []
         # Only the leased shards' tasks: the plan of a large model holds every task's module.
-        leased_tasks = self._tasks(session, job.id, (i for row in rows for i in row.task_indexes))
+        leased_tasks = self._plans.tasks_in(session, job.id, (i for row in rows for i in row.task_indexes))
         tasks = {task.index: task for task in leased_tasks}
         deadline = now + timedelta(seconds=ttl)
         changes, shards = [], []
         for row, agent_id in zip(rows, agent_ids):
-            old = _stored_shard(row, [tasks[i].name for i in row.task_indexes])
+            old = row.to_entity([tasks[i].name for i in row.task_indexes])
             new = shard_rules.lease(old.as_shard(), agent_id, _seconds(now), ttl).shard
             changes.append({"shard": old.id, "old_state": old.state.value, "old_attempt": old.attempt,
                             "new_state": new.state.value, "new_attempt": new.attempt, "agent": agent_id})
@@ -218,8 +214,9 @@ class ShardLeases(JobPlans):
         )
         if result.rowcount != len(changes):
             raise RegistryError(f"shards of job {job.id} changed while they were being leased", "ask again")
-        self._append_events(session, job.id, [("shard_changed", _shard_event(s)) for s in shards], now)
-        job_entity = _job(job)
+        session.changed_leases_of(change["agent"] for change in changes)
+        self._events.append_many_in(session, job.id, [("shard_changed", s.changed_event()) for s in shards], now)
+        job_entity = job.to_entity()
         return [
             ShardLease(
                 shard=shard,
@@ -233,13 +230,13 @@ class ShardLeases(JobPlans):
     def complete_shard(
         self, shard_id: str, attempt: int, agent_id: str, now: datetime
     ) -> ShardChange:
-        with self._unit(write=True) as session:
+        # Only the completing agent's lease ends (a completion fails no job, which would end others').
+        with self._unit.write(Changes.LEASES) as session:
             old = self._shard_for_change(session, shard_id)
             try:
                 new = shard_rules.complete(old.as_shard(), attempt, agent_id)
             except StaleAttempt as exc:
-                return ShardChange(False, str(exc), old, self._rollup(session, old.job_id))
-            changes_leases_of(session, [agent_id])
+                return ShardChange(False, str(exc), old, self._plans.rollup_in(session, old.job_id))
             return self._apply_change(session, old, new, now, reason=None)
 
     def fail_shard(
@@ -253,14 +250,14 @@ class ShardLeases(JobPlans):
     ) -> ShardChange:
         """End a lease as failed: the shard is pending again, or failed once its attempts are
         used up, which fails the job and cancels its other shards."""
-        with self._unit(write=True) as session:
+        with self._unit.write(Changes.STATE) as session:
             old = self._shard_for_change(session, shard_id)
             try:
                 new = shard_rules.fail_attempt(
                     old.as_shard(), attempt, reason, max_attempts, agent_id
                 )
             except StaleAttempt as exc:
-                return ShardChange(False, str(exc), old, self._rollup(session, old.job_id))
+                return ShardChange(False, str(exc), old, self._plans.rollup_in(session, old.job_id))
             return self._apply_change(session, old, new, now, reason=reason)
 
     def expire_leases(
@@ -279,13 +276,18 @@ class ShardLeases(JobPlans):
             )
             .order_by(ShardRow.id)
         )
-        with self._unit(write=True) as session:
+        # Almost every tick finds none: looked for first without a write unit, which SQLite
+        # would give the whole database, and which would say that state may have changed.
+        with self._unit.read() as session:
+            if session.execute(query.with_only_columns(ShardRow.id).limit(1)).first() is None:
+                return []
+        with self._unit.write(Changes.STATE) as session:
             candidates = session.execute(query.with_only_columns(ShardRow.job_id)).scalars()
             for job_id in sorted(set(candidates)):
-                self._lock_job(session, job_id)
+                self._locks.lock_job(session, job_id)
             locked = query.with_for_update(of=ShardRow).execution_options(populate_existing=True)
             found = session.execute(locked).all()
-            olds = {row.id: self._stored(session, row) for row, _ in found}
+            olds = {row.id: self._plans.stored_in(session, row) for row, _ in found}
             heartbeats = {
                 row.agent_id: _seconds(beat) for row, beat in found if row.agent_id and beat
             }
@@ -296,19 +298,17 @@ class ShardLeases(JobPlans):
             for new in expired:
                 old = olds[new.id]
                 if self._write_shard(session, old, new, now, leased_at=None):
-                    changed.append(self._reread(session, new.id))
-                    self._append_event(
+                    changed.append(self._plans.reread_in(session, new.id))
+                    self._events.append_in(
                         session,
                         new.job_id,
                         "shard_changed",
-                        _shard_event(changed[-1], new.failures[-1].reason),
+                        changed[-1].changed_event(new.failures[-1].reason),
                         now,
                     )
             for job_id in sorted({s.job_id for s in changed}):
-                self._settle_job(session, job_id, now)
-            if not changed:
-                unchanged(session)
-            return [self._reread(session, s.id) for s in changed]
+                self._plans.settle_job_in(session, job_id, now)
+            return [self._plans.reread_in(session, s.id) for s in changed]
 
     def reconcile_leases(
         self,
@@ -330,7 +330,7 @@ class ShardLeases(JobPlans):
         verdict = self._heartbeat_verdict(agent_id, running, as_of or now, grace)
         if not verdict.lost:
             return verdict  # cancels are only instructions: nothing to write
-        with self._unit(write=True) as session:
+        with self._unit.write(Changes.STATE) as session:
             ids = {shard_id for shard_id, _ in running}
             query = (
                 select(ShardRow)
@@ -344,9 +344,9 @@ class ShardLeases(JobPlans):
                 .order_by(ShardRow.id)
             )
             for job_id in sorted(set(session.scalars(query.with_only_columns(ShardRow.job_id)))):
-                self._lock_job(session, job_id)
+                self._locks.lock_job(session, job_id)
             query = query.with_for_update(of=ShardRow).execution_options(populate_existing=True)
-            olds = {row.id: self._stored(session, row) for row in session.scalars(query)}
+            olds = {row.id: self._plans.stored_in(session, row) for row in session.scalars(query)}
             verdict = shard_rules.reconcile_heartbeat(
                 agent_id,
                 running,
@@ -359,13 +359,13 @@ class ShardLeases(JobPlans):
                 reason = f"agent {agent_id} no longer runs attempt {lost.attempt} (it restarted?)"
                 new = shard_rules.fail_attempt(lost, lost.attempt, reason, max_attempts, agent_id)
                 if self._write_shard(session, olds[lost.id], new, now, leased_at=None):
-                    shard = self._reread(session, lost.id)
-                    self._append_event(
-                        session, shard.job_id, "shard_changed", _shard_event(shard, reason), now
+                    shard = self._plans.reread_in(session, lost.id)
+                    self._events.append_in(
+                        session, shard.job_id, "shard_changed", shard.changed_event(reason), now
                     )
                     settle.add(shard.job_id)
             for job_id in sorted(settle):
-                self._settle_job(session, job_id, now)
+                self._plans.settle_job_in(session, job_id, now)
             return verdict
 
     def _heartbeat_verdict(
@@ -381,7 +381,7 @@ class ShardLeases(JobPlans):
                 (ShardRow.agent_id == agent_id) & (ShardRow.state == ShardState.LEASED.value),
             )
         )
-        with self._unit() as session:
+        with self._unit.read() as session:
             shards = {
                 row.id: Shard(
                     row.id, row.job_id, (), 0.0, 0, ShardState(row.state), row.attempt, row.agent_id,
@@ -392,14 +392,14 @@ class ShardLeases(JobPlans):
         return shard_rules.reconcile_heartbeat(agent_id, running, shards, _seconds(as_of), grace)
 
     def _shard_for_change(self, session: Session, shard_id: str) -> StoredShard:
-        row = self._locked_shard(session, shard_id)
+        row = self._locks.locked_shard(session, shard_id)
         if row is None:
-            raise NotFound(f"no shard {shard_id!r} in the registry at {self.url}")
-        return self._stored(session, row)
+            raise NotFound(f"no shard {shard_id!r} in the registry at {self._locks.url}")
+        return self._plans.stored_in(session, row)
 
     def _write_shard(
         self,
-        session: Session,
+        session: WriteSession,
         old: StoredShard,
         new: Shard,
         now: datetime,
@@ -408,7 +408,8 @@ class ShardLeases(JobPlans):
         heartbeat_deadline: datetime | None = None,
     ) -> bool:
         """Write a transition decided by foundation.domain.shards, guarded by the state and attempt
-        it was decided from; False if another writer changed the shard first."""
+        it was decided from; False if another writer changed the shard first. The agents whose
+        leases it changes are the one that held the shard and the one that holds it now."""
         leased = new.state is ShardState.LEASED
         # A finished shard keeps who held its last lease and when; a re-queued one does not.
         if new.state is ShardState.PENDING:
@@ -428,22 +429,25 @@ class ShardLeases(JobPlans):
                 agent_id=new.agent_id,
                 leased_at=leased_at,
                 heartbeat_deadline=heartbeat_deadline if leased else None,
-                failures=_failures_json(old.failures, new, now),
+                failures=failures_json(old.failures, new.failures, now),
                 updated_at=now,
             )
             .execution_options(synchronize_session=False)
         )
-        return result.rowcount == 1  # type: ignore[attr-defined]
+        if result.rowcount != 1:  # type: ignore[attr-defined]
+            return False
+        session.changed_leases_of({agent_id for agent_id in (old.agent_id, new.agent_id) if agent_id})
+        return True
 
     def _apply_change(
-        self, session: Session, old: StoredShard, new: Shard, now: datetime, reason: str | None
+        self, session: WriteSession, old: StoredShard, new: Shard, now: datetime, reason: str | None
     ) -> ShardChange:
         if not self._write_shard(session, old, new, now):
             # Unreachable while the shard row is locked; kept as the guard of last resort.
             raise RegistryError(
                 f"shard {old.id} changed while it was being updated", "retry the call"
             )
-        shard = self._reread(session, old.id)
-        self._append_event(session, shard.job_id, "shard_changed", _shard_event(shard, reason), now)
-        rollup = self._settle_job(session, shard.job_id, now)
-        return ShardChange(True, None, self._reread(session, old.id), rollup)
+        shard = self._plans.reread_in(session, old.id)
+        self._events.append_in(session, shard.job_id, "shard_changed", shard.changed_event(reason), now)
+        rollup = self._plans.settle_job_in(session, shard.job_id, now)
+        return ShardChange(True, None, self._plans.reread_in(session, old.id), rollup)

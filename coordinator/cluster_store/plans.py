@@ -13,27 +13,38 @@ from foundation.domain.jobs import JobState, check_transition
 from foundation.domain.shards import JobOutcome, JobRollup, Shard, ShardState, allowed_sources
 from foundation.errors import RegistryError
 from foundation.registry.entities import Job, JobTask, PlannedTask, StoredShard
-from foundation.registry.schema import JobRow, JobTaskRow, ShardRow, ValidationRow
-from foundation.registry.session import changes_any_lease
-from foundation.registry.store import _job
+from foundation.registry.schema import JobRow, JobTaskRow, ShardRow
+from foundation.registry.session import Changes, UnitOfWork, WriteSession
+from foundation.registry.store import RegistryStore
 
-from .jobs import JobLifecycle
-from .rows import _job_task, _shard_event, _stored_shard
-from .validations import VALIDATION_CANCELLED, VALIDATION_LEASED, VALIDATION_PENDING
+from .events import EventLog
+from .jobs import JobStore
+from .locking import RowLocks
+from .validations import ValidationStore
 
 
-class JobPlans(JobLifecycle):
+class PlanStore:
     """The tasks and shards of planned jobs; a job settles as its shards end, and a
-    cancelled job takes its unfinished shards and validation with it."""
+    cancelled job takes its unfinished shards and validation with it. The ``*_in`` methods
+    read and settle within the caller's unit of work (coordinator.cluster_store.leases)."""
+
+    def __init__(self, unit: UnitOfWork, registry: RegistryStore, locks: RowLocks, jobs: JobStore,
+                 events: EventLog, validations: ValidationStore):
+        self._unit = unit
+        self._registry = registry  # workloads, committed with the plan that names them
+        self._locks = locks
+        self._jobs = jobs
+        self._events = events
+        self._validations = validations
 
     def shards_of(self, job_id: str) -> list[StoredShard]:
-        with self._unit() as session:
-            return self._shards(session, job_id)
+        with self._unit.read() as session:
+            return self.shards_in(session, job_id)
 
     def get_shard(self, shard_id: str) -> StoredShard | None:
-        with self._unit() as session:
+        with self._unit.read() as session:
             row = session.get(ShardRow, shard_id)
-            return self._stored(session, row) if row else None
+            return self.stored_in(session, row) if row else None
 
     def add_job_plan(
         self,
@@ -53,8 +64,8 @@ class JobPlans(JobLifecycle):
         for shard in shards:
             if shard.job_id != job_id or shard.state is not ShardState.PENDING or shard.attempt:
                 raise ValueError(f"shard {shard.id} is not a new shard of job {job_id}")
-        with self._unit(write=True) as session:
-            job = self._lock_job(session, job_id)
+        with self._unit.write(Changes.STATE) as session:
+            job = self._locks.lock_job(session, job_id)
             if job.fingerprint_id is None:
                 raise RegistryError(
                     f"job {job_id} has no fingerprint yet; it cannot be planned",
@@ -70,7 +81,7 @@ class JobPlans(JobLifecycle):
                         flop=task.flop,
                         workload_shash=task.workload_shash,
                         mod_json=task.mod_json,
-                        workload_id=self._store.commit_workload_in(
+                        workload_id=self._registry.commit_workload_in(
                             session, task.workload_shash, task.mod_json
                         ),
                         trials_budget=task.trials_budget,
@@ -93,32 +104,21 @@ class JobPlans(JobLifecycle):
                     )
                 )
             session.flush()
-            self._move_job(
-                session, job, JobState.RUNNING, now, status=_tuning_status(0, len(shards))
-            )
-            return self._shards(session, job_id)
+            self._jobs.move_in(session, job, JobState.RUNNING, now, status=_tuning_status(0, len(shards)))
+            return self.shards_in(session, job_id)
 
     def cancel_job(self, job_id: str, now: datetime, reason: str = "cancelled by user") -> Job:
         """Cancel a job and its unfinished shards and validation; a finished job is returned
         as it is. Agents learn of their revoked leases at their next heartbeat."""
-        with self._unit(write=True) as session:
-            job = self._lock_job(session, job_id)
+        with self._unit.write(Changes.STATE) as session:
+            job = self._locks.lock_job(session, job_id)
             if JobState(job.state).is_final:
-                return _job(job)
+                return job.to_entity()
             check_transition(job.state, JobState.CANCELLED)
             self._cancel_unfinished_shards(session, job_id, reason, now)
-            session.execute(
-                update(ValidationRow)
-                .where(
-                    ValidationRow.job_id == job_id,
-                    ValidationRow.state.in_([VALIDATION_PENDING, VALIDATION_LEASED]),
-                )
-                .values(state=VALIDATION_CANCELLED, updated_at=now)
-            )
-            self._move_job(
-                session, job, JobState.CANCELLED, now, status=f"cancelled: {reason}", error=reason
-            )
-            return _job(session.get_one(JobRow, job_id, populate_existing=True))
+            self._validations.cancel_in(session, job_id, now)
+            self._jobs.move_in(session, job, JobState.CANCELLED, now, status=f"cancelled: {reason}", error=reason)
+            return session.get_one(JobRow, job_id, populate_existing=True).to_entity()
 
     def running_jobs_ready_to_build(self) -> list[str]:
         """Running jobs whose shards are all done (or that have none): `rollup` says
@@ -134,30 +134,31 @@ class JobPlans(JobLifecycle):
             )
             .order_by(JobRow.id)
         )
-        with self._unit() as session:
+        with self._unit.read() as session:
             return list(session.scalars(query))
 
     def job_rollup(self, job_id: str) -> JobRollup:
-        with self._unit() as session:
-            self._job_row(session, job_id)
-            return shard_rules.rollup(s.as_shard() for s in self._shards(session, job_id))
+        with self._unit.read() as session:
+            self._locks.job_row(session, job_id)
+            return self.rollup_in(session, job_id)
 
     def job_tasks(self, job_id: str) -> list[JobTask]:
-        with self._unit() as session:
-            return self._tasks(session, job_id)
+        with self._unit.read() as session:
+            return self.tasks_in(session, job_id)
 
     def _task_names(self, session: Session, job_id: str) -> dict[int, str]:
         query = select(JobTaskRow.index, JobTaskRow.name).where(JobTaskRow.job_id == job_id)
         return {row.index: row.name for row in session.execute(query)}
 
-    def _stored(self, session: Session, row: ShardRow, names: dict[int, str] | None = None) -> StoredShard:
+    def stored_in(self, session: Session, row: ShardRow, names: dict[int, str] | None = None) -> StoredShard:
+        """The shard of ``row`` with its task names (``names``: its job's, by task index, if read already)."""
         names = self._task_names(session, row.job_id) if names is None else names
-        return _stored_shard(row, [names[i] for i in row.task_indexes])
+        return row.to_entity([names[i] for i in row.task_indexes])
 
-    def _reread(self, session: Session, shard_id: str) -> StoredShard:
-        return self._stored(session, session.get_one(ShardRow, shard_id, populate_existing=True))
+    def reread_in(self, session: Session, shard_id: str) -> StoredShard:
+        return self.stored_in(session, session.get_one(ShardRow, shard_id, populate_existing=True))
 
-    def _shards(self, session: Session, job_id: str) -> list[StoredShard]:
+    def shards_in(self, session: Session, job_id: str) -> list[StoredShard]:
         query = (
             select(ShardRow)
             .where(ShardRow.job_id == job_id)
@@ -169,22 +170,22 @@ class JobPlans(JobLifecycle):
         # what was committed when it began, and a plan commits its tasks with its shards. Read
         # the other way round, a plan committed in between gave shards without task names.
         names = self._task_names(session, job_id) if rows else {}
-        return [self._stored(session, row, names) for row in rows]
+        return [self.stored_in(session, row, names) for row in rows]
 
-    def _tasks(self, session: Session, job_id: str, indexes: Iterable[int] | None = None) -> list[JobTask]:
+    def tasks_in(self, session: Session, job_id: str, indexes: Iterable[int] | None = None) -> list[JobTask]:
         """The job's tasks, or those of them at ``indexes``."""
         query = select(JobTaskRow).where(JobTaskRow.job_id == job_id).order_by(JobTaskRow.index)
         if indexes is not None:
             query = query.where(JobTaskRow.index.in_(sorted(set(indexes))))
-        return [_job_task(row) for row in session.scalars(query)]
+        return [row.to_entity() for row in session.scalars(query)]
 
-    def _rollup(self, session: Session, job_id: str) -> JobRollup:
-        return shard_rules.rollup(s.as_shard() for s in self._shards(session, job_id))
+    def rollup_in(self, session: Session, job_id: str) -> JobRollup:
+        return shard_rules.rollup(s.as_shard() for s in self.shards_in(session, job_id))
 
     def _cancel_unfinished_shards(
-        self, session: Session, job_id: str, reason: str, now: datetime
+        self, session: WriteSession, job_id: str, reason: str, now: datetime
     ) -> None:
-        changes_any_lease(session)  # other agents' leases end here
+        session.may_have_changed_any_lease()  # other agents' leases end here
         # The guard is the transition table's own list of states that may become cancelled.
         sources = sorted(s.value for s in allowed_sources(ShardState.CANCELLED))
         ids = session.scalars(
@@ -202,19 +203,19 @@ class JobPlans(JobLifecycle):
             .execution_options(synchronize_session=False)
         )
         for shard_id in ids:
-            shard = self._reread(session, shard_id)
-            self._append_event(session, job_id, "shard_changed", _shard_event(shard, reason), now)
+            shard = self.reread_in(session, shard_id)
+            self._events.append_in(session, job_id, "shard_changed", shard.changed_event(reason), now)
 
-    def _settle_job(self, session: Session, job_id: str, now: datetime) -> JobRollup:
+    def settle_job_in(self, session: WriteSession, job_id: str, now: datetime) -> JobRollup:
         """What the shards now mean for their job: a failed shard fails it (cancelling the
         rest); otherwise the status line follows the count of shards done."""
-        rollup = self._rollup(session, job_id)
-        job = self._job_row(session, job_id)
+        rollup = self.rollup_in(session, job_id)
+        job = self._locks.job_row(session, job_id)
         if JobState(job.state).is_final:
             return rollup
         if rollup.outcome is JobOutcome.FAILED:
             self._cancel_unfinished_shards(session, job_id, "another shard of the job failed", now)
-            self._move_job(
+            self._jobs.move_in(
                 session,
                 job,
                 JobState.FAILED,
@@ -222,7 +223,7 @@ class JobPlans(JobLifecycle):
                 status=f"failed: {len(rollup.failed)} shard(s) used up their attempts",
                 error=rollup.error,
             )
-            return self._rollup(session, job_id)
+            return self.rollup_in(session, job_id)
         if job.state == JobState.RUNNING.value:
             total = sum(rollup.counts.values())
             status = (

@@ -13,12 +13,17 @@ from foundation.domain import shards as shard_rules
 from foundation.domain.shards import Shard, ShardState
 from foundation.registry.entities import NewRecord, RecordReport, ReportedBatch
 from foundation.registry.schema import JobEventRow, JobRow, ShardRow, utc_now
+from foundation.registry.session import Changes, UnitOfWork
+from foundation.registry.store import RegistryStore
 
-from .locking import RowLocks
 
+class ReportStore:
+    """Reports of measured records, which the coordinator commits in groups; the records go
+    into the registry's tuning records (RegistryStore.insert_records_keyed_in)."""
 
-class ReportedRecords(RowLocks):
-    """Reports of measured records, which the coordinator commits in groups."""
+    def __init__(self, unit: UnitOfWork, registry: RegistryStore):
+        self._unit = unit
+        self._registry = registry
 
     def report_records(
         self,
@@ -55,8 +60,8 @@ class ReportedRecords(RowLocks):
             return []
         now = now or utc_now()
         shard_ids = sorted({b.shard_id for b in batches})
-        # Quiet: trials and records change no shard's state.
-        with self._unit(write=True, quiet=True) as session:
+        # Trials, records and events change no state a cache keeps.
+        with self._unit.write(Changes.NO_STATE) as session:
             job_ids = sorted(set(session.scalars(select(ShardRow.job_id).where(ShardRow.id.in_(shard_ids)))))
             _, kept = _judged(batches, *self._report_leases(session, shard_ids, job_ids, lock=False))
             written = session.begin_nested()
@@ -105,7 +110,7 @@ class ReportedRecords(RowLocks):
                     [{"job": j, "delta": d} for j, d in sorted(job_trials.items())],
                 )
             if events:
-                # Each job's row is held, so its events commit in sequence order (JobEvents).
+                # Each job's row is held, so its events commit in sequence order (EventLog.append_in).
                 session.connection().execute(insert(JobEventRow), events)
         return verdicts  # type: ignore[return-value]
 
@@ -125,7 +130,7 @@ class ReportedRecords(RowLocks):
 
     def _insert_kept(self, session: Session, kept: list[tuple[int, list[NewRecord]]]):
         all_records = [record for _, records in kept for record in records]
-        return self._store.insert_records_keyed_in(session, all_records) if all_records else ([], set())
+        return self._registry.insert_records_keyed_in(session, all_records) if all_records else ([], set())
 
 
 def _judged(batches: Sequence[ReportedBatch], leases, job_fingerprint: dict[str, str | None]):

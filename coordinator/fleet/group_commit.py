@@ -1,10 +1,10 @@
 """Group commit: the requests that arrive while one transaction runs are served by the next, together.
 
-A report's or a claim's cost was its transaction (row locks, round trips, commit), not its
-content: one writer thread per kind of request that takes everything waiting and serves it
-in one transaction turns a thousand agents' calls into a few transactions a second
-(bench/coordinator_scale.py). Each caller still gets its own answer, and only after the
-commit: what an agent was told is stored, or leased to it, is.
+One writer thread per kind of request (reports, claims) takes everything waiting, at most
+MAX_GROUP, and serves it in one transaction. Each caller still gets its own answer, and only
+after the commit: what an agent was told is stored, or leased to it, is. One bad request
+does not cost the others theirs (a failed group is served again one by one), and a caller
+that gave up before its group began is not served.
 """
 
 from __future__ import annotations

@@ -1,25 +1,17 @@
 """Python's cyclic garbage collector, kept from stalling the coordinator's event loop.
 
-Measured with a thousand agents (bench/coordinator_scale.py, docs/benchmarks.md): every full
-collection holds the GIL while it walks every tracked object, and every call in flight
-waits. Two causes, two remedies:
+A collection holds the GIL while it walks what it tracks, and every call in flight waits. So:
 
-- The coordinator holds TVM, Relax and the models it planned: ~155,000 objects from the
-  imports alone, which never die. Full collections took 130-180 ms, every ~10 s. After
-  start-up and after each plan or build, what is alive is frozen (`gc.freeze`):
-  collections skip it, and reference counting still frees whatever of it is let go.
-- A call's objects live from milliseconds to seconds (a report waits for its group's
-  commit). With the default thresholds (a young collection every 700 allocations, every
-  few milliseconds under load) they reached the old generation before they died: full
-  collections of 70-100 ms came every ~3 s even with the long-lived objects frozen. With
-  a young generation of 50,000 allocations they die young: full collections in the
-  measured window came once or twice, of ~20 ms.
+- `freeze_long_lived`, after start-up and after each plan or build: what is alive then (TVM,
+  Relax, the models planned) is exempt from later collections; reference counting still
+  frees whatever of it is let go.
+- `tune_collector`: a young generation of THRESHOLDS[0] allocations, so that a call's objects
+  (alive for milliseconds to seconds) die young instead of reaching the old generation.
+- `PacedCollector`: the serving process collects on its event loop, a little at a time (the
+  young generation every PACE_S, the middle one and all of it every MIDDLE_EVERY and
+  FULL_EVERY passes); the thresholds stay as a backstop for a loop that is held up.
 
-That left young collections of 30-160 ms every ~10 s on slower CPUs (~45,000 objects each,
-~90% of them garbage in cycles: grpc.aio's lookup of each call's handler leaves a closure
-cycle behind). The serving process therefore collects on its event loop, a little at a time
-(`PacedCollector`): the young generation every 50 ms, the middle one every second, all of
-it every minute; the thresholds above stay as a backstop for a loop that is held up.
+What each was measured to give: docs/benchmarks.md, "Why the fleet path exists".
 """
 
 from __future__ import annotations

@@ -1,13 +1,10 @@
 """The coordinator's ingest process: reported records read and committed outside the serving process.
 
-With a thousand agents the serving process was one core's worth of Python: reading and
-writing records took two thirds of it, and heartbeats waited for the GIL behind them
-(docs/benchmarks.md, "Coordinator at scale"). Here a child process of its own, with its own
-connection to the registry, takes the groups of reports the report committer collects
-(coordinator.fleet.group_commit) as they come, reads their records (a thread of its own) while the
-database commits the groups read before, commits the groups read meanwhile in one
-transaction, and sends back one answer per group, in order. The committer thread does not
-wait for the answers; a receiver thread hands them out.
+A child process of its own, with its own connection to the registry, takes the groups of
+reports the report committer collects (coordinator.fleet.group_commit) as they come, reads
+their records (a thread of its own) while the database commits the groups read before,
+commits the groups read meanwhile in one transaction, and sends back one answer per group, in
+order. The committer thread does not wait for the answers; a receiver thread hands them out.
 
 Nothing but records, trials and events goes through the child: no job, shard or agent
 state changes there, so the coordinator's caches of that state (coordinator.fleet.live_agents)
@@ -44,7 +41,7 @@ class IngestProcess:
     or of what the group's transaction raised; calling it waits for that. Groups are sent as
     they come and answered in order: the child reads each group's records while the previous
     transaction commits, and commits what it has read meanwhile together, so that its CPU
-    work and the database's overlap (docs/benchmarks.md, "Coordinator at scale").
+    work and the database's overlap.
     """
 
     def __init__(self, registry_url: str, timeout: float = COMMIT_TIMEOUT_S):

@@ -1,15 +1,15 @@
 """What the coordinator keeps in memory about agents, so that heartbeats and idle polls need no SQL.
 
-At 1,000 agents the coordinator answers ~200 heartbeats and ~100 idle lease polls a second;
-one transaction each made them its main cost (bench/coordinator_scale.py). Everything here
-is a cache of the registry or a write on its way there, never the only copy of a decision:
+Everything here is a cache of the registry or a write on its way there, never the only copy
+of a decision:
 
 - who the agents are (fingerprint, target kinds, TVM version): rows that only change when an
   agent registers, which goes through this coordinator;
 - when each agent last beat, written back in one statement per tick (`flush`) before the
   tick decides which agents went silent;
 - which agents' lease lists matched the registry, and at which version of that agent's leases
-  (`UnitOfWork.lease_version`): the same list at the same version needs no second look;
+  (`UnitOfWork.lease_version`, whose contract foundation.registry.session states): the same
+  list at the same version needs no second look;
 - which (fingerprint, target kind) pairs have pending shards, and which pending validations,
   at a state version.
 
@@ -36,8 +36,7 @@ logger = logging.getLogger("farm.coordinator")
 # state version says: a bound on how long a change made outside this process goes unnoticed.
 # (Several heartbeat intervals: a bound at one interval would re-read at every beat.) Each
 # lease list keeps for a random share of it, at least half: agents whose lists settled together
-# (a fleet leasing a new job's shards) would otherwise all be re-read at the same beat, which
-# at 1,000 agents took heartbeat p99 to 1.7 s for the seconds it lasted.
+# (a fleet leasing a new job's shards) would otherwise all be re-read at the same beat.
 MAX_SETTLED_AGE_S = 60.0
 MAX_PENDING_AGE_S = 5.0
 # The pending-work answer is re-read at most this often while states keep changing (a lease

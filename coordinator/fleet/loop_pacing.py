@@ -1,13 +1,10 @@
 """Answers that come in bursts, let out a few per pass of the event loop.
 
-A group commit answers hundreds of reports at once (coordinator.fleet.group_commit): each
-report's handler then resumes on the serving process's event loop to finish its answer and
-hand it to gRPC, about a millisecond each on a slow CPU. asyncio runs callbacks in the order
-they were scheduled, so a heartbeat that arrived just after a commit ended waited for the
-whole group's answers: that was the heartbeat latency tail with a thousand agents
-(docs/benchmarks.md, "Coordinator at scale"). A `LoopPacer` lets a few handlers through per
-pass of the loop; between passes the loop polls for new calls, so a heartbeat waits behind a
-few answers, not a group's worth. The total work is the same.
+A group commit answers its requests at once (coordinator.fleet.group_commit), and each handler
+then resumes on the serving process's event loop, in the order asyncio scheduled them. A
+`LoopPacer` lets ``per_pass`` of them through per pass of the loop, in order; between passes
+the loop polls for new calls, so a call arriving meanwhile (a heartbeat) waits behind a few
+answers, not a group's worth. The total work is the same.
 """
 
 from __future__ import annotations

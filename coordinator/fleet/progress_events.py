@@ -1,10 +1,10 @@
 """Which task progress reports become job events: at most one per task a second, and the last one.
 
-Agents send the progress of every task of their shard with each report. Writing each as an
-event made a thousand agents write tens of thousands of events a second that no watcher can
-read that fast; the coordinator keeps the latest in memory anyway (for `farm status`). A task's
-progress becomes an event when a second has passed since its last one, when it reaches its
-budget, and, for whatever was held back, when its shard ends.
+Agents send the progress of every task of their shard with each report; a fleet's worth of
+them is more than any watcher reads, and the coordinator keeps the latest in memory anyway
+(coordinator.hints.TaskProgress). A task's progress becomes an event when a second has passed
+since its last one, when it reaches its budget, and, for whatever was held back, when its
+shard ends (`held_back`).
 """
 
 from __future__ import annotations

@@ -1,12 +1,11 @@
 """Reported records, from the JSON agents send to rows in the registry, a group of reports at a time.
 
-Reading a report's records (JSON parse, canonical spelling, digest) and writing them were
-two thirds of the coordinator's CPU with a thousand agents (docs/benchmarks.md,
-"Coordinator at scale"). So the serving process only checks what a report is about
-(`UnreadReport`) and leaves the records as text; whoever commits the group reads them:
-the coordinator's ingest process (coordinator.fleet.ingest_process) on PostgreSQL, or the
-coordinator's own commit thread. Everything here is plain data and TVM-free, so that it
-crosses to that process cheaply.
+The serving process only checks what a report is about (`UnreadReport`) and leaves its
+records as text; whoever commits the group reads them (`read_report`) and commits the group in
+one transaction (`ingest_reports`): the coordinator's ingest process
+(coordinator.fleet.ingest_process) on PostgreSQL, or its own commit thread. An unreadable
+record is dropped and said so in the job's log. Everything here is plain data and TVM-free,
+so that it crosses to that process cheaply.
 """
 
 from __future__ import annotations
@@ -56,6 +55,6 @@ def read_report(report: UnreadReport) -> ReportedBatch:
     return ReportedBatch(report.shard_id, report.attempt, report.agent_id, records, report.trials, events)
 
 
-def ingest(cluster, reports: Sequence[UnreadReport]) -> list[RecordReport]:
+def ingest_reports(cluster, reports: Sequence[UnreadReport]) -> list[RecordReport]:
     """Read a group of reports and commit them in one transaction (`ClusterStore.ingest_reports`)."""
     return cluster.ingest_reports([read_report(report) for report in reports])

@@ -39,10 +39,7 @@ def agent(
     import signal
     import threading
 
-    import grpc
-
     from agent.daemon import Agent, AgentSettings
-    from farm.client import coordinator_error
     from foundation.processes.native_stderr import terminal_stderr
     from foundation.wire.access import ChannelAccess
 
@@ -68,13 +65,7 @@ def agent(
         metrics = serve_metrics(metrics_listen, agent, device)
         logging.getLogger("farm.agent").info("metrics on http://%s/metrics", metrics.address)
     try:
-        agent.run(stop)
-    except grpc.RpcError as err:
-        # Registration is retried while the coordinator is unreachable; what ends here is a
-        # refusal that retrying cannot mend.
-        if err.code() != grpc.StatusCode.UNAUTHENTICATED:
-            raise
-        raise coordinator_error(err, coordinator) from None
+        agent.run(stop)  # a refused registration (a wrong token, say) ends it with a FarmError
     finally:
         if metrics is not None:
             metrics.stop()

@@ -59,7 +59,8 @@ class IllegalShardTransition(IllegalTransition):
 
 
 class StaleAttempt(ValueError):
-    """A report, completion or failure names an attempt that is no longer the shard's lease."""
+    """A report, completion or failure names an attempt that is no longer the current lease
+    (of a shard, or of a validation: foundation.domain.validations)."""
 
 
 def check_transition(current: ShardState | str, new: ShardState | str) -> ShardState:

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from datetime import datetime
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timezone
 from typing import Any
 
+from foundation.domain import validations as validation_rules
 from foundation.domain.shards import AttemptFailure, JobRollup, Shard, ShardState
+from foundation.domain.validations import ValidationState
 
 
 @dataclass(frozen=True)
@@ -162,10 +164,39 @@ class JobTask:
 
 @dataclass(frozen=True)
 class ShardFailure:
+    """A failed attempt of a shard or a validation, as its row's failures column keeps it."""
+
     attempt: int
     agent_id: str | None
     reason: str
     at: datetime | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "attempt": self.attempt,
+            "agent_id": self.agent_id,
+            "reason": self.reason,
+            "at": None if self.at is None else self.at.astimezone(timezone.utc).isoformat(),
+        }
+
+    @staticmethod
+    def from_json(value: dict[str, Any]) -> "ShardFailure":
+        return ShardFailure(
+            attempt=value["attempt"],
+            agent_id=value.get("agent_id"),
+            reason=value["reason"],
+            at=datetime.fromisoformat(value["at"]) if value.get("at") else None,
+        )
+
+
+def failures_json(
+    stored: Sequence[ShardFailure], decided: Sequence[AttemptFailure], now: datetime
+) -> list[dict[str, Any]]:
+    """What a row's failures column keeps: the ``stored`` failures, and the ones foundation.domain
+    appended to them in ``decided`` (a Shard's or Validation's failures), stamped ``now``."""
+    kept = [replace(f, at=f.at or now) for f in stored]
+    added = [ShardFailure(f.attempt, f.agent_id, f.reason, now) for f in decided[len(stored) :]]
+    return [f.to_json() for f in kept + added]
 
 
 @dataclass(frozen=True)
@@ -202,6 +233,16 @@ class StoredShard:
             leased_at=None if self.leased_at is None else self.leased_at.timestamp(),
             failures=tuple(AttemptFailure(f.attempt, f.agent_id, f.reason) for f in self.failures),
         )
+
+    def changed_event(self, reason: str | None = None) -> dict[str, Any]:
+        """The payload of the shard_changed event that says the shard is now as it is."""
+        return {
+            "shard_id": self.id,
+            "state": self.state.value,
+            "attempt": self.attempt,
+            "agent_id": self.agent_id or "",
+            "reason": reason or "",
+        }
 
 
 @dataclass(frozen=True)
@@ -274,10 +315,11 @@ class JobEvent:
 
 @dataclass(frozen=True)
 class Validation:
-    """A validation's metadata; the libraries come with `ValidationLease`."""
+    """A validation's metadata; the libraries come with `ValidationLease`. `as_validation()` is
+    the value foundation.domain.validations decides on."""
 
     job_id: str
-    state: str  # pending, leased, done, failed, cancelled
+    state: ValidationState
     attempt: int
     agent_id: str | None
     leased_at: datetime | None
@@ -292,6 +334,17 @@ class Validation:
     failures: list[ShardFailure]
     created_at: datetime
     updated_at: datetime
+
+    def as_validation(self) -> validation_rules.Validation:
+        return validation_rules.Validation(
+            job_id=self.job_id,
+            state=self.state,
+            attempt=self.attempt,
+            agent_id=self.agent_id,
+            # foundation.domain keeps time as epoch seconds.
+            leased_at=None if self.leased_at is None else self.leased_at.timestamp(),
+            failures=tuple(AttemptFailure(f.attempt, f.agent_id, f.reason) for f in self.failures),
+        )
 
 
 @dataclass(frozen=True)

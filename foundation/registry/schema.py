@@ -1,9 +1,15 @@
-"""The registry's tables as SQLAlchemy ORM classes; migrations are checked against these."""
+"""The registry's tables as SQLAlchemy ORM classes; migrations are checked against these.
+
+Each row converts itself into the plain entity stores hand out (`to_entity()`, as mlflow's
+rows do): an entity's fields are its row's columns of the same names, but for the few a
+row's `to_entity` works out (states as enums, failures as values).
+"""
 
 from __future__ import annotations
 
+from dataclasses import fields
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy import (
     JSON,
@@ -23,6 +29,23 @@ from sqlalchemy import (
     UniqueConstraint,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, deferred, mapped_column
+
+from foundation.domain.shards import ShardState
+from foundation.domain.validations import ValidationState
+
+from .entities import (
+    Agent,
+    Artifact,
+    Fingerprint,
+    Job,
+    JobEvent,
+    JobTask,
+    Model,
+    ShardFailure,
+    StoredRecord,
+    StoredShard,
+    Validation,
+)
 
 # Every constraint gets a predictable name, so a later migration can drop or alter it by
 # name on PostgreSQL and in SQLite batch mode alike.
@@ -69,6 +92,18 @@ class Base(DeclarativeBase):
     metadata = MetaData(naming_convention=NAMING_CONVENTION)
 
 
+Entity = TypeVar("Entity")
+_FIELDS: dict[type, tuple[str, ...]] = {}
+
+
+def _entity(entity_type: type[Entity], row: Base, **worked_out: Any) -> Entity:
+    """An ``entity_type`` of the row's columns of the same names, and the fields ``worked_out``."""
+    names = _FIELDS.get(entity_type)
+    if names is None:
+        names = _FIELDS[entity_type] = tuple(f.name for f in fields(entity_type))  # type: ignore[arg-type]
+    return entity_type(**{n: worked_out[n] if n in worked_out else getattr(row, n) for n in names})
+
+
 class FingerprintRow(Base):
     """One kind of hardware: tuning results are only reused on the same fingerprint."""
 
@@ -79,6 +114,9 @@ class FingerprintRow(Base):
     summary: Mapped[str] = mapped_column(Text)
     details: Mapped[dict] = mapped_column(JSON)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utc_now)
+
+    def to_entity(self) -> Fingerprint:
+        return _entity(Fingerprint, self)
 
 
 class WorkloadRow(Base):
@@ -127,6 +165,9 @@ class TuningRecordRow(Base):
     record_digest: Mapped[str] = mapped_column(String(64), unique=True)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utc_now)
 
+    def to_entity(self) -> StoredRecord:
+        return _entity(StoredRecord, self)
+
 
 class ModelRow(Base):
     """A user's model, identified by its graph structure and input shapes."""
@@ -143,6 +184,9 @@ class ModelRow(Base):
     weights: Mapped[list] = mapped_column(JSON)
     num_parameters: Mapped[int] = mapped_column(BigInteger)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utc_now)
+
+    def to_entity(self) -> Model:
+        return _entity(Model, self)
 
 
 class JobRow(Base):
@@ -181,6 +225,9 @@ class JobRow(Base):
     started_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
 
+    def to_entity(self) -> Job:
+        return _entity(Job, self)
+
 
 class ArtifactRow(Base):
     """A compiled, validated library for one model, target, fingerprint and TVM version."""
@@ -218,6 +265,10 @@ class ArtifactRow(Base):
     software: Mapped[dict] = mapped_column(JSON)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utc_now)
 
+    def to_entity(self) -> Artifact:
+        """Its metadata; the library stays in the database (`RegistryStore.get_artifact_library`)."""
+        return _entity(Artifact, self)
+
 
 # -- the distributed mode: agents, job plans, shards, events, validations ---------------------
 
@@ -240,6 +291,9 @@ class AgentRow(Base):
     last_heartbeat_at: Mapped[datetime] = mapped_column(UTCDateTime)
     details: Mapped[dict] = mapped_column(JSON)
 
+    def to_entity(self) -> Agent:
+        return _entity(Agent, self, target_kinds=list(self.target_kinds))
+
 
 class JobTaskRow(Base):
     """One tuning task of a job's plan: a TIR function of the model and its trial cap."""
@@ -261,6 +315,9 @@ class JobTaskRow(Base):
     # by structural hash (which can collide).
     workload_id: Mapped[int] = mapped_column(ForeignKey("workloads.id"))
     trials_budget: Mapped[int] = mapped_column(Integer)
+
+    def to_entity(self) -> JobTask:
+        return _entity(JobTask, self)
 
 
 class ShardRow(Base):
@@ -293,6 +350,11 @@ class ShardRow(Base):
     failures: Mapped[list] = mapped_column(JSON)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime)
 
+    def to_entity(self, task_names: list[str]) -> StoredShard:
+        """The shard, given the names of its tasks (rows of their own: JobTaskRow)."""
+        return _entity(StoredShard, self, state=ShardState(self.state), task_indexes=list(self.task_indexes),
+                       task_names=task_names, failures=[ShardFailure.from_json(f) for f in self.failures])
+
 
 class JobEventRow(Base):
     """One thing that happened to a job; the id is the sequence WatchJob resumes after."""
@@ -307,6 +369,9 @@ class JobEventRow(Base):
     kind: Mapped[str] = mapped_column(String(32))
     payload: Mapped[dict] = mapped_column(JSON)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+    def to_entity(self) -> JobEvent:
+        return _entity(JobEvent, self, sequence=self.id)
 
 
 class ValidationRow(Base):
@@ -337,3 +402,8 @@ class ValidationRow(Base):
     failures: Mapped[list] = mapped_column(JSON)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+    def to_entity(self) -> Validation:
+        """Its metadata; the libraries come with a lease (`ClusterStore.claim_validation`)."""
+        return _entity(Validation, self, state=ValidationState(self.state),
+                       failures=[ShardFailure.from_json(f) for f in self.failures])

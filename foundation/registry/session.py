@@ -1,7 +1,28 @@
-"""The one unit of work: a session, one transaction, commit or roll back, clear errors."""
+"""The one unit of work: a session, one transaction, commit or roll back, clear errors.
+
+What a write changes is part of how it is opened, because the coordinator caches reads of
+state and keeps each cache only while nothing it read can have changed
+(coordinator.fleet.live_agents). This is the one place that contract is written down:
+
+- ``UnitOfWork.state_version`` moves with every committed write unit that may have changed
+  some state (a job, shard, agent or validation). A read cached with the version taken before
+  it is good while the version is the same: the version moves only after a commit.
+- ``UnitOfWork.lease_version(agent)`` is the same for one agent's shard leases, what that
+  agent's heartbeat is checked against. A fleet leases and completes shards every few
+  seconds; were each of those a reason to re-read every agent's lease list, no heartbeat
+  would be answered from memory.
+
+So every write unit says, when it is opened (`UnitOfWork.write`), what it may change
+(`Changes`): nothing a cache keeps (records, events, heartbeat times), the shard leases of
+the agents it names, or any state at all, every agent's leases included. A function that
+changes shard leases within a unit takes its `WriteSession` (not a plain Session) and says
+whose leases it changed (`WriteSession.changed_leases_of`), or that anyone's may have
+(`WriteSession.may_have_changed_any_lease`, e.g. a job's shards cancelled).
+"""
 
 from __future__ import annotations
 
+import enum
 import threading
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -12,55 +33,73 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from .engine import WRITE_OPTION, registry_error
 
-UNCHANGED = "farm_unchanged"
-LEASES_OF = "farm_leases_of"
-ANY_LEASE = "farm_any_lease"
+
+class Changes(enum.Enum):
+    """What a write unit may change of the state the coordinator caches reads of."""
+
+    # Records, events, heartbeat times: no version moves.
+    NO_STATE = "no state"
+    # The shard leases of the agents the unit names, and what follows from them (the shard's
+    # job settled, its events): those agents' lease versions move. A unit that names no agent
+    # changed nothing (a claim that found no shard to lease).
+    LEASES = "leases"
+    # Any state, every agent's leases included: every version moves.
+    STATE = "state"
 
 
-def unchanged(session: Session) -> None:
-    """Mark a write unit that changed no state: it leaves `UnitOfWork.state_version` alone."""
-    session.info[UNCHANGED] = True
+class WriteSession(Session):
+    """The session of a write unit, which knows what the unit declared it changes (`Changes`)
+    and, for Changes.LEASES, whose leases it changed."""
 
+    changes: Changes = Changes.STATE
+    _leases_of: set[str]
+    _any_lease: bool
 
-def changes_leases_of(session: Session, agent_ids: Iterable[str]) -> None:
-    """Mark a write unit whose shard changes are all leases of these agents (a claim, a
-    completion): it moves their lease versions, not every agent's (`UnitOfWork.lease_version`)."""
-    session.info.setdefault(LEASES_OF, set()).update(agent_ids)
+    def changed_leases_of(self, agent_ids: Iterable[str]) -> None:
+        """These agents' shard leases changed (a claim granted them, a completion ended one)."""
+        self._may_change_leases()
+        self._leases_of.update(agent_ids)
 
+    def may_have_changed_any_lease(self) -> None:
+        """Any agent's shard leases may have changed (a job's unfinished shards cancelled), even
+        if the unit named whose leases it changed before."""
+        self._may_change_leases()
+        self._any_lease = True
 
-def changes_any_lease(session: Session) -> None:
-    """Mark a write unit that may change any agent's leases (cancelling a job's shards), even
-    if another part of it said whose (`changes_leases_of`)."""
-    session.info[ANY_LEASE] = True
+    def _may_change_leases(self) -> None:
+        if self.changes is Changes.NO_STATE:
+            raise ValueError("a unit of work opened with Changes.NO_STATE cannot change shard leases")
+
+    def _declare(self, changes: Changes) -> None:
+        self.changes = changes
+        self._leases_of = set()
+        self._any_lease = False
+
+    def _changed_leases(self) -> frozenset[str] | None:
+        """After commit: the agents whose lease versions move, None for every agent's (and an
+        empty set when no version moves)."""
+        if self.changes is Changes.NO_STATE:
+            return frozenset()
+        if self.changes is Changes.STATE or self._any_lease:
+            return None
+        return frozenset(self._leases_of)
 
 
 class UnitOfWork:
-    """Opens sessions on one engine; readers and writers differ only in how SQLite locks.
-
-    ``state_version`` counts the write transactions committed through it that may have
-    changed the state of something (a job, shard, agent or validation). A cache of a state
-    read is valid while the version is the one read before the read: the version moves only
-    after a commit. Writes that change no state (records, events, heartbeat times) say
-    ``quiet=True`` and leave it alone.
-
-    ``lease_version(agent)`` is the same for what one agent's heartbeat is checked against:
-    it moves with every state change except those whose unit said which agents' leases alone
-    they changed (`changes_leases_of`), which move only those agents'. A fleet leases and
-    completes shards every few seconds; were each of those a reason to re-read every agent's
-    lease list, no heartbeat would be answered from memory.
-    """
+    """Opens sessions on one engine, one transaction each: `read` for readers, `write` for
+    writers, which differ only in how SQLite locks and in what the versions above say."""
 
     def __init__(self, engine: Engine, url: str):
         self._url = url
         self._version_lock = threading.Lock()
         self._state_version = 0
-        self._lease_epoch = 0  # moved by state changes that did not say whose leases
+        self._lease_epoch = 0  # moved by units that may have changed any agent's leases
         self._agent_lease_versions: dict[str, int] = {}
         # expire_on_commit=False: entities are built inside the session anyway, and a
         # commit must not trigger reloads of rows nobody will read again.
         self._read = sessionmaker(bind=engine, expire_on_commit=False)
         self._write = sessionmaker(
-            bind=engine.execution_options(**{WRITE_OPTION: True}), expire_on_commit=False
+            bind=engine.execution_options(**{WRITE_OPTION: True}), class_=WriteSession, expire_on_commit=False
         )
 
     @property
@@ -72,23 +111,34 @@ class UnitOfWork:
             return self._lease_epoch, self._agent_lease_versions.get(agent_id, 0)
 
     @contextmanager
-    def __call__(self, *, write: bool = False, quiet: bool = False) -> Iterator[Session]:
-        session = (self._write if write else self._read)()
+    def read(self) -> Iterator[Session]:
+        with self._transaction(self._read()) as session:
+            yield session
+
+    @contextmanager
+    def write(self, changes: Changes) -> Iterator[WriteSession]:
+        """A write unit that may change what ``changes`` says (the module's docstring)."""
+        session: WriteSession = self._write()
+        session._declare(changes)
+        with self._transaction(session):
+            yield session
+        changed = session._changed_leases()
+        if changed is not None and not changed:
+            return
+        with self._version_lock:
+            self._state_version += 1
+            if changed is None:
+                self._lease_epoch += 1
+            else:
+                for agent_id in changed:
+                    self._agent_lease_versions[agent_id] = self._agent_lease_versions.get(agent_id, 0) + 1
+
+    @contextmanager
+    def _transaction(self, session: Session) -> Iterator[Session]:
         try:
             with session.begin():
                 yield session
-            # A writer that found nothing to change says so (`unchanged`).
-            quiet = quiet or session.info.get(UNCHANGED, False)
-            leases_of = None if session.info.get(ANY_LEASE) else session.info.get(LEASES_OF)
         except SQLAlchemyError as exc:
             raise registry_error(exc, self._url) from exc
         finally:
             session.close()
-        if write and not quiet:
-            with self._version_lock:
-                self._state_version += 1
-                if leases_of is None:
-                    self._lease_epoch += 1
-                else:
-                    for agent_id in leases_of:
-                        self._agent_lease_versions[agent_id] = self._agent_lease_versions.get(agent_id, 0) + 1

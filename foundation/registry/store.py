@@ -24,7 +24,7 @@ from .schema import (
     ModelRow,
     utc_now,
 )
-from .session import UnitOfWork
+from .session import Changes, UnitOfWork
 from .tuning_records import TuningRecords, mean_run_sec, record_digest
 
 __all__ = [
@@ -88,8 +88,8 @@ class RegistryStore(TuningRecords):
 
     @property
     def unit_of_work(self) -> UnitOfWork:
-        """The session helper, for stores that extend this one over the same engine
-        (cluster_store): their units of work may call the ``*_in(session, ...)`` methods."""
+        """The session helper, shared by the stores over the same engine (coordinator.cluster_store):
+        their units of work may call the ``*_in(session, ...)`` methods."""
         return self._unit
 
     # -- plumbing --------------------------------------------------------------------
@@ -123,19 +123,19 @@ class RegistryStore(TuningRecords):
                 "details": stmt.excluded.details,
             },
         )
-        with self._unit(write=True) as session:
+        with self._unit.write(Changes.STATE) as session:
             session.execute(stmt)
-            return _fingerprint(session.get_one(FingerprintRow, fp_id, populate_existing=True))
+            return session.get_one(FingerprintRow, fp_id, populate_existing=True).to_entity()
 
     def get_fingerprint(self, fp_id: str) -> Fingerprint | None:
-        with self._unit() as session:
+        with self._unit.read() as session:
             row = session.get(FingerprintRow, fp_id)
-            return _fingerprint(row) if row else None
+            return row.to_entity() if row else None
 
     def list_fingerprints(self) -> list[Fingerprint]:
-        with self._unit() as session:
+        with self._unit.read() as session:
             rows = session.scalars(select(FingerprintRow).order_by(FingerprintRow.created_at))
-            return [_fingerprint(r) for r in rows]
+            return [r.to_entity() for r in rows]
 
     # -- models ----------------------------------------------------------------------
 
@@ -167,9 +167,9 @@ class RegistryStore(TuningRecords):
             )
             .on_conflict_do_nothing(index_elements=["id"])
         )
-        with self._unit(write=True) as session:
+        with self._unit.write(Changes.STATE) as session:
             session.execute(stmt)
-            return _model(session.get_one(ModelRow, model_id))
+            return session.get_one(ModelRow, model_id).to_entity()
 
     def find_model(self, name: str, batch: int, source_digest: str) -> Model | None:
         query = (
@@ -182,19 +182,19 @@ class RegistryStore(TuningRecords):
             .order_by(ModelRow.created_at.desc())
             .limit(1)
         )
-        with self._unit() as session:
+        with self._unit.read() as session:
             row = session.scalars(query).first()
-            return _model(row) if row else None
+            return row.to_entity() if row else None
 
     def get_model(self, model_id: str) -> Model | None:
-        with self._unit() as session:
+        with self._unit.read() as session:
             row = session.get(ModelRow, model_id)
-            return _model(row) if row else None
+            return row.to_entity() if row else None
 
     def list_models(self) -> list[Model]:
-        with self._unit() as session:
+        with self._unit.read() as session:
             return [
-                _model(r) for r in session.scalars(select(ModelRow).order_by(ModelRow.created_at))
+                r.to_entity() for r in session.scalars(select(ModelRow).order_by(ModelRow.created_at))
             ]
 
     # -- jobs ------------------------------------------------------------------------
@@ -224,10 +224,10 @@ class RegistryStore(TuningRecords):
             options=options,
             created_at=utc_now(),
         )
-        with self._unit(write=True) as session:
+        with self._unit.write(Changes.STATE) as session:
             session.add(row)
             session.flush()
-            return _job(row)
+            return row.to_entity()
 
     def update_job(
         self, job_id: str, *, expect_state: str | Iterable[str] | None = None, **fields: Any
@@ -249,7 +249,7 @@ class RegistryStore(TuningRecords):
         stmt = update(JobRow).where(JobRow.id == job_id)
         if states is not None:
             stmt = stmt.where(JobRow.state.in_(states))
-        with self._unit(write=True) as session:
+        with self._unit.write(Changes.STATE) as session:
             changed = 1
             if fields:
                 result = session.execute(
@@ -267,23 +267,23 @@ class RegistryStore(TuningRecords):
                     "it was not updated",
                     "another process changed it first; reload the job",
                 )
-            return _job(row)
+            return row.to_entity()
 
     def get_job(self, job_id: str) -> Job:
-        with self._unit() as session:
+        with self._unit.read() as session:
             row = session.get(JobRow, job_id)
             if row is None:
                 raise NotFound(
                     f"no job {job_id!r} in the registry at {self.url}", "see `farm jobs list`"
                 )
-            return _job(row)
+            return row.to_entity()
 
     def list_jobs(self, limit: int = 50, state: str | None = None) -> list[Job]:
         query = select(JobRow).order_by(JobRow.created_at.desc(), JobRow.id.desc()).limit(limit)
         if state is not None:
             query = query.where(JobRow.state == state)
-        with self._unit() as session:
-            return [_job(r) for r in session.scalars(query)]
+        with self._unit.read() as session:
+            return [r.to_entity() for r in session.scalars(query)]
 
     # -- artifacts -------------------------------------------------------------------
 
@@ -323,10 +323,10 @@ class RegistryStore(TuningRecords):
             software=software,
             created_at=utc_now(),
         )
-        with self._unit(write=True) as session:
+        with self._unit.write(Changes.STATE) as session:
             session.add(row)
             session.flush()
-            return _artifact(row)
+            return row.to_entity()
 
     def find_artifact(
         self, model_id: str, target: str, fingerprint_id: str, tvm_version: str
@@ -344,19 +344,19 @@ class RegistryStore(TuningRecords):
             .order_by(ArtifactRow.created_at.desc(), ArtifactRow.id.desc())
             .limit(1)
         )
-        with self._unit() as session:
+        with self._unit.read() as session:
             row = session.scalars(query).first()
-            return _artifact(row) if row else None
+            return row.to_entity() if row else None
 
     def get_artifact(self, artifact_id: str) -> Artifact:
-        with self._unit() as session:
+        with self._unit.read() as session:
             row = session.get(ArtifactRow, artifact_id)
             if row is None:
                 raise _no_artifact(artifact_id, self.url)
-            return _artifact(row)
+            return row.to_entity()
 
     def get_artifact_library(self, artifact_id: str) -> bytes:
-        with self._unit() as session:
+        with self._unit.read() as session:
             library = session.scalar(
                 select(ArtifactRow.library).where(ArtifactRow.id == artifact_id)
             )
@@ -382,11 +382,11 @@ class RegistryStore(TuningRecords):
             query = query.where(ArtifactRow.fingerprint_id == fingerprint_id)
         if target is not None:
             query = query.where(ArtifactRow.target == target)
-        with self._unit() as session:
-            return [_artifact(r) for r in session.scalars(query)]
+        with self._unit.read() as session:
+            return [r.to_entity() for r in session.scalars(query)]
 
     def counts(self) -> dict[str, int]:
-        with self._unit() as session:
+        with self._unit.read() as session:
             return {
                 table.name: session.scalar(select(func.count()).select_from(table)) or 0
                 for table in Base.metadata.sorted_tables
@@ -395,72 +395,4 @@ class RegistryStore(TuningRecords):
 def _no_artifact(artifact_id: str, url: str) -> NotFound:
     return NotFound(
         f"no artifact {artifact_id!r} in the registry at {url}", "see `farm artifacts list`"
-    )
-
-
-def _fingerprint(row: FingerprintRow) -> Fingerprint:
-    return Fingerprint(
-        id=row.id,
-        kind=row.kind,
-        summary=row.summary,
-        details=row.details,
-        created_at=row.created_at,
-    )
-
-
-def _model(row: ModelRow) -> Model:
-    return Model(
-        id=row.id,
-        name=row.name,
-        source=row.source,
-        source_digest=row.source_digest,
-        batch=row.batch,
-        inputs=row.inputs,
-        weights=row.weights,
-        num_parameters=row.num_parameters,
-        created_at=row.created_at,
-    )
-
-
-def _job(row: JobRow) -> Job:
-    return Job(
-        id=row.id,
-        model_id=row.model_id,
-        target=row.target,
-        fingerprint_id=row.fingerprint_id,
-        state=row.state,
-        cache_hit=row.cache_hit,
-        trials_budget=row.trials_budget,
-        trials_done=row.trials_done,
-        options=row.options,
-        error=row.error,
-        artifact_id=row.artifact_id,
-        created_at=row.created_at,
-        started_at=row.started_at,
-        finished_at=row.finished_at,
-        target_kind=row.target_kind,
-        target_request=row.target_request,
-        status=row.status,
-        parent_request=row.parent_request,
-    )
-
-
-def _artifact(row: ArtifactRow) -> Artifact:
-    return Artifact(
-        id=row.id,
-        model_id=row.model_id,
-        target=row.target,
-        fingerprint_id=row.fingerprint_id,
-        job_id=row.job_id,
-        sha256=row.sha256,
-        size=row.size,
-        lib_format=row.lib_format,
-        latency_mean_ms=row.latency_mean_ms,
-        latency_median_ms=row.latency_median_ms,
-        latency_std_ms=row.latency_std_ms,
-        untuned_latency_mean_ms=row.untuned_latency_mean_ms,
-        validation=row.validation,
-        tvm_version=row.tvm_version,
-        software=row.software,
-        created_at=row.created_at,
     )

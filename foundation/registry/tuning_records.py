@@ -16,6 +16,7 @@ from foundation.errors import RegistryError
 
 from .entities import NewRecord, StoredRecord
 from .schema import TuningRecordRow, WorkloadRow, utc_now
+from .session import Changes
 
 # MetaSchedule's stand-in for "no time measured" (SortTuningRecordByMeanRunSecs::kMaxMeanTime).
 MEASUREMENT_FAILED_SEC = 1e10
@@ -91,7 +92,7 @@ class TuningRecords:
 
     def commit_workload(self, shash: str, mod_json: str) -> int:
         """Store a workload unless its JSON is already stored; returns its id either way."""
-        with self._unit(write=True) as session:
+        with self._unit.write(Changes.STATE) as session:
             return self.commit_workload_in(session, shash, mod_json)
 
     def commit_workload_in(self, session: Session, shash: str, mod_json: str) -> int:
@@ -110,7 +111,7 @@ class TuningRecords:
             .where(WorkloadRow.shash == shash)
             .order_by(WorkloadRow.id)
         )
-        with self._unit() as session:
+        with self._unit.read() as session:
             return [(i, j) for i, j in session.execute(query)]
 
     def get_workloads(self, workload_ids: Iterable[int]) -> dict[int, tuple[str, str]]:
@@ -121,7 +122,7 @@ class TuningRecords:
         query = select(WorkloadRow.id, WorkloadRow.shash, WorkloadRow.mod_json).where(
             WorkloadRow.id.in_(ids)
         )
-        with self._unit() as session:
+        with self._unit.read() as session:
             return {i: (s, j) for i, s, j in session.execute(query)}
 
     def add_tuning_records(self, records: Iterable[NewRecord]) -> int:
@@ -129,7 +130,7 @@ class TuningRecords:
         records = list(records)
         if not records:
             return 0
-        with self._unit(write=True) as session:
+        with self._unit.write(Changes.STATE) as session:
             return self.insert_records_in(session, records)
 
     def import_tuning_log(
@@ -140,7 +141,7 @@ class TuningRecords:
         ``workloads`` are (shash, mod_json); each record's ``workload_id`` is an index into
         that list. Returns the workload ids (in the same order) and the number of new records.
         """
-        with self._unit(write=True) as session:
+        with self._unit.write(Changes.STATE) as session:
             ids = [self.commit_workload_in(session, shash, mod_json) for shash, mod_json in workloads]
             try:
                 resolved = [_with_workload(r, ids[r.workload_id]) for r in records]
@@ -254,8 +255,8 @@ class TuningRecords:
             .order_by(TuningRecordRow.mean_sec, TuningRecordRow.id)
             .limit(k)
         )
-        with self._unit() as session:
-            return [_record(r) for r in session.scalars(query)]
+        with self._unit.read() as session:
+            return [r.to_entity() for r in session.scalars(query)]
 
     def all_records(
         self,
@@ -271,8 +272,8 @@ class TuningRecords:
         query = self._record_query(workload_id, fingerprint_id, target, tvm_version).order_by(
             TuningRecordRow.id
         )
-        with self._unit() as session:
-            return [_record(r) for r in session.scalars(query)]
+        with self._unit.read() as session:
+            return [r.to_entity() for r in session.scalars(query)]
 
     def job_measurements(self, job_id: str) -> list[tuple[int, float | None]]:
         """(workload id, mean seconds or None when it failed) of every record a job measured,
@@ -293,27 +294,9 @@ class TuningRecords:
         inner = self._record_query(
             workload_id, fingerprint_id, target, tvm_version
         ).with_only_columns(TuningRecordRow.id)
-        with self._unit() as session:
+        with self._unit.read() as session:
             return session.scalar(select(func.count()).select_from(inner.subquery())) or 0
 
 
 def _with_workload(record: NewRecord, workload_id: int) -> NewRecord:
     return replace(record, workload_id=workload_id)
-
-
-def _record(row: TuningRecordRow) -> StoredRecord:
-    return StoredRecord(
-        id=row.id,
-        workload_id=row.workload_id,
-        fingerprint_id=row.fingerprint_id,
-        target=row.target,
-        tvm_version=row.tvm_version,
-        software=row.software,
-        trace=row.trace,
-        args_info=row.args_info,
-        run_secs=row.run_secs,
-        mean_sec=row.mean_sec,
-        job_id=row.job_id,
-        record_digest=row.record_digest,
-        created_at=row.created_at,
-    )

@@ -1,14 +1,14 @@
 """The coordinator over real gRPC, with fake agents that speak the FarmAgent API but never tune.
 
 Planning extracts mlp-tiny's tasks with TVM and the coordinator really builds the library;
-the fake agents report hand-made TuningRecords and validate with foundation.runtime.validation.
+the fake agents (support.fake_agent: the real agent's state machine with fake I/O) report
+hand-made TuningRecords and validate with foundation.runtime.validation.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
 import contextlib
-import json
 import math
 import sqlite3
 import threading
@@ -22,6 +22,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from coordinator.server import SERVICE_NAMES, serve
 from foundation.wire import farm_pb2, farm_pb2_grpc
 
+from support.fake_agent import FakeAgent
 from support.polling import wait_for
 
 TIMEOUT = 60.0  # per wait; the whole file stays well under two minutes
@@ -53,128 +54,6 @@ def start(tmp_path, registry_url):
     yield started
     for server in servers:
         server.stop(grace=1)
-
-
-class FakeAgent:
-    """An agent reduced to its calls: no RPC server, no tuning."""
-
-    def __init__(self, channel, fingerprint, tvm_version=None):
-        from foundation.hardware.versions import tvm_version as installed
-
-        self.stub = farm_pb2_grpc.FarmAgentStub(channel)
-        self.fingerprint = fingerprint
-        self.tvm_version = tvm_version or installed()
-        self.agent_id = ""
-        self.running: list[farm_pb2.LeaseRef] = []
-        self._beating = threading.Event()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-
-    def register(self):
-        reply = self.stub.Register(farm_pb2.RegisterRequest(
-            fingerprint_id=self.fingerprint.id, fingerprint_summary=self.fingerprint.summary,
-            fingerprint_json=json.dumps(self.fingerprint.to_json()), target_kinds=["llvm"],
-            hostname="fake", tvm_version=self.tvm_version, previous_agent_id=self.agent_id), timeout=10)
-        self.agent_id = reply.agent_id
-        return reply
-
-    def heartbeat(self):
-        return self.stub.Heartbeat(farm_pb2.HeartbeatRequest(
-            agent_id=self.agent_id, running_leases=list(self.running)), timeout=10).instructions
-
-    def keep_beating(self, on: bool = True):
-        """Heartbeat every 0.2 s in the background while ``on``."""
-        if self._thread is None:
-            def loop():
-                while not self._stop.wait(0.2):
-                    if self._beating.is_set():
-                        self.heartbeat()
-            self._thread = threading.Thread(target=loop, daemon=True)
-            self._thread.start()
-        (self._beating.set if on else self._beating.clear)()
-
-    def close(self):
-        self._stop.set()
-
-    def lease(self):
-        return self.leased(self.stub.LeaseShard(farm_pb2.LeaseShardRequest(
-            agent_id=self.agent_id, fingerprint_id=self.fingerprint.id, target_kinds=["llvm"]), timeout=30))
-
-    def held_lease(self, max_wait: float, timeout: float):
-        """A long-polled LeaseShard in flight (a grpc future of its reply), as the real agent sends."""
-        request = farm_pb2.LeaseShardRequest(agent_id=self.agent_id, fingerprint_id=self.fingerprint.id,
-                                             target_kinds=["llvm"])
-        request.max_wait.FromTimedelta(timedelta(seconds=max_wait))
-        return self.stub.LeaseShard.future(request, timeout=timeout)
-
-    def leased(self, reply):
-        """The shard a LeaseShard reply grants (now running), or None."""
-        if not reply.HasField("shard"):
-            return None
-        shard = reply.shard
-        self.running.append(farm_pb2.LeaseRef(job_id=shard.job_id, shard_id=shard.shard_id, attempt=shard.attempt))
-        return shard
-
-    def report(self, shard, factors=(2, 4), attempt=None):
-        records = [farm_pb2.MeasuredRecord(task_name=t.name, workload_shash=t.workload_shash,
-                                           tuning_record_json=_record_json(t, shard.target, f))
-                   for t in shard.tasks for f in factors]
-        progress = [farm_pb2.TaskProgress(shard_id=shard.shard_id, task_name=t.name, trials=len(factors),
-                                          budget=shard.budget.max_trials_per_task, run_errors=1, best_us=10.0)
-                    for t in shard.tasks]
-        return self.stub.ReportRecords(farm_pb2.ReportRecordsRequest(
-            agent_id=self.agent_id, shard_id=shard.shard_id,
-            attempt=shard.attempt if attempt is None else attempt, records=records, progress=progress), timeout=30)
-
-    def complete(self, shard):
-        return self.stub.CompleteShard(farm_pb2.CompleteShardRequest(
-            agent_id=self.agent_id, shard_id=shard.shard_id, attempt=shard.attempt), timeout=30)
-
-    def validate(self):
-        """Lease a validation and do what agents do with it (foundation.runtime.validation.check_library)."""
-        from foundation.models.loaded import Fill, TensorSpec, random_inputs, random_weights
-        from foundation.runtime.validation import check_library
-
-        reply = self.stub.LeaseValidation(farm_pb2.LeaseValidationRequest(
-            agent_id=self.agent_id, fingerprint_id=self.fingerprint.id, target_kinds=["llvm"]), timeout=60)
-        if not reply.HasField("validation"):
-            return None
-        lease = reply.validation
-
-        def spec(s):
-            return TensorSpec(s.name, tuple(s.shape), s.dtype,
-                              Fill.from_json(json.loads(s.fill_json)) if s.fill_json else None)
-
-        check = check_library(
-            lease.library, lease.reference_library, "llvm",
-            random_inputs([spec(s) for s in lease.inputs], lease.seed),
-            random_weights([spec(s) for s in lease.weight_specs], lease.seed), runs=lease.runs,
-        )
-        v = check.validation
-        stats = farm_pb2.LatencyStats(mean_ms=check.latency.mean_ms, median_ms=check.latency.median_ms,
-                                      std_ms=check.latency.std_ms, runs=check.latency.runs)
-        return lease, self.stub.ReportValidation(farm_pb2.ReportValidationRequest(
-            agent_id=self.agent_id, validation_id=lease.validation_id, attempt=lease.attempt,
-            check=farm_pb2.OutputCheck(passed=v.passed, max_abs_err=v.max_abs_err, max_rel_err=v.max_rel_err,
-                                       rtol=v.rtol, atol=v.atol, reason=v.reason or ""),
-            latency=stats), timeout=30)
-
-
-def _record_json(task, target_json: str, factor: int) -> str:
-    """A real TuningRecord of ``task``: split the first loop of its first block by ``factor``."""
-    import tvm
-    from tvm.s_tir.meta_schedule.arg_info import ArgInfo
-    from tvm.s_tir.meta_schedule.database import TuningRecord, Workload
-
-    from foundation.hardware.targets import to_tvm_target
-
-    mod = tvm.ir.load_json(task.mod_json)
-    sch = tvm.s_tir.Schedule(mod)
-    block = sch.get_child_blocks(sch.get_sblock("root"))[0]
-    sch.split(sch.get_loops(block)[0], [None, factor])
-    record = TuningRecord(sch.trace, Workload(mod), [1e-5 * factor], to_tvm_target(json.loads(target_json)),
-                          ArgInfo.from_prim_func(mod["main"]))
-    return json.dumps(record.as_json())
 
 
 def _submit(channel, model="mlp-tiny", **kw):
@@ -227,7 +106,7 @@ def test_two_agents_share_a_job_that_is_built_validated_and_committed(start, fin
     assert {t.name for s in shards for t in s.tasks} == {"fused_matmul1_add1", "fused_matmul_add_relu"}
     assert shards[0].target == job.target and shards[0].tracker.key == f"farm-{fingerprint.id}"
     assert shards[0].budget.max_trials_per_task == 4 and shards[0].seed == 7
-    assert agents[0].lease() is None, "no third shard"
+    assert agents[0].lease_out_of_turn() is None, "no third shard"
 
     for agent, shard in zip(agents, shards):
         reply = agent.report(shard)
@@ -236,7 +115,7 @@ def test_two_agents_share_a_job_that_is_built_validated_and_committed(start, fin
         assert again.accepted and again.stored == 0 and again.duplicates == 2, "kept once"
     # Held from before the library exists: answered, with no shard, as soon as its validation
     # waits for an agent, so that the agent asks for it at once.
-    held = agents[0].held_lease(max_wait=30, timeout=45)
+    held = agents[0].held_lease_out_of_turn(max_wait=30, timeout=45)
     for agent, shard in zip(agents, shards):
         assert agent.complete(shard).accepted
     reply = held.result()
@@ -341,8 +220,8 @@ def test_waiting_job_binds_then_stale_attempts_and_cancel_are_refused(start, fin
     assert [i.cancel_lease.lease.attempt for i in instructions] == [1]
     stale = agent.report(shard)
     assert not stale.accepted and "attempt 1" in stale.reason and "is over" in stale.reason
-    assert not agent.complete(shard).accepted
-    agent.running.clear()
+    assert not agent.complete_out_of_turn(shard).accepted
+    agent.stop_tuning(shard)
     agent.keep_beating()
     retry = agent.lease()
     assert retry.shard_id == shard.shard_id and retry.attempt == 2
@@ -394,7 +273,7 @@ def test_errors_health_and_an_owned_tracker(start, fingerprint):
     assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION and "apache-tvm==" in err.value.details()
     reply = agent.register()
     assert reply.tracker.port == server.tracker.port
-    agent.agent_id = "agent-unknown"
+    agent.pretend_registered_as("agent-unknown")
     assert agent.heartbeat()[0].WhichOneof("instruction") == "re_register"
     with pytest.raises(grpc.RpcError) as err:
         agent.lease()
@@ -449,7 +328,7 @@ def test_heartbeats_are_answered_while_more_reports_wait_than_the_server_has_thr
     # server answered neither until the lock was gone.
     server, channel, agent, shard = _agent_leasing_a_shard(start, fingerprint, max_workers=2)
     assert agent.heartbeat() == []
-    ingest = server.coordinator._ingest
+    ingest = server.coordinator.report_commits
     with concurrent.futures.ThreadPoolExecutor(4) as pool:
         with _ingestion_held(registry_url, shard.shard_id):
             reports = [pool.submit(agent.report, shard, (factor,)) for factor in (2, 3, 4, 5)]
@@ -457,7 +336,7 @@ def test_heartbeats_are_answered_while_more_reports_wait_than_the_server_has_thr
             _wait_for(lambda: ingest.pending() == 4, "four reports waiting for their commit")
             assert agent.heartbeat() == []
             if not registry_url.startswith("sqlite"):  # a claim needs SQLite's one write lock
-                assert agent.lease() is None, "the job's one shard is this agent's already"
+                assert agent.lease_out_of_turn() is None, "the job's one shard is this agent's already"
             assert not any(report.done() for report in reports)
         assert all(report.result(TIMEOUT).accepted for report in reports)
     assert server.coordinator.store.count_records() == 4 * len(shard.tasks)
@@ -533,12 +412,11 @@ def test_a_settled_heartbeat_needs_no_thread_of_the_server(start, fingerprint):
     # Read from the registry: settled from now on, until some state changes (a registration would).
     assert agent.heartbeat() == []
     # A lease the other agent was never given: its beat must be read against the registry.
-    other.running = [farm_pb2.LeaseRef(job_id=shard.job_id, shard_id=shard.shard_id, attempt=shard.attempt + 1)]
+    other.pretend_leased(shard, attempt=shard.attempt + 1)
     release = threading.Event()
     taken = [server._pool.submit(release.wait, TIMEOUT) for _ in range(2)]
     try:
-        unsettled = other.stub.Heartbeat.future(farm_pb2.HeartbeatRequest(
-            agent_id=other.agent_id, running_leases=other.running), timeout=TIMEOUT)
+        unsettled = other.heartbeat_future(timeout=TIMEOUT)
         assert agent.heartbeat() == []
         assert not unsettled.done(), "a heartbeat that must read the registry waited for a thread"
     finally:

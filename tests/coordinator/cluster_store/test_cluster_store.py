@@ -224,7 +224,7 @@ def test_a_lease_that_ends_while_a_groups_records_are_written_keeps_none_of_them
     one, two = agent_of(cluster_store), agent_of(cluster_store)
     first = cluster_store.claim_shard(one.id, GPU, ["cuda"], at(1), TTL)
     second = cluster_store.claim_shard(two.id, GPU, ["cuda"], at(1), TTL)
-    write_kept = cluster_store._insert_kept
+    write_kept = cluster_store.reports._insert_kept
     written = []
 
     def written_while_the_lease_ends(session, kept):
@@ -238,7 +238,7 @@ def test_a_lease_that_ends_while_a_groups_records_are_written_keeps_none_of_them
             assert not ending.is_alive(), "the failure waited for the group's locks"
         return result
 
-    cluster_store._insert_kept = written_while_the_lease_ends
+    cluster_store.reports._insert_kept = written_while_the_lease_ends
     verdicts = cluster_store.ingest_reports([
         ReportedBatch(first.shard.id, 1, one.id, records_of(first, ["a", "b"]), trials=2),
         ReportedBatch(second.shard.id, 1, two.id, records_of(second, ["c"]), trials=1),
@@ -428,6 +428,45 @@ def test_validation_lease_round_trip(cluster_store, store):
     done = cluster_store.finish_validation(job.id, 2, agent.id, {"passed": True}, at(7))
     assert done.accepted and done.validation.state == "done" and done.validation.result == {"passed": True}
     assert [f.reason for f in done.validation.failures] == ["device busy"]
+
+
+def built(cluster_store, store):  # type: ignore[no-untyped-def]
+    """A validating job whose library waits for an agent; returns (job, the agent that tuned it)."""
+    job, agent = validating_job(cluster_store, store)
+    cluster_store.create_validation(job.id, library=b"lib", lib_format="so", reference_library=None, inputs=[],
+                                    weights=[], seed=0, runs=1, warmup=0, now=at(3))
+    return job, agent
+
+
+def test_a_silent_agents_validation_is_retried_and_fails_after_max_attempts(cluster_store, store):
+    job, agent = built(cluster_store, store)
+    other = agent_of(cluster_store)
+    assert cluster_store.claim_validation(agent.id, GPU, at(4)).attempt == 1
+    cluster_store.heartbeat(agent.id, at(20))
+    assert cluster_store.expire_validations(at(20 + TTL - 1), TTL, max_attempts=2) == []  # beat recently enough
+    [retry] = cluster_store.expire_validations(at(20 + TTL + 1), TTL, max_attempts=2)
+    assert (retry.state, retry.agent_id, retry.leased_at) == ("pending", None, None)
+    [failure] = retry.failures
+    assert (failure.attempt, failure.agent_id, failure.at) == (1, agent.id, at(20 + TTL + 1))
+    assert failure.reason == f"agent {agent.id} sent no heartbeat for over 30s (lease TTL)"
+    # The silent agent's late report changes nothing; the next attempt is another agent's.
+    assert not cluster_store.finish_validation(job.id, 1, agent.id, {"passed": True}, at(60)).accepted
+    second = cluster_store.claim_validation(other.id, GPU, at(60))
+    assert (second.attempt, second.validation.agent_id) == (2, other.id)
+    [failed] = cluster_store.expire_validations(at(200), TTL, max_attempts=2)
+    assert (failed.state, failed.agent_id, failed.leased_at) == ("failed", other.id, at(60))
+    assert [f.attempt for f in failed.failures] == [1, 2]
+    assert cluster_store.claim_validation(agent.id, GPU, at(201)) is None
+    assert cluster_store.get_validation(job.id).state == "failed"
+
+
+def test_cancelling_a_job_cancels_its_validation_lease(cluster_store, store):
+    job, agent = built(cluster_store, store)
+    cluster_store.claim_validation(agent.id, GPU, at(4))
+    cluster_store.cancel_job(job.id, at(5), "changed my mind")
+    assert cluster_store.get_validation(job.id).state == "cancelled"
+    late = cluster_store.finish_validation(job.id, 1, agent.id, {"passed": True}, at(6))
+    assert not late.accepted and "is over: it is cancelled" in late.reason
 
 
 # -- schema upgrade ----------------------------------------------------------------------

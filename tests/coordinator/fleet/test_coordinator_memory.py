@@ -7,13 +7,15 @@ from __future__ import annotations
 import gc
 import threading
 
+import pytest
+
 from coordinator.cluster_store import ClusterStore
 from coordinator.fleet.group_commit import GroupCommit
 from coordinator.fleet.live_agents import LiveAgents
 from coordinator.fleet.progress_events import ProgressEvents
 from foundation.errors import RegistryError
 from foundation.registry.entities import NewRecord, ReportedBatch
-from foundation.registry.session import changes_any_lease, changes_leases_of
+from foundation.registry.session import Changes
 
 from support.cluster_rows import GPU, OTHER_GPU, TTL, agent_of, at, planned_job, records_of, validating_job
 from support.polling import wait_for
@@ -111,17 +113,34 @@ def test_a_unit_that_may_end_any_lease_moves_every_agents_lease_version(store):
     # other shards be cancelled, every agent must look again.
     unit = store.unit_of_work
     a, b = unit.lease_version("agent-a"), unit.lease_version("agent-b")
-    with unit(write=True) as session:
-        changes_leases_of(session, ["agent-a"])
+    with unit.write(Changes.LEASES) as session:
+        session.changed_leases_of(["agent-a"])
     assert unit.lease_version("agent-a") != a and unit.lease_version("agent-b") == b
     a = unit.lease_version("agent-a")
-    with unit(write=True, quiet=True) as session:
-        changes_leases_of(session, ["agent-a"])
+    # A unit that said it changes no state cannot change a lease: it is refused, and rolled back.
+    with pytest.raises(ValueError, match="cannot change shard leases"):
+        with unit.write(Changes.NO_STATE) as session:
+            session.changed_leases_of(["agent-a"])
     assert unit.lease_version("agent-a") == a, "a quiet unit changed a lease version"
-    with unit(write=True) as session:
-        changes_leases_of(session, ["agent-a"])
-        changes_any_lease(session)
+    with unit.write(Changes.LEASES) as session:
+        session.changed_leases_of(["agent-a"])
+        session.may_have_changed_any_lease()
     assert unit.lease_version("agent-b") != b
+
+
+def test_what_a_write_unit_declares_is_what_moves(store):
+    # foundation.registry.session: a unit that changes no state moves no version; one that may
+    # change any state moves them all; one that changes leases and names none changed nothing.
+    unit = store.unit_of_work
+    state, a = unit.state_version, unit.lease_version("agent-a")
+    with unit.write(Changes.NO_STATE):
+        pass
+    with unit.write(Changes.LEASES):
+        pass
+    assert (unit.state_version, unit.lease_version("agent-a")) == (state, a)
+    with unit.write(Changes.STATE) as session:
+        session.changed_leases_of(["agent-b"])  # already said: every agent's
+    assert unit.state_version == state + 1 and unit.lease_version("agent-a") != a
 
 
 def test_lease_lists_settled_together_are_re_read_at_spread_out_times(cluster_store, store, monkeypatch):

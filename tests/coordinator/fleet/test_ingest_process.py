@@ -17,6 +17,7 @@ from sqlalchemy import text
 from coordinator.fleet.ingest_process import IngestProcess
 from coordinator.fleet.report_ingest import UnreadReport, read_report
 from foundation.errors import RegistryError
+from foundation.registry.session import Changes
 
 from support.cluster_rows import GPU, TTL, agent_of, at, planned_job
 from support.polling import wait_for
@@ -119,7 +120,7 @@ def _lease_rows_held(store, lease):
     held, release = threading.Event(), threading.Event()
 
     def hold():
-        with store.unit_of_work(write=True) as session:
+        with store.unit_of_work.write(Changes.STATE) as session:
             if store.dialect == "postgresql":
                 session.execute(text("SELECT id FROM shards WHERE id = :id FOR UPDATE"), {"id": lease.shard.id})
             else:

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from coordinator.fleet.report_sizing import MAX_RECORDS_PER_REPORT, WINDOW_S, ReportSize, ReportSizing
+from coordinator.fleet.report_sizing import MAX_RECORDS_PER_REPORT, WINDOW_S, ReportPolicy, ReportSize, ReportSizing
 
 
 class Clock:
@@ -28,7 +28,7 @@ def fleet_reports(sizing: ReportSizing, clock: Clock, agents: int, records_per_a
 
 def test_a_small_farm_keeps_the_minimum():
     clock = Clock()
-    sizing = ReportSizing(min_records=16, report_rate=100, min_within_s=10, clock=clock)
+    sizing = ReportSizing(ReportPolicy(min_records=16, report_rate=100, min_within_s=10), clock=clock)
     assert sizing.size() == ReportSize(16, 10.0)  # nothing reported yet
     fleet_reports(sizing, clock, agents=10, records_per_agent_s=50, seconds=WINDOW_S)  # 500 records/s
     clock.now += 1.0
@@ -37,7 +37,7 @@ def test_a_small_farm_keeps_the_minimum():
 
 def test_a_fast_fleet_is_asked_for_larger_reports_and_a_longer_bound():
     clock = Clock()
-    sizing = ReportSizing(min_records=16, report_rate=100, min_within_s=10, clock=clock)
+    sizing = ReportSizing(ReportPolicy(min_records=16, report_rate=100, min_within_s=10), clock=clock)
     # 1,500 agents at 6 records/s: 9,000 records/s, so 90 records a report keep to 100 reports/s;
     # 1,500 agents reporting at least once in 15 s keep to 100 reports/s too.
     fleet_reports(sizing, clock, agents=1500, records_per_agent_s=6, seconds=WINDOW_S)
@@ -47,7 +47,7 @@ def test_a_fast_fleet_is_asked_for_larger_reports_and_a_longer_bound():
 
 def test_a_fleet_that_just_started_is_sized_by_the_seconds_it_has_reported():
     clock = Clock()
-    sizing = ReportSizing(min_records=16, report_rate=100, min_within_s=10, clock=clock)
+    sizing = ReportSizing(ReportPolicy(min_records=16, report_rate=100, min_within_s=10), clock=clock)
     fleet_reports(sizing, clock, agents=1500, records_per_agent_s=6, seconds=3)
     clock.now += 1.0
     assert sizing.size().records == 90  # 3 s of reports at 9,000 records/s, not 27,000 / 10 s
@@ -55,7 +55,7 @@ def test_a_fleet_that_just_started_is_sized_by_the_seconds_it_has_reported():
 
 def test_sizes_follow_the_fleet_down_and_stay_put_between_recomputations():
     clock = Clock()
-    sizing = ReportSizing(min_records=16, report_rate=100, min_within_s=10, clock=clock)
+    sizing = ReportSizing(ReportPolicy(min_records=16, report_rate=100, min_within_s=10), clock=clock)
     fleet_reports(sizing, clock, agents=1000, records_per_agent_s=6, seconds=WINDOW_S)
     clock.now += 1.0
     big = sizing.size()
@@ -69,7 +69,7 @@ def test_sizes_follow_the_fleet_down_and_stay_put_between_recomputations():
 
 def test_a_report_never_grows_past_the_cap():
     clock = Clock()
-    sizing = ReportSizing(min_records=16, report_rate=1, min_within_s=10, clock=clock)
+    sizing = ReportSizing(ReportPolicy(min_records=16, report_rate=1, min_within_s=10), clock=clock)
     fleet_reports(sizing, clock, agents=10, records_per_agent_s=100, seconds=WINDOW_S)
     clock.now += 1.0
     assert sizing.size().records == MAX_RECORDS_PER_REPORT
@@ -79,13 +79,13 @@ def test_a_report_never_grows_past_the_cap():
                                     {"jitter": 1.0}])
 def test_nonsense_settings_are_refused(kwargs):
     with pytest.raises(ValueError):
-        ReportSizing(**kwargs)
+        ReportPolicy(**kwargs)
 
 
 def _fleet_of(agents: int, min_records: int = 16, jitter: float = 0.25, seed: int = 3):
     clock = Clock()
-    sizing = ReportSizing(min_records=min_records, report_rate=100, min_within_s=10, clock=clock,
-                          jitter=jitter, rng=random.Random(seed))
+    sizing = ReportSizing(ReportPolicy(min_records=min_records, report_rate=100, min_within_s=10, jitter=jitter),
+                          clock=clock, rng=random.Random(seed))
     fleet_reports(sizing, clock, agents=agents, records_per_agent_s=6, seconds=WINDOW_S)
     clock.now += 1.0
     return sizing
@@ -113,7 +113,7 @@ def test_a_spread_size_never_goes_under_the_minimum_or_over_the_cap():
     small = _fleet_of(agents=10)  # 60 records/s: the minimum of 16
     assert {o.records for o in (small.offer() for _ in range(500))} <= set(range(16, 21))
     clock = Clock()
-    big = ReportSizing(min_records=16, report_rate=1, min_within_s=10, clock=clock, rng=random.Random(5))
+    big = ReportSizing(ReportPolicy(min_records=16, report_rate=1, min_within_s=10), clock=clock, rng=random.Random(5))
     fleet_reports(big, clock, agents=10, records_per_agent_s=100, seconds=WINDOW_S)
     clock.now += 1.0
     assert {o.records for o in (big.offer() for _ in range(500))} <= set(range(384, MAX_RECORDS_PER_REPORT + 1))

@@ -55,7 +55,8 @@ def test_clients_and_agents_need_the_token(make_cluster, tmp_path):
     agent = subprocess.run([cluster.exe, "agent", "--coordinator", cluster.address, "--build-workers", "1"],
                            env={**cluster.env("rogue"), "FARM_TOKEN": "guess"}, capture_output=True, text=True,
                            timeout=300)
-    assert "refused the call" in agent.stderr.strip().splitlines()[-1]
+    last = agent.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: ") and "refused this agent (UNAUTHENTICATED)" in last and "FARM_TOKEN" in last
     assert agent.returncode == 2 and "Traceback" not in agent.stderr
     # One with the token registers.
     cluster.start_agent("agent-1")

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import hashlib
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 
 from coordinator import metrics
-from coordinator.calls import (
+from coordinator.calls.values import (
     DEFAULT_VALIDATION_RUNS,
     AgentView,
     InvalidRequest,
@@ -18,10 +19,12 @@ from coordinator.calls import (
     utc_now,
     validation_id,
 )
-from coordinator.cluster_store import VALIDATION_LEASED
-from coordinator.job_work import store_onnx
+from coordinator.cluster_store import ClusterStore
+from coordinator.hints import RpcServerFlags, TaskProgress
+from coordinator.job_work import TVM_IR_LOCK, ModelCache, registered_fingerprint, store_onnx
 from foundation.domain.jobs import JobState
 from foundation.domain.shards import ShardState
+from foundation.domain.validations import ValidationState
 from foundation.errors import FarmError, NotFound
 from foundation.job_driver.artifacts import find_hit, record_hit
 from foundation.models.loaded import check_batch
@@ -31,14 +34,27 @@ from foundation.registry.store import RegistryStore
 
 
 class ClientCalls:
-    """Calls from clients (the CLI, over FarmClient): a part of the Coordinator
-    (coordinator.service), whose state it shares."""
+    """Calls from clients (the CLI, over FarmClient). New jobs are planned by the tick, which
+    ``wake`` brings early; while ``draining`` is set, nothing new is taken."""
+
+    def __init__(self, store: RegistryStore, cluster: ClusterStore, models: ModelCache, progress: TaskProgress,
+                 rpc_servers: RpcServerFlags, *, data_dir: Path, tvm_version: str, draining: threading.Event,
+                 wake: threading.Event):
+        self._store = store
+        self._cluster = cluster
+        self._models = models
+        self._progress = progress
+        self._rpc_servers = rpc_servers
+        self._data_dir = data_dir
+        self._tvm_version = tvm_version
+        self._draining = draining
+        self._wake = wake
 
     def submit(self, spec: SubmitSpec) -> list[Submitted]:
         """Start (or attach to, or answer from the registry) one job per fingerprint."""
         from foundation.hardware.targets import FINGERPRINT_KIND, canonical_target, parse_target_kind, target_json
 
-        if self.draining:
+        if self._draining.is_set():
             raise Unavailable("the coordinator is shutting down", "submit again once it is back")
         kind = parse_target_kind(spec.target)
         try:
@@ -55,34 +71,34 @@ class ClientCalls:
             "mode": "distributed",
         }
         if spec.fingerprint_id:
-            stored = self.store.get_fingerprint(spec.fingerprint_id)
+            stored = self._store.get_fingerprint(spec.fingerprint_id)
             if stored is None or stored.kind != FINGERPRINT_KIND[kind]:
-                known = [f.id for f in self.store.list_fingerprints() if f.kind == FINGERPRINT_KIND[kind]]
+                known = [f.id for f in self._store.list_fingerprints() if f.kind == FINGERPRINT_KIND[kind]]
                 raise InvalidRequest(
                     f"no {FINGERPRINT_KIND[kind]} fingerprint {spec.fingerprint_id!r} is known for target {kind}",
                     f"known: {', '.join(known) or 'none'}; an agent registers its fingerprint when it starts",
                 )
             fingerprint_ids = [stored.id]
         else:
-            fingerprint_ids = list(self.cluster.agents_matching(kind))
+            fingerprint_ids = list(self._cluster.agents_matching(kind))
 
         submitted = []
         model: Model | None = None
         for fp_id in fingerprint_ids:
-            fingerprint = _fingerprint_of(self.store, fp_id)
+            fingerprint = registered_fingerprint(self._store, fp_id)
             target = target_json(canonical_target(spec.target, fingerprint))
             if not spec.retune:
-                hit = find_hit(self.store, key, target, fp_id, self.tvm_version)
+                hit = find_hit(self._store, key, target, fp_id, self._tvm_version)
                 metrics.registry_lookup(hit is not None)
                 if hit is not None:
-                    submitted.append(Submitted(record_hit(self.store, hit, target, fp_id, options), False))
+                    submitted.append(Submitted(record_hit(self._store, hit, target, fp_id, options), False))
                     continue
             model = model or self._ensure_model(key)
-            running = self.cluster.attachable_job(model.id, target, fp_id)
+            running = self._cluster.attachable_job(model.id, target, fp_id)
             if running is not None:
                 submitted.append(Submitted(running, True))
                 continue
-            job = self.cluster.create_job(
+            job = self._cluster.create_job(
                 model_id=model.id, target_request=spec.target, target_kind=kind, target=target,
                 fingerprint_id=fp_id, trials_budget=0, options=options, now=utc_now(),
                 status="queued: extracting tuning tasks",
@@ -90,16 +106,16 @@ class ClientCalls:
             submitted.append(Submitted(job, False))
         if not fingerprint_ids:
             model = self._ensure_model(key)
-            running = self.cluster.attachable_job(model.id, spec.target, None)
+            running = self._cluster.attachable_job(model.id, spec.target, None)
             if running is not None:
                 return [Submitted(running, True)]
-            job = self.cluster.create_job(
+            job = self._cluster.create_job(
                 model_id=model.id, target_request=spec.target, target_kind=kind, target="",
                 fingerprint_id=None, trials_budget=0, options=options, now=utc_now(),
                 status=_waiting_status(kind),
             )
             submitted.append(Submitted(job, False))
-        self.wake.set()
+        self._wake.set()
         return submitted
 
     def _model_key(self, spec: SubmitSpec) -> ModelKey:
@@ -113,7 +129,7 @@ class ClientCalls:
                 )
             if not spec.onnx.content:
                 raise InvalidRequest(f"the ONNX file {spec.onnx.file_name!r} is empty", "send the model's bytes")
-            path = store_onnx(self.settings.data_dir, digest, spec.onnx.content)
+            path = store_onnx(self._data_dir, digest, spec.onnx.content)
             name = Path(spec.onnx.file_name).stem or digest[:12]
             return ModelKey(name, spec.batch, "onnx", digest, path)
         name = spec.zoo_name or ""
@@ -129,10 +145,9 @@ class ClientCalls:
 
     def _ensure_model(self, key: ModelKey) -> Model:
         """The registry's row for the model, loading it (TVM) the first time it is seen."""
-        from coordinator.job_work import TVM_IR_LOCK
         from foundation.models.loading import load_model
 
-        stored = self.store.find_model(key.name, key.batch, key.source_digest)
+        stored = self._store.find_model(key.name, key.batch, key.source_digest)
         if stored is not None:
             return stored
         try:
@@ -141,7 +156,7 @@ class ClientCalls:
                 loaded.identity()  # printed from the IR: under the same lock
         except NotFound as err:
             raise InvalidRequest(err.problem, err.fix) from None
-        model = self.store.upsert_model(
+        model = self._store.upsert_model(
             model_id=loaded.identity(), name=key.name, source=key.source, source_digest=key.source_digest,
             batch=key.batch, inputs=[s.to_json() for s in loaded.inputs],
             weights=[s.to_json() for s in loaded.weights], num_parameters=loaded.num_parameters,
@@ -150,105 +165,75 @@ class ClientCalls:
         return model
 
     def get_job(self, job_id: str) -> JobView:
-        job = self.store.get_job(job_id)
-        shards = self.cluster.shards_of(job_id)
+        job = self._store.get_job(job_id)
+        shards = self._cluster.shards_of(job_id)
         counts = dict.fromkeys(ShardState, 0)
         for shard in shards:
             counts[shard.state] += 1
-        artifact = self.store.get_artifact(job.artifact_id) if job.artifact_id else None
+        artifact = self._store.get_artifact(job.artifact_id) if job.artifact_id else None
         return JobView(
             job=job,
-            model=self.store.get_model(job.model_id),
+            model=self._store.get_model(job.model_id),
             shard_counts=counts,
             failed_shards=[s for s in shards if s.state is ShardState.FAILED],
             artifact=artifact,
-            trial_errors=self._trial_errors(job_id),
+            trial_errors=self._progress.trial_errors(job_id),
         )
 
     def list_jobs(self, limit: int = 20, states: Sequence[str] = (), model_name: str = "") -> list[JobView]:
         limit = limit or 20
         wanted = set(states)
         if not wanted and not model_name:
-            jobs = self.store.list_jobs(limit=limit)
+            jobs = self._store.list_jobs(limit=limit)
         else:
             # Filters the store does not offer are applied here, over a generous window.
-            jobs = [j for j in self.store.list_jobs(limit=max(limit * 20, 1000))
+            jobs = [j for j in self._store.list_jobs(limit=max(limit * 20, 1000))
                     if not wanted or j.state in wanted]
             if model_name:
                 names = {}
-                jobs = [j for j in jobs if names.setdefault(j.model_id, _model_name(self.store, j.model_id))
+                jobs = [j for j in jobs if names.setdefault(j.model_id, _model_name(self._store, j.model_id))
                         == model_name]
             jobs = jobs[:limit]
         return [self.get_job(j.id) for j in jobs]
 
     def events(self, job_id: str, after_sequence: int, limit: int = 500) -> list[JobEvent]:
         """A job's events after ``after_sequence`` (WatchJob polls this)."""
-        return self.cluster.events_after(job_id, after_sequence, limit)
+        return self._cluster.events_after(job_id, after_sequence, limit)
 
     def last_event_sequence(self, job_id: str) -> int:
-        self.store.get_job(job_id)  # NotFound for an unknown id
-        return self.cluster.last_event_sequence(job_id)
+        self._store.get_job(job_id)  # NotFound for an unknown id
+        return self._cluster.last_event_sequence(job_id)
 
     def cancel_job(self, job_id: str, reason: str = "") -> JobView:
-        self.cluster.cancel_job(job_id, utc_now(), reason or "cancelled by user")
+        self._cluster.cancel_job(job_id, utc_now(), reason or "cancelled by user")
         return self.get_job(job_id)
 
     def list_agents(self, target_kind: str = "", include_lost: bool = False) -> list[AgentView]:
         views = []
         summaries: dict[str, str] = {}
-        for agent in self.cluster.list_agents(target_kind or None, include_lost=include_lost):
+        for agent in self._cluster.list_agents(target_kind or None, include_lost=include_lost):
             if agent.fingerprint_id not in summaries:
-                fp = self.store.get_fingerprint(agent.fingerprint_id)
+                fp = self._store.get_fingerprint(agent.fingerprint_id)
                 summaries[agent.fingerprint_id] = fp.summary if fp else ""
-            leases = [(s.job_id, s.id, s.attempt) for s in self.cluster.leases_of_agent(agent.id)]
+            leases = [(s.job_id, s.id, s.attempt) for s in self._cluster.leases_of_agent(agent.id)]
             validation = self._validation_held_by(agent.id)
             if validation is not None:
                 leases.append(validation)
             views.append(AgentView(agent, summaries[agent.fingerprint_id], leases,
-                                   self._rpc_serving.get(agent.id, False)))
+                                   self._rpc_servers.serving(agent.id)))
         return views
 
     def _validation_held_by(self, agent_id: str) -> tuple[str, str, int] | None:
-        for job in self.store.list_jobs(limit=100, state=JobState.VALIDATING.value):
-            validation = self.cluster.get_validation(job.id)
-            if validation and validation.state == VALIDATION_LEASED and validation.agent_id == agent_id:
+        for job in self._store.list_jobs(limit=100, state=JobState.VALIDATING.value):
+            validation = self._cluster.get_validation(job.id)
+            if validation and validation.state is ValidationState.LEASED and validation.agent_id == agent_id:
                 return (job.id, validation_id(job.id), validation.attempt)
         return None
-
-    def _trial_errors(self, job_id: str) -> int:
-        with self._lock:
-            progress = self._progress.get(job_id)
-        if progress is None:
-            progress = {}
-            after = 0
-            while True:
-                events = self.cluster.events_after(job_id, after, 1000)
-                for event in events:
-                    if event.kind == "task_progress":
-                        progress[(event.payload.get("shard_id", ""), event.payload.get("task_name", ""))] = \
-                            event.payload
-                if len(events) < 1000:
-                    break
-                after = events[-1].sequence
-            with self._lock:
-                progress = self._progress.setdefault(job_id, progress)
-        return sum(int(p.get("build_errors", 0)) + int(p.get("run_errors", 0)) for p in progress.values())
 
 
 def _waiting_status(kind: str) -> str:
     return (f"waiting for an agent with target kind {kind} (none registered); "
             "start `farm agent` on such a box")
-
-
-def _fingerprint_of(store: RegistryStore, fp_id: str):
-    from foundation.hardware.fingerprint import Fingerprint
-
-    stored = store.get_fingerprint(fp_id)
-    if stored is None:
-        raise InvalidRequest(f"fingerprint {fp_id!r} is not in the registry",
-                             "start an agent of that fingerprint first")
-    # The stored id is trusted, not recomputed (see Fingerprint.from_json).
-    return Fingerprint(stored.id, stored.kind, stored.summary, dict(stored.details))
 
 
 def _model_name(store: RegistryStore, model_id: str) -> str:

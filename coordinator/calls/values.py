@@ -6,7 +6,7 @@ import datetime as dt
 from dataclasses import dataclass, field
 from typing import Any
 
-from coordinator.fleet.report_sizing import ReportSize
+from coordinator.fleet import ReportSize
 from foundation.domain.shards import ShardState
 from foundation.errors import FarmError
 from foundation.registry.entities import (
@@ -97,6 +97,14 @@ class CancelLease:
 @dataclass(frozen=True)
 class ReRegister:
     reason: str
+
+
+@dataclass(frozen=True)
+class TrackerAddress:
+    """The TVM RPC tracker agents' RPC servers register with and measurements go through."""
+
+    host: str
+    port: int
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,27 @@
+"""The agent's decisions, apart from its I/O (after dask's worker_state_machine.py).
+
+- `events`: what can happen to an agent (a registration answered, a heartbeat due, a shard
+  leased or tuned, a call failed, a stop asked for).
+- `instructions`: what it may be asked to do (register, send a heartbeat, ask for work, start
+  or cancel a shard, wait, shut down).
+- `machine`: `AgentState`, which turns events into instructions through one table of
+  transitions; no I/O, no clock.
+- `policy`: its timing rules (when a heartbeat is due, backoff, which failures pass).
+
+`agent.daemon` carries the instructions out for a real box; the fake agents of the service
+tests and of bench/coordinator_scale.py carry them out with fake I/O.
+"""
+
+from agent.state.machine import AgentState, Beat, InvalidTransition, Registration, Work
+from agent.state.policy import FULL_HEARTBEAT_EVERY, LEASE_WAIT_S, heartbeat_due
+
+__all__ = [
+    "FULL_HEARTBEAT_EVERY",
+    "LEASE_WAIT_S",
+    "AgentState",
+    "Beat",
+    "InvalidTransition",
+    "Registration",
+    "Work",
+    "heartbeat_due",
+]

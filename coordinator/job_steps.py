@@ -1,0 +1,172 @@
+"""The steps that move a distributed job along: plan it, build it, settle its validation, each once.
+
+Housekeeping (coordinator.housekeeping) runs plans and builds on background threads; a
+validation is settled by the tick, or at once when an agent reports it (coordinator.calls.validations).
+Every move of a job is guarded by the state it is expected in, so a step that lost a race
+(a job cancelled meanwhile, a second coordinator thread) changes nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any
+
+from coordinator import metrics
+from coordinator.calls.values import DEFAULT_VALIDATION_RUNS, utc_now
+from coordinator.cluster_store import ClusterStore
+from coordinator.hints import WorkloadJson
+from coordinator.job_work import ModelCache, build_libraries, plan_tasks
+from foundation.domain.jobs import JobState
+from foundation.domain.shards import TaskCost, split_tasks
+from foundation.domain.validations import ValidationState
+from foundation.errors import NotFound, RegistryError
+from foundation.job_driver.artifacts import LIBRARY_FORMAT, commit_artifact
+from foundation.registry.store import RegistryStore
+
+logger = logging.getLogger("farm.coordinator")
+
+VALIDATION_WARMUP = 3
+
+
+class JobSteps:
+    """Plan, build and settle jobs of the registry; ``wake`` is set when a tick should come early."""
+
+    def __init__(self, store: RegistryStore, cluster: ClusterStore, models: ModelCache, workloads: WorkloadJson,
+                 tvm_version: str, wake: threading.Event):
+        self._store = store
+        self._cluster = cluster
+        self._models = models
+        self._workloads = workloads
+        self._tvm_version = tvm_version
+        self._wake = wake
+        self._settling = threading.Lock()
+
+    def plan(self, job_id: str) -> None:
+        """Extract the job's tasks and split them into shards (queued -> running), once."""
+        job = self._store.get_job(job_id)
+        if job.state != JobState.QUEUED.value or job.fingerprint_id is None:
+            return
+        try:
+            model = self._store.get_model(job.model_id)
+            plan = plan_tasks(self._models.get(model), job.target, job.options.get("trials"),
+                              job.options.get("trials_per_task"))
+            agents = self._cluster.agents_matching(job.target_kind).get(job.fingerprint_id, 0)
+            shards = split_tasks(job.id, [TaskCost(t.name, t.weight, t.flop) for t in plan.tasks],
+                                 agents, plan.max_trials_global)
+            self._store.update_job(job.id, expect_state=JobState.QUEUED.value, trials_budget=plan.max_trials_global)
+            self._cluster.add_job_plan(job.id, plan.tasks, shards, utc_now())
+            # What leases hand out, converted now rather than while agents wait for it.
+            for task in self._cluster.job_tasks(job.id):
+                self._workloads.of(task.workload_id, task.mod_json)
+        except Exception as err:
+            if self._store.get_job(job_id).state == JobState.QUEUED.value:
+                logger.exception("planning %s failed", job_id)
+                self.move(job_id, JobState.QUEUED, JobState.FAILED, "failed: could not extract tuning tasks",
+                          error=f"planning failed: {type(err).__name__}: {err}"[:2000])
+            return
+        logger.info("job %s: %d tasks in %d shards, %d trials", job_id, len(plan.tasks), len(shards),
+                    plan.max_trials_global)
+        self._wake.set()
+
+    def build(self, job_id: str) -> None:
+        """Build the tuned library and the untuned reference, and offer them for validation."""
+        job = self._store.get_job(job_id)
+        if job.state != JobState.BUILDING.value:
+            return
+        validating = (f"validating: waiting for an agent of fingerprint {job.fingerprint_id} "
+                      "to check and time the library")
+        existing = self._cluster.get_validation(job_id)
+        if existing is not None and not existing.state.is_final:
+            # Built before a restart; only the move was lost.
+            self.move(job_id, JobState.BUILDING, JobState.VALIDATING, validating)
+            return
+        try:
+            from foundation.hardware.versions import software_versions
+
+            model = self._store.get_model(job.model_id)
+            loaded = self._models.get(model)
+            library, reference = build_libraries(self._store, loaded, job.target, job.fingerprint_id,
+                                                 self._tvm_version, software_versions(job.target_kind))
+            if self._store.get_job(job_id).state != JobState.BUILDING.value:
+                return  # cancelled while building
+            self._cluster.create_validation(
+                job_id, library=library, lib_format=LIBRARY_FORMAT, reference_library=reference,
+                inputs=[s.to_json() for s in loaded.inputs], weights=[s.to_json() for s in loaded.weights],
+                seed=int(job.options.get("seed") or 0),
+                runs=int(job.options.get("validation_runs") or DEFAULT_VALIDATION_RUNS),
+                warmup=VALIDATION_WARMUP, now=utc_now(),
+            )
+        except Exception as err:
+            logger.exception("building %s failed", job_id)
+            self.move(job_id, JobState.BUILDING, JobState.FAILED, "failed: the build failed",
+                      error=f"build failed: {type(err).__name__}: {err}"[:2000])
+            return
+        self.move(job_id, JobState.BUILDING, JobState.VALIDATING, validating)
+
+    def settle_validation(self, job_id: str) -> None:
+        """A validating job whose validation ended: commit the artifact, or fail the job."""
+        from foundation.hardware.versions import software_versions
+        from foundation.runtime.library_runner import Latency
+        from foundation.runtime.validation import ValidationResult
+
+        with self._settling:
+            job = self._store.get_job(job_id)
+            validation = self._cluster.get_validation(job_id)
+            if job.state != JobState.VALIDATING.value or validation is None:
+                return
+            if validation.state is ValidationState.FAILED:
+                reasons = "; ".join(f"attempt {f.attempt} on {f.agent_id}: {f.reason}" for f in validation.failures)
+                self.move(job_id, JobState.VALIDATING, JobState.FAILED, "failed: the library could not be validated",
+                          error=f"validation could not run: {reasons}"[:4000])
+                return
+            if validation.state is not ValidationState.DONE:
+                return
+            result = validation.result or {}
+            check = ValidationResult(**{k: v for k, v in result["validation"].items() if k != "rule"})
+            if not check.passed:
+                self.move(job_id, JobState.VALIDATING, JobState.FAILED, "failed: validation",
+                          error=f"tuned library disagrees with the untuned build: {check.reason}")
+                return
+            artifact = next((a for a in self._store.list_artifacts(model_id=job.model_id,
+                                                                   fingerprint_id=job.fingerprint_id)
+                             if a.job_id == job_id), None)
+            if artifact is None:  # not committed before a restart
+                latency = Latency(**result["latency"])
+                untuned = Latency(**result["untuned_latency"]) if result.get("untuned_latency") else None
+                artifact = commit_artifact(
+                    self._store, model_id=job.model_id, target_json=job.target, fingerprint_id=job.fingerprint_id,
+                    job_id=job_id, library=self._validation_library(job_id), latency=latency,
+                    untuned_latency=untuned, validation=check, tvm_version=self._tvm_version,
+                    software=software_versions(job.target_kind),
+                )
+                metrics.artifact_committed()
+            self.move(job_id, JobState.VALIDATING, JobState.SUCCEEDED,
+                      f"succeeded: validated on {result.get('agent_id')}, {artifact.latency_mean_ms:.3f} ms mean",
+                      artifact_id=artifact.id)
+
+    def _validation_library(self, job_id: str) -> bytes:
+        """The library a validation checked (a claim hands it out only with its lease)."""
+        library = self._cluster.validation_library(job_id)
+        if library is None:
+            raise NotFound(f"job {job_id} has no built library")
+        return library
+
+    def move(self, job_id: str, current: JobState, new: JobState, status: str, *,
+             error: str | None = None, **fields: Any) -> bool:
+        """Move a job, guarded by the state it is expected in, with its state_changed event.
+
+        False if the job had left ``current`` (cancelled meanwhile, or moved by another
+        thread): the caller's step is then moot.
+        """
+        # One unit of work of the store's, so that the state, the status line, any extra
+        # field and the event commit together.
+        try:
+            moved = self._cluster.move_job(job_id, current, new, utc_now(), status=status, error=error, **fields)
+        except RegistryError:
+            return False
+        if moved is None:
+            return False
+        if new in (JobState.BUILDING, JobState.VALIDATING):
+            self._wake.set()
+        return True

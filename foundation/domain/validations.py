@@ -1,0 +1,168 @@
+"""Validation leases: a job's built library leased to one agent at a time to check and time (pure, no I/O).
+
+The same machine as a shard's lease (foundation.domain.shards), over one validation per job:
+``pending -> leased -> done``, or back to ``pending`` when an attempt fails or its agent goes
+silent, and ``failed`` once ``max_attempts`` attempts failed; ``cancelled`` with its job. Each
+lease carries an attempt id, and a report under an attempt that is no longer current changes
+nothing. Whether a validation that is done passed is the job's to judge (coordinator.job_steps).
+
+Every function takes values and returns new values; time is passed in as epoch seconds. The
+registry applies the decisions with an UPDATE guarded by the state and attempt they were made
+from (coordinator.cluster_store.validations), and stores the states by their values.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
+
+from foundation.domain.jobs import IllegalTransition
+from foundation.domain.shards import DEFAULT_MAX_ATTEMPTS, AttemptFailure, StaleAttempt
+
+__all__ = [
+    "DEFAULT_MAX_ATTEMPTS",
+    "IllegalValidationTransition",
+    "StaleAttempt",
+    "Validation",
+    "ValidationState",
+    "allowed_sources",
+    "cancel",
+    "check_transition",
+    "claim",
+    "expire",
+    "fail_attempt",
+    "finish",
+    "stale_reason",
+]
+
+
+class ValidationState(str, enum.Enum):
+    PENDING = "pending"  # built, waiting for an agent of the job's fingerprint (again, after a failed attempt)
+    LEASED = "leased"  # an agent checks and times it under the current attempt id
+    DONE = "done"  # an agent reported what it found
+    FAILED = "failed"  # every allowed attempt failed to run
+    CANCELLED = "cancelled"  # its job was cancelled
+
+    @property
+    def is_final(self) -> bool:
+        return not _TRANSITIONS[self]
+
+
+_TRANSITIONS: dict[ValidationState, frozenset[ValidationState]] = {
+    ValidationState.PENDING: frozenset({ValidationState.LEASED, ValidationState.CANCELLED}),
+    # leased -> pending is a retry: the attempt failed or its agent went silent.
+    ValidationState.LEASED: frozenset(
+        {ValidationState.PENDING, ValidationState.DONE, ValidationState.FAILED, ValidationState.CANCELLED}
+    ),
+    ValidationState.DONE: frozenset(),
+    ValidationState.FAILED: frozenset(),
+    ValidationState.CANCELLED: frozenset(),
+}
+
+
+class IllegalValidationTransition(IllegalTransition):
+    """A validation was asked to move to a state its current state cannot reach."""
+
+
+def check_transition(current: ValidationState | str, new: ValidationState | str) -> ValidationState:
+    """Return ``new`` as a ValidationState if ``current -> new`` is legal, else raise."""
+    current, new = ValidationState(current), ValidationState(new)
+    if new not in _TRANSITIONS[current]:
+        raise IllegalValidationTransition(f"validation cannot go from {current.value} to {new.value}")
+    return new
+
+
+def allowed_sources(new: ValidationState | str) -> frozenset[ValidationState]:
+    """The states from which a validation may move to ``new``: the guard of a bulk SQL UPDATE."""
+    new = ValidationState(new)
+    return frozenset(state for state, targets in _TRANSITIONS.items() if new in targets)
+
+
+@dataclass(frozen=True)
+class Validation:
+    """A job's validation lease. ``attempt`` counts the leases granted so far and is the current
+    lease's attempt id while leased; ``agent_id`` and ``leased_at`` describe the current lease
+    (or, once failed for good, the last)."""
+
+    job_id: str
+    state: ValidationState = ValidationState.PENDING
+    attempt: int = 0
+    agent_id: str | None = None
+    leased_at: float | None = None
+    failures: tuple[AttemptFailure, ...] = ()
+
+    def moved(self, new: ValidationState, **changes) -> "Validation":
+        """This validation in state ``new`` with ``changes``, if the transition is legal."""
+        return replace(self, state=check_transition(self.state, new), **changes)
+
+
+def claim(validation: Validation, agent_id: str, now: float) -> Validation:
+    """Lease a pending validation to ``agent_id`` under the next attempt id."""
+    return validation.moved(ValidationState.LEASED, attempt=validation.attempt + 1, agent_id=agent_id, leased_at=now)
+
+
+def stale_reason(validation: Validation, attempt: int, agent_id: str | None = None) -> str | None:
+    """Why a report about ``attempt`` must be dropped, or None if that lease is current."""
+    about = f"attempt {attempt} of the validation of {validation.job_id}"
+    if attempt != validation.attempt:
+        return f"{about} is stale (latest {validation.attempt})"
+    if validation.state is not ValidationState.LEASED:
+        return f"{about} is over: it is {validation.state.value}"
+    if agent_id is not None and agent_id != validation.agent_id:
+        return f"{about} was granted to {validation.agent_id}"
+    return None
+
+
+def finish(validation: Validation, attempt: int, agent_id: str | None = None) -> Validation:
+    """The validation done (the agent found an outcome), if ``attempt`` is its current lease;
+    else raise StaleAttempt."""
+    reason = stale_reason(validation, attempt, agent_id)
+    if reason is not None:
+        raise StaleAttempt(reason)
+    return validation.moved(ValidationState.DONE)
+
+
+def fail_attempt(
+    validation: Validation,
+    attempt: int,
+    reason: str,
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+    agent_id: str | None = None,
+) -> Validation:
+    """End the current lease as failed: pending again, or failed once ``max_attempts`` attempts
+    failed, every attempt's reason kept; raise StaleAttempt if ``attempt`` is not current."""
+    stale = stale_reason(validation, attempt, agent_id)
+    if stale is not None:
+        raise StaleAttempt(stale)
+    failures = validation.failures + (AttemptFailure(attempt, validation.agent_id, reason),)
+    if len(failures) >= max_attempts:
+        return validation.moved(ValidationState.FAILED, failures=failures)
+    return validation.moved(ValidationState.PENDING, failures=failures, agent_id=None, leased_at=None)
+
+
+def expire(
+    validations: Iterable[Validation],
+    agent_last_heartbeat: Mapping[str, float],
+    now: float,
+    ttl: float,
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+) -> list[Validation]:
+    """Leased validations whose agent has been silent for longer than ``ttl``, each with that
+    attempt failed (`fail_attempt`). Taking the lease counts as being alive; an agent absent
+    from ``agent_last_heartbeat`` is silent since it took the lease."""
+    expired = []
+    for validation in validations:
+        if validation.state is not ValidationState.LEASED:
+            continue
+        assert validation.leased_at is not None
+        alive_at = max(agent_last_heartbeat.get(validation.agent_id, validation.leased_at), validation.leased_at)
+        if now - alive_at > ttl:
+            reason = f"agent {validation.agent_id} sent no heartbeat for over {ttl:.0f}s (lease TTL)"
+            expired.append(fail_attempt(validation, validation.attempt, reason, max_attempts))
+    return expired
+
+
+def cancel(validation: Validation) -> Validation:
+    """The validation of a cancelled job; one that already ended stays as it is."""
+    return validation if validation.state.is_final else validation.moved(ValidationState.CANCELLED)
