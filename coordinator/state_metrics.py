@@ -58,7 +58,7 @@ class FarmStateCollector(Collector):
         yield from families
 
     def _families(self) -> list[GaugeMetricFamily]:
-        with self.store.unit_of_work() as session:
+        with self.store.unit_of_work.read() as session:
             jobs = dict(session.execute(select(JobRow.state, func.count()).group_by(JobRow.state)).all())
             shards = dict(session.execute(select(ShardRow.state, func.count()).group_by(ShardRow.state)).all())
             agents = session.execute(select(AgentRow.id, AgentRow.fingerprint_id, AgentRow.state)).all()

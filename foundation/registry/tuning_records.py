@@ -281,7 +281,7 @@ class TuningRecords:
         job_id: reports are rare)."""
         query = (select(TuningRecordRow.workload_id, TuningRecordRow.mean_sec)
                  .where(TuningRecordRow.job_id == job_id).order_by(TuningRecordRow.id))
-        with self._unit() as session:
+        with self._unit.read() as session:
             return [(workload_id, mean_sec) for workload_id, mean_sec in session.execute(query)]
 
     def count_records(

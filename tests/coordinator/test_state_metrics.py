@@ -1,0 +1,47 @@
+"""The coordinator's gauges of SQL state, read at scrape time, on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+from coordinator.state_metrics import FarmStateCollector
+
+from support.cluster_rows import GPU, TTL, agent_of, at, planned_job
+
+
+def scrape(collector: FarmStateCollector) -> dict[str, dict[tuple, float]]:
+    """Each family's samples as {label values: value}."""
+    return {family.name: {tuple(s.labels.values()): s.value for s in family.samples} for family in collector.collect()}
+
+
+def progress(cluster, job_id: str, task: str, best_us: float, when: float) -> None:
+    cluster.append_event(job_id, "task_progress", {"shard_id": f"{job_id}/0", "task_name": task, "trials": 1,
+                                                   "budget": 8, "best_us": best_us}, at(when))
+
+
+def test_states_agents_and_the_running_job_latency(store, cluster_store):
+    collector = FarmStateCollector(store)
+    empty = scrape(collector)
+    assert empty["farm_jobs"][("queued",)] == 0 and empty["farm_agents"] == {}
+
+    job = planned_job(cluster_store, tasks=2, shards=2)
+    busy, idle, lost = agent_of(cluster_store), agent_of(cluster_store), agent_of(cluster_store, now=at(-100))
+    cluster_store.mark_lost_agents(at(1), TTL)
+    assert cluster_store.claim_shard(busy.id, GPU, ["cuda"], at(1), TTL) is not None
+    state = scrape(collector)
+    assert state["farm_jobs"][(store.get_job(job.id).state,)] == 1 and sum(state["farm_jobs"].values()) == 1
+    assert state["farm_shards"][("leased",)] == 1 and state["farm_shards"][("pending",)] == 1
+    assert state["farm_agents"] == {(GPU, "busy"): 1, (GPU, "idle"): 1, (GPU, "lost"): 1}, (busy, idle, lost)
+
+    # The model's latency once every task has a best: each task's best by its weight (1 here).
+    progress(cluster_store, job.id, "task0", 100.0, 2)
+    assert scrape(collector)["farm_job_best_latency_seconds"] == {}
+    progress(cluster_store, job.id, "task1", 0.0, 3)  # no valid measurement yet
+    assert scrape(collector)["farm_job_best_latency_seconds"] == {}
+    progress(cluster_store, job.id, "task1", 50.0, 4)
+    assert scrape(collector)["farm_job_best_latency_seconds"] == {(job.id, "mlp"): 150e-6}
+    progress(cluster_store, job.id, "task0", 120.0, 5)  # worse: the best stays
+    progress(cluster_store, job.id, "task0", 80.0, 6)
+    assert scrape(collector)["farm_job_best_latency_seconds"] == {(job.id, "mlp"): 130e-6}
+
+    store.update_job(job.id, expect_state="running", state="building")
+    after = scrape(collector)
+    assert after["farm_job_best_latency_seconds"] == {} and after["farm_jobs"][("building",)] == 1
