@@ -2,7 +2,9 @@
 
 The database is the farm's registry, so the search starts from every record the farm already
 has for these workloads on this fingerprint (MetaSchedule seeds its population from
-``get_top_k``), and every measured candidate reaches the registry as it is measured.
+``get_top_k``), and every measured batch is committed to it before the next batch starts
+(foundation.meta_schedule.task_scheduler), so a killed tune keeps all but the batch in flight.
+A cancel stops the tuning after the batch in flight, whose records are committed too.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import TYPE_CHECKING
 from foundation.hardware.tvm_startup import install_lean_tensor_intrinsics
 from foundation.meta_schedule.measure import MeasureSettings, RPCMeasure, WorkerPools
 from foundation.meta_schedule.progress import LiveProgress, ProgressListener, TaskPickHandler, TaskProgress
+from foundation.meta_schedule.task_scheduler import LatencyHistory, joined_gradient
 
 if TYPE_CHECKING:  # pragma: no cover
     import tvm
@@ -101,8 +104,9 @@ def tune(
 ) -> TuningReport:
     """Tune ``tasks`` for ``target``; records go to ``database`` as they are measured.
 
-    ``cancelled`` is checked after every measured batch; when set, the remaining tasks are
-    terminated and the report says so. MetaSchedule's own log goes to ``work_dir/logs``.
+    ``cancelled`` is checked before every batch: once set, the batch in flight is measured
+    and committed, nothing more starts, and the report says so. ``database.flush()``, if it
+    has one, is called after every batch. MetaSchedule's own log goes to ``work_dir/logs``.
     """
     target_kind = target.kind.name
     install_lean_tensor_intrinsics(target_kind)
@@ -118,11 +122,12 @@ def tune(
         for i, t in enumerate(tasks)
     ]
     contexts = _tune_contexts(tasks, target, work_dir, seed, budget.max_trials_per_task)
-    live = LiveProgress(progress, listener, cancelled)
+    live = LiveProgress(progress, listener)
     picks = TaskPickHandler(live)
     logging.getLogger(_MS_LOGGER).addHandler(picks)
     pools.live = live
-    canceller = _Canceller(progress, cancelled)
+    history = LatencyHistory(len(tasks))
+    batch_end = _BatchEnd(history, database)
     if listener:
         listener.started(progress)
     try:
@@ -137,8 +142,8 @@ def tune(
             runner=runner,
             database=database,
             cost_model="xgb",
-            measure_callbacks=[*ms.measure_callback.MeasureCallback.create("default"), canceller.tvm_object],
-            task_scheduler="gradient",
+            measure_callbacks=[*ms.measure_callback.MeasureCallback.create("default"), batch_end.tvm_object],
+            task_scheduler=joined_gradient(history, cancelled, seed),
         )
     finally:
         pools.live = None
@@ -150,7 +155,7 @@ def tune(
     return TuningReport(
         tasks=progress,
         seconds=time.monotonic() - begin,
-        cancelled=canceller.was_cancelled,
+        cancelled=cancelled is not None and cancelled.is_set(),
         first_build_at=pools.clock.first_build_at,
     )
 
@@ -231,28 +236,27 @@ def _task_loggers(work_dir: Path, task_names: list[str]) -> list[logging.Logger]
     return [logging.getLogger(name) for name in names]
 
 
-class _Canceller:
-    """A measure callback that terminates every task once ``cancelled`` is set."""
+class _BatchEnd:
+    """A measure callback run after MetaSchedule's own (which commit the batch to the database):
+    feeds the scheduler's latency history and makes the batch durable (``database.flush``)."""
 
-    def __init__(self, progress: list[TaskProgress], cancelled: threading.Event | None):
+    def __init__(self, history: LatencyHistory, database):
         from tvm.ir.utils import derived_object
         from tvm.s_tir import meta_schedule as ms
 
-        self.progress = progress
-        self.cancelled = cancelled
-        self.was_cancelled = False
-        owner = self
+        flush = getattr(database, "flush", None)
 
         @derived_object
         class _Callback(ms.measure_callback.PyMeasureCallback):
             def apply(self, task_scheduler, task_id, measure_candidates, builder_results, runner_results):
-                owner.check(task_scheduler)
+                history.record(task_id, builder_results, runner_results)
+                if flush is not None:
+                    try:
+                        flush()
+                    except Exception:
+                        # Kept by the database and written at the next flush (the last one,
+                        # after tuning, raises); an error raised into MetaSchedule ends the tune.
+                        logging.getLogger(__name__).warning("committing measured records failed; "
+                                                            "retrying after the next batch", exc_info=True)
 
         self.tvm_object = _Callback()
-
-    def check(self, task_scheduler) -> None:
-        if self.cancelled is None or self.was_cancelled or not self.cancelled.is_set():
-            return
-        self.was_cancelled = True
-        for i in range(len(self.progress)):
-            task_scheduler.terminate_task(i)
