@@ -7,7 +7,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from foundation.errors import FarmError, NotFound
+from foundation.errors import FarmError, NotFound, Unreachable
 from foundation.models.loaded import check_batch
 from foundation.models.model_key import looks_like_path
 
@@ -157,12 +157,12 @@ def _farm_error(err, address: str) -> FarmError:
 
     code, details = err.code(), err.details() or ""
     if code == grpc.StatusCode.UNAVAILABLE:
-        return FarmError(f"cannot reach the coordinator at {address}: {details}",
+        return Unreachable(f"cannot reach the coordinator at {address}: {details}",
                          "check --coordinator / FARM_COORDINATOR and that `farm coordinator` runs there")
     if code == grpc.StatusCode.NOT_FOUND:
         return NotFound(details, "see `farm jobs` or `farm models`")
     if code == grpc.StatusCode.DEADLINE_EXCEEDED:
-        return FarmError(f"the coordinator at {address} did not answer in time", "retry, or check its load")
+        return Unreachable(f"the coordinator at {address} did not answer in time", "retry, or check its load")
     problem, _, fix = details.partition(" (")
     return FarmError(problem, fix.rstrip(")") or None)
 
