@@ -143,6 +143,7 @@ def serve(
     from foundation import config
     from foundation.rpc.tracker import TrackerProcess, parse_tracker_address
 
+    _check_port_free(listen)  # before the registry and the tracker: nothing to undo
     url = config.registry_url(registry_url)
     store = RegistryStore(url)
     owned = ingest = None
@@ -199,17 +200,20 @@ async def _start_grpc(coordinator: Coordinator, listen: str, pool: futures.Threa
     """The grpc.aio server, created and started on the loop that will run it."""
     from foundation.wire import farm_pb2_grpc
 
-    server = grpc.aio.server(migration_thread_pool=pool, options=CHANNEL_OPTIONS)
+    # so_reuseport off: gRPC sets it by default on Linux, and a second coordinator on a taken port
+    # then started and shared the port with the first, clients and agents split between them.
+    server = grpc.aio.server(migration_thread_pool=pool, options=[*CHANNEL_OPTIONS, ("grpc.so_reuseport", 0)])
     farm_pb2_grpc.add_FarmClientServicer_to_server(FarmClientServicer(coordinator, pool), server)
     farm_pb2_grpc.add_FarmAgentServicer_to_server(FarmAgentServicer(coordinator, pool), server)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    _check_port_free(listen)
     try:
         port = server.add_insecure_port(listen)
     except RuntimeError:
         port = 0
     if port == 0:
-        raise FarmError(f"the coordinator cannot listen on {listen}", "free the port or choose another address")
+        raise _cannot_listen(listen, "the port is in use (another coordinator?) or the address is not this host's")
     await server.start()
     for name in ("", *SERVICE_NAMES):
         await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
@@ -217,6 +221,32 @@ async def _start_grpc(coordinator: Coordinator, listen: str, pool: futures.Threa
     # with the loop.
     PacedCollector(asyncio.get_running_loop()).start()
     return server, port, health_servicer
+
+
+def _check_port_free(listen: str) -> None:
+    """Refuse a taken port before gRPC tries it (gRPC's own refusal is a log line of its own)."""
+    host, _, port_text = listen.rpartition(":")
+    if not port_text.isdigit() or not 0 <= int(port_text) < 65536:
+        raise _cannot_listen(listen, "it is not host:port")
+    if int(port_text) == 0:
+        return  # any free port
+    try:
+        addresses = socket.getaddrinfo(host.strip("[]") or None, int(port_text), type=socket.SOCK_STREAM,
+                                       flags=socket.AI_PASSIVE)
+    except socket.gaierror as err:
+        raise _cannot_listen(listen, f"the host is unknown ({err.strerror})") from None
+    for family, kind, proto, _, address in addresses:
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as gRPC binds
+            try:
+                probe.bind(address)
+            except OSError as err:
+                raise _cannot_listen(listen, err.strerror or str(err)) from None
+
+
+def _cannot_listen(listen: str, why: str) -> FarmError:
+    return FarmError(f"the coordinator cannot listen on {listen}: {why}",
+                     "stop what holds the port (another coordinator?), or choose another --listen")
 
 
 def _tick_loop(coordinator: Coordinator, stop: threading.Event, interval: float) -> None:
