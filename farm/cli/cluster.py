@@ -1,4 +1,8 @@
-"""`farm status`, `farm cancel`, `farm agents`, and submit/jobs through a coordinator."""
+"""`farm status`, `farm cancel`, `farm agents`, and submit/jobs through a coordinator.
+
+`status` and `cancel` work on a coordinator's jobs with --coordinator, and on the registry's
+(embedded) jobs without one (farm.registry_jobs).
+"""
 
 from __future__ import annotations
 
@@ -6,37 +10,63 @@ import time
 
 import typer
 
-from farm.cli.options import JSON_OPTION, REQUIRED_COORDINATOR
+from farm.cli.options import COORDINATOR_OPTION, JSON_OPTION, REGISTRY_OPTION, REQUIRED_COORDINATOR
 from farm.cli.output import emit_json, stderr_console, stdout_console
+from foundation.errors import JobFailed, TimedOut
 
 app = typer.Typer()
 
+JOB_ARG = typer.Argument(..., help="The job id (job-…).")
 
 
 @app.command()
 def status(
-    job_id: str = typer.Argument(..., help="The job id (job-…)."),
-    coordinator: str = REQUIRED_COORDINATOR,
+    job_id: str = JOB_ARG,
+    coordinator: str | None = COORDINATOR_OPTION,
+    registry: str | None = REGISTRY_OPTION,
     json_output: bool = JSON_OPTION,
 ) -> None:
-    """Show one job of the coordinator."""
-    from farm.client import CoordinatorClient, job_json
+    """Show one job: a coordinator's with --coordinator, else the registry's (a job whose
+    process died is marked failed first)."""
+    if coordinator:
+        from farm.client import CoordinatorClient, job_json
 
-    job = CoordinatorClient(coordinator).get_job(job_id)
-    _print_job(job_json(job), json_output)
+        _print_job(job_json(CoordinatorClient(coordinator).get_job(job_id)), json_output)
+        return
+    from farm.registry_jobs import RegistryJobs
+
+    jobs = RegistryJobs.open(registry)
+    _print_job(jobs.document(jobs.get(job_id)), json_output)
 
 
 @app.command()
 def cancel(
-    job_id: str = typer.Argument(..., help="The job id (job-…)."),
-    coordinator: str = REQUIRED_COORDINATOR,
+    job_id: str = JOB_ARG,
+    coordinator: str | None = COORDINATOR_OPTION,
+    registry: str | None = REGISTRY_OPTION,
+    wait: float = typer.Option(60.0, "--wait", min=0,
+                               help="Without --coordinator: seconds to wait for the job's process to stop it."),
     json_output: bool = JSON_OPTION,
 ) -> None:
-    """Cancel a job: its leases are released and its agents stop that work."""
-    from farm.client import CoordinatorClient, job_json
+    """Cancel a job. A coordinator's job: its leases are released and its agents stop that work.
+    A job running embedded in another process: that process is asked to stop after the batch
+    in flight (its records are kept), and this waits for it."""
+    if coordinator:
+        from farm.client import CoordinatorClient, job_json
 
-    job = CoordinatorClient(coordinator).cancel(job_id, "cancelled by the user")
-    _print_job(job_json(job), json_output)
+        _print_job(job_json(CoordinatorClient(coordinator).cancel(job_id, "cancelled by the user")), json_output)
+        return
+    from farm.registry_jobs import RegistryJobs
+
+    jobs = RegistryJobs.open(registry)
+    job = jobs.cancel(job_id, wait)
+    document = jobs.document(job)
+    if job.state in ("succeeded", "failed", "cancelled"):
+        _print_job(document, json_output)
+        return
+    raise TimedOut(f"job {job_id} was asked to stop, and is still {job.state} after {wait:g} s",
+                   f"its process ({job.runner.describe()}) stops after the batch in flight; see `farm status {job_id}`",
+                   document=document if json_output else None)
 
 
 @app.command()
@@ -101,19 +131,21 @@ def remote_submit(coordinator: str, *, model: str, target: str, batch: int, tria
     if wait:
         jobs = [_follow(client, job, deadline, console) for job in jobs]
     documents = [job_json(j) for j in jobs]
-    if json_output:
-        emit_json(documents[0] if len(documents) == 1 else {"jobs": documents})
-    else:
+    document = documents[0] if len(documents) == 1 else {"jobs": documents}
+    if not json_output:
         for doc in documents:
             _print_job(doc, False)
-    if wait:
-        timed_out = [d for d in documents if not final(d["state"])]
-        if timed_out:
-            stderr_console().print(f"error: timed out after {timeout:g} s waiting for "
-                                   f"{', '.join(d['job'] for d in timed_out)} (it keeps running; see `farm status`)")
-            raise typer.Exit(6)
-        if any(d["state"] != "succeeded" for d in documents):
-            raise typer.Exit(1)
+    shown = document if json_output else None  # an error's JSON document carries the jobs
+    timed_out = [d for d in documents if not final(d["state"])] if wait else []
+    if timed_out:
+        raise TimedOut(f"timed out after {timeout:g} s waiting for {', '.join(d['job'] for d in timed_out)}",
+                       "it keeps running; see `farm status`", document=shown)
+    failed = [d for d in documents if d["state"] != "succeeded"] if wait else []
+    if failed:
+        raise JobFailed("; ".join(f"job {d['job']} {d['state']}: {d['error']}" for d in failed),
+                        "see `farm status JOB --coordinator ...` for its shards and events", document=shown)
+    if json_output:
+        emit_json(document)
 
 
 def _follow(client, job, deadline, console):
@@ -147,7 +179,10 @@ def _print_job(doc: dict, json_output: bool) -> None:
     console.print(f"status       {doc['status']}")
     console.print(f"model        {doc['model']} batch {doc['batch']}  target {doc['target']}")
     console.print(f"fingerprint  {doc['fingerprint']}")
-    console.print(f"trials       {doc['trials']}/{doc['trials_budget']}  shards {doc['shards']}")
+    console.print(f"trials       {doc['trials']}/{doc['trials_budget']}"
+                  + (f"  shards {doc['shards']}" if doc.get("shards") else ""))
+    if doc.get("runner"):
+        console.print(f"runner       {doc['runner']}")
     if doc["error"]:
         console.print(f"error        {doc['error']}")
     art = doc["artifact"]

@@ -63,14 +63,17 @@ def jobs(
     coordinator: str | None = COORDINATOR_OPTION,
     json_output: bool = JSON_OPTION,
 ) -> None:
-    """List recent jobs (of the coordinator, or of the registry), newest first."""
+    """List recent jobs (of the coordinator, or of the registry), newest first.
+
+    Without --coordinator, a job whose process died is marked failed first ("runner died").
+    """
     if coordinator:
         from farm.cli.cluster import remote_jobs
 
         return remote_jobs(coordinator, limit, json_output)
-    from farm.session import open_store
+    from farm.registry_jobs import RegistryJobs
 
-    rows = open_store(registry).list_jobs(limit=limit)
+    rows = RegistryJobs.open(registry).list(limit)
     if json_output:
         emit_json([dataclasses.asdict(j) for j in rows])
         return
