@@ -105,8 +105,10 @@ def tune(
     """Tune ``tasks`` for ``target``; records go to ``database`` as they are measured.
 
     ``cancelled`` is checked before every batch: once set, the batch in flight is measured
-    and committed, nothing more starts, and the report says so. ``database.flush()``, if it
-    has one, is called after every batch. MetaSchedule's own log goes to ``work_dir/logs``.
+    and committed, nothing more starts, and the report says so. ``database.end_of_batch()``,
+    if it has one, is called after every batch is committed to it (the registry's database
+    writes it then; an agent's reports on its own schedule). MetaSchedule's own log goes to
+    ``work_dir/logs``.
     """
     target_kind = target.kind.name
     install_lean_tensor_intrinsics(target_kind)
@@ -238,21 +240,21 @@ def _task_loggers(work_dir: Path, task_names: list[str]) -> list[logging.Logger]
 
 class _BatchEnd:
     """A measure callback run after MetaSchedule's own (which commit the batch to the database):
-    feeds the scheduler's latency history and makes the batch durable (``database.flush``)."""
+    feeds the scheduler's latency history and tells the database (``end_of_batch``)."""
 
     def __init__(self, history: LatencyHistory, database):
         from tvm.ir.utils import derived_object
         from tvm.s_tir import meta_schedule as ms
 
-        flush = getattr(database, "flush", None)
+        end_of_batch = getattr(database, "end_of_batch", None)
 
         @derived_object
         class _Callback(ms.measure_callback.PyMeasureCallback):
             def apply(self, task_scheduler, task_id, measure_candidates, builder_results, runner_results):
                 history.record(task_id, builder_results, runner_results)
-                if flush is not None:
+                if end_of_batch is not None:
                     try:
-                        flush()
+                        end_of_batch()
                     except Exception:
                         # Kept by the database and written at the next flush (the last one,
                         # after tuning, raises); an error raised into MetaSchedule ends the tune.

@@ -120,6 +120,7 @@ BAD_INPUT = [
 ]
 
 
+@pytest.mark.slow  # 54 process starts: minutes, though nothing is tuned
 @pytest.mark.parametrize("args, code, needle", BAD_INPUT, ids=[" ".join(a)[:60] for a, _, _ in BAD_INPUT])
 def test_bad_input_is_one_line_with_its_exit_code(farm_exe, home, tmp_path, args, code, needle):
     args = [a.replace("{tmp}", str(tmp_path)) for a in args]

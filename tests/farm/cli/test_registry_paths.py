@@ -10,6 +10,8 @@ import pytest
 
 from support.farm_process import one_error_line, run_farm
 
+pytestmark = pytest.mark.slow  # a process start per case: minutes, though nothing is tuned
+
 READERS = [
     ["registry", "ls"],
     ["registry", "show", "art-1"],
