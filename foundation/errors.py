@@ -11,7 +11,7 @@ Every command exits with one of these codes (README, "Exit codes"):
        that was named does not exist
   4    unreachable: the registry, the coordinator or the tracker       Unreachable, RegistryError
        cannot be reached, is not a farm registry, is outdated, or
-       refused a write
+       refused a write; a stored artifact is corrupt
   5    gave up waiting (`--timeout`); the job goes on                  TimedOut
   70   an internal error (a bug in tvm-farm)
   130  interrupted by SIGINT (Ctrl-C); 143 by SIGTERM                  Interrupted
