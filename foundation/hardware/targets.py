@@ -72,13 +72,19 @@ def check_llvm_cpu(requested: dict, target: dict) -> None:
 
 
 def check_runs_here(requested: dict, target: dict, fp: "Fingerprint") -> None:
-    """Refuse to tune here for an ``mcpu``/``mattr`` whose instructions this CPU lacks.
+    """Refuse to tune here for an ``mtriple`` of another architecture, or an ``mcpu``/``mattr``
+    whose instructions this CPU lacks.
 
     Its candidates would be measured on this CPU and crash (illegal instructions), or worse,
     give timings of nothing. Agents of a fingerprint that has the features can tune it.
     """
-    if target["kind"] != "llvm" or not ({"mcpu", "mattr"} & set(requested)):
+    if target["kind"] != "llvm" or not ({"mcpu", "mattr", "mtriple"} & set(requested)):
         return
+    here, wanted_arch = _arch(fp.details.get("llvm_triple", "")), _arch(str(target.get("mtriple", "")))
+    if wanted_arch and here and wanted_arch != here:
+        raise BadInput(f"code for {wanted_arch} (mtriple {target['mtriple']}) cannot run on this {here} CPU: "
+                       "its candidates cannot be measured here",
+                       f"tune it on a {wanted_arch} box: an agent there, with --coordinator")
     from tvm.target import codegen
 
     from foundation.hardware.fingerprint import CODEGEN_FEATURES
@@ -148,6 +154,11 @@ def to_tvm_target(d: dict) -> "tvm.target.Target":
         message = str(err).strip().splitlines()[-1] if str(err).strip() else type(err).__name__
         raise FarmError(f"TVM rejects the target {target_json(d)}: {message}",
                         "check the attribute names and values against TVM's target kinds") from None
+
+
+def _arch(triple: str) -> str:
+    arch = triple.split("-", 1)[0].lower()
+    return {"amd64": "x86_64", "arm64": "aarch64"}.get(arch, arch)
 
 
 def _parse(user: str) -> dict[str, Any]:

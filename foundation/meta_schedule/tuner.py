@@ -10,6 +10,8 @@ A cancel stops the tuning after the batch in flight, whose records are committed
 from __future__ import annotations
 
 import logging
+import os
+import shutil
 import threading
 import time
 from collections.abc import Sequence
@@ -144,7 +146,11 @@ def tune(
             runner=runner,
             database=database,
             cost_model="xgb",
-            measure_callbacks=[*ms.measure_callback.MeasureCallback.create("default"), batch_end.tvm_object],
+            # MetaSchedule's default callbacks, but for RemoveBuildArtifact: its rmtree raised into
+            # the tune when a killed worker's files were still appearing (a measurement timeout on
+            # a loaded box), ending the job; _BatchEnd removes the build directories instead.
+            measure_callbacks=[ms.measure_callback.AddToDatabase(), ms.measure_callback.UpdateCostModel(),
+                               batch_end.tvm_object],
             task_scheduler=joined_gradient(history, cancelled, seed),
         )
     finally:
@@ -240,7 +246,8 @@ def _task_loggers(work_dir: Path, task_names: list[str]) -> list[logging.Logger]
 
 class _BatchEnd:
     """A measure callback run after MetaSchedule's own (which commit the batch to the database):
-    feeds the scheduler's latency history and tells the database (``end_of_batch``)."""
+    feeds the scheduler's latency history, tells the database (``end_of_batch``), and removes
+    the batch's build directories, whatever a killed worker left in them."""
 
     def __init__(self, history: LatencyHistory, database):
         from tvm.ir.utils import derived_object
@@ -252,6 +259,9 @@ class _BatchEnd:
         class _Callback(ms.measure_callback.PyMeasureCallback):
             def apply(self, task_scheduler, task_id, measure_candidates, builder_results, runner_results):
                 history.record(task_id, builder_results, runner_results)
+                for built in builder_results:
+                    if built.artifact_path:
+                        shutil.rmtree(os.path.dirname(built.artifact_path), ignore_errors=True)
                 if end_of_batch is not None:
                     try:
                         end_of_batch()

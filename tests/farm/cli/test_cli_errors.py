@@ -150,3 +150,14 @@ def test_tuning_for_instructions_this_cpu_lacks_is_refused(farm_exe, home):
     assert proc.returncode == 2
     assert_refused(proc, "this CPU", "lacks", "amx_tile", "--coordinator")
     assert not (home / "registry.db").exists()
+
+
+def test_tuning_for_another_architecture_is_refused(farm_exe, home):
+    import platform
+
+    other = "aarch64" if platform.machine().lower() in ("x86_64", "amd64") else "x86_64"
+    proc = farm(farm_exe, home, "submit", "mlp-tiny", json.dumps({"kind": "llvm", "mtriple": f"{other}-linux-gnu"}),
+                "1")
+    assert proc.returncode == 2
+    assert_refused(proc, f"code for {other}", "cannot run on this", "--coordinator")
+    assert not (home / "registry.db").exists()
