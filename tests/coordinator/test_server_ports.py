@@ -39,7 +39,10 @@ def _running(proc: subprocess.Popen) -> dict:
 
 
 def _refused(proc: subprocess.Popen, timeout: float = 120) -> str:
-    out, err = proc.communicate(timeout=timeout)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        pytest.fail("the coordinator started instead of refusing")
     assert proc.returncode not in (0, None), (out, err)
     # A daemon logs on stderr as it starts; its refusal is the one error line, last.
     lines = [line for line in err.splitlines() if line.strip()]
@@ -52,7 +55,11 @@ def _refused(proc: subprocess.Popen, timeout: float = 120) -> str:
 def _stop(proc: subprocess.Popen) -> None:
     if proc.poll() is None:
         proc.send_signal(signal.SIGTERM)
-        proc.wait(timeout=60)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
 
 def test_a_second_coordinator_on_a_taken_port_fails_at_start(farm_exe, tmp_path):
@@ -64,7 +71,10 @@ def test_a_second_coordinator_on_a_taken_port_fails_at_start(farm_exe, tmp_path)
         assert served["listen"] == f"127.0.0.1:{port}"
         second = _coordinator(farm_exe, tmp_path / "b", "--listen", f"127.0.0.1:{port}",
                               "--registry", f"sqlite:///{tmp_path / 'b.db'}", "--tracker-listen", "127.0.0.1:0")
-        line = _refused(second)
+        try:
+            line = _refused(second)
+        finally:
+            _stop(second)  # one that started anyway must not outlive the test
         assert f"cannot listen on 127.0.0.1:{port}" in line and "--listen" in line
         # Nothing of the second was made, and the first still serves its own registry.
         assert not (tmp_path / "b.db").exists()
