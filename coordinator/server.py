@@ -164,7 +164,7 @@ def serve(
 
     access = access or ServerAccess()
     access.check_listen(listen)
-
+    _check_port_free(listen)  # before the registry and the tracker: nothing to undo
     url = config.registry_url(registry_url)
     store = RegistryStore(url)
     owned = ingest = metrics = None
@@ -236,7 +236,10 @@ async def _start_grpc(coordinator: Coordinator, listen: str, pool: futures.Threa
     from foundation.wire import farm_pb2_grpc
 
     interceptors = [TokenCheck(access.token)] if access.token else []
-    server = grpc.aio.server(migration_thread_pool=pool, options=CHANNEL_OPTIONS, interceptors=interceptors)
+    # so_reuseport off: gRPC sets it by default on Linux, and a second coordinator on a taken port
+    # then started and shared the port with the first, clients and agents split between them.
+    server = grpc.aio.server(migration_thread_pool=pool, options=[*CHANNEL_OPTIONS, ("grpc.so_reuseport", 0)],
+                             interceptors=interceptors)
     farm_pb2_grpc.add_FarmClientServicer_to_server(FarmClientServicer(coordinator, pool), server)
     farm_pb2_grpc.add_FarmAgentServicer_to_server(FarmAgentServicer(coordinator, pool), server)
     health_servicer = health.aio.HealthServicer()
@@ -254,7 +257,7 @@ async def _start_grpc(coordinator: Coordinator, listen: str, pool: futures.Threa
 async def _start_health(health_servicer: health.aio.HealthServicer, listen: str):
     """A server of the health service alone, plaintext, answering what the API's server's
     health service says (it is the same servicer)."""
-    server = grpc.aio.server()
+    server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     port = _add_port(server, listen, None)
     await server.start()
@@ -262,13 +265,40 @@ async def _start_health(health_servicer: health.aio.HealthServicer, listen: str)
 
 
 def _add_port(server: grpc.aio.Server, listen: str, credentials: grpc.ServerCredentials | None) -> int:
+    _check_port_free(listen)
     try:
         port = server.add_secure_port(listen, credentials) if credentials else server.add_insecure_port(listen)
     except RuntimeError:
         port = 0
     if port == 0:
-        raise FarmError(f"the coordinator cannot listen on {listen}", "free the port or choose another address")
+        raise _cannot_listen(listen, "the port is in use (another coordinator?) or the address is not this host's")
     return port
+
+
+def _check_port_free(listen: str) -> None:
+    """Refuse a taken port before gRPC tries it (gRPC's own refusal is a log line of its own)."""
+    host, _, port_text = listen.rpartition(":")
+    if not port_text.isdigit() or not 0 <= int(port_text) < 65536:
+        raise _cannot_listen(listen, "it is not host:port")
+    if int(port_text) == 0:
+        return  # any free port
+    try:
+        addresses = socket.getaddrinfo(host.strip("[]") or None, int(port_text), type=socket.SOCK_STREAM,
+                                       flags=socket.AI_PASSIVE)
+    except socket.gaierror as err:
+        raise _cannot_listen(listen, f"the host is unknown ({err.strerror})") from None
+    for family, kind, proto, _, address in addresses:
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as gRPC binds
+            try:
+                probe.bind(address)
+            except OSError as err:
+                raise _cannot_listen(listen, err.strerror or str(err)) from None
+
+
+def _cannot_listen(listen: str, why: str) -> FarmError:
+    return FarmError(f"the coordinator cannot listen on {listen}: {why}",
+                     "stop what holds the port (another coordinator?), or choose another --listen")
 
 
 def _tick_loop(coordinator: Coordinator, stop: threading.Event, interval: float) -> None:

@@ -7,7 +7,6 @@
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -15,7 +14,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from farm.session import open_context
-from foundation.errors import FarmError, NotFound
+from foundation.errors import FarmError, NotFound, RegistryError
+from foundation.job_driver.artifacts import library_problem
 from foundation.models.model_key import ModelKey, model_key
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -70,10 +70,15 @@ def load(model: str, target: str = "llvm", batch: int = 1, *, registry: str | No
     Zoo models get seeded random weights unless ``weights`` is given; ONNX models get the
     file's own weights.
     """
+    from foundation.registry.engine import RegistryMissing
     from foundation.runtime.library_runner import LoadedLibrary
 
     key = model_key(model, batch)
-    ctx = open_context(registry, target)
+    try:
+        ctx = open_context(registry, target)
+    except RegistryMissing as missing:
+        raise NotFound(f"no tuned library for {key.describe()}: {missing.problem}",
+                       f"run `farm submit {model} {target} {batch}` first") from None
     stored = ctx.store.find_model(key.name, key.batch, key.source_digest)
     artifact = None
     if stored is not None:
@@ -85,9 +90,10 @@ def load(model: str, target: str = "llvm", batch: int = 1, *, registry: str | No
             f"run `farm submit {model} {target} {batch}` first",
         )
     library = ctx.store.get_artifact_library(artifact.id)
-    if hashlib.sha256(library).hexdigest() != artifact.sha256:
-        raise FarmError(
-            f"artifact {artifact.id} is corrupt: its bytes do not match the stored sha256",
+    problem = library_problem(artifact, library)
+    if problem is not None:
+        raise RegistryError(
+            f"artifact {artifact.id} is corrupt: {problem}",
             f"re-tune it with `farm submit {model} {target} {batch} --retune`",
         )
     if weights is None:
@@ -95,7 +101,7 @@ def load(model: str, target: str = "llvm", batch: int = 1, *, registry: str | No
     try:
         loaded = LoadedLibrary(library, ctx.target["kind"])
     except Exception as err:  # a library that passes sha256 but not the loader
-        raise FarmError(f"artifact {artifact.id} cannot be loaded: {err}",
+        raise RegistryError(f"artifact {artifact.id} cannot be loaded: {err}",
                         f"re-tune it with `farm submit {model} {target} {batch} --retune`") from None
     loaded.set_weights(weights)
     return DeployedModel(key, stored, artifact, loaded, ctx.fingerprint.id)

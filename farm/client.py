@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from foundation.errors import FarmError, NotFound
+from foundation.errors import BadInput, FarmError, NotFound, Unreachable
 from foundation.models.loaded import check_batch
 from foundation.models.model_key import looks_like_path
 
@@ -204,18 +204,18 @@ def coordinator_error(err, address: str) -> FarmError:
     code, details = err.code(), err.details() or ""
     if code == grpc.StatusCode.UNAVAILABLE:
         if _TLS_TROUBLE.search(details):
-            return FarmError(f"no TLS connection to the coordinator at {address}: {details}", _TLS_FIX)
+            return Unreachable(f"no TLS connection to the coordinator at {address}: {details}", _TLS_FIX)
         fix = "check --coordinator / FARM_COORDINATOR and that `farm coordinator` runs there"
         if "Socket closed" in details:  # what a plaintext call to a TLS port sees
             fix += f"; {_TLS_FIX}"
-        return FarmError(f"cannot reach the coordinator at {address}: {details}", fix)
+        return Unreachable(f"cannot reach the coordinator at {address}: {details}", fix)
     if code == grpc.StatusCode.UNAUTHENTICATED:
         problem, _, fix = details.partition(" (")
-        return FarmError(f"the coordinator at {address} refused the call: {problem}", fix.rstrip(")") or None)
+        return BadInput(f"the coordinator at {address} refused the call: {problem}", fix.rstrip(")") or None)
     if code == grpc.StatusCode.NOT_FOUND:
         return NotFound(details, "see `farm jobs` or `farm models`")
     if code == grpc.StatusCode.DEADLINE_EXCEEDED:
-        return FarmError(f"the coordinator at {address} did not answer in time", "retry, or check its load")
+        return Unreachable(f"the coordinator at {address} did not answer in time", "retry, or check its load")
     problem, _, fix = details.partition(" (")
     return FarmError(problem, fix.rstrip(")") or None)
 

@@ -1,22 +1,34 @@
 """The embedded farm: a whole job (hit lookup, tuning, build, validation, commit) in-process.
 
-This composes the coordinator's parts (registry, task extraction, build) with the agent's
-(fingerprint, tuner, validation) on one box. It is what `farm submit` does when no
-coordinator is configured.
+This composes the foundation's parts on one box: the registry, task extraction and builds,
+the fingerprint, the tuner and validation, with the job driver (foundation.job_driver)
+moving the job through its states exactly as the coordinator does. It is what `farm submit`
+does when no coordinator is configured.
+
+Nothing is lost and nothing is stuck:
+- the job records this process as its runner and beats a heartbeat, so a reader fails the
+  job if this process dies (foundation.job_driver.runners), keeping the records measured;
+- a cancel (a signal, or `farm cancel` read by the heartbeat) stops tuning after the batch
+  in flight, whose records are committed, and ends the job `cancelled`;
+- a second submit of a scope being tuned waits for the first (the tuning lock) and answers
+  from the registry: one scope is never tuned twice at once.
 """
 
 from __future__ import annotations
 
-import datetime as dt
-import threading
+import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 from farm.session import FarmContext, open_context
 from foundation import config
-from foundation.domain.jobs import JobState, check_transition
-from foundation.errors import FarmError, ValidationFailed
-from foundation.job_driver.artifacts import artifact_json, commit_artifact, find_hit, record_hit
+from foundation.domain.jobs import JobState
+from foundation.errors import FarmError, Interrupted, JobFailed
+from foundation.job_driver.artifacts import artifact_json, commit_artifact, look_up_hit, record_hit
+from foundation.job_driver.cancellation import Cancellation
+from foundation.job_driver.driver import JobDriver, RegistryJobMoves, tuning_failure, validation_failure
+from foundation.job_driver.runners import Heartbeat, fail_dead_jobs, this_runner
+from foundation.job_driver.tuning_lock import ScopeLock, scope_key
 from foundation.meta_schedule.tuner import MeasureSettings, ProgressListener, TuningBudget, TuningReport, WorkerPools
 from foundation.models.model_key import ModelKey, model_key
 
@@ -78,26 +90,71 @@ class SubmitResult:
 
 
 def submit(request: SubmitRequest, observer: JobObserver | None = None,
-           cancelled: threading.Event | None = None) -> SubmitResult:
-    """Answer from the registry if it can; otherwise tune, build, validate and commit."""
-    import time
+           cancellation: Cancellation | None = None) -> SubmitResult:
+    """Answer from the registry if it can; otherwise tune, build, validate and commit.
 
+    Returns the job however it ended (succeeded, failed, cancelled); raises FarmError for
+    bad input, and Interrupted when cancelled before a job existed.
+    """
     begin = time.monotonic()
+    cancellation = cancellation or Cancellation()
+    tell = observer.stage if observer else (lambda state, detail: None)
     key = model_key(request.model, request.batch)
-    ctx = open_context(request.registry, request.target)
-    if not request.retune:
-        hit = find_hit(ctx.store, key, ctx.target_json, ctx.fingerprint.id, ctx.tvm_version)
-        if hit is not None:
-            job = record_hit(ctx.store, hit, ctx.target_json, ctx.fingerprint.id, _options(request))
-            return SubmitResult(job, True, ctx.fingerprint.id, key, ctx.target_json, hit,
-                                seconds=time.monotonic() - begin)
-    return _tune_build_commit(ctx, key, request, observer, cancelled, begin)
+    # An embedded submit tunes here: a target this CPU cannot run is refused before anything.
+    ctx = open_context(request.registry, request.target, create=True, tuning_here=True)
+    for job in fail_dead_jobs(ctx.store):
+        tell("cleaned", f"{job.id} was left running by a process that died: marked failed")
+    lock = ScopeLock(ctx.store, scope_key(key, ctx.target_json, ctx.fingerprint.id, ctx.tvm_version),
+                     f"{key.describe()} for {ctx.target_json} on {ctx.fingerprint.id}", this_runner())
+    waited_for: str | None = None
+    try:
+        while True:
+            _stop_if_cancelled(cancellation)
+            hit = _verified_hit(ctx, key, request, waited_for, tell)
+            if hit is not None:
+                job = record_hit(ctx.store, hit, ctx.target_json, ctx.fingerprint.id, _options(request))
+                return SubmitResult(job, True, ctx.fingerprint.id, key, ctx.target_json, hit,
+                                    seconds=time.monotonic() - begin)
+            holder = lock.try_take()
+            if holder is None:
+                break
+            tell("waiting", f"{holder.job_id or 'another submit'} ({holder.runner.describe()}) is tuning "
+                            f"{key.describe()} for this target: waiting for it to finish")
+            holder = lock.wait_released(holder, cancellation.event)
+            waited_for = holder.job_id or "another submit"
+        return _tune_build_commit(ctx, key, request, lock, observer, cancellation, begin)
+    finally:
+        lock.release()
 
 
-def _tune_build_commit(ctx: FarmContext, key: ModelKey, request: SubmitRequest,
-                       observer: JobObserver | None, cancelled, begin: float) -> SubmitResult:
-    import time
+def _verified_hit(ctx: FarmContext, key: ModelKey, request: SubmitRequest, waited_for: str | None,
+                  tell) -> "Artifact | None":
+    """The artifact to answer with: the newest intact one; with --retune only after waiting
+    for another submit, and only the one that submit committed."""
+    if request.retune and waited_for is None:
+        return None
+    lookup = look_up_hit(ctx.store, key, ctx.target_json, ctx.fingerprint.id, ctx.tvm_version)
+    for bad in lookup.invalidated:
+        tell("invalid", f"artifact {bad.id} is corrupt ({bad.invalid_reason}): marked invalid, never a hit again")
+    if lookup.artifact is None or not request.retune:
+        return lookup.artifact
+    return lookup.artifact if lookup.artifact.job_id == waited_for else None
 
+
+def _tune_build_commit(ctx: FarmContext, key: ModelKey, request: SubmitRequest, lock: ScopeLock,
+                       observer: JobObserver | None, cancellation: Cancellation, begin: float) -> SubmitResult:
+    """Run a job under the tuning lock, with this process's heartbeat beating the lock and the job."""
+    heartbeat = Heartbeat(ctx.store, lock.runner, lambda: cancellation.request("cancelled by `farm cancel`"))
+    heartbeat.lock_scope = lock.scope
+    heartbeat.start()
+    try:
+        return _run_job(ctx, key, request, lock, heartbeat, observer, cancellation, begin)
+    finally:
+        heartbeat.stop()
+
+
+def _run_job(ctx: FarmContext, key: ModelKey, request: SubmitRequest, lock: ScopeLock, heartbeat: Heartbeat,
+             observer: JobObserver | None, cancellation: Cancellation, begin: float) -> SubmitResult:
     from foundation.compile import build_library, extract_tuning_tasks
     from foundation.meta_schedule import tuner
     from foundation.meta_schedule.database.registry_database import tvm_database_for
@@ -105,80 +162,111 @@ def _tune_build_commit(ctx: FarmContext, key: ModelKey, request: SubmitRequest,
     from foundation.runtime.validation import check_library
 
     tell = observer.stage if observer else (lambda state, detail: None)
+    store = ctx.store
     # Nothing is printed or written before the model loads: a broken file is refused cleanly.
     loaded = load_model(str(key.path) if key.path else key.name, key.batch)
     tell("loaded", f"{key.describe()}: {loaded.num_parameters:,} parameters")
-    ctx.store.upsert_fingerprint(ctx.fingerprint.id, ctx.fingerprint.kind, ctx.fingerprint.summary,
-                                 ctx.fingerprint.details)
-    model = ctx.store.upsert_model(
+    store.upsert_fingerprint(ctx.fingerprint.id, ctx.fingerprint.kind, ctx.fingerprint.summary,
+                             ctx.fingerprint.details)
+    model = store.upsert_model(
         model_id=loaded.identity(), name=key.name, source=key.source, source_digest=key.source_digest,
         batch=key.batch, inputs=[s.to_json() for s in loaded.inputs],
         weights=[s.to_json() for s in loaded.weights], num_parameters=loaded.num_parameters,
     )
-    job = ctx.store.create_job(
-        model_id=model.id, target=ctx.target_json, fingerprint_id=ctx.fingerprint.id,
-        trials_budget=0, options=_options(request),
-    )
-    state = JobState.QUEUED
-    report = None
+    job = store.create_job(model_id=model.id, target=ctx.target_json, fingerprint_id=ctx.fingerprint.id,
+                           trials_budget=0, options=_options(request), runner=lock.runner)
+    lock.name_job(job.id)
+    heartbeat.job_id = job.id
+    driver = JobDriver(RegistryJobMoves(store), job.id, job.state)
+    forget_last_words = cancellation.on_abandon(lambda: _abandon(store, job.id, driver.state, lock))
+    pools = WorkerPools(request.measure)
+    report: TuningReport | None = None
+
+    def ended(artifact: "Artifact | None" = None) -> SubmitResult:
+        return SubmitResult(store.get_job(job.id), False, ctx.fingerprint.id, key, ctx.target_json, artifact,
+                            report, time.monotonic() - begin)
+
+    def step(new: JobState, status: str, **fields) -> None:
+        if not driver.advance(new, status, **fields):
+            now = store.get_job(job.id)
+            raise JobFailed(f"job {job.id} was ended by another process ({now.state}: {now.error})",
+                            "see `farm status " + job.id + "`")
+
     try:
         tvm_target = ctx.tvm_target()
         tell("extracting", "extracting tuning tasks")
         tasks = extract_tuning_tasks(loaded, tvm_target)
         budget = TuningBudget.for_tasks(len(tasks), request.trials, request.trials_per_task)
-        state = _advance(ctx, job.id, state, JobState.RUNNING, started_at=_now(),
-                         trials_budget=budget.max_trials_global)
-        database = tvm_database_for(ctx.store, ctx.fingerprint.id, ctx.target_json, ctx.tvm_version,
+        if cancellation.is_set():
+            driver.cancel(cancellation.reason)
+            return ended()
+        step(JobState.RUNNING, f"running: tuning {len(tasks)} tasks, {budget.max_trials_global} trials",
+             trials_budget=budget.max_trials_global)
+        database = tvm_database_for(store, ctx.fingerprint.id, ctx.target_json, ctx.tvm_version,
                                     ctx.software, job_id=job.id)
         tell("running", f"tuning {len(tasks)} tasks, {budget.max_trials_global} trials")
-        pools = WorkerPools(request.measure)
-        report = tuner.tune(
-            tasks, tvm_target, database, budget, config.job_work_dir(job.id),
-            pools=pools, listener=observer, cancelled=cancelled, seed=request.seed,
-        )
-        pools.close()  # the library is timed with no worker process about (bench/quiet_timing.py)
-        ctx.store.update_job(job.id, trials_done=report.trials)
-        if report.cancelled:
-            state = _advance(ctx, job.id, state, JobState.CANCELLED, finished_at=_now(),
-                             error="cancelled by the user")
-            return SubmitResult(ctx.store.get_job(job.id), False, ctx.fingerprint.id, key,
-                                ctx.target_json, None, report, time.monotonic() - begin)
-        state = _advance(ctx, job.id, state, JobState.BUILDING)
+        report = tuner.tune(tasks, tvm_target, database, budget, config.job_work_dir(job.id), pools=pools,
+                            listener=observer, cancelled=cancellation.event, seed=request.seed)
+        store.update_job(job.id, trials_done=report.trials)
+        # The build wants the CPUs and memory the workers hold, and the library is timed
+        # with no worker process about (bench/quiet_timing.py).
+        pools.close()
+        if report.cancelled or cancellation.is_set():
+            driver.cancel(f"{cancellation.reason} after {report.trials} trials")
+            return ended()
+        failure = tuning_failure(report.tasks)
+        if failure is not None:
+            driver.fail(failure, "failed: its candidates failed")
+            return ended()
+        step(JobState.BUILDING, "building: compiling with the best records, and an untuned reference")
         tell("building", "compiling with the best records, and an untuned reference")
         library = build_library(loaded, tvm_target, database)
         reference = build_library(loaded, tvm_target, None)
-        state = _advance(ctx, job.id, state, JobState.VALIDATING)
+        if cancellation.is_set():
+            driver.cancel(cancellation.reason)
+            return ended()
+        step(JobState.VALIDATING, "validating: comparing with the untuned build and timing")
         tell("validating", "comparing with the untuned build and timing")
-        check = check_library(
-            library, reference, tvm_target.kind.name,
-            loaded.make_inputs(request.seed), loaded.make_weights(request.seed),
-            runs=request.validation_runs,
-        )
-        if not check.validation.passed:
-            reason = f"tuned library disagrees with the untuned build: {check.validation.reason}"
-            state = _advance(ctx, job.id, state, JobState.FAILED, finished_at=_now(), error=reason)
-            raise ValidationFailed(reason, "nothing was committed; retry with --retune or report the model")
+        check = check_library(library, reference, tvm_target.kind.name, loaded.make_inputs(request.seed),
+                              loaded.make_weights(request.seed), runs=request.validation_runs)
+        failure = validation_failure(check.validation)
+        if failure is not None:
+            driver.fail(failure, "failed: validation")
+            return ended()
+        if cancellation.is_set():
+            driver.cancel(cancellation.reason)
+            return ended()
         artifact = commit_artifact(
-            ctx.store, model_id=model.id, target_json=ctx.target_json, fingerprint_id=ctx.fingerprint.id,
+            store, model_id=model.id, target_json=ctx.target_json, fingerprint_id=ctx.fingerprint.id,
             job_id=job.id, library=library, latency=check.latency, untuned_latency=check.untuned_latency,
             validation=check.validation, tvm_version=ctx.tvm_version, software=ctx.software,
         )
-        state = _advance(ctx, job.id, state, JobState.SUCCEEDED, finished_at=_now(), artifact_id=artifact.id)
-        return SubmitResult(ctx.store.get_job(job.id), False, ctx.fingerprint.id, key, ctx.target_json,
-                            artifact, report, time.monotonic() - begin)
+        step(JobState.SUCCEEDED, f"succeeded: {artifact.latency_mean_ms:.3f} ms mean", artifact_id=artifact.id)
+        return ended(artifact)
     except BaseException as err:
-        if not state.is_final:
-            why = "interrupted" if isinstance(err, KeyboardInterrupt) else f"{type(err).__name__}: {err}"
-            final = JobState.CANCELLED if isinstance(err, KeyboardInterrupt) else JobState.FAILED
-            _advance(ctx, job.id, state, final, finished_at=_now(), error=why[:2000],
-                     trials_done=report.trials if report else 0)
+        if not driver.state.is_final:
+            done = {"trials_done": report.trials} if report else {}
+            if isinstance(err, KeyboardInterrupt):  # a Python caller's Ctrl-C (the CLI turns signals into cancels)
+                driver.cancel("interrupted", **done)
+            else:
+                driver.fail(f"{type(err).__name__}: {err}"[:2000], "failed: an error", **done)
         raise
+    finally:
+        forget_last_words()
+        pools.close()
 
 
-def _advance(ctx: FarmContext, job_id: str, current: JobState, new: JobState, **fields) -> JobState:
-    check_transition(current, new)
-    ctx.store.update_job(job_id, state=new.value, **fields)
-    return new
+def _abandon(store, job_id: str, state: JobState, lock: ScopeLock) -> None:
+    """The last words of a job whose process exits at once (a second Ctrl-C)."""
+    if not state.is_final:
+        JobDriver(RegistryJobMoves(store), job_id, state).cancel("interrupted twice: stopped at once")
+    lock.release()
+
+
+def _stop_if_cancelled(cancellation: Cancellation) -> None:
+    if cancellation.is_set():
+        raise Interrupted(f"{cancellation.reason} before any job started", "nothing was written",
+                          signum=cancellation.signum or 2)
 
 
 def _options(request: SubmitRequest) -> dict:
@@ -191,8 +279,4 @@ def _options(request: SubmitRequest) -> dict:
     }
 
 
-def _now() -> dt.datetime:
-    return dt.datetime.now(dt.timezone.utc)
-
-
-__all__ = ["SubmitRequest", "SubmitResult", "submit", "artifact_json", "FarmError"]
+__all__ = ["Cancellation", "FarmError", "SubmitRequest", "SubmitResult", "artifact_json", "submit"]

@@ -1,4 +1,9 @@
-"""What every command resolves first: the registry, this box's fingerprint, the target."""
+"""What every command resolves first: the registry, this box's fingerprint, the target.
+
+Only commands that create data (`submit`, `coordinator`, `registry import`, `registry init`)
+open the registry with ``create=True``; the others refuse a registry that does not exist
+rather than make an empty one where a mistyped path points.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from foundation import config
+from foundation.errors import BadInput
 from foundation.hardware.fingerprint import local_fingerprint
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -36,20 +42,30 @@ class FarmContext:
         return to_tvm_target(self.target)
 
 
-def open_store(registry_option: str | None) -> "RegistryStore":
+def open_store(registry_option: str | None, *, create: bool = False) -> "RegistryStore":
+    from foundation.registry.engine import parse_registry_url, sqlite_in_memory
     from foundation.registry.store import RegistryStore
 
-    return RegistryStore(config.registry_url(registry_option))
+    url = config.registry_url(registry_option)
+    if sqlite_in_memory(parse_registry_url(url)):
+        raise BadInput(f"the registry {url!r} is in memory: it would keep nothing after this command",
+                       "give a file, such as sqlite:///path/to/registry.db")
+    return RegistryStore(url, create=create)
 
 
-def open_context(registry_option: str | None, user_target: str) -> FarmContext:
+def open_context(registry_option: str | None, user_target: str, *, create: bool = False,
+                 tuning_here: bool = False) -> FarmContext:
     """Validate the target, detect the fingerprint, then open the registry (in that order,
-    so that bad input is refused before anything is created)."""
-    from foundation.hardware.targets import canonical_target, parse_target_kind, target_json
+    so that bad input is refused before anything is created). ``tuning_here``: also refuse a
+    target whose instructions this CPU lacks (`FarmContext.check_local_tuning`)."""
+    from foundation.hardware.targets import canonical_target, check_llvm_cpu, check_runs_here, parse_target, target_json
     from foundation.hardware.versions import tvm_version
 
-    kind = parse_target_kind(user_target)
-    fingerprint = local_fingerprint(kind)
+    requested = parse_target(user_target)
+    fingerprint = local_fingerprint(requested["kind"])
     target = canonical_target(user_target, fingerprint)
-    store = open_store(registry_option)
+    check_llvm_cpu(requested, target)
+    if tuning_here:
+        check_runs_here(requested, target, fingerprint)
+    store = open_store(registry_option, create=create)
     return FarmContext(store, fingerprint, target, target_json(target), tvm_version())

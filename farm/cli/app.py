@@ -1,13 +1,22 @@
-"""The `farm` entry point: composes the command groups and is the one place errors become exit codes."""
+"""The `farm` entry point: composes the command groups and is the one place errors become exit codes.
+
+Whatever goes wrong, a command ends with one line on stderr, `error: <what> (<what to do>)`,
+and an exit code of foundation.errors (1 job failed, 2 bad input, 3 not found, 4 unreachable,
+5 timed out, 70 internal error, 130/143 interrupted); with --json it also prints
+`{"error": ..., "hint": ..., "exit_code": ...}` on stdout, so a script reading stdout always
+gets a document. click's own usage errors are bad input like any other.
+"""
 
 from __future__ import annotations
 
+import json
+import os
 import sys
 
 import typer
 
 from farm.cli import agent_cmd, cluster, coordinator_cmd, info, registry, report_cmd, submit
-from foundation.errors import FarmError
+from foundation.errors import EXIT_INTERNAL, BadInput, FarmError, Interrupted
 
 # rich_markup_mode=None: typer's rich help and usage errors import rich.markdown and pygments,
 # ~0.5 s before `farm --help` prints anything (bench/startup.py); click's plain help is enough.
@@ -26,7 +35,9 @@ app.add_typer(cluster.app)
 app.add_typer(coordinator_cmd.app)
 app.add_typer(agent_cmd.app)
 app.add_typer(report_cmd.app)
-app.add_typer(registry.app, name="registry", help="Inspect, import into, export from and upgrade the registry.")
+app.add_typer(registry.app, name="registry", help="Create, inspect, import into, export from and upgrade the registry.")
+
+DEBUG_ENV = "FARM_DEBUG"
 
 
 def _print_version(asked: bool) -> None:
@@ -44,13 +55,58 @@ def _options(
 
 
 def main() -> None:
-    """Run the command line; a FarmError from any command is one line on stderr and its exit code."""
+    """Run the command line; every failure is one line on stderr and its exit code."""
+    json_output = "--json" in sys.argv[1:sys.argv.index("--")] if "--" in sys.argv else "--json" in sys.argv[1:]
     try:
-        app()
+        code = app(standalone_mode=False)
     except FarmError as err:
-        sys.stderr.write(f"error: {err}\n")
-        sys.stderr.flush()
-        sys.exit(err.exit_code)
+        _fail(err, json_output)
+    except typer.TyperException as err:  # click's usage errors (typer's copy of click)
+        if type(err).__name__ == "NoArgsIsHelpError":  # `farm registry` alone: its help, not an error
+            sys.stdout.write(err.format_message().rstrip() + "\n")
+            sys.exit(0)
+        _fail(_usage_error(err), json_output)
+    except (typer.Abort, KeyboardInterrupt):
+        _fail(Interrupted("interrupted", "nothing was left half-written"), json_output)
+    except Exception as err:
+        if os.environ.get(DEBUG_ENV):
+            raise
+        _fail(_internal(err), json_output, EXIT_INTERNAL)
+    sys.exit(code if isinstance(code, int) else 0)
+
+
+def _fail(err: FarmError, json_output: bool, exit_code: int | None = None) -> None:
+    code = err.exit_code if exit_code is None else exit_code
+    if json_output:
+        sys.stdout.write(json.dumps({**err.to_json(), "exit_code": code}, indent=2, default=str) + "\n")
+        sys.stdout.flush()
+    line = " ".join(str(err).split())  # one line, whatever the message held
+    sys.stderr.write(f"error: {line}\n")
+    sys.stderr.flush()
+    sys.exit(code)
+
+
+def _usage_error(err: typer.TyperException) -> BadInput:
+    ctx = getattr(err, "ctx", None)
+    command = ctx.command_path if ctx is not None else "farm"
+    problem, _, suggestion = err.format_message().partition(" (Possible options: ")
+    hint = f"see `{command} --help`"
+    if suggestion:
+        hint = f"did you mean {suggestion.rstrip(')')}? {hint}"
+    return BadInput(_sentence(problem), hint)
+
+
+def _internal(err: Exception) -> FarmError:
+    return FarmError(f"internal error: {type(err).__name__}: {err}",
+                     f"this is a bug in tvm-farm; run again with {DEBUG_ENV}=1 for the traceback and report it")
+
+
+def _sentence(message: str) -> str:
+    """click's "Missing argument 'MODEL'." as this CLI's messages read: "missing argument 'MODEL'"."""
+    message = " ".join(message.split()).rstrip(".")
+    if message[:2].istitle():
+        message = message[0].lower() + message[1:]
+    return message
 
 
 if __name__ == "__main__":  # pragma: no cover

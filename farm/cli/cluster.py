@@ -1,4 +1,8 @@
-"""`farm status`, `farm cancel`, `farm agents`, and submit/jobs through a coordinator."""
+"""`farm status`, `farm cancel`, `farm agents`, and submit/jobs through a coordinator.
+
+`status` and `cancel` work on a coordinator's jobs with --coordinator, and on the registry's
+(embedded) jobs without one (farm.registry_jobs).
+"""
 
 from __future__ import annotations
 
@@ -10,7 +14,9 @@ import typer
 from farm.cli.options import (
     CLIENT_CERT_OPTION,
     CLIENT_KEY_OPTION,
+    COORDINATOR_OPTION,
     JSON_OPTION,
+    REGISTRY_OPTION,
     REQUIRED_COORDINATOR,
     TLS_CA_OPTION,
     TOKEN_FILE_OPTION,
@@ -18,42 +24,70 @@ from farm.cli.options import (
 from farm.cli.output import emit_json, print_fields, print_table, stderr_console
 from farm.cli.units import duration
 from farm.cli.views import AGENT_COLUMNS, JOB_COLUMNS, agent_row, job_fields, job_row
+from foundation.errors import JobFailed, TimedOut
 
 app = typer.Typer()
 
+JOB_ARG = typer.Argument(..., help="The job id (job-…).")
 
 @app.command()
 def status(
-    job_id: str = typer.Argument(..., help="The job id (job-…)."),
-    coordinator: str = REQUIRED_COORDINATOR,
+    job_id: str = JOB_ARG,
+    coordinator: str | None = COORDINATOR_OPTION,
+    registry: str | None = REGISTRY_OPTION,
     token_file: Path | None = TOKEN_FILE_OPTION,
     tls_ca: Path | None = TLS_CA_OPTION,
     tls_cert: Path | None = CLIENT_CERT_OPTION,
     tls_key: Path | None = CLIENT_KEY_OPTION,
     json_output: bool = JSON_OPTION,
 ) -> None:
-    """Show one job of the coordinator."""
-    from farm.client import job_json
+    """Show one job: a coordinator's with --coordinator, else the registry's (a job whose
+    process died is marked failed first)."""
+    if coordinator:
+        from farm.client import job_json
 
-    job = client_of(coordinator, token_file, tls_ca, tls_cert, tls_key).get_job(job_id)
-    _print_job(job_json(job), json_output)
+        job = client_of(coordinator, token_file, tls_ca, tls_cert, tls_key).get_job(job_id)
+        _print_job(job_json(job), json_output)
+        return
+    from farm.registry_jobs import RegistryJobs
+
+    jobs = RegistryJobs.open(registry)
+    _print_job(jobs.document(jobs.get(job_id)), json_output)
 
 
 @app.command()
 def cancel(
-    job_id: str = typer.Argument(..., help="The job id (job-…)."),
-    coordinator: str = REQUIRED_COORDINATOR,
+    job_id: str = JOB_ARG,
+    coordinator: str | None = COORDINATOR_OPTION,
+    registry: str | None = REGISTRY_OPTION,
+    wait: float = typer.Option(60.0, "--wait", min=0,
+                               help="Without --coordinator: seconds to wait for the job's process to stop it."),
     token_file: Path | None = TOKEN_FILE_OPTION,
     tls_ca: Path | None = TLS_CA_OPTION,
     tls_cert: Path | None = CLIENT_CERT_OPTION,
     tls_key: Path | None = CLIENT_KEY_OPTION,
     json_output: bool = JSON_OPTION,
 ) -> None:
-    """Cancel a job: its leases are released and its agents stop that work."""
-    from farm.client import job_json
+    """Cancel a job. A coordinator's job: its leases are released and its agents stop that work.
+    A job running embedded in another process: that process is asked to stop after the batch
+    in flight (its records are kept), and this waits for it."""
+    if coordinator:
+        from farm.client import job_json
 
-    job = client_of(coordinator, token_file, tls_ca, tls_cert, tls_key).cancel(job_id, "cancelled by the user")
-    _print_job(job_json(job), json_output)
+        job = client_of(coordinator, token_file, tls_ca, tls_cert, tls_key).cancel(job_id, "cancelled by the user")
+        _print_job(job_json(job), json_output)
+        return
+    from farm.registry_jobs import RegistryJobs
+
+    jobs = RegistryJobs.open(registry)
+    job = jobs.cancel(job_id, wait)
+    document = jobs.document(job)
+    if job.state in ("succeeded", "failed", "cancelled"):
+        _print_job(document, json_output)
+        return
+    raise TimedOut(f"job {job_id} was asked to stop, and is still {job.state} after {wait:g} s",
+                   f"its process ({job.runner.describe()}) stops after the batch in flight; see `farm status {job_id}`",
+                   document=document if json_output else None)
 
 
 @app.command()
@@ -121,23 +155,25 @@ def remote_submit(client, *, model: str, target: str, batch: int, trials, trials
         for doc in documents:
             if final(doc["state"]) and not doc["cache_hit"]:
                 doc["report"] = write_job_report(doc["job"], report_dir, registry)
-    if json_output:
-        emit_json(documents[0] if len(documents) == 1 else {"jobs": documents})
-    else:
+    document = documents[0] if len(documents) == 1 else {"jobs": documents}
+    if not json_output:
         for doc in documents:
             _print_job(doc, False)
             if doc.get("report"):
                 print(f"Report:       {doc['report']['markdown']} and {doc['report']['png']}")
             if len(documents) > 1:
                 print()
-    if wait:
-        timed_out = [d for d in documents if not final(d["state"])]
-        if timed_out:
-            stderr_console().print(f"error: timed out after {timeout:g} s waiting for "
-                                   f"{', '.join(d['job'] for d in timed_out)} (it keeps running; see `farm status`)")
-            raise typer.Exit(6)
-        if any(d["state"] != "succeeded" for d in documents):
-            raise typer.Exit(1)
+    shown = document if json_output else None  # an error's JSON document carries the jobs
+    timed_out = [d for d in documents if not final(d["state"])] if wait else []
+    if timed_out:
+        raise TimedOut(f"timed out after {timeout:g} s waiting for {', '.join(d['job'] for d in timed_out)}",
+                       "it keeps running; see `farm status`", document=shown)
+    failed = [d for d in documents if d["state"] != "succeeded"] if wait else []
+    if failed:
+        raise JobFailed("; ".join(f"job {d['job']} {d['state']}: {d['error']}" for d in failed),
+                        "see `farm status JOB --coordinator ...` for its shards and events", document=shown)
+    if json_output:
+        emit_json(document)
 
 
 def _follow(client, job, deadline, console):

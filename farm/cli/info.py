@@ -94,16 +94,20 @@ def jobs(
     tls_key: Path | None = CLIENT_KEY_OPTION,
     json_output: bool = JSON_OPTION,
 ) -> None:
-    """List recent jobs (of the coordinator, or of the registry), newest first."""
+    """List recent jobs (of the coordinator, or of the registry), newest first.
+
+    Without --coordinator, a job whose process died is marked failed first ("runner died").
+    """
     if coordinator:
         from farm.cli.cluster import client_of, remote_jobs
 
         return remote_jobs(client_of(coordinator, token_file, tls_ca, tls_cert, tls_key), limit, json_output)
     from farm.cli.views import JOB_COLUMNS, registry_job_row
-    from farm.session import open_store
+    from farm.registry_jobs import RegistryJobs
 
-    store = open_store(registry)
-    rows = store.list_jobs(limit=limit)
+    registry_jobs = RegistryJobs.open(registry)
+    store = registry_jobs.store
+    rows = registry_jobs.list(limit)
     if json_output:
         emit_json([dataclasses.asdict(j) for j in rows])
         return

@@ -1,4 +1,8 @@
-"""`farm registry ls|show|import|export|upgrade`."""
+"""`farm registry init|ls|show|import|export|upgrade`.
+
+`init` and `import` may create the registry; `ls`, `show`, `export` and `upgrade` need one
+to exist and create nothing.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +13,8 @@ import typer
 
 from farm.cli.options import JSON_OPTION, REGISTRY_OPTION
 from farm.cli.output import emit_json, print_fields, print_table, stdout_console
-from foundation.errors import NotFound
+from farm.session import open_store
+from foundation.errors import BadInput, NotFound
 
 # What `farm registry ls` counts, in this order (the registry's own tables; the distributed
 # mode's bookkeeping is left out).
@@ -29,11 +34,23 @@ def _plain(entity) -> dict:
     return data
 
 
+@app.command()
+def init(registry: str | None = REGISTRY_OPTION, json_output: bool = JSON_OPTION) -> None:
+    """Create the registry (SQLite file or an empty PostgreSQL database) at the newest schema."""
+    from foundation.registry.migrate import head_revision
+
+    store = open_store(registry, create=True)
+    document = {"registry": str(store.url), "revision": head_revision()}
+    if json_output:
+        emit_json(document)
+    else:
+        stdout_console().print(f"registry {document['registry']} is ready (schema revision {document['revision']})")
+
+
 @app.command("ls")
 def ls(registry: str | None = REGISTRY_OPTION, json_output: bool = JSON_OPTION) -> None:
     """Summarise the registry: row counts, fingerprints, models and artifacts."""
     from farm.cli.views import ARTIFACT_COLUMNS, artifact_rows
-    from farm.session import open_store
 
     store = open_store(registry)
     models, artifacts = store.list_models(), store.list_artifacts()
@@ -62,8 +79,6 @@ def show(
     json_output: bool = JSON_OPTION,
 ) -> None:
     """Show one registry entry in full."""
-    from farm.session import open_store
-
     store = open_store(registry)
     entity = _lookup(store, ident)
     document = _plain(entity)
@@ -98,7 +113,9 @@ def import_logs(
     """Import a TVM MetaSchedule JSON database (all or nothing) for a fingerprint."""
     from foundation.meta_schedule.database.tvm_logs import import_tvm_logs
 
-    ctx, fp_id = _context_for(registry, target, fingerprint)
+    if not path.exists():  # before the registry is opened, and maybe created
+        raise NotFound(f"no such directory: {path}", "give the work_dir of a TVM JSONDatabase")
+    ctx, fp_id = _context_for(registry, target, fingerprint, create=True)
     report = import_tvm_logs(ctx.store, path, fp_id, ctx.target_json, ctx.tvm_version, ctx.software)
     document = {"fingerprint": fp_id, "target": ctx.target_json, **dataclasses.asdict(report)}
     if json_output:
@@ -122,6 +139,7 @@ def export_logs(
     """Export a fingerprint's records as a TVM MetaSchedule JSON database."""
     from foundation.meta_schedule.database.tvm_logs import export_tvm_logs
 
+    _check_writable_directory(path)
     ctx, fp_id = _context_for(registry, target, fingerprint)
     counts = export_tvm_logs(ctx.store, path, fp_id, ctx.target_json, ctx.tvm_version)
     counts = dataclasses.asdict(counts) if dataclasses.is_dataclass(counts) else dict(counts)
@@ -146,13 +164,28 @@ def upgrade(registry: str | None = REGISTRY_OPTION, json_output: bool = JSON_OPT
         stdout_console().print(f"registry is at revision {revision}")
 
 
-def _context_for(registry: str | None, target: str, fingerprint: str | None):
+def _check_writable_directory(path: Path) -> None:
+    """Refuse an output directory that cannot be made or written, before any work."""
+    import os
+
+    if path.exists() and not path.is_dir():
+        raise BadInput(f"{path} is a file, not a directory", "give a directory to write the two logs into")
+    existing = path
+    while not existing.exists():
+        existing = existing.parent
+    if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
+        raise BadInput(f"cannot write into {path}: {existing} is not a writable directory",
+                       "choose a directory you can write to")
+
+
+def _context_for(registry: str | None, target: str, fingerprint: str | None, *, create: bool = False):
     from farm.session import open_context
 
-    ctx = open_context(registry, target)
+    ctx = open_context(registry, target, create=create)
     if fingerprint is None:
-        fp = ctx.fingerprint  # records need their fingerprint row, also in a fresh registry
-        ctx.store.upsert_fingerprint(fp.id, fp.kind, fp.summary, fp.details)
+        fp = ctx.fingerprint
+        if create:  # imported records need their fingerprint row, also in a fresh registry
+            ctx.store.upsert_fingerprint(fp.id, fp.kind, fp.summary, fp.details)
         return ctx, fp.id
     stored = ctx.store.get_fingerprint(fingerprint)
     if stored is None:

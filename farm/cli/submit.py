@@ -16,7 +16,7 @@ from farm.cli.options import (
     TOKEN_FILE_OPTION,
 )
 from farm.cli.output import emit_json, stdout_console
-from foundation.errors import FarmError
+from foundation.errors import BadInput, FarmError, Interrupted, JobFailed, NotFound
 
 app = typer.Typer()
 
@@ -67,6 +67,7 @@ def submit(
                              trials_per_task=trials_per_task, retune=retune, seed=seed,
                              fingerprint=fingerprint, runs=runs, wait=wait, timeout=timeout,
                              json_output=json_output, report_dir=report_dir, registry=registry)
+    from farm.cli.interrupts import cancel_on_signals
     from farm.embedded import SubmitRequest
     from farm.embedded import submit as submit_job
     from foundation.meta_schedule.tuner import MeasureSettings
@@ -81,7 +82,9 @@ def submit(
         from farm.cli.progress import ConsoleProgress
 
         observer = ConsoleProgress()
-    result = submit_job(request, observer)
+    notify = (lambda line: observer.stage("cancelling", line)) if observer else None
+    with cancel_on_signals(notify) as cancellation:
+        result = submit_job(request, observer, cancellation)
     report = None
     if report_dir is not None and (result.report or result.artifact):
         from farm.cli.report_cmd import write_job_report
@@ -89,14 +92,25 @@ def submit(
         # A registry hit tuned nothing: its report is that of the job that made the artifact.
         tuned_by = result.artifact.job_id if result.cache_hit and result.artifact else result.job.id
         report = write_job_report(tuned_by, report_dir, registry) if tuned_by else None
-    if json_output:
-        emit_json({**result.to_json(), "report": report})
-    else:
+    if result.job.state == "succeeded":
+        if json_output:
+            emit_json({**result.to_json(), "report": report})
+        else:
+            _print_submit(result)
+            if report:
+                stdout_console().print(f"report       {report['markdown']} and {report['png']}")
+        return
+    document = {**result.to_json(), "report": report} if json_output else None
+    if not json_output and cancellation.signum is None:
         _print_submit(result)
-        if report:
-            stdout_console().print(f"report       {report['markdown']} and {report['png']}")
-    if result.job.state != "succeeded":
-        raise typer.Exit(1)
+    job, trials_done = result.job, result.to_json()["trials"]
+    kept = f"its {trials_done} measured records are kept" if trials_done else "it measured nothing"
+    if result.job.state == "cancelled" and cancellation.signum is not None:
+        raise Interrupted(f"job {job.id} cancelled ({job.error})",
+                          f"{kept}; the same submit continues from them", signum=cancellation.signum,
+                          document=document)
+    raise JobFailed(f"job {job.id} {job.state}: {job.error}",
+                    f"{kept}; see `farm status {job.id}`", document=document)
 
 
 @app.command()
@@ -121,6 +135,10 @@ def run(
     from farm.api import load
     from farm.embedded import artifact_json
 
+    if input_path is not None and not input_path.is_file():
+        raise NotFound(f"no such input file: {input_path}", "pass a .npy file written by numpy.save")
+    if output_path is not None:
+        _check_output_path(output_path)
     begin = time.perf_counter()
     deployed = load(model, target, batch, registry=registry, seed=seed)
     loaded_s = time.perf_counter() - begin
@@ -128,9 +146,9 @@ def run(
     first = time.perf_counter()
     outputs = deployed(*inputs)
     first_s = time.perf_counter() - first
-    latency = deployed.time(inputs, runs=runs, warmup=warmup)
     if output_path:
         _write_outputs(output_path, outputs)
+    latency = deployed.time(inputs, runs=runs, warmup=warmup)
     document = {
         "artifact": deployed.artifact.id,
         "model": deployed.key.name,
@@ -154,6 +172,21 @@ def run(
         console.print(f"output {i}   {out.dtype}{list(out.shape)}  mean {float(np.mean(out)):.6g}")
     if output_path:
         console.print(f"wrote      {output_path}")
+
+
+def _check_output_path(path: Path) -> None:
+    """Refuse an output path that cannot be written before the run, not after it."""
+    import os
+
+    if path.suffix not in (".npy", ".npz"):
+        raise BadInput(f"--output {path} must end in .npy (one output) or .npz", "e.g. --output y.npy")
+    if path.is_dir():
+        raise BadInput(f"--output {path} is a directory", f"give a file in it, such as {path / 'y.npy'}")
+    parent = path.parent if str(path.parent) else Path(".")
+    if not parent.is_dir():
+        raise NotFound(f"the directory of --output {path} does not exist", f"create {parent} first")
+    if not os.access(parent, os.W_OK):
+        raise BadInput(f"cannot write --output {path}: {parent} is not writable", "choose another directory")
 
 
 def _read_input(path: Path):

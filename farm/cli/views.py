@@ -60,7 +60,7 @@ def registry_job_row(job, model) -> list[Any]:
 
 def job_fields(doc: dict) -> list[tuple[str, Any]]:
     """`farm status`: the job's fields, `kubectl describe` style."""
-    shards = ", ".join(f"{count} {state}" for state, count in doc["shards"].items() if count)
+    shards = ", ".join(f"{count} {state}" for state, count in (doc.get("shards") or {}).items() if count)
     fields = [
         ("Job", doc["job"]),
         ("State", doc["state"] + ("  (answered from the registry)" if doc.get("cache_hit") else "")),
@@ -73,6 +73,7 @@ def job_fields(doc: dict) -> list[tuple[str, Any]]:
         ("Created", _ago(doc.get("created_at"))),
         ("Started", _ago(doc.get("started_at"))),
         ("Finished", _ago(doc.get("finished_at"))),
+        ("Runner", doc.get("runner")),
         ("Error", doc.get("error")),
     ]
     for failed in doc.get("failed_shards", []):

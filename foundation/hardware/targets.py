@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-from foundation.errors import FarmError
+from foundation.errors import BadInput, FarmError
 
 if TYPE_CHECKING:
     import tvm
@@ -30,9 +30,76 @@ CUDA_LIMITS = {"max_threads_per_block": 1024, "max_shared_memory_per_block": 491
 _EXAMPLE = '{"kind":"llvm","mcpu":"znver4"}'
 
 
+# LLVM's spelling of the ISA features a CPU fingerprint keeps, where it differs from Linux's.
+_LLVM_FEATURE_NAMES = {
+    "sse4.2": "sse4_2", "avx512vnni": "avx512_vnni", "avx512bf16": "avx512_bf16", "avx512fp16": "avx512_fp16",
+    "avxvnni": "avx_vnni", "amx-tile": "amx_tile", "amx-int8": "amx_int8", "amx-bf16": "amx_bf16",
+    "neon": "asimd", "dotprod": "asimddp", "fullfp16": "fphp",
+}
+
+
 def parse_target_kind(user: str) -> str:
     """"llvm" or "cuda" for a target the farm can tune; FarmError for anything else."""
     return _parse(user)["kind"]
+
+
+def parse_target(user: str) -> dict[str, Any]:
+    """The user's target as a dict with a tunable kind, before a fingerprint fills it in."""
+    return _parse(user)
+
+
+def check_llvm_cpu(requested: dict, target: dict) -> None:
+    """Refuse an ``mcpu`` the user gave that LLVM does not know, before any work.
+
+    LLVM would fall back to a generic CPU, print an error for every function it compiles, and
+    the records and the library would be stored under a name that means nothing. Only a user's
+    mcpu is checked (and TVM imported for it): the fingerprint's comes from LLVM itself.
+    """
+    mcpu = requested.get("mcpu")
+    if target["kind"] != "llvm" or not mcpu:
+        return
+    import difflib
+
+    from tvm.target import Target, codegen
+
+    triple = str(target.get("mtriple") or codegen.llvm_get_system_triple())
+    if codegen.llvm_is_valid_cpu(str(mcpu), triple):
+        return
+    known = [str(c) for c in codegen.llvm_get_cpu_archlist(Target({"kind": "llvm", "mtriple": triple}))]
+    close = difflib.get_close_matches(str(mcpu), known, n=3) or known[:3]
+    raise BadInput(f"LLVM does not know the CPU {mcpu!r} (mcpu) for {triple}",
+                   f"use one it knows, such as {', '.join(close)}; or leave mcpu out for this box's")
+
+
+def check_runs_here(requested: dict, target: dict, fp: "Fingerprint") -> None:
+    """Refuse to tune here for an ``mtriple`` of another architecture, or an ``mcpu``/``mattr``
+    whose instructions this CPU lacks.
+
+    Its candidates would be measured on this CPU and crash (illegal instructions), or worse,
+    give timings of nothing. Agents of a fingerprint that has the features can tune it.
+    """
+    if target["kind"] != "llvm" or not ({"mcpu", "mattr", "mtriple"} & set(requested)):
+        return
+    here, wanted_arch = _arch(fp.details.get("llvm_triple", "")), _arch(str(target.get("mtriple", "")))
+    if wanted_arch and here and wanted_arch != here:
+        raise BadInput(f"code for {wanted_arch} (mtriple {target['mtriple']}) cannot run on this {here} CPU: "
+                       "its candidates cannot be measured here",
+                       f"tune it on a {wanted_arch} box: an agent there, with --coordinator")
+    from tvm.target import codegen
+
+    from foundation.hardware.fingerprint import CODEGEN_FEATURES
+
+    features = codegen.llvm_get_cpu_features(to_tvm_target(target))
+    wanted = {_LLVM_FEATURE_NAMES.get(f, f.replace("-", "_")) for f in features}
+    missing = sorted((wanted & CODEGEN_FEATURES) - set(fp.details.get("features", [])))
+    if missing:
+        raise BadInput(
+            f"this CPU ({fp.summary}) lacks {', '.join(missing)}, which code for "
+            f"{json.dumps({k: v for k, v in target.items() if k in ('mcpu', 'mattr')})} uses: "
+            "its candidates cannot be measured here",
+            "tune it where they exist: an agent of such a fingerprint, with --coordinator; "
+            "or leave mcpu/mattr out to tune for this CPU",
+        )
 
 
 def canonical_target(user: str, fp: "Fingerprint") -> dict:
@@ -87,6 +154,11 @@ def to_tvm_target(d: dict) -> "tvm.target.Target":
         message = str(err).strip().splitlines()[-1] if str(err).strip() else type(err).__name__
         raise FarmError(f"TVM rejects the target {target_json(d)}: {message}",
                         "check the attribute names and values against TVM's target kinds") from None
+
+
+def _arch(triple: str) -> str:
+    arch = triple.split("-", 1)[0].lower()
+    return {"amd64": "x86_64", "arm64": "aarch64"}.get(arch, arch)
 
 
 def _parse(user: str) -> dict[str, Any]:

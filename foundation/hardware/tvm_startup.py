@@ -13,6 +13,7 @@ import importlib
 import importlib.util
 import os
 import platform
+import signal
 import sys
 import types
 
@@ -79,10 +80,15 @@ def install_lean_tensor_intrinsics(target_kind: str) -> tuple[str, ...]:
 
 
 class LeanWorkerInit:
-    """Picklable initializer for MetaSchedule's builder/runner worker processes."""
+    """Picklable initializer for MetaSchedule's builder/runner worker processes.
+
+    Workers ignore SIGINT: a Ctrl-C goes to the terminal's whole process group, and the
+    process that started them is the one that stops the tuning (and then the workers).
+    """
 
     def __init__(self, target_kind: str):
         self.target_kind = target_kind
 
     def __call__(self) -> None:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
         install_lean_tensor_intrinsics(self.target_kind)

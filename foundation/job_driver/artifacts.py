@@ -2,11 +2,17 @@
 
 Both modes must answer a hit, and keep a validated library, in exactly the same way, or a
 library tuned by one would not be found (or would be described differently) by the other.
+A hit is verified before it is given: an artifact whose stored bytes no longer match its
+sha256 is marked invalid (with why) and is never a hit again, and the next older valid
+artifact, if any, answers instead.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
+import logging
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from foundation.domain.jobs import JobState
@@ -18,21 +24,56 @@ if TYPE_CHECKING:  # pragma: no cover
     from foundation.runtime.library_runner import Latency
     from foundation.runtime.validation import ValidationResult
 
+logger = logging.getLogger("farm.job")
+
 # Libraries are exported as shared objects (foundation.compile.build_library).
 LIBRARY_FORMAT = "so"
+
+
+@dataclass(frozen=True)
+class HitLookup:
+    """What looking for a hit found: the artifact to answer with, and those found corrupt on the way."""
+
+    artifact: "Artifact | None"
+    invalidated: list["Artifact"] = field(default_factory=list)
 
 
 def find_hit(
     store: "RegistryStore", key: ModelKey, target_json: str, fingerprint_id: str, tvm_version: str
 ) -> "Artifact | None":
-    """The newest validated artifact for this model, target, fingerprint and TVM version.
+    """The newest validated, intact artifact for this model, target, fingerprint and TVM version."""
+    return look_up_hit(store, key, target_json, fingerprint_id, tvm_version).artifact
+
+
+def look_up_hit(
+    store: "RegistryStore", key: ModelKey, target_json: str, fingerprint_id: str, tvm_version: str
+) -> HitLookup:
+    """`find_hit`, also saying which artifacts it found corrupt and marked invalid.
 
     Looked up by the model's name, batch and source digest, so no TVM import is needed.
     """
     model = store.find_model(key.name, key.batch, key.source_digest)
+    invalidated: list[Artifact] = []
     if model is None:
-        return None
-    return store.find_artifact(model.id, target_json, fingerprint_id, tvm_version)
+        return HitLookup(None)
+    while True:
+        artifact = store.find_artifact(model.id, target_json, fingerprint_id, tvm_version)
+        if artifact is None:
+            return HitLookup(None, invalidated)
+        problem = library_problem(artifact, store.get_artifact_library(artifact.id))
+        if problem is None:
+            return HitLookup(artifact, invalidated)
+        logger.warning("artifact %s is corrupt (%s): marked invalid", artifact.id, problem)
+        invalidated.append(store.invalidate_artifact(artifact.id, problem))
+
+
+def library_problem(artifact: "Artifact", library: bytes) -> str | None:
+    """What is wrong with an artifact's stored bytes, or None if they are the ones validated."""
+    digest = hashlib.sha256(library).hexdigest()
+    if digest != artifact.sha256:
+        return (f"its stored library ({len(library)} bytes, sha256 {digest[:12]}…) does not match "
+                f"the one validated ({artifact.size} bytes, sha256 {artifact.sha256[:12]}…)")
+    return None
 
 
 def record_hit(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import signal
 import threading
 import time
 from collections.abc import Sequence
@@ -94,12 +95,10 @@ def timed_builder(inner, clock: BuildClock, pools: "WorkerPools | None" = None, 
 
     @derived_object
     class _TimedBuilder(PyBuilder):
-        def build(self, build_inputs):
-            if pools is not None and pools.live is not None and pools.live.is_cancelled:
-                # Cancelled mid-round: skip the work; MetaSchedule terminates at its next join.
-                from tvm.s_tir.meta_schedule.builder import BuilderResult
+        def shutdown(self) -> None:
+            inner.shutdown()
 
-                return [BuilderResult(None, "cancelled") for _ in build_inputs]
+        def build(self, build_inputs):
             begin = time.monotonic()
             results = inner.build(build_inputs)
             clock.record(results)
@@ -124,12 +123,13 @@ def observed_runner(inner, pools: "WorkerPools", target_kind: str = ""):
 
     @derived_object
     class _ObservedRunner(PyRunner):
+        def shutdown(self) -> None:
+            pool = getattr(inner, "pool", None)  # LocalRunner's; RPCRunner makes one per batch
+            if pool is not None:
+                pool.shutdown()
+
         def run(self, runner_inputs):
             live = pools.live
-            if live is not None and live.is_cancelled:
-                from tvm.s_tir.meta_schedule.runner.local_runner import LocalRunnerFuture
-
-                return [LocalRunnerFuture(res=None, error_message="cancelled") for _ in runner_inputs]
             begin = time.monotonic()
             futures = inner.run(runner_inputs)
             task_id = live.current if live is not None else None
@@ -181,7 +181,9 @@ class WorkerPools:
     """Builder and runner pools that stay warm across tuning runs of one process.
 
     A fresh worker pays TVM's import; reusing the pools across shards means an agent pays
-    it once. Pools are per target kind because the lean intrinsic set differs.
+    it once. Pools are per target kind because the lean intrinsic set differs. `close()`
+    stops their processes; left to garbage collection, TVM's pool joins its threads from
+    whichever thread collects it, and fails ("cannot join current thread").
     """
 
     def __init__(self, settings: MeasureSettings | None = None, observer: MeasureObserver | None = None):
@@ -190,27 +192,39 @@ class WorkerPools:
         self.observer = observer
         self.live: LiveProgress | None = None  # set by the tuning run in progress
         self._pools: dict[str, tuple[object, object]] = {}
-        self._processes: list = []  # the PopenPoolExecutors behind them
-
-    def close(self) -> None:
-        """Stop every worker process; a later `get` starts new ones. After tuning, so that
-        timing a library competes with no idle worker for the box (bench/quiet_timing.py)."""
-        for pool in self._processes:
-            pool.shutdown()
-        self._processes.clear()
-        self._pools.clear()
 
     def get(self, target_kind: str):
         if target_kind not in self._pools:
-            self._pools[target_kind] = (self._builder(target_kind), self._runner(target_kind))
+            # The pools' threads are started here (prewarm), and start the worker processes:
+            # with SIGINT and SIGTERM blocked, the workers inherit the mask, so a Ctrl-C sent
+            # to the terminal's process group reaches the farm process (which stops tuning
+            # cleanly), not a worker in the middle of a build.
+            masked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+            try:
+                self._pools[target_kind] = (self._builder(target_kind), self._runner(target_kind))
+            finally:
+                signal.pthread_sigmask(signal.SIG_SETMASK, masked)
         return self._pools[target_kind]
+
+    def close(self) -> None:
+        """Stop every worker process; the pools start afresh if used again. After tuning, so
+        that timing a library competes with no idle worker for the box (bench/quiet_timing.py)."""
+        pools, self._pools = self._pools, {}
+        for builder, runner in pools.values():
+            builder.shutdown()
+            runner.shutdown()
+
+    def __enter__(self) -> "WorkerPools":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
     def _builder(self, target_kind: str):
         from foundation.meta_schedule.warm_builder import warm_builder
 
         warm = warm_builder(self.settings.build_workers, self.settings.build_timeout_sec,
                             LeanWorkerInit(target_kind))
-        self._processes.append(warm.pool)
         return timed_builder(warm, self.clock, self, target_kind)
 
     def _runner(self, target_kind: str):
@@ -243,5 +257,4 @@ class WorkerPools:
                 max_workers=s.rpc.max_workers,
                 initializer=LeanWorkerInit(target_kind),
             )
-        self._processes.append(inner.pool)
         return observed_runner(inner, self, target_kind)

@@ -1,11 +1,10 @@
 """Per-task tuning progress, updated live as candidates are built and measured.
 
 MetaSchedule only hands measured batches to its measure callbacks when it joins a task,
-and its gradient scheduler joins nothing until every task has had a first batch: on a
-19-task model that is the whole of a small budget. So progress is taken where results
-appear instead: from the builder (build errors) and the runner (timings), attributed to
-the task the scheduler last picked (it logs each pick, and builds/runs happen right after
-on the same thread).
+after the whole batch. So progress is taken where results appear instead: from the builder
+(build errors) and the runner (timings), attributed to the task the scheduler last picked
+(it logs each pick, and builds/runs happen right after on the same thread). Results after a
+cancel still count: the batch in flight is measured and committed.
 """
 
 from __future__ import annotations
@@ -100,17 +99,11 @@ class ProgressListener(Protocol):
 class LiveProgress:
     """Attributes build and run results to tasks and tells the listener, thread-safely."""
 
-    def __init__(self, tasks: list[TaskProgress], listener: ProgressListener | None,
-                 cancelled: threading.Event | None = None):
+    def __init__(self, tasks: list[TaskProgress], listener: ProgressListener | None):
         self.tasks = tasks
         self.listener = listener
-        self.cancelled = cancelled
         self.current: int | None = None
         self._lock = threading.Lock()
-
-    @property
-    def is_cancelled(self) -> bool:
-        return self.cancelled is not None and self.cancelled.is_set()
 
     def picked(self, task_id: int) -> None:
         self.current = task_id
@@ -118,7 +111,7 @@ class LiveProgress:
     def built(self, results) -> None:
         """Failed builds are finished trials (they never reach the runner)."""
         task_id = self.current
-        if task_id is None or self.is_cancelled:
+        if task_id is None:
             return
         failed = [r.error_msg for r in results if r.error_msg]
         if failed:
@@ -139,7 +132,7 @@ class LiveProgress:
         self.listener.batch_measured(self.tasks[task_id])
 
     def ran(self, task_id: int | None, result) -> None:
-        if task_id is None or self.is_cancelled:
+        if task_id is None:
             return
         with self._lock:
             task = self.tasks[task_id]

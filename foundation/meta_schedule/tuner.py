@@ -2,12 +2,16 @@
 
 The database is the farm's registry, so the search starts from every record the farm already
 has for these workloads on this fingerprint (MetaSchedule seeds its population from
-``get_top_k``), and every measured candidate reaches the registry as it is measured.
+``get_top_k``), and every measured batch is committed to it before the next batch starts
+(foundation.meta_schedule.task_scheduler), so a killed tune keeps all but the batch in flight.
+A cancel stops the tuning after the batch in flight, whose records are committed too.
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import shutil
 import threading
 import time
 from collections.abc import Sequence
@@ -18,6 +22,7 @@ from typing import TYPE_CHECKING
 from foundation.hardware.tvm_startup import install_lean_tensor_intrinsics
 from foundation.meta_schedule.measure import MeasureSettings, RPCMeasure, WorkerPools
 from foundation.meta_schedule.progress import LiveProgress, ProgressListener, TaskPickHandler, TaskProgress
+from foundation.meta_schedule.task_scheduler import LatencyHistory, joined_gradient
 from foundation.processes.native_stderr import native_stderr_to
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -109,11 +114,13 @@ def tune(
 ) -> TuningReport:
     """Tune ``tasks`` for ``target``; records go to ``database`` as they are measured.
 
-    ``cancelled`` is checked after every measured batch; when set, the remaining tasks are
-    terminated and the report says so. MetaSchedule's own log goes to ``work_dir/logs``, and
-    what TVM's C++ code writes to stderr meanwhile to ``work_dir/logs/tvm.log``
-    (foundation.processes.native_stderr): a listener drawing on the terminal writes to
-    `terminal_stderr()`.
+    ``cancelled`` is checked before every batch: once set, the batch in flight is measured
+    and committed, nothing more starts, and the report says so. ``database.end_of_batch()``,
+    if it has one, is called after every batch is committed to it (the registry's database
+    writes it then; an agent's reports on its own schedule). MetaSchedule's own log goes to
+    ``work_dir/logs``, and what TVM's C++ code writes to stderr meanwhile to
+    ``work_dir/logs/tvm.log`` (foundation.processes.native_stderr): a listener drawing on the
+    terminal writes to `terminal_stderr()`.
     """
     target_kind = target.kind.name
     install_lean_tensor_intrinsics(target_kind)
@@ -130,17 +137,19 @@ def tune(
                      budget=budget.max_trials_per_task, planned=planned, started=begin)
         for i, t in enumerate(tasks)
     ]
-    live = LiveProgress(progress, listener, cancelled)
+    contexts = _tune_contexts(tasks, target, work_dir, seed, budget.max_trials_per_task)
+    live = LiveProgress(progress, listener)
     picks = TaskPickHandler(live)
     logging.getLogger(_MS_LOGGER).addHandler(picks)
     pools.live = live
-    canceller = _Canceller(progress, cancelled)
+    history = LatencyHistory(len(tasks))
+    batch_end = _BatchEnd(history, database)
     if listener:
         listener.started(progress)
     try:
         with native_stderr_to(work_dir / "logs" / NATIVE_LOG):
             ms.tune_tasks(
-                tasks=_tune_contexts(tasks, target, work_dir, seed, budget.max_trials_per_task),
+                tasks=contexts,
                 task_weights=[float(t.weight) for t in tasks],
                 work_dir=str(work_dir),
                 max_trials_global=budget.max_trials_global,
@@ -150,8 +159,12 @@ def tune(
                 runner=runner,
                 database=database,
                 cost_model="xgb",
-                measure_callbacks=[*ms.measure_callback.MeasureCallback.create("default"), canceller.tvm_object],
-                task_scheduler="gradient",
+                # MetaSchedule's default callbacks, but for RemoveBuildArtifact: its rmtree raised into
+                # the tune when a killed worker's files were still appearing (a measurement timeout on
+                # a loaded box), ending the job; _BatchEnd removes the build directories instead.
+                measure_callbacks=[ms.measure_callback.AddToDatabase(), ms.measure_callback.UpdateCostModel(),
+                                   batch_end.tvm_object],
+                task_scheduler=joined_gradient(history, cancelled, seed),
             )
     finally:
         pools.live = None
@@ -163,7 +176,7 @@ def tune(
     return TuningReport(
         tasks=progress,
         seconds=time.monotonic() - begin,
-        cancelled=canceller.was_cancelled,
+        cancelled=cancelled is not None and cancelled.is_set(),
         first_build_at=pools.clock.first_build_at,
     )
 
@@ -256,28 +269,31 @@ def _task_loggers(work_dir: Path, task_names: list[str]) -> list[logging.Logger]
     return [logging.getLogger(name) for name in names]
 
 
-class _Canceller:
-    """A measure callback that terminates every task once ``cancelled`` is set."""
+class _BatchEnd:
+    """A measure callback run after MetaSchedule's own (which commit the batch to the database):
+    feeds the scheduler's latency history, tells the database (``end_of_batch``), and removes
+    the batch's build directories, whatever a killed worker left in them."""
 
-    def __init__(self, progress: list[TaskProgress], cancelled: threading.Event | None):
+    def __init__(self, history: LatencyHistory, database):
         from tvm.ir.utils import derived_object
         from tvm.s_tir import meta_schedule as ms
 
-        self.progress = progress
-        self.cancelled = cancelled
-        self.was_cancelled = False
-        owner = self
+        end_of_batch = getattr(database, "end_of_batch", None)
 
         @derived_object
         class _Callback(ms.measure_callback.PyMeasureCallback):
             def apply(self, task_scheduler, task_id, measure_candidates, builder_results, runner_results):
-                owner.check(task_scheduler)
+                history.record(task_id, builder_results, runner_results)
+                for built in builder_results:
+                    if built.artifact_path:
+                        shutil.rmtree(os.path.dirname(built.artifact_path), ignore_errors=True)
+                if end_of_batch is not None:
+                    try:
+                        end_of_batch()
+                    except Exception:
+                        # Kept by the database and written at the next flush (the last one,
+                        # after tuning, raises); an error raised into MetaSchedule ends the tune.
+                        logging.getLogger(__name__).warning("committing measured records failed; "
+                                                            "retrying after the next batch", exc_info=True)
 
         self.tvm_object = _Callback()
-
-    def check(self, task_scheduler) -> None:
-        if self.cancelled is None or self.was_cancelled or not self.cancelled.is_set():
-            return
-        self.was_cancelled = True
-        for i in range(len(self.progress)):
-            task_scheduler.terminate_task(i)

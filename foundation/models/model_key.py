@@ -11,7 +11,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from foundation.errors import FarmError, NotFound
+from foundation.errors import BadInput, FarmError, NotFound
 from foundation.models.loaded import check_batch
 
 
@@ -47,7 +47,7 @@ def model_key(name_or_path: str, batch: int) -> ModelKey:
             raise FarmError(f"cannot read {name_or_path}: {err.strerror}", "check the file's permissions") from None
         return ModelKey(path.stem, batch, "onnx", digest, path.resolve())
     if name_or_path not in known_models():
-        raise NotFound(
+        raise BadInput(
             f"unknown model '{name_or_path}'",
             f"known models: {', '.join(known_models())}; or pass a path to an .onnx file",
         )

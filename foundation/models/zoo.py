@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib
 from dataclasses import dataclass
 
-from foundation.errors import NotFound
+from foundation.errors import BadInput
 
 from .loaded import Fill, LoadedModel, TensorSpec, check_batch
 
@@ -163,7 +163,7 @@ def zoo_source_digest(name: str) -> str:
 def load_zoo_model(name: str, batch: int) -> LoadedModel:
     entry = ZOO.get(name)
     if entry is None:
-        raise NotFound(
+        raise BadInput(
             f"unknown model '{name}'",
             f"known models: {', '.join(known_models())}; or pass a path to an .onnx file",
         )

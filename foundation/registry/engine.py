@@ -11,12 +11,23 @@ from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, IntegrityError, OperationalError, SQLAlchemyError
 from sqlalchemy.pool import StaticPool
 
-from foundation.errors import RegistryError
+from foundation.errors import BadInput, NotFound, RegistryError
 
 URL_FIX = (
     "check --registry / FARM_REGISTRY: sqlite:///path/to/registry.db or postgresql://user@host/db"
 )
 REACH_FIX = "check --registry / FARM_REGISTRY and that the database server is up and reachable"
+CREATE_FIX = "create one with `farm registry init` (or any `farm submit`), or check --registry / FARM_REGISTRY"
+
+
+class RegistryMissing(NotFound):
+    """No registry where the URL points, and the command may not create one."""
+
+
+class BadRegistryURL(RegistryError, BadInput):
+    """A registry URL that cannot be used at all (malformed, or of a kind the farm does not speak)."""
+
+    exit_code = BadInput.exit_code
 # PostgreSQL clients wait for the OS TCP timeout (minutes) on a black-holed host otherwise.
 CONNECT_TIMEOUT_SEC = 5
 SQLITE_BUSY_TIMEOUT_MS = 30000
@@ -30,8 +41,9 @@ def parse_registry_url(url: str) -> URL:
     """Parse a registry URL, steering every PostgreSQL spelling to the psycopg 3 driver."""
     try:
         parsed = make_url(url)
-    except ArgumentError as exc:
-        raise RegistryError(f"{url!r} is not a registry URL", URL_FIX) from exc
+        parsed.port  # noqa: B018  (a port that is not a number fails here, not at connect)
+    except (ArgumentError, ValueError) as exc:
+        raise BadRegistryURL(f"{url!r} is not a registry URL", URL_FIX) from exc
     backend = parsed.get_backend_name()
     if backend in ("postgresql", "postgres"):
         if parsed.drivername in ("postgresql", "postgres"):
@@ -39,7 +51,7 @@ def parse_registry_url(url: str) -> URL:
         return parsed
     if backend == "sqlite":
         return parsed
-    raise RegistryError(
+    raise BadRegistryURL(
         f"unsupported registry URL scheme {parsed.drivername!r} in {masked(parsed)}",
         URL_FIX,
     )
@@ -47,6 +59,44 @@ def parse_registry_url(url: str) -> URL:
 
 def masked(url: URL) -> str:
     return url.render_as_string(hide_password=True)
+
+
+def sqlite_in_memory(url: URL) -> bool:
+    database = url.database or ""
+    return url.get_backend_name() == "sqlite" and (
+        database in ("", ":memory:") or database.startswith("file::memory:")
+    )
+
+
+def check_sqlite_file(url: URL, *, create: bool) -> None:
+    """Refuse a SQLite path that is not, and may not become, a farm registry, touching nothing.
+
+    Without ``create`` the file must exist. A file that is not a SQLite database, or one
+    holding other tables and no farm schema revision (another application's), is refused:
+    opening it the farm's way would switch it to WAL and add the farm's tables.
+    """
+    if url.get_backend_name() != "sqlite" or sqlite_in_memory(url):
+        return
+    path = Path(url.database or "").expanduser()
+    if path.is_dir():
+        raise BadRegistryURL(f"the registry path {path} is a directory", "give the path of a file, such as "
+                             f"sqlite:///{path / 'registry.db'}")
+    if not path.exists():
+        if not create:
+            raise RegistryMissing(f"no registry at {path}", CREATE_FIX)
+        return
+    try:
+        # Read-only, by URI: nothing about the file changes, not even its journal mode.
+        with sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True) as probe:
+            tables = {row[0] for row in probe.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        probe.close()
+    except sqlite3.DatabaseError as exc:
+        raise RegistryError(f"{path} is not a SQLite database ({exc})",
+                            "point --registry at a farm registry, or at a new path to create one") from None
+    if tables and "alembic_version" not in tables:
+        shown = ", ".join(sorted(tables)[:5]) + (", ..." if len(tables) > 5 else "")
+        raise RegistryError(f"{path} is not a farm registry: it holds other tables ({shown}); it was left untouched",
+                            "point --registry at a farm registry, or at a new path to create one")
 
 
 def create_registry_engine(url: URL) -> Engine:
@@ -64,13 +114,17 @@ def create_registry_engine(url: URL) -> Engine:
 
 
 def _sqlite_engine(url: URL) -> Engine:
-    database = url.database or ""
-    in_memory = database in ("", ":memory:") or database.startswith("file::memory:")
+    in_memory = sqlite_in_memory(url)
     if in_memory:
         # One connection, or every session would see its own empty database.
         engine = create_engine(url, poolclass=StaticPool, connect_args={"check_same_thread": False})
     else:
-        Path(database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+        directory = Path(url.database or "").expanduser().parent
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise RegistryError(f"cannot create the registry's directory {directory}: {exc.strerror}",
+                                "give a registry path in a directory you can write to") from None
         engine = create_engine(url, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000})
 
     @event.listens_for(engine, "connect")

@@ -8,6 +8,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from foundation.domain import validations as validation_rules
+from foundation.domain.runners import Runner
 from foundation.domain.shards import AttemptFailure, JobRollup, Shard, ShardState
 from foundation.domain.validations import ValidationState
 
@@ -55,6 +56,10 @@ class Job:
     target_request: str = ""
     status: str = ""
     parent_request: str | None = None
+    # The process running an embedded job; None for a coordinator's jobs.
+    runner: Runner | None = None
+    heartbeat_at: datetime | None = None
+    cancel_requested_at: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -77,6 +82,20 @@ class Artifact:
     tvm_version: str
     software: dict[str, Any]
     created_at: datetime
+    invalidated_at: datetime | None = None
+    invalid_reason: str | None = None
+
+
+@dataclass(frozen=True)
+class TuningLock:
+    """Who holds the tuning of one scope (foundation.registry.schema.TuningLockRow)."""
+
+    scope: str
+    description: str
+    job_id: str | None
+    runner: Runner
+    acquired_at: datetime
+    heartbeat_at: datetime
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,16 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from foundation.errors import RegistryError
 
-from .engine import WRITE_OPTION, create_registry_engine, masked, parse_registry_url, registry_error
+from .engine import (
+    CREATE_FIX,
+    WRITE_OPTION,
+    RegistryMissing,
+    check_sqlite_file,
+    create_registry_engine,
+    masked,
+    parse_registry_url,
+    registry_error,
+)
 from .schema import Base
 
 MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
@@ -48,24 +57,35 @@ def _is_known(revision: str) -> bool:
         return False
 
 
-def ensure_schema(engine: Engine, url: str) -> None:
-    """Create the schema in an empty database; refuse one at any other revision than head."""
+def ensure_schema(engine: Engine, url: str, *, create: bool = True) -> None:
+    """Create the schema in an empty database (with ``create``); refuse one at any other
+    revision than head, and one holding other tables (another application's database)."""
     head = head_revision()
     try:
         with engine.connect() as connection:
             current = current_revision(connection)
-            has_tables = bool(
-                set(inspect(connection).get_table_names()) & set(Base.metadata.tables)
-            )
+            tables = set(inspect(connection).get_table_names())
             connection.rollback()
         if current == head:
             return
-        if current is None and not has_tables:
+        if current is None and not tables:
+            if not create:
+                raise RegistryMissing(f"no farm registry in the database at {url}", CREATE_FIX)
             _upgrade(engine, head, allow_existing=False, url=url)
             return
     except SQLAlchemyError as exc:
         raise registry_error(exc, url) from exc
+    if current is None and not tables & set(Base.metadata.tables):
+        raise foreign_database(url, tables)
     raise schema_mismatch(url, current, head)
+
+
+def foreign_database(url: str, tables: set[str]) -> RegistryError:
+    shown = ", ".join(sorted(tables)[:5]) + (", ..." if len(tables) > 5 else "")
+    return RegistryError(
+        f"the database at {url} is not a farm registry: it holds other tables ({shown}); it was left untouched",
+        "point --registry at a farm registry, or at an empty database to create one",
+    )
 
 
 def schema_mismatch(url: str, current: str | None, head: str) -> RegistryError:
@@ -133,17 +153,20 @@ def _check_foreign_keys(connection: Connection, url: str) -> None:
 def upgrade_registry(url: str) -> str:
     """Bring the registry at ``url`` to the newest schema; returns the revision it is now at."""
     parsed = parse_registry_url(url)
+    check_sqlite_file(parsed, create=False)
     engine = create_registry_engine(parsed)
     try:
         with engine.connect() as connection:
             current = current_revision(connection)
-            has_tables = bool(
-                set(inspect(connection).get_table_names()) & set(Base.metadata.tables)
-            )
+            tables = set(inspect(connection).get_table_names())
             connection.rollback()
         head = head_revision()
-        if current is None and has_tables:
+        if current is None and tables - set(Base.metadata.tables):
+            raise foreign_database(masked(parsed), tables)
+        if current is None and tables:
             raise schema_mismatch(masked(parsed), current, head)
+        if current is None:
+            raise RegistryMissing(f"no farm registry in the database at {masked(parsed)}", CREATE_FIX)
         return _upgrade(engine, head, allow_existing=True, url=masked(parsed))[1]
     except SQLAlchemyError as exc:
         raise registry_error(exc, masked(parsed)) from exc

@@ -30,6 +30,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, deferred, mapped_column
 
+from foundation.domain.runners import Runner
 from foundation.domain.shards import ShardState
 from foundation.domain.validations import ValidationState
 
@@ -44,6 +45,7 @@ from .entities import (
     ShardFailure,
     StoredRecord,
     StoredShard,
+    TuningLock,
     Validation,
 )
 
@@ -224,9 +226,19 @@ class JobRow(Base):
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utc_now)
     started_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    # The process running an embedded job (NULL for a coordinator's jobs): a job whose runner
+    # is gone is failed on the next read (foundation.domain.runners). The start time tells a
+    # live runner from another process that was given its pid later.
+    runner_host: Mapped[str | None] = mapped_column(String(256))
+    runner_pid: Mapped[int | None] = mapped_column(Integer)
+    runner_started_at: Mapped[float | None] = mapped_column(Double)
+    # Moved every few seconds by the runner; what readers on other hosts judge it by.
+    heartbeat_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    # Set by `farm cancel` from another process; the runner's heartbeat reads it and stops.
+    cancel_requested_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
 
     def to_entity(self) -> Job:
-        return _entity(Job, self)
+        return _entity(Job, self, runner=_runner(self))
 
 
 class ArtifactRow(Base):
@@ -264,10 +276,43 @@ class ArtifactRow(Base):
     tvm_version: Mapped[str] = mapped_column(String(64))
     software: Mapped[dict] = mapped_column(JSON)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utc_now)
+    # Set when the stored bytes no longer match sha256 (or cannot be loaded): never a hit again.
+    invalidated_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    invalid_reason: Mapped[str | None] = mapped_column(Text)
 
     def to_entity(self) -> Artifact:
         """Its metadata; the library stays in the database (`RegistryStore.get_artifact_library`)."""
         return _entity(Artifact, self)
+
+
+class TuningLockRow(Base):
+    """Who tunes one (model, batch, target, fingerprint, TVM) right now: one row per scope.
+
+    An embedded submit inserts the row before tuning and deletes it when its job ends; a
+    second submit of the same scope finds the row and waits. A holder that died leaves the
+    row behind; it is taken over once the holder's runner is judged gone, by the rule that
+    fails its job (foundation.domain.runners).
+    """
+
+    __tablename__ = "tuning_locks"
+
+    # sha256 of the scope (foundation.job_driver.tuning_lock.scope_key).
+    scope: Mapped[str] = mapped_column(String(64), primary_key=True)
+    description: Mapped[str] = mapped_column(Text)
+    # NULL until the holder has created its job (it loads the model first).
+    job_id: Mapped[str | None] = mapped_column(String(64))
+    runner_host: Mapped[str] = mapped_column(String(256))
+    runner_pid: Mapped[int] = mapped_column(Integer)
+    runner_started_at: Mapped[float] = mapped_column(Double)
+    acquired_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    heartbeat_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+    def to_entity(self) -> TuningLock:
+        return _entity(TuningLock, self, runner=_runner(self))
+
+
+def _runner(row: "JobRow | TuningLockRow") -> Runner | None:
+    return None if row.runner_host is None else Runner(row.runner_host, row.runner_pid, row.runner_started_at)
 
 
 # -- the distributed mode: agents, job plans, shards, events, validations ---------------------

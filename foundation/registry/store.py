@@ -11,10 +11,12 @@ from typing import Any
 from sqlalchemy import func, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 
+from foundation.domain.runners import Runner
 from foundation.errors import NotFound, RegistryError
 
-from .engine import create_registry_engine, masked, parse_registry_url
+from .engine import check_sqlite_file, create_registry_engine, masked, parse_registry_url
 from .entities import Artifact, Fingerprint, Job, Model
+from .job_runners import JobRunners
 from .migrate import ensure_schema, upgrade_registry
 from .schema import (
     ArtifactRow,
@@ -46,8 +48,10 @@ _JOB_FIELDS = frozenset(
         "finished_at",
         "cache_hit",
         "options",
+        "status",
     }
 )
+_FINAL_STATES = ("succeeded", "failed", "cancelled")
 
 
 def target_kind_of(target: str) -> str:
@@ -62,17 +66,22 @@ def target_kind_of(target: str) -> str:
 class RegistryStore(TuningRecords):
     """The registry: fingerprints, models, jobs, artifacts, workloads and tuning records."""
 
-    def __init__(self, url: str):
+    def __init__(self, url: str, *, create: bool = True):
+        """Open the registry at ``url``; without ``create`` it must exist already (NotFound),
+        and nothing is created (a read-only command on a mistyped path)."""
         parsed = parse_registry_url(url)
         self.url = masked(parsed)
+        check_sqlite_file(parsed, create=create)
         self._engine = create_registry_engine(parsed)
         self._dialect = self._engine.dialect.name
         try:
-            ensure_schema(self._engine, self.url)
+            ensure_schema(self._engine, self.url, create=create)
         except BaseException:
             self._engine.dispose()
             raise
         self._unit = UnitOfWork(self._engine, self.url)
+        # Heartbeats, cancel requests and tuning locks of embedded jobs.
+        self.runners = JobRunners(self._unit, self.insert_statement)
 
     def __repr__(self) -> str:
         return f"RegistryStore({self.url!r})"
@@ -209,7 +218,11 @@ class RegistryStore(TuningRecords):
         options: dict[str, Any],
         cache_hit: bool = False,
         state: str = "queued",
+        runner: Runner | None = None,
     ) -> Job:
+        """A new job; ``runner`` is the process running it (embedded jobs), whose heartbeat
+        starts now."""
+        now = utc_now()
         row = JobRow(
             id="job-" + secrets.token_hex(5),
             model_id=model_id,
@@ -222,8 +235,11 @@ class RegistryStore(TuningRecords):
             trials_budget=trials_budget,
             trials_done=0,
             options=options,
-            created_at=utc_now(),
+            created_at=now,
         )
+        if runner is not None:
+            row.runner_host, row.runner_pid, row.runner_started_at = runner.host, runner.pid, runner.started_at
+            row.heartbeat_at = now
         with self._unit.write(Changes.STATE) as session:
             session.add(row)
             session.flush()
@@ -259,7 +275,7 @@ class RegistryStore(TuningRecords):
             row = session.get(JobRow, job_id, populate_existing=True)
             if row is None:
                 raise NotFound(
-                    f"no job {job_id!r} in the registry at {self.url}", "see `farm jobs list`"
+                    f"no job {job_id!r} in the registry at {self.url}", "see `farm jobs`"
                 )
             if not changed or (states is not None and not fields and row.state not in states):
                 raise RegistryError(
@@ -274,7 +290,7 @@ class RegistryStore(TuningRecords):
             row = session.get(JobRow, job_id)
             if row is None:
                 raise NotFound(
-                    f"no job {job_id!r} in the registry at {self.url}", "see `farm jobs list`"
+                    f"no job {job_id!r} in the registry at {self.url}", "see `farm jobs`"
                 )
             return row.to_entity()
 
@@ -282,6 +298,12 @@ class RegistryStore(TuningRecords):
         query = select(JobRow).order_by(JobRow.created_at.desc(), JobRow.id.desc()).limit(limit)
         if state is not None:
             query = query.where(JobRow.state == state)
+        with self._unit.read() as session:
+            return [r.to_entity() for r in session.scalars(query)]
+
+    def unfinished_jobs_with_runner(self) -> list[Job]:
+        """Embedded jobs not yet final: the ones whose runner may have died."""
+        query = select(JobRow).where(JobRow.runner_host.is_not(None), JobRow.state.not_in(_FINAL_STATES))
         with self._unit.read() as session:
             return [r.to_entity() for r in session.scalars(query)]
 
@@ -331,7 +353,8 @@ class RegistryStore(TuningRecords):
     def find_artifact(
         self, model_id: str, target: str, fingerprint_id: str, tvm_version: str
     ) -> Artifact | None:
-        """The newest artifact that passed validation for exactly this scope."""
+        """The newest artifact that passed validation for exactly this scope, and was not
+        found corrupt since (`invalidate_artifact`)."""
         query = (
             select(ArtifactRow)
             .where(
@@ -340,6 +363,7 @@ class RegistryStore(TuningRecords):
                 ArtifactRow.fingerprint_id == fingerprint_id,
                 ArtifactRow.tvm_version == tvm_version,
                 ArtifactRow.validation_passed.is_(True),
+                ArtifactRow.invalidated_at.is_(None),
             )
             .order_by(ArtifactRow.created_at.desc(), ArtifactRow.id.desc())
             .limit(1)
@@ -347,6 +371,17 @@ class RegistryStore(TuningRecords):
         with self._unit.read() as session:
             row = session.scalars(query).first()
             return row.to_entity() if row else None
+
+    def invalidate_artifact(self, artifact_id: str, reason: str) -> Artifact:
+        """Never offer this artifact again (its bytes are damaged, say); the row is kept."""
+        with self._unit.write(Changes.STATE) as session:
+            row = session.get(ArtifactRow, artifact_id)
+            if row is None:
+                raise _no_artifact(artifact_id, self.url)
+            if row.invalidated_at is None:
+                row.invalidated_at, row.invalid_reason = utc_now(), reason
+            session.flush()
+            return row.to_entity()
 
     def get_artifact(self, artifact_id: str) -> Artifact:
         with self._unit.read() as session:
@@ -394,5 +429,5 @@ class RegistryStore(TuningRecords):
 
 def _no_artifact(artifact_id: str, url: str) -> NotFound:
     return NotFound(
-        f"no artifact {artifact_id!r} in the registry at {url}", "see `farm artifacts list`"
+        f"no artifact {artifact_id!r} in the registry at {url}", "see `farm registry ls`"
     )

@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from foundation.errors import FarmError
+from foundation.errors import FarmError, Unreachable
 from foundation.processes.process_group import ProcessGroup
 
 if TYPE_CHECKING:
@@ -28,11 +28,11 @@ logger = logging.getLogger("farm.coordinator.tracker")
 # should not pay just to import this module.
 
 
-class TrackerUnreachable(FarmError):
+class TrackerUnreachable(Unreachable):
     """The RPC tracker refused the connection, broke the protocol, or did not answer in time."""
 
 
-class NoServerAvailable(FarmError):
+class NoServerAvailable(Unreachable):
     """No RPC server of the requested key could be had from the tracker before the deadline."""
 
 
@@ -296,6 +296,14 @@ def _free_port(host: str) -> int:
         return sock.getsockname()[1]
 
 
+def _answers(host: str, port: int) -> bool:
+    try:
+        tracker_summary(host, port, timeout=1.0)
+        return True
+    except TrackerUnreachable:
+        return False
+
+
 def _error_line(output: str) -> str:
     """The exception a failed TVM CLI died of, e.g. 'ValueError: cannot bind to any port ...'."""
     # TVM's Tracker.__del__ then fails too ("Exception ignored in ..."): not the cause.
@@ -336,6 +344,11 @@ class TrackerProcess:
         return self._group is not None and self._group.exit_code is None
 
     def start(self) -> "TrackerProcess":
+        """Start the tracker; it is running, and is the process listening on its port, on return.
+
+        A port that something else holds fails the start: answering on the port is not
+        enough, since another farm's tracker there answers too.
+        """
         if self.running:
             return self
         pick_port = self.port == 0
@@ -347,7 +360,7 @@ class TrackerProcess:
                 output_logger=logging.getLogger("farm.coordinator.tracker.output"))
             self._group = group.start()
             try:
-                if self._wait_until_answering(port):
+                if self._wait_until_listening(port):
                     self.port = port
                     logger.info("RPC tracker listening on %s:%d (pid %d)", self.host, port, group.pid)
                     return self
@@ -361,26 +374,47 @@ class TrackerProcess:
                 break
             # Another process took the port between our probe and the tracker's bind.
             logger.info("port %d was taken before the tracker bound it; trying another", port)
+        taken = "cannot bind" in tail or _answers(self.host, port)
         raise FarmError(
-            f"the RPC tracker did not start on {self.host}:{port} ({_error_line(tail)})",
-            "free the port or configure another one" if not pick_port
-            else "see its output (logger farm.coordinator.tracker.output)")
+            f"the RPC tracker did not start on {self.host}:{port} "
+            + (f"(the port is taken by another process: {_error_line(tail)})" if taken else f"({_error_line(tail)})"),
+            "free the port or choose another --tracker-listen; to use a tracker that runs already, give it as --tracker"
+            if not pick_port else "see its output (logger farm.coordinator.tracker.output)")
 
-    def _wait_until_answering(self, port: int) -> bool:
-        """True once the tracker answers a SUMMARY; False if it exited first; raises on timeout."""
+    def _wait_until_listening(self, port: int) -> bool:
+        """True once our tracker listens on ``port`` and answers a SUMMARY; False if it exited first."""
         end = time.monotonic() + self._start_timeout
         while time.monotonic() < end:
             if self._group.exit_code is not None:
                 return False
-            try:
-                tracker_summary(self.host, port, timeout=1.0)
-                return True
-            except TrackerUnreachable:
-                time.sleep(0.1)
+            if self._listens(port):
+                try:
+                    tracker_summary(self.host, port, timeout=1.0)
+                    return True
+                except TrackerUnreachable:
+                    pass
+            time.sleep(0.1)
         self.stop()
         raise TrackerUnreachable(
             f"the RPC tracker started on {self.host}:{port} did not answer within {self._start_timeout:g} s",
             "check the machine's load and the tracker's output (logger farm.coordinator.tracker.output)")
+
+    def _listens(self, port: int) -> bool:
+        """Whether a process of our tracker's group holds the listening socket of ``port``."""
+        import psutil
+
+        try:
+            members = [psutil.Process(self._group.pid), *self._group.descendants()]
+        except psutil.Error:
+            return False
+        for member in members:
+            try:
+                connections = member.net_connections(kind="tcp")
+            except psutil.Error:
+                continue
+            if any(c.status == psutil.CONN_LISTEN and c.laddr.port == port for c in connections):
+                return True
+        return False
 
     def stop(self) -> None:
         """Stop the tracker and every process it started (TERM, then KILL after a grace)."""

@@ -55,8 +55,9 @@ class RegistryDatabase(PyDatabase):
 
     Reads see only records of this fingerprint, target and TVM version (records from any
     job, so a new job starts warm). Writes are tagged with ``job_id`` and buffered up to
-    ``flush_every`` records; every read flushes first, so the database always sees its own
-    writes. Call ``flush()`` when tuning ends.
+    ``flush_every`` records, and written at the end of every measured batch (`end_of_batch`);
+    every read flushes first, so the database always sees its own writes. Call ``flush()``
+    when tuning ends.
 
     The query_* methods are MetaSchedule's own (has_workload + get_top_k(1) + replaying the
     trace), which call back into this class.
@@ -155,6 +156,11 @@ class RegistryDatabase(PyDatabase):
         )
         if len(self._pending) >= self.flush_every:
             self.flush()
+
+    def end_of_batch(self) -> None:
+        """MetaSchedule committed a measured batch (foundation.meta_schedule.tuner): write it now,
+        so that a tune killed later keeps it."""
+        self.flush()
 
     def flush(self) -> int:
         """Write buffered records; returns how many were new to the registry."""

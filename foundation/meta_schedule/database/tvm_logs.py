@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from foundation.errors import FarmError
+from foundation.errors import FarmError, NotFound
 from foundation.registry.entities import NewRecord
 from foundation.registry.store import RegistryStore
 
@@ -35,7 +35,7 @@ def _log_paths(
 def _lines(path: Path) -> list[tuple[int, Any]]:
     """(line number, parsed JSON) for every non-blank line; a broken line names itself."""
     if not path.is_file():
-        raise FarmError(
+        raise NotFound(
             f"no TVM tuning log at {path}",
             f"expected {WORKLOAD_FILE} and {RECORD_FILE} from a JSONDatabase work_dir",
         )

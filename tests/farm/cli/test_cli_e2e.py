@@ -193,6 +193,28 @@ def test_corrupt_artifact_is_refused(farm_exe, home, tuned):
 
 
 
+def test_a_corrupt_artifact_is_never_a_hit_again(farm_exe, home, tuned):
+    """After test_corrupt_artifact_is_refused damaged every stored library: submit no longer answers
+    with one (it was 'succeeded (registry hit)' before), marks them invalid, and tunes again."""
+    damaged = {row[0] for row in _rows(home, "SELECT id FROM artifacts")}
+    proc = farm(farm_exe, home, "submit", "mlp-tiny", "llvm", "2", *TUNE, "--json")
+    again = json.loads(proc.stdout)
+    assert again["cache_hit"] is False and again["state"] == "succeeded"
+    assert again["artifact"]["id"] not in damaged
+    invalid = _rows(home, "SELECT id, invalid_reason FROM artifacts WHERE invalidated_at IS NOT NULL")
+    assert {row[0] for row in invalid} == damaged
+    assert all("does not match the one validated" in row[1] for row in invalid)
+    ran = json.loads(farm(farm_exe, home, "run", "mlp-tiny", "llvm", "2", "--runs", "2", "--json").stdout)
+    assert ran["artifact"] == again["artifact"]["id"]
+    hit = json.loads(farm(farm_exe, home, "submit", "mlp-tiny", "llvm", "2", "--json").stdout)
+    assert hit["cache_hit"] is True and hit["artifact"]["id"] == again["artifact"]["id"]
+
+
+def _rows(home: Path, sql: str) -> list:
+    with sqlite3.connect(home / "registry.db") as db:
+        return db.execute(sql).fetchall()
+
+
 def test_report_plots_the_tuned_job(farm_exe, home, tuned, tmp_path):
     out = tmp_path / "report"
     made = json.loads(farm(farm_exe, home, "report", tuned["job"], "--out", str(out), "--json").stdout)

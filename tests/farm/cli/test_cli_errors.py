@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 from pathlib import Path
@@ -82,3 +83,81 @@ def test_cuda_without_a_gpu(farm_exe, home):
         pytest.skip("this machine has a GPU")
     proc = farm(farm_exe, home, "submit", "mlp-tiny", "cuda", "1")
     assert_refused(proc, "CUDA")
+
+
+# -- every malformed input: its exit code, one line on stderr, and with --json a JSON document ---------
+
+# (arguments, exit code, what the line says); {tmp} is the test's directory, where nothing exists.
+BAD_INPUT = [
+    (["submit", "resnet-19", "llvm", "1"], 2, "unknown model 'resnet-19'"),
+    (["submit", "mlp-tiny", "tpu", "1"], 2, "unknown target 'tpu'"),
+    (["submit", "mlp-tiny", '{"kind":"llvm"', "1"], 2, "malformed JSON"),
+    (["submit", "mlp-tiny", '{"kind":"llvm","mcpu":"bogus9"}', "1"], 2, "LLVM does not know the CPU 'bogus9'"),
+    (["submit", "mlp-tiny", "llvm", "0"], 2, "batch must be at least 1"),
+    (["submit", "mlp-tiny", "llvm", "x"], 2, "invalid value for 'batch'"),
+    (["submit"], 2, "missing argument 'model'"),
+    (["submit", "mlp-tiny", "llvm", "1", "--bogus"], 2, "no such option: --bogus"),
+    (["submit", "mlp-tiny", "llvm", "1", "--trials", "0"], 2, "invalid value for '--trials'"),
+    (["submit", "{tmp}/nope.onnx", "llvm", "1"], 3, "no such ONNX file"),
+    (["submit", "mlp-tiny", "llvm", "1", "--registry", "postgresql://h:notaport/db"], 2, "is not a registry URL"),
+    (["submit", "mlp-tiny", "llvm", "1", "--registry", "mysql://u@h/db"], 2, "unsupported registry URL scheme"),
+    (["submit", "mlp-tiny", "llvm", "1", "--registry", "sqlite://"], 2, "is in memory"),
+    (["submit", "mlp-tiny", "llvm", "1", "--registry", "sqlite:///{tmp}"], 2, "is a directory"),
+    (["submit", "mlp-tiny", "llvm", "1", "--registry", "postgresql://farm@127.0.0.1:1/farm"], 4,
+     "cannot reach the registry"),
+    (["registry", "ls", "--registry", "sqlite:///{tmp}/missing/registry.db"], 3, "no registry at"),
+    (["registry", "import", "{tmp}/missing"], 3, "no such directory"),
+    (["run", "mlp-tiny", "llvm", "2", "--output", "{tmp}/missing/y.npy"], 3, "the directory of --output"),
+    (["run", "mlp-tiny", "llvm", "2", "--output", "{tmp}/y.txt"], 2, "must end in .npy"),
+    (["run", "mlp-tiny", "llvm", "2", "--input", "{tmp}/x.npy"], 3, "no such input file"),
+    (["status", "job-nope"], 3, "no registry at"),
+    (["cancel", "job-nope"], 3, "no registry at"),
+    (["jobs", "--limit", "0"], 2, "invalid value for '--limit'"),
+    (["jobs", "--coordinator", "127.0.0.1:1"], 4, "cannot reach the coordinator"),
+    (["fingerprint", "--target", "tpu"], 2, "unknown target 'tpu'"),
+    (["coordinator", "--lease-ttl", "1", "--heartbeat-interval", "5"], 2, "--lease-ttl 1 must exceed"),
+    (["no-such-command"], 2, "no such command"),
+]
+
+
+@pytest.mark.slow  # 54 process starts: minutes, though nothing is tuned
+@pytest.mark.parametrize("args, code, needle", BAD_INPUT, ids=[" ".join(a)[:60] for a, _, _ in BAD_INPUT])
+def test_bad_input_is_one_line_with_its_exit_code(farm_exe, home, tmp_path, args, code, needle):
+    args = [a.replace("{tmp}", str(tmp_path)) for a in args]
+    proc = farm(farm_exe, home, *args)
+    assert proc.returncode == code, (proc.returncode, proc.stderr)
+    assert_refused(proc, needle)
+    assert "Traceback" not in proc.stderr
+    assert not home.exists() or not (home / "registry.db").exists(), "bad input created a registry"
+    as_json = farm(farm_exe, home, *args, "--json")
+    assert as_json.returncode == code
+    document = json.loads(as_json.stdout)
+    assert document["exit_code"] == code and needle in document["error"] and document["hint"]
+    assert len([line for line in as_json.stderr.splitlines() if line.strip()]) == 1
+
+
+def test_tuning_for_instructions_this_cpu_lacks_is_refused(farm_exe, home):
+    from tvm.target import Target, codegen
+
+    from foundation.hardware.fingerprint import local_fingerprint
+
+    have = set(local_fingerprint("llvm").details["features"])
+    candidates = [cpu for cpu in ("sapphirerapids", "graniterapids", "znver4", "skylake-avx512")
+                  if "amx-tile" in codegen.llvm_get_cpu_features(Target({"kind": "llvm", "mcpu": cpu}))]
+    if "amx_tile" in have or not candidates:
+        pytest.skip("this CPU has AMX: no x86 mcpu here needs instructions it lacks")
+    proc = farm(farm_exe, home, "submit", "mlp-tiny", json.dumps({"kind": "llvm", "mcpu": candidates[0]}), "1")
+    assert proc.returncode == 2
+    assert_refused(proc, "this CPU", "lacks", "amx_tile", "--coordinator")
+    assert not (home / "registry.db").exists()
+
+
+def test_tuning_for_another_architecture_is_refused(farm_exe, home):
+    import platform
+
+    other = "aarch64" if platform.machine().lower() in ("x86_64", "amd64") else "x86_64"
+    proc = farm(farm_exe, home, "submit", "mlp-tiny", json.dumps({"kind": "llvm", "mtriple": f"{other}-linux-gnu"}),
+                "1")
+    assert proc.returncode == 2
+    assert_refused(proc, f"code for {other}", "cannot run on this", "--coordinator")
+    assert not (home / "registry.db").exists()

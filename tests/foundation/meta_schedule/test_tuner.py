@@ -98,6 +98,42 @@ def test_cancel_stops_tuning_early(mlp, pools, tmp_path):
     assert report.trials < 40, report.trials  # far below the 200-trial budget
 
 
+def test_each_batch_is_committed_before_the_next_is_measured(mlp, pools, tmp_path):
+    """TVM's gradient scheduler commits no batch before every task has had one: a tune killed
+    in that first round had measured everything and kept nothing."""
+    from tvm.s_tir import meta_schedule as ms
+
+    target, tasks = mlp
+    db = ms.database.MemoryDatabase()
+    seen: list[tuple[int, int]] = []  # (candidates measured with this result, records committed by then)
+
+    class Watch(Recorder):
+        def measured(self, task, new_trials):
+            seen.append((new_trials, len(db)))  # asserted after: nothing may raise inside TVM
+
+    report = tune(tasks, target, db, TuningBudget(32, 16, 8), tmp_path, pools=pools, listener=Watch(), seed=2)
+    assert report.trials == 32 and len(db) == 32
+    before = 0
+    for new_trials, committed in seen:
+        # Batches are 8 candidates, measured one after another: all before this one's are in.
+        assert committed >= 8 * (before // 8), (before, committed, seen)
+        before += new_trials
+    assert before == 32
+
+
+def test_a_cancel_commits_the_batch_in_flight(mlp, pools, tmp_path):
+    from tvm.s_tir import meta_schedule as ms
+
+    target, tasks = mlp
+    cancelled = threading.Event()
+    db = ms.database.MemoryDatabase()
+    report = tune(tasks, target, db, TuningBudget(200, 100, 8), tmp_path, pools=pools,
+                  listener=Recorder(cancel_after=3, cancelled=cancelled), cancelled=cancelled)
+    assert report.cancelled
+    assert report.trials == 8, report.trials  # the batch in flight, no more
+    assert len(db) == 8
+
+
 def test_builder_workers_stay_warm_across_batches(mlp):
     """TVM's LocalBuilder starts new processes per batch; the farm's builder reuses them."""
     from tvm.s_tir import meta_schedule as ms

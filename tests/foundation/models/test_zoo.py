@@ -8,7 +8,7 @@ import sys
 import numpy as np
 import pytest
 
-from foundation.errors import FarmError, NotFound
+from foundation.errors import BadInput, FarmError
 from foundation.models import ZOO, LoadedModel, TensorSpec, known_models, load_model, load_zoo_model
 from foundation.models.loaded import random_inputs, random_weights
 from foundation.models.zoo import zoo_source_digest
@@ -53,12 +53,12 @@ def test_zoo_metadata_imports_without_tvm():
 
 
 def test_unknown_model_names_the_known_ones():
-    with pytest.raises(NotFound) as caught:
+    with pytest.raises(BadInput) as caught:  # a name outside the zoo is bad input, like a target's
         load_zoo_model("resnet-19", 1)
     assert caught.value.problem == "unknown model 'resnet-19'"
     assert "resnet-18" in caught.value.fix and "mlp-tiny" in caught.value.fix
     assert ".onnx" in caught.value.fix
-    with pytest.raises(NotFound):
+    with pytest.raises(BadInput):
         load_model("resnet-19", 1)
 
 

@@ -1,0 +1,92 @@
+"""The registry's jobs without a coordinator: `farm jobs`, `farm status JOB`, `farm cancel JOB`.
+
+Every read first fails the embedded jobs whose process is gone (foundation.job_driver.runners),
+so nothing shows `running` forever. A cancel of a job running in another process asks that
+process to stop (its heartbeat reads the request) and waits for it; a job with no live
+runner to ask is ended here.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from farm.session import open_store
+from foundation.domain.jobs import JobState
+from foundation.errors import BadInput
+from foundation.job_driver.artifacts import artifact_json
+from foundation.job_driver.driver import JobDriver, RegistryJobMoves, utc_now
+from foundation.job_driver.runners import fail_dead_jobs, gone_reason
+
+if TYPE_CHECKING:  # pragma: no cover
+    from foundation.registry.entities import Job
+    from foundation.registry.store import RegistryStore
+
+POLL_S = 0.5
+
+
+@dataclass
+class RegistryJobs:
+    store: "RegistryStore"
+
+    @staticmethod
+    def open(registry_option: str | None) -> "RegistryJobs":
+        jobs = RegistryJobs(open_store(registry_option))
+        fail_dead_jobs(jobs.store)
+        return jobs
+
+    def get(self, job_id: str) -> "Job":
+        return self.store.get_job(job_id)
+
+    def list(self, limit: int) -> list["Job"]:
+        return self.store.list_jobs(limit=limit)
+
+    def cancel(self, job_id: str, wait: float) -> "Job":
+        """Cancel ``job_id``; returns it as it is once it is final, or when ``wait`` runs out."""
+        job = self.store.get_job(job_id)
+        if JobState(job.state).is_final:
+            return job
+        if job.runner is None:
+            if job.options.get("mode") == "distributed":
+                raise BadInput(f"job {job_id} is a coordinator's job", "cancel it with --coordinator HOST:PORT")
+            # An embedded job from before runners were recorded: nobody is left to ask.
+            JobDriver(RegistryJobMoves(self.store), job.id, job.state).cancel("cancelled by `farm cancel`")
+            return self.store.get_job(job_id)
+        self.store.runners.request_cancel(job_id, utc_now())
+        deadline = time.monotonic() + wait
+        while True:
+            job = self.store.get_job(job_id)
+            if JobState(job.state).is_final:
+                return job
+            if gone_reason(job.runner, job.heartbeat_at or job.created_at) is not None:
+                fail_dead_jobs(self.store)
+                return self.store.get_job(job_id)
+            if time.monotonic() >= deadline:
+                return job
+            time.sleep(POLL_S)
+
+    def document(self, job: "Job") -> dict:
+        """A job as `farm status --json` shows it; the same fields as a coordinator's job."""
+        model = self.store.get_model(job.model_id)
+        artifact = self.store.get_artifact(job.artifact_id) if job.artifact_id else None
+        return {
+            "job": job.id,
+            "state": job.state,
+            "status": job.status,
+            "cache_hit": job.cache_hit,
+            "trials": job.trials_done,
+            "trials_budget": job.trials_budget,
+            "fingerprint": job.fingerprint_id,
+            "model": model.name if model else job.model_id,
+            "batch": model.batch if model else None,
+            "target": job.target,
+            "shards": None,
+            "error": job.error,
+            "artifact": artifact_json(artifact) if artifact else None,
+            "runner": job.runner.describe() if job.runner else None,
+            "heartbeat_at": job.heartbeat_at.isoformat() if job.heartbeat_at else None,
+            "cancel_requested": job.cancel_requested_at is not None,
+            "created_at": job.created_at.isoformat(),
+            "finished_at": job.finished_at.isoformat() if job.finished_at else None,
+        }

@@ -1,0 +1,108 @@
+"""The coordinator's ports through the real `farm coordinator`: a taken port fails the start, clearly."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from foundation.rpc.tracker import TrackerProcess
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _coordinator(exe: str, home: Path, *args: str) -> subprocess.Popen:
+    env = {**os.environ, "FARM_HOME": str(home)}
+    env.pop("FARM_REGISTRY", None)
+    return subprocess.Popen([exe, "coordinator", "--json", *args], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def _running(proc: subprocess.Popen) -> dict:
+    """The document a coordinator prints once it serves."""
+    line = proc.stdout.readline()
+    assert line, f"the coordinator exited {proc.wait()}: {proc.stderr.read()}"
+    document = [line]
+    while not line.startswith("}"):
+        line = proc.stdout.readline()
+        document.append(line)
+    return json.loads("".join(document))
+
+
+def _refused(proc: subprocess.Popen, timeout: float = 120) -> str:
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        pytest.fail("the coordinator started instead of refusing")
+    assert proc.returncode not in (0, None), (out, err)
+    # A daemon logs on stderr as it starts; its refusal is the one error line, last.
+    lines = [line for line in err.splitlines() if line.strip()]
+    errors = [line for line in lines if line.startswith("error: ")]
+    assert len(errors) == 1 and lines[-1] == errors[0], err
+    assert "Traceback" not in err
+    return errors[0]
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def test_a_second_coordinator_on_a_taken_port_fails_at_start(farm_exe, tmp_path):
+    port = _free_port()
+    first = _coordinator(farm_exe, tmp_path / "a", "--listen", f"127.0.0.1:{port}",
+                         "--registry", f"sqlite:///{tmp_path / 'a.db'}", "--tracker-listen", "127.0.0.1:0")
+    try:
+        served = _running(first)
+        assert served["listen"] == f"127.0.0.1:{port}"
+        second = _coordinator(farm_exe, tmp_path / "b", "--listen", f"127.0.0.1:{port}",
+                              "--registry", f"sqlite:///{tmp_path / 'b.db'}", "--tracker-listen", "127.0.0.1:0")
+        try:
+            line = _refused(second)
+        finally:
+            _stop(second)  # one that started anyway must not outlive the test
+        assert f"cannot listen on 127.0.0.1:{port}" in line and "--listen" in line
+        # Nothing of the second was made, and the first still serves its own registry.
+        assert not (tmp_path / "b.db").exists()
+        jobs = subprocess.run([farm_exe, "jobs", "--coordinator", f"127.0.0.1:{port}", "--json"],
+                              capture_output=True, text=True, timeout=60)
+        assert jobs.returncode == 0 and json.loads(jobs.stdout) == [], jobs.stderr
+        assert first.poll() is None
+    finally:
+        _stop(first)
+
+
+def test_a_taken_tracker_port_fails_the_coordinator(farm_exe, tmp_path):
+    """Another farm's tracker answers on the port: before, the coordinator logged that its own
+    tracker listened (it had died) and used the other farm's."""
+    with TrackerProcess("127.0.0.1", 0) as other_farms:
+        proc = _coordinator(farm_exe, tmp_path, "--listen", "127.0.0.1:0",
+                            "--registry", f"sqlite:///{tmp_path / 'r.db'}",
+                            "--tracker-listen", f"127.0.0.1:{other_farms.port}")
+        try:
+            line = _refused(proc)
+        finally:
+            _stop(proc)
+        assert f"did not start on 127.0.0.1:{other_farms.port}" in line and "taken" in line
+        assert "--tracker" in line
+        assert other_farms.running
+
+
+@pytest.mark.parametrize("listen", ["127.0.0.1:notaport", "no-such-host.invalid:5"])
+def test_a_bad_listen_address_is_one_line(farm_exe, tmp_path, listen):
+    proc = _coordinator(farm_exe, tmp_path, "--listen", listen, "--registry", f"sqlite:///{tmp_path / 'r.db'}")
+    assert f"cannot listen on {listen}" in _refused(proc)

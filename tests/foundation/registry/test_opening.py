@@ -1,0 +1,98 @@
+"""Opening a registry: only a creating command creates one; what is not a farm registry stays untouched."""
+
+from __future__ import annotations
+
+import hashlib
+import sqlite3
+from pathlib import Path
+
+import pytest
+from sqlalchemy import create_engine, inspect, text
+
+from foundation.errors import BadInput, NotFound, RegistryError
+from foundation.registry import RegistryStore, upgrade_registry
+from foundation.registry.engine import BadRegistryURL, RegistryMissing, parse_registry_url
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _tables(url: str) -> set[str]:
+    engine = create_engine(parse_registry_url(url))
+    try:
+        with engine.connect() as connection:
+            return set(inspect(connection).get_table_names())
+    finally:
+        engine.dispose()
+
+
+def test_a_missing_registry_is_not_created_by_a_reader(registry_url):
+    with pytest.raises(RegistryMissing) as raised:
+        RegistryStore(registry_url, create=False)
+    assert isinstance(raised.value, NotFound) and "farm registry init" in raised.value.fix
+    if registry_url.startswith("sqlite"):
+        assert not Path(registry_url.removeprefix("sqlite:///")).parent.exists(), "a directory was made"
+    else:
+        assert _tables(registry_url) == set()
+    with pytest.raises(RegistryMissing):
+        upgrade_registry(registry_url)
+    RegistryStore(registry_url, create=True).dispose()
+    RegistryStore(registry_url, create=False).dispose()  # now it exists
+
+
+def test_another_applications_sqlite_file_is_refused_untouched(tmp_path):
+    path = tmp_path / "app.db"
+    with sqlite3.connect(path) as app:
+        app.execute("CREATE TABLE customers (id INTEGER PRIMARY KEY, name TEXT)")
+        app.execute("INSERT INTO customers (name) VALUES ('ada')")
+    app.close()
+    before = _digest(path)
+    for create in (False, True):
+        with pytest.raises(RegistryError, match="is not a farm registry: it holds other tables \\(customers\\)"):
+            RegistryStore(f"sqlite:///{path}", create=create)
+    with pytest.raises(RegistryError, match="not a farm registry"):
+        upgrade_registry(f"sqlite:///{path}")
+    assert _digest(path) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["app.db"], "a journal or WAL file was left"
+
+
+def test_a_file_that_is_not_sqlite_is_refused_untouched(tmp_path):
+    path = tmp_path / "notes.txt"
+    path.write_text("not a database, " * 100)
+    before = _digest(path)
+    with pytest.raises(RegistryError, match="is not a SQLite database"):
+        RegistryStore(f"sqlite:///{path}")
+    assert _digest(path) == before
+
+
+def test_another_applications_postgresql_database_is_refused_untouched(registry_url):
+    if not registry_url.startswith("postgresql"):
+        pytest.skip("the SQLite case is the file test above")
+    engine = create_engine(parse_registry_url(registry_url))
+    with engine.begin() as connection:
+        connection.execute(text("CREATE TABLE customers (id integer primary key)"))
+    engine.dispose()
+    with pytest.raises(RegistryError, match="not a farm registry"):
+        RegistryStore(registry_url)
+    assert _tables(registry_url) == {"customers"}
+
+
+def test_a_directory_is_no_registry_path(tmp_path):
+    with pytest.raises(BadRegistryURL, match="is a directory") as raised:
+        RegistryStore(f"sqlite:///{tmp_path}")
+    assert raised.value.exit_code == BadInput.exit_code
+
+
+@pytest.mark.parametrize("url", ["postgresql://h:notaport/db", "postgresql://u@[::1:5432/db"])
+def test_malformed_urls_are_bad_input(url):
+    with pytest.raises(BadRegistryURL, match="is not a registry URL") as raised:
+        RegistryStore(url)
+    assert raised.value.exit_code == 2
+
+
+def test_an_uncreatable_directory_is_a_clear_error(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    with pytest.raises(RegistryError, match="cannot create the registry's directory"):
+        RegistryStore(f"sqlite:///{blocker / 'sub' / 'registry.db'}")
