@@ -127,7 +127,7 @@ class LiveProgress:
             self.batch_measured(task_id)  # nothing of it reaches the runner
 
     def batch_measured(self, task_id: int | None) -> None:
-        if task_id is None or self.is_cancelled or self.listener is None:
+        if task_id is None or self.listener is None:
             return
         self.listener.batch_measured(self.tasks[task_id])
 
