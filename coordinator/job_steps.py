@@ -22,6 +22,7 @@ from foundation.domain.shards import TaskCost, split_tasks
 from foundation.domain.validations import ValidationState
 from foundation.errors import NotFound, RegistryError
 from foundation.job_driver.artifacts import LIBRARY_FORMAT, commit_artifact
+from foundation.job_driver.driver import JobDriver, validation_failure
 from foundation.registry.store import RegistryStore
 
 logger = logging.getLogger("farm.coordinator")
@@ -35,6 +36,7 @@ class JobSteps:
     def __init__(self, store: RegistryStore, cluster: ClusterStore, models: ModelCache, workloads: WorkloadJson,
                  tvm_version: str, wake: threading.Event):
         self._store = store
+        self._moves = ClusterJobMoves(cluster)
         self._cluster = cluster
         self._models = models
         self._workloads = workloads
@@ -124,9 +126,9 @@ class JobSteps:
                 return
             result = validation.result or {}
             check = ValidationResult(**{k: v for k, v in result["validation"].items() if k != "rule"})
-            if not check.passed:
-                self.move(job_id, JobState.VALIDATING, JobState.FAILED, "failed: validation",
-                          error=f"tuned library disagrees with the untuned build: {check.reason}")
+            failure = validation_failure(check)
+            if failure is not None:
+                self.move(job_id, JobState.VALIDATING, JobState.FAILED, "failed: validation", error=failure)
                 return
             artifact = next((a for a in self._store.list_artifacts(model_id=job.model_id,
                                                                    fingerprint_id=job.fingerprint_id)
@@ -154,19 +156,30 @@ class JobSteps:
 
     def move(self, job_id: str, current: JobState, new: JobState, status: str, *,
              error: str | None = None, **fields: Any) -> bool:
-        """Move a job, guarded by the state it is expected in, with its state_changed event.
+        """Move a job, guarded by the state it is expected in, with its state_changed event
+        (foundation.job_driver: the same driver as the embedded mode's).
 
         False if the job had left ``current`` (cancelled meanwhile, or moved by another
         thread): the caller's step is then moot.
         """
-        # One unit of work of the store's, so that the state, the status line, any extra
-        # field and the event commit together.
-        try:
-            moved = self._cluster.move_job(job_id, current, new, utc_now(), status=status, error=error, **fields)
-        except RegistryError:
-            return False
-        if moved is None:
+        if not JobDriver(self._moves, job_id, current).advance(new, status, error=error, **fields):
             return False
         if new in (JobState.BUILDING, JobState.VALIDATING):
             self._wake.set()
         return True
+
+
+class ClusterJobMoves:
+    """The coordinator's job moves: the state, its status line, any extra field and the job's
+    state_changed event in one unit of work of the cluster store."""
+
+    def __init__(self, cluster: ClusterStore):
+        self._cluster = cluster
+
+    def move(self, job_id: str, current: JobState, new: JobState, *, status: str,
+             error: str | None, **fields: Any) -> bool:
+        try:
+            moved = self._cluster.move_job(job_id, current, new, utc_now(), status=status, error=error, **fields)
+        except RegistryError:
+            return False
+        return moved is not None
