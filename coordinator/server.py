@@ -162,9 +162,11 @@ def serve(
     from foundation import config
     from foundation.rpc.tracker import TrackerProcess, parse_tracker_address
 
+    # Both before the registry and the tracker: nothing to undo. The address first: a token
+    # is no answer to a port that is taken or a host that does not exist.
+    _check_port_free(listen)
     access = access or ServerAccess()
     access.check_listen(listen)
-    _check_port_free(listen)  # before the registry and the tracker: nothing to undo
     url = config.registry_url(registry_url)
     store = RegistryStore(url)
     owned = ingest = metrics = None
