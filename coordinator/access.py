@@ -23,7 +23,7 @@ class TokenCheck(grpc.aio.ServerInterceptor):
         self._expected = (TOKEN_SCHEME + token).encode()
         self._missing = _refusal("this coordinator requires the farm's token, and the call carried none", TOKEN_HELP)
         self._wrong = _refusal("the call's token is not this coordinator's",
-                               "use the token the coordinator was started with (FARM_TOKEN or --token-file)")
+                               "use the token the coordinator was started with, from FARM_TOKEN or --token-file")
 
     async def intercept_service(self, continuation, handler_call_details):
         if handler_call_details.method.startswith(HEALTH_METHOD_PREFIX):

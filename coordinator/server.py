@@ -128,10 +128,7 @@ def serve(
     heartbeat_interval: float = 5.0,
     lease_ttl: float = 30.0,
     max_attempts: int = 3,
-    records_per_report: int = ReportPolicy.min_records,
-    report_rate: float = ReportPolicy.report_rate,
-    report_within: float = ReportPolicy.min_within_s,
-    report_jitter: float = ReportPolicy.jitter,
+    report_policy: ReportPolicy = ReportPolicy(),
     data_dir: Path | None = None,
     tick_interval: float = 0.5,
     max_workers: int = 256,
@@ -143,11 +140,9 @@ def serve(
     """Start a coordinator on ``listen`` (port 0: any free port) and return it running.
 
     ``tracker`` is the host:port of a TVM RPC tracker agents should use; without one the
-    coordinator starts its own on ``tracker_listen``. Agents report at least
-    ``records_per_report`` records at a time, more when the fleet's reports would otherwise
-    come faster than ``report_rate`` a second, and at least every ``report_within`` seconds,
-    each agent's sizes spread by up to ``report_jitter``: the flags of `farm coordinator`,
-    which from here on travel as one ReportPolicy (coordinator.fleet.report_sizing).
+    coordinator starts its own on ``tracker_listen``. ``report_policy``: how large agents'
+    reports are and how often they come (coordinator.fleet.report_sizing; the flags of
+    `farm coordinator`).
     ``ingest_process``: reports are read and committed in a process of their own
     (coordinator.fleet.ingest_process); by default on
     PostgreSQL, where a fleet's reports come in, and not on SQLite, one box's registry that
@@ -182,7 +177,7 @@ def serve(
         settings = CoordinatorSettings(
             data_dir=Path(data_dir) if data_dir else config.data_dir() / "coordinator",
             heartbeat_interval=heartbeat_interval, lease_ttl=lease_ttl, max_attempts=max_attempts,
-            report_policy=ReportPolicy(records_per_report, report_rate, report_within, report_jitter),
+            report_policy=report_policy,
         )
         if ingest_process if ingest_process is not None else store.dialect == "postgresql":
             ingest = IngestProcess(url)

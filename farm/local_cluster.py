@@ -177,8 +177,9 @@ class Cluster:
                 continue
         return found
 
-    def close(self) -> list[int]:
-        """Stop everything (SIGTERM, then SIGKILL); return pids that had to be killed as leftovers."""
+    def close(self) -> list[str]:
+        """Stop everything (SIGTERM, then SIGKILL); describe the processes that had to be killed
+        as leftovers (pid, parent, command line)."""
         for proc in [*self.agents.values(), self.coordinator]:
             if proc is not None and proc.poll() is None:
                 proc.terminate()
@@ -194,9 +195,11 @@ class Cluster:
         while stray and time.monotonic() < deadline:
             time.sleep(0.5)
             stray = self.leftovers()
+        described = []
         for proc in stray:
             try:
+                described.append(f"{proc.pid} (parent {proc.ppid()}): {' '.join(proc.cmdline())[:200]}")
                 proc.kill()
-            except psutil.NoSuchProcess:
-                pass
-        return [p.pid for p in stray]
+            except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+                described.append(str(proc.pid))
+        return described

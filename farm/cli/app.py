@@ -83,6 +83,11 @@ def _fail(err: FarmError, json_output: bool, exit_code: int | None = None) -> No
     line = " ".join(str(err).split())  # one line, whatever the message held
     sys.stderr.write(f"error: {line}\n")
     sys.stderr.flush()
+    if isinstance(err, Interrupted):
+        # Everything is committed and said: skip the interpreter's teardown, which would put the
+        # signals back to their defaults while worker pools wind down, so another Ctrl-C then
+        # would kill the process instead of ending it with 130/143.
+        os._exit(code)
     sys.exit(code)
 
 

@@ -72,6 +72,7 @@ def coordinator(
     Beyond loopback the API demands the farm's token (FARM_TOKEN or --token-file) from every
     caller but the health service, and the coordinator will not start without one.
     """
+    from coordinator.fleet import ReportPolicy
     from coordinator.server import run_until_signalled, serve
     from foundation.wire.access import ServerAccess
 
@@ -83,8 +84,7 @@ def coordinator(
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     server = serve(listen, registry, tracker, tracker_listen=tracker_listen,
                    heartbeat_interval=heartbeat_interval, lease_ttl=lease_ttl, max_attempts=max_attempts,
-                   records_per_report=records_per_report, report_rate=report_rate,
-                   report_within=report_within, report_jitter=report_jitter,
+                   report_policy=ReportPolicy(records_per_report, report_rate, report_within, report_jitter),
                    ingest_process=ingest_process, access=access, health_listen=health_listen,
                    metrics_listen=metrics_listen)
     document = {"listen": server.address, "registry": str(server.coordinator.store.url),

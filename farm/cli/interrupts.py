@@ -19,12 +19,12 @@ from __future__ import annotations
 import os
 import signal
 import socket
-import sys
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from foundation.job_driver.cancellation import Cancellation
+from foundation.processes.native_stderr import terminal_stderr
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 # How long a second signal waits for the job's last words to be written before exiting.
@@ -35,6 +35,8 @@ LAST_WORDS_S = 2.0
 def cancel_on_signals(notify: Callable[[str], None] | None = None) -> Iterator[Cancellation]:
     """A Cancellation that SIGINT and SIGTERM request, for the duration of the block."""
     cancellation = Cancellation()
+    # Opened now, on the terminal: while tuning, fd 2 (sys.stderr) points at the job's log.
+    terminal = terminal_stderr()
     reader, writer = socket.socketpair()
     writer.setblocking(False)
 
@@ -45,8 +47,8 @@ def cancel_on_signals(notify: Callable[[str], None] | None = None) -> Iterator[C
             if notify is not None:
                 notify(f"{name}: stopping after the batch in flight, keeping its records ({name} again stops at once)")
             return
-        sys.stderr.write(f"error: {name} again: stopped at once (the records measured so far are kept)\n")
-        sys.stderr.flush()
+        terminal.write(f"error: {name} again: stopped at once (the records measured so far are kept)\n")
+        terminal.flush()
         cancellation.abandon(LAST_WORDS_S)
         os._exit(128 + (cancellation.signum or signum))
 
@@ -70,10 +72,19 @@ def cancel_on_signals(notify: Callable[[str], None] | None = None) -> Iterator[C
     try:
         yield cancellation
     finally:
-        signal.set_wakeup_fd(previous_fd)
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-        writer.close()
-        reader.shutdown(socket.SHUT_RDWR)
-        reader.close()
-        watcher.join(timeout=1.0)
+        # Interrupted, the command is on its way out: the handlers stay, so a second signal
+        # while it reports and exits still means "stop at once", never Python's default.
+        if cancellation.signum is None:
+            _restore(previous, previous_fd, reader, writer, watcher)
+            terminal.close()
+
+
+def _restore(previous: dict, previous_fd: int, reader: socket.socket, writer: socket.socket,
+             watcher: threading.Thread) -> None:
+    signal.set_wakeup_fd(previous_fd)
+    for sig, handler in previous.items():
+        signal.signal(sig, handler)
+    writer.close()
+    reader.shutdown(socket.SHUT_RDWR)
+    reader.close()
+    watcher.join(timeout=1.0)

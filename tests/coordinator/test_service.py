@@ -19,6 +19,7 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from coordinator.fleet import ReportPolicy
 from coordinator.server import SERVICE_NAMES, serve
 from foundation.wire import farm_pb2, farm_pb2_grpc
 
@@ -351,7 +352,7 @@ def test_report_sizes_go_out_with_the_lease_and_follow_the_fleets_rate(start, fi
 
     # Without the spread each agent's size gets (the next test), so the rule is seen exactly.
     server, channel, agent, shard = _agent_leasing_a_shard(
-        start, fingerprint, records_per_report=3, report_rate=0.05, report_within=2.0, report_jitter=0.0)
+        start, fingerprint, report_policy=ReportPolicy(min_records=3, report_rate=0.05, min_within_s=2.0, jitter=0.0))
     # Sized before any record came: the configured minimum and bound.
     assert shard.records_per_report == 3 and shard.report_within.ToTimedelta().total_seconds() == 2.0
     factors = (2, 3, 4, 5, 6, 7)
@@ -379,7 +380,7 @@ def test_each_answer_carries_the_fleets_size_spread(start, fingerprint):
     from coordinator.fleet.report_sizing import RECOMPUTE_EVERY_S
 
     server, channel, agent, shard = _agent_leasing_a_shard(
-        start, fingerprint, records_per_report=3, report_rate=0.05, report_within=2.0, report_jitter=0.25)
+        start, fingerprint, report_policy=ReportPolicy(min_records=3, report_rate=0.05, min_within_s=2.0, jitter=0.25))
     sizing = server.coordinator.report_sizing
     assert 3 <= shard.records_per_report <= 4, "the minimum of 3, spread up but never down"
     assert 1.5 <= shard.report_within.ToTimedelta().total_seconds() <= 2.0

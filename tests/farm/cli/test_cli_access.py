@@ -43,7 +43,10 @@ def test_clients_and_agents_need_the_token(make_cluster, tmp_path):
 
     wrong = subprocess.run([cluster.exe, "jobs", "--json"], env={**without, "FARM_TOKEN": "guess"},
                            capture_output=True, text=True, timeout=120)
-    assert "is not this coordinator's" in one_error_line(wrong) and wrong.stdout == ""
+    assert "is not this coordinator's" in one_error_line(wrong)
+    document = json.loads(wrong.stdout)  # --json: the error is also the one document on stdout
+    assert "is not this coordinator's" in document["error"] and document["exit_code"] == wrong.returncode == 2
+    assert document["hint"].endswith("FARM_TOKEN or --token-file")
 
     token_file = tmp_path / "token"
     token_file.write_text(TOKEN + "\n")
