@@ -15,27 +15,31 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import json
 import logging
 import random
 from collections.abc import Callable
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 
 import grpc
-import numpy as np
-from google.protobuf.duration_pb2 import Duration
-from google.protobuf.timestamp_pb2 import Timestamp
 
-from coordinator import metrics
 from coordinator.cluster_store import AgentMismatch, UnknownAgent
 from coordinator.fleet import COMMIT_TIMEOUT_S, LoopPacer
+from coordinator.messages import (
+    JOB_STATES_BACK,
+    agent_message,
+    duration,
+    event_message,
+    job_message,
+    state_enum,
+    tensor,
+    tensor_spec,
+    timestamp,
+)
 from coordinator.service import (
     AgentRefused,
-    AgentView,
     CancelLease,
     Coordinator,
     InvalidRequest,
-    JobView,
     LeaseRef,
     OnnxUpload,
     ReRegister,
@@ -54,8 +58,6 @@ logger = logging.getLogger("farm.coordinator")
 # How often WatchJob looks for new events.
 WATCH_POLL_SECONDS = 0.2
 
-_JOB_STATES = {state: getattr(farm_pb2, f"JOB_STATE_{state.name}") for state in JobState}
-_JOB_STATES_BACK = {v: k for k, v in _JOB_STATES.items()}
 _SHARD_STATES = {state: getattr(farm_pb2, f"SHARD_STATE_{state.name}") for state in ShardState}
 
 
@@ -115,106 +117,6 @@ async def _committed(future):
     return await asyncio.wait_for(asyncio.wrap_future(future), COMMIT_TIMEOUT_S)
 
 
-def _timestamp(moment: datetime | None) -> Timestamp | None:
-    if moment is None:
-        return None
-    stamp = Timestamp()
-    stamp.FromDatetime(moment)
-    return stamp
-
-
-def _duration(seconds: float) -> Duration:
-    duration = Duration()
-    duration.FromTimedelta(timedelta(seconds=seconds))
-    return duration
-
-
-def job_message(view: JobView) -> farm_pb2.Job:
-    job = view.job
-    message = farm_pb2.Job(
-        id=job.id,
-        state=_JOB_STATES[JobState(job.state)],
-        status=job.status or "",
-        target=job.target or "",
-        target_kind=job.target_kind or "",
-        fingerprint_id=job.fingerprint_id or "",
-        cache_hit=job.cache_hit,
-        trials_done=job.trials_done,
-        trials_budget=job.trials_budget,
-        trial_errors=view.trial_errors,
-        shards=farm_pb2.ShardCounts(**{s.value: n for s, n in view.shard_counts.items()}),
-        error=job.error or "",
-    )
-    if view.model is not None:
-        message.model.CopyFrom(farm_pb2.ModelSummary(
-            name=view.model.name, source=view.model.source, source_digest=view.model.source_digest,
-            batch=view.model.batch))
-    for shard in view.failed_shards:
-        message.failed_shards.append(farm_pb2.ShardFailure(
-            shard_id=shard.id, task_names=shard.task_names,
-            attempts=[farm_pb2.AttemptFailure(attempt=f.attempt, agent_id=f.agent_id or "", reason=f.reason)
-                      for f in shard.failures]))
-    if view.artifact is not None:
-        a = view.artifact
-        validation = a.validation or {}
-        message.artifact.CopyFrom(farm_pb2.ArtifactSummary(
-            id=a.id, sha256=a.sha256, size_bytes=a.size,
-            latency=farm_pb2.LatencyStats(mean_ms=a.latency_mean_ms, median_ms=a.latency_median_ms,
-                                          std_ms=a.latency_std_ms),
-            untuned_latency=farm_pb2.LatencyStats(mean_ms=a.untuned_latency_mean_ms or 0.0),
-            validated=bool(validation.get("passed"))))
-    for name, moment in (("created_at", job.created_at), ("started_at", job.started_at),
-                         ("finished_at", job.finished_at)):
-        if moment is not None:
-            getattr(message, name).CopyFrom(_timestamp(moment))
-    return message
-
-
-def event_message(event, state_of: Callable[[str], int]) -> farm_pb2.JobEvent:
-    """A stored job event on the wire; ``state_of`` maps a stored state name to the enum."""
-    message = farm_pb2.JobEvent(job_id=event.job_id, sequence=event.sequence, time=_timestamp(event.created_at))
-    p = event.payload
-    if event.kind == "state_changed":
-        message.state_changed.CopyFrom(farm_pb2.JobStateChanged(
-            from_state=state_of(p.get("from", "")), to_state=state_of(p.get("to", "")),
-            status=p.get("status", ""), error=p.get("error", "") or ""))
-    elif event.kind == "shard_changed":
-        message.shard_changed.CopyFrom(farm_pb2.ShardChanged(
-            shard_id=p.get("shard_id", ""), state=_SHARD_STATES.get(ShardState(p["state"]), 0) if p.get("state") else 0,
-            attempt=int(p.get("attempt", 0)), agent_id=p.get("agent_id", ""), reason=p.get("reason", "")))
-    elif event.kind == "task_progress":
-        fields = {k: p[k] for k in ("shard_id", "task_name", "trials", "budget", "build_errors", "run_errors",
-                                    "best_us", "best_gflops") if k in p}
-        message.task_progress.CopyFrom(farm_pb2.TaskProgress(**fields))
-    else:
-        message.log.CopyFrom(farm_pb2.LogLine(source=p.get("source", "coordinator"), level=p.get("level", "info"),
-                                              message=p.get("message", json.dumps(p))))
-    return message
-
-
-def _state_enum(name: str) -> int:
-    try:
-        return _JOB_STATES[JobState(name)]
-    except ValueError:
-        return farm_pb2.JOB_STATE_UNSPECIFIED
-
-
-def agent_message(view: AgentView) -> farm_pb2.Agent:
-    agent = view.agent
-    if agent.state == "lost":
-        state = farm_pb2.AGENT_STATE_LOST
-    else:
-        state = farm_pb2.AGENT_STATE_BUSY if view.running_leases else farm_pb2.AGENT_STATE_IDLE
-    return farm_pb2.Agent(
-        id=agent.id, fingerprint_id=agent.fingerprint_id, fingerprint_summary=view.fingerprint_summary,
-        target_kinds=agent.target_kinds, address=agent.address, hostname=agent.hostname,
-        tvm_version=agent.tvm_version, state=state, registered_at=_timestamp(agent.registered_at),
-        last_heartbeat=_timestamp(agent.last_heartbeat_at),
-        running_leases=[farm_pb2.LeaseRef(job_id=j, shard_id=s, attempt=a) for j, s, a in view.running_leases],
-        rpc_server_serving=view.rpc_server_serving, trials_per_second=metrics.trials_per_second(agent.id),
-    )
-
-
 class FarmClientServicer(farm_pb2_grpc.FarmClientServicer):
     def __init__(self, coordinator: Coordinator, executor, poll_seconds: float = WATCH_POLL_SECONDS):
         self.coordinator = coordinator
@@ -245,7 +147,7 @@ class FarmClientServicer(farm_pb2_grpc.FarmClientServicer):
 
     @_rpc
     def ListJobs(self, request, context):
-        states = [_JOB_STATES_BACK[s].value for s in request.states if s in _JOB_STATES_BACK]
+        states = [JOB_STATES_BACK[s].value for s in request.states if s in JOB_STATES_BACK]
         views = self.coordinator.list_jobs(request.limit, states, request.model_name)
         return farm_pb2.ListJobsResponse(jobs=[job_message(v) for v in views])
 
@@ -267,12 +169,12 @@ class FarmClientServicer(farm_pb2_grpc.FarmClientServicer):
                 self._executor, self.coordinator.last_event_sequence, request.job_id)
         except FarmError as err:
             await context.abort(_status_code(err), str(err))
-        yield farm_pb2.JobEvent(job_id=request.job_id, sequence=after, time=_timestamp(_now()),
+        yield farm_pb2.JobEvent(job_id=request.job_id, sequence=after, time=timestamp(_now()),
                                 snapshot=job_message(snapshot))
         while True:
             events = await _in_pool(self._executor, self.coordinator.events, request.job_id, after)
             for event in events:
-                yield event_message(event, _state_enum)
+                yield event_message(event, state_enum)
                 after = event.sequence
             if not events:
                 view = await _in_pool(self._executor, self.coordinator.get_job, request.job_id)
@@ -318,8 +220,8 @@ class FarmAgentServicer(farm_pb2_grpc.FarmAgentServicer):
             build_workers=request.build_workers, previous_agent_id=request.previous_agent_id,
         )
         return farm_pb2.RegisterResponse(
-            agent_id=reg.agent.id, heartbeat_interval=_duration(reg.heartbeat_interval),
-            lease_ttl=_duration(reg.lease_ttl),
+            agent_id=reg.agent.id, heartbeat_interval=duration(reg.heartbeat_interval),
+            lease_ttl=duration(reg.lease_ttl),
             tracker=farm_pb2.TrackerAddress(host=reg.tracker_host, port=reg.tracker_port, key=reg.tracker_key),
         )
 
@@ -362,12 +264,12 @@ class FarmAgentServicer(farm_pb2_grpc.FarmAgentServicer):
                 break
             if (not validation_at_start
                     and self.coordinator.may_offer_validation(request.agent_id, request.fingerprint_id)):
-                return farm_pb2.LeaseShardResponse(retry_after=_duration(0.0))  # ask LeaseValidation now
+                return farm_pb2.LeaseShardResponse(retry_after=duration(0.0))  # ask LeaseValidation now
             # After a claim that found nothing (another agent was first), a longer step: the
             # pending-work answer it went by is refreshed at most every quarter second.
             step = LEASE_WAIT_STEP_S * (2 if claim is not None else 1)
             if self.coordinator.draining or loop.time() + step > held_until:
-                return farm_pb2.LeaseShardResponse(retry_after=_duration(self.coordinator.settings.idle_retry_after))
+                return farm_pb2.LeaseShardResponse(retry_after=duration(self.coordinator.settings.idle_retry_after))
             await asyncio.sleep(step)
         offer = await _in_pool(self._executor, self.coordinator.shard_offer, lease, request.fingerprint_id)
         shard = offer.lease.shard
@@ -381,7 +283,7 @@ class FarmAgentServicer(farm_pb2_grpc.FarmAgentServicer):
                                         num_trials_per_iter=offer.num_trials_per_iter),
             tracker=farm_pb2.TrackerAddress(host=offer.tracker_host, port=offer.tracker_port, key=offer.tracker_key),
             seed=offer.seed, records_per_report=offer.report_size.records,
-            report_within=_duration(offer.report_size.within_s),
+            report_within=duration(offer.report_size.within_s),
             warm_records=[farm_pb2.WarmRecord(workload_shash=s, tuning_record_json=r) for s, r in offer.warm_records],
         ))
 
@@ -421,7 +323,7 @@ class FarmAgentServicer(farm_pb2_grpc.FarmAgentServicer):
         if result.accepted:
             size = self.coordinator.report_sizing.offer()
             reply.records_per_report = size.records
-            reply.report_within.CopyFrom(_duration(size.within_s))
+            reply.report_within.CopyFrom(duration(size.within_s))
         return reply
 
     @_rpc
@@ -447,7 +349,7 @@ class FarmAgentServicer(farm_pb2_grpc.FarmAgentServicer):
         return await _in_pool(self._executor, self._lease_validation, request)
 
     def _no_validation(self):
-        return farm_pb2.LeaseValidationResponse(retry_after=_duration(self.coordinator.settings.idle_retry_after))
+        return farm_pb2.LeaseValidationResponse(retry_after=duration(self.coordinator.settings.idle_retry_after))
 
     def _lease_validation(self, request):
         offer = self.coordinator.lease_validation(request.agent_id, request.fingerprint_id)
@@ -457,8 +359,8 @@ class FarmAgentServicer(farm_pb2_grpc.FarmAgentServicer):
         message = farm_pb2.ValidationLease(
             job_id=lease.job.id, validation_id=offer.validation_id, attempt=v.attempt, target=lease.job.target,
             library=lease.library, lib_format=v.lib_format, library_sha256=v.library_sha256,
-            inputs=[_spec(s) for s in v.inputs], weight_specs=[_spec(s) for s in v.weights],
-            weights=[_tensor(_spec(s), value) for s, value in zip(v.weights, offer.weight_values)],
+            inputs=[tensor_spec(s) for s in v.inputs], weight_specs=[tensor_spec(s) for s in v.weights],
+            weights=[tensor(tensor_spec(s), value) for s, value in zip(v.weights, offer.weight_values)],
             seed=v.seed, runs=v.runs, warmup=v.warmup,
         )
         if lease.reference_library is not None:
@@ -504,16 +406,6 @@ def _summary(task) -> dict:
     return {"task_name": task.task_name, "trials": task.trials, "build_errors": task.build_errors,
             "run_errors": task.run_errors, "best_us": task.best_us, "elapsed_s": task.elapsed_s,
             "sample_errors": list(task.sample_errors)}
-
-
-def _spec(spec: dict) -> farm_pb2.TensorSpec:
-    return farm_pb2.TensorSpec(name=spec["name"], dtype=spec["dtype"], shape=[int(d) for d in spec["shape"]],
-                               fill_json=json.dumps(spec["fill"]) if spec.get("fill") else "")
-
-
-def _tensor(spec: farm_pb2.TensorSpec, value) -> farm_pb2.Tensor:
-    array = np.ascontiguousarray(value, dtype=np.dtype(spec.dtype))
-    return farm_pb2.Tensor(spec=spec, data=array.astype(array.dtype.newbyteorder("<"), copy=False).tobytes())
 
 
 def _peer(context) -> str:

@@ -1,0 +1,134 @@
+"""The coordinator's values as proto messages: jobs, their events, agents, tensors.
+
+Pure conversions with no decisions, used by the gRPC face (coordinator.servicer).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from datetime import datetime, timedelta
+
+import numpy as np
+from google.protobuf.duration_pb2 import Duration
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from coordinator import metrics
+from coordinator.service import AgentView, JobView
+from foundation.domain.jobs import JobState
+from foundation.domain.shards import ShardState
+from foundation.wire import farm_pb2
+
+JOB_STATES = {state: getattr(farm_pb2, f"JOB_STATE_{state.name}") for state in JobState}
+JOB_STATES_BACK = {v: k for k, v in JOB_STATES.items()}
+_SHARD_STATES = {state: getattr(farm_pb2, f"SHARD_STATE_{state.name}") for state in ShardState}
+
+
+def timestamp(moment: datetime | None) -> Timestamp | None:
+    if moment is None:
+        return None
+    stamp = Timestamp()
+    stamp.FromDatetime(moment)
+    return stamp
+
+
+def duration(seconds: float) -> Duration:
+    duration = Duration()
+    duration.FromTimedelta(timedelta(seconds=seconds))
+    return duration
+
+
+def job_message(view: JobView) -> farm_pb2.Job:
+    job = view.job
+    message = farm_pb2.Job(
+        id=job.id,
+        state=JOB_STATES[JobState(job.state)],
+        status=job.status or "",
+        target=job.target or "",
+        target_kind=job.target_kind or "",
+        fingerprint_id=job.fingerprint_id or "",
+        cache_hit=job.cache_hit,
+        trials_done=job.trials_done,
+        trials_budget=job.trials_budget,
+        trial_errors=view.trial_errors,
+        shards=farm_pb2.ShardCounts(**{s.value: n for s, n in view.shard_counts.items()}),
+        error=job.error or "",
+    )
+    if view.model is not None:
+        message.model.CopyFrom(farm_pb2.ModelSummary(
+            name=view.model.name, source=view.model.source, source_digest=view.model.source_digest,
+            batch=view.model.batch))
+    for shard in view.failed_shards:
+        message.failed_shards.append(farm_pb2.ShardFailure(
+            shard_id=shard.id, task_names=shard.task_names,
+            attempts=[farm_pb2.AttemptFailure(attempt=f.attempt, agent_id=f.agent_id or "", reason=f.reason)
+                      for f in shard.failures]))
+    if view.artifact is not None:
+        a = view.artifact
+        validation = a.validation or {}
+        message.artifact.CopyFrom(farm_pb2.ArtifactSummary(
+            id=a.id, sha256=a.sha256, size_bytes=a.size,
+            latency=farm_pb2.LatencyStats(mean_ms=a.latency_mean_ms, median_ms=a.latency_median_ms,
+                                          std_ms=a.latency_std_ms),
+            untuned_latency=farm_pb2.LatencyStats(mean_ms=a.untuned_latency_mean_ms or 0.0),
+            validated=bool(validation.get("passed"))))
+    for name, moment in (("created_at", job.created_at), ("started_at", job.started_at),
+                         ("finished_at", job.finished_at)):
+        if moment is not None:
+            getattr(message, name).CopyFrom(timestamp(moment))
+    return message
+
+
+def event_message(event, state_of: Callable[[str], int]) -> farm_pb2.JobEvent:
+    """A stored job event on the wire; ``state_of`` maps a stored state name to the enum."""
+    message = farm_pb2.JobEvent(job_id=event.job_id, sequence=event.sequence, time=timestamp(event.created_at))
+    p = event.payload
+    if event.kind == "state_changed":
+        message.state_changed.CopyFrom(farm_pb2.JobStateChanged(
+            from_state=state_of(p.get("from", "")), to_state=state_of(p.get("to", "")),
+            status=p.get("status", ""), error=p.get("error", "") or ""))
+    elif event.kind == "shard_changed":
+        message.shard_changed.CopyFrom(farm_pb2.ShardChanged(
+            shard_id=p.get("shard_id", ""), state=_SHARD_STATES.get(ShardState(p["state"]), 0) if p.get("state") else 0,
+            attempt=int(p.get("attempt", 0)), agent_id=p.get("agent_id", ""), reason=p.get("reason", "")))
+    elif event.kind == "task_progress":
+        fields = {k: p[k] for k in ("shard_id", "task_name", "trials", "budget", "build_errors", "run_errors",
+                                    "best_us", "best_gflops") if k in p}
+        message.task_progress.CopyFrom(farm_pb2.TaskProgress(**fields))
+    else:
+        message.log.CopyFrom(farm_pb2.LogLine(source=p.get("source", "coordinator"), level=p.get("level", "info"),
+                                              message=p.get("message", json.dumps(p))))
+    return message
+
+
+def state_enum(name: str) -> int:
+    try:
+        return JOB_STATES[JobState(name)]
+    except ValueError:
+        return farm_pb2.JOB_STATE_UNSPECIFIED
+
+
+def agent_message(view: AgentView) -> farm_pb2.Agent:
+    agent = view.agent
+    if agent.state == "lost":
+        state = farm_pb2.AGENT_STATE_LOST
+    else:
+        state = farm_pb2.AGENT_STATE_BUSY if view.running_leases else farm_pb2.AGENT_STATE_IDLE
+    return farm_pb2.Agent(
+        id=agent.id, fingerprint_id=agent.fingerprint_id, fingerprint_summary=view.fingerprint_summary,
+        target_kinds=agent.target_kinds, address=agent.address, hostname=agent.hostname,
+        tvm_version=agent.tvm_version, state=state, registered_at=timestamp(agent.registered_at),
+        last_heartbeat=timestamp(agent.last_heartbeat_at),
+        running_leases=[farm_pb2.LeaseRef(job_id=j, shard_id=s, attempt=a) for j, s, a in view.running_leases],
+        rpc_server_serving=view.rpc_server_serving, trials_per_second=metrics.trials_per_second(agent.id),
+    )
+
+
+def tensor_spec(spec: dict) -> farm_pb2.TensorSpec:
+    return farm_pb2.TensorSpec(name=spec["name"], dtype=spec["dtype"], shape=[int(d) for d in spec["shape"]],
+                               fill_json=json.dumps(spec["fill"]) if spec.get("fill") else "")
+
+
+def tensor(spec: farm_pb2.TensorSpec, value) -> farm_pb2.Tensor:
+    array = np.ascontiguousarray(value, dtype=np.dtype(spec.dtype))
+    return farm_pb2.Tensor(spec=spec, data=array.astype(array.dtype.newbyteorder("<"), copy=False).tobytes())
