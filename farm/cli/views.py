@@ -106,7 +106,9 @@ def _ago(when: str | None) -> str | None:
 def agent_row(doc: dict) -> list[Any]:
     """A row of `farm agents` from an agent document (farm.client.agent_json)."""
     leases = ", ".join(f"{r['shard_id']}#{r['attempt']}" for r in doc["running_leases"])
-    device = "cuda" if "cuda" in doc["target_kinds"] else "cpu"
+    # A GPU agent's fingerprint names its device first ("NVIDIA A100-SXM4-40GB, sm_80, ...").
+    device = (f"cuda: {doc['fingerprint_summary'].split(',', 1)[0]}" if "cuda" in doc["target_kinds"]
+              and doc.get("fingerprint_summary") else "cuda" if "cuda" in doc["target_kinds"] else "cpu")
     return [doc["id"], doc["state"], doc["fingerprint_id"], device, doc["hostname"], leases,
             f"{doc['trials_per_second']:.2g}" if doc["trials_per_second"] else "-",
             "serving" if doc["rpc_server_serving"] else "down", f"{age(_when(doc['last_heartbeat']))} ago"

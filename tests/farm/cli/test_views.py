@@ -70,6 +70,9 @@ def test_agent_row():
     idle = agent_json(farm_pb2.Agent(id="agent-2", target_kinds=["cuda"], state=farm_pb2.AGENT_STATE_IDLE))
     assert idle["rpc_server_serving"] is False and idle["trials_per_second"] == 0  # present, though proto-default
     assert agent_row(idle)[3] == "cuda" and agent_row(idle)[6] == "-"
+    gpu = agent_json(farm_pb2.Agent(id="agent-3", target_kinds=["llvm", "cuda"], state=farm_pb2.AGENT_STATE_IDLE,
+                                    fingerprint_summary="NVIDIA A100-SXM4-40GB, sm_80, 108 SMs, 40 GiB"))
+    assert agent_row(gpu)[3] == "cuda: NVIDIA A100-SXM4-40GB"
 
 
 def test_units():
