@@ -29,10 +29,12 @@ from foundation.job_driver.cancellation import Cancellation
 from foundation.job_driver.driver import JobDriver, RegistryJobMoves, tuning_failure, validation_failure
 from foundation.job_driver.runners import Heartbeat, fail_dead_jobs, this_runner
 from foundation.job_driver.tuning_lock import ScopeLock, scope_key
+from foundation.meta_schedule.reuse import default_mode
 from foundation.meta_schedule.tuner import MeasureSettings, ProgressListener, TuningBudget, TuningReport, WorkerPools
 from foundation.models.model_key import ModelKey, model_key
 
 if TYPE_CHECKING:  # pragma: no cover
+    from foundation.domain.reuse import ReusePlan
     from foundation.registry.entities import Artifact, Job
 
 
@@ -51,6 +53,8 @@ class SubmitRequest:
     trials: int | None = None
     trials_per_task: int | None = None
     retune: bool = False
+    # foundation.domain.reuse; None: auto, or off with --retune (foundation.meta_schedule.reuse.default_mode)
+    reuse: str | None = None
     seed: int = 0
     measure: MeasureSettings = field(default_factory=MeasureSettings)
     validation_runs: int = 20
@@ -66,6 +70,7 @@ class SubmitResult:
     artifact: "Artifact | None"
     report: TuningReport | None = None
     seconds: float = 0.0
+    reuse: "ReusePlan | None" = None
 
     def to_json(self) -> dict:
         out = {
@@ -86,6 +91,8 @@ class SubmitResult:
             out["measure_errors"] = self.report.errors
             out["tuning_seconds"] = round(self.report.seconds, 3)
             out["first_build_at"] = self.report.first_build_at
+        if self.reuse:
+            out["reuse"] = {**self.reuse.summary(), "per_task": [t.to_json() for t in self.reuse.tasks]}
         return out
 
 
@@ -158,6 +165,7 @@ def _run_job(ctx: FarmContext, key: ModelKey, request: SubmitRequest, lock: Scop
     from foundation.compile import build_library, extract_tuning_tasks
     from foundation.meta_schedule import tuner
     from foundation.meta_schedule.database.registry_database import tvm_database_for
+    from foundation.meta_schedule.reuse import decide_reuse
     from foundation.models.loading import load_model
     from foundation.runtime.validation import check_library
 
@@ -181,10 +189,11 @@ def _run_job(ctx: FarmContext, key: ModelKey, request: SubmitRequest, lock: Scop
     forget_last_words = cancellation.on_abandon(lambda: _abandon(store, job.id, driver.state, lock))
     pools = WorkerPools(request.measure)
     report: TuningReport | None = None
+    reused = None
 
     def ended(artifact: "Artifact | None" = None) -> SubmitResult:
         return SubmitResult(store.get_job(job.id), False, ctx.fingerprint.id, key, ctx.target_json, artifact,
-                            report, time.monotonic() - begin)
+                            report, time.monotonic() - begin, reused.plan if reused else None)
 
     def step(new: JobState, status: str, **fields) -> None:
         if not driver.advance(new, status, **fields):
@@ -197,16 +206,22 @@ def _run_job(ctx: FarmContext, key: ModelKey, request: SubmitRequest, lock: Scop
         tell("extracting", "extracting tuning tasks")
         tasks = extract_tuning_tasks(loaded, tvm_target)
         budget = TuningBudget.for_tasks(len(tasks), request.trials, request.trials_per_task)
+        database = tvm_database_for(store, ctx.fingerprint.id, ctx.target_json, ctx.tvm_version,
+                                    ctx.software, job_id=job.id)
+        reused = decide_reuse(tasks, database, request.reuse or default_mode(request.retune), budget)
         if cancellation.is_set():
             driver.cancel(cancellation.reason)
             return ended()
-        step(JobState.RUNNING, f"running: tuning {len(tasks)} tasks, {budget.max_trials_global} trials",
-             trials_budget=budget.max_trials_global)
-        database = tvm_database_for(store, ctx.fingerprint.id, ctx.target_json, ctx.tvm_version,
-                                    ctx.software, job_id=job.id)
-        tell("running", f"tuning {len(tasks)} tasks, {budget.max_trials_global} trials")
-        report = tuner.tune(tasks, tvm_target, database, budget, config.job_work_dir(job.id), pools=pools,
-                            listener=observer, cancelled=cancellation.event, seed=request.seed)
+        tuning = f"tuning {len(reused.tasks)} of {len(tasks)} tasks, {reused.budget.max_trials_global} trials"
+        if not reused.tasks:
+            tuning = "nothing to tune"
+        step(JobState.RUNNING, f"running: {tuning}", trials_budget=reused.plan.trials,
+             options={**job.options, "reused": reused.plan.summary()})
+        tell("reuse", reused.plan.describe())
+        tell("running", tuning)
+        report = tuner.tune(reused.tasks, tvm_target, database, reused.budget, config.job_work_dir(job.id),
+                            pools=pools, listener=observer, cancelled=cancellation.event, seed=request.seed,
+                            trial_caps=reused.trial_caps)
         store.update_job(job.id, trials_done=report.trials)
         # The build wants the CPUs and memory the workers hold, and the library is timed
         # with no worker process about (bench/quiet_timing.py).
@@ -274,6 +289,7 @@ def _options(request: SubmitRequest) -> dict:
         "trials": request.trials,
         "trials_per_task": request.trials_per_task,
         "retune": request.retune,
+        "reuse": request.reuse or default_mode(request.retune).value,
         "seed": request.seed,
         "mode": "embedded",
     }

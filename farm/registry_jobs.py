@@ -82,6 +82,7 @@ class RegistryJobs:
             "batch": model.batch if model else None,
             "target": job.target,
             "shards": None,
+            "reuse": job.options.get("reused"),
             "error": job.error,
             "artifact": artifact_json(artifact) if artifact else None,
             "runner": job.runner.describe() if job.runner else None,

@@ -16,6 +16,7 @@ from farm.cli.options import (
     TOKEN_FILE_OPTION,
 )
 from farm.cli.output import emit_json, stdout_console
+from foundation.domain.reuse import ReuseMode
 from foundation.errors import BadInput, FarmError, Interrupted, JobFailed, NotFound
 
 app = typer.Typer()
@@ -34,6 +35,11 @@ def submit(
     trials_per_task: int | None = typer.Option(
         None, "--trials-per-task", min=1, help="Per-task trial cap (default: 32, or --trials when that is given)."),
     retune: bool = typer.Option(False, "--retune", help="Tune even if the registry has a library; records merge."),
+    reuse: ReuseMode | None = typer.Option(
+        None, "--reuse", case_sensitive=False,
+        help="Tasks whose workload already has measured records here: auto (the default; off with --retune) "
+             "skips those measured at least as often as this job would, and tops up the rest with one "
+             "batch; full skips them all; topup tops each up; off tunes every task with its plan."),
     build_workers: int | None = typer.Option(
         None, "--build-workers", min=1, help="Builder processes (default: all CPUs)."),
     runs: int = typer.Option(20, "--runs", min=1, help="Timed runs of the final library (after 3 warm-up runs)."),
@@ -65,8 +71,9 @@ def submit(
         client = client_of(coordinator, token_file, tls_ca, tls_cert, tls_key)
         return remote_submit(client, model=model, target=target, batch=batch, trials=trials,
                              trials_per_task=trials_per_task, retune=retune, seed=seed,
-                             fingerprint=fingerprint, runs=runs, wait=wait, timeout=timeout,
-                             json_output=json_output, report_dir=report_dir, registry=registry)
+                             reuse=reuse.value if reuse else None, fingerprint=fingerprint, runs=runs,
+                             wait=wait, timeout=timeout, json_output=json_output, report_dir=report_dir,
+                             registry=registry)
     from farm.cli.interrupts import cancel_on_signals
     from farm.embedded import SubmitRequest
     from farm.embedded import submit as submit_job
@@ -74,7 +81,7 @@ def submit(
 
     request = SubmitRequest(
         model=model, target=target, batch=batch, registry=registry, trials=trials,
-        trials_per_task=trials_per_task, retune=retune, seed=seed,
+        trials_per_task=trials_per_task, retune=retune, seed=seed, reuse=reuse.value if reuse else None,
         measure=MeasureSettings(build_workers=build_workers), validation_runs=runs,
     )
     observer = None
@@ -219,6 +226,8 @@ def _print_submit(result) -> None:
     console.print(f"job          {job.id}  {job.state}{'  (registry hit: no tuning)' if result.cache_hit else ''}")
     console.print(f"model        {result.model.describe()}  target {result.target}")
     console.print(f"fingerprint  {result.fingerprint}")
+    if result.reuse:
+        console.print(f"reuse        {result.reuse.describe()}")
     if result.report:
         r = result.report
         console.print(f"tuning       {r.trials} trials over {len(r.tasks)} tasks in {duration(r.seconds)}"

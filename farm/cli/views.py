@@ -12,6 +12,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from farm.cli.units import age, duration, milliseconds, size
+from foundation.domain.reuse import describe_summary
 
 JOB_COLUMNS = ("job", "state", "model", "batch", "target", "trials", "fingerprint", "age", "status")
 AGENT_COLUMNS = ("agent", "state", "fingerprint", "device", "host", "lease", "trials/s", "rpc", "last beat")
@@ -70,6 +71,7 @@ def job_fields(doc: dict) -> list[tuple[str, Any]]:
         ("Fingerprint", doc["fingerprint"] or "not chosen yet: the first agent of its target kind decides"),
         ("Trials", _trials(doc["trials"], doc.get("trials_budget", 0), doc.get("trial_errors", 0))),
         ("Shards", shards or "none yet"),
+        ("Reuse", describe_summary(doc["reuse"]) if doc.get("reuse") else None),
         ("Created", _ago(doc.get("created_at"))),
         ("Started", _ago(doc.get("started_at"))),
         ("Finished", _ago(doc.get("finished_at"))),

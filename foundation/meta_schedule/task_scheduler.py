@@ -10,7 +10,9 @@ measured everything and committed nothing.
 weighted gradient of its best latency, with TVM's alpha and window), but joins every task
 whose batch is measured before it picks the next, so records reach the database one batch at
 a time. When ``cancelled`` is set it joins what is in flight and ends the tuning: nothing
-measured is lost, and nothing more is started.
+measured is lost, and nothing more is started. A task given a cap of its own (a reused task's
+top-up, foundation.domain.reuse) is terminated once it measured that many: MetaSchedule knows
+one per-task cap only.
 """
 
 from __future__ import annotations
@@ -36,8 +38,10 @@ class LatencyHistory:
     def __init__(self, num_tasks: int):
         self._best = [FAILED_MS] * num_tasks
         self.history: list[list[float]] = [[] for _ in range(num_tasks)]
+        self.trials = [0] * num_tasks  # candidates joined, failed ones included
 
     def record(self, task_id: int, builder_results: Sequence, runner_results: Sequence) -> None:
+        self.trials[task_id] += len(builder_results)
         for built, ran in zip(builder_results, runner_results):
             self._best[task_id] = min(self._best[task_id], _latency_ms(built, ran))
         self.history[task_id].append(self._best[task_id])
@@ -62,8 +66,10 @@ def _latency_ms(built, ran) -> float:
     return median * 1e3
 
 
-def joined_gradient(history: LatencyHistory, cancelled: threading.Event | None = None, seed: int | None = None):
-    """A MetaSchedule TaskScheduler (see the module's docstring)."""
+def joined_gradient(history: LatencyHistory, cancelled: threading.Event | None = None, seed: int | None = None,
+                    caps: Sequence[int | None] | None = None):
+    """A MetaSchedule TaskScheduler (see the module's docstring); ``caps`` holds each task's own
+    trial cap, or None where MetaSchedule's per-task cap is the only one."""
     from tvm.ir.utils import derived_object
     from tvm.s_tir.meta_schedule.task_scheduler import PyTaskScheduler
 
@@ -79,6 +85,7 @@ def joined_gradient(history: LatencyHistory, cancelled: threading.Event | None =
             tasks = scheduler.tasks_
             for i in range(len(tasks)):
                 scheduler.touch_task(i)  # joins each task whose batch is measured: its records commit
+            self._end_capped(scheduler, tasks)
             if cancelled is not None and cancelled.is_set():
                 for i, task in enumerate(tasks):
                     if not task.is_terminated and task.runner_futures is not None:
@@ -99,6 +106,20 @@ def joined_gradient(history: LatencyHistory, cancelled: threading.Event | None =
                 task_id = alive[grads.index(max(grads))]
             if tasks[task_id].runner_futures is not None:
                 scheduler.join_running_task(task_id)
+                if self._end_capped(scheduler, tasks):
+                    return self.next_task_id()  # the batch just joined used up its cap
             return task_id
+
+        def _end_capped(self, scheduler, tasks) -> bool:
+            """Terminate every joined task that measured its own cap; True if any was."""
+            ended = False
+            for i, task in enumerate(tasks):
+                cap = caps[i] if caps is not None else None
+                if cap is None or task.is_terminated or task.runner_futures is not None:
+                    continue
+                if history.trials[i] >= cap:
+                    scheduler.terminate_task(i)
+                    ended = True
+            return ended
 
     return _JoinedGradient()

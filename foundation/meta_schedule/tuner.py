@@ -111,6 +111,7 @@ def tune(
     listener: ProgressListener | None = None,
     cancelled: threading.Event | None = None,
     seed: int | None = None,
+    trial_caps: Sequence[int | None] | None = None,
 ) -> TuningReport:
     """Tune ``tasks`` for ``target``; records go to ``database`` as they are measured.
 
@@ -120,8 +121,11 @@ def tune(
     writes it then; an agent's reports on its own schedule). MetaSchedule's own log goes to
     ``work_dir/logs``, and what TVM's C++ code writes to stderr meanwhile to
     ``work_dir/logs/tvm.log`` (foundation.processes.native_stderr): a listener drawing on the
-    terminal writes to `terminal_stderr()`.
+    terminal writes to `terminal_stderr()`. ``trial_caps`` gives tasks a cap of their own below
+    the budget's per-task cap (a reused task's top-up), None for the others.
     """
+    if not tasks:  # every task reused: nothing to search
+        return TuningReport(tasks=[], seconds=0.0, cancelled=cancelled is not None and cancelled.is_set())
     target_kind = target.kind.name
     install_lean_tensor_intrinsics(target_kind)
     from tvm.s_tir import meta_schedule as ms
@@ -130,12 +134,20 @@ def tune(
     builder, runner = pools.get(target_kind)
     work_dir.mkdir(parents=True, exist_ok=True)
     begin = time.monotonic()
-    planned = budget.planned_per_task(len(tasks))
-    _write_task_list(work_dir, tasks, planned)
+    caps = list(trial_caps) if trial_caps is not None else [None] * len(tasks)
+    if len(caps) != len(tasks):
+        raise ValueError(f"{len(caps)} trial caps for {len(tasks)} tasks")
+    # The uncapped tasks share what the capped ones leave of the budget.
+    uncapped = sum(cap is None for cap in caps)
+    capped_trials = sum(cap for cap in caps if cap is not None)
+    planned = TuningBudget(max(budget.max_trials_global - capped_trials, 1), budget.max_trials_per_task,
+                           budget.num_trials_per_iter).planned_per_task(uncapped)
+    _write_task_list(work_dir, tasks, [planned if cap is None else cap for cap in caps])
     progress = [
         TaskProgress(index=i, name=t.name, weight=t.weight, flop=t.flop,
-                     budget=budget.max_trials_per_task, planned=planned, started=begin)
-        for i, t in enumerate(tasks)
+                     budget=budget.max_trials_per_task if cap is None else cap,
+                     planned=planned if cap is None else cap, started=begin)
+        for i, (t, cap) in enumerate(zip(tasks, caps))
     ]
     contexts = _tune_contexts(tasks, target, work_dir, seed, budget.max_trials_per_task)
     live = LiveProgress(progress, listener)
@@ -164,7 +176,7 @@ def tune(
                 # a loaded box), ending the job; _BatchEnd removes the build directories instead.
                 measure_callbacks=[ms.measure_callback.AddToDatabase(), ms.measure_callback.UpdateCostModel(),
                                    batch_end.tvm_object],
-                task_scheduler=joined_gradient(history, cancelled, seed),
+                task_scheduler=joined_gradient(history, cancelled, seed, caps),
             )
     finally:
         pools.live = None
@@ -181,15 +193,15 @@ def tune(
     )
 
 
-def _write_task_list(work_dir: Path, tasks: Sequence["TuningTask"], planned: int) -> None:
+def _write_task_list(work_dir: Path, tasks: Sequence["TuningTask"], planned: Sequence[int]) -> None:
     """What was tuned, beside MetaSchedule's logs: names, weights and workload hashes, so that a
     report can name the registry's records by task (`farm report`)."""
     import json
 
     import tvm_ffi
 
-    document = [{"name": t.name, "weight": t.weight, "flop": t.flop, "planned": planned,
-                 "workload_shash": str(tvm_ffi.structural_hash(t.mod))} for t in tasks]
+    document = [{"name": t.name, "weight": t.weight, "flop": t.flop, "planned": share,
+                 "workload_shash": str(tvm_ffi.structural_hash(t.mod))} for t, share in zip(tasks, planned)]
     (work_dir / TASK_LIST).write_text(json.dumps(document, indent=1))
 
 

@@ -258,6 +258,23 @@ class TuningRecords:
         with self._unit.read() as session:
             return [r.to_entity() for r in session.scalars(query)]
 
+    def measured_counts(
+        self, workload_ids: Iterable[int], fingerprint_id: str, target: str, tvm_version: str
+    ) -> dict[int, int]:
+        """Valid measured records per workload in the scope (workloads with none are left out);
+        each workload is one range of the scope index."""
+        ids = sorted(set(workload_ids))
+        if not ids:
+            return {}
+        query = (
+            self._record_query(ids, fingerprint_id, target, tvm_version)
+            .where(TuningRecordRow.mean_sec.is_not(None))
+            .with_only_columns(TuningRecordRow.workload_id, func.count())
+            .group_by(TuningRecordRow.workload_id)
+        )
+        with self._unit.read() as session:
+            return dict(session.execute(query).all())
+
     def all_records(
         self,
         workload_id: int | Iterable[int] | None = None,

@@ -36,3 +36,22 @@ def write_small_cnn(path: Path, *, batch_dim: str | int = "N") -> Path:
     path = Path(path)
     onnx.save(model, path)
     return path
+
+
+def write_small_cnn_other_head(path: Path) -> Path:
+    """`write_small_cnn`'s layers up to the pooling, then Gemm(8->7): a model sharing its first tasks."""
+    import onnx
+    from onnx import numpy_helper
+
+    path = write_small_cnn(Path(path))
+    model = onnx.load(path)
+    rng = np.random.default_rng(1)
+    weights = {"fc_w": rng.standard_normal((7, 8)).astype("float32") * 0.3,
+               "fc_b": rng.standard_normal(7).astype("float32") * 0.1}
+    for i, init in enumerate(model.graph.initializer):
+        if init.name in weights:
+            model.graph.initializer[i].CopyFrom(numpy_helper.from_array(weights[init.name], init.name))
+    model.graph.output[0].type.tensor_type.shape.dim[1].dim_value = 7
+    onnx.checker.check_model(model)
+    onnx.save(model, path)
+    return path

@@ -221,6 +221,15 @@ class RegistryDatabase(PyDatabase):
             self._by_id[workload_id] = Workload.from_json(json.loads(mod_json))
         return [self._tuning_record(s) for s in stored]
 
+    def measured_count(self, mod: IRModule) -> int:
+        """Valid measured records of ``mod``'s workload in this scope: what a job may reuse
+        (foundation.meta_schedule.reuse). Measured records only, whatever seeds the search."""
+        self.flush()
+        ids = self._matching_ids(mod)
+        if not ids:
+            return 0
+        return sum(self.store.measured_counts(ids, self.fingerprint_id, self.target_json, self.tvm_version).values())
+
     def __len__(self) -> int:
         self.flush()
         return self.store.count_records(

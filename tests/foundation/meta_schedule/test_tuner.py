@@ -165,3 +165,19 @@ def test_search_population_follows_the_budget():
     assert search_strategy(below).population_size == CANDIDATES_PER_TRIAL * below
     assert search_strategy(FULL_POPULATION_FROM) == "evolutionary"
     assert search_strategy(1000) == "evolutionary"
+
+
+def test_a_task_with_a_cap_of_its_own_stops_there(mlp, pools, tmp_path):
+    """A reused task's top-up: one batch, while the other task takes the rest of the budget."""
+    from tvm.s_tir import meta_schedule as ms
+
+    target, tasks = mlp
+    db = ms.database.MemoryDatabase()
+    report = tune(tasks, target, db, TuningBudget(10, 8, 2), tmp_path, pools=pools, seed=1, trial_caps=[2, None])
+    capped, free = report.tasks
+    assert (capped.trials, capped.budget, capped.planned) == (2, 2, 2)
+    assert free.trials == 8 and free.budget == 8  # the cap did not end the tuning early
+    assert len(db) == report.trials == 10
+    with pytest.raises(ValueError, match="1 trial caps for 2 tasks"):
+        tune(tasks, target, db, TuningBudget(4, 2, 2), tmp_path, pools=pools, trial_caps=[None])
+    assert tune([], target, db, TuningBudget(4, 2, 2), tmp_path, pools=pools).trials == 0

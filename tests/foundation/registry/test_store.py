@@ -383,6 +383,25 @@ def test_top_k_is_fastest_valid_first_and_scoped(store):
     assert [r.trace for r in both] == ['"other"']
 
 
+def test_measured_counts_are_valid_records_in_scope_per_workload(store):
+    """What exact-workload reuse reads (foundation.meta_schedule.reuse)."""
+    workload = _seed(store)
+    other_workload = store.commit_workload("124", '["124","b3RoZXI="]')
+    unmeasured = store.commit_workload("125", '["125","bm9uZQ=="]')
+    store.add_tuning_records([
+        _record(workload, '"a"', [0.001]), _record(workload, '"b"', [0.002]),
+        _record(workload, '"failed"', None), _record(workload, '"timeout"', [1e10]),
+        _record(workload, '"fp"', [0.001], fingerprint_id="cpu-bbbb"),
+        _record(workload, '"target"', [0.001], target=OTHER_TARGET),
+        _record(workload, '"tvm"', [0.001], tvm_version="0.26.0"),
+        _record(other_workload, '"c"', [0.003]),
+    ])
+    counts = store.measured_counts([workload, other_workload, unmeasured], "cpu-aaaa", TARGET, "0.27.0")
+    assert counts == {workload: 2, other_workload: 1}
+    assert store.measured_counts([workload], "cpu-bbbb", TARGET, "0.27.0") == {workload: 1}
+    assert store.measured_counts([], "cpu-aaaa", TARGET, "0.27.0") == {}
+
+
 def test_trace_and_args_info_are_stored_as_the_exact_text_given(store):
     # What comes back must be the very text (spacing, number spelling, key order, escapes), or
     # digests and the records agents are sent would drift.

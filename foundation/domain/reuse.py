@@ -1,0 +1,145 @@
+"""Which of a job's tasks the registry already answers (pure: record counts in, a plan out).
+
+A task is *reusable* when its workload already has valid measured records on the job's
+fingerprint, target and TVM version (whichever model or job measured them). What the job
+does with such a task depends on the mode (`farm submit --reuse`):
+
+- ``auto`` (the default): skip it when it has at least as many valid records as this job
+  would measure for it (its planned trials: it was tuned at least this hard before), else
+  give it a top-up;
+- ``full``: skip every reusable task;
+- ``topup``: give every reusable task a top-up;
+- ``off``: tune every task with its plan, as if nothing had been measured (the search still
+  starts from the stored records).
+
+A top-up is one measured batch (the budget's ``num_trials_per_iter``: 16, fewer when the
+per-task budget is smaller), never more than the task's plan. A task with no valid record is
+tuned with its plan in every mode. Trials saved are the plan's budget less what the job
+will spend: the job does not hand skipped tasks' trials to the others.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+
+class ReuseMode(str, enum.Enum):
+    AUTO = "auto"
+    FULL = "full"
+    TOPUP = "topup"
+    OFF = "off"
+
+
+class TaskAction(str, enum.Enum):
+    TUNE = "tune"  # its planned trials, as without reuse
+    TOPUP = "topup"  # one measured batch
+    SKIP = "skip"  # nothing: the build takes its best stored record
+
+
+@dataclass(frozen=True)
+class TaskHistory:
+    """What the registry holds for one task's workload in the job's scope."""
+
+    name: str
+    measured: int  # valid measured records of its workload
+
+
+@dataclass(frozen=True)
+class TaskReuse:
+    name: str
+    action: TaskAction
+    trials: int  # what the job may measure for it: its plan, its top-up, or 0
+    measured: int
+
+    def to_json(self) -> dict:
+        return {"task": self.name, "action": self.action.value, "trials": self.trials, "measured": self.measured}
+
+
+@dataclass(frozen=True)
+class ReusePlan:
+    mode: ReuseMode
+    tasks: tuple[TaskReuse, ...]
+    planned_trials: int  # the job's budget without reuse
+    trials: int  # the job's budget with it
+
+    @property
+    def reused(self) -> int:
+        """Tasks skipped or topped up."""
+        return sum(t.action is not TaskAction.TUNE for t in self.tasks)
+
+    @property
+    def skipped(self) -> int:
+        return sum(t.action is TaskAction.SKIP for t in self.tasks)
+
+    @property
+    def topped_up(self) -> int:
+        return sum(t.action is TaskAction.TOPUP for t in self.tasks)
+
+    @property
+    def trials_saved(self) -> int:
+        return self.planned_trials - self.trials
+
+    def to_tune(self) -> list[TaskReuse]:
+        """The tasks the job measures, in the job's order."""
+        return [t for t in self.tasks if t.action is not TaskAction.SKIP]
+
+    def summary(self) -> dict:
+        """What a job keeps and shows of its reuse: counts, not the per-task list."""
+        return {"mode": self.mode.value, "tasks": len(self.tasks), "reused": self.reused,
+                "skipped": self.skipped, "topped_up": self.topped_up,
+                "topup_trials": sum(t.trials for t in self.tasks if t.action is TaskAction.TOPUP),
+                "planned_trials": self.planned_trials, "trials": self.trials,
+                "trials_saved": self.trials_saved}
+
+    def describe(self) -> str:
+        return describe_summary(self.summary())
+
+
+def describe_summary(summary: dict) -> str:
+    """One line for people from a `ReusePlan.summary()`:
+    "reused 2 of 3 tasks (1 skipped, 1 topped up with 16 trials): 48 of 96 planned trials saved"."""
+    if summary["mode"] == ReuseMode.OFF.value:
+        return "reuse off: every task tuned with its plan"
+    if not summary["reused"]:
+        return f"reused none of {summary['tasks']} tasks: none has measured records here yet"
+    parts = [f"{summary['skipped']} skipped"] if summary["skipped"] else []
+    if summary["topped_up"]:
+        parts.append(f"{summary['topped_up']} topped up with {summary['topup_trials']} trials")
+    return (f"reused {summary['reused']} of {summary['tasks']} tasks ({', '.join(parts)}): "
+            f"{summary['trials_saved']} of {summary['planned_trials']} planned trials saved")
+
+
+def plan_reuse(mode: ReuseMode | str, history: Sequence[TaskHistory], planned_per_task: int,
+               trials_per_batch: int, planned_trials: int) -> ReusePlan:
+    """Each task's action and trials.
+
+    ``planned_per_task`` is a task's share of the budget without reuse, ``trials_per_batch``
+    one measured batch, ``planned_trials`` the whole budget without reuse (the new budget never
+    exceeds it).
+    """
+    mode = ReuseMode(mode)
+    if planned_per_task < 1 or trials_per_batch < 1:
+        raise ValueError("a task's plan and a batch are at least one trial")
+    topup = min(trials_per_batch, planned_per_task)
+    tasks = []
+    for task in history:
+        action = _action(mode, task.measured, planned_per_task)
+        trials = {TaskAction.TUNE: planned_per_task, TaskAction.TOPUP: topup, TaskAction.SKIP: 0}[action]
+        tasks.append(TaskReuse(task.name, action, trials, task.measured))
+    # A reused task gives back what it does not spend of its plan; what the tuned tasks
+    # plan is kept even where the plan's shares round above the budget.
+    given_back = sum(planned_per_task - t.trials for t in tasks if t.action is not TaskAction.TUNE)
+    budget = min(planned_trials, max(planned_trials - given_back, sum(t.trials for t in tasks)))
+    return ReusePlan(mode, tuple(tasks), planned_trials, budget)
+
+
+def _action(mode: ReuseMode, measured: int, planned_per_task: int) -> TaskAction:
+    if mode is ReuseMode.OFF or measured <= 0:
+        return TaskAction.TUNE
+    if mode is ReuseMode.FULL:
+        return TaskAction.SKIP
+    if mode is ReuseMode.TOPUP:
+        return TaskAction.TOPUP
+    return TaskAction.SKIP if measured >= planned_per_task else TaskAction.TOPUP

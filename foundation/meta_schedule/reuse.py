@@ -1,0 +1,50 @@
+"""Exact-workload reuse: which of a job's tasks the registry already answers, and the budget left.
+
+The rule is foundation.domain.reuse; this reads what it needs (each task's valid measured
+records in the job's scope) through the registry's MetaSchedule database, whose structural
+matching decides which stored workload a task is, and turns the plan into what the tuner takes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from foundation.domain.reuse import ReuseMode, ReusePlan, TaskAction, TaskHistory, plan_reuse
+from foundation.meta_schedule.tuner import TuningBudget
+
+if TYPE_CHECKING:  # pragma: no cover
+    from foundation.compile import TuningTask
+    from foundation.meta_schedule.database.registry_database import RegistryDatabase
+
+
+@dataclass(frozen=True)
+class ReusedTuning:
+    """What a job tunes once reuse is decided."""
+
+    plan: ReusePlan
+    tasks: list["TuningTask"]  # the tasks to measure, in the job's order
+    budget: TuningBudget  # over those tasks
+    trial_caps: list[int | None]  # a top-up's own cap, None for a task tuned with its plan
+
+
+def default_mode(retune: bool) -> ReuseMode:
+    """`--retune` asks to tune again, so it reuses nothing unless told to; otherwise auto."""
+    return ReuseMode.OFF if retune else ReuseMode.AUTO
+
+
+def decide_reuse(tasks: Sequence["TuningTask"], database: "RegistryDatabase", mode: ReuseMode | str,
+                 budget: TuningBudget) -> ReusedTuning:
+    """Each task's action from the valid records ``database`` holds of its workload."""
+    mode = ReuseMode(mode)
+    history = [TaskHistory(t.name, 0 if mode is ReuseMode.OFF else database.measured_count(t.mod)) for t in tasks]
+    plan = plan_reuse(mode, history, budget.planned_per_task(len(tasks)), budget.num_trials_per_iter,
+                      budget.max_trials_global)
+    kept = [(task, reuse) for task, reuse in zip(tasks, plan.tasks) if reuse.action is not TaskAction.SKIP]
+    return ReusedTuning(
+        plan=plan,
+        tasks=[task for task, _ in kept],
+        budget=TuningBudget(max(plan.trials, 1), budget.max_trials_per_task, budget.num_trials_per_iter),
+        trial_caps=[reuse.trials if reuse.action is TaskAction.TOPUP else None for _, reuse in kept],
+    )
