@@ -120,8 +120,10 @@ def tune_shard(agent: LeaseHolder, shard, cancelled: threading.Event) -> ShardTu
         work_dir = (agent.settings.work_dir or config.data_dir() / "agent") / shard.shard_id.replace("/", "_")
         logger.info("tuning %s (attempt %d): %d tasks, %d trials, %d warm records", shard.shard_id,
                     shard.attempt, len(tasks), budget.max_trials_global, len(shard.warm_records))
+        # A reused task's top-up (the coordinator skips, or caps, what the registry already answers).
+        caps = [t.max_trials or None for t in shard.tasks]
         result = tune(tasks, target, database, budget, work_dir, pools=agent.pools_for(),
-                      listener=progress, cancelled=cancelled, seed=int(shard.seed) or None)
+                      listener=progress, cancelled=cancelled, seed=int(shard.seed) or None, trial_caps=caps)
         database.flush()
     except Exception as err:
         stop_reporting.set()  # a report in flight stops retrying

@@ -18,6 +18,7 @@ from coordinator.cluster_store import ClusterStore
 from coordinator.hints import WorkloadJson
 from coordinator.job_work import ModelCache, build_libraries, plan_tasks
 from foundation.domain.jobs import JobState
+from foundation.domain.reuse import default_mode
 from foundation.domain.shards import TaskCost, split_tasks
 from foundation.domain.validations import ValidationState
 from foundation.errors import NotFound, RegistryError
@@ -52,11 +53,15 @@ class JobSteps:
         try:
             model = self._store.get_model(job.model_id)
             plan = plan_tasks(self._models.get(model), job.target, job.options.get("trials"),
-                              job.options.get("trials_per_task"))
+                              job.options.get("trials_per_task"), store=self._store,
+                              fingerprint_id=job.fingerprint_id, tvm_version=self._tvm_version,
+                              reuse=job.options.get("reuse") or default_mode(bool(job.options.get("retune"))))
             agents = self._cluster.agents_matching(job.target_kind).get(job.fingerprint_id, 0)
+            # No shard for a skipped task; a job with every task skipped goes on to its build.
             shards = split_tasks(job.id, [TaskCost(t.name, t.weight, t.flop) for t in plan.tasks],
                                  agents, plan.max_trials_global)
-            self._store.update_job(job.id, expect_state=JobState.QUEUED.value, trials_budget=plan.max_trials_global)
+            self._store.update_job(job.id, expect_state=JobState.QUEUED.value, trials_budget=plan.max_trials_global,
+                                   options={**job.options, "reused": plan.reuse.summary()})
             self._cluster.add_job_plan(job.id, plan.tasks, shards, utc_now())
             # What leases hand out, converted now rather than while agents wait for it.
             for task in self._cluster.job_tasks(job.id):
@@ -67,8 +72,8 @@ class JobSteps:
                 self.move(job_id, JobState.QUEUED, JobState.FAILED, "failed: could not extract tuning tasks",
                           error=f"planning failed: {type(err).__name__}: {err}"[:2000])
             return
-        logger.info("job %s: %d tasks in %d shards, %d trials", job_id, len(plan.tasks), len(shards),
-                    plan.max_trials_global)
+        logger.info("job %s: %d tasks in %d shards, %d trials; %s", job_id, len(plan.tasks), len(shards),
+                    plan.max_trials_global, plan.reuse.describe())
         self._wake.set()
 
     def build(self, job_id: str) -> None:

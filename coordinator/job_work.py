@@ -23,6 +23,7 @@ from foundation.errors import FarmError
 from foundation.hardware.fingerprint import Fingerprint
 
 if TYPE_CHECKING:  # pragma: no cover
+    from foundation.domain.reuse import ReuseMode, ReusePlan
     from foundation.models.loaded import LoadedModel
     from foundation.registry.entities import Model, PlannedTask
     from foundation.registry.store import RegistryStore
@@ -110,14 +111,18 @@ def load_stored_model(model: "Model", data_dir: Path) -> "LoadedModel":
 
 @dataclass(frozen=True)
 class Plan:
-    tasks: list["PlannedTask"]
+    tasks: list["PlannedTask"]  # the tasks to tune: a reused task skipped is not among them
     max_trials_global: int
     max_trials_per_task: int
+    reuse: "ReusePlan"
 
 
-def plan_tasks(loaded: "LoadedModel", target_json: str, trials: int | None,
-               trials_per_task: int | None) -> Plan:
-    """The model's tuning tasks for the job's target, with the budget `farm submit` gives."""
+def plan_tasks(loaded: "LoadedModel", target_json: str, trials: int | None, trials_per_task: int | None, *,
+               store: "RegistryStore", fingerprint_id: str, tvm_version: str,
+               reuse: "ReuseMode | str") -> Plan:
+    """The model's tuning tasks for the job's target, with the budget `farm submit` gives, less
+    what the registry already answers (foundation.meta_schedule.reuse): a task skipped is not
+    planned, a top-up's trials are its task's own cap."""
     import json
 
     import tvm_ffi
@@ -125,7 +130,8 @@ def plan_tasks(loaded: "LoadedModel", target_json: str, trials: int | None,
     from foundation.compile import extract_tuning_tasks
     from foundation.hardware.targets import to_tvm_target
     from foundation.hardware.tvm_startup import install_lean_tensor_intrinsics
-    from foundation.meta_schedule.database.registry_database import workload_json
+    from foundation.meta_schedule.database.registry_database import tvm_database_for, workload_json
+    from foundation.meta_schedule.reuse import decide_reuse
     from foundation.meta_schedule.tuner import TuningBudget
     from foundation.registry.entities import PlannedTask
 
@@ -135,6 +141,8 @@ def plan_tasks(loaded: "LoadedModel", target_json: str, trials: int | None,
     with TVM_IR_LOCK:
         tasks = extract_tuning_tasks(loaded, to_tvm_target(target_doc))
     budget = TuningBudget.for_tasks(len(tasks), trials, trials_per_task)
+    reused = decide_reuse(tasks, tvm_database_for(store, fingerprint_id, target_json, tvm_version, {}), reuse,
+                          budget)
     planned = [
         PlannedTask(
             name=task.name,
@@ -142,11 +150,11 @@ def plan_tasks(loaded: "LoadedModel", target_json: str, trials: int | None,
             flop=task.flop,
             workload_shash=str(tvm_ffi.structural_hash(task.mod)),
             mod_json=workload_json(task.mod),
-            trials_budget=budget.max_trials_per_task,
+            trials_budget=budget.max_trials_per_task if cap is None else cap,
         )
-        for task in tasks
+        for task, cap in zip(reused.tasks, reused.trial_caps)
     ]
-    return Plan(planned, budget.max_trials_global, budget.max_trials_per_task)
+    return Plan(planned, reused.plan.trials, budget.max_trials_per_task, reused.plan)
 
 
 def build_libraries(store: "RegistryStore", loaded: "LoadedModel", target_json: str,

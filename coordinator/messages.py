@@ -76,7 +76,14 @@ def job_message(view: JobView) -> farm_pb2.Job:
                          ("finished_at", job.finished_at)):
         if moment is not None:
             getattr(message, name).CopyFrom(timestamp(moment))
+    reused = job.options.get("reused")
+    if reused:
+        message.reuse.CopyFrom(farm_pb2.JobReuse(**{field: reused[field] for field in _JOB_REUSE_FIELDS}))
     return message
+
+
+# ReusePlan.summary() keys the wire carries (reused and trials_saved follow from them).
+_JOB_REUSE_FIELDS = ("mode", "tasks", "skipped", "topped_up", "topup_trials", "planned_trials", "trials")
 
 
 def event_message(event, state_of: Callable[[str], int]) -> farm_pb2.JobEvent:

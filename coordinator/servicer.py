@@ -133,7 +133,7 @@ class FarmClientServicer(farm_pb2_grpc.FarmClientServicer):
             target=request.target, batch=request.batch, zoo_name=request.zoo_name if which == "zoo_name" else None,
             onnx=onnx, fingerprint_id=request.fingerprint_id or None, trials=request.trials or None,
             trials_per_task=request.trials_per_task or None, retune=request.retune, seed=request.seed,
-            validation_runs=request.validation_runs or None,
+            validation_runs=request.validation_runs or None, reuse=request.reuse or None,
         )
         submitted = self.coordinator.submit(spec)
         return farm_pb2.SubmitResponse(jobs=[
@@ -276,7 +276,8 @@ class FarmAgentServicer(farm_pb2_grpc.FarmAgentServicer):
         return farm_pb2.LeaseShardResponse(shard=farm_pb2.Shard(
             job_id=shard.job_id, shard_id=shard.id, attempt=shard.attempt,
             tasks=[farm_pb2.TuneTask(name=t.name, weight=t.weight, flop=t.flop, mod_json=t.mod_json,
-                                     workload_shash=t.workload_shash) for t in offer.tasks],
+                                     workload_shash=t.workload_shash, max_trials=t.max_trials)
+                   for t in offer.tasks],
             target=offer.target,
             budget=farm_pb2.TrialBudget(max_trials_global=offer.max_trials_global,
                                         max_trials_per_task=offer.max_trials_per_task,

@@ -30,6 +30,17 @@ def job_state_name(value: int) -> str:
     return farm_pb2.JobState.Name(value).removeprefix("JOB_STATE_").lower()
 
 
+def _reuse(job) -> dict | None:
+    """A proto Job's reuse as `ReusePlan.summary()` spells it (farm status, embedded or not)."""
+    if not job.HasField("reuse"):
+        return None
+    r = job.reuse
+    reused = r.skipped + r.topped_up
+    return {"mode": r.mode, "tasks": r.tasks, "reused": reused, "skipped": r.skipped, "topped_up": r.topped_up,
+            "topup_trials": r.topup_trials, "planned_trials": r.planned_trials, "trials": r.trials,
+            "trials_saved": r.planned_trials - r.trials}
+
+
 def job_json(job) -> dict:
     """A proto Job as the same JSON document the embedded `farm submit --json` prints."""
     artifact = None
@@ -67,6 +78,7 @@ def job_json(job) -> dict:
             for f in job.failed_shards
         ],
         "artifact": artifact,
+        "reuse": _reuse(job),
         "created_at": _time(job, "created_at"),
         "started_at": _time(job, "started_at"),
         "finished_at": _time(job, "finished_at"),
@@ -129,13 +141,14 @@ class CoordinatorClient:
 
     def submit(self, model: str, target: str, batch: int, *, trials: int | None = None,
                trials_per_task: int | None = None, retune: bool = False, seed: int = 0,
-               fingerprint: str | None = None, validation_runs: int = 20):
+               fingerprint: str | None = None, validation_runs: int = 20, reuse: str | None = None):
         from foundation.wire import farm_pb2
 
         check_batch(batch)
         request = farm_pb2.SubmitRequest(
             batch=batch, target=target, fingerprint_id=fingerprint or "", trials=trials or 0,
             trials_per_task=trials_per_task or 0, retune=retune, seed=seed, validation_runs=validation_runs,
+            reuse=reuse or "",
         )
         if looks_like_path(model):
             path = Path(model).expanduser()

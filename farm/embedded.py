@@ -23,13 +23,13 @@ from typing import TYPE_CHECKING, Protocol
 from farm.session import FarmContext, open_context
 from foundation import config
 from foundation.domain.jobs import JobState
+from foundation.domain.reuse import default_mode
 from foundation.errors import FarmError, Interrupted, JobFailed
 from foundation.job_driver.artifacts import artifact_json, commit_artifact, look_up_hit, record_hit
 from foundation.job_driver.cancellation import Cancellation
 from foundation.job_driver.driver import JobDriver, RegistryJobMoves, tuning_failure, validation_failure
 from foundation.job_driver.runners import Heartbeat, fail_dead_jobs, this_runner
 from foundation.job_driver.tuning_lock import ScopeLock, scope_key
-from foundation.meta_schedule.reuse import default_mode
 from foundation.meta_schedule.tuner import MeasureSettings, ProgressListener, TuningBudget, TuningReport, WorkerPools
 from foundation.models.model_key import ModelKey, model_key
 

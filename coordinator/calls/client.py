@@ -23,6 +23,7 @@ from coordinator.cluster_store import ClusterStore
 from coordinator.hints import RpcServerFlags, TaskProgress
 from coordinator.job_work import TVM_IR_LOCK, ModelCache, registered_fingerprint, store_onnx
 from foundation.domain.jobs import JobState
+from foundation.domain.reuse import ReuseMode, default_mode
 from foundation.domain.shards import ShardState
 from foundation.domain.validations import ValidationState
 from foundation.errors import FarmError, NotFound
@@ -61,11 +62,17 @@ class ClientCalls:
             check_batch(spec.batch)
         except FarmError as err:
             raise InvalidRequest(err.problem, err.fix) from None
+        try:
+            reuse = ReuseMode(spec.reuse) if spec.reuse else default_mode(spec.retune)
+        except ValueError:
+            raise InvalidRequest(f"unknown reuse mode {spec.reuse!r}",
+                                 f"use one of {', '.join(m.value for m in ReuseMode)}") from None
         key = self._model_key(spec)
         options = {
             "trials": spec.trials or None,
             "trials_per_task": spec.trials_per_task or None,
             "retune": spec.retune,
+            "reuse": reuse.value,
             "seed": int(spec.seed),
             "validation_runs": spec.validation_runs or DEFAULT_VALIDATION_RUNS,
             "mode": "distributed",

@@ -53,6 +53,7 @@ class SubmitSpec:
     retune: bool = False
     seed: int = 0
     validation_runs: int | None = None
+    reuse: str | None = None  # foundation.domain.reuse.ReuseMode; None: its default_mode
 
 
 @dataclass(frozen=True)
@@ -124,6 +125,7 @@ class OfferedTask:
     flop: float
     mod_json: str  # tvm.ir.save_json of the task's IRModule
     workload_shash: str
+    max_trials: int = 0  # a cap of its own below the shard's per-task cap (a top-up); 0: none
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ does with such a task depends on the mode (`farm submit --reuse`):
 - ``full``: skip every reusable task;
 - ``topup``: give every reusable task a top-up;
 - ``off``: tune every task with its plan, as if nothing had been measured (the search still
-  starts from the stored records).
+  starts from the stored records). The default with ``--retune``, which asks to tune again.
 
 A top-up is one measured batch (the budget's ``num_trials_per_iter``: 16, fewer when the
 per-task budget is smaller), never more than the task's plan. A task with no valid record is
@@ -109,6 +109,11 @@ def describe_summary(summary: dict) -> str:
         parts.append(f"{summary['topped_up']} topped up with {summary['topup_trials']} trials")
     return (f"reused {summary['reused']} of {summary['tasks']} tasks ({', '.join(parts)}): "
             f"{summary['trials_saved']} of {summary['planned_trials']} planned trials saved")
+
+
+def default_mode(retune: bool) -> ReuseMode:
+    """`--retune` asks to tune again, so it reuses nothing unless told to; otherwise auto."""
+    return ReuseMode.OFF if retune else ReuseMode.AUTO
 
 
 def plan_reuse(mode: ReuseMode | str, history: Sequence[TaskHistory], planned_per_task: int,

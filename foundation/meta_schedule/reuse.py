@@ -29,11 +29,6 @@ class ReusedTuning:
     trial_caps: list[int | None]  # a top-up's own cap, None for a task tuned with its plan
 
 
-def default_mode(retune: bool) -> ReuseMode:
-    """`--retune` asks to tune again, so it reuses nothing unless told to; otherwise auto."""
-    return ReuseMode.OFF if retune else ReuseMode.AUTO
-
-
 def decide_reuse(tasks: Sequence["TuningTask"], database: "RegistryDatabase", mode: ReuseMode | str,
                  budget: TuningBudget) -> ReusedTuning:
     """Each task's action from the valid records ``database`` holds of its workload."""

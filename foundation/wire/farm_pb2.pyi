@@ -112,7 +112,7 @@ class TrackerAddress(_message.Message):
     def __init__(self, host: _Optional[str] = ..., port: _Optional[int] = ..., key: _Optional[str] = ...) -> None: ...
 
 class SubmitRequest(_message.Message):
-    __slots__ = ("zoo_name", "onnx", "batch", "target", "fingerprint_id", "trials", "trials_per_task", "retune", "seed", "validation_runs")
+    __slots__ = ("zoo_name", "onnx", "batch", "target", "fingerprint_id", "trials", "trials_per_task", "retune", "seed", "validation_runs", "reuse")
     ZOO_NAME_FIELD_NUMBER: _ClassVar[int]
     ONNX_FIELD_NUMBER: _ClassVar[int]
     BATCH_FIELD_NUMBER: _ClassVar[int]
@@ -123,6 +123,7 @@ class SubmitRequest(_message.Message):
     RETUNE_FIELD_NUMBER: _ClassVar[int]
     SEED_FIELD_NUMBER: _ClassVar[int]
     VALIDATION_RUNS_FIELD_NUMBER: _ClassVar[int]
+    REUSE_FIELD_NUMBER: _ClassVar[int]
     zoo_name: str
     onnx: OnnxModel
     batch: int
@@ -133,7 +134,8 @@ class SubmitRequest(_message.Message):
     retune: bool
     seed: int
     validation_runs: int
-    def __init__(self, zoo_name: _Optional[str] = ..., onnx: _Optional[_Union[OnnxModel, _Mapping]] = ..., batch: _Optional[int] = ..., target: _Optional[str] = ..., fingerprint_id: _Optional[str] = ..., trials: _Optional[int] = ..., trials_per_task: _Optional[int] = ..., retune: _Optional[bool] = ..., seed: _Optional[int] = ..., validation_runs: _Optional[int] = ...) -> None: ...
+    reuse: str
+    def __init__(self, zoo_name: _Optional[str] = ..., onnx: _Optional[_Union[OnnxModel, _Mapping]] = ..., batch: _Optional[int] = ..., target: _Optional[str] = ..., fingerprint_id: _Optional[str] = ..., trials: _Optional[int] = ..., trials_per_task: _Optional[int] = ..., retune: _Optional[bool] = ..., seed: _Optional[int] = ..., validation_runs: _Optional[int] = ..., reuse: _Optional[str] = ...) -> None: ...
 
 class OnnxModel(_message.Message):
     __slots__ = ("file_name", "content", "sha256")
@@ -212,7 +214,7 @@ class ListAgentsResponse(_message.Message):
     def __init__(self, agents: _Optional[_Iterable[_Union[Agent, _Mapping]]] = ...) -> None: ...
 
 class Job(_message.Message):
-    __slots__ = ("id", "state", "status", "model", "target", "target_kind", "fingerprint_id", "cache_hit", "trials_done", "trials_budget", "trial_errors", "shards", "error", "failed_shards", "artifact", "created_at", "started_at", "finished_at")
+    __slots__ = ("id", "state", "status", "model", "target", "target_kind", "fingerprint_id", "cache_hit", "trials_done", "trials_budget", "trial_errors", "shards", "error", "failed_shards", "artifact", "created_at", "started_at", "finished_at", "reuse")
     ID_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     STATUS_FIELD_NUMBER: _ClassVar[int]
@@ -231,6 +233,7 @@ class Job(_message.Message):
     CREATED_AT_FIELD_NUMBER: _ClassVar[int]
     STARTED_AT_FIELD_NUMBER: _ClassVar[int]
     FINISHED_AT_FIELD_NUMBER: _ClassVar[int]
+    REUSE_FIELD_NUMBER: _ClassVar[int]
     id: str
     state: JobState
     status: str
@@ -249,7 +252,26 @@ class Job(_message.Message):
     created_at: _timestamp_pb2.Timestamp
     started_at: _timestamp_pb2.Timestamp
     finished_at: _timestamp_pb2.Timestamp
-    def __init__(self, id: _Optional[str] = ..., state: _Optional[_Union[JobState, str]] = ..., status: _Optional[str] = ..., model: _Optional[_Union[ModelSummary, _Mapping]] = ..., target: _Optional[str] = ..., target_kind: _Optional[str] = ..., fingerprint_id: _Optional[str] = ..., cache_hit: _Optional[bool] = ..., trials_done: _Optional[int] = ..., trials_budget: _Optional[int] = ..., trial_errors: _Optional[int] = ..., shards: _Optional[_Union[ShardCounts, _Mapping]] = ..., error: _Optional[str] = ..., failed_shards: _Optional[_Iterable[_Union[ShardFailure, _Mapping]]] = ..., artifact: _Optional[_Union[ArtifactSummary, _Mapping]] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finished_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    reuse: JobReuse
+    def __init__(self, id: _Optional[str] = ..., state: _Optional[_Union[JobState, str]] = ..., status: _Optional[str] = ..., model: _Optional[_Union[ModelSummary, _Mapping]] = ..., target: _Optional[str] = ..., target_kind: _Optional[str] = ..., fingerprint_id: _Optional[str] = ..., cache_hit: _Optional[bool] = ..., trials_done: _Optional[int] = ..., trials_budget: _Optional[int] = ..., trial_errors: _Optional[int] = ..., shards: _Optional[_Union[ShardCounts, _Mapping]] = ..., error: _Optional[str] = ..., failed_shards: _Optional[_Iterable[_Union[ShardFailure, _Mapping]]] = ..., artifact: _Optional[_Union[ArtifactSummary, _Mapping]] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finished_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., reuse: _Optional[_Union[JobReuse, _Mapping]] = ...) -> None: ...
+
+class JobReuse(_message.Message):
+    __slots__ = ("mode", "tasks", "skipped", "topped_up", "topup_trials", "planned_trials", "trials")
+    MODE_FIELD_NUMBER: _ClassVar[int]
+    TASKS_FIELD_NUMBER: _ClassVar[int]
+    SKIPPED_FIELD_NUMBER: _ClassVar[int]
+    TOPPED_UP_FIELD_NUMBER: _ClassVar[int]
+    TOPUP_TRIALS_FIELD_NUMBER: _ClassVar[int]
+    PLANNED_TRIALS_FIELD_NUMBER: _ClassVar[int]
+    TRIALS_FIELD_NUMBER: _ClassVar[int]
+    mode: str
+    tasks: int
+    skipped: int
+    topped_up: int
+    topup_trials: int
+    planned_trials: int
+    trials: int
+    def __init__(self, mode: _Optional[str] = ..., tasks: _Optional[int] = ..., skipped: _Optional[int] = ..., topped_up: _Optional[int] = ..., topup_trials: _Optional[int] = ..., planned_trials: _Optional[int] = ..., trials: _Optional[int] = ...) -> None: ...
 
 class ModelSummary(_message.Message):
     __slots__ = ("name", "source", "source_digest", "batch")
@@ -556,18 +578,20 @@ class WarmRecord(_message.Message):
     def __init__(self, workload_shash: _Optional[str] = ..., tuning_record_json: _Optional[str] = ...) -> None: ...
 
 class TuneTask(_message.Message):
-    __slots__ = ("name", "weight", "flop", "mod_json", "workload_shash")
+    __slots__ = ("name", "weight", "flop", "mod_json", "workload_shash", "max_trials")
     NAME_FIELD_NUMBER: _ClassVar[int]
     WEIGHT_FIELD_NUMBER: _ClassVar[int]
     FLOP_FIELD_NUMBER: _ClassVar[int]
     MOD_JSON_FIELD_NUMBER: _ClassVar[int]
     WORKLOAD_SHASH_FIELD_NUMBER: _ClassVar[int]
+    MAX_TRIALS_FIELD_NUMBER: _ClassVar[int]
     name: str
     weight: int
     flop: float
     mod_json: str
     workload_shash: str
-    def __init__(self, name: _Optional[str] = ..., weight: _Optional[int] = ..., flop: _Optional[float] = ..., mod_json: _Optional[str] = ..., workload_shash: _Optional[str] = ...) -> None: ...
+    max_trials: int
+    def __init__(self, name: _Optional[str] = ..., weight: _Optional[int] = ..., flop: _Optional[float] = ..., mod_json: _Optional[str] = ..., workload_shash: _Optional[str] = ..., max_trials: _Optional[int] = ...) -> None: ...
 
 class TrialBudget(_message.Message):
     __slots__ = ("max_trials_global", "max_trials_per_task", "num_trials_per_iter")

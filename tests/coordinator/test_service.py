@@ -59,8 +59,8 @@ def start(tmp_path, registry_url):
 
 def _submit(channel, model="mlp-tiny", **kw):
     stub = farm_pb2_grpc.FarmClientStub(channel)
-    request = farm_pb2.SubmitRequest(zoo_name=model, batch=1, target="llvm", trials_per_task=4,
-                                     validation_runs=3, seed=7, **kw)
+    request = farm_pb2.SubmitRequest(zoo_name=model, batch=1, target="llvm", validation_runs=3, seed=7,
+                                     **({"trials_per_task": 4} | kw))
     return stub.Submit(request, timeout=60).jobs
 
 
@@ -471,3 +471,56 @@ def test_concurrent_model_loads_do_not_corrupt_each_other(tmp_path):
     with ThreadPoolExecutor(max_workers=6) as pool:
         identities = list(pool.map(load, [1, 2, 3, 4, 5, 6] * 2))
     assert len(set(identities)) == 6
+
+
+def test_reused_tasks_are_not_sharded_and_the_job_says_what_it_reused(start, fingerprint):
+    """Exact-workload reuse in the distributed farm (foundation/domain/reuse.py): the coordinator
+    plans no shard for a skipped task, caps a top-up on the wire, and the job reports both."""
+    from farm.client import job_json
+
+    _server, channel = start()
+    agent = FakeAgent(channel, fingerprint)
+    agent.register()
+    agent.keep_beating()
+
+    def run_to_the_end(job_id, shard=None, reported=None):
+        if shard is not None:
+            assert agent.report(reported or shard).accepted and agent.complete(shard).accepted
+        _wait_job(channel, job_id, farm_pb2.JOB_STATE_VALIDATING, what="built")
+        _wait_for(agent.validate, "a validation lease")
+        return _wait_job(channel, job_id, farm_pb2.JOB_STATE_SUCCEEDED)
+
+    (first,) = _submit(channel)  # nothing measured yet: every task is tuned
+    shard = _wait_for(agent.lease, "a shard")
+    assert {t.name for t in shard.tasks} == {"fused_matmul_add_relu", "fused_matmul1_add1"}
+    assert all(t.max_trials == 0 for t in shard.tasks)
+    only_the_first = farm_pb2.Shard()
+    only_the_first.CopyFrom(shard)
+    del only_the_first.tasks[1:]  # the first job measures one of the two workloads
+    job = run_to_the_end(first.job.id, shard, only_the_first)
+    assert (job.reuse.mode, job.reuse.skipped, job.reuse.topped_up, job.reuse.trials) == ("auto", 0, 0, 8)
+
+    # Told to top up, the measured task gets one batch (16 of the 32 per task), as its own cap.
+    (topup,) = _submit(channel, retune=True, reuse="topup", trials_per_task=32)
+    shard = _wait_for(agent.lease, "a shard with a top-up")
+    assert [t.max_trials for t in shard.tasks] == [16, 0] and shard.budget.max_trials_per_task == 32
+    job = _wait_job(channel, topup.job.id, farm_pb2.JOB_STATE_RUNNING)
+    assert (job.reuse.topped_up, job.reuse.topup_trials, job.reuse.planned_trials, job.trials_budget) == (
+        1, 16, 64, 48)
+    assert job_json(job)["reuse"] | {"tasks": 2} == {
+        "mode": "topup", "tasks": 2, "reused": 1, "skipped": 0, "topped_up": 1, "topup_trials": 16,
+        "planned_trials": 64, "trials": 48, "trials_saved": 16}
+    run_to_the_end(topup.job.id, shard)
+
+    # Both workloads measured now: reused fully, the job has no shard and is built from them at once.
+    (full,) = _submit(channel, retune=True, reuse="full")
+    job = run_to_the_end(full.job.id)
+    assert job.shards.done == 0 and job.trials_budget == 0 and job.trials_done == 0
+    assert (job.reuse.mode, job.reuse.tasks, job.reuse.skipped, job.reuse.planned_trials, job.reuse.trials) == (
+        "full", 2, 2, 8, 0)
+    assert agent.lease_out_of_turn() is None
+
+    with pytest.raises(grpc.RpcError) as refused:
+        _submit(channel, reuse="sometimes")
+    assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "reuse" in refused.value.details()
+    agent.close()
