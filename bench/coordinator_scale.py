@@ -148,8 +148,9 @@ def submit_jobs(address: str, fingerprint_id: str, shards_wanted: int) -> list[s
         batch = 0
         while shards < shards_wanted:
             batch += 1
+            # reuse off: every job shards all its tasks, whatever the fleet reported before.
             reply = client.Submit(farm_pb2.SubmitRequest(zoo_name=MODEL, batch=batch, target="llvm",
-                                                         fingerprint_id=fingerprint_id), timeout=300)
+                                                         fingerprint_id=fingerprint_id, reuse="off"), timeout=300)
             for job_id in (j.job.id for j in reply.jobs):
                 ids.append(job_id)
                 while True:
