@@ -98,6 +98,7 @@ BAD_INPUT = [
     (["submit"], 2, "missing argument 'model'"),
     (["submit", "mlp-tiny", "llvm", "1", "--bogus"], 2, "no such option: --bogus"),
     (["submit", "mlp-tiny", "llvm", "1", "--trials", "0"], 2, "invalid value for '--trials'"),
+    (["submit", "mlp-tiny", "llvm", "1", "--reuse", "sometimes"], 2, "invalid value for '--reuse'"),
     (["submit", "{tmp}/nope.onnx", "llvm", "1"], 3, "no such ONNX file"),
     (["submit", "mlp-tiny", "llvm", "1", "--registry", "postgresql://h:notaport/db"], 2, "is not a registry URL"),
     (["submit", "mlp-tiny", "llvm", "1", "--registry", "mysql://u@h/db"], 2, "unsupported registry URL scheme"),
