@@ -179,17 +179,25 @@ def _check_writable_directory(path: Path) -> None:
 
 
 def _context_for(registry: str | None, target: str, fingerprint: str | None, *, create: bool = False):
+    """The context and fingerprint id records are imported for or exported from: this box's,
+    registered first when importing (a fresh registry knows no fingerprint yet), or another
+    one the registry knows already (its details, not this box's, give the target)."""
     from farm.session import open_context
 
     ctx = open_context(registry, target, create=create)
-    if fingerprint is None:
+    if fingerprint is None or fingerprint == ctx.fingerprint.id:
         fp = ctx.fingerprint
         if create:  # imported records need their fingerprint row, also in a fresh registry
             ctx.store.upsert_fingerprint(fp.id, fp.kind, fp.summary, fp.details)
         return ctx, fp.id
     stored = ctx.store.get_fingerprint(fingerprint)
     if stored is None:
-        raise NotFound(f"fingerprint '{fingerprint}' is not in the registry", "see `farm registry ls`")
+        raise NotFound(
+            f"fingerprint '{fingerprint}' is not in the registry (this box's, for target {ctx.target['kind']}, "
+            f"is {ctx.fingerprint.id})",
+            "import on a box of that fingerprint, or let one of its agents register with this registry "
+            "first; `farm registry ls` lists the fingerprints it knows",
+        )
     # The target's details (mcpu, cores, arch) come from that fingerprint, not from this box.
     from foundation.hardware.fingerprint import Fingerprint
     from foundation.hardware.targets import canonical_target, target_json
