@@ -136,6 +136,9 @@ class StoredRecord:
     job_id: str | None
     record_digest: str
     created_at: datetime
+    # Measurements merged into it (mean_sec is over the valid ones; run_secs is the first's).
+    measurements: int = 1
+    valid_measurements: int = 0
 
 
 # -- the distributed mode ---------------------------------------------------------------------

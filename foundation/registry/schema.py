@@ -136,10 +136,14 @@ class WorkloadRow(Base):
 
 
 class TuningRecordRow(Base):
-    """One measured schedule (a trace) of a workload on one fingerprint, target and TVM."""
+    """One schedule (a trace) of a workload on one fingerprint, target and TVM, with every
+    measurement of it merged: the first one's times are its own (``run_secs``), later ones are
+    `TuningMeasurementRow`s, and ``mean_sec`` is the mean over its valid measurements."""
 
     __tablename__ = "tuning_records"
     __table_args__ = (
+        # "The best records of workload W in this scope" reads one range of this index, in
+        # order, ties by id as TVM keeps them: no scan and no sort, however many records.
         Index(
             "ix_tuning_records_scope_mean",
             "workload_id",
@@ -147,6 +151,7 @@ class TuningRecordRow(Base):
             "target",
             "tvm_version",
             "mean_sec",
+            "id",
         ),
     )
 
@@ -162,13 +167,36 @@ class TuningRecordRow(Base):
     # NULL for failed or invalid measurements, so "valid, fastest first" is one index scan.
     mean_sec: Mapped[float | None] = mapped_column(Double)
     job_id: Mapped[str | None] = mapped_column(String(64))
-    # The same trace measured twice for the same scope is kept once, whichever path
-    # (live tuning, log import, a retried shard) brings it in.
+    # The same trace measured twice for the same scope is one record, whichever path
+    # (live tuning, log import, a retried shard) brings it in; its measurements merge.
     record_digest: Mapped[str] = mapped_column(String(64), unique=True)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utc_now)
+    # Measurements merged into this record (the first included), and how many of them ran.
+    measurements: Mapped[int] = mapped_column(Integer, default=1, server_default="1")
+    valid_measurements: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    # Which measurement ``run_secs`` is (tuning_records.measurement_digest): the same numbers
+    # sent again (a retried report, a log exported and imported back) are not a new one.
+    measurement_digest: Mapped[str | None] = mapped_column(String(64))
 
     def to_entity(self) -> StoredRecord:
         return _entity(StoredRecord, self)
+
+
+class TuningMeasurementRow(Base):
+    """A later measurement of a stored record's trace (another job, a re-measured seed, an
+    imported log): kept whole, as history is training data, and merged into its record."""
+
+    __tablename__ = "tuning_measurements"
+    __table_args__ = (Index("ix_tuning_measurements_record_id", "record_id"),)
+
+    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True)
+    record_id: Mapped[int] = mapped_column(
+        BigInteger().with_variant(Integer, "sqlite"), ForeignKey("tuning_records.id", ondelete="CASCADE"))
+    run_secs: Mapped[list | None] = mapped_column(JSON)
+    mean_sec: Mapped[float | None] = mapped_column(Double)
+    job_id: Mapped[str | None] = mapped_column(String(64))
+    measurement_digest: Mapped[str] = mapped_column(String(64), unique=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utc_now)
 
 
 class ModelRow(Base):

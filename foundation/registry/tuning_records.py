@@ -9,13 +9,13 @@ from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from typing import Any
 
-from sqlalchemy import Select, func, select
+from sqlalchemy import Select, bindparam, case, func, select, update
 from sqlalchemy.orm import Session
 
 from foundation.errors import RegistryError
 
 from .entities import NewRecord, StoredRecord
-from .schema import TuningRecordRow, WorkloadRow, utc_now
+from .schema import TuningMeasurementRow, TuningRecordRow, WorkloadRow, utc_now
 from .session import Changes
 
 # MetaSchedule's stand-in for "no time measured" (SortTuningRecordByMeanRunSecs::kMaxMeanTime).
@@ -36,6 +36,7 @@ _RECORD_COLUMNS = (
     ("workload_id", "bigint"), ("fingerprint_id", "text"), ("target", "text"), ("tvm_version", "text"),
     ("software", "json"), ("trace", "text"), ("args_info", "text"), ("run_secs", "json"),
     ("mean_sec", "float8"), ("job_id", "text"), ("record_digest", "text"), ("created_at", "timestamptz"),
+    ("measurements", "int4"), ("valid_measurements", "int4"), ("measurement_digest", "text"),
 )
 _COLUMN_NAMES = ", ".join(name for name, _ in _RECORD_COLUMNS)
 # JSON values travel as text arrays and are read once each, as the row is made.
@@ -84,6 +85,37 @@ def mean_run_sec(run_secs: Sequence[float | None] | None, trace_valid: bool = Tr
 def record_digest(mod_sha256: str, record: NewRecord) -> str:
     parts = (mod_sha256, record.fingerprint_id, record.target, record.tvm_version, record.trace)
     return hashlib.sha256("\x1f".join(parts).encode()).hexdigest()
+
+
+def measurement_digest(record_digest: str, run_secs: Sequence[float] | None) -> str:
+    """Which measurement of a record this is: its record and its exact times. The same numbers
+    again (a retried report, a log exported and imported back) are the same measurement; two
+    runs of a real device never give the same floats. (Frozen in migration 0004_record_merge.)"""
+    numbers = "null" if run_secs is None else "[" + ",".join(_json_number(float(v)) for v in run_secs) + "]"
+    return hashlib.sha256(f"{record_digest}\x1f{numbers}".encode()).hexdigest()
+
+
+# A later valid measurement moves its record's mean (over its valid measurements); a failed one
+# is counted and kept, and leaves the mean as it was. One statement each, so that concurrent
+# writers merging into one record never lose an update.
+_MERGE_VALID = (
+    update(TuningRecordRow)
+    .where(TuningRecordRow.id == bindparam("record_id"))
+    .values(
+        measurements=TuningRecordRow.measurements + 1,
+        valid_measurements=TuningRecordRow.valid_measurements + 1,
+        mean_sec=case(
+            (TuningRecordRow.mean_sec.is_(None), bindparam("new_mean")),
+            else_=(TuningRecordRow.mean_sec * TuningRecordRow.valid_measurements + bindparam("new_mean"))
+            / (TuningRecordRow.valid_measurements + 1),
+        ),
+    )
+)
+_MERGE_FAILED = (
+    update(TuningRecordRow)
+    .where(TuningRecordRow.id == bindparam("record_id"))
+    .values(measurements=TuningRecordRow.measurements + 1)
+)
 
 
 class TuningRecords:
@@ -164,9 +196,14 @@ class TuningRecords:
         now = utc_now()
         digests: list[str] = []
         rows: dict[str, dict[str, Any]] = {}
+        again: list[tuple[str, NewRecord]] = []  # a trace measured twice in this batch
         for record in records:
             digest = record_digest(mod_sha[record.workload_id], record)
             digests.append(digest)
+            if digest in rows:
+                again.append((digest, record))
+                continue
+            mean = mean_run_sec(record.run_secs, record.trace_valid)
             rows.setdefault(
                 digest,
                 {
@@ -180,17 +217,29 @@ class TuningRecords:
                     "run_secs": None
                     if record.run_secs is None
                     else [float(v) for v in record.run_secs],
-                    "mean_sec": mean_run_sec(record.run_secs, record.trace_valid),
+                    "mean_sec": mean,
                     "job_id": record.job_id,
                     "record_digest": digest,
                     "created_at": now,
+                    "measurements": 1,
+                    "valid_measurements": 0 if mean is None else 1,
+                    "measurement_digest": measurement_digest(digest, record.run_secs),
+                    "_record": record,
                 },
             )
         # Sorted by the unique key: concurrent PostgreSQL writers then take index locks
         # in one order and wait for each other instead of deadlocking.
         ordered = [rows[d] for d in sorted(rows)]
+        given = [(row["record_digest"], row.pop("_record")) for row in ordered]
+        inserted = self._insert_rows(session, ordered)
+        self._merge_measurements(session, [(d, r) for d, r in given if d not in inserted] + again, now)
+        return digests, inserted
+
+    def _insert_rows(self, session: Session, ordered: list[dict[str, Any]]) -> set[str]:
+        """New records (digest-sorted rows) inside the caller's transaction; the digests new to
+        the registry."""
         if self._dialect == "postgresql":
-            return digests, _insert_from_arrays(session, ordered)
+            return _insert_from_arrays(session, ordered)
         inserted: set[str] = set()
         # One statement with a parameter list: SQLAlchemy sends it as multi-row INSERTs
         # ("insertmanyvalues") compiled once, not one compile per distinct row count.
@@ -202,7 +251,54 @@ class TuningRecords:
         connection = session.connection()
         for start in range(0, len(ordered), _INSERT_CHUNK):
             inserted.update(connection.execute(stmt, ordered[start : start + _INSERT_CHUNK]).scalars())
-        return digests, inserted
+        return inserted
+
+    def _merge_measurements(self, session: Session, measured: list[tuple[str, NewRecord]], now) -> int:
+        """Merge measurements of records the registry already has (by record digest) into them,
+        each measurement once; returns how many were new. Rare (a retune, a re-measured seed,
+        an imported log), so the common report pays nothing for it."""
+        if not measured:
+            return 0
+        stored = {
+            digest: (record_id, first)
+            for record_id, digest, first in session.execute(
+                select(TuningRecordRow.id, TuningRecordRow.record_digest, TuningRecordRow.measurement_digest)
+                .where(TuningRecordRow.record_digest.in_({d for d, _ in measured}))
+            )
+        }
+        rows: dict[str, dict[str, Any]] = {}
+        for digest, record in measured:
+            record_id, first = stored[digest]
+            key = measurement_digest(digest, record.run_secs)
+            if key != first:
+                rows.setdefault(key, {
+                    "record_id": record_id,
+                    "run_secs": None if record.run_secs is None else [float(v) for v in record.run_secs],
+                    "mean_sec": mean_run_sec(record.run_secs, record.trace_valid),
+                    "job_id": record.job_id,
+                    "measurement_digest": key,
+                    "created_at": now,
+                })
+        if not rows:
+            return 0
+        stmt = (
+            self.insert_statement(TuningMeasurementRow)
+            .on_conflict_do_nothing(index_elements=["measurement_digest"])
+            .returning(TuningMeasurementRow.measurement_digest)
+        )
+        connection = session.connection()
+        ordered = [rows[k] for k in sorted(rows)]
+        new: set[str] = set()
+        for start in range(0, len(ordered), _INSERT_CHUNK):
+            new.update(connection.execute(stmt, ordered[start : start + _INSERT_CHUNK]).scalars())
+        merged = sorted((row for row in ordered if row["measurement_digest"] in new), key=lambda r: r["record_id"])
+        valid = [{"record_id": r["record_id"], "new_mean": r["mean_sec"]} for r in merged if r["mean_sec"] is not None]
+        failed = [{"record_id": r["record_id"]} for r in merged if r["mean_sec"] is None]
+        if valid:
+            connection.execute(_MERGE_VALID, valid)
+        if failed:
+            connection.execute(_MERGE_FAILED, failed)
+        return len(merged)
 
     def _workload_digests(self, session: Session, workload_ids: set[int]) -> dict[int, str]:
         found = dict(
@@ -257,6 +353,22 @@ class TuningRecords:
         )
         with self._unit.read() as session:
             return [r.to_entity() for r in session.scalars(query)]
+
+    def measurements_of(self, record_id: int) -> list[tuple[list[float] | None, float | None, str | None]]:
+        """Every measurement of a record, the first first: (run_secs, mean seconds or None when
+        it failed, job id)."""
+        with self._unit.read() as session:
+            record = session.get(TuningRecordRow, record_id)
+            if record is None:
+                return []
+            # A trace MetaSchedule rejects has no valid measurement, whatever its times.
+            first_mean = mean_run_sec(record.run_secs, trace_valid=record.valid_measurements > 0)
+            first = [(record.run_secs, first_mean, record.job_id)]
+            later = session.execute(
+                select(TuningMeasurementRow.run_secs, TuningMeasurementRow.mean_sec, TuningMeasurementRow.job_id)
+                .where(TuningMeasurementRow.record_id == record_id).order_by(TuningMeasurementRow.id)
+            ).all()
+            return first + [(run_secs, mean, job_id) for run_secs, mean, job_id in later]
 
     def measured_counts(
         self, workload_ids: Iterable[int], fingerprint_id: str, target: str, tvm_version: str
