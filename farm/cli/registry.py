@@ -74,20 +74,43 @@ def ls(registry: str | None = REGISTRY_OPTION, json_output: bool = JSON_OPTION) 
 
 @app.command()
 def show(
-    ident: str = typer.Argument(..., help="An artifact (art-…), job (job-…), model or fingerprint id."),
+    ident: str | None = typer.Argument(
+        None, help="An artifact (art-…), job (job-…), model or fingerprint id; none: every fingerprint."),
     registry: str | None = REGISTRY_OPTION,
     json_output: bool = JSON_OPTION,
 ) -> None:
-    """Show one registry entry in full."""
+    """Show one registry entry in full; without an id, what the registry holds per fingerprint."""
+    from farm.cli.views import field_value
+    from foundation.registry.entities import Fingerprint
+    from foundation.registry.holdings import fingerprint_holdings
+
     store = open_store(registry)
+    if ident is None:
+        holdings = fingerprint_holdings(store)
+        if json_output:
+            emit_json({"registry": str(store.url), "fingerprints": [h.to_json() for h in holdings]})
+            return
+        print_table(HOLDINGS_COLUMNS, [_holdings_row(h) for h in holdings],
+                    empty="no fingerprints yet: `farm submit` or `farm registry import` adds this box's")
+        return
     entity = _lookup(store, ident)
     document = _plain(entity)
+    if isinstance(entity, Fingerprint):
+        held = next(h for h in fingerprint_holdings(store) if h.id == ident).to_json()
+        document["holds"] = {k: v for k, v in held.items() if k not in ("id", "kind", "summary")}
     if json_output:
         emit_json(document)
         return
-    from farm.cli.views import field_value
-
     print_fields((name, field_value(value)) for name, value in document.items())
+
+
+HOLDINGS_COLUMNS = ("fingerprint", "kind", "records", "valid", "workloads", "models", "artifacts", "cost models",
+                    "summary")
+
+
+def _holdings_row(h) -> list:
+    return [h.id, h.kind, f"{h.records:,}", f"{h.valid_records:,}", f"{h.workloads:,}", h.models, h.artifacts,
+            "-" if h.cost_models is None else h.cost_models, h.summary]
 
 
 def _lookup(store, ident: str):
@@ -196,7 +219,7 @@ def _context_for(registry: str | None, target: str, fingerprint: str | None, *, 
             f"fingerprint '{fingerprint}' is not in the registry (this box's, for target {ctx.target['kind']}, "
             f"is {ctx.fingerprint.id})",
             "import on a box of that fingerprint, or let one of its agents register with this registry "
-            "first; `farm registry ls` lists the fingerprints it knows",
+            "first; `farm registry show` lists the fingerprints it knows",
         )
     # The target's details (mcpu, cores, arch) come from that fingerprint, not from this box.
     from foundation.hardware.fingerprint import Fingerprint

@@ -1,0 +1,45 @@
+"""`farm registry show`: per fingerprint, what the registry holds; one fingerprint in full."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+
+from foundation.registry import NewRecord, RegistryStore
+
+
+def farm(exe: str, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([exe, *args], env=dict(os.environ), capture_output=True, text=True, timeout=120)
+
+
+def test_show_lists_what_each_fingerprint_holds(farm_exe, tmp_path):
+    url = f"sqlite:///{tmp_path / 'registry.db'}"
+    store = RegistryStore(url)
+    try:
+        store.upsert_fingerprint("cpu-aaaa", "cpu", "first cpu", {"cores": 2})
+        store.upsert_fingerprint("cpu-bbbb", "cpu", "second cpu", {})
+        workload = store.commit_workload("1", '["1","YQ=="]')
+        store.add_tuning_records([
+            NewRecord(workload_id=workload, fingerprint_id="cpu-aaaa", target='{"kind":"llvm"}',
+                      tvm_version="0.27.0", trace=f'"t{i}"', run_secs=[0.001 * (i + 1)])
+            for i in range(1200)])
+    finally:
+        store.dispose()
+
+    listed = farm(farm_exe, "registry", "show", "--registry", url)
+    assert listed.returncode == 0, listed.stderr
+    header, first, second = listed.stdout.splitlines()
+    assert header.split()[:9] == ["FINGERPRINT", "KIND", "RECORDS", "VALID", "WORKLOADS", "MODELS", "ARTIFACTS",
+                                  "COST", "MODELS"]
+    assert first.split()[:8] == ["cpu-aaaa", "cpu", "1,200", "1,200", "1", "0", "0", "-"]
+    assert second.split()[:3] == ["cpu-bbbb", "cpu", "0"]
+
+    document = json.loads(farm(farm_exe, "registry", "show", "--registry", url, "--json").stdout)
+    assert [(f["id"], f["records"], f["workloads"], f["cost_models"]) for f in document["fingerprints"]] == [
+        ("cpu-aaaa", 1200, 1, None), ("cpu-bbbb", 0, 0, None)]
+
+    one = json.loads(farm(farm_exe, "registry", "show", "cpu-aaaa", "--registry", url, "--json").stdout)
+    assert one["details"] == {"cores": 2} and one["holds"]["records"] == 1200 and one["holds"]["artifacts"] == 0
+    missing = farm(farm_exe, "registry", "show", "cpu-zzzz", "--registry", url)
+    assert missing.returncode == 3 and "nothing in the registry has id 'cpu-zzzz'" in missing.stderr
