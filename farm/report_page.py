@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from farm.cli.units import duration, milliseconds, size
 from farm.cli.views import speedup_text
+from foundation.domain.reuse import describe_summary
 
 # How the stored latency was measured (docs/benchmarks.md, "Timing after tuning").
 TIMING_NOTE = {
@@ -25,6 +26,7 @@ def markdown(report, image: str) -> str:
         ("fingerprint", f"{job.fingerprint_id}: {report.fingerprint_summary}" if job.fingerprint_id else "-"),
         ("trials", f"{report.trials} measured of {job.trials_budget} planned"
                    + (f", {failed} failed" if failed else "")),
+        ("reuse", describe_summary(job.options["reused"]) if job.options.get("reused") else None),
         ("tuning time", _span(job)),
         ("error", job.error),
     ]

@@ -227,6 +227,7 @@ def test_report_plots_the_tuned_job(farm_exe, home, tuned, tmp_path):
     text = page.read_text()
     assert f"![best latency against trials]({png.name})" in text and tuned["artifact"]["id"] in text
     assert "the tuner's task list" in text  # names and weights, not bare workload ids
+    assert "| reuse | reused none of 2 tasks: none has measured records here yet |" in text
     for task in tuned["tasks"]:
         assert f"| {task['task']} |" in text
     # What TVM's C++ code wrote while tuning went to the job's log, not to the console.
