@@ -140,9 +140,10 @@ def plan_tasks(loaded: "LoadedModel", target_json: str, trials: int | None, tria
     install_lean_tensor_intrinsics(target_doc["kind"])
     with TVM_IR_LOCK:
         tasks = extract_tuning_tasks(loaded, to_tvm_target(target_doc))
-    budget = TuningBudget.for_tasks(len(tasks), trials, trials_per_task)
-    reused = decide_reuse(tasks, tvm_database_for(store, fingerprint_id, target_json, tvm_version, {}), reuse,
-                          budget)
+        budget = TuningBudget.for_tasks(len(tasks), trials, trials_per_task)
+        # Matching tasks to stored workloads parses and compares IR: under the same lock.
+        reused = decide_reuse(tasks, tvm_database_for(store, fingerprint_id, target_json, tvm_version, {}), reuse,
+                              budget)
     planned = [
         PlannedTask(
             name=task.name,
