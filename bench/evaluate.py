@@ -1,0 +1,382 @@
+"""The thesis's comparison on this CPU: farm-tuned TVM against untuned TVM, onnxruntime and PyTorch eager.
+
+Each case is MODEL:BATCH[:TRIALS_PER_TASK]. For each, the farm tunes it (an embedded `farm
+submit` into --registry: answered from the registry when it already holds the library; with
+--retune it tunes again, the search warm-started from the records already there and its own
+merged into them, so a later run adds trials instead of starting over). Then, in this one
+process, every engine runs the same network with the same seeded weights on the same seeded
+input: untuned TVM (the farm's reference build), the farm-tuned library (loaded with
+farm.load), onnxruntime (the zoo's Relax graph re-emitted as ONNX, bench/relax_graph.py) and
+PyTorch eager (the same graph as torch calls; only when torch is installed: pip install -e
+.[torch]). Every output is checked against untuned TVM first (bench/timing.py states the
+tolerance), with the seeded weights and again with the constant-initialised ones (BatchNorm,
+LayerNorm, biases) perturbed, which would let a mis-wired graph pass. Then warm-up, and the
+timed runs interleaved round-robin. Results go to OUT/evaluate-TAG.json and .csv, with two
+plots: latency per case (one bar per engine) and the model's best latency against trials.
+
+    .venv/bin/python bench/evaluate.py resnet-18:1:16 mobilenet:1:16 --tag quick
+    .venv/bin/python bench/evaluate.py resnet-18:1:16 --retune --tag more   # 16 more per task
+
+Exit codes: 0 done; 1 an engine disagreed with the reference, or a tuning job failed;
+2 bad arguments; 3 --no-tune and the registry holds no library for a case.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import datetime
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from timing import Engine, check_outputs, cpu_model, interleaved, load_average  # noqa: E402
+
+TARGET = "llvm"
+SYSTEMS = ("TVM untuned", "TVM farm-tuned", "onnxruntime", "PyTorch eager")
+EXIT_DISAGREE, EXIT_USAGE, EXIT_NOT_FOUND = 1, 2, 3
+
+
+class Refused(Exception):
+    def __init__(self, message: str, hint: str, code: int):
+        super().__init__(message)
+        self.hint, self.code = hint, code
+
+
+@dataclass(frozen=True)
+class Case:
+    model: str
+    batch: int
+    trials_per_task: int | None
+
+    @property
+    def label(self) -> str:
+        return f"{self.model} b{self.batch}"
+
+    @staticmethod
+    def parse(text: str, default_trials: int | None) -> Case:
+        parts = text.split(":")
+        try:
+            if not 1 <= len(parts) <= 3 or not parts[0]:
+                raise ValueError
+            batch = int(parts[1]) if len(parts) > 1 else 1
+            trials = int(parts[2]) if len(parts) > 2 else default_trials
+            if batch < 1 or (trials is not None and trials < 1):
+                raise ValueError
+        except ValueError:
+            raise Refused(f"bad case {text!r}", "write MODEL:BATCH[:TRIALS_PER_TASK], e.g. resnet-18:1:16",
+                          EXIT_USAGE) from None
+        return Case(parts[0], batch, trials)
+
+
+def farm_executable() -> str:
+    beside = Path(sys.executable).with_name("farm")
+    return str(beside) if beside.exists() else "farm"
+
+
+def tune(case: Case, registry: str | None, retune: bool, log) -> None:
+    """Run the embedded `farm submit`; its progress goes to our stderr."""
+    command = [farm_executable(), "submit", case.model, TARGET, str(case.batch)]
+    if case.trials_per_task is not None:
+        command += ["--trials-per-task", str(case.trials_per_task)]
+    if registry:
+        command += ["--registry", registry]
+    if retune:
+        command.append("--retune")
+    log(f"$ {' '.join(command)}")
+    done = subprocess.run(command, stdout=sys.stderr, stderr=sys.stderr)
+    if done.returncode != 0:
+        raise Refused(f"farm submit for {case.label} exited {done.returncode}",
+                      "see its message above; `farm jobs` lists the job", EXIT_DISAGREE)
+
+
+def perturbed(weights: list[np.ndarray], specs) -> list[np.ndarray]:
+    """Constant-initialised weights (norm scales and shifts, biases) made random, others kept."""
+    rng = np.random.default_rng(1234)
+    out = []
+    for spec, w in zip(specs, weights):
+        if spec.fill is not None and spec.fill.kind == "const" and np.dtype(spec.dtype).kind == "f":
+            w = (w * rng.uniform(0.5, 1.5, w.shape) + rng.normal(0.0, 0.1, w.shape)).astype(w.dtype)
+        out.append(w)
+    return out
+
+
+def tvm_engine(name: str, library, weights, note: str, runs: int | None = None) -> Engine:
+    library.set_weights(weights)
+    return Engine(name, run=lambda x: library(x), note=note, runs=runs, set_weights=library.set_weights,
+                  sample_ms=lambda x: library.time(x, runs=1, warmup=0).median_ms)
+
+
+def ort_engine(model, weights) -> Engine:
+    import onnxruntime as ort
+    from relax_graph import to_onnx
+
+    names = [spec.name for spec in model.inputs]
+    holder = []
+
+    def load(w) -> None:
+        session = ort.InferenceSession(to_onnx(model.mod, w).SerializeToString(),
+                                       providers=["CPUExecutionProvider"])
+        holder[:] = [session]
+
+    load(weights)
+
+    def run(x):
+        return holder[0].run(None, dict(zip(names, x)))
+
+    return Engine("onnxruntime", run, note=f"onnxruntime {ort.__version__}, CPUExecutionProvider, default "
+                                          "session options (all graph optimizations, intra-op threads = cores)",
+                  set_weights=load)
+
+
+def torch_engine(model, weights) -> tuple[Engine | None, str]:
+    try:
+        import torch
+    except ImportError:
+        return None, "PyTorch not installed (pip install -e .[torch]): skipped"
+    from relax_graph import TorchEager
+
+    torch.set_num_threads(os.cpu_count() or 1)
+    eager = TorchEager(model.mod, weights)
+    return Engine("PyTorch eager", eager, note=f"torch {torch.__version__}, no_grad, "
+                                               f"set_num_threads({torch.get_num_threads()})",
+                  set_weights=eager.set_weights), ""
+
+
+def tuning_history(store, model_id: str, fingerprint: str, target_json: str) -> dict:
+    """Every tuning job of this model here, oldest first, and the model's best estimate against trials."""
+    from farm.report import job_report
+
+    jobs = [j for j in store.list_jobs(limit=10_000)
+            if j.model_id == model_id and not j.cache_hit and j.fingerprint_id == fingerprint
+            and j.target == target_json and j.state == "succeeded"]
+    jobs.sort(key=lambda j: j.created_at)
+    curve, offset, listed = [], 0, []
+    for job in jobs:
+        seconds = (job.finished_at - job.started_at).total_seconds() if job.finished_at and job.started_at else None
+        listed.append({"job": job.id, "trials": job.trials_done, "budget": job.trials_budget,
+                       "wall_s": seconds, "options": job.options})
+        try:
+            report = job_report(store, job.id)
+        except Exception as err:  # a job whose records are gone still counts its trials
+            listed[-1]["curve_error"] = str(err)
+            offset += job.trials_done
+            continue
+        curve += [(offset + n, s * 1e3) for n, s in report.model_curve]
+        offset += report.trials
+    return {"jobs": listed, "trials": offset, "curve_trials_ms": curve}
+
+
+def evaluate_case(case: Case, args, log) -> dict:
+    import farm
+    from farm.session import open_context
+    from foundation.compile import build_library
+    from foundation.errors import NotFound
+    from foundation.models.loading import load_model
+    from foundation.runtime.library_runner import LoadedLibrary
+
+    load_before = load_average()
+    ctx = open_context(args.registry, TARGET)
+    model = load_model(case.model, case.batch)
+    weights = model.make_weights(0)
+    inputs = model.make_inputs(0)
+    try:
+        deployed = farm.load(case.model, TARGET, batch=case.batch, registry=args.registry, weights=weights)
+    except NotFound as missing:
+        raise Refused(str(missing), f"run without --no-tune, or `farm submit {case.model} {TARGET} {case.batch}`",
+                      EXIT_NOT_FOUND) from None
+    if not all(np.array_equal(a, b) for a, b in zip(inputs, deployed.example_inputs(0))):
+        raise Refused(f"{case.label}: the zoo's seeded input differs from the stored model's",
+                      "the zoo changed since it was tuned: tune it again", EXIT_DISAGREE)
+    artifact = deployed.artifact
+
+    log(f"{case.label}: building untuned TVM (the reference) ...")
+    begin = time.perf_counter()
+    untuned_library = LoadedLibrary(build_library(model, ctx.tvm_target(), None), TARGET)
+    build_s = time.perf_counter() - begin
+    engines = [
+        tvm_engine("TVM untuned", untuned_library, weights, f"TVM's default schedules, built here in {build_s:.0f} s",
+                   runs=args.untuned_runs),
+        tvm_engine("TVM farm-tuned", deployed.library, weights, f"artifact {artifact.id} (farm.load)"),
+        ort_engine(model, weights),
+    ]
+    torch_eng, torch_skip = torch_engine(model, weights)
+    if torch_eng is not None:
+        engines.append(torch_eng)
+    else:
+        log(f"{case.label}: {torch_skip}")
+
+    agreement = {}
+    for title, w in (("seeded weights", weights), ("perturbed constant weights", perturbed(weights, model.weights))):
+        for engine in engines:
+            engine.set_weights(w)
+        reference = engines[0].run(inputs)
+        checks = [check_outputs(e.run(inputs), reference, e.name) for e in engines[1:]]
+        agreement[title] = [vars(c) for c in checks]
+        bad = [c for c in checks if not c.passed]
+        if bad:
+            detail = "; ".join(f"{c.engine}: max|diff| {c.max_abs:.3g} ({c.worst_rel:.3g} of scale) {c.detail}"
+                               for c in bad)
+            raise Refused(f"{case.label}: outputs disagree with untuned TVM ({title}): {detail}",
+                          "an engine computes another function; nothing was timed", EXIT_DISAGREE)
+    for engine in engines:
+        engine.set_weights(weights)
+    log(f"{case.label}: all outputs agree with untuned TVM; timing {len(engines)} engines interleaved ...")
+    if args.untuned_runs == 0:
+        engines = engines[1:]
+    samples = interleaved(engines, inputs, args.runs, args.warmup, args.rounds, log)
+    import tvm
+
+    stats = {e.name: {**samples[e.name].summary(), "note": e.note} for e in engines}
+    tuned = stats["TVM farm-tuned"]["median_ms"]
+    others = [stats[n]["median_ms"] for n in ("onnxruntime", "PyTorch eager") if n in stats]
+    history = tuning_history(ctx.store, deployed.model.id, ctx.fingerprint.id, ctx.target_json)
+    return {
+        "model": case.model, "batch": case.batch, "trials_per_task_asked": case.trials_per_task,
+        "artifact": {"id": artifact.id, "job": artifact.job_id, "recorded_median_ms": artifact.latency_median_ms},
+        "tuning": history,
+        "untuned_build_s": build_s,
+        "tvm_threads": tvm.get_global_func("runtime.NumThreads")(),
+        "torch": torch_skip or "measured",
+        "agreement": agreement,
+        "engines": stats,
+        "ratios": {
+            "tuned_over_onnxruntime": tuned / stats["onnxruntime"]["median_ms"],
+            "tuned_over_best_reference": tuned / min(others),
+            "untuned_over_tuned": (stats["TVM untuned"]["median_ms"] / tuned) if "TVM untuned" in stats else None,
+        },
+        "loadavg_before": load_before, "loadavg_after": load_average(),
+    }
+
+
+def write_csv(path: Path, report: dict) -> None:
+    fields = ["model", "batch", "trials", "engine", "runs", "median_ms", "p10_ms", "p90_ms", "q1_ms", "q3_ms",
+              "mean_ms", "min_ms", "max_ms"]
+    with path.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=fields, extrasaction="ignore")
+        writer.writeheader()
+        for case in report["cases"]:
+            for engine, s in case["engines"].items():
+                writer.writerow({"model": case["model"], "batch": case["batch"], "trials": case["tuning"]["trials"],
+                                 "engine": engine, **s})
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("cases", nargs="+", help="MODEL:BATCH[:TRIALS_PER_TASK], e.g. resnet-18:1:16 bert:1:6")
+    parser.add_argument("--trials-per-task", type=int, default=None,
+                        help="for cases that name none (default: the farm's, 32)")
+    parser.add_argument("--retune", action="store_true",
+                        help="tune again though the registry has a library (adds trials; records merge)")
+    parser.add_argument("--no-tune", action="store_true", help="time what the registry holds; tune nothing")
+    parser.add_argument("--registry", default=None, help="registry URL (default: $FARM_REGISTRY, else FARM_HOME's)")
+    parser.add_argument("--runs", type=int, default=30, help="timed runs per engine")
+    parser.add_argument("--untuned-runs", type=int, default=5, help="timed runs of untuned TVM (slow; 0: check only)")
+    parser.add_argument("--warmup", type=int, default=5, help="untimed runs per engine first")
+    parser.add_argument("--rounds", type=int, default=5, help="rotated round-robin rounds the runs are split into")
+    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "results", help="directory for JSON, CSV, PNG")
+    parser.add_argument("--tag", default="evaluation", help="file stem: OUT/evaluate-TAG.{json,csv}")
+    parser.add_argument("--no-plots", action="store_true")
+    parser.add_argument("--json", action="store_true", help="print the results as one JSON document on stdout")
+    args = parser.parse_args(argv)
+
+    def log(message: str) -> None:
+        print(message, file=sys.stderr, flush=True)
+
+    try:
+        if args.runs < 1 or args.untuned_runs < 0 or args.warmup < 0 or args.rounds < 1:
+            raise Refused("--runs and --rounds must be at least 1, --warmup and --untuned-runs at least 0",
+                          "pass positive counts", EXIT_USAGE)
+        if args.retune and args.no_tune:
+            raise Refused("--retune and --no-tune contradict each other", "pass one of them", EXIT_USAGE)
+        cases = [Case.parse(text, args.trials_per_task) for text in args.cases]
+        from foundation.models.zoo import ZOO
+
+        unknown = [c.model for c in cases if c.model not in ZOO]
+        if unknown:
+            raise Refused(f"unknown model {unknown[0]!r}", f"zoo models: {', '.join(ZOO)}", EXIT_USAGE)
+        try:
+            args.out.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise Refused(f"cannot create {args.out}: {err.strerror}", "pass a writable --out", EXIT_USAGE) from None
+
+        started = datetime.datetime.now(datetime.timezone.utc)
+        load_start = load_average()
+        if not args.no_tune:
+            for case in cases:
+                tune(case, args.registry, args.retune, log)
+
+        from foundation.hardware.tvm_startup import install_lean_tensor_intrinsics, pin_tvm_threads
+
+        pin_tvm_threads()
+        install_lean_tensor_intrinsics(TARGET)
+        results = [evaluate_case(case, args, log) for case in cases]
+    except Refused as refused:
+        print(f"error: {refused} ({refused.hint})", file=sys.stderr)
+        return refused.code
+
+    import onnxruntime
+    import tvm
+
+    report = {
+        "command": " ".join([Path(sys.argv[0]).name if argv is None else "evaluate.py", *(argv or sys.argv[1:])]),
+        "date_utc": started.isoformat(timespec="seconds"),
+        "machine": {"cpu": cpu_model(), "logical_cpus": os.cpu_count(), "platform": platform.platform(),
+                    "loadavg_start": load_start, "loadavg_end": load_average()},
+        "versions": {"tvm": tvm.__version__, "onnxruntime": onnxruntime.__version__, "numpy": np.__version__,
+                     "python": platform.python_version()},
+        "timing": {"runs": args.runs, "untuned_runs": args.untuned_runs, "warmup": args.warmup,
+                   "rounds": args.rounds},
+        "cases": results,
+    }
+    stem = args.out / f"evaluate-{args.tag}"
+    stem.with_suffix(".json").write_text(json.dumps(report, indent=2, default=str) + "\n")
+    write_csv(stem.with_suffix(".csv"), report)
+    written = [stem.with_suffix(".json"), stem.with_suffix(".csv")]
+    if not args.no_plots:
+        from evaluate_plots import plot_latency, plot_trials
+
+        written.append(plot_latency(report, args.out / f"evaluate-{args.tag}-latency.png"))
+        written.append(plot_trials(report, args.out / f"evaluate-{args.tag}-trials.png"))
+    if args.json:
+        print(json.dumps(report, indent=2, default=str))
+    else:
+        print_table(report)
+    log("wrote " + ", ".join(str(p) for p in written))
+    return 0
+
+
+def print_table(report: dict) -> None:
+    m = report["machine"]
+    print(f"{m['cpu']} ({m['logical_cpus']} logical CPUs), {report['date_utc']}, load average "
+          f"{m['loadavg_start'][0]} at start, {m['loadavg_end'][0]} at end")
+    for case in report["cases"]:
+        t = case["tuning"]
+        print(f"\n{case['model']} batch {case['batch']}: {t['trials']} trials in {len(t['jobs'])} tuning job(s), "
+              f"artifact {case['artifact']['id']}, TVM threads {case['tvm_threads']}, "
+              f"load {case['loadavg_before'][0]} -> {case['loadavg_after'][0]}")
+        print(f"  {'engine':16s} {'median':>9s} {'p10':>9s} {'p90':>9s} {'IQR':>8s} {'runs':>5s}  (ms)")
+        for name, s in case["engines"].items():
+            print(f"  {name:16s} {s['median_ms']:9.4g} {s['p10_ms']:9.4g} {s['p90_ms']:9.4g} {s['iqr_ms']:8.3g}"
+                  f" {s['runs']:5d}  {s['note']}")
+        r = case["ratios"]
+        print(f"  farm-tuned / onnxruntime = {r['tuned_over_onnxruntime']:.2f}x; "
+              f"farm-tuned / fastest reference = {r['tuned_over_best_reference']:.2f}x"
+              + (f"; untuned / farm-tuned = {r['untuned_over_tuned']:.1f}x" if r["untuned_over_tuned"] else ""))
+        if case["torch"] != "measured":
+            print(f"  {case['torch']}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
