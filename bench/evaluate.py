@@ -43,7 +43,6 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from timing import Engine, check_outputs, cpu_model, interleaved, load_average  # noqa: E402
 
-TARGET = "llvm"
 SYSTEMS = ("TVM untuned", "TVM farm-tuned", "onnxruntime", "PyTorch eager")
 EXIT_DISAGREE, EXIT_USAGE, EXIT_NOT_FOUND = 1, 2, 3
 
@@ -85,9 +84,9 @@ def farm_executable() -> str:
     return str(beside) if beside.exists() else "farm"
 
 
-def tune(case: Case, registry: str | None, retune: bool, log) -> None:
+def tune(case: Case, target: str, registry: str | None, retune: bool, log) -> None:
     """Run the embedded `farm submit`; its progress goes to our stderr."""
-    command = [farm_executable(), "submit", case.model, TARGET, str(case.batch)]
+    command = [farm_executable(), "submit", case.model, target, str(case.batch)]
     if case.trials_per_task is not None:
         command += ["--trials-per-task", str(case.trials_per_task)]
     if registry:
@@ -118,16 +117,18 @@ def tvm_engine(name: str, library, weights, note: str, runs: int | None = None) 
                   sample_ms=lambda x: library.time(x, runs=1, warmup=0).median_ms)
 
 
-def ort_engine(model, weights) -> Engine:
+def ort_engine(model, weights, target_kind: str) -> tuple[Engine | None, str]:
     import onnxruntime as ort
     from relax_graph import to_onnx
 
+    provider = "CUDAExecutionProvider" if target_kind == "cuda" else "CPUExecutionProvider"
+    if provider not in ort.get_available_providers():
+        return None, f"onnxruntime {ort.__version__} has no {provider} (pip install onnxruntime-gpu): skipped"
     names = [spec.name for spec in model.inputs]
     holder = []
 
     def load(w) -> None:
-        session = ort.InferenceSession(to_onnx(model.mod, w).SerializeToString(),
-                                       providers=["CPUExecutionProvider"])
+        session = ort.InferenceSession(to_onnx(model.mod, w).SerializeToString(), providers=[provider])
         holder[:] = [session]
 
     load(weights)
@@ -135,23 +136,26 @@ def ort_engine(model, weights) -> Engine:
     def run(x):
         return holder[0].run(None, dict(zip(names, x)))
 
-    return Engine("onnxruntime", run, note=f"onnxruntime {ort.__version__}, CPUExecutionProvider, default "
+    return Engine("onnxruntime", run, note=f"onnxruntime {ort.__version__}, {provider}, default "
                                           "session options (all graph optimizations, intra-op threads = cores)",
-                  set_weights=load)
+                  set_weights=load), ""
 
 
-def torch_engine(model, weights) -> tuple[Engine | None, str]:
+def torch_engine(model, weights, target_kind: str) -> tuple[Engine | None, str]:
     try:
         import torch
     except ImportError:
         return None, "PyTorch not installed (pip install -e .[torch]): skipped"
     from relax_graph import TorchEager
 
+    device = "cuda" if target_kind == "cuda" else "cpu"
+    if device == "cuda" and not torch.cuda.is_available():
+        return None, f"torch {torch.__version__} sees no CUDA device: skipped"
     torch.set_num_threads(os.cpu_count() or 1)
-    eager = TorchEager(model.mod, weights)
-    return Engine("PyTorch eager", eager, note=f"torch {torch.__version__}, no_grad, "
+    eager = TorchEager(model.mod, weights, device)
+    return Engine("PyTorch eager", eager, note=f"torch {torch.__version__} on {device}, no_grad, "
                                                f"set_num_threads({torch.get_num_threads()})",
-                  set_weights=eager.set_weights), ""
+                  set_weights=eager.set_weights, sample_ms=eager.time_ms), ""
 
 
 def tuning_history(store, model_id: str, fingerprint: str, target_json: str) -> dict:
@@ -187,15 +191,17 @@ def evaluate_case(case: Case, args, log) -> dict:
     from foundation.runtime.library_runner import LoadedLibrary
 
     load_before = load_average()
-    ctx = open_context(args.registry, TARGET)
     model = load_model(case.model, case.batch)
     weights = model.make_weights(0)
     inputs = model.make_inputs(0)
     try:
-        deployed = farm.load(case.model, TARGET, batch=case.batch, registry=args.registry, weights=weights)
+        deployed = farm.load(case.model, args.target, batch=case.batch, registry=args.registry, weights=weights)
     except NotFound as missing:
-        raise Refused(str(missing), f"run without --no-tune, or `farm submit {case.model} {TARGET} {case.batch}`",
+        raise Refused(missing.problem,
+                      f"run without --no-tune, or `farm submit {case.model} {args.target} {case.batch}`",
                       EXIT_NOT_FOUND) from None
+    ctx = open_context(args.registry, args.target)
+    kind = ctx.target["kind"]
     if not all(np.array_equal(a, b) for a, b in zip(inputs, deployed.example_inputs(0))):
         raise Refused(f"{case.label}: the zoo's seeded input differs from the stored model's",
                       "the zoo changed since it was tuned: tune it again", EXIT_DISAGREE)
@@ -203,19 +209,21 @@ def evaluate_case(case: Case, args, log) -> dict:
 
     log(f"{case.label}: building untuned TVM (the reference) ...")
     begin = time.perf_counter()
-    untuned_library = LoadedLibrary(build_library(model, ctx.tvm_target(), None), TARGET)
+    untuned_library = LoadedLibrary(build_library(model, ctx.tvm_target(), None), kind)
     build_s = time.perf_counter() - begin
     engines = [
         tvm_engine("TVM untuned", untuned_library, weights, f"TVM's default schedules, built here in {build_s:.0f} s",
                    runs=args.untuned_runs),
         tvm_engine("TVM farm-tuned", deployed.library, weights, f"artifact {artifact.id} (farm.load)"),
-        ort_engine(model, weights),
     ]
-    torch_eng, torch_skip = torch_engine(model, weights)
-    if torch_eng is not None:
-        engines.append(torch_eng)
-    else:
-        log(f"{case.label}: {torch_skip}")
+    skipped = {}
+    for name, (engine, why) in (("onnxruntime", ort_engine(model, weights, kind)),
+                                ("PyTorch eager", torch_engine(model, weights, kind))):
+        if engine is not None:
+            engines.append(engine)
+        else:
+            skipped[name] = why
+            log(f"{case.label}: {why}")
 
     agreement = {}
     for title, w in (("seeded weights", weights), ("perturbed constant weights", perturbed(weights, model.weights))):
@@ -241,6 +249,7 @@ def evaluate_case(case: Case, args, log) -> dict:
     stats = {e.name: {**samples[e.name].summary(), "note": e.note} for e in engines}
     tuned = stats["TVM farm-tuned"]["median_ms"]
     others = [stats[n]["median_ms"] for n in ("onnxruntime", "PyTorch eager") if n in stats]
+    ort_ms = stats.get("onnxruntime", {}).get("median_ms")
     history = tuning_history(ctx.store, deployed.model.id, ctx.fingerprint.id, ctx.target_json)
     return {
         "model": case.model, "batch": case.batch, "trials_per_task_asked": case.trials_per_task,
@@ -248,12 +257,13 @@ def evaluate_case(case: Case, args, log) -> dict:
         "tuning": history,
         "untuned_build_s": build_s,
         "tvm_threads": tvm.get_global_func("runtime.NumThreads")(),
-        "torch": torch_skip or "measured",
+        "target": ctx.target,
+        "skipped": skipped,
         "agreement": agreement,
         "engines": stats,
         "ratios": {
-            "tuned_over_onnxruntime": tuned / stats["onnxruntime"]["median_ms"],
-            "tuned_over_best_reference": tuned / min(others),
+            "tuned_over_onnxruntime": tuned / ort_ms if ort_ms else None,
+            "tuned_over_best_reference": tuned / min(others) if others else None,
             "untuned_over_tuned": (stats["TVM untuned"]["median_ms"] / tuned) if "TVM untuned" in stats else None,
         },
         "loadavg_before": load_before, "loadavg_after": load_average(),
@@ -275,6 +285,8 @@ def write_csv(path: Path, report: dict) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("cases", nargs="+", help="MODEL:BATCH[:TRIALS_PER_TASK], e.g. resnet-18:1:16 bert:1:6")
+    parser.add_argument("--target", default="llvm",
+                        help="llvm (this CPU, the default) or cuda (engines on the GPU; tune it with agents)")
     parser.add_argument("--trials-per-task", type=int, default=None,
                         help="for cases that name none (default: the farm's, 32)")
     parser.add_argument("--retune", action="store_true",
@@ -315,13 +327,19 @@ def main(argv: list[str] | None = None) -> int:
         load_start = load_average()
         if not args.no_tune:
             for case in cases:
-                tune(case, args.registry, args.retune, log)
+                tune(case, args.target, args.registry, args.retune, log)
 
         from foundation.hardware.tvm_startup import install_lean_tensor_intrinsics, pin_tvm_threads
 
         pin_tvm_threads()
-        install_lean_tensor_intrinsics(TARGET)
-        results = [evaluate_case(case, args, log) for case in cases]
+        install_lean_tensor_intrinsics("cuda" if args.target.startswith("cuda") or '"cuda"' in args.target
+                                       else "llvm")
+        from foundation.errors import FarmError
+
+        try:
+            results = [evaluate_case(case, args, log) for case in cases]
+        except FarmError as err:  # a registry that cannot be opened, a target the farm refuses
+            raise Refused(err.problem, err.fix or "see above", err.exit_code) from None
     except Refused as refused:
         print(f"error: {refused} ({refused.hint})", file=sys.stderr)
         return refused.code
@@ -371,11 +389,13 @@ def print_table(report: dict) -> None:
             print(f"  {name:16s} {s['median_ms']:9.4g} {s['p10_ms']:9.4g} {s['p90_ms']:9.4g} {s['iqr_ms']:8.3g}"
                   f" {s['runs']:5d}  {s['note']}")
         r = case["ratios"]
-        print(f"  farm-tuned / onnxruntime = {r['tuned_over_onnxruntime']:.2f}x; "
-              f"farm-tuned / fastest reference = {r['tuned_over_best_reference']:.2f}x"
-              + (f"; untuned / farm-tuned = {r['untuned_over_tuned']:.1f}x" if r["untuned_over_tuned"] else ""))
-        if case["torch"] != "measured":
-            print(f"  {case['torch']}")
+        ratios = [f"farm-tuned / onnxruntime = {r['tuned_over_onnxruntime']:.2f}x" if r["tuned_over_onnxruntime"]
+                  else "", f"farm-tuned / fastest reference = {r['tuned_over_best_reference']:.2f}x"
+                  if r["tuned_over_best_reference"] else "",
+                  f"untuned / farm-tuned = {r['untuned_over_tuned']:.1f}x" if r["untuned_over_tuned"] else ""]
+        print("  " + "; ".join(text for text in ratios if text))
+        for why in case["skipped"].values():
+            print(f"  {why}")
 
 
 if __name__ == "__main__":

@@ -451,27 +451,39 @@ def torch_ops() -> dict[str, Callable]:
 class TorchEager:
     """``mod['main']`` as PyTorch eager calls, one per op, with the weights held as tensors."""
 
-    def __init__(self, mod, weights: Sequence[np.ndarray]):
+    def __init__(self, mod, weights: Sequence[np.ndarray], device: str = "cpu"):
         import torch
 
         self.torch = torch
+        self.device = torch.device(device)
         self.graph = read_graph(mod)
         _static_shapes(self.graph)  # split sizes, once, outside the timed calls
         self.ops = torch_ops()
         self.set_weights(weights)
 
     def set_weights(self, weights: Sequence[np.ndarray]) -> None:
-        torch = self.torch
-        self.fixed = {name: torch.from_numpy(np.ascontiguousarray(w)) for (name, _, _), w in
-                      zip(self.graph.weights, weights)}
-        self.fixed.update({name: torch.from_numpy(np.ascontiguousarray(v)) for name, v in
-                           self.graph.constants.items()})
+        self.fixed = {name: self._tensor(w) for (name, _, _), w in zip(self.graph.weights, weights)}
+        self.fixed.update({name: self._tensor(v) for name, v in self.graph.constants.items()})
+
+    def _tensor(self, array: np.ndarray):
+        return self.torch.from_numpy(np.ascontiguousarray(array)).to(self.device)
+
+    def _run(self, values: dict) -> list:
+        with self.torch.no_grad():
+            return run_bindings(self.graph, {**self.fixed, **values}, self.ops)
 
     def __call__(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
-        torch = self.torch
-        values = dict(self.fixed)
-        for (name, _, _), x in zip(self.graph.inputs, inputs):
-            values[name] = torch.from_numpy(np.ascontiguousarray(x))
-        with torch.no_grad():
-            outs = run_bindings(self.graph, values, self.ops)
-        return [o.numpy() for o in outs]
+        values = {name: self._tensor(x) for (name, _, _), x in zip(self.graph.inputs, inputs)}
+        return [o.cpu().numpy() for o in self._run(values)]
+
+    def time_ms(self, inputs: Sequence[np.ndarray]) -> float:
+        """One call on inputs already on the device, synchronised (as TVM's libraries are timed)."""
+        import time
+
+        values = {name: self._tensor(x) for (name, _, _), x in zip(self.graph.inputs, inputs)}
+        synchronize = self.torch.cuda.synchronize if self.device.type == "cuda" else (lambda: None)
+        synchronize()
+        begin = time.perf_counter()
+        self._run(values)
+        synchronize()
+        return (time.perf_counter() - begin) * 1e3

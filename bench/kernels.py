@@ -1,0 +1,149 @@
+"""GFLOP/s of a tuned model's dense and conv2d kernels against this box's numpy sgemm (2048^3).
+
+For every tuning task of MODEL at BATCH whose name holds a convolution or a matmul, the
+registry's best record (this fingerprint, target and TVM version) is replayed, built alone
+and timed with TVM's time_evaluator on zero-filled arguments; GFLOP/s is the task's FLOP
+count (TVM's estimate_tir_flops, the fused elementwise tail included) over its median time.
+numpy's float32 matmul of two 2048x2048 matrices, on the same threads, is the yardstick.
+
+    FARM_HOME=... .venv/bin/python bench/kernels.py resnet-18 [--batch 1] [--registry URL] [--json]
+
+Exit codes: 0 done; 2 bad arguments; 3 no registry, or no record in it for any such task; 4 a
+registry that cannot be read.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from timing import cpu_model, load_average  # noqa: E402
+
+TARGET = "llvm"
+KERNEL_WORDS = ("conv2d", "matmul", "dense")
+SGEMM_N = 2048
+
+
+def numpy_sgemm_gflops(n: int = SGEMM_N, repeats: int = 10) -> dict:
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((n, n), dtype=np.float32)
+    b = rng.standard_normal((n, n), dtype=np.float32)
+    a @ b  # warm-up: BLAS threads start
+    seconds = []
+    for _ in range(repeats):
+        begin = time.perf_counter()
+        a @ b
+        seconds.append(time.perf_counter() - begin)
+    median = statistics.median(seconds)
+    return {"n": n, "median_s": median, "gflops": 2 * n**3 / median / 1e9, "best_gflops": 2 * n**3 / min(seconds) / 1e9}
+
+
+def time_kernel(mod, target, number: int, repeat: int) -> float:
+    """Median seconds of one call of the scheduled PrimFunc ``mod['main']``."""
+    import tvm
+    from tvm.s_tir import meta_schedule as ms
+
+    executable = tvm.compile(mod, target=target)
+    device = tvm.cpu()
+    args = [tvm.runtime.tensor(np.zeros([int(d) for d in info.shape], str(info.dtype)), device)
+            for info in ms.arg_info.ArgInfo.from_prim_func(mod["main"])]
+    evaluator = executable.mod.time_evaluator("main", device, number=number, repeat=repeat, min_repeat_ms=50)
+    return float(np.median(evaluator(*args).results))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("model")
+    parser.add_argument("--batch", type=int, default=1)
+    parser.add_argument("--registry", default=None, help="registry URL (default: $FARM_REGISTRY, else FARM_HOME's)")
+    parser.add_argument("--repeat", type=int, default=5, help="timed repeats per kernel (each >= 50 ms)")
+    parser.add_argument("--out", type=Path, default=None, help="also write the results as JSON here")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+
+    from farm.session import open_context
+    from foundation.errors import FarmError
+    from foundation.models.zoo import ZOO
+
+    if args.model not in ZOO:  # before TVM's import, which costs seconds
+        print(f"error: unknown model '{args.model}' (zoo models: {', '.join(ZOO)})", file=sys.stderr)
+        return 2
+    try:
+        ctx = open_context(args.registry, TARGET)
+    except FarmError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return err.exit_code
+    from foundation.hardware.tvm_startup import install_lean_tensor_intrinsics, pin_tvm_threads
+
+    pin_tvm_threads()
+    install_lean_tensor_intrinsics(TARGET)
+    from foundation.compile import extract_tuning_tasks
+    from foundation.meta_schedule.database.registry_database import tvm_database_for
+    from foundation.models.loading import load_model
+
+    model = load_model(args.model, args.batch)
+    target = ctx.tvm_target()
+    database = tvm_database_for(ctx.store, ctx.fingerprint.id, ctx.target_json, ctx.tvm_version, ctx.software)
+    load_before = load_average()
+    sgemm = numpy_sgemm_gflops()
+    rows = []
+    for task in extract_tuning_tasks(model, target):
+        if not any(word in task.name for word in KERNEL_WORDS):
+            continue
+        schedule = database.query_schedule(task.mod, target, "main")
+        if schedule is None:
+            rows.append({"task": task.name, "weight": task.weight, "gflop": task.flop / 1e9, "tuned": False})
+            continue
+        seconds = time_kernel(schedule.mod, target, number=1, repeat=args.repeat)
+        gflops = task.flop / seconds / 1e9
+        rows.append({"task": task.name, "weight": task.weight, "gflop": task.flop / 1e9, "tuned": True,
+                     "ms": seconds * 1e3, "gflops": gflops, "vs_numpy_sgemm": gflops / sgemm["gflops"]})
+        print(f"  {task.name[:52]:52s} x{task.weight:<2d} {task.flop / 1e9:7.3f} GFLOP {seconds * 1e3:9.3f} ms"
+              f" {gflops:7.1f} GFLOP/s  {gflops / sgemm['gflops']:5.2f}x sgemm", file=sys.stderr, flush=True)
+    tuned = [r for r in rows if r["tuned"]]
+    if not tuned:
+        print(f"error: the registry holds no record for any conv2d/matmul task of {args.model} batch {args.batch} "
+              f"on {ctx.fingerprint.id} (run `farm submit {args.model} {TARGET} {args.batch}` first)", file=sys.stderr)
+        return 3
+    # Over the model, as it spends its time: total FLOPs over total time, each task by its calls.
+    flop = sum(r["gflop"] * r["weight"] for r in tuned)
+    seconds = sum(r["ms"] / 1e3 * r["weight"] for r in tuned)
+    report = {
+        "model": args.model, "batch": args.batch, "fingerprint": ctx.fingerprint.id,
+        "date_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "cpu": cpu_model(), "loadavg_before": load_before, "loadavg_after": load_average(),
+        "tvm_threads": __import__("os").environ.get("TVM_NUM_THREADS"),
+        "numpy_sgemm": sgemm, "kernels": rows,
+        "weighted": {"gflops": flop / seconds, "vs_numpy_sgemm": flop / seconds / sgemm["gflops"]},
+        "best_kernel_vs_numpy_sgemm": max(r["vs_numpy_sgemm"] for r in tuned),
+    }
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(report, indent=2) + "\n")
+    if args.json:
+        print(json.dumps(report, indent=2))
+        return 0
+    print(f"{report['cpu']}, {report['date_utc']}, load average {load_before[0]} -> {report['loadavg_after'][0]}, "
+          f"TVM threads {report['tvm_threads']}")
+    print(f"numpy sgemm {SGEMM_N}^3: {sgemm['gflops']:.1f} GFLOP/s (median of 10; best {sgemm['best_gflops']:.1f})")
+    print(f"{args.model} batch {args.batch}: {len(tuned)} tuned conv2d/matmul kernels"
+          f" ({len(rows) - len(tuned)} without a record)")
+    print(f"  all of them, weighted by calls: {report['weighted']['gflops']:.1f} GFLOP/s"
+          f" = {report['weighted']['vs_numpy_sgemm']:.2f}x numpy sgemm")
+    print(f"  best kernel: {report['best_kernel_vs_numpy_sgemm']:.2f}x numpy sgemm")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,64 @@
+"""bench/evaluate.py through a real process: refusals, and a tiny evaluation that tunes, checks, times, adds trials."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "evaluate.py"
+
+
+def evaluate(*args, home: Path, timeout: float = 900) -> subprocess.CompletedProcess:
+    env = {"FARM_HOME": str(home), "PATH": "/usr/bin:/bin"}
+    return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=timeout,
+                          env=env)
+
+
+@pytest.mark.parametrize("case", ["resnet-18:one", "resnet-18:0", ":1", "resnet-18:1:16:extra"])
+def test_a_malformed_case_is_refused_with_exit_2(tmp_path, case):
+    done = evaluate(case, home=tmp_path)
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [f"error: bad case {case!r} "
+                                                "(write MODEL:BATCH[:TRIALS_PER_TASK], e.g. resnet-18:1:16)"]
+
+
+def test_an_unknown_model_is_refused_before_any_tuning(tmp_path):
+    done = evaluate("no-such-net:1", home=tmp_path)
+    assert done.returncode == 2 and done.stderr.startswith("error: unknown model 'no-such-net'")
+    assert not (tmp_path / "registry.db").exists()
+
+
+def test_no_tune_without_a_library_is_not_found(tmp_path):
+    done = evaluate("mlp-tiny:1", "--no-tune", "--out", str(tmp_path / "out"), home=tmp_path)
+    assert done.returncode == 3, done.stderr
+    assert done.stderr.strip().splitlines()[-1].startswith("error: no tuned library for mlp-tiny")
+    assert not list((tmp_path / "out").glob("evaluate-*"))  # nothing half-written
+
+
+@pytest.mark.slow
+def test_tunes_checks_times_and_a_retune_adds_trials(tmp_path):
+    out = tmp_path / "out"
+    common = ["--out", str(out), "--runs", "4", "--untuned-runs", "2", "--warmup", "1", "--rounds", "2"]
+    first = evaluate("mlp-tiny:1:4", *common, "--tag", "first", home=tmp_path)
+    assert first.returncode == 0, first.stderr
+    report = json.loads((out / "evaluate-first.json").read_text())
+    (case,) = report["cases"]
+    assert case["model"] == "mlp-tiny" and case["batch"] == 1
+    assert set(case["engines"]) >= {"TVM untuned", "TVM farm-tuned", "onnxruntime"}
+    assert case["engines"]["TVM untuned"]["runs"] == 2 and case["engines"]["onnxruntime"]["runs"] == 4
+    assert all(c["passed"] for checks in case["agreement"].values() for c in checks)
+    first_trials = case["tuning"]["trials"]
+    assert first_trials > 0 and len(case["tuning"]["jobs"]) == 1 and case["tuning"]["curve_trials_ms"]
+    assert report["machine"]["cpu"] and len(report["machine"]["loadavg_start"]) == 3
+    for name in ("evaluate-first.csv", "evaluate-first-latency.png", "evaluate-first-trials.png"):
+        assert (out / name).stat().st_size > 0
+    assert "farm-tuned / onnxruntime" in first.stdout
+
+    again = evaluate("mlp-tiny:1:4", *common, "--tag", "again", "--retune", "--no-plots", home=tmp_path)
+    assert again.returncode == 0, again.stderr
+    (case,) = json.loads((out / "evaluate-again.json").read_text())["cases"]
+    assert len(case["tuning"]["jobs"]) == 2
+    assert case["tuning"]["trials"] > first_trials
+    assert not (out / "evaluate-again-latency.png").exists()

@@ -1,0 +1,59 @@
+"""bench/kernels.py and bench/profile.py through real processes: refusals, and a tuned tiny model's figures."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[2] / "bench"
+
+
+def bench(script: str, *args, home: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(BENCH / script), *args], capture_output=True, text=True,
+                          timeout=600, env={**os.environ, "FARM_HOME": str(home)})
+
+
+@pytest.mark.parametrize("script", ["kernels.py", "profile.py"])
+def test_without_a_registry_they_exit_3(tmp_path, script):
+    done = bench(script, "mlp-tiny", home=tmp_path)
+    assert done.returncode == 3, done.stderr
+    assert done.stderr.strip().splitlines()[-1].startswith("error: ")
+
+
+@pytest.mark.parametrize("script", ["kernels.py", "profile.py"])
+def test_an_unknown_model_exits_2(tmp_path, script):
+    done = bench(script, "no-such-net", home=tmp_path)
+    assert done.returncode == 2 and "unknown model 'no-such-net'" in done.stderr
+
+
+@pytest.mark.slow
+def test_kernels_of_a_tuned_model_against_numpy_sgemm(tuned_mlp_home, tmp_path):
+    out = tmp_path / "kernels.json"
+    done = bench("kernels.py", "mlp-tiny", "--repeat", "2", "--out", str(out), home=tuned_mlp_home)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(out.read_text())
+    assert report["numpy_sgemm"]["gflops"] > 0
+    kernels = [k for k in report["kernels"] if k["tuned"]]
+    assert {k["task"] for k in kernels} == {"fused_matmul_add_relu", "fused_matmul1_add1"}
+    for k in kernels:
+        assert k["gflops"] > 0 and k["vs_numpy_sgemm"] == pytest.approx(k["gflops"] / report["numpy_sgemm"]["gflops"])
+    assert "x numpy sgemm" in done.stdout
+
+
+@pytest.mark.slow
+def test_profile_sets_tvm_kernels_beside_onnxruntime_nodes(tuned_mlp_home, tmp_path):
+    out = tmp_path / "profile.json"
+    done = bench("profile.py", "mlp-tiny", "--runs", "3", "--out", str(out), home=tuned_mlp_home)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(out.read_text())
+    tvm_ops = {row["op"]: row for row in report["tvm_ops"]}
+    # Each of the model's two kernels once per inference, and the VM's own calls counted apart.
+    assert tvm_ops["fused_matmul_add_relu"]["calls"] == 1 and tvm_ops["fused_matmul1_add1"]["calls"] == 1
+    assert any(row["kind"] == "VM builtins" for row in report["tvm_ops"])
+    ort_kinds = {row["kind"] for row in report["onnxruntime_ops"]}
+    assert ort_kinds == {"matmul"}  # onnxruntime fuses each matmul + bias (+ relu) into a Gemm
+    assert report["onnxruntime_graph"]["nodes_per_run"] == 2
+    assert report["kinds_ms"]["matmul"]["onnxruntime"] > 0
