@@ -31,6 +31,7 @@ from foundation.job_driver.driver import JobDriver, RegistryJobMoves, tuning_fai
 from foundation.job_driver.runners import Heartbeat, fail_dead_jobs, this_runner
 from foundation.job_driver.tuning_lock import ScopeLock, scope_key
 from foundation.meta_schedule.tuner import MeasureSettings, ProgressListener, TuningBudget, TuningReport, WorkerPools
+from foundation.meta_schedule.warm.job_start import warm_start_for, warm_start_json
 from foundation.models.model_key import ModelKey, model_key
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -56,6 +57,7 @@ class SubmitRequest:
     # foundation.domain.reuse; None: auto, or off with --retune (foundation.meta_schedule.reuse.default_mode)
     reuse: str | None = None
     seed: int = 0
+    warm_start: bool = True  # seed from similar workloads and start from a trained cost model
     measure: MeasureSettings = field(default_factory=MeasureSettings)
     validation_runs: int = 20
 
@@ -91,6 +93,7 @@ class SubmitResult:
             out["measure_errors"] = self.report.errors
             out["tuning_seconds"] = round(self.report.seconds, 3)
             out["first_build_at"] = self.report.first_build_at
+            out["warm_start"] = warm_start_json(self.report)
         if self.reuse:
             out["reuse"] = {**self.reuse.summary(), "per_task": [t.to_json() for t in self.reuse.tasks]}
         return out
@@ -218,10 +221,15 @@ def _run_job(ctx: FarmContext, key: ModelKey, request: SubmitRequest, lock: Scop
         step(JobState.RUNNING, f"running: {tuning}", trials_budget=reused.plan.trials,
              options={**job.options, "reused": reused.plan.summary()})
         tell("reuse", reused.plan.describe())
+        warm = None
+        if request.warm_start and reused.tasks:
+            tell("warming", "looking for seeds among similar workloads' records")
+            warm = warm_start_for(store, ctx.fingerprint.id, ctx.target_json, ctx.tvm_version, reused.tasks,
+                                  reused.budget)
         tell("running", tuning)
         report = tuner.tune(reused.tasks, tvm_target, database, reused.budget, config.job_work_dir(job.id),
                             pools=pools, listener=observer, cancelled=cancellation.event, seed=request.seed,
-                            trial_caps=reused.trial_caps)
+                            trial_caps=reused.trial_caps, warm=warm)
         store.update_job(job.id, trials_done=report.trials)
         # The build wants the CPUs and memory the workers hold, and the library is timed
         # with no worker process about (bench/quiet_timing.py).
@@ -291,6 +299,7 @@ def _options(request: SubmitRequest) -> dict:
         "retune": request.retune,
         "reuse": request.reuse or default_mode(request.retune).value,
         "seed": request.seed,
+        "warm_start": request.warm_start,
         "mode": "embedded",
     }
 

@@ -40,6 +40,9 @@ def submit(
         help="Tasks whose workload already has measured records here: auto (the default; off with --retune) "
              "skips those measured at least as often as this job would, and tops up the rest with one "
              "batch; full skips them all; topup tops each up; off tunes every task with its plan."),
+    warm_start: bool = typer.Option(
+        True, "--warm-start/--cold", help="Seed the search from similar workloads' records and start from the "
+                                          "fingerprint's trained cost model (default), or tune from nothing."),
     build_workers: int | None = typer.Option(
         None, "--build-workers", min=1, help="Builder processes (default: all CPUs)."),
     runs: int = typer.Option(20, "--runs", min=1, help="Timed runs of the final library (after 3 warm-up runs)."),
@@ -82,6 +85,7 @@ def submit(
     request = SubmitRequest(
         model=model, target=target, batch=batch, registry=registry, trials=trials,
         trials_per_task=trials_per_task, retune=retune, seed=seed, reuse=reuse.value if reuse else None,
+        warm_start=warm_start,
         measure=MeasureSettings(build_workers=build_workers), validation_runs=runs,
     )
     observer = None
@@ -238,6 +242,9 @@ def _print_submit(result) -> None:
             # a budget below that leaves tasks with TVM's naive default schedule.
             console.print(f"warning      {len(untouched)} of {len(r.tasks)} tasks got no trials (budget "
                           f"{r.trials} < one round); they run untuned. Raise --trials or set --trials-per-task.")
+        from foundation.meta_schedule.warm.job_start import warm_start_text
+
+        console.print(f"warm start   {warm_start_text(r)}")
     if job.error:
         console.print(f"error        {job.error}")
     art = result.artifact

@@ -29,6 +29,7 @@ if TYPE_CHECKING:  # pragma: no cover
     import tvm
 
     from foundation.compile import TuningTask
+    from foundation.meta_schedule.warm import SeedRoundReport, WarmStart
 
 __all__ = [
     "MeasureSettings", "RPCMeasure", "WorkerPools", "ProgressListener", "TaskProgress",
@@ -90,6 +91,8 @@ class TuningReport:
     seconds: float
     cancelled: bool = False
     first_build_at: float | None = None  # wall clock of this process's first built candidate
+    seeds: "SeedRoundReport | None" = None  # the warm start's seeds, measured before the search
+    pretrained_cost_model: bool = False  # the search's cost model started trained on past records
 
     @property
     def trials(self) -> int:
@@ -112,6 +115,7 @@ def tune(
     cancelled: threading.Event | None = None,
     seed: int | None = None,
     trial_caps: Sequence[int | None] | None = None,
+    warm: "WarmStart | None" = None,
 ) -> TuningReport:
     """Tune ``tasks`` for ``target``; records go to ``database`` as they are measured.
 
@@ -123,6 +127,9 @@ def tune(
     ``work_dir/logs/tvm.log`` (foundation.processes.native_stderr): a listener drawing on the
     terminal writes to `terminal_stderr()`. ``trial_caps`` gives tasks a cap of their own below
     the budget's per-task cap (a reused task's top-up), None for the others.
+
+    ``warm`` (foundation.meta_schedule.warm) brings seeds transplanted from similar workloads,
+    measured first and out of the same budget, and a cost model trained on past records.
     """
     if not tasks:  # every task reused: nothing to search
         return TuningReport(tasks=[], seconds=0.0, cancelled=cancelled is not None and cancelled.is_set())
@@ -158,19 +165,30 @@ def tune(
     batch_end = _BatchEnd(history, database)
     if listener:
         listener.started(progress)
+    cost_model = warm.cost_model if warm is not None and warm.cost_model is not None else "xgb"
+    seeds = None
     try:
         with native_stderr_to(work_dir / "logs" / NATIVE_LOG):
+            if warm is not None and any(warm.seeds):
+                from foundation.meta_schedule.warm import measure_seeds
+
+                seeds = measure_seeds(contexts, warm.seeds, warm.seeds_per_task(planned), target, builder, runner,
+                                      database, cost_model if cost_model != "xgb" else None,
+                                      _space_generator(target), cancelled, live.picked)
+            search_trials = budget.max_trials_global - (seeds.trials if seeds else 0)
+            if search_trials <= 0 or (cancelled is not None and cancelled.is_set()):
+                return _report(progress, begin, cancelled, pools, seeds, warm)
             ms.tune_tasks(
                 tasks=contexts,
                 task_weights=[float(t.weight) for t in tasks],
                 work_dir=str(work_dir),
-                max_trials_global=budget.max_trials_global,
+                max_trials_global=search_trials,
                 max_trials_per_task=budget.max_trials_per_task,
                 num_trials_per_iter=budget.num_trials_per_iter,
                 builder=builder,
                 runner=runner,
                 database=database,
-                cost_model="xgb",
+                cost_model=cost_model,
                 # MetaSchedule's default callbacks, but for RemoveBuildArtifact: its rmtree raised into
                 # the tune when a killed worker's files were still appearing (a measurement timeout on
                 # a loaded box), ending the job; _BatchEnd removes the build directories instead.
@@ -185,11 +203,17 @@ def tune(
             database.flush()
         if listener:
             listener.finished(progress)
+    return _report(progress, begin, cancelled, pools, seeds, warm)
+
+
+def _report(progress, begin: float, cancelled, pools: WorkerPools, seeds, warm) -> TuningReport:
     return TuningReport(
         tasks=progress,
         seconds=time.monotonic() - begin,
         cancelled=cancelled is not None and cancelled.is_set(),
         first_build_at=pools.clock.first_build_at,
+        seeds=seeds,
+        pretrained_cost_model=warm is not None and warm.cost_model is not None,
     )
 
 

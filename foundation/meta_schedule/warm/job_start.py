@@ -1,0 +1,44 @@
+"""What a job on one fingerprint starts from: seeds for its tasks, and what its summary says of them."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from . import WarmStart, find_seed_traces, seeds_per_task
+
+if TYPE_CHECKING:  # pragma: no cover
+    from foundation.compile import TuningTask
+    from foundation.meta_schedule.tuner import TuningBudget, TuningReport
+    from foundation.registry.store import RegistryStore
+
+
+def warm_start_for(store: "RegistryStore", fingerprint_id: str, target_json: str, tvm_version: str,
+                   tasks: Sequence["TuningTask"], budget: "TuningBudget") -> WarmStart:
+    """Donor traces for every task from the registry (this fingerprint's, then the nearest others')."""
+    wanted = seeds_per_task(budget.planned_per_task(len(tasks)))
+    seeds = find_seed_traces(store, fingerprint_id, target_json, tvm_version, tasks, wanted)
+    return WarmStart(seeds=seeds, max_seeds_per_task=wanted)
+
+
+def warm_start_json(report: "TuningReport") -> dict[str, Any]:
+    """The job summary's account of its warm start."""
+    seeds = report.seeds
+    return {
+        "seeds_own_fingerprint": seeds.own_fingerprint if seeds else 0,
+        "seeds_other_fingerprints": seeds.other_fingerprints if seeds else 0,
+        "seeds_rejected": seeds.rejected if seeds else 0,
+        "seeds_failed": seeds.failed if seeds else 0,
+        "pretrained_cost_model": report.pretrained_cost_model,
+    }
+
+
+def warm_start_text(report: "TuningReport") -> str:
+    """One line for people: how many seeds, from where, and the cost model."""
+    w = warm_start_json(report)
+    seeds = w["seeds_own_fingerprint"] + w["seeds_other_fingerprints"]
+    text = (f"{seeds} seeds measured first ({w['seeds_own_fingerprint']} from this fingerprint's records, "
+            f"{w['seeds_other_fingerprints']} from other fingerprints'")
+    text += f"; {w['seeds_rejected']} did not apply)" if w["seeds_rejected"] else ")"
+    model = "pretrained on this fingerprint's records" if w["pretrained_cost_model"] else "untrained"
+    return f"{text}; cost model {model}"

@@ -1,0 +1,154 @@
+"""Measure the transplanted seeds of each task before the search starts.
+
+Transferred schedules are measured before anything uses them (Transfer-Tuning does the same;
+a Tophub-style fallback that trusted another workload's config ran 200x slower, apache/tvm
+#4404). Measured first, they are this job's own records of the task on this fingerprint: the
+evolutionary search seeds its first population from them through `get_top_k` as it does from
+any record, the build may use the best of them as it may any measured record, and a warm job
+has a tuned schedule for every seeded task after its first round. The cost model learns from
+them like from any measured batch.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from .seed_sources import SeedTrace
+from .transplant import Transplanter
+
+if TYPE_CHECKING:  # pragma: no cover
+    import tvm
+
+_LOG = logging.getLogger(__name__)
+# MetaSchedule's stand-in for "no time measured" (what its AddToDatabase stores for a failure).
+_FAILED_SEC = 1e10
+
+
+@dataclass
+class SeedRoundReport:
+    """What the seeds did: how many were measured, from where, and how many did not apply."""
+
+    own_fingerprint: int = 0  # measured seeds transplanted from this fingerprint's records
+    other_fingerprints: int = 0  # ... from other fingerprints' records
+    rejected: int = 0  # donor traces that did not apply to the task (not measured)
+    failed: int = 0  # measured seeds whose build or run failed
+    per_task: list[int] = field(default_factory=list)
+    best_sec: list[float | None] = field(default_factory=list)
+
+    @property
+    def trials(self) -> int:
+        return self.own_fingerprint + self.other_fingerprints
+
+    def to_json(self) -> dict[str, Any]:
+        return {"seeds_own_fingerprint": self.own_fingerprint,
+                "seeds_other_fingerprints": self.other_fingerprints,
+                "seeds_rejected": self.rejected, "seeds_failed": self.failed}
+
+
+def transplanted_seeds(transplanter: Transplanter, mod: "tvm.IRModule", donors: Sequence[SeedTrace],
+                       wanted: int, report: SeedRoundReport) -> list[tuple[Any, SeedTrace]]:
+    """Up to ``wanted`` distinct valid schedules of ``mod`` from ``donors``, in their order."""
+    import tvm_ffi
+    from tvm.s_tir import Schedule
+    from tvm.s_tir.meta_schedule.database import Workload
+    from tvm.s_tir.schedule import Trace
+
+    seen: set[int] = set()
+    out: list[tuple[Any, SeedTrace]] = []
+    for donor in donors:
+        if len(out) >= wanted:
+            break
+        try:
+            donor_schedule = Schedule(Workload.from_json(json.loads(donor.workload_json)).mod)
+            Trace.apply_json_to_schedule(json.loads(donor.trace_json), donor_schedule)
+        except Exception:  # a stored trace that no longer replays on its own workload
+            report.rejected += 1
+            continue
+        schedule = transplanter.apply(donor_schedule.trace, mod)
+        if schedule is None:
+            report.rejected += 1
+            continue
+        program = int(tvm_ffi.structural_hash(schedule.mod))
+        if program not in seen:
+            seen.add(program)
+            out.append((schedule, donor))
+    return out
+
+
+def measure_seeds(contexts: Sequence[Any], donors: Sequence[Sequence[SeedTrace]], per_task: int,
+                  target: "tvm.target.Target", builder, runner, database, cost_model=None,
+                  space_generator: Any = "post-order-apply",
+                  cancelled: threading.Event | None = None,
+                  picked: Callable[[int | None], None] | None = None) -> SeedRoundReport:
+    """Transplant up to ``per_task`` seeds for each task (``contexts[i]`` its TuneContext,
+    ``donors[i]`` its donor traces), measure them with the tuning's own builder and runner,
+    and commit every result to ``database`` (failures too: history is training data).
+    ``picked(i)`` is called before task i's seeds are measured, ``picked(None)`` at the end
+    (the tuner's live progress attributes the builder's and runner's results by it)."""
+    from tvm.s_tir.meta_schedule.arg_info import ArgInfo
+    from tvm.s_tir.meta_schedule.builder import BuilderInput
+    from tvm.s_tir.meta_schedule.database import TuningRecord
+    from tvm.s_tir.meta_schedule.runner import RunnerInput, RunnerResult
+    from tvm.s_tir.meta_schedule.search_strategy import MeasureCandidate
+
+    report = SeedRoundReport(per_task=[0] * len(contexts), best_sec=[None] * len(contexts))
+    transplanter = Transplanter(target, space_generator)
+    for index, (context, task_donors) in enumerate(zip(contexts, donors)):
+        if cancelled is not None and cancelled.is_set():
+            break
+        if not task_donors or per_task <= 0:
+            continue
+        seeds = transplanted_seeds(transplanter, context.mod, task_donors, per_task, report)
+        if not seeds:
+            continue
+        if picked is not None:
+            picked(index)
+        candidates = [MeasureCandidate(s, ArgInfo.from_entry_func(s.mod, remove_preproc=True)) for s, _ in seeds]
+        built = builder.build([BuilderInput(c.sch.mod, target) for c in candidates])
+        ran = [i for i, b in enumerate(built) if b.error_msg is None]
+        device = _device_type(target)
+        futures = runner.run([RunnerInput(built[i].artifact_path, device, candidates[i].args_info) for i in ran])
+        results = [RunnerResult(run_secs=None, error_msg=b.error_msg) for b in built]
+        for i, future in zip(ran, futures):
+            results[i] = future.result()
+        workload = database.commit_workload(context.mod)
+        for candidate, result, (_, donor) in zip(candidates, results, seeds):
+            failed = result.error_msg is not None or not result.run_secs
+            run_secs = [_FAILED_SEC] if failed else [float(s) for s in result.run_secs]
+            database.commit_tuning_record(TuningRecord(candidate.sch.trace, workload, run_secs, target,
+                                                       candidate.args_info))
+            report.failed += failed
+            if donor.own:
+                report.own_fingerprint += 1
+            else:
+                report.other_fingerprints += 1
+            if not failed:
+                mean = sum(run_secs) / len(run_secs)
+                best = report.best_sec[index]
+                report.best_sec[index] = mean if best is None else min(best, mean)
+        report.per_task[index] = len(seeds)
+        if hasattr(database, "end_of_batch"):
+            database.end_of_batch()
+        if cost_model is not None:
+            cost_model.update(context, candidates, results)
+        for b in built:
+            if b.artifact_path:
+                shutil.rmtree(os.path.dirname(b.artifact_path), ignore_errors=True)
+    if picked is not None:
+        picked(None)
+    _LOG.info("seed round: %s", report.to_json())
+    return report
+
+
+def _device_type(target: "tvm.target.Target") -> str:
+    """The runner's name for the target's device ("cpu" for llvm, "cuda")."""
+    import tvm
+
+    return str(tvm.runtime.Device(target.get_target_device_type(), 0)).split(":")[0]

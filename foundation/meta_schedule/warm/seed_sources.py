@@ -1,0 +1,100 @@
+"""Which stored schedules may seed a job's tasks: same fused-operator structure, nearest first.
+
+For each task, the donors are the best records of workloads with the task's structure
+(foundation.meta_schedule.warm.structure): this fingerprint's first, then other fingerprints
+of the same target kind, nearest first (foundation.domain.fingerprint_nearness), and within
+a fingerprint the nearest shapes first. A task whose own workload already has records on this
+fingerprint gets none: MetaSchedule's search starts from those (`get_top_k`).
+A donor is only a candidate: it is transplanted and checked (`transplant`), then measured
+here before it can be anything more (`seed_round`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from foundation.domain.fingerprint_nearness import nearest_first
+from foundation.registry.donor_records import DonorRecord, best_records_per_workload
+from foundation.registry.store import target_kind_of
+
+from .structure import shape_distance, structure_key
+
+if TYPE_CHECKING:  # pragma: no cover
+    from foundation.compile import TuningTask
+    from foundation.registry.store import RegistryStore
+
+# The fastest records of each donor workload that are offered: the best is what transfers;
+# a second gives the search another start should the first not apply.
+RECORDS_PER_DONOR = 2
+# Donor traces offered per seed wanted: transplants that do not apply are skipped.
+CANDIDATES_PER_SEED = 4
+
+
+@dataclass(frozen=True)
+class SeedTrace:
+    """A donor's schedule as stored (its workload and its trace, as JSON), to transplant."""
+
+    workload_json: str
+    trace_json: str
+    fingerprint_id: str
+    own: bool  # measured on the fingerprint the job tunes for
+    mean_sec: float
+
+    def to_json(self) -> dict:
+        return {"workload": self.workload_json, "trace": self.trace_json, "fingerprint": self.fingerprint_id,
+                "own": self.own, "mean_sec": self.mean_sec}
+
+    @staticmethod
+    def from_json(value: dict) -> "SeedTrace":
+        return SeedTrace(value["workload"], value["trace"], value["fingerprint"], bool(value["own"]),
+                         float(value["mean_sec"]))
+
+
+def find_seed_traces(store: "RegistryStore", fingerprint_id: str, target_json: str, tvm_version: str,
+                     tasks: Sequence["TuningTask"], seeds_per_task: int,
+                     other_fingerprints: bool = True) -> list[list[SeedTrace]]:
+    """Donor traces for each task, best first (up to ``CANDIDATES_PER_SEED`` per seed wanted)."""
+    import tvm_ffi
+    from tvm.s_tir.meta_schedule.database import Workload
+
+    if seeds_per_task <= 0 or not tasks:
+        return [[] for _ in tasks]
+    kind = target_kind_of(target_json)
+    fingerprints = {f.id: f.details for f in store.list_fingerprints()}
+    order = nearest_first(fingerprint_id, fingerprints.get(fingerprint_id, {}), fingerprints)
+    rank = {fp: i for i, fp in enumerate(order)}
+    allowed = None if other_fingerprints else [fingerprint_id]
+    donors = [r for r in best_records_per_workload(store, tvm_version, RECORDS_PER_DONOR, allowed)
+              if target_kind_of(r.target) == kind and r.fingerprint_id in rank]
+    stored = store.get_workloads({r.workload_id for r in donors})
+    modules = {i: Workload.from_json(json.loads(mod_json)).mod for i, (_shash, mod_json) in stored.items()}
+    keys = {i: structure_key(mod) for i, mod in modules.items()}
+    shashes = {i: shash for i, (shash, _) in stored.items()}
+
+    def tuned_here(task_mod, task_shash: str) -> bool:
+        return any(r.fingerprint_id == fingerprint_id and r.target == target_json
+                   and shashes[r.workload_id] == task_shash
+                   and tvm_ffi.structural_equal(modules[r.workload_id], task_mod) for r in donors)
+
+    wanted = seeds_per_task * CANDIDATES_PER_SEED
+    found: list[list[SeedTrace]] = []
+    for task in tasks:
+        task_shash = str(tvm_ffi.structural_hash(task.mod))
+        key = structure_key(task.mod)
+        if tuned_here(task.mod, task_shash):
+            found.append([])
+            continue
+        same = [r for r in donors if keys[r.workload_id] == key]
+        distance = {i: shape_distance(task.mod, modules[i]) for i in {r.workload_id for r in same}}
+        ordered = sorted(same, key=lambda r, d=distance: _donor_order(r, rank, d))
+        found.append([SeedTrace(stored[r.workload_id][1], r.trace, r.fingerprint_id,
+                                r.fingerprint_id == fingerprint_id, r.mean_sec) for r in ordered[:wanted]])
+    return found
+
+
+def _donor_order(record: DonorRecord, rank: dict[str, int], distance: dict[int, float]) -> tuple:
+    """Nearest fingerprint first, then nearest shapes, then fastest."""
+    return rank[record.fingerprint_id], distance[record.workload_id], record.mean_sec

@@ -1,0 +1,53 @@
+"""The best records of each workload on each fingerprint: where seeds for other workloads come from.
+
+Read-only and TVM-free: which of these donors share a structure with a new workload, and
+whether their traces apply to it, is decided by foundation.meta_schedule.warm.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from sqlalchemy import func, select
+
+from .schema import TuningRecordRow
+
+
+@dataclass(frozen=True)
+class DonorRecord:
+    """One of the fastest measured records of a workload on a fingerprint."""
+
+    workload_id: int
+    fingerprint_id: str
+    target: str
+    trace: str
+    mean_sec: float
+
+
+def best_records_per_workload(store, tvm_version: str, per_workload: int,
+                              fingerprint_ids: Iterable[str] | None = None) -> list[DonorRecord]:
+    """The ``per_workload`` fastest valid records of every workload, per fingerprint and target,
+    of one TVM version (traces of another version need not replay). Ordered by workload,
+    fingerprint, then fastest first.
+
+    One pass over the version's valid records (the scope index serves it): fine for the
+    registries of tens of thousands of records this is used with; a fleet-sized registry would
+    keep a per-workload best table instead.
+    """
+    rank = func.row_number().over(
+        partition_by=(TuningRecordRow.workload_id, TuningRecordRow.fingerprint_id, TuningRecordRow.target),
+        order_by=(TuningRecordRow.mean_sec, TuningRecordRow.id),
+    ).label("rank")
+    ranked = select(
+        TuningRecordRow.workload_id, TuningRecordRow.fingerprint_id, TuningRecordRow.target,
+        TuningRecordRow.trace, TuningRecordRow.mean_sec, rank,
+    ).where(TuningRecordRow.tvm_version == tvm_version, TuningRecordRow.mean_sec.is_not(None))
+    if fingerprint_ids is not None:
+        ranked = ranked.where(TuningRecordRow.fingerprint_id.in_(list(fingerprint_ids)))
+    inner = ranked.subquery()
+    query = (select(inner.c.workload_id, inner.c.fingerprint_id, inner.c.target, inner.c.trace, inner.c.mean_sec)
+             .where(inner.c.rank <= per_workload)
+             .order_by(inner.c.workload_id, inner.c.fingerprint_id, inner.c.mean_sec))
+    with store.unit_of_work.read() as session:
+        return [DonorRecord(*row) for row in session.execute(query)]
