@@ -1,0 +1,153 @@
+"""Warm starts with real tuning: seeds from similar workloads, this fingerprint's and others', measured first."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sqlite3
+
+import pytest
+from sqlalchemy import create_engine, text
+
+from farm.embedded import SubmitRequest, submit
+from foundation.registry import RegistryStore
+
+pytestmark = pytest.mark.slow
+
+ELSEWHERE = "cpu-elsewhere0000"
+
+
+def _request(registry: str, batch: int, **options) -> SubmitRequest:
+    return SubmitRequest(model="mlp-tiny", target="llvm", batch=batch, registry=registry, trials_per_task=4,
+                         validation_runs=2, **options)
+
+
+@pytest.fixture(scope="module")
+def tuned_mlp(tmp_path_factory):
+    """A registry where mlp-tiny at batch 4 was tuned (cold): the donors."""
+    path = tmp_path_factory.mktemp("warm") / "donors.db"
+    result = submit(_request(f"sqlite:///{path}", 4, warm_start=False))
+    assert result.job.state == "succeeded", result.job
+    # Copies are taken of the file alone: what the write-ahead log holds goes into it first.
+    with sqlite3.connect(path) as connection:
+        connection.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    return path, result.fingerprint
+
+
+@pytest.fixture
+def donors(tuned_mlp, tmp_path):
+    """A copy of the donors' registry for one test."""
+    path, fingerprint = tuned_mlp
+    copy = tmp_path / "registry.db"
+    shutil.copy(path, copy)
+    return f"sqlite:///{copy}", fingerprint
+
+
+def test_another_batch_is_seeded_from_this_fingerprint_and_validates_against_the_untuned_build(donors):
+    url, fingerprint = donors
+    result = submit(_request(url, 1))
+    assert result.job.state == "succeeded", result.job
+    warm = result.to_json()["warm_start"]
+    assert warm["seeds_own_fingerprint"] >= 2 and warm["seeds_other_fingerprints"] == 0, warm
+    assert warm["seeds_failed"] == 0, warm
+    # The built model with the seeds among its records matches TVM's untuned build.
+    assert result.artifact.validation["passed"], result.artifact.validation
+    # Seeds are measured trials of this job, out of its budget, stored as its own records.
+    store = RegistryStore(url, create=False)
+    try:
+        mine = [r for r in store.all_records(fingerprint_id=fingerprint) if r.job_id == result.job.id]
+    finally:
+        store.dispose()
+    # (A trace the search measures again is stored once.)
+    assert 0 < len(mine) <= result.report.trials <= 8
+    assert sum(r.mean_sec is not None for r in mine) >= warm["seeds_own_fingerprint"]
+
+
+def test_an_incompatible_seed_is_rejected_and_the_task_still_tunes(donors, tmp_path):
+    from foundation.compile import extract_tuning_tasks
+    from foundation.meta_schedule.database.registry_database import tvm_database_for
+    from foundation.meta_schedule.tuner import TuningBudget, WorkerPools, tune
+    from foundation.meta_schedule.warm import SeedTrace, WarmStart, find_seed_traces
+    from foundation.models.zoo import load_zoo_model
+    from foundation.registry.record_json import canonical_json, plain_value
+
+    from support.tvm_records import matmul_module, tuning_record
+
+    url, fingerprint = donors
+    store = RegistryStore(url, create=False)
+    try:
+        target_json = store.list_jobs()[0].target
+        import tvm
+
+        target = tvm.target.Target(json.loads(target_json))
+        tasks = extract_tuning_tasks(load_zoo_model("mlp-tiny", 2), target)
+        found = find_seed_traces(store, fingerprint, target_json, tvm.__version__, tasks, 2)
+        assert all(found), found
+        # A matmul without the bias and activation: another structure, whose trace's
+        # instructions match no design space of these tasks; and a trace that is not one.
+        from tvm.s_tir.meta_schedule.database import Workload
+
+        workload = Workload(matmul_module(64))
+        record = plain_value(tuning_record(workload, 8, [1e-6]).as_json())
+        other = SeedTrace(canonical_json(plain_value(workload.as_json())), canonical_json(record[0]),
+                          fingerprint, True, 1e-6)
+        garbage = SeedTrace(found[0][0].workload_json, '[["not", "a", "trace"]]', fingerprint, True, 1e-6)
+        seeds = [[other, garbage, *task_seeds] for task_seeds in found]
+        database = tvm_database_for(store, fingerprint, target_json, tvm.__version__, {})
+        with WorkerPools() as pools:
+            report = tune(tasks, target, database, TuningBudget(8, 4, 4), tmp_path / "work", pools=pools,
+                          warm=WarmStart(seeds=seeds, max_seeds_per_task=2))
+    finally:
+        store.dispose()
+    assert report.seeds.rejected == 2 * len(tasks), report.seeds
+    assert report.seeds.own_fingerprint == 2 * len(tasks), report.seeds
+    assert report.trials == 8 and all(t.best_sec is not None for t in report.tasks), report.tasks
+
+
+def test_another_fingerprints_records_seed_the_search_but_are_never_hits_or_build_answers(donors):
+    from foundation.compile import extract_tuning_tasks
+    from foundation.meta_schedule.database.registry_database import tvm_database_for
+    from foundation.models.zoo import load_zoo_model
+
+    url, fingerprint = donors
+    # The same model, tuned on another box (records moved to its fingerprint), no artifact here.
+    engine = create_engine(url)
+    with engine.begin() as connection:
+        details = json.loads(connection.execute(text("SELECT details FROM fingerprints")).scalar_one())
+        elsewhere = {**details, "features": [f for f in details.get("features", []) if f != "avx2"], "cores": 64}
+        connection.execute(text("INSERT INTO fingerprints (id, kind, summary, details, created_at) "
+                                "VALUES (:id, 'cpu', 'another box', :details, CURRENT_TIMESTAMP)"),
+                           {"id": ELSEWHERE, "details": json.dumps(elsewhere)})
+        connection.execute(text("UPDATE tuning_records SET fingerprint_id = :fp"), {"fp": ELSEWHERE})
+        connection.execute(text("UPDATE jobs SET artifact_id = NULL"))
+        connection.execute(text("DELETE FROM artifacts"))
+        foreign = connection.execute(text("SELECT count(*) FROM tuning_records")).scalar_one()
+    engine.dispose()
+
+    store = RegistryStore(url, create=False)
+    try:
+        import tvm
+
+        target_json = store.list_jobs()[0].target
+        target = tvm.target.Target(json.loads(target_json))
+        database = tvm_database_for(store, fingerprint, target_json, tvm.__version__, {})
+        for task in extract_tuning_tasks(load_zoo_model("mlp-tiny", 4), target):
+            # What a build would look up: nothing, though another fingerprint has this very workload.
+            assert database.query_tuning_record(task.mod, target, "main") is None
+            assert database.get_top_k(database.commit_workload(task.mod), 5) == []
+    finally:
+        store.dispose()
+
+    result = submit(_request(url, 4))
+    assert result.job.state == "succeeded" and not result.cache_hit, result.job
+    warm = result.to_json()["warm_start"]
+    assert warm["seeds_other_fingerprints"] >= 2 and warm["seeds_own_fingerprint"] == 0, warm
+    # The seeds were measured here: they are this fingerprint's records; the other box's are untouched.
+    store = RegistryStore(url, create=False)
+    try:
+        records = store.all_records()
+    finally:
+        store.dispose()
+    assert sum(r.fingerprint_id == ELSEWHERE for r in records) == foreign
+    assert all(r.fingerprint_id == fingerprint for r in records if r.job_id == result.job.id)
+    assert 0 < sum(r.job_id == result.job.id for r in records) <= result.report.trials
