@@ -70,11 +70,15 @@ def job_report(store: RegistryStore, job_id: str) -> JobReport:
         origin = f"; its artifact came from job {artifact.job_id}: `farm report {artifact.job_id}`" if artifact else ""
         raise NotFound(f"job {job_id} was answered from the registry and tuned nothing", f"nothing to plot{origin}")
     measurements = store.job_measurements(job_id)
-    if not measurements:
+    reused = job.options.get("reused") or {}
+    if not measurements and not (reused.get("tasks") and reused.get("skipped") == reused.get("tasks")):
         raise NotFound(f"job {job_id} has no tuning records in the registry at {store.url}",
                        "a job reports once it has measured candidates; a distributed job's records are "
                        "in the coordinator's registry (--registry)")
-    tasks, tasks_from = _tasks_of(store, job_id, {w for w, _ in measurements})
+    if measurements:
+        tasks, tasks_from = _tasks_of(store, job_id, {w for w, _ in measurements})
+    else:  # built from the registry's records alone: the page says so, the plot shows the library
+        tasks, tasks_from = [], "nowhere: every task was reused from the registry's records, none was measured"
     by_workload = {t.workload_id: t for t in tasks}
     model_curve = []
     for count, (workload_id, mean_sec) in enumerate(measurements, start=1):
@@ -140,8 +144,10 @@ def _plot(report: JobReport, path: Path) -> None:
         points = [(i + 1, b * 1e3) for i, b in enumerate(task.best) if b is not None]
         if points:
             by_task.step(*zip(*points), where="post", label=f"{task.name[:40]} (x{task.weight})")
-    by_task.set(xlabel="trials of the task", ylabel="best latency (ms)", yscale="log",
-                title="each task's best schedule so far")
+    by_task.set(xlabel="trials of the task", ylabel="best latency (ms)",
+                title="each task's best schedule so far" if report.tasks else "no task tuned: every one was reused")
+    if report.tasks:
+        by_task.set_yscale("log")
     if report.tasks and len(report.tasks) <= 24:
         by_task.legend(fontsize="x-small", loc="best")
     if report.model_curve:
@@ -157,7 +163,7 @@ def _plot(report: JobReport, path: Path) -> None:
     whole.set(xlabel="trials of the job", ylabel="model latency (ms)", yscale="log",
               title="the model (each task's best, by its weight)")
     whole.legend(fontsize="small")
-    for axes in (by_task, whole):
+    for axes in ((by_task,) if report.tasks else ()) + (whole,):
         axes.xaxis.set_major_locator(MaxNLocator(integer=True))
         axes.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
         axes.yaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))

@@ -82,6 +82,13 @@ def test_tvm_logs_into_a_fresh_registry_serve_reuse_and_export_back(farm_exe, tm
     assert {t["task"] for t in done["reuse"]["per_task"] if t["action"] == "skip"} == set(measured)
     assert done["reuse"]["trials"] == 4 * (len(tasks) - len(measured))
     assert done["trials"] <= done["reuse"]["trials"]
+    assert set(measured) == {t.name for t in tasks}  # 4 candidates each: every task has a valid one
+    # Nothing measured, yet the job has a report: what it reused, and the library it built.
+    proc = farm(farm_exe, "report", done["job"], "--out", str(tmp_path / "report"), "--registry", registry, "--json")
+    assert proc.returncode == 0, proc.stderr
+    page = (tmp_path / "report" / f"{done['job']}.md").read_text()
+    assert f"| reuse | reused {len(tasks)} of {len(tasks)} tasks ({len(tasks)} skipped)" in page
+    assert "every task was reused" in page and done["artifact"]["id"] in page
 
     # Exported, it is TVM's format again, with TVM's own ranking.
     out = tmp_path / "exported"
