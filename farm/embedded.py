@@ -54,7 +54,7 @@ class SubmitRequest:
     trials: int | None = None
     trials_per_task: int | None = None
     retune: bool = False
-    # foundation.domain.reuse; None: auto, or off with --retune (foundation.meta_schedule.reuse.default_mode)
+    # foundation.domain.reuse.ReuseMode; None: its default_mode (auto, or off with --retune)
     reuse: str | None = None
     seed: int = 0
     warm_start: bool = True  # seed from similar workloads and start from a trained cost model
