@@ -21,6 +21,7 @@ from foundation.domain.jobs import JobState
 from foundation.domain.reuse import default_mode
 from foundation.domain.shards import TaskCost, split_tasks
 from foundation.domain.validations import ValidationState
+from foundation.domain.weights_layout import WeightsLayout, tuned_form
 from foundation.errors import NotFound, RegistryError
 from foundation.job_driver.artifacts import LIBRARY_FORMAT, commit_artifact
 from foundation.job_driver.driver import JobDriver, validation_failure
@@ -55,7 +56,8 @@ class JobSteps:
             plan = plan_tasks(self._models.get(model), job.target, job.options.get("trials"),
                               job.options.get("trials_per_task"), store=self._store,
                               fingerprint_id=job.fingerprint_id, tvm_version=self._tvm_version,
-                              reuse=job.options.get("reuse") or default_mode(bool(job.options.get("retune"))))
+                              reuse=job.options.get("reuse") or default_mode(bool(job.options.get("retune"))),
+                              prepack=tuned_form(job.options) is WeightsLayout.PREPACKED)
             agents = self._cluster.agents_matching(job.target_kind).get(job.fingerprint_id, 0)
             # No shard for a skipped task; a job with every task skipped goes on to its build.
             shards = split_tasks(job.id, [TaskCost(t.name, t.weight, t.flop) for t in plan.tasks],
@@ -94,7 +96,8 @@ class JobSteps:
             model = self._store.get_model(job.model_id)
             loaded = self._models.get(model)
             library, reference = build_libraries(self._store, loaded, job.target, job.fingerprint_id,
-                                                 self._tvm_version, software_versions(job.target_kind))
+                                                 self._tvm_version, software_versions(job.target_kind),
+                                                 prepack=tuned_form(job.options) is WeightsLayout.PREPACKED)
             if self._store.get_job(job_id).state != JobState.BUILDING.value:
                 return  # cancelled while building
             self._cluster.create_validation(
@@ -145,7 +148,7 @@ class JobSteps:
                     self._store, model_id=job.model_id, target_json=job.target, fingerprint_id=job.fingerprint_id,
                     job_id=job_id, library=self._validation_library(job_id), latency=latency,
                     untuned_latency=untuned, validation=check, tvm_version=self._tvm_version,
-                    software=software_versions(job.target_kind),
+                    software=software_versions(job.target_kind), weights_layout=tuned_form(job.options),
                 )
                 metrics.artifact_committed()
             self.move(job_id, JobState.VALIDATING, JobState.SUCCEEDED,

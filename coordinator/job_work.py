@@ -119,10 +119,11 @@ class Plan:
 
 def plan_tasks(loaded: "LoadedModel", target_json: str, trials: int | None, trials_per_task: int | None, *,
                store: "RegistryStore", fingerprint_id: str, tvm_version: str,
-               reuse: "ReuseMode | str") -> Plan:
+               reuse: "ReuseMode | str", prepack: bool = False) -> Plan:
     """The model's tuning tasks for the job's target, with the budget `farm submit` gives, less
     what the registry already answers (foundation.meta_schedule.reuse): a task skipped is not
-    planned, a top-up's trials are its task's own cap."""
+    planned, a top-up's trials are its task's own cap. With ``prepack`` the tasks are the
+    layout-free ones of a prepacked library (foundation.compile)."""
     import json
 
     import tvm_ffi
@@ -139,7 +140,7 @@ def plan_tasks(loaded: "LoadedModel", target_json: str, trials: int | None, tria
     # Task extraction imports tvm.s_tir.tensor_intrin; the full package costs ~43 s.
     install_lean_tensor_intrinsics(target_doc["kind"])
     with TVM_IR_LOCK:
-        tasks = extract_tuning_tasks(loaded, to_tvm_target(target_doc))
+        tasks = extract_tuning_tasks(loaded, to_tvm_target(target_doc), prepack=prepack)
         budget = TuningBudget.for_tasks(len(tasks), trials, trials_per_task)
         # Matching tasks to stored workloads parses and compares IR: under the same lock.
         reused = decide_reuse(tasks, tvm_database_for(store, fingerprint_id, target_json, tvm_version, {}), reuse,
@@ -159,8 +160,10 @@ def plan_tasks(loaded: "LoadedModel", target_json: str, trials: int | None, tria
 
 
 def build_libraries(store: "RegistryStore", loaded: "LoadedModel", target_json: str,
-                    fingerprint_id: str, tvm_version: str, software: dict) -> tuple[bytes, bytes]:
-    """The library built with the registry's best records, and the untuned reference."""
+                    fingerprint_id: str, tvm_version: str, software: dict, *,
+                    prepack: bool = False) -> tuple[bytes, bytes]:
+    """The library built with the registry's best records (prepacked or not), and the untuned
+    (plain) reference."""
     import json
 
     from foundation.compile import build_library
@@ -173,7 +176,7 @@ def build_libraries(store: "RegistryStore", loaded: "LoadedModel", target_json: 
     target = to_tvm_target(target_doc)
     database = tvm_database_for(store, fingerprint_id, target_json, tvm_version, software)
     with TVM_IR_LOCK:
-        return build_library(loaded, target, database), build_library(loaded, target, None)
+        return build_library(loaded, target, database, prepack=prepack), build_library(loaded, target, None)
 
 
 class BackgroundWorker:

@@ -134,6 +134,7 @@ class FarmClientServicer(farm_pb2_grpc.FarmClientServicer):
             onnx=onnx, fingerprint_id=request.fingerprint_id or None, trials=request.trials or None,
             trials_per_task=request.trials_per_task or None, retune=request.retune, seed=request.seed,
             validation_runs=request.validation_runs or None, reuse=request.reuse or None,
+            weights_layout=request.weights_layout or "auto",
         )
         submitted = self.coordinator.submit(spec)
         return farm_pb2.SubmitResponse(jobs=[

@@ -66,6 +66,7 @@ def job_json(job) -> dict:
         "batch": job.model.batch,
         "target": job.target,
         "target_kind": job.target_kind,
+        "weights_layout": job.weights_layout or None,
         "trial_errors": job.trial_errors,
         "shards": {
             "pending": job.shards.pending, "leased": job.shards.leased, "done": job.shards.done,
@@ -141,14 +142,15 @@ class CoordinatorClient:
 
     def submit(self, model: str, target: str, batch: int, *, trials: int | None = None,
                trials_per_task: int | None = None, retune: bool = False, seed: int = 0,
-               fingerprint: str | None = None, validation_runs: int = 20, reuse: str | None = None):
+               fingerprint: str | None = None, validation_runs: int = 20, reuse: str | None = None,
+               weights_layout: str = "auto"):
         from foundation.wire import farm_pb2
 
         check_batch(batch)
         request = farm_pb2.SubmitRequest(
             batch=batch, target=target, fingerprint_id=fingerprint or "", trials=trials or 0,
             trials_per_task=trials_per_task or 0, retune=retune, seed=seed, validation_runs=validation_runs,
-            reuse=reuse or "",
+            reuse=reuse or "", weights_layout=weights_layout,
         )
         if looks_like_path(model):
             path = Path(model).expanduser()

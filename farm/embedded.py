@@ -24,6 +24,7 @@ from farm.session import FarmContext, open_context
 from foundation import config
 from foundation.domain.jobs import JobState
 from foundation.domain.reuse import default_mode
+from foundation.domain.weights_layout import AUTO, WeightsLayout, check_request, weights_layout_for
 from foundation.errors import FarmError, Interrupted, JobFailed
 from foundation.job_driver.artifacts import artifact_json, commit_artifact, look_up_hit, record_hit
 from foundation.job_driver.cancellation import Cancellation
@@ -60,6 +61,7 @@ class SubmitRequest:
     warm_start: bool = True  # seed from similar workloads and start from a trained cost model
     measure: MeasureSettings = field(default_factory=MeasureSettings)
     validation_runs: int = 20
+    weights_layout: str = AUTO  # auto, plain or prepacked (foundation.domain.weights_layout)
 
 
 @dataclass
@@ -70,6 +72,7 @@ class SubmitResult:
     model: ModelKey
     target: str
     artifact: "Artifact | None"
+    weights_layout: WeightsLayout
     report: TuningReport | None = None
     seconds: float = 0.0
     reuse: "ReusePlan | None" = None
@@ -84,6 +87,7 @@ class SubmitResult:
             "model": self.model.name,
             "batch": self.model.batch,
             "target": self.target,
+            "weights_layout": self.weights_layout.value,
             "error": self.job.error,
             "seconds": round(self.seconds, 3),
             "artifact": artifact_json(self.artifact) if self.artifact else None,
@@ -110,8 +114,10 @@ def submit(request: SubmitRequest, observer: JobObserver | None = None,
     cancellation = cancellation or Cancellation()
     tell = observer.stage if observer else (lambda state, detail: None)
     key = model_key(request.model, request.batch)
+    check_request(request.weights_layout)
     # An embedded submit tunes here: a target this CPU cannot run is refused before anything.
     ctx = open_context(request.registry, request.target, create=True, tuning_here=True)
+    layout = weights_layout_for(request.weights_layout, ctx.target["kind"])
     for job in fail_dead_jobs(ctx.store):
         tell("cleaned", f"{job.id} was left running by a process that died: marked failed")
     lock = ScopeLock(ctx.store, scope_key(key, ctx.target_json, ctx.fingerprint.id, ctx.tvm_version),
@@ -120,10 +126,10 @@ def submit(request: SubmitRequest, observer: JobObserver | None = None,
     try:
         while True:
             _stop_if_cancelled(cancellation)
-            hit = _verified_hit(ctx, key, request, waited_for, tell)
+            hit = _verified_hit(ctx, key, request, layout, waited_for, tell)
             if hit is not None:
-                job = record_hit(ctx.store, hit, ctx.target_json, ctx.fingerprint.id, _options(request))
-                return SubmitResult(job, True, ctx.fingerprint.id, key, ctx.target_json, hit,
+                job = record_hit(ctx.store, hit, ctx.target_json, ctx.fingerprint.id, _options(request, layout))
+                return SubmitResult(job, True, ctx.fingerprint.id, key, ctx.target_json, hit, layout,
                                     seconds=time.monotonic() - begin)
             holder = lock.try_take()
             if holder is None:
@@ -132,18 +138,18 @@ def submit(request: SubmitRequest, observer: JobObserver | None = None,
                             f"{key.describe()} for this target: waiting for it to finish")
             holder = lock.wait_released(holder, cancellation.event)
             waited_for = holder.job_id or "another submit"
-        return _tune_build_commit(ctx, key, request, lock, observer, cancellation, begin)
+        return _tune_build_commit(ctx, key, request, layout, lock, observer, cancellation, begin)
     finally:
         lock.release()
 
 
-def _verified_hit(ctx: FarmContext, key: ModelKey, request: SubmitRequest, waited_for: str | None,
-                  tell) -> "Artifact | None":
+def _verified_hit(ctx: FarmContext, key: ModelKey, request: SubmitRequest, layout: WeightsLayout,
+                  waited_for: str | None, tell) -> "Artifact | None":
     """The artifact to answer with: the newest intact one; with --retune only after waiting
     for another submit, and only the one that submit committed."""
     if request.retune and waited_for is None:
         return None
-    lookup = look_up_hit(ctx.store, key, ctx.target_json, ctx.fingerprint.id, ctx.tvm_version)
+    lookup = look_up_hit(ctx.store, key, ctx.target_json, ctx.fingerprint.id, ctx.tvm_version, layout)
     for bad in lookup.invalidated:
         tell("invalid", f"artifact {bad.id} is corrupt ({bad.invalid_reason}): marked invalid, never a hit again")
     if lookup.artifact is None or not request.retune:
@@ -151,20 +157,22 @@ def _verified_hit(ctx: FarmContext, key: ModelKey, request: SubmitRequest, waite
     return lookup.artifact if lookup.artifact.job_id == waited_for else None
 
 
-def _tune_build_commit(ctx: FarmContext, key: ModelKey, request: SubmitRequest, lock: ScopeLock,
-                       observer: JobObserver | None, cancellation: Cancellation, begin: float) -> SubmitResult:
+def _tune_build_commit(ctx: FarmContext, key: ModelKey, request: SubmitRequest, layout: WeightsLayout,
+                       lock: ScopeLock, observer: JobObserver | None, cancellation: Cancellation,
+                       begin: float) -> SubmitResult:
     """Run a job under the tuning lock, with this process's heartbeat beating the lock and the job."""
     heartbeat = Heartbeat(ctx.store, lock.runner, lambda: cancellation.request("cancelled by `farm cancel`"))
     heartbeat.lock_scope = lock.scope
     heartbeat.start()
     try:
-        return _run_job(ctx, key, request, lock, heartbeat, observer, cancellation, begin)
+        return _run_job(ctx, key, request, layout, lock, heartbeat, observer, cancellation, begin)
     finally:
         heartbeat.stop()
 
 
-def _run_job(ctx: FarmContext, key: ModelKey, request: SubmitRequest, lock: ScopeLock, heartbeat: Heartbeat,
-             observer: JobObserver | None, cancellation: Cancellation, begin: float) -> SubmitResult:
+def _run_job(ctx: FarmContext, key: ModelKey, request: SubmitRequest, layout: WeightsLayout, lock: ScopeLock,
+             heartbeat: Heartbeat, observer: JobObserver | None, cancellation: Cancellation,
+             begin: float) -> SubmitResult:
     from foundation.compile import build_library, extract_tuning_tasks
     from foundation.meta_schedule import tuner
     from foundation.meta_schedule.database.registry_database import tvm_database_for
@@ -185,7 +193,7 @@ def _run_job(ctx: FarmContext, key: ModelKey, request: SubmitRequest, lock: Scop
         weights=[s.to_json() for s in loaded.weights], num_parameters=loaded.num_parameters,
     )
     job = store.create_job(model_id=model.id, target=ctx.target_json, fingerprint_id=ctx.fingerprint.id,
-                           trials_budget=0, options=_options(request), runner=lock.runner)
+                           trials_budget=0, options=_options(request, layout), runner=lock.runner)
     lock.name_job(job.id)
     heartbeat.job_id = job.id
     driver = JobDriver(RegistryJobMoves(store), job.id, job.state)
@@ -196,7 +204,7 @@ def _run_job(ctx: FarmContext, key: ModelKey, request: SubmitRequest, lock: Scop
 
     def ended(artifact: "Artifact | None" = None) -> SubmitResult:
         return SubmitResult(store.get_job(job.id), False, ctx.fingerprint.id, key, ctx.target_json, artifact,
-                            report, time.monotonic() - begin, reused.plan if reused else None)
+                            layout, report, time.monotonic() - begin, reused.plan if reused else None)
 
     def step(new: JobState, status: str, **fields) -> None:
         if not driver.advance(new, status, **fields):
@@ -206,8 +214,9 @@ def _run_job(ctx: FarmContext, key: ModelKey, request: SubmitRequest, lock: Scop
 
     try:
         tvm_target = ctx.tvm_target()
-        tell("extracting", "extracting tuning tasks")
-        tasks = extract_tuning_tasks(loaded, tvm_target)
+        prepack = layout is WeightsLayout.PREPACKED
+        tell("extracting", f"extracting tuning tasks ({layout.value} weights)")
+        tasks = extract_tuning_tasks(loaded, tvm_target, prepack=prepack)
         budget = TuningBudget.for_tasks(len(tasks), request.trials, request.trials_per_task)
         database = tvm_database_for(store, ctx.fingerprint.id, ctx.target_json, ctx.tvm_version,
                                     ctx.software, job_id=job.id)
@@ -215,7 +224,8 @@ def _run_job(ctx: FarmContext, key: ModelKey, request: SubmitRequest, lock: Scop
         if cancellation.is_set():
             driver.cancel(cancellation.reason)
             return ended()
-        tuning = f"tuning {len(reused.tasks)} of {len(tasks)} tasks, {reused.budget.max_trials_global} trials"
+        tuning = (f"tuning {len(reused.tasks)} of {len(tasks)} tasks ({layout.value} weights), "
+                  f"{reused.budget.max_trials_global} trials")
         if not reused.tasks:
             tuning = "nothing to tune"
         step(JobState.RUNNING, f"running: {tuning}", trials_budget=reused.plan.trials,
@@ -243,7 +253,7 @@ def _run_job(ctx: FarmContext, key: ModelKey, request: SubmitRequest, lock: Scop
             return ended()
         step(JobState.BUILDING, "building: compiling with the best records, and an untuned reference")
         tell("building", "compiling with the best records, and an untuned reference")
-        library = build_library(loaded, tvm_target, database)
+        library = build_library(loaded, tvm_target, database, prepack=prepack)
         reference = build_library(loaded, tvm_target, None)
         if cancellation.is_set():
             driver.cancel(cancellation.reason)
@@ -263,6 +273,7 @@ def _run_job(ctx: FarmContext, key: ModelKey, request: SubmitRequest, lock: Scop
             store, model_id=model.id, target_json=ctx.target_json, fingerprint_id=ctx.fingerprint.id,
             job_id=job.id, library=library, latency=check.latency, untuned_latency=check.untuned_latency,
             validation=check.validation, tvm_version=ctx.tvm_version, software=ctx.software,
+            weights_layout=layout,
         )
         step(JobState.SUCCEEDED, f"succeeded: {artifact.latency_mean_ms:.3f} ms mean", artifact_id=artifact.id)
         return ended(artifact)
@@ -292,8 +303,9 @@ def _stop_if_cancelled(cancellation: Cancellation) -> None:
                           signum=cancellation.signum or 2)
 
 
-def _options(request: SubmitRequest) -> dict:
+def _options(request: SubmitRequest, layout: WeightsLayout) -> dict:
     return {
+        "weights_layout": layout.value,
         "trials": request.trials,
         "trials_per_task": request.trials_per_task,
         "retune": request.retune,

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from farm.session import open_store
 from foundation.domain.jobs import JobState
+from foundation.domain.weights_layout import tuned_form
 from foundation.errors import BadInput
 from foundation.job_driver.artifacts import artifact_json
 from foundation.job_driver.driver import JobDriver, RegistryJobMoves, utc_now
@@ -81,6 +82,7 @@ class RegistryJobs:
             "model": model.name if model else job.model_id,
             "batch": model.batch if model else None,
             "target": job.target,
+            "weights_layout": tuned_form(job.options).value,
             "shards": None,
             "reuse": job.options.get("reused"),
             "error": job.error,

@@ -1,7 +1,11 @@
 """Lower a model for a target: the tuning tasks it yields, and libraries built from records.
 
 The same lowering feeds both task extraction and the final build, so the workloads that
-MetaSchedule tuned are structurally identical to the ones the build looks up.
+MetaSchedule tuned are structurally identical to the ones the build looks up. With
+``prepack`` (CPU targets, foundation.domain.weights_layout) the lowering marks the weight
+buffers layout-free, as TVM's `static_shape_tuning_pipeline(cpu_weight_prepack=True)` does,
+so tuning may rewrite their layout; the build then lifts those rewrites into a
+`main_transform_params` function the loader runs once on plain weights.
 """
 
 from __future__ import annotations
@@ -27,28 +31,35 @@ class TuningTask:
     flop: float
 
 
-def lower_for_tuning(mod: "tvm.IRModule", target: "tvm.target.Target") -> "tvm.IRModule":
-    """Legalize and fuse a Relax module into the TIR functions MetaSchedule tunes."""
+def lower_for_tuning(mod: "tvm.IRModule", target: "tvm.target.Target", *, prepack: bool = False) -> "tvm.IRModule":
+    """Legalize and fuse a Relax module into the TIR functions MetaSchedule tunes.
+
+    With ``prepack`` the TIR functions' weight buffers are marked layout-free
+    (`layout_free_buffers`), which MetaSchedule's RewriteLayout postprocessor acts on. Which
+    of `main`'s parameters are weights is told by its `num_input` attribute.
+    """
     import tvm
     from tvm import relax
 
-    passes = tvm.transform.Sequential(
-        [
-            relax.transform.DecomposeOpsForInference(),
-            relax.transform.CanonicalizeBindings(),
-            relax.pipeline.zero_pipeline(),
-        ]
-    )
+    _refuse_prepack_off_cpu(prepack, target)
+    passes = [
+        relax.transform.DecomposeOpsForInference(),
+        relax.transform.CanonicalizeBindings(),
+        relax.pipeline.zero_pipeline(),
+    ]
+    if prepack:
+        passes.append(relax.transform.AttachAttrLayoutFreeBuffers())
     with target:
-        return passes(mod)
+        return tvm.transform.Sequential(passes)(mod)
 
 
-def extract_tuning_tasks(model: "LoadedModel", target: "tvm.target.Target") -> list[TuningTask]:
+def extract_tuning_tasks(model: "LoadedModel", target: "tvm.target.Target", *,
+                         prepack: bool = False) -> list[TuningTask]:
     """The model's tuning tasks for ``target``, in MetaSchedule's order."""
     from tvm.s_tir import meta_schedule as ms
     from tvm.s_tir.analysis import estimate_tir_flops
 
-    lowered = lower_for_tuning(model.mod, target)
+    lowered = lower_for_tuning(_weights_marked(model) if prepack else model.mod, target, prepack=prepack)
     extracted = ms.relax_integration.extract_tasks(lowered, target)
     tasks = []
     for task in extracted:
@@ -65,20 +76,30 @@ def extract_tuning_tasks(model: "LoadedModel", target: "tvm.target.Target") -> l
     return tasks
 
 
-def build_library(model: "LoadedModel", target: "tvm.target.Target", database=None) -> bytes:
+def build_library(model: "LoadedModel", target: "tvm.target.Target", database=None, *,
+                  prepack: bool = False) -> bytes:
     """Compile the model and return the exported shared library's bytes.
 
     With ``database`` the best record of every tuned workload is applied; without it the
     build is TVM's untuned default, which the farm uses as the numerical reference. Weights
-    stay function inputs, so the library carries none.
+    stay function inputs, so the library carries none. With ``prepack`` the layout rewrites
+    the records made are split out of the kernels and lifted into `main_transform_params`
+    (weights in, prepacked weights out), and `main` takes the prepacked weights.
     """
     import tvm
     from tvm import relax
 
-    lowered = lower_for_tuning(model.mod, target)
+    lowered = lower_for_tuning(_weights_marked(model) if prepack else model.mod, target, prepack=prepack)
     if database is not None:
         with target, database:
             lowered = relax.transform.MetaScheduleApplyDatabase()(lowered)
+    if prepack:
+        with target:
+            lowered = tvm.transform.Sequential([
+                relax.transform.SplitLayoutRewritePreproc(),
+                relax.transform.LiftTransformParams(),
+                relax.transform.FoldConstant(),
+            ])(lowered)
     if target.kind.name != "llvm":
         lowered = _schedule_the_rest_for_gpu(lowered, target)
     executable = tvm.compile(lowered, target=target)
@@ -87,6 +108,22 @@ def build_library(model: "LoadedModel", target: "tvm.target.Target", database=No
         executable.export_library(path)
         with open(path, "rb") as f:
             return f.read()
+
+
+def _weights_marked(model: "LoadedModel") -> "tvm.IRModule":
+    """The model's module with `main` saying how many of its parameters are inputs (the rest
+    are weights), which the layout passes and LiftTransformParams read."""
+    main = model.mod["main"]
+    if main.attrs is not None and int(main.attrs.get("num_input", -1)) == len(model.inputs):
+        return model.mod
+    mod = model.mod.clone()
+    mod["main"] = main.with_attr("num_input", len(model.inputs))
+    return mod
+
+
+def _refuse_prepack_off_cpu(prepack: bool, target: "tvm.target.Target") -> None:
+    if prepack and target.kind.name != "llvm":
+        raise ValueError(f"weights are prepacked only for llvm targets, not {target.kind.name}")
 
 
 def _schedule_the_rest_for_gpu(mod: "tvm.IRModule", target: "tvm.target.Target") -> "tvm.IRModule":

@@ -26,6 +26,7 @@ from foundation.domain.jobs import JobState
 from foundation.domain.reuse import ReuseMode, default_mode
 from foundation.domain.shards import ShardState
 from foundation.domain.validations import ValidationState
+from foundation.domain.weights_layout import weights_layout_for
 from foundation.errors import FarmError, NotFound
 from foundation.job_driver.artifacts import find_hit, record_hit
 from foundation.models.loaded import check_batch
@@ -68,7 +69,12 @@ class ClientCalls:
             raise InvalidRequest(f"unknown reuse mode {spec.reuse!r}",
                                  f"use one of {', '.join(m.value for m in ReuseMode)}") from None
         key = self._model_key(spec)
+        try:
+            layout = weights_layout_for(spec.weights_layout, kind)
+        except FarmError as err:
+            raise InvalidRequest(err.problem, err.fix) from None
         options = {
+            "weights_layout": layout.value,
             "trials": spec.trials or None,
             "trials_per_task": spec.trials_per_task or None,
             "retune": spec.retune,
@@ -95,13 +101,13 @@ class ClientCalls:
             fingerprint = registered_fingerprint(self._store, fp_id)
             target = target_json(canonical_target(spec.target, fingerprint))
             if not spec.retune:
-                hit = find_hit(self._store, key, target, fp_id, self._tvm_version)
+                hit = find_hit(self._store, key, target, fp_id, self._tvm_version, layout)
                 metrics.registry_lookup(hit is not None)
                 if hit is not None:
                     submitted.append(Submitted(record_hit(self._store, hit, target, fp_id, options), False))
                     continue
             model = model or self._ensure_model(key)
-            running = self._cluster.attachable_job(model.id, target, fp_id)
+            running = self._cluster.attachable_job(model.id, target, fp_id, layout)
             if running is not None:
                 submitted.append(Submitted(running, True))
                 continue
@@ -113,7 +119,7 @@ class ClientCalls:
             submitted.append(Submitted(job, False))
         if not fingerprint_ids:
             model = self._ensure_model(key)
-            running = self._cluster.attachable_job(model.id, spec.target, None)
+            running = self._cluster.attachable_job(model.id, spec.target, None, layout)
             if running is not None:
                 return [Submitted(running, True)]
             job = self._cluster.create_job(

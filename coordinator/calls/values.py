@@ -54,6 +54,7 @@ class SubmitSpec:
     seed: int = 0
     validation_runs: int | None = None
     reuse: str | None = None  # foundation.domain.reuse.ReuseMode; None: its default_mode
+    weights_layout: str = "auto"  # foundation.domain.weights_layout: auto, plain, prepacked
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
 from foundation.domain.jobs import JobState, check_transition
+from foundation.domain.weights_layout import WeightsLayout, tuned_form
 from foundation.errors import RegistryError
 from foundation.registry.entities import Job
 from foundation.registry.schema import JobRow
@@ -68,8 +69,10 @@ class JobStore:
             )
             return row.to_entity()
 
-    def attachable_job(self, model_id: str, target: str, fingerprint_id: str | None) -> Job | None:
-        """The oldest unfinished job tuning the same model for the same target and fingerprint.
+    def attachable_job(self, model_id: str, target: str, fingerprint_id: str | None,
+                       weights_layout: WeightsLayout) -> Job | None:
+        """The oldest unfinished job tuning the same model for the same target and fingerprint,
+        in the same form of weights.
 
         With ``fingerprint_id`` None, a job still waiting for its fingerprint whose target was
         requested as ``target`` (unbound jobs have no canonical target yet).
@@ -81,8 +84,11 @@ class JobStore:
         else:
             query = query.where(JobRow.fingerprint_id == fingerprint_id, JobRow.target == target)
         with self._unit.read() as session:
-            row = session.scalars(query.order_by(JobRow.created_at, JobRow.id).limit(1)).first()
-            return row.to_entity() if row else None
+            # The form is in the job's options (JSON); a model has few unfinished jobs.
+            for row in session.scalars(query.order_by(JobRow.created_at, JobRow.id)):
+                if tuned_form(row.options) is weights_layout:
+                    return row.to_entity()
+            return None
 
     def queued_jobs_without_fingerprint(self, target_kind: str) -> list[Job]:
         query = (

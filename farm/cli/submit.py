@@ -47,6 +47,10 @@ def submit(
         None, "--build-workers", min=1, help="Builder processes (default: all CPUs)."),
     runs: int = typer.Option(20, "--runs", min=1, help="Timed runs of the final library (after 3 warm-up runs)."),
     seed: int = typer.Option(0, "--seed", help="Seed for the search, the random weights and the inputs."),
+    weights_layout: str = typer.Option(
+        "auto", "--weights-layout", envvar="FARM_WEIGHTS_LAYOUT",
+        help="plain, prepacked (CPU only: tuning may rearrange the weights, which the library does once "
+             "at load; you still pass plain weights) or auto (the farm's default for the target)."),
     registry: str | None = REGISTRY_OPTION,
     coordinator: str | None = COORDINATOR_OPTION,
     fingerprint: str | None = typer.Option(
@@ -68,6 +72,9 @@ def submit(
     With --coordinator (or FARM_COORDINATOR) the farm's agents do the work; otherwise it runs
     here, embedded, on the registry given by --registry.
     """
+    from foundation.domain.weights_layout import check_request
+
+    check_request(weights_layout)
     if coordinator:
         from farm.cli.cluster import client_of, remote_submit
 
@@ -76,7 +83,7 @@ def submit(
                              trials_per_task=trials_per_task, retune=retune, seed=seed,
                              reuse=reuse.value if reuse else None, fingerprint=fingerprint, runs=runs,
                              wait=wait, timeout=timeout, json_output=json_output, report_dir=report_dir,
-                             registry=registry)
+                             registry=registry, weights_layout=weights_layout)
     from farm.cli.interrupts import cancel_on_signals
     from farm.embedded import SubmitRequest
     from farm.embedded import submit as submit_job
@@ -87,6 +94,7 @@ def submit(
         trials_per_task=trials_per_task, retune=retune, seed=seed, reuse=reuse.value if reuse else None,
         warm_start=warm_start,
         measure=MeasureSettings(build_workers=build_workers), validation_runs=runs,
+        weights_layout=weights_layout,
     )
     observer = None
     if not json_output:
@@ -175,7 +183,8 @@ def run(
         emit_json(document)
         return
     console = stdout_console()
-    console.print(f"artifact   {deployed.artifact.id}  ({deployed.key.describe()}, fingerprint {deployed.fingerprint})")
+    console.print(f"artifact   {deployed.artifact.id}  ({deployed.key.describe()}, fingerprint {deployed.fingerprint}, "
+                  f"{deployed.artifact.weights_layout} weights)")
     console.print(f"load       {loaded_s * 1e3:.0f} ms, first inference {first_s * 1e3:.1f} ms")
     console.print(f"latency    mean {latency.mean_ms:.3f} ms  median {latency.median_ms:.3f} ms  "
                   f"std {latency.std_ms:.3f} ms  ({latency.runs} runs after {latency.warmup} warm-up)")
@@ -228,7 +237,8 @@ def _print_submit(result) -> None:
     console = stdout_console()
     job = result.job
     console.print(f"job          {job.id}  {job.state}{'  (registry hit: no tuning)' if result.cache_hit else ''}")
-    console.print(f"model        {result.model.describe()}  target {result.target}")
+    console.print(f"model        {result.model.describe()}  target {result.target}  "
+                  f"weights {result.weights_layout.value}")
     console.print(f"fingerprint  {result.fingerprint}")
     if result.reuse:
         console.print(f"reuse        {result.reuse.describe()}")

@@ -68,6 +68,7 @@ def job_fields(doc: dict) -> list[tuple[str, Any]]:
         ("Status", doc.get("status")),
         ("Model", f"{doc['model']}, batch {doc['batch']}"),
         ("Target", doc["target"] or doc.get("target_kind")),
+        ("Weights", _weights_text(doc.get("weights_layout"))),
         ("Fingerprint", doc["fingerprint"] or "not chosen yet: the first agent of its target kind decides"),
         ("Trials", _trials(doc["trials"], doc.get("trials_budget", 0), doc.get("trial_errors", 0))),
         ("Shards", shards or "none yet"),
@@ -86,6 +87,12 @@ def job_fields(doc: dict) -> list[tuple[str, Any]]:
         fields.append(("Artifact", f"{artifact['id']}  {size(artifact.get('size'))}  sha256 {artifact['sha256']}"))
         fields.append(("Latency", latency_text(artifact["latency_ms"], artifact.get("untuned_latency_ms"))))
     return fields
+
+
+def _weights_text(layout: str | None) -> str | None:
+    if layout == "prepacked":
+        return "prepacked (the library rearranges plain weights once, at load)"
+    return layout
 
 
 def latency_text(latency_ms: dict, untuned_ms: float | None = None) -> str:

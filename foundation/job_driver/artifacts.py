@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from foundation.domain.jobs import JobState
+from foundation.domain.weights_layout import WeightsLayout
 from foundation.models.model_key import ModelKey
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -39,14 +40,17 @@ class HitLookup:
 
 
 def find_hit(
-    store: "RegistryStore", key: ModelKey, target_json: str, fingerprint_id: str, tvm_version: str
+    store: "RegistryStore", key: ModelKey, target_json: str, fingerprint_id: str, tvm_version: str,
+    weights_layout: WeightsLayout,
 ) -> "Artifact | None":
-    """The newest validated, intact artifact for this model, target, fingerprint and TVM version."""
-    return look_up_hit(store, key, target_json, fingerprint_id, tvm_version).artifact
+    """The newest validated, intact artifact for this model, target, fingerprint, TVM version
+    and form of weights (an artifact of the other form was tuned on other TIR: not a hit)."""
+    return look_up_hit(store, key, target_json, fingerprint_id, tvm_version, weights_layout).artifact
 
 
 def look_up_hit(
-    store: "RegistryStore", key: ModelKey, target_json: str, fingerprint_id: str, tvm_version: str
+    store: "RegistryStore", key: ModelKey, target_json: str, fingerprint_id: str, tvm_version: str,
+    weights_layout: WeightsLayout,
 ) -> HitLookup:
     """`find_hit`, also saying which artifacts it found corrupt and marked invalid.
 
@@ -57,7 +61,8 @@ def look_up_hit(
     if model is None:
         return HitLookup(None)
     while True:
-        artifact = store.find_artifact(model.id, target_json, fingerprint_id, tvm_version)
+        artifact = store.find_artifact(model.id, target_json, fingerprint_id, tvm_version,
+                                       WeightsLayout(weights_layout).value)
         if artifact is None:
             return HitLookup(None, invalidated)
         problem = library_problem(artifact, store.get_artifact_library(artifact.id))
@@ -104,14 +109,17 @@ def commit_artifact(
     validation: "ValidationResult",
     tvm_version: str,
     software: dict[str, Any],
+    weights_layout: WeightsLayout,
 ) -> "Artifact":
-    """Keep a library that passed validation, with its latency and the check it passed."""
+    """Keep a library that passed validation, with its latency, the check it passed and the
+    form its weights take."""
     return store.add_artifact(
         model_id=model_id, target=target_json, fingerprint_id=fingerprint_id, job_id=job_id,
         library=library, lib_format=LIBRARY_FORMAT,
         latency={"mean_ms": latency.mean_ms, "median_ms": latency.median_ms, "std_ms": latency.std_ms},
         untuned_latency_mean_ms=untuned_latency.mean_ms if untuned_latency else None,
         validation=validation.to_json(), tvm_version=tvm_version, software=software,
+        weights_layout=WeightsLayout(weights_layout).value,
     )
 
 
@@ -130,6 +138,7 @@ def artifact_json(artifact: "Artifact") -> dict:
         "untuned_latency_ms": artifact.untuned_latency_mean_ms,
         "validation": artifact.validation,
         "tvm_version": artifact.tvm_version,
+        "weights_layout": artifact.weights_layout,
         "created_at": artifact.created_at.isoformat() if artifact.created_at else None,
     }
 

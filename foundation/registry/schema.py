@@ -307,6 +307,8 @@ class ArtifactRow(Base):
     # Set when the stored bytes no longer match sha256 (or cannot be loaded): never a hit again.
     invalidated_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     invalid_reason: Mapped[str | None] = mapped_column(Text)
+    # "plain" or "prepacked" (foundation.domain.weights_layout): a hit is of the form asked for.
+    weights_layout: Mapped[str] = mapped_column(String(16), default="plain", server_default="plain")
 
     def to_entity(self) -> Artifact:
         """Its metadata; the library stays in the database (`RegistryStore.get_artifact_library`)."""

@@ -323,6 +323,7 @@ class RegistryStore(TuningRecords):
         validation: dict[str, Any],
         tvm_version: str,
         software: dict[str, Any],
+        weights_layout: str = "plain",
     ) -> Artifact:
         library = bytes(library)
         row = ArtifactRow(
@@ -344,6 +345,7 @@ class RegistryStore(TuningRecords):
             tvm_version=tvm_version,
             software=software,
             created_at=utc_now(),
+            weights_layout=weights_layout,
         )
         with self._unit.write(Changes.STATE) as session:
             session.add(row)
@@ -351,20 +353,24 @@ class RegistryStore(TuningRecords):
             return row.to_entity()
 
     def find_artifact(
-        self, model_id: str, target: str, fingerprint_id: str, tvm_version: str
+        self, model_id: str, target: str, fingerprint_id: str, tvm_version: str,
+        weights_layout: str | None = None,
     ) -> Artifact | None:
         """The newest artifact that passed validation for exactly this scope, and was not
-        found corrupt since (`invalidate_artifact`)."""
+        found corrupt since (`invalidate_artifact`); of ``weights_layout`` only, if given."""
+        conditions = [
+            ArtifactRow.model_id == model_id,
+            ArtifactRow.target == target,
+            ArtifactRow.fingerprint_id == fingerprint_id,
+            ArtifactRow.tvm_version == tvm_version,
+            ArtifactRow.validation_passed.is_(True),
+            ArtifactRow.invalidated_at.is_(None),
+        ]
+        if weights_layout is not None:
+            conditions.append(ArtifactRow.weights_layout == weights_layout)
         query = (
             select(ArtifactRow)
-            .where(
-                ArtifactRow.model_id == model_id,
-                ArtifactRow.target == target,
-                ArtifactRow.fingerprint_id == fingerprint_id,
-                ArtifactRow.tvm_version == tvm_version,
-                ArtifactRow.validation_passed.is_(True),
-                ArtifactRow.invalidated_at.is_(None),
-            )
+            .where(*conditions)
             .order_by(ArtifactRow.created_at.desc(), ArtifactRow.id.desc())
             .limit(1)
         )

@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from foundation.domain.weights_layout import TRANSFORM_PARAMS_FUNCTION
+
 if TYPE_CHECKING:  # pragma: no cover
     import tvm
 
@@ -43,7 +45,11 @@ def device_for(target_kind: str, index: int = 0) -> "tvm.runtime.Device":
 
 
 class LoadedLibrary:
-    """A model library loaded into a Relax VM; call it with numpy inputs and weights."""
+    """A model library loaded into a Relax VM; call it with numpy inputs and weights.
+
+    Weights are always given plain, in the model's order: a prepacked library
+    (foundation.domain.weights_layout) rearranges them once, in `set_weights`.
+    """
 
     def __init__(self, library: bytes, target_kind: str, device_index: int = 0):
         from foundation.hardware.tvm_startup import pin_tvm_threads
@@ -60,13 +66,18 @@ class LoadedLibrary:
                 f.write(library)
             module = tvm.runtime.load_module(path)
         self.vm = relax.VirtualMachine(module, self.device)
+        self.prepacked = bool(self.vm.module.implements_function(TRANSFORM_PARAMS_FUNCTION))
         self._weights: list | None = None
 
     def set_weights(self, weights: Sequence[np.ndarray]) -> None:
-        """Upload the weights once; later calls pass only the inputs."""
+        """Upload the weights once (prepacking them, if the library wants them so); later
+        calls pass only the inputs."""
         import tvm
 
-        self._weights = [tvm.runtime.tensor(w, self.device) for w in weights]
+        tensors = [tvm.runtime.tensor(w, self.device) for w in weights]
+        if self.prepacked:
+            tensors = list(self.vm[TRANSFORM_PARAMS_FUNCTION](tensors))
+        self._weights = tensors
 
     def __call__(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
         args = self._device_args(inputs)

@@ -112,7 +112,7 @@ class TrackerAddress(_message.Message):
     def __init__(self, host: _Optional[str] = ..., port: _Optional[int] = ..., key: _Optional[str] = ...) -> None: ...
 
 class SubmitRequest(_message.Message):
-    __slots__ = ("zoo_name", "onnx", "batch", "target", "fingerprint_id", "trials", "trials_per_task", "retune", "seed", "validation_runs", "reuse")
+    __slots__ = ("zoo_name", "onnx", "batch", "target", "fingerprint_id", "trials", "trials_per_task", "retune", "seed", "validation_runs", "reuse", "weights_layout")
     ZOO_NAME_FIELD_NUMBER: _ClassVar[int]
     ONNX_FIELD_NUMBER: _ClassVar[int]
     BATCH_FIELD_NUMBER: _ClassVar[int]
@@ -124,6 +124,7 @@ class SubmitRequest(_message.Message):
     SEED_FIELD_NUMBER: _ClassVar[int]
     VALIDATION_RUNS_FIELD_NUMBER: _ClassVar[int]
     REUSE_FIELD_NUMBER: _ClassVar[int]
+    WEIGHTS_LAYOUT_FIELD_NUMBER: _ClassVar[int]
     zoo_name: str
     onnx: OnnxModel
     batch: int
@@ -135,7 +136,8 @@ class SubmitRequest(_message.Message):
     seed: int
     validation_runs: int
     reuse: str
-    def __init__(self, zoo_name: _Optional[str] = ..., onnx: _Optional[_Union[OnnxModel, _Mapping]] = ..., batch: _Optional[int] = ..., target: _Optional[str] = ..., fingerprint_id: _Optional[str] = ..., trials: _Optional[int] = ..., trials_per_task: _Optional[int] = ..., retune: _Optional[bool] = ..., seed: _Optional[int] = ..., validation_runs: _Optional[int] = ..., reuse: _Optional[str] = ...) -> None: ...
+    weights_layout: str
+    def __init__(self, zoo_name: _Optional[str] = ..., onnx: _Optional[_Union[OnnxModel, _Mapping]] = ..., batch: _Optional[int] = ..., target: _Optional[str] = ..., fingerprint_id: _Optional[str] = ..., trials: _Optional[int] = ..., trials_per_task: _Optional[int] = ..., retune: _Optional[bool] = ..., seed: _Optional[int] = ..., validation_runs: _Optional[int] = ..., reuse: _Optional[str] = ..., weights_layout: _Optional[str] = ...) -> None: ...
 
 class OnnxModel(_message.Message):
     __slots__ = ("file_name", "content", "sha256")
@@ -214,7 +216,7 @@ class ListAgentsResponse(_message.Message):
     def __init__(self, agents: _Optional[_Iterable[_Union[Agent, _Mapping]]] = ...) -> None: ...
 
 class Job(_message.Message):
-    __slots__ = ("id", "state", "status", "model", "target", "target_kind", "fingerprint_id", "cache_hit", "trials_done", "trials_budget", "trial_errors", "shards", "error", "failed_shards", "artifact", "created_at", "started_at", "finished_at", "reuse")
+    __slots__ = ("id", "state", "status", "model", "target", "target_kind", "fingerprint_id", "cache_hit", "trials_done", "trials_budget", "trial_errors", "shards", "error", "failed_shards", "artifact", "created_at", "started_at", "finished_at", "reuse", "weights_layout")
     ID_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     STATUS_FIELD_NUMBER: _ClassVar[int]
@@ -234,6 +236,7 @@ class Job(_message.Message):
     STARTED_AT_FIELD_NUMBER: _ClassVar[int]
     FINISHED_AT_FIELD_NUMBER: _ClassVar[int]
     REUSE_FIELD_NUMBER: _ClassVar[int]
+    WEIGHTS_LAYOUT_FIELD_NUMBER: _ClassVar[int]
     id: str
     state: JobState
     status: str
@@ -253,7 +256,8 @@ class Job(_message.Message):
     started_at: _timestamp_pb2.Timestamp
     finished_at: _timestamp_pb2.Timestamp
     reuse: JobReuse
-    def __init__(self, id: _Optional[str] = ..., state: _Optional[_Union[JobState, str]] = ..., status: _Optional[str] = ..., model: _Optional[_Union[ModelSummary, _Mapping]] = ..., target: _Optional[str] = ..., target_kind: _Optional[str] = ..., fingerprint_id: _Optional[str] = ..., cache_hit: _Optional[bool] = ..., trials_done: _Optional[int] = ..., trials_budget: _Optional[int] = ..., trial_errors: _Optional[int] = ..., shards: _Optional[_Union[ShardCounts, _Mapping]] = ..., error: _Optional[str] = ..., failed_shards: _Optional[_Iterable[_Union[ShardFailure, _Mapping]]] = ..., artifact: _Optional[_Union[ArtifactSummary, _Mapping]] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finished_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., reuse: _Optional[_Union[JobReuse, _Mapping]] = ...) -> None: ...
+    weights_layout: str
+    def __init__(self, id: _Optional[str] = ..., state: _Optional[_Union[JobState, str]] = ..., status: _Optional[str] = ..., model: _Optional[_Union[ModelSummary, _Mapping]] = ..., target: _Optional[str] = ..., target_kind: _Optional[str] = ..., fingerprint_id: _Optional[str] = ..., cache_hit: _Optional[bool] = ..., trials_done: _Optional[int] = ..., trials_budget: _Optional[int] = ..., trial_errors: _Optional[int] = ..., shards: _Optional[_Union[ShardCounts, _Mapping]] = ..., error: _Optional[str] = ..., failed_shards: _Optional[_Iterable[_Union[ShardFailure, _Mapping]]] = ..., artifact: _Optional[_Union[ArtifactSummary, _Mapping]] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finished_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., reuse: _Optional[_Union[JobReuse, _Mapping]] = ..., weights_layout: _Optional[str] = ...) -> None: ...
 
 class JobReuse(_message.Message):
     __slots__ = ("mode", "tasks", "skipped", "topped_up", "topup_trials", "planned_trials", "trials")

@@ -61,3 +61,18 @@ def test_tuning_candidates_build_for_cuda_on_cpus(cuda, tmp_path):
         builder.shutdown()
     assert result.error_msg is None, result.error_msg
     assert Path(result.artifact_path).stat().st_size > 0
+
+
+def test_cuda_is_never_prepacked(cuda):
+    """Prepacking is a CPU form (foundation.domain.weights_layout): a CUDA build or task list
+    asked to prepack is refused, and the plain CUDA tasks carry no layout-free marks."""
+    from foundation.compile import build_library, extract_tuning_tasks
+
+    target, model, tasks = cuda
+    for task in tasks:
+        for func in task.mod.functions.values():
+            assert "layout_free_buffers" not in (func.attrs or {}), task.name
+    with pytest.raises(ValueError, match="only for llvm targets, not cuda"):
+        extract_tuning_tasks(model, target, prepack=True)
+    with pytest.raises(ValueError, match="only for llvm targets, not cuda"):
+        build_library(model, target, None, prepack=True)

@@ -13,8 +13,9 @@ from tvm.ir.utils import derived_object
 from tvm.s_tir.meta_schedule.database import PyDatabase, TuningRecord, Workload
 from tvm.target import Target
 
+from foundation.meta_schedule.database.record_json import tuning_record_json
 from foundation.registry.entities import NewRecord, StoredRecord
-from foundation.registry.record_json import canonical_json, new_record_from, plain_value
+from foundation.registry.record_json import canonical_json, new_record_from
 from foundation.registry.store import RegistryStore
 
 # Records are written in batches of this many; a killed agent loses at most one batch.
@@ -145,7 +146,7 @@ class RegistryDatabase(PyDatabase):
     def commit_tuning_record(self, record: TuningRecord) -> None:
         self._pending.append(
             new_record_from(
-                plain_value(record.as_json()),
+                tuning_record_json(record),
                 workload_id=self._workload_id(record.workload),
                 fingerprint_id=self.fingerprint_id,
                 target_json=self.target_json,

@@ -56,6 +56,8 @@ def shard_database(
     from tvm.ir.utils import derived_object
     from tvm.s_tir.meta_schedule.database import MemoryDatabase, PyDatabase, TuningRecord
 
+    from foundation.meta_schedule.database.record_json import tuning_record_json
+
     inner = MemoryDatabase()
     by_shash = {}
     for shash, mod in workloads:
@@ -96,7 +98,7 @@ def shard_database(
             now = clock()
             if not self.pending:
                 self.pending_since = now
-            self.pending.append((shash_for(record.workload), json.dumps(record.as_json())))
+            self.pending.append((shash_for(record.workload), json.dumps(tuning_record_json(record))))
             # MetaSchedule commits a round's candidates together, so the time bound is looked
             # at often enough without a timer of its own.
             if len(self.pending) >= batching.records or now - self.pending_since >= batching.within_s:

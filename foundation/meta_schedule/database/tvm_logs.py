@@ -77,6 +77,7 @@ def import_tvm_logs(
     import tvm_ffi
     from tvm.s_tir.meta_schedule.database import TuningRecord, Workload
 
+    from foundation.meta_schedule.database.record_json import tuning_record_json
     from foundation.meta_schedule.database.registry_database import (
         canonical_json,
         canonical_target_json,
@@ -110,7 +111,7 @@ def import_tvm_logs(
             raise _broken(
                 record_path, number, f"not a TVM tuning record ({_first_line(exc)})"
             ) from exc
-        as_json = record.as_json()
+        as_json = tuning_record_json(record)
         if target_json is not None:
             target = target_json
         elif record.target is not None:

@@ -11,6 +11,7 @@ from sqlalchemy import text
 from coordinator.cluster_store import AgentMismatch, ClusterStore, UnknownAgent
 from foundation.domain.jobs import IllegalTransition, JobState
 from foundation.domain.shards import JobOutcome, ShardState
+from foundation.domain.weights_layout import WeightsLayout
 from foundation.registry import RegistryStore, migrate, upgrade_registry
 from foundation.registry.engine import create_registry_engine, parse_registry_url
 from foundation.registry.entities import ReportedBatch, ShardClaim
@@ -27,6 +28,8 @@ from support.cluster_rows import (
     records_of,
     validating_job,
 )
+
+PLAIN, PREPACKED = WeightsLayout.PLAIN, WeightsLayout.PREPACKED
 
 # -- agents ------------------------------------------------------------------------------
 
@@ -376,11 +379,25 @@ def test_events_resume_after_a_sequence(cluster_store):
 
 def test_a_submit_attaches_to_the_unfinished_job(cluster_store):
     job = planned_job(cluster_store, tasks=1, shards=1)
-    assert cluster_store.attachable_job("model-1", CUDA_TARGET, GPU).id == job.id
-    assert cluster_store.attachable_job("model-1", CUDA_TARGET, OTHER_GPU) is None
-    assert cluster_store.attachable_job("model-1", '{"kind":"llvm"}', GPU) is None
+    assert cluster_store.attachable_job("model-1", CUDA_TARGET, GPU, PLAIN).id == job.id
+    assert cluster_store.attachable_job("model-1", CUDA_TARGET, OTHER_GPU, PLAIN) is None
+    assert cluster_store.attachable_job("model-1", '{"kind":"llvm"}', GPU, PLAIN) is None
+    # A job tuning the other form of weights is other work: a submit of one never attaches to the other.
+    assert cluster_store.attachable_job("model-1", CUDA_TARGET, GPU, PREPACKED) is None
     cluster_store.cancel_job(job.id, at(1))
-    assert cluster_store.attachable_job("model-1", CUDA_TARGET, GPU) is None
+    assert cluster_store.attachable_job("model-1", CUDA_TARGET, GPU, PLAIN) is None
+
+
+def test_a_submit_attaches_only_to_a_job_of_its_form_of_weights(cluster_store):
+    made = {}
+    for layout in (PLAIN, PREPACKED):
+        made[layout] = cluster_store.create_job(
+            model_id="model-1", target_request="llvm", target_kind="llvm", target="",
+            fingerprint_id=None, trials_budget=8, options={"weights_layout": layout.value}, now=T0,
+            status="waiting", parent_request=None,
+        )
+    assert cluster_store.attachable_job("model-1", "llvm", None, PLAIN).id == made[PLAIN].id
+    assert cluster_store.attachable_job("model-1", "llvm", None, PREPACKED).id == made[PREPACKED].id
 
 
 def test_a_queued_job_waits_for_its_fingerprint_then_is_bound(cluster_store, store):
@@ -390,7 +407,7 @@ def test_a_queued_job_waits_for_its_fingerprint_then_is_bound(cluster_store, sto
         status="waiting for an agent with target kind vulkan", parent_request="req-1",
     )
     assert waiting.fingerprint_id is None and waiting.parent_request == "req-1"
-    assert cluster_store.attachable_job("model-1", "vulkan", None).id == waiting.id
+    assert cluster_store.attachable_job("model-1", "vulkan", None, PLAIN).id == waiting.id
     assert [j.id for j in cluster_store.queued_jobs_without_fingerprint("vulkan")] == [waiting.id]
     with pytest.raises(Exception, match="no fingerprint"):
         cluster_store.add_job_plan(waiting.id, [], [], T0)

@@ -13,6 +13,7 @@ from sqlalchemy import create_engine, text
 
 from foundation.domain.jobs import IllegalTransition, JobState
 from foundation.domain.runners import HEARTBEAT_TTL_S, Runner
+from foundation.domain.weights_layout import WeightsLayout
 from foundation.job_driver.artifacts import look_up_hit
 from foundation.job_driver.driver import JobDriver, RegistryJobMoves, tuning_failure, validation_failure
 from foundation.job_driver.runners import fail_dead_jobs, host_name, process_start_time, this_runner
@@ -116,17 +117,17 @@ def test_a_corrupt_artifact_is_marked_invalid_and_an_intact_one_answers(store, r
                   validation={"passed": True}, tvm_version="0.27.0", software={})
     older = store.add_artifact(library=b"\x7fELF older", **fields)
     newer = store.add_artifact(library=b"\x7fELF newer", **fields)
-    assert look_up_hit(store, KEY, TARGET, "cpu-1", "0.27.0").artifact == newer
+    assert look_up_hit(store, KEY, TARGET, "cpu-1", "0.27.0", WeightsLayout.PLAIN).artifact == newer
     engine = create_engine(parse_registry_url(registry_url))
     with engine.begin() as connection:
         connection.execute(text("UPDATE artifacts SET library = :lib WHERE id = :id"),
                            {"lib": b"\x7fELF damaged", "id": newer.id})
     engine.dispose()
-    lookup = look_up_hit(store, KEY, TARGET, "cpu-1", "0.27.0")
+    lookup = look_up_hit(store, KEY, TARGET, "cpu-1", "0.27.0", WeightsLayout.PLAIN)
     assert lookup.artifact == older
     assert [a.id for a in lookup.invalidated] == [newer.id]
     assert "does not match the one validated" in store.get_artifact(newer.id).invalid_reason
-    again = look_up_hit(store, KEY, TARGET, "cpu-1", "0.27.0")
+    again = look_up_hit(store, KEY, TARGET, "cpu-1", "0.27.0", WeightsLayout.PLAIN)
     assert again.artifact == older and again.invalidated == []
 
 

@@ -1,0 +1,36 @@
+"""Which form of weights a job tunes, from what was asked and the target kind."""
+
+from __future__ import annotations
+
+import pytest
+
+from foundation.domain import weights_layout as wl
+from foundation.domain.weights_layout import WeightsLayout, check_request, tuned_form, weights_layout_for
+from foundation.errors import BadInput
+
+
+def test_cpu_targets_take_what_was_asked_and_auto_means_the_cpu_default():
+    assert weights_layout_for("plain", "llvm") is WeightsLayout.PLAIN
+    assert weights_layout_for("prepacked", "llvm") is WeightsLayout.PREPACKED
+    assert weights_layout_for("auto", "llvm") is wl.CPU_DEFAULT
+
+
+def test_other_targets_are_plain_and_refuse_prepacking():
+    assert weights_layout_for("auto", "cuda") is WeightsLayout.PLAIN
+    assert weights_layout_for("plain", "cuda") is WeightsLayout.PLAIN
+    with pytest.raises(BadInput, match="cannot be prepacked for a cuda target") as refused:
+        weights_layout_for("prepacked", "cuda")
+    assert "--weights-layout plain" in refused.value.fix
+
+
+def test_an_unknown_request_is_bad_input():
+    with pytest.raises(BadInput, match="unknown weights layout 'packed'"):
+        check_request("packed")
+    with pytest.raises(BadInput):
+        weights_layout_for("", "llvm")
+
+
+def test_a_job_says_which_form_it_tuned_and_old_jobs_tuned_plain():
+    assert tuned_form({"weights_layout": "prepacked"}) is WeightsLayout.PREPACKED
+    assert tuned_form({"weights_layout": "plain"}) is WeightsLayout.PLAIN
+    assert tuned_form({"mode": "embedded"}) is WeightsLayout.PLAIN
