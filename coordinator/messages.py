@@ -17,6 +17,7 @@ from coordinator import metrics
 from coordinator.service import AgentView, JobView
 from foundation.domain.jobs import JobState
 from foundation.domain.shards import ShardState
+from foundation.domain.weights_layout import tuned_form
 from foundation.wire import farm_pb2
 
 JOB_STATES = {state: getattr(farm_pb2, f"JOB_STATE_{state.name}") for state in JobState}
@@ -46,6 +47,7 @@ def job_message(view: JobView) -> farm_pb2.Job:
         status=job.status or "",
         target=job.target or "",
         target_kind=job.target_kind or "",
+        weights_layout=tuned_form(job.options).value,
         fingerprint_id=job.fingerprint_id or "",
         cache_hit=job.cache_hit,
         trials_done=job.trials_done,

@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from farm.session import open_context
-from foundation.errors import FarmError, NotFound, RegistryError
+from foundation.domain.weights_layout import WeightsLayout
+from foundation.errors import BadInput, FarmError, NotFound, RegistryError
 from foundation.job_driver.artifacts import library_problem
 from foundation.models.model_key import ModelKey, model_key
 
@@ -63,17 +64,22 @@ class DeployedModel:
 
 
 def load(model: str, target: str = "llvm", batch: int = 1, *, registry: str | None = None,
-         weights: Sequence[np.ndarray] | None = None, seed: int = 0) -> DeployedModel:
+         weights: Sequence[np.ndarray] | None = None, seed: int = 0,
+         weights_layout: str | None = None) -> DeployedModel:
     """Load the newest valid artifact for (model, target, batch) on this box's fingerprint.
 
     No compilation happens: the stored library is checked against its sha256 and loaded.
     Zoo models get seeded random weights unless ``weights`` is given; ONNX models get the
-    file's own weights.
+    file's own weights. Weights are always plain: a prepacked library rearranges them once,
+    here. ``weights_layout`` ("plain" or "prepacked") loads only an artifact of that form;
+    by default the newest of either.
     """
     from foundation.registry.engine import RegistryMissing
     from foundation.runtime.library_runner import LoadedLibrary
 
     key = model_key(model, batch)
+    if weights_layout is not None and weights_layout not in (WeightsLayout.PLAIN.value, WeightsLayout.PREPACKED.value):
+        raise BadInput(f"unknown weights layout {weights_layout!r}", "use plain, prepacked, or leave it out (either)")
     try:
         ctx = open_context(registry, target)
     except RegistryMissing as missing:
@@ -82,10 +88,12 @@ def load(model: str, target: str = "llvm", batch: int = 1, *, registry: str | No
     stored = ctx.store.find_model(key.name, key.batch, key.source_digest)
     artifact = None
     if stored is not None:
-        artifact = ctx.store.find_artifact(stored.id, ctx.target_json, ctx.fingerprint.id, ctx.tvm_version)
+        artifact = ctx.store.find_artifact(stored.id, ctx.target_json, ctx.fingerprint.id, ctx.tvm_version,
+                                           weights_layout)
     if stored is None or artifact is None:
         raise NotFound(
-            f"no tuned library for {key.describe()} on {ctx.target['kind']} "
+            f"no tuned {f'{weights_layout} ' if weights_layout else ''}library for {key.describe()} "
+            f"on {ctx.target['kind']} "
             f"(fingerprint {ctx.fingerprint.id}, TVM {ctx.tvm_version}) in the registry",
             f"run `farm submit {model} {target} {batch}` first",
         )

@@ -143,6 +143,9 @@ def run(
     runs: int = typer.Option(20, "--runs", min=1, help="Timed runs after warm-up."),
     warmup: int = typer.Option(3, "--warmup", min=0),
     seed: int = typer.Option(0, "--seed", help="Seed for random weights and inputs."),
+    weights_layout: str | None = typer.Option(
+        None, "--weights-layout", help="Load only an artifact of this form (plain or prepacked); default: the "
+                                       "newest of either (both take plain weights)."),
     registry: str | None = REGISTRY_OPTION,
     json_output: bool = JSON_OPTION,
 ) -> None:
@@ -159,7 +162,7 @@ def run(
     if output_path is not None:
         _check_output_path(output_path)
     begin = time.perf_counter()
-    deployed = load(model, target, batch, registry=registry, seed=seed)
+    deployed = load(model, target, batch, registry=registry, seed=seed, weights_layout=weights_layout)
     loaded_s = time.perf_counter() - begin
     inputs = [_read_input(input_path)] if input_path else deployed.example_inputs(seed)
     first = time.perf_counter()

@@ -65,6 +65,7 @@ class LoadedLibrary:
             with open(path, "wb") as f:
                 f.write(library)
             module = tvm.runtime.load_module(path)
+        self.module = module  # for a second VM over the same code (bench/prepack.py times kernels on one)
         self.vm = relax.VirtualMachine(module, self.device)
         self.prepacked = bool(self.vm.module.implements_function(TRANSFORM_PARAMS_FUNCTION))
         self._weights: list | None = None
@@ -80,12 +81,12 @@ class LoadedLibrary:
         self._weights = tensors
 
     def __call__(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
-        args = self._device_args(inputs)
+        args = self.device_arguments(inputs)
         return _to_numpy(self.vm["main"](*args))
 
     def time(self, inputs: Sequence[np.ndarray], runs: int = 20, warmup: int = 3) -> Latency:
         """Wall-clock latency of ``main`` on device-resident arguments, synchronised."""
-        args = self._device_args(inputs)
+        args = self.device_arguments(inputs)
         main = self.vm["main"]
         for _ in range(warmup):
             main(*args)
@@ -104,7 +105,8 @@ class LoadedLibrary:
             warmup=warmup,
         )
 
-    def _device_args(self, inputs: Sequence[np.ndarray]) -> list:
+    def device_arguments(self, inputs: Sequence[np.ndarray]) -> list:
+        """`main`'s arguments on the device: the inputs, then the weights in the form `main` takes."""
         import tvm
 
         if self._weights is None:

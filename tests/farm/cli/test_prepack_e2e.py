@@ -107,6 +107,9 @@ def test_plain_and_prepacked_forms_coexist_and_each_hits_its_own(plain, prepacke
     assert again_packed["cache_hit"] and again_packed["artifact"]["id"] == prepacked["artifact"]["id"]
     assert again_plain["cache_hit"] and again_plain["artifact"]["id"] == plain["artifact"]["id"]
     assert again_packed["weights_layout"] == "prepacked" and again_plain["weights_layout"] == "plain"
+    for form in ("plain", "prepacked"):  # `farm run` loads the newest of either, or the form asked for
+        ran = farm(farm_exe, home, "run", str(model), "llvm", "1", "--weights-layout", form, "--runs", "1", "--json")
+        assert ran["artifact"] == (plain if form == "plain" else prepacked)["artifact"]["id"]
     # Each form's records are of its own workloads.
     workloads = {job: {w for (w,) in _rows(home, "SELECT DISTINCT workload_id FROM tuning_records WHERE job_id = ?",
                                            job)}
