@@ -59,12 +59,16 @@ def tune(model: str, batch: int, trials_per_task: int, seed: int, form: str, reg
                                   validation_runs=5))
     if result.job.state != "succeeded":
         raise SystemExit(f"error: the {form} tuning of {model} ended {result.job.state}: {result.job.error}")
+    # A registry hit (a run that stopped after tuning this form, rerun on the same --work-dir)
+    # has no tuning report: its per-task tuning figures are left out.
+    report = result.report
     return {
-        "form": form, "seed": seed, "job": result.job.id, "artifact": result.artifact.id,
-        "trials": result.report.trials, "seconds": round(time.monotonic() - begin, 1),
-        "load_after": load_average(),
+        "form": form, "seed": seed, "job": result.artifact.job_id, "artifact": result.artifact.id,
+        "cache_hit": result.cache_hit, "trials": report.trials if report else None,
+        "seconds": round(time.monotonic() - begin, 1), "load_after": load_average(),
         "tasks": {t.name: {"weight": t.weight, "trials": t.trials,
-                           "tuning_best_us": (t.best_sec or 0.0) * 1e6 or None} for t in result.report.tasks},
+                           "tuning_best_us": (t.best_sec or 0.0) * 1e6 or None} for t in report.tasks}
+        if report else {},
     }
 
 
@@ -146,7 +150,9 @@ def measure_seed(args, seed: int, work_dir: Path) -> dict:
         print(f"seed {seed}: tuning {args.model} b{args.batch} {form}, {args.trials_per_task} trials/task "
               f"(load {load_average()})", flush=True)
         tuned[form] = tune(args.model, args.batch, args.trials_per_task, seed, form, registry)
-        print(f"  {tuned[form]['trials']} trials in {tuned[form]['seconds']:.0f} s", flush=True)
+        done = "a registry hit (tuned by an earlier run)" if tuned[form]["cache_hit"] else \
+            f"{tuned[form]['trials']} trials"
+        print(f"  {done} in {tuned[form]['seconds']:.0f} s", flush=True)
     store = RegistryStore(registry)
     model = load_model(args.model, args.batch)
     weights, inputs = model.make_weights(seed), model.make_inputs(seed)
@@ -163,14 +169,14 @@ def measure_seed(args, seed: int, work_dir: Path) -> dict:
     print(f"seed {seed}: timing, {args.rounds} rounds x {args.runs} runs each (load {load_average()})", flush=True)
     whole, kernels = time_interleaved(libraries, inputs, args.rounds, args.runs)
     plain_names = set(tuned["plain"]["tasks"]) | set(kernels["plain"])
-    packed_tasks = {plain_name(n, plain_names): t for n, t in tuned["prepacked"]["tasks"].items()}
+    task_of = {"plain": tuned["plain"]["tasks"],
+               "prepacked": {plain_name(n, plain_names): t for n, t in tuned["prepacked"]["tasks"].items()}}
     kernels["prepacked"] = {plain_name(n, plain_names): k for n, k in kernels["prepacked"].items()}
     tasks = []
-    for name, plain_task in tuned["plain"]["tasks"].items():
-        packed_task = packed_tasks.get(name, {})
-        row = {"task": name, "weight": plain_task["weight"],
-               "tuning_best_us": {"plain": plain_task["tuning_best_us"],
-                                  "prepacked": packed_task.get("tuning_best_us")}}
+    for name in sorted(set(task_of["plain"]) | set(task_of["prepacked"]) | set(kernels["plain"])):
+        weight = next((task_of[f][name]["weight"] for f in FORMS if name in task_of[f]), None)
+        row = {"task": name, "weight": weight,
+               "tuning_best_us": {f: task_of[f].get(name, {}).get("tuning_best_us") for f in FORMS}}
         timed = {f: kernels[f].get(name) for f in FORMS}
         if all(timed.values()):
             row["kernel_us"] = {f: spread(timed[f]) for f in FORMS}
@@ -193,10 +199,10 @@ def print_seed(result: dict) -> None:
         tuning = f"{best['plain'] or 0:10.1f} / {best['prepacked'] or 0:.1f}"
         if "kernel_us" in row:
             k = row["kernel_us"]
-            print(f"  {row['task']:<44} {row['weight']:>2} {k['plain']['median']:10.1f} "
+            print(f"  {row['task']:<44} {row['weight'] or '':>2} {k['plain']['median']:10.1f} "
                   f"{k['prepacked']['median']:13.1f} {row['ratio']:6.2f}   {tuning}")
         else:
-            print(f"  {row['task']:<44} {row['weight']:>2} {'(not a kernel of both libraries)':>30}   {tuning}")
+            print(f"  {row['task']:<44} {row['weight'] or '':>2} {'(not a kernel of both libraries)':>30}   {tuning}")
     w = result["whole_ms"]
     print(f"  whole model: plain {w['plain']['median']:.2f} ms (p10 {w['plain']['p10']:.2f}, p90 "
           f"{w['plain']['p90']:.2f}), prepacked {w['prepacked']['median']:.2f} ms (p10 {w['prepacked']['p10']:.2f}, "
