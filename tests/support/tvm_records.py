@@ -37,3 +37,16 @@ def tuning_record(workload, factor: int, run_secs, target="llvm"):  # type: igno
         Target(target),
         ArgInfo.from_prim_func(workload.mod["main"]),
     )
+
+
+def layout_rewrite_record(workload, block: int, run_secs, target="llvm"):  # type: ignore[no-untyped-def]
+    """A record whose trace lays B out in blocks of ``block`` rows (TransformLayout, whose input is an
+    IndexMap): what MetaSchedule's RewriteLayout adds to every candidate of a prepacked workload."""
+    import tvm
+    from tvm.s_tir.meta_schedule.arg_info import ArgInfo
+    from tvm.s_tir.meta_schedule.database import TuningRecord
+    from tvm.target import Target
+
+    sch = tvm.s_tir.Schedule(workload.mod)
+    sch.transform_layout(sch.get_sblock("matmul"), ("read", 1), lambda k, j: (k // block, j, k % block))
+    return TuningRecord(sch.trace, workload, run_secs, Target(target), ArgInfo.from_prim_func(workload.mod["main"]))

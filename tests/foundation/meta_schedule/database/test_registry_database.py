@@ -14,7 +14,7 @@ from foundation.meta_schedule.database.registry_database import (
 from foundation.registry import RegistryStore
 
 from support.registry_db import fresh_postgres_database
-from support.tvm_records import matmul_module, tuning_record
+from support.tvm_records import layout_rewrite_record, matmul_module, tuning_record
 
 tvm = pytest.importorskip("tvm")
 from tvm.s_tir import meta_schedule as ms  # noqa: E402
@@ -125,6 +125,23 @@ def test_top_k_all_records_and_queries(database):
     assert (
         database.query_tuning_record(matmul_module(16), tvm.target.Target("llvm"), "main") is None
     )
+
+
+def test_records_with_a_layout_rewrite_round_trip(database):
+    """A prepacked workload's candidates carry TransformLayout (an IndexMap input), which TVM's
+    Python TuningRecord.as_json() refuses; every database keeps and applies them."""
+    mod = matmul_module(64)
+    workload = database.commit_workload(mod)
+    for block, run_secs in [(8, [2e-3]), (4, [1e-3])]:
+        database.commit_tuning_record(layout_rewrite_record(workload, block, run_secs))
+    [best] = database.get_top_k(workload, 1)
+    assert [inst.kind.name for inst in best.trace.insts][-1] == "TransformLayout"
+    schedule = database.query_schedule(mod, tvm.target.Target("llvm"), "main")
+    expected = tvm.s_tir.Schedule(mod)
+    layout_rewrite_record(workload, 4, [1e-3]).trace.apply_to_schedule(expected, remove_postproc=False)
+    tvm.ir.assert_structural_equal(schedule.mod, expected.mod)
+    read_shapes = [[int(x) for x in r.source.shape] for r in schedule.get(schedule.get_sblock("matmul")).reads]
+    assert [16, 64, 4] in read_shapes  # B's 64 rows, in blocks of 4
 
 
 # -- what only the registry does -----------------------------------------------------

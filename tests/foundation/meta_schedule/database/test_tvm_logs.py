@@ -131,3 +131,21 @@ def test_unknown_fingerprint_rolls_back_the_import(store, tmp_path):
     with pytest.raises(FarmError, match="refused a write"):
         import_tvm_logs(store, tmp_path / "log", "cpu-unknown", TARGET, VERSION, {})
     assert store.counts()["tuning_records"] == store.counts()["workloads"] == 0
+
+
+def test_layout_rewrites_go_out_to_tvm_and_back_in(store, tmp_path):
+    """Prepacked workloads' records (a TransformLayout with an IndexMap) through TVM's own log format."""
+    from support.tvm_records import layout_rewrite_record
+
+    (tmp_path / "log").mkdir()
+    log = ms.database.JSONDatabase(work_dir=str(tmp_path / "log"))
+    workload = log.commit_workload(matmul_module(64))
+    log.commit_tuning_record(layout_rewrite_record(workload, 4, [1e-3]))
+    log.commit_tuning_record(layout_rewrite_record(workload, 8, [2e-3]))
+    report = import_tvm_logs(store, tmp_path / "log", "cpu-aaaa", TARGET, VERSION, {"llvm": "x"})
+    assert (report.workloads, report.records) == (1, 2)
+    assert export_tvm_logs(store, tmp_path / "out", "cpu-aaaa")["records"] == 2
+    back = ms.database.JSONDatabase(work_dir=str(tmp_path / "out"))
+    target = tvm.target.Target("llvm")
+    tvm.ir.assert_structural_equal(back.query_ir_module(matmul_module(64), target, "main"),
+                                   log.query_ir_module(matmul_module(64), target, "main"))
