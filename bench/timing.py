@@ -101,7 +101,8 @@ def interleaved(engines: Sequence[Engine], inputs: Sequence[np.ndarray], runs: i
             count = total // rounds + (1 if r < total % rounds else 0)
             if count == 0:
                 continue
-            engine.run(inputs)  # the previous engine's threads may still be spinning: not a sample
+            if engine.runs is None:  # slow engines (runs given) are not worth an extra call for this
+                engine.run(inputs)  # the previous engine's threads may still be spinning: not a sample
             samples[engine.name].values.extend(engine.time_one(inputs) for _ in range(count))
         progress(f"  round {r + 1}/{rounds} done")
     return samples
