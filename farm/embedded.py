@@ -32,7 +32,7 @@ from foundation.job_driver.driver import JobDriver, RegistryJobMoves, tuning_fai
 from foundation.job_driver.runners import Heartbeat, fail_dead_jobs, this_runner
 from foundation.job_driver.tuning_lock import ScopeLock, scope_key
 from foundation.meta_schedule.tuner import MeasureSettings, ProgressListener, TuningBudget, TuningReport, WorkerPools
-from foundation.meta_schedule.warm.job_start import warm_start_for, warm_start_json
+from foundation.meta_schedule.warm.job_start import learn_from_job, warm_start_for, warm_start_json
 from foundation.models.model_key import ModelKey, model_key
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -276,6 +276,7 @@ def _run_job(ctx: FarmContext, key: ModelKey, request: SubmitRequest, layout: We
             weights_layout=layout,
         )
         step(JobState.SUCCEEDED, f"succeeded: {artifact.latency_mean_ms:.3f} ms mean", artifact_id=artifact.id)
+        learn_from_job(store, ctx.fingerprint.id, tvm_target, ctx.tvm_version, tell)
         return ended(artifact)
     except BaseException as err:
         if not driver.state.is_final:

@@ -482,3 +482,26 @@ class ValidationRow(Base):
         """Its metadata; the libraries come with a lease (`ClusterStore.claim_validation`)."""
         return _entity(Validation, self, state=ValidationState(self.state),
                        failures=[ShardFailure.from_json(f) for f in self.failures])
+
+
+class CostModelRow(Base):
+    """A cost model trained on one fingerprint's records for one TVM version: one row each, replaced
+    as it learns (foundation.meta_schedule.warm.cost_models writes and reads the blob)."""
+
+    __tablename__ = "cost_models"
+    __table_args__ = (UniqueConstraint("fingerprint_id", "tvm_version", "kind"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    fingerprint_id: Mapped[str] = mapped_column(ForeignKey("fingerprints.id"))
+    tvm_version: Mapped[str] = mapped_column(String(64))
+    kind: Mapped[str] = mapped_column(String(16))  # "xgb"
+    # The newest tuning record it learned from: the next refresh adds only later ones.
+    last_record_id: Mapped[int] = mapped_column(BigInteger)
+    samples: Mapped[int] = mapped_column(Integer)
+    workloads: Mapped[int] = mapped_column(Integer)
+    size: Mapped[int] = mapped_column(Integer)
+    sha256: Mapped[str] = mapped_column(String(64))
+    # Deferred: the blob holds every training sample's features (megabytes for a busy fingerprint).
+    blob: Mapped[bytes] = deferred(mapped_column(LargeBinary, nullable=False))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utc_now)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utc_now)

@@ -1,13 +1,18 @@
-"""What a job on one fingerprint starts from: seeds for its tasks, and what its summary says of them."""
+"""What a job on one fingerprint starts from (seeds for its tasks, the fingerprint's cost model),
+what its summary says of them, and what the cost model learns when it ends."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import logging
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from . import WarmStart, find_seed_traces, seeds_per_task
+from .cost_models import load_cost_model, refresh_cost_model
 
 if TYPE_CHECKING:  # pragma: no cover
+    import tvm
+
     from foundation.compile import TuningTask
     from foundation.meta_schedule.tuner import TuningBudget, TuningReport
     from foundation.registry.store import RegistryStore
@@ -15,10 +20,26 @@ if TYPE_CHECKING:  # pragma: no cover
 
 def warm_start_for(store: "RegistryStore", fingerprint_id: str, target_json: str, tvm_version: str,
                    tasks: Sequence["TuningTask"], budget: "TuningBudget") -> WarmStart:
-    """Donor traces for every task from the registry (this fingerprint's, then the nearest others')."""
+    """Donor traces for every task from the registry (this fingerprint's, then the nearest others'),
+    and the cost model trained on this fingerprint's records, if it has one."""
     wanted = seeds_per_task(budget.planned_per_task(len(tasks)))
     seeds = find_seed_traces(store, fingerprint_id, target_json, tvm_version, tasks, wanted)
-    return WarmStart(seeds=seeds, max_seeds_per_task=wanted)
+    loaded = load_cost_model(store, fingerprint_id, tvm_version)
+    return WarmStart(seeds=seeds, max_seeds_per_task=wanted, cost_model=loaded[0] if loaded else None)
+
+
+def learn_from_job(store: "RegistryStore", fingerprint_id: str, target: "tvm.target.Target", tvm_version: str,
+                   tell: Callable[[str, str], None]) -> None:
+    """Teach the fingerprint's cost model what the job measured. A failure here costs the next
+    job its head start, not this job its result: it is logged, not raised."""
+    tell("learning", "training this fingerprint's cost model on the new records")
+    try:
+        stored = refresh_cost_model(store, fingerprint_id, target, tvm_version)
+    except Exception:
+        logging.getLogger(__name__).warning("the cost model of %s did not learn", fingerprint_id, exc_info=True)
+        return
+    if stored is not None:
+        tell("learned", f"cost model of {fingerprint_id}: {stored.samples} samples of {stored.workloads} workloads")
 
 
 def warm_start_json(report: "TuningReport") -> dict[str, Any]:

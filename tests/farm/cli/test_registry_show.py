@@ -32,12 +32,12 @@ def test_show_lists_what_each_fingerprint_holds(farm_exe, tmp_path):
     header, first, second = listed.stdout.splitlines()
     assert header.split()[:9] == ["FINGERPRINT", "KIND", "RECORDS", "VALID", "WORKLOADS", "MODELS", "ARTIFACTS",
                                   "COST", "MODELS"]
-    assert first.split()[:8] == ["cpu-aaaa", "cpu", "1,200", "1,200", "1", "0", "0", "-"]
+    assert first.split()[:8] == ["cpu-aaaa", "cpu", "1,200", "1,200", "1", "0", "0", "0"]
     assert second.split()[:3] == ["cpu-bbbb", "cpu", "0"]
 
     document = json.loads(farm(farm_exe, "registry", "show", "--registry", url, "--json").stdout)
     assert [(f["id"], f["records"], f["workloads"], f["cost_models"]) for f in document["fingerprints"]] == [
-        ("cpu-aaaa", 1200, 1, None), ("cpu-bbbb", 0, 0, None)]
+        ("cpu-aaaa", 1200, 1, 0), ("cpu-bbbb", 0, 0, 0)]
 
     one = json.loads(farm(farm_exe, "registry", "show", "cpu-aaaa", "--registry", url, "--json").stdout)
     assert one["details"] == {"cores": 2} and one["holds"]["records"] == 1200 and one["holds"]["artifacts"] == 0

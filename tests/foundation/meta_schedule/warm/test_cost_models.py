@@ -1,0 +1,155 @@
+"""The fingerprint's cost model: trained on its measured records, stored without pickle, used by
+a tune from its first batch and still learning.
+
+How well it ranks held-out records is measured by bench/cost_model_ranking.py, not asserted
+here: at the few dozen records a test can afford it is about as good as chance (docs/benchmarks.md).
+"""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import pytest
+
+from foundation.registry import RegistryStore
+from foundation.registry.cost_models import cost_model_blob, find_cost_model
+
+from support.tvm_records import matmul_module
+
+pytestmark = pytest.mark.slow
+
+FINGERPRINT = "cpu-costmodel0001"
+
+
+@pytest.fixture(scope="module")
+def target():
+    from foundation.hardware.tvm_startup import install_lean_tensor_intrinsics
+
+    install_lean_tensor_intrinsics("llvm")
+    import tvm
+
+    return tvm.target.Target({"kind": "llvm", "num-cores": 2})
+
+
+def _random_schedules(mod, target, count: int):
+    """``count`` distinct random points of ``mod``'s design space, post-processed, as the search samples them."""
+    import tvm_ffi
+    from tvm.s_tir import Schedule
+    from tvm.s_tir import meta_schedule as ms
+    from tvm.s_tir.schedule import Trace
+
+    context = ms.TuneContext(mod=mod, target=target, space_generator="post-order-apply", task_name="sample")
+    spaces = context.generate_design_space()
+    out, seen = [], set()
+    for seed in range(1, 50 * count):
+        schedule = Schedule(mod, seed=seed)
+        # Without the space's own decisions, every sampling instruction samples anew.
+        Trace(spaces[seed % len(spaces)].trace.insts, {}).apply_to_schedule(schedule, remove_postproc=True)
+        schedule.enter_postproc()
+        if not all(p.apply(schedule) for p in context.space_generator.postprocs):
+            continue
+        key = int(tvm_ffi.structural_hash(schedule.mod))
+        if key not in seen:
+            seen.add(key)
+            out.append(schedule)
+        if len(out) == count:
+            break
+    return out
+
+
+def _measure_into(database, mod, target, schedules, pools) -> None:
+    """Build and run ``schedules`` with the farm's worker pools; commit each result as MetaSchedule would."""
+    from tvm.s_tir.meta_schedule.arg_info import ArgInfo
+    from tvm.s_tir.meta_schedule.builder import BuilderInput
+    from tvm.s_tir.meta_schedule.database import TuningRecord
+    from tvm.s_tir.meta_schedule.runner import RunnerInput
+
+    builder, runner = pools.get("llvm")
+    built = builder.build([BuilderInput(s.mod, target) for s in schedules])
+    args = [ArgInfo.from_entry_func(s.mod, remove_preproc=True) for s in schedules]
+    ok = [i for i, b in enumerate(built) if b.error_msg is None]
+    futures = runner.run([RunnerInput(built[i].artifact_path, "cpu", args[i]) for i in ok])
+    workload = database.commit_workload(mod)
+    for i, future in zip(ok, futures):
+        result = future.result()
+        run_secs = [float(s) for s in result.run_secs] if result.error_msg is None else [1e10]
+        database.commit_tuning_record(TuningRecord(schedules[i].trace, workload, run_secs, target, args[i]))
+    database.flush()
+
+
+@pytest.fixture(scope="module")
+def measured(tmp_path_factory, target):
+    """A registry with 60 measured random schedules of a 96^3 matmul."""
+    import tvm
+
+    from foundation.meta_schedule.database.registry_database import canonical_target_json, tvm_database_for
+    from foundation.meta_schedule.measure import WorkerPools
+
+    url = f"sqlite:///{tmp_path_factory.mktemp('cost') / 'registry.db'}"
+    store = RegistryStore(url)
+    store.upsert_fingerprint(FINGERPRINT, "cpu", "test box", {})
+    target_json = canonical_target_json(target)
+    database = tvm_database_for(store, FINGERPRINT, target_json, tvm.__version__, {})
+    with WorkerPools() as pools:
+        _measure_into(database, matmul_module(96), target, _random_schedules(matmul_module(96), target, 60), pools)
+    yield store, url
+    store.dispose()
+
+
+def test_the_stored_model_round_trips_without_pickle_and_predicts_the_same(measured, target):
+    from tvm.s_tir import meta_schedule as ms
+    from tvm.s_tir.meta_schedule.search_strategy import MeasureCandidate
+
+    from foundation.meta_schedule.warm.cost_models import load_cost_model, new_model, refresh_cost_model
+
+    store, _url = measured
+    import tvm
+
+    target_version = tvm.__version__
+    stored = refresh_cost_model(store, FINGERPRINT, target, target_version)
+    assert stored is not None and stored.samples >= 50 and stored.workloads == 1, stored
+    blob = cost_model_blob(store, stored)
+    np.load(io.BytesIO(blob), allow_pickle=False)  # plain arrays: nothing in it runs code when read
+    model, again = load_cost_model(store, FINGERPRINT, target_version)
+    assert again == stored and model.data_size == stored.samples and model.booster is not None
+    mod = matmul_module(128)
+    context = ms.TuneContext(mod=mod, target=target, task_name="predict")
+    from tvm.s_tir.meta_schedule.arg_info import ArgInfo
+
+    candidates = [MeasureCandidate(s, ArgInfo.from_entry_func(s.mod, remove_preproc=True))
+                  for s in _random_schedules(mod, target, 8)]
+    first = model.predict(context, candidates)
+    second = load_cost_model(store, FINGERPRINT, target_version)[0].predict(context, candidates)
+    np.testing.assert_array_equal(first, second)
+    # Its scores come from its booster from the first prediction on; an untrained model's are
+    # random draws until it has 100 samples.
+    untrained = new_model()
+    assert not np.array_equal(untrained.predict(context, candidates), untrained.predict(context, candidates))
+    # Nothing new stored since: a refresh leaves it as it is.
+    assert refresh_cost_model(store, FINGERPRINT, target, target_version) == stored
+
+
+def test_a_tune_starts_from_the_stored_model_and_keeps_teaching_it(measured, target, tmp_path):
+    import tvm
+
+    from foundation.compile import TuningTask
+    from foundation.meta_schedule.database.registry_database import canonical_target_json, tvm_database_for
+    from foundation.meta_schedule.tuner import TuningBudget, WorkerPools, tune
+    from foundation.meta_schedule.warm import WarmStart
+    from foundation.meta_schedule.warm.cost_models import load_cost_model, refresh_cost_model
+
+    store, _url = measured
+    before = refresh_cost_model(store, FINGERPRINT, target, tvm.__version__)
+    model, _ = load_cost_model(store, FINGERPRINT, tvm.__version__)
+    database = tvm_database_for(store, FINGERPRINT, canonical_target_json(target), tvm.__version__, {})
+    task = TuningTask(name="matmul64", weight=1, mod=matmul_module(64), flop=2 * 64**3)
+    with WorkerPools() as pools:
+        report = tune([task], target, database, TuningBudget(8, 8, 4), tmp_path / "work", pools=pools,
+                      warm=WarmStart(cost_model=model))
+    assert report.pretrained_cost_model and report.trials == 8
+    # MetaSchedule updated it with every measured batch of the tune.
+    assert model.data_size == before.samples + 8
+    after = refresh_cost_model(store, FINGERPRINT, target, tvm.__version__)
+    assert after.samples == before.samples + 8 and after.workloads == 2
+    assert find_cost_model(store, FINGERPRINT, tvm.__version__).last_record_id > before.last_record_id
