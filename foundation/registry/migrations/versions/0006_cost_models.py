@@ -1,7 +1,7 @@
 """Cost models: an xgb model per fingerprint and TVM version, trained on its records.
 
-Revision ID: 0005_cost_models
-Revises: 0004_record_merge
+Revision ID: 0006_cost_models
+Revises: 0005_prepack
 Create Date: 2026-11-25
 
 A job's search starts from the cost model its fingerprint's past records trained instead of
@@ -14,8 +14,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0005_cost_models"
-down_revision = "0004_record_merge"
+revision = "0006_cost_models"
+down_revision = "0005_prepack"
 branch_labels = None
 depends_on = None
 
