@@ -12,7 +12,7 @@ warm/cold latency at equal budget, each with its spread over seeds; it plots bes
 against trials for every run.
 
     .venv/bin/python bench/warm_start.py [--donor resnet-tiny --donor-batch 4 --donor-trials-per-task 16]
-        [--model resnet-tiny --batch 1 --trials-per-task 8] [--seeds 0 1] [--plot docs/warm_start.png] [--json]
+        [--model resnet-tiny --batch 1 --trials-per-task 8] [--seeds 0 1] [--plot docs/results/warm-start.png] [--json]
         [--donor-registry donors.db] [--parallel]
 
 `--donor-registry` starts from a registry file where the donor is tuned already (a copy is
@@ -152,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch", type=int, default=1)
     parser.add_argument("--trials-per-task", type=int, default=8)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
-    parser.add_argument("--plot", type=Path, default=ROOT / "docs" / "warm_start.png")
+    parser.add_argument("--plot", type=Path, default=ROOT / "docs" / "results" / "warm-start.png")
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--donor-registry", type=Path)
     parser.add_argument("--parallel", action="store_true")
