@@ -1,0 +1,180 @@
+"""How a job's trial budget is split over its tuning tasks (pure: tasks and a budget in, trials per task out).
+
+MetaSchedule left to itself gives every task one batch, in task order, before any task a
+second: a budget smaller than one round went to `reshape` and `transpose` while the largest
+convolution got none. The plan gives trials where the model's latency is instead:
+
+- Each task's share of the model's latency is estimated from its work (FLOPs x the calls
+  per inference, its weight). Once tasks have been measured (records in the registry, an
+  earlier round), their measured time x weight replaces the estimate, and tasks not yet
+  measured are estimated at the measured tasks' FLOP rate, so both kinds compare.
+- A task with almost none of the latency (pools, reshapes, small elementwise tasks: less than
+  `MINOR_SHARE` of the model and less than a quarter of an even share) has nothing to gain from
+  tuning: it gets at most `MINOR_TRIALS`, and all such tasks together at most
+  `MINOR_BUDGET_SHARE` of the budget.
+- Every other task gets `MEASURED_FLOOR` trials first when the budget allows (so each is
+  measured at all: an untuned CPU kernel is a naive loop nest), then the rest of the budget in
+  proportion to its share, within the per-task cap; what a capped task cannot take goes to
+  the others.
+
+The plan never exceeds the budget (it may leave some unspent when every task is capped), and
+the same input always gives the same plan (ties go to the earlier task).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+MINOR_SHARE = 0.01
+MINOR_TRIALS = 8
+MINOR_BUDGET_SHARE = 0.1
+MEASURED_FLOOR = 4
+
+
+@dataclass(frozen=True)
+class TaskDemand:
+    """What the plan knows of one task: its work, and its best measured time if any."""
+
+    name: str
+    flop: float  # per call
+    weight: int  # calls per inference
+    measured_ms: float | None = None  # best measured time of one call
+
+
+@dataclass(frozen=True)
+class PlannedTrials:
+    """One task's line of the plan."""
+
+    name: str
+    trials: int
+    share: float  # estimated share of the model's latency, 0..1
+    minor: bool  # nothing worth tuning: capped at MINOR_TRIALS
+    measured: bool  # the share comes from a measured time, not from FLOPs
+
+    def to_json(self) -> dict[str, Any]:
+        return {"task": self.name, "trials": self.trials, "share": round(self.share, 6),
+                "minor": self.minor, "measured": self.measured}
+
+
+@dataclass(frozen=True)
+class TrialPlan:
+    """Trials per task, in the tasks' order."""
+
+    tasks: tuple[PlannedTrials, ...]
+    budget: int
+    per_task_cap: int
+
+    @property
+    def total(self) -> int:
+        return sum(t.trials for t in self.tasks)
+
+    @property
+    def trials(self) -> list[int]:
+        return [t.trials for t in self.tasks]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"budget": self.budget, "per_task_cap": self.per_task_cap, "planned": self.total,
+                "tasks": [t.to_json() for t in self.tasks]}
+
+    @staticmethod
+    def from_json(document: dict[str, Any]) -> "TrialPlan":
+        return TrialPlan(
+            tasks=tuple(PlannedTrials(t["task"], int(t["trials"]), float(t["share"]), bool(t["minor"]),
+                                      bool(t.get("measured", False))) for t in document["tasks"]),
+            budget=int(document["budget"]),
+            per_task_cap=int(document["per_task_cap"]),
+        )
+
+
+def latency_shares(tasks: Sequence[TaskDemand]) -> list[float]:
+    """Each task's estimated share of the model's latency (see the module's docstring); they sum to 1."""
+    work = [max(t.flop, 0.0) * max(t.weight, 0) for t in tasks]
+    measured = [i for i, t in enumerate(tasks) if _is_measured(t)]
+    measured_work = sum(work[i] for i in measured)
+    measured_ms = sum(tasks[i].measured_ms * max(tasks[i].weight, 0) for i in measured)  # type: ignore[operator]
+    if measured and measured_work > 0 and measured_ms > 0:
+        flop_per_ms = measured_work / measured_ms
+        cost = [tasks[i].measured_ms * max(tasks[i].weight, 0) if i in measured  # type: ignore[operator]
+                else work[i] / flop_per_ms for i in range(len(tasks))]
+    else:
+        cost = work
+    total = sum(cost)
+    if total <= 0:
+        return [1.0 / len(tasks)] * len(tasks) if tasks else []
+    return [c / total for c in cost]
+
+
+def plan_trials(tasks: Sequence[TaskDemand], budget: int, per_task_cap: int | None = None,
+                spent: Sequence[int] | None = None) -> TrialPlan:
+    """Split ``budget`` trials over ``tasks``, at most ``per_task_cap`` each (default: no cap but the budget).
+
+    ``spent``: trials each task already had in this job (earlier rounds of `farm submit --until`);
+    the cap, `MINOR_TRIALS` and `MEASURED_FLOOR` count them.
+    """
+    if budget < 0:
+        raise ValueError(f"a trial budget cannot be negative, got {budget}")
+    n = len(tasks)
+    spent = [0] * n if spent is None else [max(0, s) for s in spent]
+    if len(spent) != n:
+        raise ValueError(f"{len(spent)} spent counts for {n} tasks")
+    cap = budget if per_task_cap is None else max(0, min(per_task_cap, budget + max(spent, default=0)))
+    room = [max(0, min(budget, cap - s if per_task_cap is not None else budget)) for s in spent]
+    shares = latency_shares(tasks)
+    threshold = min(MINOR_SHARE, 0.25 / n) if n else 0.0
+    minor = [share < threshold for share in shares]
+    trials = [0] * n
+    minors = [i for i in range(n) if minor[i]]
+    majors = [i for i in range(n) if not minor[i]]
+    if minors:
+        each = int(budget * MINOR_BUDGET_SHARE) // len(minors)
+        for i in minors:
+            trials[i] = max(0, min(MINOR_TRIALS - spent[i], room[i], each))
+    left = budget - sum(trials)
+    if majors:
+        share_of_floor = left // len(majors)
+        for i in majors:
+            trials[i] = max(0, min(MEASURED_FLOOR - spent[i], room[i], share_of_floor))
+        left -= sum(trials[i] for i in majors)
+        extra = _proportional(left, [shares[i] for i in majors], [room[i] - trials[i] for i in majors])
+        for i, more in zip(majors, extra):
+            trials[i] += more
+    measured = [_is_measured(t) for t in tasks]
+    return TrialPlan(
+        tasks=tuple(PlannedTrials(t.name, trials[i], shares[i], minor[i], measured[i]) for i, t in enumerate(tasks)),
+        budget=budget,
+        per_task_cap=cap,
+    )
+
+
+def _is_measured(task: TaskDemand) -> bool:
+    return task.measured_ms is not None and task.measured_ms > 0 and task.weight > 0
+
+
+def _proportional(total: int, weights: Sequence[float], rooms: Sequence[int]) -> list[int]:
+    """Up to ``total`` units in proportion to ``weights``, none above its room (water-filling,
+    then largest remainder; ties to the lower index). Less than ``total`` only when every room is full."""
+    given = [0] * len(weights)
+    active = [i for i in range(len(weights)) if rooms[i] > 0]
+    left = total
+    while left > 0 and active:
+        weight_sum = sum(weights[i] for i in active)
+        exact = {i: left * (weights[i] / weight_sum if weight_sum > 0 else 1.0 / len(active)) for i in active}
+        full = [i for i in active if exact[i] >= rooms[i] - given[i]]
+        if full:
+            for i in full:
+                left -= rooms[i] - given[i]
+                given[i] = rooms[i]
+            active = [i for i in active if i not in full]
+            continue
+        # No task reaches its room: each takes the whole part of its due, and the units left go
+        # to the largest remainders (a remainder's task has at least one unit of room left).
+        whole = {i: int(exact[i]) for i in active}
+        for i in active:
+            given[i] += whole[i]
+        left -= sum(whole.values())
+        for i in sorted(active, key=lambda i: (whole[i] - exact[i], i))[:left]:
+            given[i] += 1
+        left = 0
+    return given
