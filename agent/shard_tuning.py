@@ -120,7 +120,8 @@ def tune_shard(agent: LeaseHolder, shard, cancelled: threading.Event) -> ShardTu
         work_dir = (agent.settings.work_dir or config.data_dir() / "agent") / shard.shard_id.replace("/", "_")
         logger.info("tuning %s (attempt %d): %d tasks, %d trials, %d warm records", shard.shard_id,
                     shard.attempt, len(tasks), budget.max_trials_global, len(shard.warm_records))
-        # A reused task's top-up (the coordinator skips, or caps, what the registry already answers).
+        # Each task's trials in the job's trial plan, or a reused task's top-up (the coordinator
+        # skips what the registry already answers, and tasks planned no trial).
         caps = [t.max_trials or None for t in shard.tasks]
         result = tune(tasks, target, database, budget, work_dir, pools=agent.pools_for(),
                       listener=progress, cancelled=cancelled, seed=int(shard.seed) or None, trial_caps=caps)

@@ -59,11 +59,13 @@ class JobSteps:
                               reuse=job.options.get("reuse") or default_mode(bool(job.options.get("retune"))),
                               prepack=tuned_form(job.options) is WeightsLayout.PREPACKED)
             agents = self._cluster.agents_matching(job.target_kind).get(job.fingerprint_id, 0)
-            # No shard for a skipped task; a job with every task skipped goes on to its build.
-            shards = split_tasks(job.id, [TaskCost(t.name, t.weight, t.flop) for t in plan.tasks],
+            # No shard for a skipped task; a job with every task skipped goes on to its build. Shards
+            # are balanced by planned trials, and each carries its tasks' plans.
+            shards = split_tasks(job.id, [TaskCost(t.name, t.weight, t.flop, t.trials_budget) for t in plan.tasks],
                                  agents, plan.max_trials_global)
             self._store.update_job(job.id, expect_state=JobState.QUEUED.value, trials_budget=plan.max_trials_global,
-                                   options={**job.options, "reused": plan.reuse.summary()})
+                                   options={**job.options, "reused": plan.reuse.summary(),
+                                            "trial_plan": plan.trial_plan.to_json()})
             self._cluster.add_job_plan(job.id, plan.tasks, shards, utc_now())
             # What leases hand out, converted now rather than while agents wait for it.
             for task in self._cluster.job_tasks(job.id):

@@ -24,6 +24,7 @@ from foundation.hardware.fingerprint import Fingerprint
 
 if TYPE_CHECKING:  # pragma: no cover
     from foundation.domain.reuse import ReuseMode, ReusePlan
+    from foundation.domain.trial_plan import TrialPlan
     from foundation.models.loaded import LoadedModel
     from foundation.registry.entities import Model, PlannedTask
     from foundation.registry.store import RegistryStore
@@ -111,19 +112,21 @@ def load_stored_model(model: "Model", data_dir: Path) -> "LoadedModel":
 
 @dataclass(frozen=True)
 class Plan:
-    tasks: list["PlannedTask"]  # the tasks to tune: a reused task skipped is not among them
+    tasks: list["PlannedTask"]  # the tasks to tune, each with its planned trials: no task skipped or planned none
     max_trials_global: int
     max_trials_per_task: int
     reuse: "ReusePlan"
+    trial_plan: "TrialPlan"  # every task's trials (a skipped task's 0): what the job shows
 
 
 def plan_tasks(loaded: "LoadedModel", target_json: str, trials: int | None, trials_per_task: int | None, *,
                store: "RegistryStore", fingerprint_id: str, tvm_version: str,
                reuse: "ReuseMode | str", prepack: bool = False) -> Plan:
-    """The model's tuning tasks for the job's target, with the budget `farm submit` gives, less
-    what the registry already answers (foundation.meta_schedule.reuse): a task skipped is not
-    planned, a top-up's trials are its task's own cap. With ``prepack`` the tasks are the
-    layout-free ones of a prepacked library (foundation.compile)."""
+    """The model's tuning tasks for the job's target, with the budget `farm submit` gives split by
+    the trial plan (foundation.domain.trial_plan: by each task's share of the model's latency),
+    less what the registry already answers (foundation.meta_schedule.reuse): a task skipped, or
+    planned no trial, is not planned; each task's trials (its plan's, or its top-up) are its own
+    cap. With ``prepack`` the tasks are the layout-free ones of a prepacked library (foundation.compile)."""
     import json
 
     import tvm_ffi
@@ -152,11 +155,12 @@ def plan_tasks(loaded: "LoadedModel", target_json: str, trials: int | None, tria
             flop=task.flop,
             workload_shash=str(tvm_ffi.structural_hash(task.mod)),
             mod_json=workload_json(task.mod),
-            trials_budget=budget.max_trials_per_task if cap is None else cap,
+            trials_budget=trials,
         )
-        for task, cap in zip(reused.tasks, reused.trial_caps)
+        for task, trials in zip(reused.tasks, reused.trial_caps)
+        if trials > 0
     ]
-    return Plan(planned, reused.plan.trials, budget.max_trials_per_task, reused.plan)
+    return Plan(planned, reused.plan.trials, budget.max_trials_per_task, reused.plan, reused.trial_plan)
 
 
 def build_libraries(store: "RegistryStore", loaded: "LoadedModel", target_json: str,

@@ -81,6 +81,9 @@ def job_message(view: JobView) -> farm_pb2.Job:
     reused = job.options.get("reused")
     if reused:
         message.reuse.CopyFrom(farm_pb2.JobReuse(**{field: reused[field] for field in _JOB_REUSE_FIELDS}))
+    for line in (job.options.get("trial_plan") or {}).get("tasks", []):
+        message.trial_plan.append(farm_pb2.PlannedTrials(task=line["task"], trials=line["trials"], share=line["share"],
+                                                         minor=line["minor"], measured=line.get("measured", False)))
     return message
 
 

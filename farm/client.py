@@ -61,6 +61,7 @@ def job_json(job) -> dict:
         "cache_hit": job.cache_hit,
         "trials": job.trials_done,
         "trials_budget": job.trials_budget,
+        "trial_plan": _trial_plan(job),
         "fingerprint": job.fingerprint_id or None,
         "model": job.model.name,
         "batch": job.model.batch,
@@ -84,6 +85,15 @@ def job_json(job) -> dict:
         "started_at": _time(job, "started_at"),
         "finished_at": _time(job, "finished_at"),
     }
+
+
+def _trial_plan(job) -> dict | None:
+    """The job's trial plan as TrialPlan.to_json gives it (the budget is the job's)."""
+    if not job.trial_plan:
+        return None
+    tasks = [{"task": t.task, "trials": t.trials, "share": t.share, "minor": t.minor, "measured": t.measured}
+             for t in job.trial_plan]
+    return {"budget": job.trials_budget, "planned": sum(t["trials"] for t in tasks), "tasks": tasks}
 
 
 def agent_json(agent) -> dict:

@@ -37,6 +37,7 @@ from foundation.models.model_key import ModelKey, model_key
 
 if TYPE_CHECKING:  # pragma: no cover
     from foundation.domain.reuse import ReusePlan
+    from foundation.domain.trial_plan import TrialPlan
     from foundation.registry.entities import Artifact, Job
 
 
@@ -44,6 +45,9 @@ class JobObserver(ProgressListener, Protocol):
     """What a caller of `submit` is told: stage changes plus per-task tuning progress."""
 
     def stage(self, state: str, detail: str) -> None: ...
+
+    def planned(self, plan: dict) -> None:
+        """The trial plan (TrialPlan.to_json), before tuning starts."""
 
 
 @dataclass
@@ -76,6 +80,7 @@ class SubmitResult:
     report: TuningReport | None = None
     seconds: float = 0.0
     reuse: "ReusePlan | None" = None
+    plan: "TrialPlan | None" = None
 
     def to_json(self) -> dict:
         out = {
@@ -92,6 +97,8 @@ class SubmitResult:
             "seconds": round(self.seconds, 3),
             "artifact": artifact_json(self.artifact) if self.artifact else None,
         }
+        if self.plan:
+            out["trial_plan"] = self.plan.to_json()
         if self.report:
             out["tasks"] = [t.to_json() for t in self.report.tasks]
             out["measure_errors"] = self.report.errors
@@ -201,10 +208,11 @@ def _run_job(ctx: FarmContext, key: ModelKey, request: SubmitRequest, layout: We
     pools = WorkerPools(request.measure)
     report: TuningReport | None = None
     reused = None
+    plan: "TrialPlan | None" = None
 
     def ended(artifact: "Artifact | None" = None) -> SubmitResult:
         return SubmitResult(store.get_job(job.id), False, ctx.fingerprint.id, key, ctx.target_json, artifact,
-                            layout, report, time.monotonic() - begin, reused.plan if reused else None)
+                            layout, report, time.monotonic() - begin, reused.plan if reused else None, plan)
 
     def step(new: JobState, status: str, **fields) -> None:
         if not driver.advance(new, status, **fields):
@@ -221,6 +229,7 @@ def _run_job(ctx: FarmContext, key: ModelKey, request: SubmitRequest, layout: We
         database = tvm_database_for(store, ctx.fingerprint.id, ctx.target_json, ctx.tvm_version,
                                     ctx.software, job_id=job.id)
         reused = decide_reuse(tasks, database, request.reuse or default_mode(request.retune), budget)
+        plan = reused.trial_plan
         if cancellation.is_set():
             driver.cancel(cancellation.reason)
             return ended()
@@ -229,17 +238,19 @@ def _run_job(ctx: FarmContext, key: ModelKey, request: SubmitRequest, layout: We
         if not reused.tasks:
             tuning = "nothing to tune"
         step(JobState.RUNNING, f"running: {tuning}", trials_budget=reused.plan.trials,
-             options={**job.options, "reused": reused.plan.summary()})
+             options={**job.options, "reused": reused.plan.summary(), "trial_plan": plan.to_json()})
+        if observer:
+            observer.planned(plan.to_json())
         tell("reuse", reused.plan.describe())
         warm = None
         if request.warm_start and reused.tasks:
             tell("warming", "looking for seeds among similar workloads' records")
             warm = warm_start_for(store, ctx.fingerprint.id, ctx.target_json, ctx.tvm_version, reused.tasks,
-                                  reused.budget)
+                                  reused.tuned_plan.trials)
         tell("running", tuning)
         report = tuner.tune(reused.tasks, tvm_target, database, reused.budget, config.job_work_dir(job.id),
                             pools=pools, listener=observer, cancelled=cancellation.event, seed=request.seed,
-                            trial_caps=reused.trial_caps, warm=warm)
+                            plan=reused.tuned_plan, warm=warm)
         store.update_job(job.id, trials_done=report.trials)
         # The build wants the CPUs and memory the workers hold, and the library is timed
         # with no worker process about (bench/quiet_timing.py).

@@ -78,6 +78,7 @@ class RegistryJobs:
             "cache_hit": job.cache_hit,
             "trials": job.trials_done,
             "trials_budget": job.trials_budget,
+            "trial_plan": job.options.get("trial_plan"),
             "fingerprint": job.fingerprint_id,
             "model": model.name if model else job.model_id,
             "batch": model.batch if model else None,

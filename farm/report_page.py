@@ -52,14 +52,24 @@ def markdown(report, image: str) -> str:
         lines += [f"The latency was {how}: {job.options.get('validation_runs') or 20} runs after 3 warm-up runs. "
                   "Candidates measured during tuning share the cores with candidates being built, so the estimate "
                   "from tuning reads high on a busy box; `farm run` times the artifact again.", ""]
-    lines += ["## Tasks", "", f"Task names and weights come from {report.tasks_from}.", "",
-              "| task | weight | trials | failed | first valid | best | share of the model |",
-              "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    plan = job.options.get("trial_plan") or {}
+    planned = {t["task"]: t for t in plan.get("tasks", [])}
+    lines += ["## Tasks", "", f"Task names and weights come from {report.tasks_from}."]
+    if planned:
+        lines += ["", f"The trial plan gave {plan['planned']} of {plan['budget']} trials by each task's share of the "
+                      "model's latency as estimated before tuning (FLOPs x calls, or measured times where the "
+                      "registry had them); tasks with nothing to tune got a small cap."]
+    lines += ["", "| task | weight | planned | trials | failed | first valid | best | estimated share | "
+                  "share of the model |",
+              "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     total = sum((t.final or 0) * t.weight for t in report.tasks) or 1.0
     for task in sorted(report.tasks, key=lambda t: -(t.final or 0) * t.weight):
         share = f"{(task.final or 0) * task.weight / total:.0%}" if task.final else "-"
-        lines.append(f"| {task.name} | {task.weight} | {task.trials} | {task.failed} | "
-                     f"{duration(task.first_valid)} | {duration(task.final)} | {share} |")
+        line = planned.get(task.name)
+        plan_cells = (f"{line['trials']}{' (nothing to tune)' if line['minor'] else ''} | ", f"{line['share']:.0%}"
+                      ) if line else ("- | ", "-")
+        lines.append(f"| {task.name} | {task.weight} | {plan_cells[0]}{task.trials} | {task.failed} | "
+                     f"{duration(task.first_valid)} | {duration(task.final)} | {plan_cells[1]} | {share} |")
     return "\n".join(lines) + "\n"
 
 

@@ -74,8 +74,7 @@ class ShardCalls:
         return ShardOffer(
             lease=lease,
             tasks=[OfferedTask(t.name, t.weight, t.flop, self._workloads.of(t.workload_id, t.mod_json),
-                               t.workload_shash, t.trials_budget if t.trials_budget < per_task else 0)
-                   for t in lease.tasks],
+                               t.workload_shash, t.trials_budget) for t in lease.tasks],
             target=job.target,
             max_trials_global=lease.shard.trials_budget,
             max_trials_per_task=per_task,

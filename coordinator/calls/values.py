@@ -126,7 +126,7 @@ class OfferedTask:
     flop: float
     mod_json: str  # tvm.ir.save_json of the task's IRModule
     workload_shash: str
-    max_trials: int = 0  # a cap of its own below the shard's per-task cap (a top-up); 0: none
+    max_trials: int = 0  # its trials in the job's trial plan (a reused task's: its top-up); 0: none
 
 
 @dataclass(frozen=True)

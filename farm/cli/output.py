@@ -31,11 +31,13 @@ def print_table(headers: Sequence[str], rows: Iterable[Sequence[Any]], *, empty:
 
 
 def print_fields(fields: Iterable[tuple[str, Any]]) -> None:
-    """One `name  value` line per field, `kubectl describe` style; empty values are left out."""
+    """One `name  value` line per field, `kubectl describe` style; empty values are left out, and
+    the lines of a value of several lines line up under its first."""
     fields = [(name, value) for name, value in fields if value not in (None, "", [], {})]
     width = max((len(name) for name, _ in fields), default=0) + 2
     for name, value in fields:
-        sys.stdout.write(f"{name + ':':<{width}}{value}\n")
+        text = str(value).replace("\n", "\n" + " " * width)
+        sys.stdout.write(f"{name + ':':<{width}}{text}\n")
     sys.stdout.flush()
 
 

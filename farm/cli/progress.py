@@ -15,6 +15,7 @@ from farm.cli.units import duration, rate, seconds_short
 from foundation.meta_schedule.progress import ProgressListener, TaskProgress, estimated_latency
 
 NAME_WIDTH = 40
+STATE_WIDTH = 10
 
 
 def _best(task: TaskProgress) -> str:
@@ -59,7 +60,17 @@ class ConsoleProgress(ProgressListener):
         self._lock = threading.Lock()
 
     def stage(self, state: str, detail: str) -> None:
-        self.console.print(f"[{seconds_short(time.monotonic() - self.begin)}] {state:<10} {detail}")
+        self.console.print(f"[{seconds_short(time.monotonic() - self.begin)}] {state:<{STATE_WIDTH}} {detail}")
+
+    def planned(self, plan: dict) -> None:
+        """The trial plan (TrialPlan.to_json), before tuning starts."""
+        from farm.cli.views import plan_lines
+
+        first, *rest = plan_lines(plan)
+        self.stage("planned", first)
+        indent = len(f"[{seconds_short(0.0)}] {'':<{STATE_WIDTH}} ")  # under the stage line's detail
+        for line in rest:
+            self.console.print(" " * indent + line)
 
     def started(self, tasks: Sequence[TaskProgress]) -> None:
         self._tasks = list(tasks)

@@ -249,12 +249,13 @@ def _print_submit(result) -> None:
         r = result.report
         console.print(f"tuning       {r.trials} trials over {len(r.tasks)} tasks in {duration(r.seconds)}"
                       + (f", {r.errors} measurement errors" if r.errors else ""))
-        untouched = [t.name for t in r.tasks if t.trials == 0]
-        if untouched:
-            # MetaSchedule's first round gives every task one batch before any task a second;
-            # a budget below that leaves tasks with TVM's naive default schedule.
-            console.print(f"warning      {len(untouched)} of {len(r.tasks)} tasks got no trials (budget "
-                          f"{r.trials} < one round); they run untuned. Raise --trials or set --trials-per-task.")
+        plan = result.plan
+        unplanned = [t for t in plan.tasks if t.trials == 0 and not t.minor] if plan else []
+        if unplanned:
+            # The plan gives the largest shares of the model's latency their trials first; a
+            # budget below the tasks that matter leaves the rest with TVM's naive default schedule.
+            console.print(f"warning      {len(unplanned)} of {len(r.tasks)} tasks got no trials (budget "
+                          f"{plan.budget} is too small for them); they run untuned. Raise --trials.")
         from foundation.meta_schedule.warm.job_start import warm_start_text
 
         console.print(f"warm start   {warm_start_text(r)}")

@@ -71,6 +71,7 @@ def job_fields(doc: dict) -> list[tuple[str, Any]]:
         ("Weights", _weights_text(doc.get("weights_layout"))),
         ("Fingerprint", doc["fingerprint"] or "not chosen yet: the first agent of its target kind decides"),
         ("Trials", _trials(doc["trials"], doc.get("trials_budget", 0), doc.get("trial_errors", 0))),
+        ("Plan", "\n".join(plan_lines(doc["trial_plan"])) if doc.get("trial_plan") else None),
         ("Shards", shards or "none yet"),
         ("Reuse", describe_summary(doc["reuse"]) if doc.get("reuse") else None),
         ("Created", _ago(doc.get("created_at"))),
@@ -93,6 +94,22 @@ def _weights_text(layout: str | None) -> str | None:
     if layout == "prepacked":
         return "prepacked (the library rearranges plain weights once, at load)"
     return layout
+
+
+def plan_lines(plan: dict) -> list[str]:
+    """A trial plan (foundation.domain.trial_plan.TrialPlan.to_json) for people: the sum, then
+    each task tuned, largest share first, then the tasks with nothing to tune on one line."""
+    tasks = plan.get("tasks", [])
+    tuned = sorted((t for t in tasks if not t["minor"]), key=lambda t: -t["share"])
+    minor = [t for t in tasks if t["minor"]]
+    width = max((len(t["task"]) for t in tuned), default=0)
+    lines = [f"{plan['planned']} of {plan['budget']} trials over {len(tasks)} tasks, by each task's share of the "
+             "model's latency" + (" (measured where the registry has records)" if any(t.get("measured") for t in tasks)
+                                 else " (estimated from FLOPs x calls)")]
+    lines += [f"{t['task']:<{width}}  {t['share']:>6.1%}  {t['trials']:>5} trials" for t in tuned]
+    if minor:
+        lines.append(f"{len(minor)} with nothing to tune: " + ", ".join(f"{t['task']} {t['trials']}" for t in minor))
+    return lines
 
 
 def latency_text(latency_ms: dict, untuned_ms: float | None = None) -> str:

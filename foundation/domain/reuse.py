@@ -116,26 +116,34 @@ def default_mode(retune: bool) -> ReuseMode:
     return ReuseMode.OFF if retune else ReuseMode.AUTO
 
 
-def plan_reuse(mode: ReuseMode | str, history: Sequence[TaskHistory], planned_per_task: int,
+def plan_reuse(mode: ReuseMode | str, history: Sequence[TaskHistory], planned_per_task: int | Sequence[int],
                trials_per_batch: int, planned_trials: int) -> ReusePlan:
     """Each task's action and trials.
 
-    ``planned_per_task`` is a task's share of the budget without reuse, ``trials_per_batch``
+    ``planned_per_task`` is each task's trials without reuse (the job's trial plan,
+    foundation.domain.trial_plan; one number: the same for every task), ``trials_per_batch``
     one measured batch, ``planned_trials`` the whole budget without reuse (the new budget never
     exceeds it).
     """
     mode = ReuseMode(mode)
-    if planned_per_task < 1 or trials_per_batch < 1:
+    if isinstance(planned_per_task, int):
+        if planned_per_task < 1:
+            raise ValueError("a task's plan and a batch are at least one trial")
+        plans = [planned_per_task] * len(history)
+    else:
+        plans = list(planned_per_task)
+        if len(plans) != len(history) or any(p < 0 for p in plans):
+            raise ValueError(f"need one plan of zero or more trials per task, got {plans} for {len(history)} tasks")
+    if trials_per_batch < 1:
         raise ValueError("a task's plan and a batch are at least one trial")
-    topup = min(trials_per_batch, planned_per_task)
     tasks = []
-    for task in history:
-        action = _action(mode, task.measured, planned_per_task)
-        trials = {TaskAction.TUNE: planned_per_task, TaskAction.TOPUP: topup, TaskAction.SKIP: 0}[action]
+    for task, plan in zip(history, plans):
+        action = _action(mode, task.measured, plan)
+        trials = {TaskAction.TUNE: plan, TaskAction.TOPUP: min(trials_per_batch, plan), TaskAction.SKIP: 0}[action]
         tasks.append(TaskReuse(task.name, action, trials, task.measured))
     # A reused task gives back what it does not spend of its plan; what the tuned tasks
     # plan is kept even where the plan's shares round above the budget.
-    given_back = sum(planned_per_task - t.trials for t in tasks if t.action is not TaskAction.TUNE)
+    given_back = sum(plan - t.trials for t, plan in zip(tasks, plans) if t.action is not TaskAction.TUNE)
     budget = min(planned_trials, max(planned_trials - given_back, sum(t.trials for t in tasks)))
     return ReusePlan(mode, tuple(tasks), planned_trials, budget)
 

@@ -89,6 +89,7 @@ class TaskCost:
     name: str
     weight: int
     flop: float
+    planned: int | None = None  # its trials in the job's trial plan (foundation.domain.trial_plan)
 
 
 @dataclass(frozen=True)
@@ -189,8 +190,13 @@ def split_tasks(
 
     Greedy longest-first (LPT): tasks in order of falling cost go to the cheapest shard so far,
     which is within 4/3 of the best possible balance. Ties break on task name and shard index,
-    so the same input always gives the same shards. The trial budget is shared in proportion
-    to the number of tasks (MetaSchedule's per-task cap), and sums to ``total_trials`` exactly.
+    so the same input always gives the same shards.
+
+    When every task carries its planned trials (the job's trial plan), a task costs its trials
+    times the cost of one, a shard's budget is the sum of its tasks' plans, and there are no more
+    shards than tasks planned any trial (each shard gets one of those first: none is idle).
+    Otherwise the trial budget is shared in proportion to the number of tasks (MetaSchedule's
+    per-task cap), and sums to ``total_trials`` exactly.
     """
     if not tasks:
         return []
@@ -201,9 +207,13 @@ def split_tasks(
         raise ValueError(f"job {job_id} has {total_trials} trials to share; it needs at least 1")
     if shards_per_agent < 1:
         raise ValueError(f"shards_per_agent must be at least 1, got {shards_per_agent}")
-    count = min(len(tasks), max(matching_agents, 1) * shards_per_agent, total_trials)
+    planned = all(task.planned is not None for task in tasks)
+    if planned and sum(task.planned or 0 for task in tasks) > total_trials:
+        raise ValueError(f"job {job_id} plans more trials than its budget of {total_trials}")
+    worth_tuning = sum(1 for task in tasks if task.planned) if planned else len(tasks)
+    count = min(max(worth_tuning, 1), max(matching_agents, 1) * shards_per_agent, total_trials)
 
-    costs = {task.name: cost(task) * 1.0 for task in tasks}
+    costs = {task.name: cost(task) * (task.planned if planned else 1.0) for task in tasks}
     loads = [0.0] * count
     members: list[list[str]] = [[] for _ in range(count)]
     for task in sorted(tasks, key=lambda t: (-costs[t.name], t.name)):
@@ -212,7 +222,11 @@ def split_tasks(
         members[index].append(task.name)
 
     position = {name: i for i, name in enumerate(names)}
-    budgets = _share(total_trials, [len(m) for m in members])
+    if planned:
+        trials = {task.name: task.planned or 0 for task in tasks}
+        budgets = [sum(trials[name] for name in m) for m in members]
+    else:
+        budgets = _share(total_trials, [len(m) for m in members])
     return [
         Shard(
             id=shard_id(job_id, index),

@@ -15,12 +15,14 @@ import shutil
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from foundation.domain.trial_plan import TaskDemand, TrialPlan, plan_trials
 from foundation.hardware.tvm_startup import install_lean_tensor_intrinsics
 from foundation.meta_schedule.measure import MeasureSettings, RPCMeasure, WorkerPools
+from foundation.meta_schedule.planned_search import planned_search
 from foundation.meta_schedule.progress import LiveProgress, ProgressListener, TaskPickHandler, TaskProgress
 from foundation.meta_schedule.task_scheduler import LatencyHistory, joined_gradient
 from foundation.processes.native_stderr import native_stderr_to
@@ -33,46 +35,38 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = [
     "MeasureSettings", "RPCMeasure", "WorkerPools", "ProgressListener", "TaskProgress",
-    "TuningBudget", "TuningReport", "tune",
+    "TuningBudget", "TuningReport", "trial_plan", "tune",
 ]
 
 _MS_LOGGER = "tvm.s_tir.meta_schedule"
 NATIVE_LOG = "tvm.log"  # in the work directory's logs/, beside MetaSchedule's own
 TASK_LIST = "tasks.json"  # in the work directory: the tasks tuned (`_write_task_list`)
 DEFAULT_TRIALS_PER_TASK = 32
-# From this many trials per task the search keeps MetaSchedule's own population (512); below
-# it, sampling and evolving 512 candidates a round (~13 s per task per round on the 2-core
-# machines of docs/benchmarks.md) costs more than measuring the few that a small budget picks
-# from them.
-FULL_POPULATION_FROM = 32
-CANDIDATES_PER_TRIAL = 16
-MIN_POPULATION = 64
 
 
 @dataclass(frozen=True)
 class TuningBudget:
-    """How many candidates to measure: in all, per task, and per search round."""
+    """How many candidates to measure: in all, at most per task, and per search round.
+
+    How the global budget is split over tasks is the trial plan's (foundation.domain.trial_plan):
+    where the model's latency is, within ``max_trials_per_task``.
+    """
 
     max_trials_global: int
     max_trials_per_task: int
     num_trials_per_iter: int = 16
 
-    def planned_per_task(self, num_tasks: int) -> int:
-        """A task's share of the budget: the global budget split evenly, within the per-task
-        cap. MetaSchedule's scheduler gives more to tasks whose latency improves most."""
-        return max(1, min(self.max_trials_per_task, -(-self.max_trials_global // max(num_tasks, 1))))
-
     @staticmethod
     def for_tasks(num_tasks: int, trials: int | None, trials_per_task: int | None) -> "TuningBudget":
         """A budget from the user's options.
 
-        Neither given: 32 trials per task. Only a global budget: any task may use all of it
-        (MetaSchedule's own default; its scheduler spends where latency improves most). Only
-        a per-task cap: that many for every task.
+        Neither given: 32 trials per task in all, spread by the plan with no per-task cap. Only
+        a global budget: any task may be planned all of it. Only a per-task cap: that many
+        times the tasks in all, and no task more than the cap.
         """
         if trials is None:
-            per_task = trials_per_task or DEFAULT_TRIALS_PER_TASK
-            total = per_task * max(num_tasks, 1)
+            total = (trials_per_task or DEFAULT_TRIALS_PER_TASK) * max(num_tasks, 1)
+            per_task = min(trials_per_task or total, total)
         else:
             total = trials
             per_task = min(trials_per_task or total, total)
@@ -114,10 +108,14 @@ def tune(
     listener: ProgressListener | None = None,
     cancelled: threading.Event | None = None,
     seed: int | None = None,
+    plan: TrialPlan | None = None,
     trial_caps: Sequence[int | None] | None = None,
     warm: "WarmStart | None" = None,
 ) -> TuningReport:
     """Tune ``tasks`` for ``target``; records go to ``database`` as they are measured.
+
+    Each task gets the trials ``plan`` gives it (default: `trial_plan` of the tasks, the budget,
+    ``trial_caps`` and what ``database`` has measured of them), never more: its search stops there.
 
     ``cancelled`` is checked before every batch: once set, the batch in flight is measured
     and committed, nothing more starts, and the report says so. ``database.end_of_batch()``,
@@ -129,7 +127,7 @@ def tune(
     the budget's per-task cap (a reused task's top-up), None for the others.
 
     ``warm`` (foundation.meta_schedule.warm) brings seeds transplanted from similar workloads,
-    measured first and out of the same budget, and a cost model trained on past records.
+    measured first and out of each task's plan, and a cost model trained on past records.
     """
     if not tasks:  # every task reused: nothing to search
         return TuningReport(tasks=[], seconds=0.0, cancelled=cancelled is not None and cancelled.is_set())
@@ -141,22 +139,15 @@ def tune(
     builder, runner = pools.get(target_kind)
     work_dir.mkdir(parents=True, exist_ok=True)
     begin = time.monotonic()
-    caps = list(trial_caps) if trial_caps is not None else [None] * len(tasks)
-    if len(caps) != len(tasks):
-        raise ValueError(f"{len(caps)} trial caps for {len(tasks)} tasks")
-    # The uncapped tasks share what the capped ones leave of the budget.
-    uncapped = sum(cap is None for cap in caps)
-    capped_trials = sum(cap for cap in caps if cap is not None)
-    planned = TuningBudget(max(budget.max_trials_global - capped_trials, 1), budget.max_trials_per_task,
-                           budget.num_trials_per_iter).planned_per_task(uncapped)
-    _write_task_list(work_dir, tasks, [planned if cap is None else cap for cap in caps])
+    plan = plan or trial_plan(tasks, budget, database, trial_caps=trial_caps)
+    _write_task_list(work_dir, tasks, plan.trials)
     progress = [
         TaskProgress(index=i, name=t.name, weight=t.weight, flop=t.flop,
-                     budget=budget.max_trials_per_task if cap is None else cap,
-                     planned=planned if cap is None else cap, started=begin)
-        for i, (t, cap) in enumerate(zip(tasks, caps))
+                     budget=planned, planned=planned, started=begin)
+        for i, (t, planned) in enumerate(zip(tasks, plan.trials))
     ]
-    contexts = _tune_contexts(tasks, target, work_dir, seed, budget.max_trials_per_task)
+    search_plan = list(plan.trials)  # what each task's search may measure: less the seeds measured first
+    contexts = _tune_contexts(tasks, target, work_dir, seed, search_plan)
     live = LiveProgress(progress, listener)
     picks = TaskPickHandler(live)
     logging.getLogger(_MS_LOGGER).addHandler(picks)
@@ -172,18 +163,21 @@ def tune(
             if warm is not None and any(warm.seeds):
                 from foundation.meta_schedule.warm import measure_seeds
 
-                seeds = measure_seeds(contexts, warm.seeds, warm.seeds_per_task(planned), target, builder, runner,
-                                      database, cost_model if cost_model != "xgb" else None,
+                seeds = measure_seeds(contexts, warm.seeds,
+                                      [warm.seeds_per_task(trials) if trials > 0 else 0 for trials in plan.trials],
+                                      target, builder, runner, database, cost_model if cost_model != "xgb" else None,
                                       _space_generator(target), cancelled, live.picked)
-            search_trials = budget.max_trials_global - (seeds.trials if seeds else 0)
-            if search_trials <= 0 or (cancelled is not None and cancelled.is_set()):
+                for i, measured in enumerate(seeds.per_task):  # the seeds came out of their tasks' plans
+                    search_plan[i] = max(0, search_plan[i] - measured)
+            if sum(search_plan) <= 0 or (cancelled is not None and cancelled.is_set()):
                 return _report(progress, begin, cancelled, pools, seeds, warm)
             ms.tune_tasks(
                 tasks=contexts,
                 task_weights=[float(t.weight) for t in tasks],
                 work_dir=str(work_dir),
-                max_trials_global=search_trials,
-                max_trials_per_task=budget.max_trials_per_task,
+                # Each task's search stops at its plan (planned_search), whose sum is within the budget.
+                max_trials_global=sum(search_plan),
+                max_trials_per_task=max(search_plan),
                 num_trials_per_iter=budget.num_trials_per_iter,
                 builder=builder,
                 runner=runner,
@@ -194,7 +188,8 @@ def tune(
                 # a loaded box), ending the job; _BatchEnd removes the build directories instead.
                 measure_callbacks=[ms.measure_callback.AddToDatabase(), ms.measure_callback.UpdateCostModel(),
                                    batch_end.tvm_object],
-                task_scheduler=joined_gradient(history, cancelled, seed, caps),
+                # A task whose plan is spent is ended, never picked again.
+                task_scheduler=joined_gradient(history, cancelled, seed, list(search_plan)),
             )
     finally:
         pools.live = None
@@ -217,6 +212,45 @@ def _report(progress, begin: float, cancelled, pools: WorkerPools, seeds, warm) 
     )
 
 
+def trial_plan(tasks: Sequence["TuningTask"], budget: TuningBudget, database=None,
+               trial_caps: Sequence[int | None] | None = None) -> TrialPlan:
+    """The tasks' trial plan for ``budget``: by FLOPs x weight, and by the best measured time of
+    each task ``database`` (any MetaSchedule database) has records of.
+
+    ``trial_caps`` gives tasks trials of their own (a reused task's top-up), None for the
+    others, which share what those leave of the budget.
+    """
+    caps = list(trial_caps) if trial_caps is not None else [None] * len(tasks)
+    if len(caps) != len(tasks):
+        raise ValueError(f"{len(caps)} trial caps for {len(tasks)} tasks")
+    measured = [_best_ms(database, task.mod) for task in tasks] if database is not None else [None] * len(tasks)
+    demands = [TaskDemand(t.name, t.flop, t.weight, best) for t, best in zip(tasks, measured)]
+    if all(cap is None for cap in caps):
+        return plan_trials(demands, budget.max_trials_global, budget.max_trials_per_task)
+    fixed = [min(cap, budget.max_trials_global) if cap is not None else 0 for cap in caps]
+    free = [i for i, cap in enumerate(caps) if cap is None]
+    left = max(0, budget.max_trials_global - sum(fixed))
+    shared = plan_trials([demands[i] for i in free], left, min(budget.max_trials_per_task, left))
+    trials = dict(zip(free, shared.trials))
+    whole = plan_trials(demands, budget.max_trials_global, budget.max_trials_per_task)  # for the shares
+    return TrialPlan(
+        tasks=tuple(replace(line, trials=trials.get(i, fixed[i])) for i, line in enumerate(whole.tasks)),
+        budget=budget.max_trials_global,
+        per_task_cap=budget.max_trials_per_task,
+    )
+
+
+def _best_ms(database, mod) -> float | None:
+    """The mean time in ms of the fastest valid record of ``mod`` in ``database``, if any."""
+    if not database.has_workload(mod):
+        return None
+    for record in database.get_top_k(database.commit_workload(mod), 1):
+        secs = [float(s) for s in (record.run_secs or [])]
+        if secs and all(0 < s < 1e9 for s in secs):
+            return sum(secs) / len(secs) * 1e3
+    return None
+
+
 def _write_task_list(work_dir: Path, tasks: Sequence["TuningTask"], planned: Sequence[int]) -> None:
     """What was tuned, beside MetaSchedule's logs: names, weights and workload hashes, so that a
     report can name the registry's records by task (`farm report`)."""
@@ -224,27 +258,12 @@ def _write_task_list(work_dir: Path, tasks: Sequence["TuningTask"], planned: Seq
 
     import tvm_ffi
 
-    document = [{"name": t.name, "weight": t.weight, "flop": t.flop, "planned": share,
-                 "workload_shash": str(tvm_ffi.structural_hash(t.mod))} for t, share in zip(tasks, planned)]
+    document = [{"name": t.name, "weight": t.weight, "flop": t.flop, "planned": trials,
+                 "workload_shash": str(tvm_ffi.structural_hash(t.mod))} for t, trials in zip(tasks, planned)]
     (work_dir / TASK_LIST).write_text(json.dumps(document, indent=1))
 
 
-def search_strategy(max_trials_per_task: int):
-    """MetaSchedule's evolutionary search, its population sized to the budget.
-
-    A small budget (a smoke tune, a test, a quick first pass) measures a handful of candidates
-    per task; they are still picked by the cost model from ``CANDIDATES_PER_TRIAL`` times as many
-    (at least ``MIN_POPULATION``), evolved from the registry's best records as usual.
-    """
-    if max_trials_per_task >= FULL_POPULATION_FROM:
-        return "evolutionary"
-    from tvm.s_tir import meta_schedule as ms
-
-    population = max(MIN_POPULATION, CANDIDATES_PER_TRIAL * max_trials_per_task)
-    return ms.search_strategy.EvolutionarySearch(population_size=population)
-
-
-def _tune_contexts(tasks, target, work_dir: Path, seed: int | None, max_trials_per_task: int):
+def _tune_contexts(tasks, target, work_dir: Path, seed: int | None, planned: list[int]):
     from tvm.s_tir import meta_schedule as ms
     from tvm.s_tir.meta_schedule.utils import fork_seed
 
@@ -255,13 +274,13 @@ def _tune_contexts(tasks, target, work_dir: Path, seed: int | None, max_trials_p
             mod=task.mod,
             target=target,
             space_generator=_space_generator(target),
-            search_strategy=search_strategy(max_trials_per_task),
+            search_strategy=planned_search(planned, index),
             task_name=task.name,
             logger=logger,
             rand_state=rand_state,
             num_threads="physical",
         )
-        for task, logger, rand_state in zip(tasks, loggers, seeds)
+        for index, (task, logger, rand_state) in enumerate(zip(tasks, loggers, seeds))
     ]
 
 

@@ -107,6 +107,10 @@ def test_two_agents_share_a_job_that_is_built_validated_and_committed(start, fin
     assert {t.name for s in shards for t in s.tasks} == {"fused_matmul1_add1", "fused_matmul_add_relu"}
     assert shards[0].target == job.target and shards[0].tracker.key == f"farm-{fingerprint.id}"
     assert shards[0].budget.max_trials_per_task == 4 and shards[0].seed == 7
+    # The job's trial plan: both tasks matter, each gets its cap, and each agent is told its task's plan.
+    assert [t.max_trials for s in shards for t in s.tasks] == [4, 4]
+    assert sorted((p.task, p.trials) for p in job.trial_plan) == [("fused_matmul1_add1", 4),
+                                                                  ("fused_matmul_add_relu", 4)]
     assert agents[0].lease_out_of_turn() is None, "no third shard"
 
     for agent, shard in zip(agents, shards):
@@ -493,7 +497,7 @@ def test_reused_tasks_are_not_sharded_and_the_job_says_what_it_reused(start, fin
     (first,) = _submit(channel)  # nothing measured yet: every task is tuned
     shard = _wait_for(agent.lease, "a shard")
     assert {t.name for t in shard.tasks} == {"fused_matmul_add_relu", "fused_matmul1_add1"}
-    assert all(t.max_trials == 0 for t in shard.tasks)
+    assert [t.max_trials for t in shard.tasks] == [4, 4]  # each task's plan: the 8 trials split
     only_the_first = farm_pb2.Shard()
     only_the_first.CopyFrom(shard)
     del only_the_first.tasks[1:]  # the first job measures one of the two workloads
@@ -503,7 +507,7 @@ def test_reused_tasks_are_not_sharded_and_the_job_says_what_it_reused(start, fin
     # Told to top up, the measured task gets one batch (16 of the 32 per task), as its own cap.
     (topup,) = _submit(channel, retune=True, reuse="topup", trials_per_task=32)
     shard = _wait_for(agent.lease, "a shard with a top-up")
-    assert [t.max_trials for t in shard.tasks] == [16, 0] and shard.budget.max_trials_per_task == 32
+    assert [t.max_trials for t in shard.tasks] == [16, 32] and shard.budget.max_trials_per_task == 32
     job = _wait_job(channel, topup.job.id, farm_pb2.JOB_STATE_RUNNING)
     assert (job.reuse.topped_up, job.reuse.topup_trials, job.reuse.planned_trials, job.trials_budget) == (
         1, 16, 64, 48)

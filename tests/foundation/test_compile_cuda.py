@@ -51,7 +51,7 @@ def test_tuning_candidates_build_for_cuda_on_cpus(cuda, tmp_path):
     from foundation.meta_schedule.warm_builder import warm_builder
 
     target, _, tasks = cuda
-    context = _tune_contexts(tasks[:1], target, tmp_path, seed=0, max_trials_per_task=DEFAULT_TRIALS_PER_TASK)[0]
+    context = _tune_contexts(tasks[:1], target, tmp_path, seed=0, planned=[DEFAULT_TRIALS_PER_TASK])[0]
     spaces = context.space_generator.generate_design_space(context.mod)
     assert spaces, "no design space for the CUDA task"
     builder = warm_builder(1, 120.0, LeanWorkerInit("cuda"))

@@ -14,15 +14,17 @@ if TYPE_CHECKING:  # pragma: no cover
     import tvm
 
     from foundation.compile import TuningTask
-    from foundation.meta_schedule.tuner import TuningBudget, TuningReport
+    from foundation.meta_schedule.tuner import TuningReport
     from foundation.registry.store import RegistryStore
 
 
 def warm_start_for(store: "RegistryStore", fingerprint_id: str, target_json: str, tvm_version: str,
-                   tasks: Sequence["TuningTask"], budget: "TuningBudget") -> WarmStart:
+                   tasks: Sequence["TuningTask"], planned: Sequence[int]) -> WarmStart:
     """Donor traces for every task from the registry (this fingerprint's, then the nearest others'),
-    and the cost model trained on this fingerprint's records, if it has one."""
-    wanted = seeds_per_task(budget.planned_per_task(len(tasks)))
+    as many as the task planned the most trials may measure (`planned`: each task's trial plan;
+    the tuner holds every task to its own), and the cost model trained on this fingerprint's
+    records, if it has one."""
+    wanted = seeds_per_task(max(planned, default=0))
     seeds = find_seed_traces(store, fingerprint_id, target_json, tvm_version, tasks, wanted)
     loaded = load_cost_model(store, fingerprint_id, tvm_version)
     return WarmStart(seeds=seeds, max_seeds_per_task=wanted, cost_model=loaded[0] if loaded else None)

@@ -82,12 +82,13 @@ def transplanted_seeds(transplanter: Transplanter, mod: "tvm.IRModule", donors: 
     return out
 
 
-def measure_seeds(contexts: Sequence[Any], donors: Sequence[Sequence[SeedTrace]], per_task: int,
+def measure_seeds(contexts: Sequence[Any], donors: Sequence[Sequence[SeedTrace]], per_task: int | Sequence[int],
                   target: "tvm.target.Target", builder, runner, database, cost_model=None,
                   space_generator: Any = "post-order-apply",
                   cancelled: threading.Event | None = None,
                   picked: Callable[[int | None], None] | None = None) -> SeedRoundReport:
-    """Transplant up to ``per_task`` seeds for each task (``contexts[i]`` its TuneContext,
+    """Transplant up to ``per_task`` seeds for each task (or ``per_task[i]``: within each task's
+    trial plan; ``contexts[i]`` its TuneContext,
     ``donors[i]`` its donor traces), measure them with the tuning's own builder and runner,
     and commit every result to ``database`` (failures too: history is training data).
     ``picked(i)`` is called before task i's seeds are measured, ``picked(None)`` at the end
@@ -100,12 +101,13 @@ def measure_seeds(contexts: Sequence[Any], donors: Sequence[Sequence[SeedTrace]]
 
     report = SeedRoundReport(per_task=[0] * len(contexts), best_sec=[None] * len(contexts))
     transplanter = Transplanter(target, space_generator)
+    limits = [per_task] * len(contexts) if isinstance(per_task, int) else list(per_task)
     for index, (context, task_donors) in enumerate(zip(contexts, donors)):
         if cancelled is not None and cancelled.is_set():
             break
-        if not task_donors or per_task <= 0:
+        if not task_donors or limits[index] <= 0:
             continue
-        seeds = transplanted_seeds(transplanter, context.mod, task_donors, per_task, report)
+        seeds = transplanted_seeds(transplanter, context.mod, task_donors, limits[index], report)
         if not seeds:
             continue
         if picked is not None:

@@ -37,6 +37,26 @@ def test_status_of_a_queued_job_has_no_python_values(capsys):
     assert "Error" not in lines and "Artifact" not in lines
 
 
+def test_status_shows_the_trial_plan_largest_share_first(capsys):
+    job = queued_bert_job()
+    job.state, job.trials_budget = farm_pb2.JOB_STATE_RUNNING, 64
+    for task, trials, share, minor in (("reshape", 2, 0.0, True), ("fused_dense", 40, 0.7, False),
+                                       ("fused_dense1", 22, 0.3, False)):
+        job.trial_plan.append(farm_pb2.PlannedTrials(task=task, trials=trials, share=share, minor=minor))
+    document = job_json(job)
+    assert document["trial_plan"]["planned"] == 64 and document["trial_plan"]["budget"] == 64
+    print_fields(job_fields(document))
+    out = capsys.readouterr().out.splitlines()
+    start = next(i for i, line in enumerate(out) if line.startswith("Plan:"))
+    assert out[start].startswith("Plan:") and "64 of 64 trials over 3 tasks" in out[start]
+    indent = out[start].index("64 of")
+    assert out[start + 1][:indent].strip() == "" and out[start + 1].split() == ["fused_dense", "70.0%", "40", "trials"]
+    assert out[start + 2].split() == ["fused_dense1", "30.0%", "22", "trials"]
+    assert out[start + 3].strip() == "1 with nothing to tune: reshape 2"
+    assert out[start + 4].startswith("Shards:")
+    assert "trial_plan" not in job_json(queued_bert_job()) or job_json(queued_bert_job())["trial_plan"] is None
+
+
 def test_job_table_aligns_columns(capsys):
     running = queued_bert_job()
     running.state, running.fingerprint_id, running.trials_done, running.trials_budget = (

@@ -61,3 +61,14 @@ def test_bad_modes_and_plans_are_refused():
         plan_reuse("sometimes", HISTORY, 32, 16, 96)
     with pytest.raises(ValueError):
         plan_reuse("auto", HISTORY, 0, 16, 96)
+
+
+def test_each_task_is_judged_against_its_own_plan():
+    # The trial plan gave a's convolution 40 trials and b's reshape none.
+    history = [TaskHistory("a", 20), TaskHistory("b", 3), TaskHistory("c", 0)]
+    plan = plan_reuse("auto", history, planned_per_task=[40, 0, 8], trials_per_batch=16, planned_trials=48)
+    assert [(t.action, t.trials) for t in plan.tasks] == [(TaskAction.TOPUP, 16), (TaskAction.SKIP, 0),
+                                                          (TaskAction.TUNE, 8)]
+    assert plan.trials == 24 and plan.trials_saved == 24
+    with pytest.raises(ValueError):
+        plan_reuse("auto", history, planned_per_task=[40, 0], trials_per_batch=16, planned_trials=48)

@@ -99,6 +99,21 @@ def test_trial_budget_is_shared_by_task_count_and_sums_to_the_total():
     assert len(tiny) == 3 and [s.trial_budget for s in tiny] == [1, 1, 1]
 
 
+def test_with_a_trial_plan_shards_carry_their_tasks_plans_and_balance_by_them():
+    planned = [TaskCost(f"t{i}", 1, 1e9, trials) for i, trials in enumerate([40, 30, 10, 10, 5, 0, 0])]
+    shards = split_tasks("j1", planned, 2, 100, cost=by_flop)
+    assert sum(s.trial_budget for s in shards) == 95  # what the plan gives, not the budget
+    trials = {t.name: t.planned for t in planned}
+    for shard in shards:
+        assert shard.trial_budget == sum(trials[n] for n in shard.task_names)
+    assert sorted(s.trial_budget for s in shards) == [45, 50]  # balanced by planned trials x cost per trial
+    # No more shards than tasks planned any trial: none would have nothing to measure.
+    few = split_tasks("j1", [TaskCost("a", 1, 1e6, 8), TaskCost("b", 1, 1e3, 0), TaskCost("c", 1, 1e3, 0)], 3, 8)
+    assert len(few) == 1 and few[0].trial_budget == 8 and set(few[0].task_names) == {"a", "b", "c"}
+    with pytest.raises(ValueError, match="plans more trials"):
+        split_tasks("j1", [TaskCost("a", 1, 1e6, 9)], 1, 8)
+
+
 def test_split_refuses_what_it_cannot_split():
     assert split_tasks("j1", [], 3, 10) == []
     with pytest.raises(ValueError, match="unique"):

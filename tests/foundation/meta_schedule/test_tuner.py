@@ -7,14 +7,15 @@ import threading
 import pytest
 
 from foundation.meta_schedule.measure import MeasureSettings, WorkerPools
-from foundation.meta_schedule.tuner import (
+from foundation.meta_schedule.planned_search import (
     CANDIDATES_PER_TRIAL,
+    FULL_POPULATION,
     FULL_POPULATION_FROM,
     MIN_POPULATION,
-    TuningBudget,
-    search_strategy,
-    tune,
+    SMALL_PLAN_POPULATION,
+    population_for,
 )
+from foundation.meta_schedule.tuner import TuningBudget, tune
 
 pytestmark = pytest.mark.slow
 
@@ -157,14 +158,12 @@ def test_builder_workers_stay_warm_across_batches(mlp):
     builder.shutdown()
 
 
-def test_search_population_follows_the_budget():
-    """Small budgets sample fewer candidates a round; from FULL_POPULATION_FROM on, MetaSchedule's own."""
-    assert search_strategy(8).population_size == 128  # 16 candidates per trial
-    assert search_strategy(1).population_size == MIN_POPULATION
-    below = FULL_POPULATION_FROM - 1
-    assert search_strategy(below).population_size == CANDIDATES_PER_TRIAL * below
-    assert search_strategy(FULL_POPULATION_FROM) == "evolutionary"
-    assert search_strategy(1000) == "evolutionary"
+def test_search_population_follows_the_plan():
+    """Small plans sample fewer candidates a round (at most 256); from FULL_POPULATION_FROM on, MetaSchedule's own."""
+    assert population_for(8) == 128 == CANDIDATES_PER_TRIAL * 8
+    assert population_for(1) == population_for(0) == MIN_POPULATION
+    assert population_for(FULL_POPULATION_FROM - 1) == SMALL_PLAN_POPULATION == 256
+    assert population_for(FULL_POPULATION_FROM) == population_for(1000) == FULL_POPULATION == 512
 
 
 def test_a_task_with_a_cap_of_its_own_stops_there(mlp, pools, tmp_path):

@@ -32,8 +32,8 @@ def test_shape_count_and_nan_mismatches_fail():
 
 
 def test_budget_defaults_to_per_task_times_tasks():
-    b = TuningBudget.for_tasks(10, None, None)
-    assert (b.max_trials_global, b.max_trials_per_task) == (320, 32)
+    b = TuningBudget.for_tasks(10, None, None)  # spread by the trial plan, no task capped below the whole
+    assert (b.max_trials_global, b.max_trials_per_task) == (320, 320)
     b = TuningBudget.for_tasks(10, 1000, None)  # a global budget alone caps no task below it
     assert (b.max_trials_global, b.max_trials_per_task) == (1000, 1000)
     b = TuningBudget.for_tasks(10, None, 8)

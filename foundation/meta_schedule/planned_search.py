@@ -1,0 +1,76 @@
+"""A task's search strategy held to its planned trials (foundation.domain.trial_plan).
+
+MetaSchedule hands every task's strategy the same per-task maximum and batch size. Wrapped
+here, each task's strategy is told its own plan instead: MetaSchedule's evolutionary search
+then sizes its last batch to what is left of it (no batch overshoots), and returns no more
+candidates once it is spent, which ends the task. A task planned zero trials is never
+searched (no design space sampled, no population evolved).
+"""
+
+from __future__ import annotations
+
+# A search round samples and evolves a population and measures a handful of the cost model's
+# picks from it. MetaSchedule's 512 costs ~13 s per task per round on the 2-core machines of
+# docs/benchmarks.md, most of a small tune's time, and small budgets measured better with
+# 128-256: below FULL_POPULATION_FROM planned trials a task samples CANDIDATES_PER_TRIAL per
+# trial, within [MIN_POPULATION, SMALL_PLAN_POPULATION].
+FULL_POPULATION_FROM = 64
+FULL_POPULATION = 512  # MetaSchedule's own
+CANDIDATES_PER_TRIAL = 16
+MIN_POPULATION = 64
+SMALL_PLAN_POPULATION = 256
+
+
+def population_for(planned_trials: int) -> int:
+    """The evolutionary search's population for a task planned this many trials."""
+    if planned_trials >= FULL_POPULATION_FROM:
+        return FULL_POPULATION
+    return max(MIN_POPULATION, min(SMALL_PLAN_POPULATION, CANDIDATES_PER_TRIAL * planned_trials))
+
+
+def planned_search(plan: list[int], index: int):
+    """MetaSchedule's evolutionary search for task ``index``, sized to and stopped at
+    ``plan[index]`` as it is when the search starts (the tuner takes seeds measured before
+    out of it)."""
+    from tvm.s_tir import meta_schedule as ms
+
+    inner = ms.search_strategy.EvolutionarySearch(population_size=population_for(plan[index]))
+    return _planned(inner, plan, index)
+
+
+def _planned(inner, plan: list[int], index: int):
+    from tvm.ir.utils import derived_object
+    from tvm.s_tir.meta_schedule.search_strategy import PySearchStrategy
+
+    @derived_object
+    class _PlannedSearch(PySearchStrategy):
+        def __init__(self):
+            self.inner = inner
+            self.searching = False
+
+        def _initialize_with_tune_context(self, context) -> None:
+            self.inner._initialize_with_tune_context(context)
+
+        def pre_tuning(self, max_trials, num_trials_per_iter, design_spaces, database=None, cost_model=None):
+            trials = min(int(max_trials), plan[index])
+            self.searching = trials > 0
+            if self.searching:
+                self.inner.pre_tuning(trials, max(1, min(int(num_trials_per_iter), trials)), design_spaces,
+                                      database, cost_model)
+
+        def post_tuning(self) -> None:
+            if self.searching:
+                self.inner.post_tuning()
+                self.searching = False
+
+        def generate_measure_candidates(self):
+            return self.inner.generate_measure_candidates() if self.searching else None
+
+        def notify_runner_results(self, measure_candidates, results) -> None:
+            if self.searching:
+                self.inner.notify_runner_results(measure_candidates, results)
+
+        def clone(self):
+            return _planned(self.inner.clone(), plan, index)
+
+    return _PlannedSearch()
