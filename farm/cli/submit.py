@@ -250,7 +250,8 @@ def _print_submit(result) -> None:
         console.print(f"tuning       {r.trials} trials over {len(r.tasks)} tasks in {duration(r.seconds)}"
                       + (f", {r.errors} measurement errors" if r.errors else ""))
         plan = result.plan
-        unplanned = [t for t in plan.tasks if t.trials == 0 and not t.minor] if plan else []
+        reused = {t.name for t in result.reuse.tasks if t.action.value != "tune"} if result.reuse else set()
+        unplanned = [t for t in plan.tasks if t.trials == 0 and not t.minor and t.name not in reused] if plan else []
         if unplanned:
             # The plan gives the largest shares of the model's latency their trials first; a
             # budget below the tasks that matter leaves the rest with TVM's naive default schedule.
