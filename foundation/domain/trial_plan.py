@@ -10,8 +10,8 @@ convolution got none. The plan gives trials where the model's latency is instead
   measured are estimated at the measured tasks' FLOP rate, so both kinds compare.
 - A task with almost none of the latency (pools, reshapes, small elementwise tasks: less than
   `MINOR_SHARE` of the model and less than a quarter of an even share) has nothing to gain from
-  tuning: it gets at most `MINOR_TRIALS`, and all such tasks together at most
-  `MINOR_BUDGET_SHARE` of the budget.
+  tuning: it gets at most `MINOR_TRIALS`, and, unless the budget covers every task's cap, all
+  such tasks together at most `MINOR_BUDGET_SHARE` of the budget.
 - Every other task gets `MEASURED_FLOOR` trials first when the budget allows (so each is
   measured at all: an untuned CPU kernel is a naive loop nest), then the rest of the budget in
   proportion to its share, within the per-task cap; what a capped task cannot take goes to
@@ -128,7 +128,9 @@ def plan_trials(tasks: Sequence[TaskDemand], budget: int, per_task_cap: int | No
     minors = [i for i in range(n) if minor[i]]
     majors = [i for i in range(n) if not minor[i]]
     if minors:
-        each = int(budget * MINOR_BUDGET_SHARE) // len(minors)
+        # A budget that covers every task's cap (`--trials-per-task` alone) rations nothing.
+        ample = sum(room) <= budget
+        each = MINOR_TRIALS if ample else int(budget * MINOR_BUDGET_SHARE) // len(minors)
         for i in minors:
             trials[i] = max(0, min(MINOR_TRIALS - spent[i], room[i], each))
     left = budget - sum(trials)

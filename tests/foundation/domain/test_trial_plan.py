@@ -170,3 +170,12 @@ def test_trials_spent_in_earlier_rounds_count_against_the_cap_and_the_floor():
     assert spent_out.total == 0
     with pytest.raises(ValueError):
         plan_trials(tasks, 64, spent=[1])
+
+
+def test_a_budget_that_covers_every_cap_rations_nothing():
+    # `--trials-per-task 2` alone: 2 x 12 trials, each task at most 2; tasks with nothing to tune get theirs too.
+    plan = plan_trials(demands(RESNET_TINY), 24, per_task_cap=2)
+    assert plan.trials == [2] * 12
+    # The same budget with no per-task cap is rationed: the minor tasks' 10% is 2 trials over 3 tasks.
+    rationed = plan_trials(demands(RESNET_TINY), 24)
+    assert sum(t.trials for t in rationed.tasks if t.minor) == 0
