@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 from farm.session import FarmContext, open_context
+from farm.tuning_rounds import RoundsOutcome, UntilRequest, check_until, goal_latency, summed_plan, tune_in_rounds
 from foundation import config
 from foundation.domain.jobs import JobState
 from foundation.domain.reuse import default_mode
@@ -66,6 +67,7 @@ class SubmitRequest:
     measure: MeasureSettings = field(default_factory=MeasureSettings)
     validation_runs: int = 20
     weights_layout: str = AUTO  # auto, plain or prepacked (foundation.domain.weights_layout)
+    until: UntilRequest | None = None  # tune in rounds until the model is good enough
 
 
 @dataclass
@@ -81,6 +83,7 @@ class SubmitResult:
     seconds: float = 0.0
     reuse: "ReusePlan | None" = None
     plan: "TrialPlan | None" = None
+    until: RoundsOutcome | None = None
 
     def to_json(self) -> dict:
         out = {
@@ -99,6 +102,8 @@ class SubmitResult:
         }
         if self.plan:
             out["trial_plan"] = self.plan.to_json()
+        if self.until:
+            out["until"] = self.until.to_json()
         if self.report:
             out["tasks"] = [t.to_json() for t in self.report.tasks]
             out["measure_errors"] = self.report.errors
@@ -122,6 +127,8 @@ def submit(request: SubmitRequest, observer: JobObserver | None = None,
     tell = observer.stage if observer else (lambda state, detail: None)
     key = model_key(request.model, request.batch)
     check_request(request.weights_layout)
+    if request.until is not None:
+        check_until(request.until, key)
     # An embedded submit tunes here: a target this CPU cannot run is refused before anything.
     ctx = open_context(request.registry, request.target, create=True, tuning_here=True)
     layout = weights_layout_for(request.weights_layout, ctx.target["kind"])
@@ -209,10 +216,12 @@ def _run_job(ctx: FarmContext, key: ModelKey, request: SubmitRequest, layout: We
     report: TuningReport | None = None
     reused = None
     plan: "TrialPlan | None" = None
+    rounds: RoundsOutcome | None = None
 
     def ended(artifact: "Artifact | None" = None) -> SubmitResult:
         return SubmitResult(store.get_job(job.id), False, ctx.fingerprint.id, key, ctx.target_json, artifact,
-                            layout, report, time.monotonic() - begin, reused.plan if reused else None, plan)
+                            layout, report, time.monotonic() - begin, reused.plan if reused else None, plan,
+                            rounds)
 
     def step(new: JobState, status: str, **fields) -> None:
         if not driver.advance(new, status, **fields):
@@ -228,29 +237,48 @@ def _run_job(ctx: FarmContext, key: ModelKey, request: SubmitRequest, layout: We
         budget = TuningBudget.for_tasks(len(tasks), request.trials, request.trials_per_task)
         database = tvm_database_for(store, ctx.fingerprint.id, ctx.target_json, ctx.tvm_version,
                                     ctx.software, job_id=job.id)
-        reused = decide_reuse(tasks, database, request.reuse or default_mode(request.retune), budget)
-        plan = reused.trial_plan
-        if cancellation.is_set():
-            driver.cancel(cancellation.reason)
-            return ended()
-        tuning = (f"tuning {len(reused.tasks)} of {len(tasks)} tasks ({layout.value} weights), "
-                  f"{reused.budget.max_trials_global} trials")
-        if not reused.tasks:
-            tuning = "nothing to tune"
-        step(JobState.RUNNING, f"running: {tuning}", trials_budget=reused.plan.trials,
-             options={**job.options, "reused": reused.plan.summary(), "trial_plan": plan.to_json()})
-        if observer:
-            observer.planned(plan.to_json())
-        tell("reuse", reused.plan.describe())
-        warm = None
-        if request.warm_start and reused.tasks:
-            tell("warming", "looking for seeds among similar workloads' records")
-            warm = warm_start_for(store, ctx.fingerprint.id, ctx.target_json, ctx.tvm_version, reused.tasks,
-                                  reused.tuned_plan.trials)
-        tell("running", tuning)
-        report = tuner.tune(reused.tasks, tvm_target, database, reused.budget, config.job_work_dir(job.id),
-                            pools=pools, listener=observer, cancelled=cancellation.event, seed=request.seed,
-                            plan=reused.tuned_plan, warm=warm)
+        library: bytes | None = None
+        if request.until is None:
+            reused = decide_reuse(tasks, database, request.reuse or default_mode(request.retune), budget)
+            plan = reused.trial_plan
+            if cancellation.is_set():
+                driver.cancel(cancellation.reason)
+                return ended()
+            tuning = (f"tuning {len(reused.tasks)} of {len(tasks)} tasks ({layout.value} weights), "
+                      f"{reused.budget.max_trials_global} trials")
+            if not reused.tasks:
+                tuning = "nothing to tune"
+            step(JobState.RUNNING, f"running: {tuning}", trials_budget=reused.plan.trials,
+                 options={**job.options, "reused": reused.plan.summary(), "trial_plan": plan.to_json()})
+            if observer:
+                observer.planned(plan.to_json())
+            tell("reuse", reused.plan.describe())
+            warm = None
+            if request.warm_start and reused.tasks:
+                tell("warming", "looking for seeds among similar workloads' records")
+                warm = warm_start_for(store, ctx.fingerprint.id, ctx.target_json, ctx.tvm_version, reused.tasks,
+                                      reused.tuned_plan.trials)
+            tell("running", tuning)
+            report = tuner.tune(reused.tasks, tvm_target, database, reused.budget, config.job_work_dir(job.id),
+                                pools=pools, listener=observer, cancelled=cancellation.event, seed=request.seed,
+                                plan=reused.tuned_plan, warm=warm)
+        else:
+            rounds = _goal(request.until, key, loaded, request.seed, tell)
+            if cancellation.is_set():
+                driver.cancel(cancellation.reason)
+                return ended()
+            step(JobState.RUNNING, f"running: tuning {len(tasks)} tasks in rounds until {rounds.goal.describe()} "
+                                   f"({rounds.goal_ms:.3g} ms), at most {budget.max_trials_global} trials",
+                 trials_budget=budget.max_trials_global)
+            report = tune_in_rounds(tasks, tvm_target, database, budget, config.job_work_dir(job.id), rounds,
+                                    request.until, loaded=loaded, pools=pools, observer=observer,
+                                    cancelled=cancellation.event, seed=request.seed, tell=tell, prepack=prepack,
+                                    on_round=lambda so_far: store.update_job(job.id, trials_done=so_far.trials))
+            plan = summed_plan(rounds.plans, budget.max_trials_global) if rounds.plans else None
+            store.update_job(job.id, options={**job.options, "until": rounds.to_json(),
+                                              **({"trial_plan": plan.to_json()} if plan else {})})
+            tell("until", rounds.summary())
+            library = rounds.library
         store.update_job(job.id, trials_done=report.trials)
         # The build wants the CPUs and memory the workers hold, and the library is timed
         # with no worker process about (bench/quiet_timing.py).
@@ -264,7 +292,8 @@ def _run_job(ctx: FarmContext, key: ModelKey, request: SubmitRequest, layout: We
             return ended()
         step(JobState.BUILDING, "building: compiling with the best records, and an untuned reference")
         tell("building", "compiling with the best records, and an untuned reference")
-        library = build_library(loaded, tvm_target, database, prepack=prepack)
+        if library is None:  # tuning in rounds built it after its last round, with the same records
+            library = build_library(loaded, tvm_target, database, prepack=prepack)
         reference = build_library(loaded, tvm_target, None)
         if cancellation.is_set():
             driver.cancel(cancellation.reason)
@@ -302,6 +331,16 @@ def _run_job(ctx: FarmContext, key: ModelKey, request: SubmitRequest, layout: We
         pools.close()
 
 
+def _goal(until: UntilRequest, key: ModelKey, loaded, seed: int, tell) -> RoundsOutcome:
+    """What the rounds must beat: onnxruntime timed here now, or the latency given."""
+    if until.goal.reference == "onnxruntime":
+        tell("reference", f"timing onnxruntime on {key.path.name if key.path else key.name} on this box")
+    goal_ms, reference = goal_latency(until, key, loaded, seed)
+    if reference is not None:
+        tell("reference", f"onnxruntime: {reference.median_ms:.3g} ms median of {reference.runs} runs")
+    return RoundsOutcome(until.goal, goal_ms, reference)
+
+
 def _abandon(store, job_id: str, state: JobState, lock: ScopeLock) -> None:
     """The last words of a job whose process exits at once (a second Ctrl-C)."""
     if not state.is_final:
@@ -325,6 +364,7 @@ def _options(request: SubmitRequest, layout: WeightsLayout) -> dict:
         "seed": request.seed,
         "warm_start": request.warm_start,
         "mode": "embedded",
+        **({"until_goal": request.until.goal.describe(), "patience": request.until.patience} if request.until else {}),
     }
 
 

@@ -17,6 +17,7 @@ from farm.cli.options import (
 )
 from farm.cli.output import emit_json, stdout_console
 from foundation.domain.reuse import ReuseMode
+from foundation.domain.tuning_rounds import DEFAULT_PATIENCE, DEFAULT_ROUNDS
 from foundation.errors import BadInput, FarmError, Interrupted, JobFailed, NotFound
 
 app = typer.Typer()
@@ -58,6 +59,15 @@ def submit(
     wait: bool = typer.Option(True, "--wait/--no-wait", help="With --coordinator: follow the job until it ends."),
     timeout: float | None = typer.Option(
         None, "--timeout", min=0, help="With --wait: give up waiting after this many seconds."),
+    until: str | None = typer.Option(
+        None, "--until", help="Tune in rounds until the built model is as fast as onnxruntime on this box "
+                              "(`onnxruntime`, for an ONNX file) or a latency (`20ms`); within the budget."),
+    patience: int | None = typer.Option(
+        None, "--patience", min=1, help=f"With --until: stop when the estimated latency has not improved "
+                                        f"for this many rounds (default {DEFAULT_PATIENCE})."),
+    round_trials: int | None = typer.Option(
+        None, "--round-trials", min=1, help=f"With --until: trials per round (default: the budget in "
+                                            f"{DEFAULT_ROUNDS} rounds)."),
     report_dir: Path | None = typer.Option(
         None, "--report", help="At the end, write the job's report (JOB.png, JOB.md) into this directory; "
                                "with --coordinator it reads the coordinator's registry (--registry)."),
@@ -75,6 +85,7 @@ def submit(
     from foundation.domain.weights_layout import check_request
 
     check_request(weights_layout)
+    until_request = _until(until, patience, round_trials, coordinator)
     if coordinator:
         from farm.cli.cluster import client_of, remote_submit
 
@@ -94,7 +105,7 @@ def submit(
         trials_per_task=trials_per_task, retune=retune, seed=seed, reuse=reuse.value if reuse else None,
         warm_start=warm_start,
         measure=MeasureSettings(build_workers=build_workers), validation_runs=runs,
-        weights_layout=weights_layout,
+        weights_layout=weights_layout, until=until_request,
     )
     observer = None
     if not json_output:
@@ -130,6 +141,26 @@ def submit(
                           document=document)
     raise JobFailed(f"job {job.id} {job.state}: {job.error}",
                     f"{kept}; see `farm status {job.id}`", document=document)
+
+
+def _until(until: str | None, patience: int | None, round_trials: int | None, coordinator: str | None):
+    """`--until` and its options as the embedded submit takes them; bad values are refused here."""
+    if until is None:
+        if patience is not None or round_trials is not None:
+            raise BadInput("--patience and --round-trials only apply with --until", "add --until onnxruntime or "
+                                                                                    "--until 20ms")
+        return None
+    from farm.tuning_rounds import UntilRequest
+    from foundation.domain.tuning_rounds import parse_goal
+
+    if coordinator:
+        raise BadInput("--until tunes on this box (it times the model here after each round)",
+                       "drop --coordinator, or drop --until")
+    try:
+        goal = parse_goal(until)
+    except ValueError as err:
+        raise BadInput(str(err), "give --until onnxruntime, or a latency such as --until 20ms") from None
+    return UntilRequest(goal, DEFAULT_PATIENCE if patience is None else patience, round_trials)
 
 
 @app.command()
@@ -260,6 +291,8 @@ def _print_submit(result) -> None:
         from foundation.meta_schedule.warm.job_start import warm_start_text
 
         console.print(f"warm start   {warm_start_text(r)}")
+    if result.until:
+        console.print(f"until        {result.until.summary()}")
     if job.error:
         console.print(f"error        {job.error}")
     art = result.artifact

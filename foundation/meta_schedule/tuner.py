@@ -23,7 +23,13 @@ from foundation.domain.trial_plan import TaskDemand, TrialPlan, plan_trials
 from foundation.hardware.tvm_startup import install_lean_tensor_intrinsics
 from foundation.meta_schedule.measure import MeasureSettings, RPCMeasure, WorkerPools
 from foundation.meta_schedule.planned_search import planned_search
-from foundation.meta_schedule.progress import LiveProgress, ProgressListener, TaskPickHandler, TaskProgress
+from foundation.meta_schedule.progress import (
+    KEPT_ERRORS_PER_TASK,
+    LiveProgress,
+    ProgressListener,
+    TaskPickHandler,
+    TaskProgress,
+)
 from foundation.meta_schedule.task_scheduler import LatencyHistory, joined_gradient
 from foundation.processes.native_stderr import native_stderr_to
 
@@ -35,7 +41,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = [
     "MeasureSettings", "RPCMeasure", "WorkerPools", "ProgressListener", "TaskProgress",
-    "TuningBudget", "TuningReport", "trial_plan", "tune",
+    "TuningBudget", "TuningReport", "estimated_ms", "trial_plan", "tune",
 ]
 
 _MS_LOGGER = "tvm.s_tir.meta_schedule"
@@ -87,6 +93,31 @@ class TuningReport:
     first_build_at: float | None = None  # wall clock of this process's first built candidate
     seeds: "SeedRoundReport | None" = None  # the warm start's seeds, measured before the search
     pretrained_cost_model: bool = False  # the search's cost model started trained on past records
+
+    @staticmethod
+    def combined(reports: Sequence["TuningReport"]) -> "TuningReport":
+        """Runs over the same tasks (rounds of one job) as one: trials and errors added, each
+        task's best the best of all."""
+        tasks = [replace(t, errors=list(t.errors)) for t in reports[0].tasks]
+        for report in reports[1:]:
+            for into, task in zip(tasks, report.tasks):
+                into.trials += task.trials
+                into.planned += task.planned
+                into.budget += task.budget
+                into.build_errors += task.build_errors
+                into.run_errors += task.run_errors
+                if task.best_sec is not None and (into.best_sec is None or task.best_sec < into.best_sec):
+                    into.best_sec = task.best_sec
+                into.errors = (into.errors + task.errors)[:KEPT_ERRORS_PER_TASK]
+                into.last_update = task.last_update or into.last_update
+        return TuningReport(
+            tasks=tasks,
+            seconds=sum(r.seconds for r in reports),
+            cancelled=any(r.cancelled for r in reports),
+            first_build_at=next((r.first_build_at for r in reports if r.first_build_at is not None), None),
+            seeds=reports[0].seeds,
+            pretrained_cost_model=any(r.pretrained_cost_model for r in reports),
+        )
 
     @property
     def trials(self) -> int:
@@ -213,12 +244,13 @@ def _report(progress, begin: float, cancelled, pools: WorkerPools, seeds, warm) 
 
 
 def trial_plan(tasks: Sequence["TuningTask"], budget: TuningBudget, database=None,
-               trial_caps: Sequence[int | None] | None = None) -> TrialPlan:
+               trial_caps: Sequence[int | None] | None = None, spent: Sequence[int] | None = None) -> TrialPlan:
     """The tasks' trial plan for ``budget``: by FLOPs x weight, and by the best measured time of
     each task ``database`` (any MetaSchedule database) has records of.
 
     ``trial_caps`` gives tasks trials of their own (a reused task's top-up), None for the
-    others, which share what those leave of the budget.
+    others, which share what those leave of the budget. ``spent``: the trials each task had in
+    earlier rounds of this job (`farm submit --until`).
     """
     caps = list(trial_caps) if trial_caps is not None else [None] * len(tasks)
     if len(caps) != len(tasks):
@@ -226,7 +258,7 @@ def trial_plan(tasks: Sequence["TuningTask"], budget: TuningBudget, database=Non
     measured = [_best_ms(database, task.mod) for task in tasks] if database is not None else [None] * len(tasks)
     demands = [TaskDemand(t.name, t.flop, t.weight, best) for t, best in zip(tasks, measured)]
     if all(cap is None for cap in caps):
-        return plan_trials(demands, budget.max_trials_global, budget.max_trials_per_task)
+        return plan_trials(demands, budget.max_trials_global, budget.max_trials_per_task, spent)
     fixed = [min(cap, budget.max_trials_global) if cap is not None else 0 for cap in caps]
     free = [i for i, cap in enumerate(caps) if cap is None]
     left = max(0, budget.max_trials_global - sum(fixed))
@@ -238,6 +270,18 @@ def trial_plan(tasks: Sequence["TuningTask"], budget: TuningBudget, database=Non
         budget=budget.max_trials_global,
         per_task_cap=budget.max_trials_per_task,
     )
+
+
+def estimated_ms(tasks: Sequence["TuningTask"], database) -> float | None:
+    """The model's latency as ``database``'s best records predict it (each task's best time x its
+    calls), in ms; None while a task has no valid record."""
+    total = 0.0
+    for task in tasks:
+        best = _best_ms(database, task.mod)
+        if best is None:
+            return None
+        total += best * task.weight
+    return total
 
 
 def _best_ms(database, mod) -> float | None:

@@ -162,3 +162,19 @@ def test_tuning_for_another_architecture_is_refused(farm_exe, home):
     assert proc.returncode == 2
     assert_refused(proc, f"code for {other}", "cannot run on this", "--coordinator")
     assert not (home / "registry.db").exists()
+
+
+@pytest.mark.parametrize(("args", "needle"), [
+    (["--until", "fast"], "--until 'fast' is neither onnxruntime nor a latency"),
+    (["--until", "20"], "--until '20' is neither onnxruntime nor a latency"),
+    (["--until", "0ms"], "must be a latency above zero"),
+    (["--until", "-3ms"], "is neither onnxruntime nor a latency"),
+    (["--patience", "2"], "--patience and --round-trials only apply with --until"),
+    (["--until", "onnxruntime"], "mlp-tiny is a zoo model the farm cannot export to ONNX"),
+    (["--until", "20ms", "--coordinator", "127.0.0.1:1"], "--until tunes on this box"),
+])
+def test_bad_until_is_refused_before_anything_is_written(farm_exe, home, args, needle):
+    proc = farm(farm_exe, home, "submit", "mlp-tiny", "llvm", "1", *args)
+    assert proc.returncode == 2
+    assert_refused(proc, needle)
+    assert not (home / "registry.db").exists()
