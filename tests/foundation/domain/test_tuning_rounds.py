@@ -48,7 +48,8 @@ def rounds(*figures):
 
 def test_reaching_the_goal_stops_at_once():
     assert verdict(rounds((30.0, 31.0)), goal_ms=40.0, patience=2, trials_left=100) is Stop.REACHED
-    assert verdict(rounds((40.0, 41.0)), goal_ms=40.0, patience=2, trials_left=0) is Stop.REACHED  # at the goal is enough
+    # At the goal is enough.
+    assert verdict(rounds((40.0, 41.0)), goal_ms=40.0, patience=2, trials_left=0) is Stop.REACHED
     assert verdict([], goal_ms=40.0, patience=2, trials_left=100) is None
 
 
