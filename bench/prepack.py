@@ -125,10 +125,12 @@ def time_interleaved(libraries: dict, inputs, rounds: int, runs: int) -> tuple[d
 
 def plain_name(prepacked_name: str, plain_names: set[str]) -> str:
     """The plain counterpart of a prepacked task or kernel: AttachAttrLayoutFreeBuffers gives every
-    function it copies a new name, the old one with "1" appended."""
-    if prepacked_name.endswith("1") and prepacked_name[:-1] in plain_names:
-        return prepacked_name[:-1]
-    return prepacked_name
+    function it copies a new name, the old one with "1" appended, and SplitLayoutRewritePreproc
+    appends "_prepacked" to the kernels whose weights it split out."""
+    name = prepacked_name.removesuffix("_prepacked")
+    if name.endswith("1") and name[:-1] in plain_names:
+        return name[:-1]
+    return name
 
 
 def spread(samples: list[float]) -> dict:

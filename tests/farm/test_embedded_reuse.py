@@ -42,8 +42,10 @@ def test_a_model_sharing_workloads_with_a_tuned_one_tunes_only_its_new_tasks(tmp
     assert shared and new  # the two models overlap, and only in part
 
     def tune(model, reuse=None):
+        # Plain weights: the overlap above is of the plain tasks.
         return submit(SubmitRequest(model=str(model), target="llvm", batch=1, registry=registry, trials_per_task=2,
-                                    reuse=reuse, measure=MeasureSettings(min_repeat_ms=5), validation_runs=2))
+                                    reuse=reuse, weights_layout="plain", measure=MeasureSettings(min_repeat_ms=5),
+                                    validation_runs=2))
 
     cold = tune(first)
     assert cold.job.state == "succeeded", cold.job.error
@@ -77,8 +79,8 @@ def test_a_model_sharing_workloads_with_a_tuned_one_tunes_only_its_new_tasks(tmp
 
     # A retune reuses nothing unless asked (its default is off); asked for top-ups, every task gets one.
     again = submit(SubmitRequest(model=str(second), target="llvm", batch=1, registry=registry, trials_per_task=2,
-                                 retune=True, reuse="topup", measure=MeasureSettings(min_repeat_ms=5),
-                                 validation_runs=2))
+                                 retune=True, reuse="topup", weights_layout="plain",
+                                 measure=MeasureSettings(min_repeat_ms=5), validation_runs=2))
     assert again.job.state == "succeeded", again.job.error
     assert again.reuse.topped_up == len(shared | new) and again.reuse.trials == 2 * len(shared | new)
     # A task whose design space has fewer new candidates than its top-up ends early.

@@ -18,8 +18,9 @@ ELSEWHERE = "cpu-elsewhere0000"
 
 
 def _request(registry: str, batch: int, **options) -> SubmitRequest:
+    # Plain weights: the tests below look at the plain tasks' workloads.
     return SubmitRequest(model="mlp-tiny", target="llvm", batch=batch, registry=registry, trials_per_task=4,
-                         validation_runs=2, **options)
+                         validation_runs=2, weights_layout="plain", **options)
 
 
 @pytest.fixture(scope="module")

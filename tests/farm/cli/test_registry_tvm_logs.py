@@ -75,7 +75,7 @@ def test_tvm_logs_into_a_fresh_registry_serve_reuse_and_export_back(farm_exe, tm
 
     # The imported records are this box's measurements: a job reusing them in full tunes nothing.
     proc = farm(farm_exe, "submit", "mlp-tiny", "llvm", "1", "--reuse", "full", "--trials-per-task", "4",
-                "--runs", "2", "--registry", registry, "--json")
+                "--runs", "2", "--weights-layout", "plain", "--registry", registry, "--json")
     assert proc.returncode == 0, proc.stderr
     done = json.loads(proc.stdout)
     assert done["state"] == "succeeded" and done["artifact"]["validation"]["passed"]
