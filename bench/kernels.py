@@ -76,6 +76,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--registry", default=None, help="registry URL (default: $FARM_REGISTRY, else FARM_HOME's)")
     parser.add_argument("--repeat", type=int, default=5, help="timed repeats per kernel (each >= 50 ms)")
     parser.add_argument("--out", type=Path, default=None, help="also write the results as JSON here")
+    parser.add_argument("--weights-layout", default="auto", choices=["auto", "plain", "prepacked"],
+                        help="which form's kernels (auto: the form `farm submit` tunes by default)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
 
@@ -96,15 +98,17 @@ def main(argv: list[str] | None = None) -> int:
     pin_tvm_threads()
     install_lean_tensor_intrinsics(TARGET)
     from foundation.compile import extract_tuning_tasks
+    from foundation.domain.weights_layout import WeightsLayout, weights_layout_for
     from foundation.meta_schedule.database.registry_database import tvm_database_for
     from foundation.models.loading import load_model
 
+    layout = weights_layout_for(args.weights_layout, TARGET)
     model = load_model(args.model, args.batch)
     target = ctx.tvm_target()
     database = tvm_database_for(ctx.store, ctx.fingerprint.id, ctx.target_json, ctx.tvm_version, ctx.software)
     load_before = load_average()
     rows, sgemm_samples = [], []
-    for task in extract_tuning_tasks(model, target):
+    for task in extract_tuning_tasks(model, target, prepack=layout is WeightsLayout.PREPACKED):
         if not any(word in task.name for word in KERNEL_WORDS):
             continue
         schedule = database.query_schedule(task.mod, target, "main")
@@ -124,6 +128,7 @@ def main(argv: list[str] | None = None) -> int:
     tuned = [r for r in rows if r["tuned"]]
     if not tuned:
         print(f"error: the registry holds no record for any conv2d/matmul task of {args.model} batch {args.batch} "
+              f"({layout.value} weights) "
               f"on {ctx.fingerprint.id} (run `farm submit {args.model} {TARGET} {args.batch}` first)", file=sys.stderr)
         return 3
     sgemm = {"n": SGEMM_N, "gflops": statistics.median(sgemm_samples), "min_gflops": min(sgemm_samples),
@@ -133,6 +138,7 @@ def main(argv: list[str] | None = None) -> int:
     seconds = sum(r["ms"] / 1e3 * r["weight"] for r in tuned)
     report = {
         "model": args.model, "batch": args.batch, "fingerprint": ctx.fingerprint.id,
+        "weights_layout": layout.value,
         "date_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "cpu": cpu_model(), "loadavg_before": load_before, "loadavg_after": load_average(),
         "tvm_threads": __import__("os").environ.get("TVM_NUM_THREADS"),

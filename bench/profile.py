@@ -188,6 +188,7 @@ def main(argv: list[str] | None = None) -> int:
             kinds[row["kind"]][engine] += row["ms"]
     report = {
         "model": args.model, "batch": args.batch, "artifact": deployed.artifact.id,
+        "weights_layout": deployed.artifact.weights_layout,
         "date_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "cpu": cpu_model(), "loadavg_before": load_before, "loadavg_after": load_average(),
         "runs": args.runs, "tvm_threads": os.environ.get("TVM_NUM_THREADS"),

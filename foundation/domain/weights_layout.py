@@ -25,7 +25,7 @@ AUTO = "auto"
 REQUESTS = (AUTO, WeightsLayout.PLAIN.value, WeightsLayout.PREPACKED.value)
 PREPACKING_TARGET_KINDS = ("llvm",)
 # What `auto` means on a CPU; docs/benchmarks.md ("Weight prepacking") has the measurement.
-CPU_DEFAULT = WeightsLayout.PLAIN
+CPU_DEFAULT = WeightsLayout.PREPACKED
 # The function of a prepacked library that turns plain weights into the ones `main` takes
 # (the name TVM's LiftTransformParams gives it for `main`).
 TRANSFORM_PARAMS_FUNCTION = "main_transform_params"

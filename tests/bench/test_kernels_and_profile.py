@@ -37,7 +37,9 @@ def test_kernels_of_a_tuned_model_against_numpy_sgemm(tuned_mlp_home, tmp_path):
     report = json.loads(out.read_text())
     assert report["numpy_sgemm"]["gflops"] > 0
     kernels = [k for k in report["kernels"] if k["tuned"]]
-    assert {k["task"] for k in kernels} == {"fused_matmul_add_relu", "fused_matmul1_add1"}
+    # `farm submit` tuned the CPU's default form, prepacked weights: TVM names those tasks anew.
+    assert report["weights_layout"] == "prepacked"
+    assert {k["task"] for k in kernels} == {"fused_matmul_add_relu1", "fused_matmul1_add11"}
     for k in kernels:
         assert k["gflops"] > 0 and k["vs_numpy_sgemm"] == pytest.approx(k["gflops"] / k["numpy_sgemm_gflops"])
     assert "x numpy sgemm" in done.stdout
@@ -51,7 +53,10 @@ def test_profile_sets_tvm_kernels_beside_onnxruntime_nodes(tuned_mlp_home, tmp_p
     report = json.loads(out.read_text())
     tvm_ops = {row["op"]: row for row in report["tvm_ops"]}
     # Each of the model's two kernels once per inference, and the VM's own calls counted apart.
-    assert tvm_ops["fused_matmul_add_relu"]["calls"] == 1 and tvm_ops["fused_matmul1_add1"]["calls"] == 1
+    # The default form on a CPU is prepacked: TVM names its kernels after the layout rewrite.
+    assert report["weights_layout"] == "prepacked"
+    assert tvm_ops["fused_matmul_add_relu1_prepacked"]["calls"] == 1
+    assert tvm_ops["fused_matmul1_add11_prepacked"]["calls"] == 1
     assert any(row["kind"] == "VM builtins" for row in report["tvm_ops"])
     ort_kinds = {row["kind"] for row in report["onnxruntime_ops"]}
     assert ort_kinds == {"matmul"}  # onnxruntime fuses each matmul + bias (+ relu) into a Gemm
