@@ -22,16 +22,6 @@ pytestmark = pytest.mark.slow
 FINGERPRINT = "cpu-costmodel0001"
 
 
-@pytest.fixture(scope="module")
-def target():
-    from foundation.hardware.tvm_startup import install_lean_tensor_intrinsics
-
-    install_lean_tensor_intrinsics("llvm")
-    import tvm
-
-    return tvm.target.Target({"kind": "llvm", "num-cores": 2})
-
-
 def _random_schedules(mod, target, count: int):
     """``count`` distinct random points of ``mod``'s design space, post-processed, as the search samples them."""
     import tvm_ffi

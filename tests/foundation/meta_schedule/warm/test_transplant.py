@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import pytest
-
 from foundation.meta_schedule.warm.transplant import Transplanter, refit_tile
 
 from support.tvm_records import matmul_module
@@ -14,16 +12,6 @@ def test_tiles_keep_inner_factors_that_divide_and_the_outermost_takes_the_rest()
     assert refit_tile([2, 64, 1, 1], 200) == [25, 8, 1, 1]
     assert refit_tile([1, 4, 2, 16], 96) == [3, 1, 2, 16]
     assert refit_tile([7, 1], 3) == [3, 1]
-
-
-@pytest.fixture(scope="module")
-def target():
-    from foundation.hardware.tvm_startup import install_lean_tensor_intrinsics
-
-    install_lean_tensor_intrinsics("llvm")
-    import tvm
-
-    return tvm.target.Target({"kind": "llvm", "num-cores": 2})
 
 
 def _sampled_trace(mod, target, seed: int):
