@@ -170,9 +170,28 @@ class Agent:
                 timer.cancel()
             if self.rpc_server is not None:
                 self.rpc_server.stop()
+            self._close_pools()
             self.channel.close()
         if shutdown.error:
             raise FarmError(shutdown.error)
+
+    def _close_pools(self) -> None:
+        """Kill the builder and runner workers, a build in flight included: a worker busy
+        compiling when the agent exits would otherwise run on, orphaned, until its build ends.
+        Then any child process still there (a runner's per-batch pool): nothing outlives the agent."""
+        import psutil
+
+        pools, self._pools = self._pools, {}
+        for worker_pools in pools.values():
+            try:
+                worker_pools.close()
+            except Exception:
+                logger.warning("stopping the agent's worker pools failed", exc_info=True)
+        for child in psutil.Process().children(recursive=True):
+            try:
+                child.kill()
+            except psutil.Error:
+                pass
 
     def _in_thread(self, name: str, work, *args) -> None:
         def run():

@@ -84,6 +84,9 @@ class LeanWorkerInit:
 
     Workers ignore SIGINT: a Ctrl-C goes to the terminal's whole process group, and the
     process that started them is the one that stops the tuning (and then the workers).
+    On Linux they die with the thread that started them (PR_SET_PDEATHSIG): a process
+    killed while a worker was busy (a measurement waiting on a tracker that is gone, say)
+    leaves no orphan running on.
     """
 
     def __init__(self, target_kind: str):
@@ -91,4 +94,22 @@ class LeanWorkerInit:
 
     def __call__(self) -> None:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
+        _die_with_parent()
         install_lean_tensor_intrinsics(self.target_kind)
+
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    parent = os.getppid()
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != parent:  # the parent died before the request took effect
+        os._exit(1)
