@@ -16,6 +16,13 @@ def bench(script: str, *args, home: Path) -> subprocess.CompletedProcess:
                           timeout=600, env={**os.environ, "FARM_HOME": str(home)})
 
 
+def bench_report(script: str, *args, home: Path, out: Path) -> tuple[subprocess.CompletedProcess, dict]:
+    """Run a bench script that succeeds and writes its JSON report to ``out``; both results."""
+    done = bench(script, "mlp-tiny", *args, "--out", str(out), home=home)
+    assert done.returncode == 0, done.stderr
+    return done, json.loads(out.read_text())
+
+
 @pytest.mark.parametrize("script", ["kernels.py", "profile.py"])
 def test_without_a_registry_they_exit_3(tmp_path, script):
     done = bench(script, "mlp-tiny", home=tmp_path)
@@ -31,10 +38,7 @@ def test_an_unknown_model_exits_2(tmp_path, script):
 
 @pytest.mark.slow
 def test_kernels_of_a_tuned_model_against_numpy_sgemm(tuned_mlp_home, tmp_path):
-    out = tmp_path / "kernels.json"
-    done = bench("kernels.py", "mlp-tiny", "--repeat", "2", "--out", str(out), home=tuned_mlp_home)
-    assert done.returncode == 0, done.stderr
-    report = json.loads(out.read_text())
+    done, report = bench_report("kernels.py", "--repeat", "2", home=tuned_mlp_home, out=tmp_path / "kernels.json")
     assert report["numpy_sgemm"]["gflops"] > 0
     kernels = [k for k in report["kernels"] if k["tuned"]]
     # `farm submit` tuned the CPU's default form, prepacked weights: TVM names those tasks anew.
@@ -47,10 +51,7 @@ def test_kernels_of_a_tuned_model_against_numpy_sgemm(tuned_mlp_home, tmp_path):
 
 @pytest.mark.slow
 def test_profile_sets_tvm_kernels_beside_onnxruntime_nodes(tuned_mlp_home, tmp_path):
-    out = tmp_path / "profile.json"
-    done = bench("profile.py", "mlp-tiny", "--runs", "3", "--out", str(out), home=tuned_mlp_home)
-    assert done.returncode == 0, done.stderr
-    report = json.loads(out.read_text())
+    _, report = bench_report("profile.py", "--runs", "3", home=tuned_mlp_home, out=tmp_path / "profile.json")
     tvm_ops = {row["op"]: row for row in report["tvm_ops"]}
     # Each of the model's two kernels once per inference, and the VM's own calls counted apart.
     # The default form on a CPU is prepacked: TVM names its kernels after the layout rewrite.
