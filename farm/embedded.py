@@ -51,6 +51,36 @@ class JobObserver(ProgressListener, Protocol):
         """The trial plan (TrialPlan.to_json), before tuning starts."""
 
 
+class _TrialTally:
+    """Passes tuning progress on to the caller's observer and counts the trials measured so
+    far, which the heartbeat writes to the job while it tunes."""
+
+    def __init__(self, observer: JobObserver | None):
+        self.observer = observer
+        self.trials = 0
+
+    def started(self, tasks) -> None:
+        if self.observer:
+            self.observer.started(tasks)
+
+    def measured(self, task, new_trials: int) -> None:
+        self.trials += new_trials
+        if self.observer:
+            self.observer.measured(task, new_trials)
+
+    def batch_measured(self, task) -> None:
+        if self.observer:
+            self.observer.batch_measured(task)
+
+    def finished(self, tasks) -> None:
+        if self.observer:
+            self.observer.finished(tasks)
+
+    def planned(self, plan: dict) -> None:
+        if self.observer:
+            self.observer.planned(plan)
+
+
 @dataclass
 class SubmitRequest:
     model: str
@@ -210,6 +240,8 @@ def _run_job(ctx: FarmContext, key: ModelKey, request: SubmitRequest, layout: We
                            trials_budget=0, options=_options(request, layout), runner=lock.runner)
     lock.name_job(job.id)
     heartbeat.job_id = job.id
+    tally = _TrialTally(observer)
+    heartbeat.count_trials(lambda: tally.trials)
     driver = JobDriver(RegistryJobMoves(store), job.id, job.state)
     forget_last_words = cancellation.on_abandon(lambda: _abandon(store, job.id, driver.state, lock))
     pools = WorkerPools(request.measure)
@@ -260,7 +292,7 @@ def _run_job(ctx: FarmContext, key: ModelKey, request: SubmitRequest, layout: We
                                       reused.tuned_plan.trials)
             tell("running", tuning)
             report = tuner.tune(reused.tasks, tvm_target, database, reused.budget, config.job_work_dir(job.id),
-                                pools=pools, listener=observer, cancelled=cancellation.event, seed=request.seed,
+                                pools=pools, listener=tally, cancelled=cancellation.event, seed=request.seed,
                                 plan=reused.tuned_plan, warm=warm)
         else:
             rounds = _goal(request.until, key, loaded, request.seed, tell)
@@ -271,7 +303,7 @@ def _run_job(ctx: FarmContext, key: ModelKey, request: SubmitRequest, layout: We
                                    f"({rounds.goal_ms:.3g} ms), at most {budget.max_trials_global} trials",
                  trials_budget=budget.max_trials_global)
             report = tune_in_rounds(tasks, tvm_target, database, budget, config.job_work_dir(job.id), rounds,
-                                    request.until, loaded=loaded, pools=pools, observer=observer,
+                                    request.until, loaded=loaded, pools=pools, observer=tally,
                                     cancelled=cancellation.event, seed=request.seed, tell=tell, prepack=prepack,
                                     on_round=lambda so_far: store.update_job(job.id, trials_done=so_far.trials))
             plan = summed_plan(rounds.plans, budget.max_trials_global) if rounds.plans else None
@@ -279,6 +311,7 @@ def _run_job(ctx: FarmContext, key: ModelKey, request: SubmitRequest, layout: We
                                               **({"trial_plan": plan.to_json()} if plan else {})})
             tell("until", rounds.summary())
             library = rounds.library
+        heartbeat.count_trials(None)
         store.update_job(job.id, trials_done=report.trials)
         # The build wants the CPUs and memory the workers hold, and the library is timed
         # with no worker process about (bench/quiet_timing.py).

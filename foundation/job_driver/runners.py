@@ -14,6 +14,7 @@ import logging
 import os
 import socket
 import threading
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import psutil
@@ -82,8 +83,10 @@ class Heartbeat:
     """A daemon thread that beats this runner's job and tuning lock every few seconds.
 
     A beat also reads the job's cancel request (`farm cancel` from another process) and
-    passes it on to ``on_cancel_request`` once. A failed beat (the database away for a
-    moment) is retried at the next one; the TTL allows for many.
+    passes it on to ``on_cancel_request`` once, and writes the trials measured so far (from
+    ``count_trials``) to the job, so that `farm jobs` in another shell shows a running job's
+    progress. A failed beat (the database away for a moment) is retried at the next one; the
+    TTL allows for many.
     """
 
     def __init__(self, store: "RegistryStore", runner: Runner, on_cancel_request,
@@ -95,12 +98,22 @@ class Heartbeat:
         self.interval = interval
         self._on_cancel_request = on_cancel_request
         self._told = False
+        self._trials: Callable[[], int] | None = None
+        self._trials_written: int | None = None
+        # A beat in flight must not write its count after the job's final one.
+        self._trials_lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="farm-job-heartbeat", daemon=True)
 
     def start(self) -> "Heartbeat":
         self._thread.start()
         return self
+
+    def count_trials(self, trials: Callable[[], int] | None) -> None:
+        """Write ``trials()`` to the job at each beat from now on; None stops it (before the
+        job's own final count is written)."""
+        with self._trials_lock:
+            self._trials = trials
 
     def beat(self) -> None:
         if self.job_id is None and self.lock_scope is None:
@@ -109,6 +122,12 @@ class Heartbeat:
         if cancel and not self._told:
             self._told = True
             self._on_cancel_request()
+        with self._trials_lock:
+            if self._trials is not None and self.job_id is not None:
+                trials = self._trials()
+                if trials != self._trials_written:
+                    self.store.update_job(self.job_id, trials_done=trials)
+                    self._trials_written = trials
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval):

@@ -51,6 +51,11 @@ def _jobs(farm_exe, tmp_path, registry_url) -> dict[str, dict]:
     return {j["id"]: j for j in json_document(listed.stdout)}
 
 
+def _listed_with_trials(farm_exe, tmp_path, registry_url, job_id: str, at_least: int) -> dict | None:
+    job = _jobs(farm_exe, tmp_path, registry_url)[job_id]
+    return job if job["trials_done"] >= at_least else None
+
+
 def test_ctrl_c_cancels_after_the_batch_in_flight_and_keeps_every_record(farm_exe, tmp_path, registry_url, probe):
     farm = _submit(farm_exe, tmp_path, registry_url, *LONG_TUNE, "--json")
     try:
@@ -140,6 +145,9 @@ def test_farm_cancel_stops_a_submit_running_in_another_process(farm_exe, tmp_pat
     farm = _submit(farm_exe, tmp_path, registry_url, *LONG_TUNE, "--json")
     try:
         job_id, committed = probe.wait_for_records(FIRST_BATCH)
+        # Another shell sees the running job's progress: its heartbeat writes the trials measured so far.
+        running = wait_for(lambda: _listed_with_trials(farm_exe, tmp_path, registry_url, job_id, FIRST_BATCH),
+                           30, "`farm jobs` to show the trials measured", interval=1)
         cancelled = run_farm(farm_exe, tmp_path / "home", "cancel", job_id, "--registry", registry_url, "--json")
         code, out, err = farm.finish(timeout=180)
     finally:
@@ -148,6 +156,7 @@ def test_farm_cancel_stops_a_submit_running_in_another_process(farm_exe, tmp_pat
     assert json_document(cancelled.stdout)["state"] == "cancelled"
     assert code == 1 and "cancelled by `farm cancel`" in one_error_line(err)
     assert probe.job(job_id)["state"] == "cancelled" and probe.records_of(job_id) >= committed
+    assert running["state"] == "running" and running["trials_done"] <= probe.records_of(job_id)
 
 
 def test_the_same_job_twice_is_tuned_once(farm_exe, tmp_path, registry_url, probe):
