@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 from farm.session import FarmContext, open_context
-from farm.tuning_rounds import RoundsOutcome, UntilRequest, check_until, goal_latency, summed_plan, tune_in_rounds
+from farm.tuning_rounds import summed_plan, tune_in_rounds
 from foundation import config
 from foundation.domain.jobs import JobState
 from foundation.domain.reuse import default_mode
@@ -32,6 +32,7 @@ from foundation.job_driver.cancellation import Cancellation
 from foundation.job_driver.driver import JobDriver, RegistryJobMoves, tuning_failure, validation_failure
 from foundation.job_driver.runners import Heartbeat, fail_dead_jobs, this_runner
 from foundation.job_driver.tuning_lock import ScopeLock, scope_key
+from foundation.job_driver.tuning_rounds import RoundsOutcome, UntilRequest, check_until, set_up_goal
 from foundation.meta_schedule.tuner import MeasureSettings, ProgressListener, TuningBudget, TuningReport, WorkerPools
 from foundation.meta_schedule.warm.job_start import learn_from_job, warm_start_for, warm_start_json
 from foundation.models.model_key import ModelKey, model_key
@@ -158,7 +159,7 @@ def submit(request: SubmitRequest, observer: JobObserver | None = None,
     key = model_key(request.model, request.batch)
     check_request(request.weights_layout)
     if request.until is not None:
-        check_until(request.until, key)
+        check_until(request.until)
     # An embedded submit tunes here: a target this CPU cannot run is refused before anything.
     ctx = open_context(request.registry, request.target, create=True, tuning_here=True)
     layout = weights_layout_for(request.weights_layout, ctx.target["kind"])
@@ -270,6 +271,7 @@ def _run_job(ctx: FarmContext, key: ModelKey, request: SubmitRequest, layout: We
         database = tvm_database_for(store, ctx.fingerprint.id, ctx.target_json, ctx.tvm_version,
                                     ctx.software, job_id=job.id)
         library: bytes | None = None
+        untuned: bytes | None = None  # the untuned build, when checking onnxruntime against it made one
         if request.until is None:
             reused = decide_reuse(tasks, database, request.reuse or default_mode(request.retune), budget)
             plan = reused.trial_plan
@@ -295,22 +297,24 @@ def _run_job(ctx: FarmContext, key: ModelKey, request: SubmitRequest, layout: We
                                 pools=pools, listener=tally, cancelled=cancellation.event, seed=request.seed,
                                 plan=reused.tuned_plan, warm=warm)
         else:
-            rounds = _goal(request.until, key, loaded, request.seed, tell)
+            rounds, judge = _goal(request.until, key, loaded, tvm_target, request.seed, tell)
+            untuned = judge.reference_library
             if cancellation.is_set():
                 driver.cancel(cancellation.reason)
                 return ended()
             step(JobState.RUNNING, f"running: tuning {len(tasks)} tasks in rounds until {rounds.goal.describe()} "
                                    f"({rounds.goal_ms:.3g} ms), at most {budget.max_trials_global} trials",
                  trials_budget=budget.max_trials_global)
-            report = tune_in_rounds(tasks, tvm_target, database, budget, config.job_work_dir(job.id), rounds,
-                                    request.until, loaded=loaded, pools=pools, observer=tally,
-                                    cancelled=cancellation.event, seed=request.seed, tell=tell, prepack=prepack,
-                                    on_round=lambda so_far: store.update_job(job.id, trials_done=so_far.trials))
-            plan = summed_plan(rounds.plans, budget.max_trials_global) if rounds.plans else None
+            tuned = tune_in_rounds(tasks, tvm_target, database, budget, config.job_work_dir(job.id), rounds,
+                                   request.until, judge, loaded=loaded, pools=pools, observer=tally,
+                                   cancelled=cancellation.event, seed=request.seed, tell=tell, prepack=prepack,
+                                   on_round=lambda so_far: store.update_job(job.id, trials_done=so_far.trials))
+            report = tuned.report
+            plan = summed_plan(tuned.plans, budget.max_trials_global) if tuned.plans else None
             store.update_job(job.id, options={**job.options, "until": rounds.to_json(),
                                               **({"trial_plan": plan.to_json()} if plan else {})})
             tell("until", rounds.summary())
-            library = rounds.library
+            library = tuned.library
         heartbeat.count_trials(None)
         store.update_job(job.id, trials_done=report.trials)
         # The build wants the CPUs and memory the workers hold, and the library is timed
@@ -327,7 +331,7 @@ def _run_job(ctx: FarmContext, key: ModelKey, request: SubmitRequest, layout: We
         tell("building", "compiling with the best records, and an untuned reference")
         if library is None:  # tuning in rounds built it after its last round, with the same records
             library = build_library(loaded, tvm_target, database, prepack=prepack)
-        reference = build_library(loaded, tvm_target, None)
+        reference = untuned if untuned is not None else build_library(loaded, tvm_target, None)
         if cancellation.is_set():
             driver.cancel(cancellation.reason)
             return ended()
@@ -364,14 +368,18 @@ def _run_job(ctx: FarmContext, key: ModelKey, request: SubmitRequest, layout: We
         pools.close()
 
 
-def _goal(until: UntilRequest, key: ModelKey, loaded, seed: int, tell) -> RoundsOutcome:
-    """What the rounds must beat: onnxruntime timed here now, or the latency given."""
+def _goal(until: UntilRequest, key: ModelKey, loaded, target, seed: int, tell):
+    """What the rounds must beat: onnxruntime, checked against the untuned build and timed here now,
+    or the latency given."""
     if until.goal.reference == "onnxruntime":
-        tell("reference", f"timing onnxruntime on {key.path.name if key.path else key.name} on this box")
-    goal_ms, reference = goal_latency(until, key, loaded, seed)
-    if reference is not None:
-        tell("reference", f"onnxruntime: {reference.median_ms:.3g} ms median of {reference.runs} runs")
-    return RoundsOutcome(until.goal, goal_ms, reference)
+        what = key.path.name if key.path else f"{key.name} (exported to ONNX)"
+        tell("reference", f"checking onnxruntime on {what} against TVM's untuned build, and timing it on this box")
+    onnx_file = key.path.read_bytes() if key.source == "onnx" and key.path else None
+    outcome, judge = set_up_goal(until, loaded, target, seed, onnx_file)
+    if outcome.reference is not None:
+        tell("reference", f"onnxruntime: {outcome.reference.median_ms:.3g} ms median of {outcome.reference.runs} "
+                          f"runs; its outputs agree with TVM's (max abs err {outcome.reference_check.max_abs_err:.3g})")
+    return outcome, judge
 
 
 def _abandon(store, job_id: str, state: JobState, lock: ScopeLock) -> None:
@@ -397,7 +405,8 @@ def _options(request: SubmitRequest, layout: WeightsLayout) -> dict:
         "seed": request.seed,
         "warm_start": request.warm_start,
         "mode": "embedded",
-        **({"until_goal": request.until.goal.describe(), "patience": request.until.patience} if request.until else {}),
+        **({"until_goal": request.until.goal.describe(), "patience": request.until.patience,
+            "round_trials": request.until.round_trials} if request.until else {}),
     }
 
 

@@ -86,6 +86,7 @@ class RegistryJobs:
             "weights_layout": tuned_form(job.options).value,
             "shards": None,
             "reuse": job.options.get("reused"),
+            "until": job.options.get("until"),
             "error": job.error,
             "artifact": artifact_json(artifact) if artifact else None,
             "runner": job.runner.describe() if job.runner else None,

@@ -27,6 +27,7 @@ def markdown(report, image: str) -> str:
         ("trials", f"{report.trials} measured of {job.trials_budget} planned"
                    + (f", {failed} failed" if failed else "")),
         ("reuse", describe_summary(job.options["reused"]) if job.options.get("reused") else None),
+        ("until", job.options["until"].get("summary") if job.options.get("until") else None),
         ("tuning time", _span(job)),
         ("error", job.error),
     ]

@@ -1,10 +1,11 @@
-"""`farm submit --until`: tune in rounds, build and time the model after each, stop when it is good enough.
+"""`farm submit --until`, embedded: tune in rounds, build and time the model after each, stop when good enough.
 
 Each round tunes a slice of the job's budget, planned afresh (foundation.domain.trial_plan)
 from what the registry has measured so far, so later rounds go where the latency now is;
 records accumulate in the registry, so each round starts from the last one's best. After a
-round the model is built with the best records and timed on this box, with the tuning's
-worker processes stopped. When to stop is foundation.domain.tuning_rounds' rule.
+round the model is built with the best records and judged on this box against the goal
+(foundation.job_driver.tuning_rounds), with the tuning's worker processes stopped. When to
+stop is foundation.domain.tuning_rounds' rule.
 """
 
 from __future__ import annotations
@@ -13,17 +14,10 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from foundation.domain.tuning_rounds import (
-    ONNXRUNTIME,
-    Goal,
-    RoundResult,
-    Stop,
-    round_budgets,
-    verdict,
-)
-from foundation.errors import BadInput
+from foundation.domain.tuning_rounds import RoundResult, Stop, round_budgets, verdict
+from foundation.job_driver.tuning_rounds import RoundJudge, RoundsOutcome, UntilRequest
 from foundation.meta_schedule.tuner import TuningBudget, TuningReport, WorkerPools
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -32,100 +26,15 @@ if TYPE_CHECKING:  # pragma: no cover
     from foundation.compile import TuningTask
     from foundation.domain.trial_plan import TrialPlan
     from foundation.models.loaded import LoadedModel
-    from foundation.models.model_key import ModelKey
-    from foundation.runtime.library_runner import Latency
-
-TIMING_RUNS = 10
-TIMING_WARMUP = 2
-STOP_TEXT = {
-    Stop.REACHED: "reached",
-    Stop.PATIENCE: "not reached, no improvement",
-    Stop.BUDGET: "not reached, budget spent",
-}
-
-
-@dataclass(frozen=True)
-class UntilRequest:
-    """What `--until` asked for."""
-
-    goal: Goal
-    patience: int
-    round_trials: int | None = None
 
 
 @dataclass
-class RoundsOutcome:
-    """How a job tuned in rounds ended."""
+class TunedRounds:
+    """What the rounds leave for the rest of the job."""
 
-    goal: Goal
-    goal_ms: float
-    reference: "Latency | None"  # onnxruntime's, when it is the goal
-    rounds: list[RoundResult] = field(default_factory=list)
+    report: TuningReport  # every round's tuning as one
     plans: list["TrialPlan"] = field(default_factory=list)
-    stopped: Stop | None = None  # None: cancelled
     library: bytes | None = None  # the last round's build, with the records the job ends with
-
-    @property
-    def latency_ms(self) -> float | None:
-        return self.rounds[-1].latency_ms if self.rounds else None
-
-    def summary(self) -> str:
-        """One line: how it ended, with the figures."""
-        goal = f"onnxruntime's {_ms(self.goal_ms)}" if self.reference else self.goal.describe()
-        trials = sum(r.trials for r in self.rounds)
-        done = f"after {len(self.rounds)} round{'s' * (len(self.rounds) != 1)} ({trials} trials)"
-        if self.stopped is None or self.latency_ms is None:
-            return f"cancelled {done}; goal {goal}"
-        ran = f"the tuned model ran in {_ms(self.latency_ms)} here"
-        if self.stopped is Stop.REACHED:
-            return f"reached: {ran}, at or below {goal}, {done}"
-        why = ("the estimated latency did not improve by 1% for the last rounds" if self.stopped is Stop.PATIENCE
-               else "the budget is spent")
-        return f"{STOP_TEXT[self.stopped]}: {ran}, above {goal}, {done}; {why}"
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "goal": self.goal.describe(),
-            "goal_ms": self.goal_ms,
-            "reference_latency_ms": self.reference.to_json() if self.reference else None,
-            "stopped": self.stopped.value if self.stopped else "cancelled",
-            "latency_ms": self.latency_ms,
-            "summary": self.summary(),
-            "rounds": [{"trials": r.trials, "latency_ms": r.latency_ms, "estimated_ms": r.estimated_ms,
-                        "planned": plan.trials} for r, plan in zip(self.rounds, self.plans)],
-        }
-
-
-def check_until(until: UntilRequest, key: "ModelKey") -> None:
-    """Refuse, before any work, a goal this submit cannot measure."""
-    if until.goal.reference != ONNXRUNTIME:
-        return
-    if onnx_form(key) is None:
-        raise BadInput(f"--until onnxruntime needs the model as an ONNX file; {key.name} is a zoo model "
-                       "the farm cannot export to ONNX",
-                       "submit the model's .onnx file, or give a latency instead: --until 20ms")
-    from foundation.runtime.onnx_reference import require_onnxruntime
-
-    require_onnxruntime()
-
-
-def onnx_form(key: "ModelKey") -> Path | None:
-    """The model's ONNX file, which onnxruntime runs: the file it came from, if it came from one."""
-    return key.path if key.source == "onnx" else None
-
-
-def goal_latency(until: UntilRequest, key: "ModelKey", loaded: "LoadedModel",
-                 seed: int) -> tuple[float, "Latency | None"]:
-    """The latency to beat in ms, and onnxruntime's timing when that is the goal."""
-    if until.goal.reference != ONNXRUNTIME:
-        assert until.goal.latency_ms is not None
-        return until.goal.latency_ms, None
-    from foundation.runtime.onnx_reference import time_onnxruntime
-
-    path = onnx_form(key)
-    assert path is not None  # check_until refused the rest
-    latency = time_onnxruntime(path, [s.name for s in loaded.inputs], loaded.make_inputs(seed))
-    return latency.median_ms, latency
 
 
 def tune_in_rounds(
@@ -136,6 +45,7 @@ def tune_in_rounds(
     work_dir: Path,
     outcome: RoundsOutcome,
     until: UntilRequest,
+    judge: RoundJudge,
     *,
     loaded: "LoadedModel",
     pools: WorkerPools,
@@ -145,13 +55,14 @@ def tune_in_rounds(
     tell: Callable[[str, str], None],
     prepack: bool = False,
     on_round: Callable[[TuningReport], None] = lambda report: None,
-) -> TuningReport:
-    """Tune ``tasks`` in rounds until ``outcome.goal_ms`` is met, patience runs out or the budget
-    is spent; fills ``outcome`` as it goes. Returns the rounds' tuning as one report."""
+) -> TunedRounds:
+    """Tune ``tasks`` in rounds until the model beats the goal, patience runs out or the budget
+    is spent; fills ``outcome`` as it goes."""
     from foundation.compile import build_library
     from foundation.meta_schedule import tuner
 
     reports: list[TuningReport] = []
+    tuned = TunedRounds(TuningReport(tasks=[], seconds=0.0, cancelled=False))
     spent = [0] * len(tasks)
     slices = round_budgets(budget.max_trials_global, until.round_trials)
     for number, trials in enumerate(slices, start=1):
@@ -166,29 +77,37 @@ def tune_in_rounds(
         report = tuner.tune(tasks, target, database, round_budget, work_dir, pools=pools, listener=observer,
                             cancelled=cancelled, seed=seed + number - 1, plan=plan)
         reports.append(report)
-        outcome.plans.append(plan)
+        tuned.plans.append(plan)
         spent = [s + t.trials for s, t in zip(spent, report.tasks)]
         on_round(TuningReport.combined(reports))
         if report.cancelled or cancelled.is_set():
-            outcome.stopped = None
+            outcome.stopped, outcome.cancelled = None, True
             break
         pools.close()  # the model is timed with no worker about (bench/quiet_timing.py)
-        outcome.library = build_library(loaded, target, database, prepack=prepack)
-        latency = _time(outcome.library, target.kind.name, loaded, seed)
-        outcome.rounds.append(RoundResult(report.trials, latency.median_ms, tuner.estimated_ms(tasks, database)))
-        estimate = outcome.rounds[-1].estimated_ms
-        goal = (f"onnxruntime {_ms(outcome.goal_ms)}" if outcome.reference else f"goal {outcome.goal.describe()}")
-        tell("timed", f"round {number}: the model runs in {_ms(latency.median_ms)} here (median of {latency.runs}; "
-                      f"{goal})" + (f", estimated from records {_ms(estimate)}" if estimate is not None else ""))
-        outcome.stopped = verdict(outcome.rounds, outcome.goal_ms, until.patience,
-                                  budget.max_trials_global - sum(spent))
+        tuned.library = build_library(loaded, target, database, prepack=prepack)
+        timing = judge.judge(tuned.library, target.kind.name)
+        outcome.rounds.append(RoundResult(report.trials, timing, tuner.estimated_ms(tasks, database)))
+        outcome.planned.append(list(plan.trials))
+        tell("timed", round_line(number, outcome))
+        outcome.stopped = verdict(outcome.rounds, until.patience, budget.max_trials_global - sum(spent))
         if outcome.stopped is not None:
             break
     else:
         outcome.stopped = Stop.BUDGET
-    if not reports:
-        return TuningReport(tasks=[], seconds=0.0, cancelled=cancelled.is_set())
-    return TuningReport.combined(reports)
+    tuned.report = TuningReport.combined(reports) if reports else TuningReport(tasks=[], seconds=0.0,
+                                                                              cancelled=cancelled.is_set())
+    return tuned
+
+
+def round_line(number: int, outcome: RoundsOutcome) -> str:
+    """What a round's timing said, in one line."""
+    last = outcome.rounds[-1]
+    timing, estimate = last.timing, last.estimated_ms
+    against = (f"onnxruntime {_ms(timing.goal_ms)} median, faster in {timing.blocks_won} of {timing.blocks} "
+               "blocks" if timing.blocks_won is not None else f"goal {outcome.goal.describe()}")
+    return (f"round {number}: the model runs in {_ms(timing.candidate_ms)} here (median; upper quartile "
+            f"{_ms(timing.candidate_upper_ms)}; {against}: {'beaten' if timing.beats else 'not beaten'})"
+            + (f", estimated from records {_ms(estimate)}" if estimate is not None else ""))
 
 
 def summed_plan(plans: Sequence["TrialPlan"], budget: int) -> "TrialPlan":
@@ -203,11 +122,3 @@ def summed_plan(plans: Sequence["TrialPlan"], budget: int) -> "TrialPlan":
 
 def _ms(value: float) -> str:
     return f"{value:.3g} ms"
-
-
-def _time(library: bytes, target_kind: str, loaded: "LoadedModel", seed: int) -> "Latency":
-    from foundation.runtime.library_runner import LoadedLibrary
-
-    model = LoadedLibrary(library, target_kind)
-    model.set_weights(loaded.make_weights(seed))
-    return model.time(loaded.make_inputs(seed), runs=TIMING_RUNS, warmup=TIMING_WARMUP)

@@ -150,8 +150,8 @@ def _until(until: str | None, patience: int | None, round_trials: int | None, co
             raise BadInput("--patience and --round-trials only apply with --until", "add --until onnxruntime or "
                                                                                     "--until 20ms")
         return None
-    from farm.tuning_rounds import UntilRequest
     from foundation.domain.tuning_rounds import parse_goal
+    from foundation.job_driver.tuning_rounds import UntilRequest
 
     if coordinator:
         raise BadInput("--until tunes on this box (it times the model here after each round)",

@@ -74,6 +74,7 @@ def job_fields(doc: dict) -> list[tuple[str, Any]]:
         ("Plan", "\n".join(plan_lines(doc["trial_plan"])) if doc.get("trial_plan") else None),
         ("Shards", shards or "none yet"),
         ("Reuse", describe_summary(doc["reuse"]) if doc.get("reuse") else None),
+        ("Until", until_text(doc["until"]) if doc.get("until") else None),
         ("Created", _ago(doc.get("created_at"))),
         ("Started", _ago(doc.get("started_at"))),
         ("Finished", _ago(doc.get("finished_at"))),
@@ -88,6 +89,14 @@ def job_fields(doc: dict) -> list[tuple[str, Any]]:
         fields.append(("Artifact", f"{artifact['id']}  {size(artifact.get('size'))}  sha256 {artifact['sha256']}"))
         fields.append(("Latency", latency_text(artifact["latency_ms"], artifact.get("untuned_latency_ms"))))
     return fields
+
+
+def until_text(until: dict) -> str:
+    """How tuning in rounds (`--until`) ended, or where it is (foundation.job_driver.tuning_rounds.RoundsOutcome)."""
+    if until.get("summary"):
+        return until["summary"]
+    rounds = until.get("rounds") or []
+    return f"tuning in rounds until {until.get('goal')}: {len(rounds)} round{'s' * (len(rounds) != 1)} timed so far"
 
 
 def _weights_text(layout: str | None) -> str | None:

@@ -3,8 +3,8 @@
 A job with a goal tunes a slice of its budget per round; after each round the model is built
 with the best records so far and timed on this box. It stops when
 
-- the built model is at least as fast as the goal (``reached``): onnxruntime's latency on this
-  box, timed once before the first round, or a latency the user gave;
+- the built model beats the goal (``reached``, see `compare`): onnxruntime on this box, timed
+  interleaved with the model after every round, or a latency the user gave;
 - the estimated latency (each task's best measured time x its calls) has not improved by
   `MIN_IMPROVEMENT` for ``patience`` rounds in a row (``patience``); a round before which some
   task had no valid measurement counts as improving, since the estimate is not yet defined;
@@ -26,6 +26,13 @@ DEFAULT_PATIENCE = 2
 
 _LATENCY = re.compile(r"^\s*(?P<value>\d+(?:\.\d*)?|\.\d+)\s*(?P<unit>us|ms|s)\s*$", re.IGNORECASE)
 _MS_PER_UNIT = {"us": 1e-3, "ms": 1.0, "s": 1e3}
+
+
+# The timing after each round: BLOCKS blocks of RUNS_PER_BLOCK runs of the model and of the
+# reference, alternating which goes first, so load that comes and goes lands on both.
+BLOCKS = 5
+RUNS_PER_BLOCK = 4
+UPPER_QUANTILE = 0.75
 
 
 class Stop(enum.Enum):
@@ -71,19 +78,80 @@ def round_budgets(total: int, round_trials: int | None = None, rounds: int = DEF
 
 
 @dataclass(frozen=True)
+class Comparison:
+    """The built model timed against the goal after a round: what `compare` decided, with its figures."""
+
+    candidate_ms: float  # the model's median over every timed run
+    candidate_upper_ms: float  # its upper quartile (UPPER_QUANTILE)
+    goal_ms: float  # the reference's median over every timed run, or the latency given
+    blocks: int
+    blocks_won: int | None  # blocks whose model median is below the reference's; None for a given latency
+    beats: bool
+
+    def to_json(self) -> dict:
+        return {"median_ms": self.candidate_ms, "upper_quartile_ms": self.candidate_upper_ms,
+                "goal_ms": self.goal_ms, "blocks": self.blocks, "blocks_won": self.blocks_won, "beats": self.beats}
+
+
+def compare(candidate: Sequence[Sequence[float]], reference: Sequence[Sequence[float]] | None = None,
+            goal_ms: float | None = None) -> Comparison:
+    """Whether the model beats the goal, from its timed runs in blocks, and the reference's
+    (interleaved with them, block for block) or a latency ``goal_ms``.
+
+    One noisy median against another would flip on a burst of load; the model beats only when
+    - its upper quartile over all runs is at or below the goal (the reference's median over all
+      its runs, or ``goal_ms``): three runs in four at least as fast, not one typical run; and,
+    - against a reference, its median is below the reference's in more than half of the blocks
+      (a paired comparison: load that changed during the timing touched both sides of a block).
+    """
+    runs = [x for block in candidate for x in block]
+    if not runs:
+        raise ValueError("the model was not timed")
+    upper = quantile(runs, UPPER_QUANTILE)
+    if reference is None:
+        if goal_ms is None:
+            raise ValueError("a goal needs a reference's timings or a latency")
+        return Comparison(quantile(runs, 0.5), upper, goal_ms, len(candidate), None, upper <= goal_ms)
+    if len(reference) != len(candidate):
+        raise ValueError(f"{len(candidate)} blocks of the model against {len(reference)} of the reference")
+    reference_runs = [x for block in reference for x in block]
+    if not reference_runs or not all(reference):
+        raise ValueError("the reference was not timed in every block")
+    goal = quantile(reference_runs, 0.5)
+    won = sum(quantile(c, 0.5) < quantile(r, 0.5) for c, r in zip(candidate, reference))
+    return Comparison(quantile(runs, 0.5), upper, goal, len(candidate), won,
+                      upper <= goal and won * 2 > len(candidate))
+
+
+def quantile(values: Sequence[float], q: float) -> float:
+    """The ``q`` quantile, interpolated between the nearest ranks (numpy's default, 'linear')."""
+    ordered = sorted(values)
+    if not ordered:
+        raise ValueError("no values")
+    position = q * (len(ordered) - 1)
+    low = math.floor(position)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+
+@dataclass(frozen=True)
 class RoundResult:
     """What one round ended with."""
 
     trials: int  # measured in this round
-    latency_ms: float  # the built model, timed on this box (median)
+    timing: Comparison  # the built model, timed on this box against the goal
     estimated_ms: float | None  # each task's best measured time x its calls; None while a task has none
 
+    @property
+    def latency_ms(self) -> float:
+        return self.timing.candidate_ms
 
-def verdict(rounds: Sequence[RoundResult], goal_ms: float, patience: int, trials_left: int) -> Stop | None:
+
+def verdict(rounds: Sequence[RoundResult], patience: int, trials_left: int) -> Stop | None:
     """Whether to stop after the last of ``rounds``, and why; None to tune another round."""
     if not rounds:
         return None
-    if rounds[-1].latency_ms <= goal_ms:
+    if rounds[-1].timing.beats:
         return Stop.REACHED
     if trials_left <= 0:
         return Stop.BUDGET

@@ -1,7 +1,7 @@
 """A zoo model's Relax graph as an ONNX model, op for op with the same weights: what onnxruntime runs.
 
 `farm submit --until onnxruntime` times onnxruntime on this form of a zoo model; the farm checks
-its outputs against the untuned TVM build before using it (farm.tuning_rounds).
+its outputs against the untuned TVM build before using it (foundation.job_driver.tuning_rounds).
 
     model = load_model("bert", 1)
     onnx_model = to_onnx(model.mod, model.make_weights(0))

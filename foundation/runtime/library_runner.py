@@ -105,6 +105,20 @@ class LoadedLibrary:
             warmup=warmup,
         )
 
+    def timer(self, inputs: Sequence[np.ndarray]):
+        """One synchronised call of ``main`` on device-resident arguments, returning its wall time in ms
+        (foundation.runtime.interleaved_timing)."""
+        args = self.device_arguments(inputs)
+        main = self.vm["main"]
+
+        def one() -> float:
+            begin = time.perf_counter()
+            main(*args)
+            self.device.sync()
+            return (time.perf_counter() - begin) * 1e3
+
+        return one
+
     def device_arguments(self, inputs: Sequence[np.ndarray]) -> list:
         """`main`'s arguments on the device: the inputs, then the weights in the form `main` takes."""
         import tvm

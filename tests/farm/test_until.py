@@ -9,8 +9,8 @@ import subprocess
 import pytest
 
 from farm.embedded import SubmitRequest, submit
-from farm.tuning_rounds import UntilRequest
-from foundation.domain.tuning_rounds import Stop, parse_goal
+from foundation.domain.tuning_rounds import BLOCKS, Stop, parse_goal
+from foundation.job_driver.tuning_rounds import UntilRequest
 from foundation.meta_schedule.measure import MeasureSettings
 from foundation.registry.store import RegistryStore
 
@@ -51,7 +51,10 @@ def test_an_unreachable_goal_stops_at_patience_or_the_budget_and_says_which(tmp_
         assert outcome.summary().startswith("not reached, budget spent:")
     else:
         assert outcome.summary().startswith("not reached, no improvement:")
-    assert "above 0.001 ms" in outcome.summary()
+    assert "not beating 0.001 ms" in outcome.summary()
+    timing = outcome.rounds[-1].timing
+    assert timing.blocks == BLOCKS and timing.blocks_won is None and not timing.beats
+    assert timing.candidate_upper_ms >= timing.candidate_ms > 0.001
     # Rounds accumulate: the registry holds every round's records, the report counts them all.
     store = RegistryStore(url)
     assert len(store.job_measurements(result.job.id)) == result.report.trials == sum(r.trials for r in outcome.rounds)
@@ -74,6 +77,50 @@ def test_onnxruntime_is_the_goal_for_an_onnx_file(farm_exe, tmp_path):
     assert until["goal"] == "onnxruntime" and until["reference_latency_ms"]["runs"] == 20
     assert until["goal_ms"] == until["reference_latency_ms"]["median"] > 0
     assert until["stopped"] in ("reached", "patience", "budget")
-    reached = until["latency_ms"] <= until["goal_ms"]
+    assert until["reference_check"]["passed"]
+    last = until["rounds"][-1]["timing"]
+    assert last["blocks"] == BLOCKS and 0 <= last["blocks_won"] <= BLOCKS
+    # Beaten only when the model's upper quartile is at or below onnxruntime's median (timed in
+    # the same blocks) and it won most blocks.
+    assert last["beats"] == (last["upper_quartile_ms"] <= last["goal_ms"] and last["blocks_won"] * 2 > BLOCKS)
+    reached = last["beats"]
     assert (until["stopped"] == "reached") == reached
     assert until["summary"].startswith("reached:" if reached else "not reached")
+
+
+def test_onnxruntime_is_the_goal_for_a_zoo_model_exported_to_onnx(farm_exe, tmp_path):
+    env = {**os.environ, "FARM_HOME": str(tmp_path / "home")}
+    proc = subprocess.run([farm_exe, "submit", "mlp-tiny", "llvm", "2", "--trials", "8", "--round-trials", "4",
+                           "--until", "onnxruntime", "--runs", "3", "--json"], env=env, capture_output=True,
+                          text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr
+    done = json.loads(proc.stdout)
+    until = done["until"]
+    assert until["goal"] == "onnxruntime" and until["reference_check"]["passed"]
+    assert until["reference_check"]["max_abs_err"] < 1e-3
+    assert until["stopped"] in ("reached", "patience", "budget") and 1 <= len(until["rounds"]) <= 2
+    for round_ in until["rounds"]:
+        assert round_["timing"]["blocks"] == BLOCKS and round_["timing"]["goal_ms"] > 0
+    assert done["state"] == "succeeded" and done["artifact"]["validation"]["passed"]
+    assert sum(r["trials"] for r in until["rounds"]) == done["trials"] <= 8
+
+
+def test_an_onnx_model_that_disagrees_with_tvm_is_not_a_goal():
+    import tvm
+
+    from foundation.errors import BadInput
+    from foundation.job_driver.tuning_rounds import exported_onnx, set_up_goal
+    from foundation.models.loading import load_model
+
+    model = load_model("mlp-tiny", 2)
+    # The same network with other weights: onnxruntime computes something else than TVM's build
+    # with the job's weights.
+    other = exported_onnx(model, seed=1)
+    with pytest.raises(BadInput, match="disagrees with TVM's untuned build"):
+        set_up_goal(UntilRequest(parse_goal("onnxruntime")), model, tvm.target.Target({"kind": "llvm"}), 0, other)
+    outcome, judge = set_up_goal(UntilRequest(parse_goal("onnxruntime")), model,
+                                 tvm.target.Target({"kind": "llvm"}), 0, exported_onnx(model, seed=0))
+    assert outcome.reference_check.passed and outcome.goal_ms == outcome.reference.median_ms > 0
+    timing = judge.judge(judge.reference_library, "llvm")
+    assert timing.blocks == BLOCKS and timing.blocks_won is not None and timing.goal_ms > 0
+    assert timing.candidate_upper_ms >= timing.candidate_ms > 0

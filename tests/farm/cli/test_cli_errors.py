@@ -170,11 +170,25 @@ def test_tuning_for_another_architecture_is_refused(farm_exe, home):
     (["--until", "0ms"], "must be a latency above zero"),
     (["--until", "-3ms"], "is neither onnxruntime nor a latency"),
     (["--patience", "2"], "--patience and --round-trials only apply with --until"),
-    (["--until", "onnxruntime"], "mlp-tiny is a zoo model the farm cannot export to ONNX"),
     (["--until", "20ms", "--coordinator", "127.0.0.1:1"], "--until tunes on this box"),
 ])
 def test_bad_until_is_refused_before_anything_is_written(farm_exe, home, args, needle):
     proc = farm(farm_exe, home, "submit", "mlp-tiny", "llvm", "1", *args)
     assert proc.returncode == 2
     assert_refused(proc, needle)
+    assert not (home / "registry.db").exists()
+
+
+def test_until_onnxruntime_without_onnxruntime_is_one_line(farm_exe, home, tmp_path):
+    # onnxruntime is the optional 'reference' extra; the test venv has it, so this hides it the
+    # way a missing package looks to Python: its import fails.
+    hidden = tmp_path / "hidden"
+    (hidden / "onnxruntime").mkdir(parents=True)
+    (hidden / "onnxruntime" / "__init__.py").write_text("raise ImportError('No module named onnxruntime')\n")
+    env = {**os.environ, "FARM_HOME": str(home), "PYTHONPATH": str(hidden)}
+    env.pop("FARM_REGISTRY", None)
+    proc = subprocess.run([farm_exe, "submit", "mlp-tiny", "llvm", "1", "--until", "onnxruntime"], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2
+    assert_refused(proc, "--until onnxruntime needs onnxruntime, which is not installed", "tvm-farm[reference]")
     assert not (home / "registry.db").exists()

@@ -1,0 +1,28 @@
+"""A model and its reference timed in alternating blocks, so load that comes and goes lands on both."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+# One call, synchronised, returning its wall time in ms.
+Timer = Callable[[], float]
+
+
+def time_interleaved(candidate: Timer, reference: Timer | None, blocks: int, runs: int,
+                     warmup: int = 2) -> tuple[list[list[float]], list[list[float]] | None]:
+    """``blocks`` blocks of ``runs`` calls of each, the one going first alternating per block
+    (A B, B A, ...) so neither always runs on the other's heels; returns each one's runs by block."""
+    for _ in range(warmup):
+        candidate()
+        if reference is not None:
+            reference()
+    mine: list[list[float]] = []
+    theirs: list[list[float]] | None = None if reference is None else []
+    for block in range(blocks):
+        order = [(candidate, mine), (reference, theirs)]
+        if block % 2:
+            order.reverse()
+        for timer, into in order:
+            if timer is not None and into is not None:
+                into.append([timer() for _ in range(runs)])
+    return mine, theirs
