@@ -57,6 +57,9 @@ class Housekeeping:
             if job.fingerprint_id is not None:
                 self._planner.submit(job.id, lambda job_id=job.id: self._steps.plan(job_id))
         for job_id in self._cluster.running_jobs_ready_to_build():
+            if self._steps.rounds.going_on(job_id):  # a round of `--until` ended: judge it, then go on or stop
+                self._builder.submit(job_id, lambda job_id=job_id: self._steps.rounds.end_round(job_id))
+                continue
             self._steps.move(job_id, JobState.RUNNING, JobState.BUILDING,
                              "building: compiling with the best records, and an untuned reference")
         for job in self._store.list_jobs(limit=500, state=JobState.BUILDING.value):

@@ -10,19 +10,21 @@ from __future__ import annotations
 
 import logging
 import threading
+from pathlib import Path
 from typing import Any
 
 from coordinator import metrics
 from coordinator.calls.values import DEFAULT_VALIDATION_RUNS, utc_now
 from coordinator.cluster_store import ClusterStore
 from coordinator.hints import WorkloadJson
+from coordinator.job_rounds import JobRounds, tuned_in_rounds
 from coordinator.job_work import ModelCache, build_libraries, plan_tasks
 from foundation.domain.jobs import JobState
 from foundation.domain.reuse import default_mode
 from foundation.domain.shards import TaskCost, split_tasks
 from foundation.domain.validations import ValidationState
 from foundation.domain.weights_layout import WeightsLayout, tuned_form
-from foundation.errors import NotFound, RegistryError
+from foundation.errors import FarmError, NotFound, RegistryError
 from foundation.job_driver.artifacts import LIBRARY_FORMAT, commit_artifact
 from foundation.job_driver.driver import JobDriver, validation_failure
 from foundation.registry.store import RegistryStore
@@ -36,7 +38,7 @@ class JobSteps:
     """Plan, build and settle jobs of the registry; ``wake`` is set when a tick should come early."""
 
     def __init__(self, store: RegistryStore, cluster: ClusterStore, models: ModelCache, workloads: WorkloadJson,
-                 tvm_version: str, wake: threading.Event):
+                 tvm_version: str, wake: threading.Event, data_dir: Path):
         self._store = store
         self._moves = ClusterJobMoves(cluster)
         self._cluster = cluster
@@ -45,11 +47,15 @@ class JobSteps:
         self._tvm_version = tvm_version
         self._wake = wake
         self._settling = threading.Lock()
+        self.rounds = JobRounds(store, cluster, models, workloads, tvm_version, data_dir, wake, self.move)
 
     def plan(self, job_id: str) -> None:
         """Extract the job's tasks and split them into shards (queued -> running), once."""
         job = self._store.get_job(job_id)
         if job.state != JobState.QUEUED.value or job.fingerprint_id is None:
+            return
+        if tuned_in_rounds(job):
+            self._plan_rounds(job)
             return
         try:
             model = self._store.get_model(job.model_id)
@@ -80,6 +86,18 @@ class JobSteps:
                     plan.max_trials_global, plan.reuse.describe())
         self._wake.set()
 
+    def _plan_rounds(self, job) -> None:
+        try:
+            self.rounds.plan_first(job)
+        except Exception as err:
+            if self._store.get_job(job.id).state == JobState.QUEUED.value:
+                if not isinstance(err, FarmError):
+                    logger.exception("planning %s failed", job.id)
+                problem = (f"{err.problem} ({err.fix})" if isinstance(err, FarmError) and err.fix
+                           else f"{type(err).__name__}: {err}")
+                self.move(job.id, JobState.QUEUED, JobState.FAILED, "failed: could not set up its rounds",
+                          error=f"planning failed: {problem}"[:2000])
+
     def build(self, job_id: str) -> None:
         """Build the tuned library and the untuned reference, and offer them for validation."""
         job = self._store.get_job(job_id)
@@ -99,7 +117,8 @@ class JobSteps:
             loaded = self._models.get(model)
             library, reference = build_libraries(self._store, loaded, job.target, job.fingerprint_id,
                                                  self._tvm_version, software_versions(job.target_kind),
-                                                 prepack=tuned_form(job.options) is WeightsLayout.PREPACKED)
+                                                 prepack=tuned_form(job.options) is WeightsLayout.PREPACKED,
+                                                 library=self.rounds.take_library(job_id))
             if self._store.get_job(job_id).state != JobState.BUILDING.value:
                 return  # cancelled while building
             self._cluster.create_validation(

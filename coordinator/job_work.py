@@ -165,9 +165,9 @@ def plan_tasks(loaded: "LoadedModel", target_json: str, trials: int | None, tria
 
 def build_libraries(store: "RegistryStore", loaded: "LoadedModel", target_json: str,
                     fingerprint_id: str, tvm_version: str, software: dict, *,
-                    prepack: bool = False) -> tuple[bytes, bytes]:
-    """The library built with the registry's best records (prepacked or not), and the untuned
-    (plain) reference."""
+                    prepack: bool = False, library: bytes | None = None) -> tuple[bytes, bytes]:
+    """The library built with the registry's best records (prepacked or not; ``library`` if it was
+    built with them already), and the untuned (plain) reference."""
     import json
 
     from foundation.compile import build_library
@@ -180,7 +180,9 @@ def build_libraries(store: "RegistryStore", loaded: "LoadedModel", target_json: 
     target = to_tvm_target(target_doc)
     database = tvm_database_for(store, fingerprint_id, target_json, tvm_version, software)
     with TVM_IR_LOCK:
-        return build_library(loaded, target, database, prepack=prepack), build_library(loaded, target, None)
+        if library is None:
+            library = build_library(loaded, target, database, prepack=prepack)
+        return library, build_library(loaded, target, None)
 
 
 class BackgroundWorker:

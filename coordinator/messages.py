@@ -84,7 +84,26 @@ def job_message(view: JobView) -> farm_pb2.Job:
     for line in (job.options.get("trial_plan") or {}).get("tasks", []):
         message.trial_plan.append(farm_pb2.PlannedTrials(task=line["task"], trials=line["trials"], share=line["share"],
                                                          minor=line["minor"], measured=line.get("measured", False)))
+    until = job.options.get("until") or ({"goal": job.options["until_goal"]} if job.options.get("until_goal")
+                                         and job.options.get("until_request") else None)
+    if until:
+        message.until.CopyFrom(_until_message(until))
     return message
+
+
+def _until_message(until: dict) -> farm_pb2.JobUntil:
+    """A job's rounds (RoundsOutcome.to_json, or only its goal before the first round) on the wire."""
+    stopped = until.get("stopped")
+    rounds = [
+        farm_pb2.TunedRound(
+            trials=r["trials"], median_ms=r["timing"]["median_ms"], upper_quartile_ms=r["timing"]["upper_quartile_ms"],
+            goal_ms=r["timing"]["goal_ms"], blocks=r["timing"]["blocks"],
+            blocks_won=-1 if r["timing"]["blocks_won"] is None else r["timing"]["blocks_won"],
+            beats=r["timing"]["beats"], estimated_ms=r.get("estimated_ms") or 0.0)
+        for r in until.get("rounds") or []
+    ]
+    return farm_pb2.JobUntil(goal=until["goal"], goal_ms=until.get("goal_ms") or 0.0, stopped=stopped or "",
+                             summary=until.get("summary") or "", rounds=rounds)
 
 
 # ReusePlan.summary() keys the wire carries (reused and trials_saved follow from them).

@@ -37,6 +37,7 @@ from coordinator.calls.values import (
     SubmitSpec,
     TrackerAddress,
     Unavailable,
+    UntilSpec,
     ValidationReport,
     utc_now,
 )
@@ -72,6 +73,7 @@ __all__ = [
     "ReRegister",
     "SubmitSpec",
     "Unavailable",
+    "UntilSpec",
     "ValidationReport",
     "utc_now",
 ]
@@ -131,7 +133,7 @@ class Coordinator:
         rpc_servers = RpcServerFlags()
         progress_events = ProgressEvents()
 
-        steps = JobSteps(store, cluster, models, workloads, version, wake)
+        steps = JobSteps(store, cluster, models, workloads, version, wake, settings.data_dir)
         self.housekeeping = Housekeeping(store, cluster, self.live, steps, lease_ttl=settings.lease_ttl,
                                          max_attempts=settings.max_attempts)
         self.client_calls = ClientCalls(store, cluster, models, progress, rpc_servers, data_dir=settings.data_dir,

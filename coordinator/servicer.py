@@ -45,6 +45,7 @@ from coordinator.service import (
     ReRegister,
     SubmitSpec,
     Unavailable,
+    UntilSpec,
     ValidationReport,
 )
 from foundation.domain.jobs import JobState
@@ -135,6 +136,8 @@ class FarmClientServicer(farm_pb2_grpc.FarmClientServicer):
             trials_per_task=request.trials_per_task or None, retune=request.retune, seed=request.seed,
             validation_runs=request.validation_runs or None, reuse=request.reuse or None,
             weights_layout=request.weights_layout or "auto",
+            until=UntilSpec(request.until.goal, request.until.patience or None, request.until.round_trials or None)
+            if request.HasField("until") else None,
         )
         submitted = self.coordinator.submit(spec)
         return farm_pb2.SubmitResponse(jobs=[

@@ -81,10 +81,24 @@ def job_json(job) -> dict:
         ],
         "artifact": artifact,
         "reuse": _reuse(job),
+        "until": _until(job),
         "created_at": _time(job, "created_at"),
         "started_at": _time(job, "started_at"),
         "finished_at": _time(job, "finished_at"),
     }
+
+
+def _until(job) -> dict | None:
+    """A proto Job's rounds as RoundsOutcome.to_json spells them (farm status, embedded or not)."""
+    if not job.HasField("until"):
+        return None
+    u = job.until
+    rounds = [{"trials": r.trials, "latency_ms": r.median_ms, "estimated_ms": r.estimated_ms or None,
+               "timing": {"median_ms": r.median_ms, "upper_quartile_ms": r.upper_quartile_ms, "goal_ms": r.goal_ms,
+                          "blocks": r.blocks, "blocks_won": None if r.blocks_won < 0 else r.blocks_won,
+                          "beats": r.beats}} for r in u.rounds]
+    return {"goal": u.goal, "goal_ms": u.goal_ms, "stopped": u.stopped or None, "summary": u.summary or None,
+            "latency_ms": rounds[-1]["latency_ms"] if rounds else None, "rounds": rounds}
 
 
 def _trial_plan(job) -> dict | None:
@@ -153,7 +167,8 @@ class CoordinatorClient:
     def submit(self, model: str, target: str, batch: int, *, trials: int | None = None,
                trials_per_task: int | None = None, retune: bool = False, seed: int = 0,
                fingerprint: str | None = None, validation_runs: int = 20, reuse: str | None = None,
-               weights_layout: str = "auto"):
+               weights_layout: str = "auto", until=None):
+        """``until``: a foundation.job_driver.tuning_rounds.UntilRequest, to tune in rounds."""
         from foundation.wire import farm_pb2
 
         check_batch(batch)
@@ -162,6 +177,9 @@ class CoordinatorClient:
             trials_per_task=trials_per_task or 0, retune=retune, seed=seed, validation_runs=validation_runs,
             reuse=reuse or "", weights_layout=weights_layout,
         )
+        if until is not None:
+            request.until.CopyFrom(farm_pb2.Until(goal=until.goal.describe().replace(" ", ""),
+                                                  patience=until.patience, round_trials=until.round_trials or 0))
         if looks_like_path(model):
             path = Path(model).expanduser()
             if not path.is_file():

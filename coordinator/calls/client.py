@@ -5,7 +5,9 @@ from __future__ import annotations
 import hashlib
 import threading
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from coordinator import metrics
 from coordinator.calls.values import (
@@ -33,6 +35,9 @@ from foundation.models.loaded import check_batch
 from foundation.models.model_key import ModelKey, looks_like_path, model_key
 from foundation.registry.entities import JobEvent, Model
 from foundation.registry.store import RegistryStore
+
+if TYPE_CHECKING:  # pragma: no cover
+    from foundation.job_driver.tuning_rounds import UntilRequest
 
 
 class ClientCalls:
@@ -83,6 +88,18 @@ class ClientCalls:
             "validation_runs": spec.validation_runs or DEFAULT_VALIDATION_RUNS,
             "mode": "distributed",
         }
+        until = _until(spec, kind)
+        if until is not None:
+            options.update(until=None, until_request=until.to_json(), until_goal=until.goal.describe(),
+                           patience=until.patience, round_trials=until.round_trials)
+            # Each round's model is timed here, on the coordinator's CPU: it tunes for that one.
+            own = self._own_fingerprint(kind)
+            if spec.fingerprint_id and spec.fingerprint_id != own:
+                raise InvalidRequest(
+                    f"--until times each round's model on the coordinator's CPU (fingerprint {own}); it cannot "
+                    f"judge a model tuned for {spec.fingerprint_id}",
+                    "drop --fingerprint, or run `farm submit --until` embedded on a box of that fingerprint")
+            spec = replace(spec, fingerprint_id=own)
         if spec.fingerprint_id:
             stored = self._store.get_fingerprint(spec.fingerprint_id)
             if stored is None or stored.kind != FINGERPRINT_KIND[kind]:
@@ -107,7 +124,8 @@ class ClientCalls:
                     submitted.append(Submitted(record_hit(self._store, hit, target, fp_id, options), False))
                     continue
             model = model or self._ensure_model(key)
-            running = self._cluster.attachable_job(model.id, target, fp_id, layout)
+            # A job tuned in rounds has a goal of its own: it never joins another job, nor one joins it.
+            running = None if until is not None else self._cluster.attachable_job(model.id, target, fp_id, layout)
             if running is not None:
                 submitted.append(Submitted(running, True))
                 continue
@@ -130,6 +148,15 @@ class ClientCalls:
             submitted.append(Submitted(job, False))
         self._wake.set()
         return submitted
+
+    def _own_fingerprint(self, kind: str) -> str:
+        """This box's fingerprint for ``kind``, in the registry (it tunes jobs timed here)."""
+        from foundation.hardware.fingerprint import local_fingerprint
+
+        fingerprint = local_fingerprint(kind)
+        if self._store.get_fingerprint(fingerprint.id) is None:
+            self._store.upsert_fingerprint(fingerprint.id, fingerprint.kind, fingerprint.summary, fingerprint.details)
+        return fingerprint.id
 
     def _model_key(self, spec: SubmitSpec) -> ModelKey:
         if spec.onnx is not None:
@@ -242,6 +269,30 @@ class ClientCalls:
             if validation and validation.state is ValidationState.LEASED and validation.agent_id == agent_id:
                 return (job.id, validation_id(job.id), validation.attempt)
         return None
+
+
+def _until(spec: SubmitSpec, kind: str) -> "UntilRequest | None":
+    """`--until`, checked: a goal the coordinator can time on its own CPU."""
+    if spec.until is None:
+        return None
+    from foundation.domain.tuning_rounds import DEFAULT_PATIENCE, parse_goal
+    from foundation.job_driver.tuning_rounds import UntilRequest, check_until
+
+    if kind != "llvm":
+        raise InvalidRequest(
+            f"--until through a coordinator times each round's model on the coordinator's CPU; a {kind} model "
+            "would have to be timed on an agent's device, which the farm does not do between rounds",
+            "tune without --until, or run `farm submit --until` embedded on the box with that device")
+    try:
+        goal = parse_goal(spec.until.goal)
+    except ValueError as err:
+        raise InvalidRequest(str(err), "give --until onnxruntime, or a latency such as --until 20ms") from None
+    until = UntilRequest(goal, spec.until.patience or DEFAULT_PATIENCE, spec.until.round_trials)
+    try:
+        check_until(until)
+    except FarmError as err:
+        raise InvalidRequest(f"{err.problem} on the coordinator", err.fix) from None
+    return until
 
 
 def _waiting_status(kind: str) -> str:

@@ -42,6 +42,15 @@ class OnnxUpload:
 
 
 @dataclass(frozen=True)
+class UntilSpec:
+    """`farm submit --until` as it came over the wire: checked by the submit call."""
+
+    goal: str
+    patience: int | None = None
+    round_trials: int | None = None
+
+
+@dataclass(frozen=True)
 class SubmitSpec:
     target: str
     batch: int
@@ -55,6 +64,7 @@ class SubmitSpec:
     validation_runs: int | None = None
     reuse: str | None = None  # foundation.domain.reuse.ReuseMode; None: its default_mode
     weights_layout: str = "auto"  # foundation.domain.weights_layout: auto, plain, prepacked
+    until: UntilSpec | None = None  # tune in rounds until the model beats a goal
 
 
 @dataclass(frozen=True)

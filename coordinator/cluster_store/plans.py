@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from dataclasses import replace
 from datetime import datetime
 
 from sqlalchemy import case, func, select, update
@@ -106,6 +107,60 @@ class PlanStore:
             session.flush()
             self._jobs.move_in(session, job, JobState.RUNNING, now, status=_tuning_status(0, len(shards)))
             return self.shards_in(session, job_id)
+
+    def add_round(
+        self,
+        job_id: str,
+        tasks: Sequence[PlannedTask],
+        shards: Sequence[Shard],
+        now: datetime,
+        options: dict,
+    ) -> list[StoredShard] | None:
+        """The next round of a running job tuned in rounds (`farm submit --until`), once every
+        shard of the last is done: its tasks (new ones added, known ones given this round's trials
+        as their cap, the rest none) and its shards, numbered after the last round's; and the job's
+        options. None, and nothing written, when the job is no longer running or a shard is not done."""
+        shards = self.numbered_after(job_id, shards)
+        with self._unit.write(Changes.STATE) as session:
+            job = self._locks.lock_job(session, job_id)
+            if job.state != JobState.RUNNING.value:
+                return None
+            existing = session.scalars(select(ShardRow).where(ShardRow.job_id == job_id)).all()
+            if any(row.state != ShardState.DONE.value for row in existing):
+                return None
+            rows = {row.name: row for row in session.scalars(select(JobTaskRow).where(JobTaskRow.job_id == job_id))}
+            next_index = max((row.index for row in rows.values()), default=-1) + 1
+            this_round = {task.name for task in tasks}
+            for row in rows.values():
+                if row.name not in this_round:
+                    row.trials_budget = 0
+            for task in tasks:
+                row = rows.get(task.name)
+                if row is None:
+                    row = JobTaskRow(job_id=job_id, index=next_index, name=task.name, weight=task.weight,
+                                     flop=task.flop, workload_shash=task.workload_shash, mod_json=task.mod_json,
+                                     workload_id=self._registry.commit_workload_in(session, task.workload_shash,
+                                                                                   task.mod_json),
+                                     trials_budget=task.trials_budget)
+                    session.add(row)
+                    rows[task.name] = row
+                    next_index += 1
+                row.trials_budget = task.trials_budget
+            first = len(existing)
+            for offset, shard in enumerate(shards):
+                session.add(ShardRow(
+                    id=shard.id, job_id=job_id, index=first + offset, state=ShardState.PENDING.value, attempt=0,
+                    task_indexes=[rows[name].index for name in shard.task_names], cost=shard.cost,
+                    trials_budget=shard.trial_budget, trials_done=0, failures=[], updated_at=now))
+            job.options = options
+            job.status = _tuning_status(first, first + len(shards))
+            session.flush()
+            return [s for s in self.shards_in(session, job_id) if s.id in {shard.id for shard in shards}]
+
+    def numbered_after(self, job_id: str, shards: Sequence[Shard]) -> list[Shard]:
+        """``shards`` (numbered from 0 by split_tasks) renumbered after the job's existing ones."""
+        first = len(self.shards_of(job_id))
+        return [replace(shard, id=shard_rules.shard_id(job_id, first + i)) for i, shard in enumerate(shards)]
 
     def cancel_job(self, job_id: str, now: datetime, reason: str = "cancelled by user") -> Job:
         """Cancel a job and its unfinished shards and validation; a finished job is returned

@@ -56,6 +56,7 @@ class ClusterStore:
         self.move_job = jobs.move_job
 
         self.add_job_plan = plans.add_job_plan
+        self.add_round = plans.add_round
         self.shards_of = plans.shards_of
         self.get_shard = plans.get_shard
         self.job_tasks = plans.job_tasks

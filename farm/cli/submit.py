@@ -60,8 +60,10 @@ def submit(
     timeout: float | None = typer.Option(
         None, "--timeout", min=0, help="With --wait: give up waiting after this many seconds."),
     until: str | None = typer.Option(
-        None, "--until", help="Tune in rounds until the built model is as fast as onnxruntime on this box "
-                              "(`onnxruntime`, for an ONNX file) or a latency (`20ms`); within the budget."),
+        None, "--until", help="Tune in rounds until the built model beats onnxruntime on this box (`onnxruntime`: "
+                              "the model's ONNX form, checked against TVM first) or a latency (`20ms`), within the "
+                              "budget: its upper quartile at or below the goal, timed interleaved (README). With "
+                              "--coordinator the coordinator's CPU times it."),
     patience: int | None = typer.Option(
         None, "--patience", min=1, help=f"With --until: stop when the estimated latency has not improved "
                                         f"for this many rounds (default {DEFAULT_PATIENCE})."),
@@ -85,7 +87,7 @@ def submit(
     from foundation.domain.weights_layout import check_request
 
     check_request(weights_layout)
-    until_request = _until(until, patience, round_trials, coordinator)
+    until_request = _until(until, patience, round_trials)
     if coordinator:
         from farm.cli.cluster import client_of, remote_submit
 
@@ -94,7 +96,7 @@ def submit(
                              trials_per_task=trials_per_task, retune=retune, seed=seed,
                              reuse=reuse.value if reuse else None, fingerprint=fingerprint, runs=runs,
                              wait=wait, timeout=timeout, json_output=json_output, report_dir=report_dir,
-                             registry=registry, weights_layout=weights_layout)
+                             registry=registry, weights_layout=weights_layout, until=until_request)
     from farm.cli.interrupts import cancel_on_signals
     from farm.embedded import SubmitRequest
     from farm.embedded import submit as submit_job
@@ -143,7 +145,7 @@ def submit(
                     f"{kept}; see `farm status {job.id}`", document=document)
 
 
-def _until(until: str | None, patience: int | None, round_trials: int | None, coordinator: str | None):
+def _until(until: str | None, patience: int | None, round_trials: int | None):
     """`--until` and its options as the embedded submit takes them; bad values are refused here."""
     if until is None:
         if patience is not None or round_trials is not None:
@@ -153,9 +155,6 @@ def _until(until: str | None, patience: int | None, round_trials: int | None, co
     from foundation.domain.tuning_rounds import parse_goal
     from foundation.job_driver.tuning_rounds import UntilRequest
 
-    if coordinator:
-        raise BadInput("--until tunes on this box (it times the model here after each round)",
-                       "drop --coordinator, or drop --until")
     try:
         goal = parse_goal(until)
     except ValueError as err:

@@ -124,6 +124,8 @@ class RoundsOutcome:
             "rounds": [{"trials": r.trials, "latency_ms": r.latency_ms, "estimated_ms": r.estimated_ms,
                         "timing": r.timing.to_json(), "planned": planned}
                        for r, planned in zip(self.rounds, self.planned)],
+            # Every round's plan, the one being tuned too (a coordinator carries on from it).
+            "planned": self.planned,
         }
 
     @staticmethod
@@ -145,7 +147,7 @@ class RoundsOutcome:
             if check else None,
             rounds=[RoundResult(r["trials"], Comparison(**{k: r["timing"][k2] for k, k2 in _TIMING_KEYS}),
                                 r["estimated_ms"]) for r in rounds],
-            planned=[list(r["planned"]) for r in rounds],
+            planned=[list(p) for p in value.get("planned", [r["planned"] for r in rounds])],
             stopped=Stop(stopped) if stopped in {s.value for s in Stop} else None,
             cancelled=stopped == "cancelled",
         )

@@ -112,7 +112,7 @@ class TrackerAddress(_message.Message):
     def __init__(self, host: _Optional[str] = ..., port: _Optional[int] = ..., key: _Optional[str] = ...) -> None: ...
 
 class SubmitRequest(_message.Message):
-    __slots__ = ("zoo_name", "onnx", "batch", "target", "fingerprint_id", "trials", "trials_per_task", "retune", "seed", "validation_runs", "reuse", "weights_layout")
+    __slots__ = ("zoo_name", "onnx", "batch", "target", "fingerprint_id", "trials", "trials_per_task", "retune", "seed", "validation_runs", "reuse", "weights_layout", "until")
     ZOO_NAME_FIELD_NUMBER: _ClassVar[int]
     ONNX_FIELD_NUMBER: _ClassVar[int]
     BATCH_FIELD_NUMBER: _ClassVar[int]
@@ -125,6 +125,7 @@ class SubmitRequest(_message.Message):
     VALIDATION_RUNS_FIELD_NUMBER: _ClassVar[int]
     REUSE_FIELD_NUMBER: _ClassVar[int]
     WEIGHTS_LAYOUT_FIELD_NUMBER: _ClassVar[int]
+    UNTIL_FIELD_NUMBER: _ClassVar[int]
     zoo_name: str
     onnx: OnnxModel
     batch: int
@@ -137,7 +138,18 @@ class SubmitRequest(_message.Message):
     validation_runs: int
     reuse: str
     weights_layout: str
-    def __init__(self, zoo_name: _Optional[str] = ..., onnx: _Optional[_Union[OnnxModel, _Mapping]] = ..., batch: _Optional[int] = ..., target: _Optional[str] = ..., fingerprint_id: _Optional[str] = ..., trials: _Optional[int] = ..., trials_per_task: _Optional[int] = ..., retune: _Optional[bool] = ..., seed: _Optional[int] = ..., validation_runs: _Optional[int] = ..., reuse: _Optional[str] = ..., weights_layout: _Optional[str] = ...) -> None: ...
+    until: Until
+    def __init__(self, zoo_name: _Optional[str] = ..., onnx: _Optional[_Union[OnnxModel, _Mapping]] = ..., batch: _Optional[int] = ..., target: _Optional[str] = ..., fingerprint_id: _Optional[str] = ..., trials: _Optional[int] = ..., trials_per_task: _Optional[int] = ..., retune: _Optional[bool] = ..., seed: _Optional[int] = ..., validation_runs: _Optional[int] = ..., reuse: _Optional[str] = ..., weights_layout: _Optional[str] = ..., until: _Optional[_Union[Until, _Mapping]] = ...) -> None: ...
+
+class Until(_message.Message):
+    __slots__ = ("goal", "patience", "round_trials")
+    GOAL_FIELD_NUMBER: _ClassVar[int]
+    PATIENCE_FIELD_NUMBER: _ClassVar[int]
+    ROUND_TRIALS_FIELD_NUMBER: _ClassVar[int]
+    goal: str
+    patience: int
+    round_trials: int
+    def __init__(self, goal: _Optional[str] = ..., patience: _Optional[int] = ..., round_trials: _Optional[int] = ...) -> None: ...
 
 class OnnxModel(_message.Message):
     __slots__ = ("file_name", "content", "sha256")
@@ -216,7 +228,7 @@ class ListAgentsResponse(_message.Message):
     def __init__(self, agents: _Optional[_Iterable[_Union[Agent, _Mapping]]] = ...) -> None: ...
 
 class Job(_message.Message):
-    __slots__ = ("id", "state", "status", "model", "target", "target_kind", "fingerprint_id", "cache_hit", "trials_done", "trials_budget", "trial_errors", "shards", "error", "failed_shards", "artifact", "created_at", "started_at", "finished_at", "reuse", "weights_layout", "trial_plan")
+    __slots__ = ("id", "state", "status", "model", "target", "target_kind", "fingerprint_id", "cache_hit", "trials_done", "trials_budget", "trial_errors", "shards", "error", "failed_shards", "artifact", "created_at", "started_at", "finished_at", "reuse", "weights_layout", "trial_plan", "until")
     ID_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     STATUS_FIELD_NUMBER: _ClassVar[int]
@@ -238,6 +250,7 @@ class Job(_message.Message):
     REUSE_FIELD_NUMBER: _ClassVar[int]
     WEIGHTS_LAYOUT_FIELD_NUMBER: _ClassVar[int]
     TRIAL_PLAN_FIELD_NUMBER: _ClassVar[int]
+    UNTIL_FIELD_NUMBER: _ClassVar[int]
     id: str
     state: JobState
     status: str
@@ -259,7 +272,42 @@ class Job(_message.Message):
     reuse: JobReuse
     weights_layout: str
     trial_plan: _containers.RepeatedCompositeFieldContainer[PlannedTrials]
-    def __init__(self, id: _Optional[str] = ..., state: _Optional[_Union[JobState, str]] = ..., status: _Optional[str] = ..., model: _Optional[_Union[ModelSummary, _Mapping]] = ..., target: _Optional[str] = ..., target_kind: _Optional[str] = ..., fingerprint_id: _Optional[str] = ..., cache_hit: _Optional[bool] = ..., trials_done: _Optional[int] = ..., trials_budget: _Optional[int] = ..., trial_errors: _Optional[int] = ..., shards: _Optional[_Union[ShardCounts, _Mapping]] = ..., error: _Optional[str] = ..., failed_shards: _Optional[_Iterable[_Union[ShardFailure, _Mapping]]] = ..., artifact: _Optional[_Union[ArtifactSummary, _Mapping]] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finished_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., reuse: _Optional[_Union[JobReuse, _Mapping]] = ..., weights_layout: _Optional[str] = ..., trial_plan: _Optional[_Iterable[_Union[PlannedTrials, _Mapping]]] = ...) -> None: ...
+    until: JobUntil
+    def __init__(self, id: _Optional[str] = ..., state: _Optional[_Union[JobState, str]] = ..., status: _Optional[str] = ..., model: _Optional[_Union[ModelSummary, _Mapping]] = ..., target: _Optional[str] = ..., target_kind: _Optional[str] = ..., fingerprint_id: _Optional[str] = ..., cache_hit: _Optional[bool] = ..., trials_done: _Optional[int] = ..., trials_budget: _Optional[int] = ..., trial_errors: _Optional[int] = ..., shards: _Optional[_Union[ShardCounts, _Mapping]] = ..., error: _Optional[str] = ..., failed_shards: _Optional[_Iterable[_Union[ShardFailure, _Mapping]]] = ..., artifact: _Optional[_Union[ArtifactSummary, _Mapping]] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finished_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., reuse: _Optional[_Union[JobReuse, _Mapping]] = ..., weights_layout: _Optional[str] = ..., trial_plan: _Optional[_Iterable[_Union[PlannedTrials, _Mapping]]] = ..., until: _Optional[_Union[JobUntil, _Mapping]] = ...) -> None: ...
+
+class JobUntil(_message.Message):
+    __slots__ = ("goal", "goal_ms", "stopped", "summary", "rounds")
+    GOAL_FIELD_NUMBER: _ClassVar[int]
+    GOAL_MS_FIELD_NUMBER: _ClassVar[int]
+    STOPPED_FIELD_NUMBER: _ClassVar[int]
+    SUMMARY_FIELD_NUMBER: _ClassVar[int]
+    ROUNDS_FIELD_NUMBER: _ClassVar[int]
+    goal: str
+    goal_ms: float
+    stopped: str
+    summary: str
+    rounds: _containers.RepeatedCompositeFieldContainer[TunedRound]
+    def __init__(self, goal: _Optional[str] = ..., goal_ms: _Optional[float] = ..., stopped: _Optional[str] = ..., summary: _Optional[str] = ..., rounds: _Optional[_Iterable[_Union[TunedRound, _Mapping]]] = ...) -> None: ...
+
+class TunedRound(_message.Message):
+    __slots__ = ("trials", "median_ms", "upper_quartile_ms", "goal_ms", "blocks", "blocks_won", "beats", "estimated_ms")
+    TRIALS_FIELD_NUMBER: _ClassVar[int]
+    MEDIAN_MS_FIELD_NUMBER: _ClassVar[int]
+    UPPER_QUARTILE_MS_FIELD_NUMBER: _ClassVar[int]
+    GOAL_MS_FIELD_NUMBER: _ClassVar[int]
+    BLOCKS_FIELD_NUMBER: _ClassVar[int]
+    BLOCKS_WON_FIELD_NUMBER: _ClassVar[int]
+    BEATS_FIELD_NUMBER: _ClassVar[int]
+    ESTIMATED_MS_FIELD_NUMBER: _ClassVar[int]
+    trials: int
+    median_ms: float
+    upper_quartile_ms: float
+    goal_ms: float
+    blocks: int
+    blocks_won: int
+    beats: bool
+    estimated_ms: float
+    def __init__(self, trials: _Optional[int] = ..., median_ms: _Optional[float] = ..., upper_quartile_ms: _Optional[float] = ..., goal_ms: _Optional[float] = ..., blocks: _Optional[int] = ..., blocks_won: _Optional[int] = ..., beats: _Optional[bool] = ..., estimated_ms: _Optional[float] = ...) -> None: ...
 
 class JobReuse(_message.Message):
     __slots__ = ("mode", "tasks", "skipped", "topped_up", "topup_trials", "planned_trials", "trials")

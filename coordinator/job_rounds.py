@@ -1,0 +1,255 @@
+"""A distributed job tuned in rounds (`farm submit --until`): shard a round, judge its model here, go on or stop.
+
+Each round's trials are planned afresh from the registry (as the embedded farm plans them,
+farm.tuning_rounds) and sharded to the job's agents like any job's. When every shard of a round
+is done, the coordinator builds the model with the best records and times it on its own CPU
+against the goal (foundation.job_driver.tuning_rounds: onnxruntime interleaved with it, or a
+latency); then foundation.domain.tuning_rounds' rule says whether to plan the next round or stop.
+A stopped job is built, validated and committed as any job is, with the last round's library.
+
+The model is timed on the coordinator's box, so a job tuned in rounds is tuned for the
+coordinator's own fingerprint (coordinator.calls.client refuses anything else). How the rounds
+went lives in the job's options (`until`), so a restarted coordinator carries on: a round whose
+shards are done and whose model was not judged yet is judged again.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from coordinator.calls.values import utc_now
+from coordinator.cluster_store import ClusterStore
+from coordinator.hints import WorkloadJson
+from coordinator.job_work import TVM_IR_LOCK, ModelCache, onnx_path
+from foundation.domain.jobs import JobState
+from foundation.domain.shards import TaskCost, split_tasks
+from foundation.domain.tuning_rounds import RoundResult, Stop, round_budgets, verdict
+from foundation.domain.weights_layout import WeightsLayout, tuned_form
+from foundation.errors import FarmError
+from foundation.job_driver.tuning_rounds import RoundJudge, RoundsOutcome, UntilRequest, planned_so_far, set_up_goal
+from foundation.registry.store import RegistryStore
+
+if TYPE_CHECKING:  # pragma: no cover
+    from collections.abc import Callable
+
+    import tvm
+
+    from foundation.compile import TuningTask
+    from foundation.domain.trial_plan import TrialPlan
+    from foundation.meta_schedule.tuner import TuningBudget
+    from foundation.models.loaded import LoadedModel
+    from foundation.registry.entities import Job
+
+logger = logging.getLogger("farm.coordinator")
+
+
+def tuned_in_rounds(job: "Job") -> bool:
+    return bool(job.options.get("until_request"))
+
+
+@dataclass
+class _RoundsContext:
+    """What judging a job's rounds needs, kept between rounds (rebuilt after a restart)."""
+
+    loaded: "LoadedModel"
+    target: "tvm.target.Target"
+    tasks: list["TuningTask"]
+    budget: "TuningBudget"
+    judge: RoundJudge
+    prepack: bool
+    goal: RoundsOutcome  # the goal as set up, before any round (onnxruntime's timing and check)
+
+
+class JobRounds:
+    """The rounds of the coordinator's jobs tuned in rounds. ``move`` is JobSteps.move."""
+
+    def __init__(self, store: RegistryStore, cluster: ClusterStore, models: ModelCache, workloads: WorkloadJson,
+                 tvm_version: str, data_dir: Path, wake: threading.Event,
+                 move: "Callable[..., bool]"):
+        self._store = store
+        self._cluster = cluster
+        self._models = models
+        self._workloads = workloads
+        self._tvm_version = tvm_version
+        self._data_dir = data_dir
+        self._wake = wake
+        self._move = move
+        self._contexts: dict[str, _RoundsContext] = {}
+        self._libraries: dict[str, bytes] = {}  # each stopped job's last round's build, for its build step
+
+    def going_on(self, job_id: str) -> bool:
+        """Whether a running job whose shards are all done is between rounds (not ready to build)."""
+        job = self._store.get_job(job_id)
+        return tuned_in_rounds(job) and (job.options.get("until") or {}).get("stopped") is None
+
+    def take_library(self, job_id: str) -> bytes | None:
+        """The last round's build of a stopped job (the records did not change since), once."""
+        return self._libraries.pop(job_id, None)
+
+    def plan_first(self, job: "Job") -> None:
+        """Set up the goal (onnxruntime checked and timed here) and start the first round (queued -> running)."""
+        context = self._context(job, fresh=True)
+        outcome = context.goal
+        slices = round_budgets(context.budget.max_trials_global, self._request(job).round_trials)
+        plan = self._round_plan(job, context, slices[0], [0] * len(context.tasks))
+        planned, shards = self._shards(job, context, plan)
+        outcome.planned.append(list(plan.trials))
+        self._store.update_job(job.id, expect_state=JobState.QUEUED.value,
+                               trials_budget=context.budget.max_trials_global,
+                               options={**job.options, "until": outcome.to_json(), "trial_plan": plan.to_json()})
+        self._cluster.add_job_plan(job.id, planned, shards, utc_now())
+        self._remember_workloads(job.id)
+        logger.info("job %s: round 1 of at most %d, %d trials in %d shards, until %s", job.id, len(slices),
+                    plan.total, len(shards), outcome.goal.describe())
+        self._wake.set()
+
+    def end_round(self, job_id: str) -> None:
+        """Judge the round just tuned, then plan the next one or stop (running -> building)."""
+        job = self._store.get_job(job_id)
+        if job.state != JobState.RUNNING.value or not self.going_on(job_id):
+            return
+        try:
+            self._end_round(job)
+        except Exception as err:
+            if self._store.get_job(job_id).state == JobState.RUNNING.value:
+                logger.exception("judging a round of %s failed", job_id)
+                self._move(job_id, JobState.RUNNING, JobState.FAILED, "failed: a round could not be judged",
+                           error=f"round failed: {type(err).__name__}: {err}"[:2000])
+
+    def _end_round(self, job: "Job") -> None:
+        from foundation.compile import build_library
+        from foundation.meta_schedule import tuner
+
+        until = self._request(job)
+        outcome = RoundsOutcome.from_json(job.options["until"])
+        context = self._context(job)
+        database = self._database(job)
+        number = len(outcome.planned)
+        library = None
+        if len(outcome.rounds) < number:  # its shards are done; not judged yet
+            with TVM_IR_LOCK:
+                library = build_library(context.loaded, context.target, database, prepack=context.prepack)
+            timing = context.judge.judge(library, context.target.kind.name)
+            trials = max(0, job.trials_done - sum(r.trials for r in outcome.rounds))
+            outcome.rounds.append(RoundResult(trials, timing, tuner.estimated_ms(context.tasks, database)))
+            spent = sum(sum(p) for p in outcome.planned)
+            outcome.stopped = verdict(outcome.rounds, until.patience, context.budget.max_trials_global - spent)
+            logger.info("job %s: round %d judged: %s", job.id, number, outcome.summary())
+        slices = round_budgets(context.budget.max_trials_global, until.round_trials)
+        if outcome.stopped is None and number >= len(slices):
+            outcome.stopped = Stop.BUDGET
+        plan = None
+        if outcome.stopped is None:
+            plan = self._round_plan(job, context, slices[number], planned_so_far(outcome.planned, len(context.tasks)))
+            if plan.total == 0:  # every task is at its cap
+                outcome.stopped = Stop.BUDGET
+        if outcome.stopped is not None:
+            self._stop(job, outcome, library)
+            return
+        assert plan is not None
+        planned, shards = self._shards(job, context, plan)
+        outcome.planned.append(list(plan.trials))
+        added = self._cluster.add_round(job.id, planned, shards, utc_now(),
+                                        options={**job.options, "until": outcome.to_json(),
+                                                 "trial_plan": _summed(job, plan)})
+        if added is None:  # cancelled meanwhile
+            return
+        self._remember_workloads(job.id)
+        logger.info("job %s: round %d of at most %d, %d trials in %d shards", job.id, number + 1, len(slices),
+                    plan.total, len(shards))
+        self._wake.set()
+
+    def _stop(self, job: "Job", outcome: RoundsOutcome, library: bytes | None) -> None:
+        self._store.update_job(job.id, expect_state=JobState.RUNNING.value,
+                               options={**job.options, "until": outcome.to_json()})
+        if library is not None:
+            self._libraries[job.id] = library
+        self._contexts.pop(job.id, None)
+        self._move(job.id, JobState.RUNNING, JobState.BUILDING, f"building: {outcome.summary()}")
+
+    def _request(self, job: "Job") -> UntilRequest:
+        return UntilRequest.from_json(job.options["until_request"])
+
+    def _context(self, job: "Job", fresh: bool = False) -> _RoundsContext:
+        """The job's model, tasks and judge: made when the job is planned, or again after a restart."""
+        context = None if fresh else self._contexts.get(job.id)
+        if context is not None:
+            return context
+        import json
+
+        from foundation.compile import extract_tuning_tasks
+        from foundation.hardware.fingerprint import local_fingerprint
+        from foundation.hardware.targets import to_tvm_target
+        from foundation.hardware.tvm_startup import install_lean_tensor_intrinsics
+        from foundation.meta_schedule.tuner import TuningBudget
+
+        target_doc = json.loads(job.target)
+        own = local_fingerprint(target_doc["kind"]).id
+        if job.fingerprint_id != own:
+            raise FarmError(f"job {job.id} tunes for fingerprint {job.fingerprint_id}, but its rounds are timed on "
+                            f"the coordinator's CPU ({own})", "submit it again without --until")
+        install_lean_tensor_intrinsics(target_doc["kind"])
+        model = self._store.get_model(job.model_id)
+        loaded = self._models.get(model)
+        target = to_tvm_target(target_doc)
+        prepack = tuned_form(job.options) is WeightsLayout.PREPACKED
+        onnx_file = onnx_path(self._data_dir, model.source_digest).read_bytes() if model.source == "onnx" else None
+        with TVM_IR_LOCK:
+            tasks = extract_tuning_tasks(loaded, target, prepack=prepack)
+            outcome, judge = set_up_goal(self._request(job), loaded, target, int(job.options.get("seed") or 0),
+                                         onnx_file)
+        budget = TuningBudget.for_tasks(len(tasks), job.options.get("trials"), job.options.get("trials_per_task"))
+        context = _RoundsContext(loaded, target, tasks, budget, judge, prepack, outcome)
+        self._contexts[job.id] = context
+        return context
+
+    def _database(self, job: "Job"):
+        from foundation.meta_schedule.database.registry_database import tvm_database_for
+
+        return tvm_database_for(self._store, job.fingerprint_id, job.target, self._tvm_version, {})
+
+    def _round_plan(self, job: "Job", context: _RoundsContext, trials: int, spent: list[int]) -> "TrialPlan":
+        from foundation.meta_schedule import tuner
+        from foundation.meta_schedule.tuner import TuningBudget
+
+        budget = TuningBudget(trials, context.budget.max_trials_per_task, context.budget.num_trials_per_iter)
+        with TVM_IR_LOCK:
+            return tuner.trial_plan(context.tasks, budget, self._database(job), spent=spent)
+
+    def _shards(self, job: "Job", context: _RoundsContext, plan: "TrialPlan"):
+        import tvm_ffi
+
+        from foundation.meta_schedule.database.registry_database import workload_json
+        from foundation.registry.entities import PlannedTask
+
+        with TVM_IR_LOCK:
+            planned = [PlannedTask(name=task.name, weight=task.weight, flop=task.flop,
+                                   workload_shash=str(tvm_ffi.structural_hash(task.mod)),
+                                   mod_json=workload_json(task.mod), trials_budget=trials)
+                       for task, trials in zip(context.tasks, plan.trials) if trials > 0]
+        agents = self._cluster.agents_matching(job.target_kind).get(job.fingerprint_id, 0)
+        shards = split_tasks(job.id, [TaskCost(t.name, t.weight, t.flop, t.trials_budget) for t in planned],
+                             agents, plan.total)
+        return planned, shards
+
+    def _remember_workloads(self, job_id: str) -> None:
+        # What leases hand out, converted now rather than while agents wait for it.
+        for task in self._cluster.job_tasks(job_id):
+            self._workloads.of(task.workload_id, task.mod_json)
+
+
+def _summed(job: "Job", plan: "TrialPlan") -> dict:
+    """The job's trial plan after another round: each task's trials added to the rounds' before,
+    its share as this round saw it."""
+    from foundation.domain.trial_plan import TrialPlan
+
+    before = job.options.get("trial_plan")
+    earlier = TrialPlan.from_json(before) if before else None
+    if earlier is None or len(earlier.tasks) != len(plan.tasks):
+        return plan.to_json()
+    tasks = tuple(replace(line, trials=line.trials + old.trials) for line, old in zip(plan.tasks, earlier.tasks))
+    return TrialPlan(tasks, job.trials_budget or plan.budget, plan.per_task_cap).to_json()
