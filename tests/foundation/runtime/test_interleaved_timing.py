@@ -1,0 +1,25 @@
+"""A model and its reference timed in alternating blocks: each block runs both, the one going first alternates."""
+
+from foundation.runtime.interleaved_timing import time_interleaved
+
+
+def test_blocks_alternate_which_goes_first_after_warming_both_up():
+    calls: list[str] = []
+
+    def timer(name: str, ms: float):
+        def one() -> float:
+            calls.append(name)
+            return ms
+        return one
+
+    mine, theirs = time_interleaved(timer("model", 2.0), timer("reference", 3.0), blocks=3, runs=2, warmup=1)
+    assert mine == [[2.0, 2.0]] * 3 and theirs == [[3.0, 3.0]] * 3
+    assert calls == ["model", "reference",  # warm-up
+                     "model", "model", "reference", "reference",
+                     "reference", "reference", "model", "model",
+                     "model", "model", "reference", "reference"]
+
+
+def test_a_latency_goal_times_the_model_alone():
+    mine, theirs = time_interleaved(lambda: 1.5, None, blocks=2, runs=3, warmup=0)
+    assert mine == [[1.5] * 3] * 2 and theirs is None
