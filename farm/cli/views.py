@@ -74,7 +74,7 @@ def job_fields(doc: dict) -> list[tuple[str, Any]]:
         ("Plan", "\n".join(plan_lines(doc["trial_plan"])) if doc.get("trial_plan") else None),
         ("Shards", shards or "none yet"),
         ("Reuse", describe_summary(doc["reuse"]) if doc.get("reuse") else None),
-        ("Until", until_text(doc["until"]) if doc.get("until") else None),
+        ("Until", until_text(doc["until"], doc["state"]) if doc.get("until") else None),
         ("Created", _ago(doc.get("created_at"))),
         ("Started", _ago(doc.get("started_at"))),
         ("Finished", _ago(doc.get("finished_at"))),
@@ -91,12 +91,16 @@ def job_fields(doc: dict) -> list[tuple[str, Any]]:
     return fields
 
 
-def until_text(until: dict) -> str:
+def until_text(until: dict, state: str) -> str:
     """How tuning in rounds (`--until`) ended, or where it is (foundation.job_driver.tuning_rounds.RoundsOutcome)."""
+    rounds = until.get("rounds") or []
+    judged = f"{len(rounds)} round{'s' * (len(rounds) != 1)} judged"
+    if not until.get("stopped") and state in ("cancelled", "failed"):
+        # Ended between rounds (a cancel, a failed shard): no stop condition was reached.
+        return f"{state} while tuning in rounds until {until.get('goal')}, after {judged}"
     if until.get("summary"):
         return until["summary"]
-    rounds = until.get("rounds") or []
-    return f"tuning in rounds until {until.get('goal')}: {len(rounds)} round{'s' * (len(rounds) != 1)} timed so far"
+    return f"tuning in rounds until {until.get('goal')}: {judged} so far"
 
 
 def _weights_text(layout: str | None) -> str | None:

@@ -153,3 +153,22 @@ def test_live_bars_count_to_each_task_planned_trials_and_total_them():
     assert "model ~4 ms" in rows["total"].fields["best"]
     progress.finished([first, second])
     assert progress._progress is None and "total" in out.getvalue()
+
+
+def test_a_job_tuned_in_rounds_says_how_they_ended_or_where_they_are():
+    job = queued_bert_job()
+    job.state = farm_pb2.JOB_STATE_RUNNING
+    job.until.CopyFrom(farm_pb2.JobUntil(goal="onnxruntime", goal_ms=20.0, rounds=[farm_pb2.TunedRound(
+        trials=8, median_ms=30.0, upper_quartile_ms=31.0, goal_ms=20.5, blocks=5, blocks_won=0, beats=False)]))
+    doc = job_json(job)
+    assert doc["until"]["rounds"][0]["timing"]["blocks_won"] == 0 and doc["until"]["stopped"] is None
+    assert dict(job_fields(doc))["Until"] == "tuning in rounds until onnxruntime: 1 round judged so far"
+    job.state = farm_pb2.JOB_STATE_CANCELLED
+    assert dict(job_fields(job_json(job)))["Until"] == ("cancelled while tuning in rounds until onnxruntime, "
+                                                        "after 1 round judged")
+    job.state = farm_pb2.JOB_STATE_SUCCEEDED
+    job.until.stopped, job.until.summary = "patience", "not reached, no improvement: ..."
+    job.until.rounds[0].blocks_won = -1  # a latency goal has no blocks to win
+    doc = job_json(job)
+    assert dict(job_fields(doc))["Until"] == "not reached, no improvement: ..."
+    assert doc["until"]["stopped"] == "patience" and doc["until"]["rounds"][0]["timing"]["blocks_won"] is None
