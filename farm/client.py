@@ -178,7 +178,7 @@ class CoordinatorClient:
             reuse=reuse or "", weights_layout=weights_layout,
         )
         if until is not None:
-            request.until.CopyFrom(farm_pb2.Until(goal=until.goal.describe().replace(" ", ""),
+            request.until.CopyFrom(farm_pb2.Until(goal=until.goal.text(),
                                                   patience=until.patience, round_trials=until.round_trials or 0))
         if looks_like_path(model):
             path = Path(model).expanduser()

@@ -51,6 +51,12 @@ class Goal:
     def describe(self) -> str:
         return ONNXRUNTIME if self.reference == ONNXRUNTIME else f"{self.latency_ms:g} ms"
 
+    def text(self) -> str:
+        """What `parse_goal` reads back as this goal (to the nanosecond; `describe` rounds)."""
+        if self.reference == ONNXRUNTIME:
+            return ONNXRUNTIME
+        return f"{self.latency_ms:.6f}".rstrip("0").rstrip(".") + "ms"
+
 
 def parse_goal(text: str) -> Goal:
     """``onnxruntime``, or a latency such as ``20ms``, ``0.5 s`` or ``800us``; ValueError otherwise."""

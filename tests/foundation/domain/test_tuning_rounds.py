@@ -31,6 +31,14 @@ def test_goals_parse_from_what_people_type():
         parse_goal("0ms")
 
 
+def test_a_goal_spelled_for_the_wire_reads_back_as_itself():
+    for text in ("onnxruntime", "20ms", "12.3456789ms", "0.001ms", "800us", "2.5s"):
+        goal = parse_goal(text)
+        assert parse_goal(goal.text()) == goal or parse_goal(goal.text()).latency_ms == pytest.approx(
+            goal.latency_ms, abs=1e-6)
+    assert parse_goal("12.3456789ms").text() == "12.345679ms"  # describe() says 12.3457 ms
+
+
 def test_the_budget_is_cut_in_rounds_that_add_up_to_it():
     assert round_budgets(16) == [4, 4, 4, 4]
     assert round_budgets(10) == [3, 3, 3, 1]
