@@ -1,0 +1,168 @@
+"""Prototype: a Relax module's conv2d activations in blocked channels (NCHW{b}c) from the first
+convolution to the last, weights left plain (OIHW) for MetaSchedule's layout rewrite to pack.
+
+Three steps before the farm's usual lowering (foundation.compile.lower_for_tuning):
+1. operands broadcast against a 4-D activation at a lower rank (the zoo's BatchNorm vectors are
+   [C, 1, 1]) get a leading unit axis, because Relax's ConvertLayout propagates a blocked layout
+   through a binary op only when both operands have the same number of primal axes;
+2. `relax.transform.ConvertLayout` with a per-call choice: every groups=1 conv2d whose channels
+   divide by the block reads NCHW{b}c (NCHW for a first conv whose input channels do not, e.g.
+   RGB) and writes NCHW{b}c; the layout then follows through elementwise ops and pools, and
+   goes back to NCHW only where an op cannot follow it (the classifier's reshape);
+3. Relax's default conv2d legalization refuses blocked layouts ("channel chunk cannot be
+   legalized by TOPI"), so those conv2d calls are legalized here with a TE compute of the same
+   form as TOPI's conv2d_NCHWc but reading the OIHW weight as it comes.
+"""
+
+from __future__ import annotations
+
+import tvm
+from tvm import relax, te, topi
+from tvm.relax.expr_functor import PyExprMutator, mutator
+
+BROADCAST_OPS = ("relax.add", "relax.multiply", "relax.subtract", "relax.divide")
+
+
+@mutator
+class _LeadingUnitAxes(PyExprMutator):
+    def visit_call_(self, call):
+        call = super().visit_call_(call)
+        if not isinstance(call.op, tvm.ir.Op) or call.op.name not in BROADCAST_OPS:
+            return call
+        a, b = call.args
+        ra, rb = a.ty.ndim, b.ty.ndim
+        if ra == 4 and 0 < rb < 4:
+            b = self.builder_.emit(relax.op.expand_dims(b, list(range(4 - rb))))
+        elif rb == 4 and 0 < ra < 4:
+            a = self.builder_.emit(relax.op.expand_dims(a, list(range(4 - ra))))
+        else:
+            return call
+        return relax.Call(call.op, [a, b], call.attrs)
+
+
+@tvm.transform.module_pass(opt_level=0, name="LeadingUnitAxes")
+def leading_unit_axes(mod, _ctx):
+    rewriter = _LeadingUnitAxes(mod)
+    for gv, func in mod.functions_items():
+        if isinstance(func, relax.Function):
+            rewriter.builder_.update_func(gv, rewriter.visit_expr(func))
+    return rewriter.builder_.get()
+
+
+@mutator
+class _VectorsReshaped(PyExprMutator):
+    """layout_transform(expand_dims(v)) of a [C, 1, 1] vector into NCHW{b}c is a reshape of v
+    to [1, C/b, 1, 1, b]; the build turns a reshape into a view (RewriteDataflowReshape), where
+    a layout_transform stays a kernel call per vector per inference."""
+
+    def visit_call_(self, call):
+        call = super().visit_call_(call)
+        if not isinstance(call.op, tvm.ir.Op) or call.op.name != "relax.layout_transform":
+            return call
+        source = call.args[0]
+        expanded = self.lookup_binding(source) if isinstance(source, relax.Var) else None
+        if not (isinstance(expanded, relax.Call) and isinstance(expanded.op, tvm.ir.Op)
+                and expanded.op.name == "relax.expand_dims"):
+            return call
+        shape = [int(x) for x in call.ty.shape]
+        if len(shape) != 5 or shape[0] != 1 or shape[2] != 1 or shape[3] != 1:
+            return call
+        if [int(x) for x in source.ty.shape] != [1, shape[1] * shape[4], 1, 1]:
+            return call
+        return relax.op.reshape(expanded.args[0], shape)
+
+
+@tvm.transform.module_pass(opt_level=0, name="VectorsReshaped")
+def vectors_reshaped(mod, _ctx):
+    rewriter = _VectorsReshaped(mod)
+    for gv, func in mod.functions_items():
+        if isinstance(func, relax.Function):
+            rewriter.builder_.update_func(gv, rewriter.visit_expr(func))
+    return rewriter.builder_.get()
+
+
+def layout_choice(block: int):
+    def choose(call):
+        if call.op.name != "relax.nn.conv2d":
+            return {}
+        attrs = call.attrs
+        data, weight = call.args[0].ty.shape, call.args[1].ty.shape
+        if attrs.groups != 1 or attrs.data_layout != "NCHW" or attrs.kernel_layout != "OIHW":
+            return {}
+        out_ch, in_ch = int(weight[0]), int(data[1])
+        if out_ch % block:
+            return {}
+        data_layout = f"NCHW{block}c" if in_ch % block == 0 else "NCHW"
+        return {"relax.nn.conv2d": [data_layout, "OIHW", f"NCHW{block}c"]}
+    return choose
+
+
+def conv2d_blocked(data, kernel, strides, padding, dilation, out_block, out_dtype):
+    """conv2d reading NCHW or NCHW{b}c data and an OIHW kernel, writing NCHW{out_block}c."""
+    if len(data.shape) == 5:
+        n, ic_chunk, ih, iw, ic_block = (int(x) for x in data.shape)
+    else:
+        (n, _, ih, iw), ic_block = (int(x) for x in data.shape), None
+    oc, ic, kh_size, kw_size = (int(x) for x in kernel.shape)
+    sh, sw = strides
+    dh, dw = dilation
+    pt, pl, pb, pr = padding
+    oh_size = (ih + pt + pb - (kh_size - 1) * dh - 1) // sh + 1
+    ow_size = (iw + pl + pr - (kw_size - 1) * dw - 1) // sw + 1
+    rank = len(data.shape)
+    if pt or pl or pb or pr:
+        before = [0, 0, pt, pl] + [0] * (rank - 4)
+        after = [0, 0, pb, pr] + [0] * (rank - 4)
+        data = topi.nn.pad(data, before, after, name="data_pad")
+    rc = te.reduce_axis((0, ic), name="rc")
+    ry = te.reduce_axis((0, kh_size), name="ry")
+    rx = te.reduce_axis((0, kw_size), name="rx")
+
+    def read(nn, c, y, x):
+        if ic_block is None:
+            return data[nn, c, y, x]
+        return data[nn, c // ic_block, y, x, c % ic_block]
+
+    return te.compute(
+        (n, oc // out_block, oh_size, ow_size, out_block),
+        lambda nn, occ, yy, xx, ocb: te.sum(
+            read(nn, rc, yy * sh + ry * dh, xx * sw + rx * dw).astype(out_dtype)
+            * kernel[occ * out_block + ocb, rc, ry, rx].astype(out_dtype),
+            axis=[rc, ry, rx],
+        ),
+        name="conv2d_NCHWc",
+    )
+
+
+def legalize_conv2d(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
+    attrs = call.attrs
+    if attrs.out_layout == "NCHW" and attrs.data_layout == "NCHW":
+        from tvm.relax.transform.legalize_ops.nn import _nn_conv2d
+
+        return _nn_conv2d(bb, call)
+    out_block = int(attrs.out_layout[4:-1])
+    out_dtype = call.ty.dtype
+    return bb.call_te(conv2d_blocked, call.args[0], call.args[1], [int(s) for s in attrs.strides],
+                      [int(p) for p in attrs.padding], [int(d) for d in attrs.dilation], out_block,
+                      str(out_dtype), primfunc_name_hint="conv2d_NCHWc")
+
+
+def blocked_activations(block: int) -> tvm.transform.Pass:
+    """The passes that turn a Relax module's conv2d activations into NCHW{block}c, legalized."""
+    return tvm.transform.Sequential([
+        converted_activations(block),
+        relax.transform.LegalizeOps({"relax.nn.conv2d": legalize_conv2d}),
+    ])
+
+
+def converted_activations(block: int) -> tvm.transform.Pass:
+    """The Relax-level part: blocked conv2d calls, layouts propagated, BN vectors reshaped."""
+    return tvm.transform.Sequential([
+        relax.transform.DecomposeOpsForInference(),
+        relax.transform.CanonicalizeBindings(),
+        leading_unit_axes,
+        relax.transform.ConvertLayout({}, layout_choice(block)),
+        relax.transform.Normalize(),
+        vectors_reshaped,
+        relax.transform.DeadCodeElimination(),
+    ])

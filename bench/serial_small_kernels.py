@@ -1,0 +1,146 @@
+"""Small kernels on one thread: a tuned model built twice from the same records, once as the farm
+builds it and once with the parallel loops of its small kernels made serial, both timed in one
+process, interleaved.
+
+The profile (docs/benchmarks.md, "Lever 3") saw pools and the classifier cost 57 ms with two
+threads and 9 ms with one at a load of 15-20: a parallel kernel of microseconds waits at its
+barrier for a second thread the scheduler has not run. Here a kernel is small when its FLOPs
+(TVM's estimate) are under --max-mflop; its `T.parallel` loops become `T.serial` (a TVMScript
+round trip of the scheduled PrimFunc) before the build. Same records, same weights, same
+inputs; the ratio is serial-small / as-built: below 1 the serial small kernels are faster.
+
+    FARM_HOME=... .venv/bin/python bench/serial_small_kernels.py resnet-18 [--batch 1]
+        [--max-mflop 2] [--rounds 8] [--runs 5] [--json OUT]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from prepack import cpu_name, load_average, spread, time_interleaved
+
+TARGET = "llvm"
+
+
+def serial_small(mod, max_flop: float):
+    """``mod`` with the parallel loops of every PrimFunc under ``max_flop`` made serial; their names."""
+    import tvm
+    from tvm.s_tir.analysis import estimate_tir_flops
+
+    changed = []
+    mod = mod.clone()
+    for gv, func in mod.functions_items():
+        if not isinstance(func, tvm.tirx.PrimFunc):
+            continue
+        try:
+            flop = float(estimate_tir_flops(tvm.IRModule({"main": func})))
+        except Exception:
+            continue
+        source = func.script()
+        if flop >= max_flop or "T.parallel(" not in source:
+            continue
+        serial = tvm.script.parser.parse(source.replace("T.parallel(", "T.serial("), extra_vars=None)
+        if isinstance(serial, tvm.IRModule):
+            serial = serial["main"]
+        mod[gv] = serial.with_attrs(func.attrs) if func.attrs is not None else serial
+        changed.append(gv.name_hint)
+    return mod, changed
+
+
+def build(model, target, database, max_flop: float | None) -> tuple[bytes, list[str]]:
+    """The farm's prepacked build (foundation.compile.build_library), small kernels made serial
+    just before compiling when ``max_flop`` is given."""
+    import tvm
+    from tvm import relax
+
+    from foundation.compile import _weights_marked, lower_for_tuning
+
+    lowered = lower_for_tuning(_weights_marked(model), target, prepack=True)
+    with target, database:
+        lowered = relax.transform.MetaScheduleApplyDatabase()(lowered)
+    with target:
+        lowered = tvm.transform.Sequential([
+            relax.transform.SplitLayoutRewritePreproc(),
+            relax.transform.LiftTransformParams(),
+            relax.transform.FoldConstant(),
+        ])(lowered)
+    changed: list[str] = []
+    if max_flop is not None:
+        lowered, changed = serial_small(lowered, max_flop)
+    executable = tvm.compile(lowered, target=target)
+    with tempfile.TemporaryDirectory(prefix="farm-serial-") as tmp:
+        path = os.path.join(tmp, "model.so")
+        executable.export_library(path)
+        return Path(path).read_bytes(), changed
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("model")
+    parser.add_argument("--batch", type=int, default=1)
+    parser.add_argument("--registry", default=None, help="registry URL (default: $FARM_REGISTRY, else FARM_HOME's)")
+    parser.add_argument("--max-mflop", type=float, default=2.0, help="a kernel under this many MFLOP runs serial")
+    parser.add_argument("--rounds", type=int, default=8)
+    parser.add_argument("--runs", type=int, default=5, help="runs per library per round")
+    parser.add_argument("--json", type=Path, default=None)
+    args = parser.parse_args()
+
+    from farm.session import open_context
+    from foundation.hardware.tvm_startup import install_lean_tensor_intrinsics, pin_tvm_threads
+
+    pin_tvm_threads()
+    install_lean_tensor_intrinsics(TARGET)
+    from foundation.meta_schedule.database.registry_database import tvm_database_for
+    from foundation.models.loading import load_model
+    from foundation.runtime.library_runner import LoadedLibrary
+    from foundation.runtime.validation import compare_outputs
+
+    header = {"command": " ".join([Path(sys.executable).name, *sys.argv]), "cpu": cpu_name(),
+              "cores": os.cpu_count(), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+              "load_before": load_average(), "tvm_num_threads": os.environ.get("TVM_NUM_THREADS"),
+              "model": args.model, "batch": args.batch, "max_mflop": args.max_mflop}
+    print(f"{header['cpu']}, {header['cores']} CPUs, {header['date']}, load {header['load_before']}, "
+          f"TVM_NUM_THREADS={header['tvm_num_threads']}", flush=True)
+    ctx = open_context(args.registry, TARGET)
+    model = load_model(args.model, args.batch)
+    target = ctx.tvm_target()
+    database = tvm_database_for(ctx.store, ctx.fingerprint.id, ctx.target_json, ctx.tvm_version, ctx.software)
+    as_built, _ = build(model, target, database, None)
+    serial, changed = build(model, target, database, args.max_mflop * 1e6)
+    print(f"serial kernels (< {args.max_mflop} MFLOP): {', '.join(changed) or 'none'}", flush=True)
+    weights, inputs = model.make_weights(0), model.make_inputs(0)
+    libraries = {}
+    for form, library in (("as-built", as_built), ("serial-small", serial)):
+        libraries[form] = LoadedLibrary(library, TARGET)
+        libraries[form].set_weights(weights)
+    agreement = compare_outputs(libraries["serial-small"](inputs), libraries["as-built"](inputs))
+    if not agreement.passed:
+        raise SystemExit(f"error: the two builds disagree: {agreement.reason}")
+    whole, kernels = time_interleaved(libraries, inputs, args.rounds, args.runs)
+    whole_ms = {f: spread(s) for f, s in whole.items()}
+    small = {f: {name: spread(kernels[f][name]) for name in changed if name in kernels[f]} for f in libraries}
+    for name in changed:
+        if all(name in small[f] for f in libraries):
+            print(f"  {name:<44} as built {small['as-built'][name]['median']:9.1f} us, serial "
+                  f"{small['serial-small'][name]['median']:9.1f} us")
+    ratio = whole_ms["serial-small"]["median"] / whole_ms["as-built"]["median"]
+    print(f"whole model: as built {whole_ms['as-built']['median']:.2f} ms (p10 {whole_ms['as-built']['p10']:.2f}, "
+          f"p90 {whole_ms['as-built']['p90']:.2f}), small kernels serial {whole_ms['serial-small']['median']:.2f} ms "
+          f"(p10 {whole_ms['serial-small']['p10']:.2f}, p90 {whole_ms['serial-small']['p90']:.2f}): ratio "
+          f"{ratio:.3f}; load at the end {load_average()}")
+    if args.json:
+        args.json.write_text(json.dumps({**header, "load_after": load_average(), "serial_kernels": changed,
+                                         "whole_ms": whole_ms, "small_kernels_us": small, "ratio": ratio}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
