@@ -48,6 +48,20 @@ def _random_schedules(mod, target, count: int):
     return out
 
 
+def _candidates(schedules) -> list:
+    from tvm.s_tir.meta_schedule.arg_info import ArgInfo
+    from tvm.s_tir.meta_schedule.search_strategy import MeasureCandidate
+
+    return [MeasureCandidate(s, ArgInfo.from_entry_func(s.mod, remove_preproc=True)) for s in schedules]
+
+
+def _scores(model, mod, target, candidates) -> list[float]:
+    """What ``model`` predicts for ``candidates`` of ``mod`` (higher: faster)."""
+    from tvm.s_tir import meta_schedule as ms
+
+    return list(model.predict(ms.TuneContext(mod=mod, target=target, task_name="score"), candidates))
+
+
 def _measure_into(database, mod, target, schedules, pools) -> None:
     """Build and run ``schedules`` with the farm's worker pools; commit each result as MetaSchedule would."""
     from tvm.s_tir.meta_schedule.arg_info import ArgInfo
@@ -132,12 +146,25 @@ def test_a_tune_starts_from_the_stored_model_and_keeps_teaching_it(measured, tar
     store, _url = measured
     before = refresh_cost_model(store, FINGERPRINT, target, tvm.__version__)
     model, _ = load_cost_model(store, FINGERPRINT, tvm.__version__)
+    as_stored, _ = load_cost_model(store, FINGERPRINT, tvm.__version__)  # the tune teaches `model`, not this copy
     database = tvm_database_for(store, FINGERPRINT, canonical_target_json(target), tvm.__version__, {})
     task = TuningTask(name="matmul64", weight=1, mod=matmul_module(64), flop=2 * 64**3)
     with WorkerPools() as pools:
         report = tune([task], target, database, TuningBudget(8, 8, 4), tmp_path / "work", pools=pools,
                       warm=WarmStart(cost_model=model))
     assert report.pretrained_cost_model and report.trials == 8
+    # The stored model chose the first batch: the search measures the best-scored candidates of a
+    # population it evolved by the model's scores, so the stored model rates the 4 it measured
+    # first (the first records stored, flushed at the batch's end) above random points of the
+    # same design space. Had the search used a model of its own (an untrained one draws random
+    # scores), each pick would be a random point for the stored model: all 4 above the 75th
+    # percentile of random points would happen with chance 0.25^4 = 0.4%.
+    from foundation.meta_schedule.warm.cost_models import _samples
+
+    first_batch = [r for r in store.all_records(fingerprint_id=FINGERPRINT) if r.id > before.last_record_id][:4]
+    picked = _scores(as_stored, task.mod, target, _samples(task.mod, first_batch)[0])
+    sampled = _scores(as_stored, task.mod, target, _candidates(_random_schedules(task.mod, target, 64)))
+    assert min(picked) > np.percentile(sampled, 75), (sorted(picked), np.percentile(sampled, [50, 75, 100]))
     # MetaSchedule updated it with every measured batch of the tune.
     assert model.data_size == before.samples + 8
     after = refresh_cost_model(store, FINGERPRINT, target, tvm.__version__)
