@@ -2,7 +2,8 @@
 a tune from its first batch and still learning.
 
 How well it ranks held-out records is measured by bench/cost_model_ranking.py, not asserted
-here: at the few dozen records a test can afford it is about as good as chance (docs/benchmarks.md).
+here: at the few hundred records a test can afford, measured on a loaded box, it finds the fastest
+records of another shape no better than a random order (docs/benchmarks.md).
 """
 
 from __future__ import annotations
