@@ -48,6 +48,12 @@ def find_cost_model(store, fingerprint_id: str, tvm_version: str, kind: str = "x
         return None if row is None else _entity(row)
 
 
+def cost_model_by_id(store, model_id: int) -> StoredCostModel | None:
+    with store.unit_of_work.read() as session:
+        row = session.get(CostModelRow, model_id)
+        return None if row is None else _entity(row)
+
+
 def cost_model_blob(store, model: StoredCostModel) -> bytes:
     """The model's bytes, as the farm wrote them (RegistryError if they no longer match their sha256)."""
     with store.unit_of_work.read() as session:

@@ -23,6 +23,7 @@ class DonorRecord:
     target: str
     trace: str
     mean_sec: float
+    id: int = 0  # the record's id in the registry
 
 
 def best_records_per_workload(store, tvm_version: str, per_workload: int,
@@ -41,13 +42,27 @@ def best_records_per_workload(store, tvm_version: str, per_workload: int,
     ).label("rank")
     ranked = select(
         TuningRecordRow.workload_id, TuningRecordRow.fingerprint_id, TuningRecordRow.target,
-        TuningRecordRow.trace, TuningRecordRow.mean_sec, rank,
+        TuningRecordRow.trace, TuningRecordRow.mean_sec, TuningRecordRow.id, rank,
     ).where(TuningRecordRow.tvm_version == tvm_version, TuningRecordRow.mean_sec.is_not(None))
     if fingerprint_ids is not None:
         ranked = ranked.where(TuningRecordRow.fingerprint_id.in_(list(fingerprint_ids)))
     inner = ranked.subquery()
-    query = (select(inner.c.workload_id, inner.c.fingerprint_id, inner.c.target, inner.c.trace, inner.c.mean_sec)
+    query = (select(inner.c.workload_id, inner.c.fingerprint_id, inner.c.target, inner.c.trace, inner.c.mean_sec,
+                    inner.c.id)
              .where(inner.c.rank <= per_workload)
              .order_by(inner.c.workload_id, inner.c.fingerprint_id, inner.c.mean_sec))
     with store.unit_of_work.read() as session:
         return [DonorRecord(*row) for row in session.execute(query)]
+
+
+def donor_records_by_id(store, record_ids: Iterable[int]) -> dict[int, DonorRecord]:
+    """The valid records among ``record_ids``, by id: the seeds a coordinator chose when it planned
+    a job, read back when it leases the job's shards (a record gone since is simply absent)."""
+    ids = sorted(set(record_ids))
+    if not ids:
+        return {}
+    query = select(TuningRecordRow.workload_id, TuningRecordRow.fingerprint_id, TuningRecordRow.target,
+                   TuningRecordRow.trace, TuningRecordRow.mean_sec, TuningRecordRow.id).where(
+        TuningRecordRow.id.in_(ids), TuningRecordRow.mean_sec.is_not(None))
+    with store.unit_of_work.read() as session:
+        return {row.id: DonorRecord(*row) for row in session.execute(query)}

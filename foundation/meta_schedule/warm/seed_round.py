@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from .seed_metrics import SEEDS_MEASURED
 from .seed_sources import SeedTrace
 from .transplant import Transplanter
 
@@ -127,6 +128,7 @@ def measure_seeds(contexts: Sequence[Any], donors: Sequence[Sequence[SeedTrace]]
             database.commit_tuning_record(TuningRecord(candidate.sch.trace, workload, run_secs, target,
                                                        candidate.args_info))
             report.failed += failed
+            SEEDS_MEASURED.labels(donor.source).inc()
             if donor.own:
                 report.own_fingerprint += 1
             else:

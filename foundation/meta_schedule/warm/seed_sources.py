@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from foundation.domain.fingerprint_nearness import nearest_first
-from foundation.registry.donor_records import DonorRecord, best_records_per_workload
+from foundation.registry.donor_records import DonorRecord, best_records_per_workload, donor_records_by_id
 from foundation.registry.store import target_kind_of
 
 from .structure import shape_distance, structure_key
@@ -42,15 +42,25 @@ class SeedTrace:
     fingerprint_id: str
     own: bool  # measured on the fingerprint the job tunes for
     mean_sec: float
+    record_id: int = 0  # the donor record in the registry
+
+    @property
+    def source(self) -> str:
+        """Where the donor was measured, as `farm_warm_start_seeds_total{source}` says it."""
+        return OWN_FINGERPRINT if self.own else OTHER_FINGERPRINT
 
     def to_json(self) -> dict:
         return {"workload": self.workload_json, "trace": self.trace_json, "fingerprint": self.fingerprint_id,
-                "own": self.own, "mean_sec": self.mean_sec}
+                "own": self.own, "mean_sec": self.mean_sec, "record_id": self.record_id}
 
     @staticmethod
     def from_json(value: dict) -> "SeedTrace":
         return SeedTrace(value["workload"], value["trace"], value["fingerprint"], bool(value["own"]),
-                         float(value["mean_sec"]))
+                         float(value["mean_sec"]), int(value.get("record_id", 0)))
+
+
+OWN_FINGERPRINT = "own_fingerprint"
+OTHER_FINGERPRINT = "other_fingerprint"
 
 
 def find_seed_traces(store: "RegistryStore", fingerprint_id: str, target_json: str, tvm_version: str,
@@ -91,8 +101,20 @@ def find_seed_traces(store: "RegistryStore", fingerprint_id: str, target_json: s
         distance = {i: shape_distance(task.mod, modules[i]) for i in {r.workload_id for r in same}}
         ordered = sorted(same, key=lambda r, d=distance: _donor_order(r, rank, d))
         found.append([SeedTrace(stored[r.workload_id][1], r.trace, r.fingerprint_id,
-                                r.fingerprint_id == fingerprint_id, r.mean_sec) for r in ordered[:wanted]])
+                                r.fingerprint_id == fingerprint_id, r.mean_sec, r.id) for r in ordered[:wanted]])
     return found
+
+
+def seed_traces_by_id(store: "RegistryStore", fingerprint_id: str,
+                      record_ids: Sequence[Sequence[int]]) -> list[list[SeedTrace]]:
+    """The seeds ``find_seed_traces`` chose, read back by their record ids (one list per task, in
+    order): how a coordinator keeps a planned job's seeds without keeping their traces twice.
+    A record no longer in the registry is left out."""
+    records = donor_records_by_id(store, [i for ids in record_ids for i in ids])
+    stored = store.get_workloads({r.workload_id for r in records.values()})
+    return [[SeedTrace(stored[records[i].workload_id][1], records[i].trace, records[i].fingerprint_id,
+                       records[i].fingerprint_id == fingerprint_id, records[i].mean_sec, i)
+             for i in ids if i in records and records[i].workload_id in stored] for ids in record_ids]
 
 
 def _donor_order(record: DonorRecord, rank: dict[str, int], distance: dict[int, float]) -> tuple:
