@@ -35,6 +35,7 @@ from agent.coordinator_calls import (
     shard_answer,
     validation_answer,
 )
+from agent.cost_models import CostModelCache
 from agent.shard_tuning import tune_shard, validate_library
 from agent.state import AgentState
 from agent.state.events import (
@@ -121,6 +122,7 @@ class Agent:
         self._cancelled: dict[str, threading.Event] = {}  # shard id -> its tuning's stop flag
         self._timers: dict[str, threading.Timer] = {}  # "beat" and "work": one each at most
         self._pools = {}
+        self.cost_models = CostModelCache()
 
     @property
     def agent_id(self) -> str:
@@ -330,7 +332,8 @@ class Agent:
 
         lease = instruction.lease
         request = farm_pb2.CompleteShardRequest(agent_id=instruction.agent_id, shard_id=lease.shard_id,
-                                                attempt=lease.attempt, tasks=list(instruction.tasks))
+                                                attempt=lease.attempt, tasks=list(instruction.tasks),
+                                                warm_start=instruction.warm_start)
 
         def answered(reply):
             logger.info("%s done: %d trials in %.1f s%s", lease.shard_id, instruction.trials, instruction.seconds,

@@ -1,5 +1,6 @@
 """An agent's Prometheus metrics, served on ``farm agent --metrics-listen`` (plain HTTP, /metrics).
 
+Seeds measured first (`farm_warm_start_seeds_total{source}`) are counted by the seed round.
 Trials and build/measure durations are counted as candidates come back from the builder and
 the runner (`MeasureMetrics`, the worker pools' observer); what the agent is (its fingerprint
 and device) and how often its TVM RPC server was restarted are read from the running Agent
@@ -16,6 +17,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from foundation.meta_schedule.measure import trial_outcome
+from foundation.meta_schedule.warm.seed_metrics import SEEDS_MEASURED
 from foundation.metrics_http import MetricsServer, standard_registry
 
 
@@ -38,6 +40,8 @@ BUILD_DURATION = Histogram(
 MEASURE_DURATION = Histogram(
     "farm_measure_duration_seconds", "Wall time of measuring one batch of candidates on the device.",
     registry=REGISTRY, buckets=(0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600))
+# Counted by the seed round itself, which knows nothing of the agent (foundation.meta_schedule.warm).
+REGISTRY.register(SEEDS_MEASURED)
 
 
 class MeasureMetrics:

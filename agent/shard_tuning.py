@@ -11,6 +11,7 @@ from typing import Protocol
 import numpy as np
 
 from agent.coordinator_calls import lease_of, retry_unavailable
+from agent.cost_models import CostModelCache
 from agent.state.events import Event, ReportAccepted, ReportRefused, ShardFailed, ShardStopped, ShardTuned
 from foundation.meta_schedule.progress import ProgressListener
 
@@ -23,6 +24,7 @@ class LeaseHolder(Protocol):
     agent_id: str
     stub: object  # farm_pb2_grpc.FarmAgentStub
     settings: object  # agent.daemon.AgentSettings
+    cost_models: CostModelCache
 
     def pools_for(self): ...
 
@@ -123,8 +125,10 @@ def tune_shard(agent: LeaseHolder, shard, cancelled: threading.Event) -> ShardTu
         # Each task's trials in the job's trial plan, or a reused task's top-up (the coordinator
         # skips what the registry already answers, and tasks planned no trial).
         caps = [t.max_trials or None for t in shard.tasks]
+        warm, model_used = _warm_start(agent, shard)
         result = tune(tasks, target, database, budget, work_dir, pools=agent.pools_for(),
-                      listener=progress, cancelled=cancelled, seed=int(shard.seed) or None, trial_caps=caps)
+                      listener=progress, cancelled=cancelled, seed=int(shard.seed) or None, trial_caps=caps,
+                      warm=warm)
         database.flush()
     except Exception as err:
         stop_reporting.set()  # a report in flight stops retrying
@@ -139,7 +143,56 @@ def tune_shard(agent: LeaseHolder, shard, cancelled: threading.Event) -> ShardTu
     if cancelled.is_set() or result.cancelled:
         logger.info("%s stopped (cancelled)", lease.shard_id)
         return ShardStopped(lease)
-    return ShardTuned(lease, tuple(_summaries(result.tasks)), result.trials, result.seconds)
+    return ShardTuned(lease, tuple(_summaries(result.tasks)), result.trials, result.seconds,
+                      _warm_start_use(shard, result.seeds, model_used))
+
+
+def _warm_start(agent: LeaseHolder, shard):
+    """What the shard's search starts from (foundation.meta_schedule.warm.WarmStart, or None), as the
+    embedded mode's does: the shard's seeds, measured first, and the cost model it names, fetched
+    and checked (agent.cost_models); and the model's ref and why none, for the report."""
+    from foundation.meta_schedule.warm import WarmStart
+    from foundation.meta_schedule.warm.cost_models import model_from_bytes
+    from foundation.meta_schedule.warm.seed_sources import SeedTrace
+    from foundation.wire import farm_pb2
+
+    seeds = [[SeedTrace(s.workload_json, s.trace_json, s.fingerprint_id,
+                        s.source == farm_pb2.SEED_SOURCE_OWN_FINGERPRINT, s.mean_sec, s.record_id)
+              for s in task.seeds] for task in shard.tasks]
+    model, used = None, (None, "")
+    if shard.HasField("cost_model"):
+        fetched = agent.cost_models.get(agent.stub, agent.agent_id, shard.cost_model)
+        used = (None, fetched.note)
+        if fetched.content is not None:
+            try:
+                model = model_from_bytes(fetched.content)
+                used = (shard.cost_model, "")
+            except (ValueError, KeyError, OSError) as err:  # a format this agent does not read
+                used = (None, f"cost model {shard.cost_model.id} could not be read: {err}")
+                logger.warning("%s; the search starts untrained", used[1])
+    if not any(seeds) and model is None:
+        return None, used
+    logger.info("%s starts warm: %d seeds offered, cost model %s", shard.shard_id, sum(map(len, seeds)),
+                f"{shard.cost_model.sha256[:12]} ({model.data_size} samples)" if model is not None else "untrained")
+    return WarmStart(seeds=seeds, cost_model=model, max_seeds_per_task=shard.max_seeds_per_task), used
+
+
+def _warm_start_use(shard, seeds, model_used):
+    """What CompleteShard reports of the warm start (seeds: the tuner's SeedRoundReport, or None)."""
+    from foundation.wire import farm_pb2
+
+    ref, note = model_used
+    use = farm_pb2.WarmStartUse(
+        seeds_offered=sum(len(t.seeds) for t in shard.tasks),
+        seeds_own_fingerprint=seeds.own_fingerprint if seeds else 0,
+        seeds_other_fingerprints=seeds.other_fingerprints if seeds else 0,
+        seeds_rejected=seeds.rejected if seeds else 0,
+        seeds_failed=seeds.failed if seeds else 0,
+        cost_model_note=note,
+    )
+    if ref is not None:
+        use.cost_model.CopyFrom(ref)
+    return use
 
 
 def _summaries(tasks):

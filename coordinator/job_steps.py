@@ -63,7 +63,8 @@ class JobSteps:
                               job.options.get("trials_per_task"), store=self._store,
                               fingerprint_id=job.fingerprint_id, tvm_version=self._tvm_version,
                               reuse=job.options.get("reuse") or default_mode(bool(job.options.get("retune"))),
-                              prepack=tuned_form(job.options) is WeightsLayout.PREPACKED)
+                              prepack=tuned_form(job.options) is WeightsLayout.PREPACKED,
+                              warm_start=job.options.get("warm_start", True) is not False)
             agents = self._cluster.agents_matching(job.target_kind).get(job.fingerprint_id, 0)
             # No shard for a skipped task; a job with every task skipped goes on to its build. Shards
             # are balanced by planned trials, and each carries its tasks' plans.
@@ -71,7 +72,8 @@ class JobSteps:
                                  agents, plan.max_trials_global)
             self._store.update_job(job.id, expect_state=JobState.QUEUED.value, trials_budget=plan.max_trials_global,
                                    options={**job.options, "reused": plan.reuse.summary(),
-                                            "trial_plan": plan.trial_plan.to_json()})
+                                            "trial_plan": plan.trial_plan.to_json(),
+                                            "warm_seeds": plan.seeds_json()})
             self._cluster.add_job_plan(job.id, plan.tasks, shards, utc_now())
             # What leases hand out, converted now rather than while agents wait for it.
             for task in self._cluster.job_tasks(job.id):

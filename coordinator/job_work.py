@@ -117,16 +117,28 @@ class Plan:
     max_trials_per_task: int
     reuse: "ReusePlan"
     trial_plan: "TrialPlan"  # every task's trials (a skipped task's 0): what the job shows
+    # Warm-start seeds: for each of ``tasks``, the registry ids of its donor records, best first
+    # (foundation.meta_schedule.warm.find_seed_traces), and how many a task may measure.
+    seed_records: list[list[int]]
+    max_seeds_per_task: int
+
+    def seeds_json(self) -> dict:
+        """The seeds as the job keeps them (job.options["warm_seeds"]): record ids, not traces."""
+        return {"max_per_task": self.max_seeds_per_task,
+                "tasks": {t.name: ids for t, ids in zip(self.tasks, self.seed_records) if ids}}
 
 
 def plan_tasks(loaded: "LoadedModel", target_json: str, trials: int | None, trials_per_task: int | None, *,
                store: "RegistryStore", fingerprint_id: str, tvm_version: str,
-               reuse: "ReuseMode | str", prepack: bool = False) -> Plan:
+               reuse: "ReuseMode | str", prepack: bool = False, warm_start: bool = True) -> Plan:
     """The model's tuning tasks for the job's target, with the budget `farm submit` gives split by
     the trial plan (foundation.domain.trial_plan: by each task's share of the model's latency),
     less what the registry already answers (foundation.meta_schedule.reuse): a task skipped, or
     planned no trial, is not planned; each task's trials (its plan's, or its top-up) are its own
-    cap. With ``prepack`` the tasks are the layout-free ones of a prepacked library (foundation.compile)."""
+    cap. With ``prepack`` the tasks are the layout-free ones of a prepacked library (foundation.compile).
+    With ``warm_start`` each planned task gets the donor records the embedded mode would seed it
+    with (similar workloads of this fingerprint, then of the nearest others), as many as the task
+    planned the most trials may measure."""
     import json
 
     import tvm_ffi
@@ -137,6 +149,7 @@ def plan_tasks(loaded: "LoadedModel", target_json: str, trials: int | None, tria
     from foundation.meta_schedule.database.registry_database import tvm_database_for, workload_json
     from foundation.meta_schedule.reuse import decide_reuse
     from foundation.meta_schedule.tuner import TuningBudget
+    from foundation.meta_schedule.warm import find_seed_traces, seeds_per_task
     from foundation.registry.entities import PlannedTask
 
     target_doc = json.loads(target_json)
@@ -148,6 +161,10 @@ def plan_tasks(loaded: "LoadedModel", target_json: str, trials: int | None, tria
         # Matching tasks to stored workloads parses and compares IR: under the same lock.
         reused = decide_reuse(tasks, tvm_database_for(store, fingerprint_id, target_json, tvm_version, {}), reuse,
                               budget)
+        tuned = [(task, trials) for task, trials in zip(reused.tasks, reused.trial_caps) if trials > 0]
+        wanted = seeds_per_task(max((trials for _, trials in tuned), default=0)) if warm_start and tuned else 0
+        seeds = find_seed_traces(store, fingerprint_id, target_json, tvm_version, [t for t, _ in tuned], wanted) \
+            if wanted else [[] for _ in tuned]
     planned = [
         PlannedTask(
             name=task.name,
@@ -157,10 +174,10 @@ def plan_tasks(loaded: "LoadedModel", target_json: str, trials: int | None, tria
             mod_json=workload_json(task.mod),
             trials_budget=trials,
         )
-        for task, trials in zip(reused.tasks, reused.trial_caps)
-        if trials > 0
+        for task, trials in tuned
     ]
-    return Plan(planned, reused.plan.trials, budget.max_trials_per_task, reused.plan, reused.trial_plan)
+    return Plan(planned, reused.plan.trials, budget.max_trials_per_task, reused.plan, reused.trial_plan,
+                [[s.record_id for s in task_seeds] for task_seeds in seeds], wanted)
 
 
 def build_libraries(store: "RegistryStore", loaded: "LoadedModel", target_json: str,

@@ -17,6 +17,7 @@ from coordinator import metrics
 from coordinator.service import AgentView, JobView
 from foundation.domain.jobs import JobState
 from foundation.domain.shards import ShardState
+from foundation.domain.warm_start_use import job_warm_start
 from foundation.domain.weights_layout import tuned_form
 from foundation.wire import farm_pb2
 
@@ -81,6 +82,9 @@ def job_message(view: JobView) -> farm_pb2.Job:
     reused = job.options.get("reused")
     if reused:
         message.reuse.CopyFrom(farm_pb2.JobReuse(**{field: reused[field] for field in _JOB_REUSE_FIELDS}))
+    warm = job_warm_start(job.options.get("warm_start_used"))
+    if warm:
+        message.warm_start.CopyFrom(farm_pb2.JobWarmStart(**warm))
     for line in (job.options.get("trial_plan") or {}).get("tasks", []):
         message.trial_plan.append(farm_pb2.PlannedTrials(task=line["task"], trials=line["trials"], share=line["share"],
                                                          minor=line["minor"], measured=line.get("measured", False)))
@@ -163,3 +167,30 @@ def tensor_spec(spec: dict) -> farm_pb2.TensorSpec:
 def tensor(spec: farm_pb2.TensorSpec, value) -> farm_pb2.Tensor:
     array = np.ascontiguousarray(value, dtype=np.dtype(spec.dtype))
     return farm_pb2.Tensor(spec=spec, data=array.astype(array.dtype.newbyteorder("<"), copy=False).tobytes())
+
+
+_SEED_SOURCES = {True: farm_pb2.SEED_SOURCE_OWN_FINGERPRINT, False: farm_pb2.SEED_SOURCE_OTHER_FINGERPRINT}
+
+
+def seed_message(seed) -> farm_pb2.Seed:
+    """A donor schedule (foundation.meta_schedule.warm.SeedTrace) on the wire."""
+    return farm_pb2.Seed(workload_json=seed.workload_json, trace_json=seed.trace_json,
+                         fingerprint_id=seed.fingerprint_id, source=_SEED_SOURCES[seed.own],
+                         mean_sec=seed.mean_sec, record_id=seed.record_id)
+
+
+def cost_model_ref(model) -> farm_pb2.CostModelRef:
+    """A stored cost model (foundation.registry.cost_models.StoredCostModel), named, not sent."""
+    return farm_pb2.CostModelRef(id=model.id, kind=model.kind, sha256=model.sha256, size_bytes=model.size,
+                                 samples=model.samples, fingerprint_id=model.fingerprint_id,
+                                 tvm_version=model.tvm_version)
+
+
+def warm_start_use(use: farm_pb2.WarmStartUse) -> dict:
+    """An agent's WarmStartUse as the job keeps it (foundation.domain.warm_start_use)."""
+    return {"seeds_offered": use.seeds_offered, "seeds_own_fingerprint": use.seeds_own_fingerprint,
+            "seeds_other_fingerprints": use.seeds_other_fingerprints, "seeds_rejected": use.seeds_rejected,
+            "seeds_failed": use.seeds_failed,
+            "cost_model_id": use.cost_model.id if use.HasField("cost_model") else None,
+            "cost_model_sha256": use.cost_model.sha256 if use.HasField("cost_model") else "",
+            "cost_model_note": use.cost_model_note}

@@ -38,8 +38,10 @@ REGISTRY_LOOKUPS = Counter("farm_registry_lookups", "Submissions answered from t
                            ["result"], registry=REGISTRY)
 ARTIFACTS_COMMITTED = Counter("farm_artifacts_committed", "Validated libraries committed to the registry.",
                               registry=REGISTRY)
-WARM_START_SEEDS = Counter("farm_warm_start_seeds", "Records handed to a search as its warm start, by source.",
-                           ["source"], registry=REGISTRY)
+# The agents count the seeds they measure on their own /metrics; this is the fleet's sum, as
+# their shards report it (a stale attempt's report is not counted).
+WARM_START_SEEDS = Counter("farm_warm_start_seeds", "Seeds the agents measured first in their searches, by where "
+                           "they came from (own_fingerprint, other_fingerprint).", ["source"], registry=REGISTRY)
 
 
 class _TrialRates:
@@ -112,7 +114,7 @@ def artifact_committed() -> None:
 
 
 def warm_start_seeds(source: str, count: int) -> None:
-    """``count`` records seeded a search from ``source`` (a bounded name: "registry", "transfer", ...)."""
+    """An agent measured ``count`` seeds from ``source`` ("own_fingerprint" or "other_fingerprint")."""
     WARM_START_SEEDS.labels(source).inc(count)
 
 

@@ -29,6 +29,7 @@ from coordinator.calls.values import (
     AgentRefused,
     AgentView,
     CancelLease,
+    DamagedCostModel,
     InvalidRequest,
     JobView,
     LeaseRef,
@@ -66,6 +67,7 @@ __all__ = [
     "CancelLease",
     "Coordinator",
     "CoordinatorSettings",
+    "DamagedCostModel",
     "InvalidRequest",
     "JobView",
     "LeaseRef",
@@ -167,6 +169,7 @@ class Coordinator:
         self.claim_shard = self.shard_calls.claim_shard
         self.shard_offer = self.shard_calls.shard_offer
         self.complete_shard = self.shard_calls.complete_shard
+        self.cost_model_bytes = self.shard_calls.cost_model_bytes
         self.fail_shard = self.shard_calls.fail_shard
         self.report_records = self.report_calls.report_records
         self.prepare_report = self.report_calls.prepare_report

@@ -27,18 +27,22 @@ from coordinator.fleet import COMMIT_TIMEOUT_S, LoopPacer
 from coordinator.messages import (
     JOB_STATES_BACK,
     agent_message,
+    cost_model_ref,
     duration,
     event_message,
     job_message,
+    seed_message,
     state_enum,
     tensor,
     tensor_spec,
     timestamp,
+    warm_start_use,
 )
 from coordinator.service import (
     AgentRefused,
     CancelLease,
     Coordinator,
+    DamagedCostModel,
     InvalidRequest,
     LeaseRef,
     OnnxUpload,
@@ -68,6 +72,8 @@ def _status_code(err: Exception) -> grpc.StatusCode:
         return grpc.StatusCode.FAILED_PRECONDITION
     if isinstance(err, NotFound):
         return grpc.StatusCode.NOT_FOUND
+    if isinstance(err, DamagedCostModel):
+        return grpc.StatusCode.DATA_LOSS
     if isinstance(err, (RegistryError, Unavailable)):
         return grpc.StatusCode.UNAVAILABLE
     if isinstance(err, (InvalidRequest, FarmError)):
@@ -138,6 +144,7 @@ class FarmClientServicer(farm_pb2_grpc.FarmClientServicer):
             weights_layout=request.weights_layout or "auto",
             until=UntilSpec(request.until.goal, request.until.patience or None, request.until.round_trials or None)
             if request.HasField("until") else None,
+            warm_start=not request.cold,
         )
         submitted = self.coordinator.submit(spec)
         return farm_pb2.SubmitResponse(jobs=[
@@ -280,7 +287,8 @@ class FarmAgentServicer(farm_pb2_grpc.FarmAgentServicer):
         return farm_pb2.LeaseShardResponse(shard=farm_pb2.Shard(
             job_id=shard.job_id, shard_id=shard.id, attempt=shard.attempt,
             tasks=[farm_pb2.TuneTask(name=t.name, weight=t.weight, flop=t.flop, mod_json=t.mod_json,
-                                     workload_shash=t.workload_shash, max_trials=t.max_trials)
+                                     workload_shash=t.workload_shash, max_trials=t.max_trials,
+                                     seeds=[seed_message(s) for s in t.seeds])
                    for t in offer.tasks],
             target=offer.target,
             budget=farm_pb2.TrialBudget(max_trials_global=offer.max_trials_global,
@@ -290,6 +298,8 @@ class FarmAgentServicer(farm_pb2_grpc.FarmAgentServicer):
             seed=offer.seed, records_per_report=offer.report_size.records,
             report_within=duration(offer.report_size.within_s),
             warm_records=[farm_pb2.WarmRecord(workload_shash=s, tuning_record_json=r) for s, r in offer.warm_records],
+            max_seeds_per_task=offer.max_seeds_per_task,
+            cost_model=cost_model_ref(offer.cost_model) if offer.cost_model else None,
         ))
 
     @_rpc_async
@@ -333,9 +343,15 @@ class FarmAgentServicer(farm_pb2_grpc.FarmAgentServicer):
 
     @_rpc
     def CompleteShard(self, request, context):
-        outcome = self.coordinator.complete_shard(request.agent_id, request.shard_id, request.attempt,
-                                                  [_summary(t) for t in request.tasks])
+        outcome = self.coordinator.complete_shard(
+            request.agent_id, request.shard_id, request.attempt, [_summary(t) for t in request.tasks],
+            warm_start_use(request.warm_start) if request.HasField("warm_start") else None)
         return farm_pb2.CompleteShardResponse(accepted=outcome.accepted, reason=outcome.reason)
+
+    @_rpc
+    def GetCostModel(self, request, context):
+        content = self.coordinator.cost_model_bytes(request.agent_id, request.id, request.sha256)
+        return farm_pb2.CostModelBlob(content=content, sha256=request.sha256)
 
     @_rpc
     def FailShard(self, request, context):

@@ -41,6 +41,17 @@ def _reuse(job) -> dict | None:
             "trials_saved": r.planned_trials - r.trials}
 
 
+def _warm_start(job) -> dict | None:
+    """A proto Job's warm start as foundation.domain.warm_start_use.job_warm_start spells it."""
+    if not job.HasField("warm_start"):
+        return None
+    w = job.warm_start
+    return {"seeds_offered": w.seeds_offered, "seeds_own_fingerprint": w.seeds_own_fingerprint,
+            "seeds_other_fingerprints": w.seeds_other_fingerprints, "seeds_rejected": w.seeds_rejected,
+            "seeds_failed": w.seeds_failed, "pretrained_cost_model": w.pretrained_cost_model,
+            "cost_model_sha256": w.cost_model_sha256, "cost_model_note": w.cost_model_note, "shards": w.shards}
+
+
 def job_json(job) -> dict:
     """A proto Job as the same JSON document the embedded `farm submit --json` prints."""
     artifact = None
@@ -82,6 +93,7 @@ def job_json(job) -> dict:
         "artifact": artifact,
         "reuse": _reuse(job),
         "until": _until(job),
+        "warm_start": _warm_start(job),
         "created_at": _time(job, "created_at"),
         "started_at": _time(job, "started_at"),
         "finished_at": _time(job, "finished_at"),
@@ -167,7 +179,7 @@ class CoordinatorClient:
     def submit(self, model: str, target: str, batch: int, *, trials: int | None = None,
                trials_per_task: int | None = None, retune: bool = False, seed: int = 0,
                fingerprint: str | None = None, validation_runs: int = 20, reuse: str | None = None,
-               weights_layout: str = "auto", until=None):
+               weights_layout: str = "auto", until=None, warm_start: bool = True):
         """``until``: a foundation.job_driver.tuning_rounds.UntilRequest, to tune in rounds."""
         from foundation.wire import farm_pb2
 
@@ -175,7 +187,7 @@ class CoordinatorClient:
         request = farm_pb2.SubmitRequest(
             batch=batch, target=target, fingerprint_id=fingerprint or "", trials=trials or 0,
             trials_per_task=trials_per_task or 0, retune=retune, seed=seed, validation_runs=validation_runs,
-            reuse=reuse or "", weights_layout=weights_layout,
+            reuse=reuse or "", weights_layout=weights_layout, cold=not warm_start,
         )
         if until is not None:
             request.until.CopyFrom(farm_pb2.Until(goal=until.goal.text(),

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from farm.session import open_store
 from foundation.domain.jobs import JobState
+from foundation.domain.warm_start_use import job_warm_start
 from foundation.domain.weights_layout import tuned_form
 from foundation.errors import BadInput
 from foundation.job_driver.artifacts import artifact_json
@@ -87,6 +88,7 @@ class RegistryJobs:
             "shards": None,
             "reuse": job.options.get("reused"),
             "until": job.options.get("until"),
+            "warm_start": job_warm_start(job.options.get("warm_start_used")),
             "error": job.error,
             "artifact": artifact_json(artifact) if artifact else None,
             "runner": job.runner.describe() if job.runner else None,

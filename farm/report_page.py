@@ -5,6 +5,8 @@ from __future__ import annotations
 from farm.cli.units import duration, milliseconds, size
 from farm.cli.views import speedup_text
 from foundation.domain.reuse import describe_summary
+from foundation.domain.warm_start_use import describe as describe_warm_start
+from foundation.domain.warm_start_use import job_warm_start
 
 # How the stored latency was measured (docs/benchmarks.md, "Timing after tuning").
 TIMING_NOTE = {
@@ -28,6 +30,8 @@ def markdown(report, image: str) -> str:
                    + (f", {failed} failed" if failed else "")),
         ("reuse", describe_summary(job.options["reused"]) if job.options.get("reused") else None),
         ("until", job.options["until"].get("summary") if job.options.get("until") else None),
+        ("warm start", describe_warm_start(warm) if (warm := job_warm_start(job.options.get("warm_start_used")))
+         else None),
         ("tuning time", _span(job)),
         ("error", job.error),
     ]

@@ -127,6 +127,7 @@ class ShardTuned(Event):
     tasks: tuple = ()  # per-task summaries (opaque)
     trials: int = 0
     seconds: float = 0.0
+    warm_start: object = None  # what the search started from (opaque: a WarmStartUse)
 
 
 @dataclass(frozen=True)

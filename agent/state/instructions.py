@@ -102,6 +102,7 @@ class CompleteShard(Instruction):
     tasks: tuple = ()
     trials: int = 0
     seconds: float = 0.0
+    warm_start: object = None
 
 
 @dataclass(frozen=True)

@@ -289,7 +289,8 @@ class AgentState:
         if self.lease_cancelled:
             return self._shard_done()  # told to stop: the coordinator has moved on
         if isinstance(event, ShardTuned):
-            call = CompleteShard(self.agent_id, event.lease, event.tasks, event.trials, event.seconds)
+            call = CompleteShard(self.agent_id, event.lease, event.tasks, event.trials, event.seconds,
+                                 event.warm_start)
         else:
             call = FailShard(self.agent_id, event.lease, event.reason, event.tasks)
         return self._transition(Work.CLOSING_SHARD, call=call)

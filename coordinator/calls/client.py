@@ -85,6 +85,7 @@ class ClientCalls:
             "retune": spec.retune,
             "reuse": reuse.value,
             "seed": int(spec.seed),
+            "warm_start": spec.warm_start,
             "validation_runs": spec.validation_runs or DEFAULT_VALIDATION_RUNS,
             "mode": "distributed",
         }

@@ -8,10 +8,21 @@ from collections.abc import Sequence
 from concurrent.futures import Future
 
 from coordinator import metrics
-from coordinator.calls.values import OfferedTask, ShardOffer, ShardOutcome, TrackerAddress, rpc_key, utc_now
-from coordinator.cluster_store import ClusterStore
+from coordinator.calls.values import (
+    DamagedCostModel,
+    OfferedTask,
+    ShardOffer,
+    ShardOutcome,
+    TrackerAddress,
+    rpc_key,
+    utc_now,
+)
+from coordinator.cluster_store import ClusterStore, UnknownAgent
 from coordinator.fleet import COMMIT_TIMEOUT_S, GroupCommit, LiveAgents, ProgressEvents, ReportSizing
 from coordinator.hints import WorkloadJson
+from foundation.errors import NotFound, RegistryError
+from foundation.meta_schedule.warm.seed_sources import OTHER_FINGERPRINT, OWN_FINGERPRINT, seed_traces_by_id
+from foundation.registry.cost_models import cost_model_blob, cost_model_by_id, find_cost_model
 from foundation.registry.entities import ShardClaim, ShardLease
 from foundation.registry.store import RegistryStore
 
@@ -62,7 +73,8 @@ class ShardCalls:
         return self._claims.enqueue(ShardClaim(agent_id, fingerprint_id, tuple(target_kinds)))
 
     def shard_offer(self, lease: ShardLease, fingerprint_id: str) -> ShardOffer:
-        """What an agent is sent with a granted lease: tasks, budget, warm-start records."""
+        """What an agent is sent with a granted lease: tasks, budget, warm-start records, the seeds
+        chosen for its tasks when the job was planned, and the fingerprint's cost model."""
         job = lease.job
         per_task = max((t.trials_budget for t in lease.tasks), default=1)
         per_task = max(1, min(per_task, lease.shard.trials_budget))
@@ -71,10 +83,18 @@ class ShardCalls:
             for record in self._store.top_k_records(task.workload_id, job.fingerprint_id, job.target,
                                                     self._tvm_version, self._warm_records_per_task):
                 warm.append((task.workload_shash, _record_json(record)))
+        planned_seeds = job.options.get("warm_seeds") or {}
+        seed_ids = [(planned_seeds.get("tasks") or {}).get(t.name, []) for t in lease.tasks]
+        seeds = seed_traces_by_id(self._store, job.fingerprint_id, seed_ids) if any(seed_ids) \
+            else [[] for _ in lease.tasks]
+        warm_start = job.options.get("warm_start", True) is not False
+        cost_model = find_cost_model(self._store, job.fingerprint_id, self._tvm_version) \
+            if warm_start and job.fingerprint_id else None
         return ShardOffer(
             lease=lease,
             tasks=[OfferedTask(t.name, t.weight, t.flop, self._workloads.of(t.workload_id, t.mod_json),
-                               t.workload_shash, t.trials_budget) for t in lease.tasks],
+                               t.workload_shash, t.trials_budget, task_seeds)
+                   for t, task_seeds in zip(lease.tasks, seeds)],
             target=job.target,
             max_trials_global=lease.shard.trials_budget,
             max_trials_per_task=per_task,
@@ -85,17 +105,36 @@ class ShardCalls:
             seed=int(job.options.get("seed") or 0),
             report_size=self._report_sizing.offer(),
             warm_records=warm,
+            max_seeds_per_task=int(planned_seeds.get("max_per_task") or 0) if any(seeds) else 0,
+            cost_model=cost_model,
         )
 
+    def cost_model_bytes(self, agent_id: str, model_id: int, sha256: str) -> bytes:
+        """The bytes of the cost model a shard named, for an agent the coordinator knows."""
+        if self._cluster.get_agent(agent_id) is None:
+            raise UnknownAgent(f"agent {agent_id!r} is not registered with this coordinator", "register again")
+        stored = cost_model_by_id(self._store, model_id)
+        if stored is None or stored.sha256 != sha256:
+            raise NotFound(f"no cost model {model_id} with sha256 {sha256[:16]}... in the registry",
+                           "it learned since the shard was leased: the next shard names the new one")
+        try:
+            return cost_model_blob(self._store, stored)
+        except RegistryError as err:
+            raise DamagedCostModel(err.problem, err.fix) from None
+
     def complete_shard(self, agent_id: str, shard_id: str, attempt: int,
-                       summaries: Sequence[dict] = ()) -> ShardOutcome:
+                       summaries: Sequence[dict] = (), warm_start: dict | None = None) -> ShardOutcome:
+        """End a lease as done; ``warm_start`` (WarmStartUse as a dict) is kept with the job."""
         shard = self._cluster.get_shard(shard_id)
         if shard is None:
             return ShardOutcome(False, f"shard {shard_id} is unknown")
         self._write_held_progress(shard.job_id, shard_id)
-        change = self._cluster.complete_shard(shard_id, attempt, agent_id, utc_now())
+        change = self._cluster.complete_shard(shard_id, attempt, agent_id, utc_now(), warm_start=warm_start)
         if change.accepted:
             self._log_task_errors(change.shard.job_id, agent_id, shard_id, summaries)
+            if warm_start:
+                metrics.warm_start_seeds(OWN_FINGERPRINT, int(warm_start.get("seeds_own_fingerprint", 0)))
+                metrics.warm_start_seeds(OTHER_FINGERPRINT, int(warm_start.get("seeds_other_fingerprints", 0)))
             self._wake.set()
         return ShardOutcome(change.accepted, change.reason or "", change.shard.state)
 

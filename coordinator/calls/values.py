@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from coordinator.fleet import ReportSize
 from foundation.domain.shards import ShardState
@@ -19,6 +20,10 @@ from foundation.registry.entities import (
     ValidationLease,
 )
 
+if TYPE_CHECKING:  # pragma: no cover
+    from foundation.meta_schedule.warm import SeedTrace
+    from foundation.registry.cost_models import StoredCostModel
+
 DEFAULT_VALIDATION_RUNS = 20
 
 
@@ -32,6 +37,10 @@ class Unavailable(FarmError):
 
 class AgentRefused(FarmError):
     """An agent that cannot take part (e.g. another TVM version than the coordinator's)."""
+
+
+class DamagedCostModel(FarmError):
+    """A stored cost model whose bytes no longer match their sha256."""
 
 
 @dataclass(frozen=True)
@@ -65,6 +74,7 @@ class SubmitSpec:
     reuse: str | None = None  # foundation.domain.reuse.ReuseMode; None: its default_mode
     weights_layout: str = "auto"  # foundation.domain.weights_layout: auto, plain, prepacked
     until: UntilSpec | None = None  # tune in rounds until the model beats a goal
+    warm_start: bool = True  # seeds from similar workloads and the stored cost model (off: --cold)
 
 
 @dataclass(frozen=True)
@@ -137,6 +147,7 @@ class OfferedTask:
     mod_json: str  # tvm.ir.save_json of the task's IRModule
     workload_shash: str
     max_trials: int = 0  # its trials in the job's trial plan (a reused task's: its top-up); 0: none
+    seeds: Sequence["SeedTrace"] = ()  # donor schedules to measure first, best first
 
 
 @dataclass(frozen=True)
@@ -153,6 +164,8 @@ class ShardOffer:
     seed: int
     report_size: ReportSize
     warm_records: list[tuple[str, str]]  # (workload shash, TuningRecord JSON)
+    max_seeds_per_task: int = 0
+    cost_model: "StoredCostModel | None" = None  # the fingerprint's, for this TVM version
 
 
 @dataclass(frozen=True)

@@ -228,8 +228,11 @@ class LeaseStore:
         ]
 
     def complete_shard(
-        self, shard_id: str, attempt: int, agent_id: str, now: datetime
+        self, shard_id: str, attempt: int, agent_id: str, now: datetime, warm_start: dict | None = None
     ) -> ShardChange:
+        """End a lease as done. ``warm_start``, what the shard's search started from (seeds, cost
+        model), is kept with the job (job.options["warm_start_used"], by shard) in the same unit of
+        work, under the job's lock: shards completing at once lose none of it, a stale attempt adds none."""
         # Only the completing agent's lease ends (a completion fails no job, which would end others').
         with self._unit.write(Changes.LEASES) as session:
             old = self._shard_for_change(session, shard_id)
@@ -237,6 +240,10 @@ class LeaseStore:
                 new = shard_rules.complete(old.as_shard(), attempt, agent_id)
             except StaleAttempt as exc:
                 return ShardChange(False, str(exc), old, self._plans.rollup_in(session, old.job_id))
+            if warm_start is not None:
+                job = self._locks.job_row(session, old.job_id)
+                used = dict(job.options.get("warm_start_used") or {})
+                job.options = {**job.options, "warm_start_used": {**used, shard_id: warm_start}}
             return self._apply_change(session, old, new, now, reason=None)
 
     def fail_shard(

@@ -133,14 +133,14 @@ def remote_jobs(client, limit: int, json_output: bool) -> None:
 def remote_submit(client, *, model: str, target: str, batch: int, trials, trials_per_task,
                   retune: bool, seed: int, fingerprint, runs: int, wait: bool, timeout, reuse: str | None = None,
                   json_output: bool, report_dir=None, registry: str | None = None,
-                  weights_layout: str = "auto", until=None) -> None:
+                  weights_layout: str = "auto", until=None, warm_start: bool = True) -> None:
     """Submit through the coordinator; with --wait, follow the job(s) to a final state (and with
     ``report_dir``, write each tuned job's report from ``registry``, the coordinator's)."""
     from farm.client import final, job_json, job_state_name
 
     submitted = client.submit(model, target, batch, trials=trials, trials_per_task=trials_per_task,
                               retune=retune, seed=seed, fingerprint=fingerprint, validation_runs=runs, reuse=reuse,
-                              weights_layout=weights_layout, until=until)
+                              weights_layout=weights_layout, until=until, warm_start=warm_start)
     jobs = [s.job for s in submitted]
     console = None if json_output else stderr_console()
     if console:

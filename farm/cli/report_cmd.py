@@ -34,12 +34,14 @@ def write_job_report(job_id: str, out: Path, registry: str | None) -> dict:
     """Write the report of ``job_id`` into ``out``; return what was written, as JSON."""
     from farm.report import job_report, write_report
     from farm.session import open_store
+    from foundation.domain.warm_start_use import job_warm_start
 
     made = job_report(open_store(registry), job_id)
     png, page = write_report(made, out)
     document = {
         "job": job_id, "png": str(png), "markdown": str(page), "trials": made.trials,
         "estimated_latency_ms": made.model_curve[-1][1] * 1e3 if made.model_curve else None,
+        "warm_start": job_warm_start(made.job.options.get("warm_start_used")),
         "tasks": [{"task": t.name, "weight": t.weight, "trials": t.trials, "failed": t.failed,
                    "best_ms": None if t.final is None else t.final * 1e3} for t in made.tasks],
     }

@@ -96,7 +96,8 @@ def submit(
                              trials_per_task=trials_per_task, retune=retune, seed=seed,
                              reuse=reuse.value if reuse else None, fingerprint=fingerprint, runs=runs,
                              wait=wait, timeout=timeout, json_output=json_output, report_dir=report_dir,
-                             registry=registry, weights_layout=weights_layout, until=until_request)
+                             registry=registry, weights_layout=weights_layout, until=until_request,
+                             warm_start=warm_start)
     from farm.cli.interrupts import cancel_on_signals
     from farm.embedded import SubmitRequest
     from farm.embedded import submit as submit_job

@@ -13,6 +13,7 @@ from typing import Any
 
 from farm.cli.units import age, duration, milliseconds, size
 from foundation.domain.reuse import describe_summary
+from foundation.domain.warm_start_use import describe as describe_warm_start
 
 JOB_COLUMNS = ("job", "state", "model", "batch", "target", "trials", "fingerprint", "age", "status")
 AGENT_COLUMNS = ("agent", "state", "fingerprint", "device", "host", "lease", "trials/s", "rpc", "last beat")
@@ -75,6 +76,7 @@ def job_fields(doc: dict) -> list[tuple[str, Any]]:
         ("Shards", shards or "none yet"),
         ("Reuse", describe_summary(doc["reuse"]) if doc.get("reuse") else None),
         ("Until", until_text(doc["until"], doc["state"]) if doc.get("until") else None),
+        ("Warm start", describe_warm_start(doc["warm_start"]) if doc.get("warm_start") else None),
         ("Created", _ago(doc.get("created_at"))),
         ("Started", _ago(doc.get("started_at"))),
         ("Finished", _ago(doc.get("finished_at"))),

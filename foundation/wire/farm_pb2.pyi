@@ -38,6 +38,12 @@ class AgentState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     AGENT_STATE_IDLE: _ClassVar[AgentState]
     AGENT_STATE_BUSY: _ClassVar[AgentState]
     AGENT_STATE_LOST: _ClassVar[AgentState]
+
+class SeedSource(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    SEED_SOURCE_UNSPECIFIED: _ClassVar[SeedSource]
+    SEED_SOURCE_OWN_FINGERPRINT: _ClassVar[SeedSource]
+    SEED_SOURCE_OTHER_FINGERPRINT: _ClassVar[SeedSource]
 JOB_STATE_UNSPECIFIED: JobState
 JOB_STATE_QUEUED: JobState
 JOB_STATE_RUNNING: JobState
@@ -56,6 +62,9 @@ AGENT_STATE_UNSPECIFIED: AgentState
 AGENT_STATE_IDLE: AgentState
 AGENT_STATE_BUSY: AgentState
 AGENT_STATE_LOST: AgentState
+SEED_SOURCE_UNSPECIFIED: SeedSource
+SEED_SOURCE_OWN_FINGERPRINT: SeedSource
+SEED_SOURCE_OTHER_FINGERPRINT: SeedSource
 
 class LatencyStats(_message.Message):
     __slots__ = ("mean_ms", "median_ms", "std_ms", "runs", "warmup")
@@ -112,7 +121,7 @@ class TrackerAddress(_message.Message):
     def __init__(self, host: _Optional[str] = ..., port: _Optional[int] = ..., key: _Optional[str] = ...) -> None: ...
 
 class SubmitRequest(_message.Message):
-    __slots__ = ("zoo_name", "onnx", "batch", "target", "fingerprint_id", "trials", "trials_per_task", "retune", "seed", "validation_runs", "reuse", "weights_layout", "until")
+    __slots__ = ("zoo_name", "onnx", "batch", "target", "fingerprint_id", "trials", "trials_per_task", "retune", "seed", "validation_runs", "reuse", "weights_layout", "until", "cold")
     ZOO_NAME_FIELD_NUMBER: _ClassVar[int]
     ONNX_FIELD_NUMBER: _ClassVar[int]
     BATCH_FIELD_NUMBER: _ClassVar[int]
@@ -126,6 +135,7 @@ class SubmitRequest(_message.Message):
     REUSE_FIELD_NUMBER: _ClassVar[int]
     WEIGHTS_LAYOUT_FIELD_NUMBER: _ClassVar[int]
     UNTIL_FIELD_NUMBER: _ClassVar[int]
+    COLD_FIELD_NUMBER: _ClassVar[int]
     zoo_name: str
     onnx: OnnxModel
     batch: int
@@ -139,7 +149,8 @@ class SubmitRequest(_message.Message):
     reuse: str
     weights_layout: str
     until: Until
-    def __init__(self, zoo_name: _Optional[str] = ..., onnx: _Optional[_Union[OnnxModel, _Mapping]] = ..., batch: _Optional[int] = ..., target: _Optional[str] = ..., fingerprint_id: _Optional[str] = ..., trials: _Optional[int] = ..., trials_per_task: _Optional[int] = ..., retune: _Optional[bool] = ..., seed: _Optional[int] = ..., validation_runs: _Optional[int] = ..., reuse: _Optional[str] = ..., weights_layout: _Optional[str] = ..., until: _Optional[_Union[Until, _Mapping]] = ...) -> None: ...
+    cold: bool
+    def __init__(self, zoo_name: _Optional[str] = ..., onnx: _Optional[_Union[OnnxModel, _Mapping]] = ..., batch: _Optional[int] = ..., target: _Optional[str] = ..., fingerprint_id: _Optional[str] = ..., trials: _Optional[int] = ..., trials_per_task: _Optional[int] = ..., retune: _Optional[bool] = ..., seed: _Optional[int] = ..., validation_runs: _Optional[int] = ..., reuse: _Optional[str] = ..., weights_layout: _Optional[str] = ..., until: _Optional[_Union[Until, _Mapping]] = ..., cold: _Optional[bool] = ...) -> None: ...
 
 class Until(_message.Message):
     __slots__ = ("goal", "patience", "round_trials")
@@ -228,7 +239,7 @@ class ListAgentsResponse(_message.Message):
     def __init__(self, agents: _Optional[_Iterable[_Union[Agent, _Mapping]]] = ...) -> None: ...
 
 class Job(_message.Message):
-    __slots__ = ("id", "state", "status", "model", "target", "target_kind", "fingerprint_id", "cache_hit", "trials_done", "trials_budget", "trial_errors", "shards", "error", "failed_shards", "artifact", "created_at", "started_at", "finished_at", "reuse", "weights_layout", "trial_plan", "until")
+    __slots__ = ("id", "state", "status", "model", "target", "target_kind", "fingerprint_id", "cache_hit", "trials_done", "trials_budget", "trial_errors", "shards", "error", "failed_shards", "artifact", "created_at", "started_at", "finished_at", "reuse", "weights_layout", "trial_plan", "until", "warm_start")
     ID_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     STATUS_FIELD_NUMBER: _ClassVar[int]
@@ -251,6 +262,7 @@ class Job(_message.Message):
     WEIGHTS_LAYOUT_FIELD_NUMBER: _ClassVar[int]
     TRIAL_PLAN_FIELD_NUMBER: _ClassVar[int]
     UNTIL_FIELD_NUMBER: _ClassVar[int]
+    WARM_START_FIELD_NUMBER: _ClassVar[int]
     id: str
     state: JobState
     status: str
@@ -273,7 +285,30 @@ class Job(_message.Message):
     weights_layout: str
     trial_plan: _containers.RepeatedCompositeFieldContainer[PlannedTrials]
     until: JobUntil
-    def __init__(self, id: _Optional[str] = ..., state: _Optional[_Union[JobState, str]] = ..., status: _Optional[str] = ..., model: _Optional[_Union[ModelSummary, _Mapping]] = ..., target: _Optional[str] = ..., target_kind: _Optional[str] = ..., fingerprint_id: _Optional[str] = ..., cache_hit: _Optional[bool] = ..., trials_done: _Optional[int] = ..., trials_budget: _Optional[int] = ..., trial_errors: _Optional[int] = ..., shards: _Optional[_Union[ShardCounts, _Mapping]] = ..., error: _Optional[str] = ..., failed_shards: _Optional[_Iterable[_Union[ShardFailure, _Mapping]]] = ..., artifact: _Optional[_Union[ArtifactSummary, _Mapping]] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finished_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., reuse: _Optional[_Union[JobReuse, _Mapping]] = ..., weights_layout: _Optional[str] = ..., trial_plan: _Optional[_Iterable[_Union[PlannedTrials, _Mapping]]] = ..., until: _Optional[_Union[JobUntil, _Mapping]] = ...) -> None: ...
+    warm_start: JobWarmStart
+    def __init__(self, id: _Optional[str] = ..., state: _Optional[_Union[JobState, str]] = ..., status: _Optional[str] = ..., model: _Optional[_Union[ModelSummary, _Mapping]] = ..., target: _Optional[str] = ..., target_kind: _Optional[str] = ..., fingerprint_id: _Optional[str] = ..., cache_hit: _Optional[bool] = ..., trials_done: _Optional[int] = ..., trials_budget: _Optional[int] = ..., trial_errors: _Optional[int] = ..., shards: _Optional[_Union[ShardCounts, _Mapping]] = ..., error: _Optional[str] = ..., failed_shards: _Optional[_Iterable[_Union[ShardFailure, _Mapping]]] = ..., artifact: _Optional[_Union[ArtifactSummary, _Mapping]] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finished_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., reuse: _Optional[_Union[JobReuse, _Mapping]] = ..., weights_layout: _Optional[str] = ..., trial_plan: _Optional[_Iterable[_Union[PlannedTrials, _Mapping]]] = ..., until: _Optional[_Union[JobUntil, _Mapping]] = ..., warm_start: _Optional[_Union[JobWarmStart, _Mapping]] = ...) -> None: ...
+
+class JobWarmStart(_message.Message):
+    __slots__ = ("seeds_offered", "seeds_own_fingerprint", "seeds_other_fingerprints", "seeds_rejected", "seeds_failed", "pretrained_cost_model", "cost_model_sha256", "shards", "cost_model_note")
+    SEEDS_OFFERED_FIELD_NUMBER: _ClassVar[int]
+    SEEDS_OWN_FINGERPRINT_FIELD_NUMBER: _ClassVar[int]
+    SEEDS_OTHER_FINGERPRINTS_FIELD_NUMBER: _ClassVar[int]
+    SEEDS_REJECTED_FIELD_NUMBER: _ClassVar[int]
+    SEEDS_FAILED_FIELD_NUMBER: _ClassVar[int]
+    PRETRAINED_COST_MODEL_FIELD_NUMBER: _ClassVar[int]
+    COST_MODEL_SHA256_FIELD_NUMBER: _ClassVar[int]
+    SHARDS_FIELD_NUMBER: _ClassVar[int]
+    COST_MODEL_NOTE_FIELD_NUMBER: _ClassVar[int]
+    seeds_offered: int
+    seeds_own_fingerprint: int
+    seeds_other_fingerprints: int
+    seeds_rejected: int
+    seeds_failed: int
+    pretrained_cost_model: bool
+    cost_model_sha256: str
+    shards: int
+    cost_model_note: str
+    def __init__(self, seeds_offered: _Optional[int] = ..., seeds_own_fingerprint: _Optional[int] = ..., seeds_other_fingerprints: _Optional[int] = ..., seeds_rejected: _Optional[int] = ..., seeds_failed: _Optional[int] = ..., pretrained_cost_model: _Optional[bool] = ..., cost_model_sha256: _Optional[str] = ..., shards: _Optional[int] = ..., cost_model_note: _Optional[str] = ...) -> None: ...
 
 class JobUntil(_message.Message):
     __slots__ = ("goal", "goal_ms", "stopped", "summary", "rounds")
@@ -612,7 +647,7 @@ class LeaseShardResponse(_message.Message):
     def __init__(self, shard: _Optional[_Union[Shard, _Mapping]] = ..., retry_after: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
 
 class Shard(_message.Message):
-    __slots__ = ("job_id", "shard_id", "attempt", "tasks", "target", "budget", "tracker", "seed", "records_per_report", "report_within", "warm_records")
+    __slots__ = ("job_id", "shard_id", "attempt", "tasks", "target", "budget", "tracker", "seed", "records_per_report", "report_within", "warm_records", "max_seeds_per_task", "cost_model")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     SHARD_ID_FIELD_NUMBER: _ClassVar[int]
     ATTEMPT_FIELD_NUMBER: _ClassVar[int]
@@ -624,6 +659,8 @@ class Shard(_message.Message):
     RECORDS_PER_REPORT_FIELD_NUMBER: _ClassVar[int]
     REPORT_WITHIN_FIELD_NUMBER: _ClassVar[int]
     WARM_RECORDS_FIELD_NUMBER: _ClassVar[int]
+    MAX_SEEDS_PER_TASK_FIELD_NUMBER: _ClassVar[int]
+    COST_MODEL_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     shard_id: str
     attempt: int
@@ -635,7 +672,79 @@ class Shard(_message.Message):
     records_per_report: int
     report_within: _duration_pb2.Duration
     warm_records: _containers.RepeatedCompositeFieldContainer[WarmRecord]
-    def __init__(self, job_id: _Optional[str] = ..., shard_id: _Optional[str] = ..., attempt: _Optional[int] = ..., tasks: _Optional[_Iterable[_Union[TuneTask, _Mapping]]] = ..., target: _Optional[str] = ..., budget: _Optional[_Union[TrialBudget, _Mapping]] = ..., tracker: _Optional[_Union[TrackerAddress, _Mapping]] = ..., seed: _Optional[int] = ..., records_per_report: _Optional[int] = ..., report_within: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., warm_records: _Optional[_Iterable[_Union[WarmRecord, _Mapping]]] = ...) -> None: ...
+    max_seeds_per_task: int
+    cost_model: CostModelRef
+    def __init__(self, job_id: _Optional[str] = ..., shard_id: _Optional[str] = ..., attempt: _Optional[int] = ..., tasks: _Optional[_Iterable[_Union[TuneTask, _Mapping]]] = ..., target: _Optional[str] = ..., budget: _Optional[_Union[TrialBudget, _Mapping]] = ..., tracker: _Optional[_Union[TrackerAddress, _Mapping]] = ..., seed: _Optional[int] = ..., records_per_report: _Optional[int] = ..., report_within: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., warm_records: _Optional[_Iterable[_Union[WarmRecord, _Mapping]]] = ..., max_seeds_per_task: _Optional[int] = ..., cost_model: _Optional[_Union[CostModelRef, _Mapping]] = ...) -> None: ...
+
+class Seed(_message.Message):
+    __slots__ = ("workload_json", "trace_json", "fingerprint_id", "source", "mean_sec", "record_id")
+    WORKLOAD_JSON_FIELD_NUMBER: _ClassVar[int]
+    TRACE_JSON_FIELD_NUMBER: _ClassVar[int]
+    FINGERPRINT_ID_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
+    MEAN_SEC_FIELD_NUMBER: _ClassVar[int]
+    RECORD_ID_FIELD_NUMBER: _ClassVar[int]
+    workload_json: str
+    trace_json: str
+    fingerprint_id: str
+    source: SeedSource
+    mean_sec: float
+    record_id: int
+    def __init__(self, workload_json: _Optional[str] = ..., trace_json: _Optional[str] = ..., fingerprint_id: _Optional[str] = ..., source: _Optional[_Union[SeedSource, str]] = ..., mean_sec: _Optional[float] = ..., record_id: _Optional[int] = ...) -> None: ...
+
+class CostModelRef(_message.Message):
+    __slots__ = ("id", "kind", "sha256", "size_bytes", "samples", "fingerprint_id", "tvm_version")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    SHA256_FIELD_NUMBER: _ClassVar[int]
+    SIZE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    SAMPLES_FIELD_NUMBER: _ClassVar[int]
+    FINGERPRINT_ID_FIELD_NUMBER: _ClassVar[int]
+    TVM_VERSION_FIELD_NUMBER: _ClassVar[int]
+    id: int
+    kind: str
+    sha256: str
+    size_bytes: int
+    samples: int
+    fingerprint_id: str
+    tvm_version: str
+    def __init__(self, id: _Optional[int] = ..., kind: _Optional[str] = ..., sha256: _Optional[str] = ..., size_bytes: _Optional[int] = ..., samples: _Optional[int] = ..., fingerprint_id: _Optional[str] = ..., tvm_version: _Optional[str] = ...) -> None: ...
+
+class GetCostModelRequest(_message.Message):
+    __slots__ = ("agent_id", "id", "sha256")
+    AGENT_ID_FIELD_NUMBER: _ClassVar[int]
+    ID_FIELD_NUMBER: _ClassVar[int]
+    SHA256_FIELD_NUMBER: _ClassVar[int]
+    agent_id: str
+    id: int
+    sha256: str
+    def __init__(self, agent_id: _Optional[str] = ..., id: _Optional[int] = ..., sha256: _Optional[str] = ...) -> None: ...
+
+class CostModelBlob(_message.Message):
+    __slots__ = ("content", "sha256")
+    CONTENT_FIELD_NUMBER: _ClassVar[int]
+    SHA256_FIELD_NUMBER: _ClassVar[int]
+    content: bytes
+    sha256: str
+    def __init__(self, content: _Optional[bytes] = ..., sha256: _Optional[str] = ...) -> None: ...
+
+class WarmStartUse(_message.Message):
+    __slots__ = ("seeds_offered", "seeds_own_fingerprint", "seeds_other_fingerprints", "seeds_rejected", "seeds_failed", "cost_model", "cost_model_note")
+    SEEDS_OFFERED_FIELD_NUMBER: _ClassVar[int]
+    SEEDS_OWN_FINGERPRINT_FIELD_NUMBER: _ClassVar[int]
+    SEEDS_OTHER_FINGERPRINTS_FIELD_NUMBER: _ClassVar[int]
+    SEEDS_REJECTED_FIELD_NUMBER: _ClassVar[int]
+    SEEDS_FAILED_FIELD_NUMBER: _ClassVar[int]
+    COST_MODEL_FIELD_NUMBER: _ClassVar[int]
+    COST_MODEL_NOTE_FIELD_NUMBER: _ClassVar[int]
+    seeds_offered: int
+    seeds_own_fingerprint: int
+    seeds_other_fingerprints: int
+    seeds_rejected: int
+    seeds_failed: int
+    cost_model: CostModelRef
+    cost_model_note: str
+    def __init__(self, seeds_offered: _Optional[int] = ..., seeds_own_fingerprint: _Optional[int] = ..., seeds_other_fingerprints: _Optional[int] = ..., seeds_rejected: _Optional[int] = ..., seeds_failed: _Optional[int] = ..., cost_model: _Optional[_Union[CostModelRef, _Mapping]] = ..., cost_model_note: _Optional[str] = ...) -> None: ...
 
 class WarmRecord(_message.Message):
     __slots__ = ("workload_shash", "tuning_record_json")
@@ -646,20 +755,22 @@ class WarmRecord(_message.Message):
     def __init__(self, workload_shash: _Optional[str] = ..., tuning_record_json: _Optional[str] = ...) -> None: ...
 
 class TuneTask(_message.Message):
-    __slots__ = ("name", "weight", "flop", "mod_json", "workload_shash", "max_trials")
+    __slots__ = ("name", "weight", "flop", "mod_json", "workload_shash", "max_trials", "seeds")
     NAME_FIELD_NUMBER: _ClassVar[int]
     WEIGHT_FIELD_NUMBER: _ClassVar[int]
     FLOP_FIELD_NUMBER: _ClassVar[int]
     MOD_JSON_FIELD_NUMBER: _ClassVar[int]
     WORKLOAD_SHASH_FIELD_NUMBER: _ClassVar[int]
     MAX_TRIALS_FIELD_NUMBER: _ClassVar[int]
+    SEEDS_FIELD_NUMBER: _ClassVar[int]
     name: str
     weight: int
     flop: float
     mod_json: str
     workload_shash: str
     max_trials: int
-    def __init__(self, name: _Optional[str] = ..., weight: _Optional[int] = ..., flop: _Optional[float] = ..., mod_json: _Optional[str] = ..., workload_shash: _Optional[str] = ..., max_trials: _Optional[int] = ...) -> None: ...
+    seeds: _containers.RepeatedCompositeFieldContainer[Seed]
+    def __init__(self, name: _Optional[str] = ..., weight: _Optional[int] = ..., flop: _Optional[float] = ..., mod_json: _Optional[str] = ..., workload_shash: _Optional[str] = ..., max_trials: _Optional[int] = ..., seeds: _Optional[_Iterable[_Union[Seed, _Mapping]]] = ...) -> None: ...
 
 class TrialBudget(_message.Message):
     __slots__ = ("max_trials_global", "max_trials_per_task", "num_trials_per_iter")
@@ -752,16 +863,18 @@ class TaskSummary(_message.Message):
     def __init__(self, task_name: _Optional[str] = ..., trials: _Optional[int] = ..., build_errors: _Optional[int] = ..., run_errors: _Optional[int] = ..., best_us: _Optional[float] = ..., elapsed_s: _Optional[float] = ..., sample_errors: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class CompleteShardRequest(_message.Message):
-    __slots__ = ("agent_id", "shard_id", "attempt", "tasks")
+    __slots__ = ("agent_id", "shard_id", "attempt", "tasks", "warm_start")
     AGENT_ID_FIELD_NUMBER: _ClassVar[int]
     SHARD_ID_FIELD_NUMBER: _ClassVar[int]
     ATTEMPT_FIELD_NUMBER: _ClassVar[int]
     TASKS_FIELD_NUMBER: _ClassVar[int]
+    WARM_START_FIELD_NUMBER: _ClassVar[int]
     agent_id: str
     shard_id: str
     attempt: int
     tasks: _containers.RepeatedCompositeFieldContainer[TaskSummary]
-    def __init__(self, agent_id: _Optional[str] = ..., shard_id: _Optional[str] = ..., attempt: _Optional[int] = ..., tasks: _Optional[_Iterable[_Union[TaskSummary, _Mapping]]] = ...) -> None: ...
+    warm_start: WarmStartUse
+    def __init__(self, agent_id: _Optional[str] = ..., shard_id: _Optional[str] = ..., attempt: _Optional[int] = ..., tasks: _Optional[_Iterable[_Union[TaskSummary, _Mapping]]] = ..., warm_start: _Optional[_Union[WarmStartUse, _Mapping]] = ...) -> None: ...
 
 class CompleteShardResponse(_message.Message):
     __slots__ = ("accepted", "reason")

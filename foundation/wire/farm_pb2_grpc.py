@@ -380,6 +380,11 @@ class FarmAgentStub:
                 request_serializer=tvmfarm_dot_v1_dot_farm__pb2.ReportValidationRequest.SerializeToString,
                 response_deserializer=tvmfarm_dot_v1_dot_farm__pb2.ReportValidationResponse.FromString,
                 _registered_method=True)
+        self.GetCostModel = channel.unary_unary(
+                '/tvmfarm.v1.FarmAgent/GetCostModel',
+                request_serializer=tvmfarm_dot_v1_dot_farm__pb2.GetCostModelRequest.SerializeToString,
+                response_deserializer=tvmfarm_dot_v1_dot_farm__pb2.CostModelBlob.FromString,
+                _registered_method=True)
 
 
 class FarmAgentServicer:
@@ -454,6 +459,16 @@ class FarmAgentServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetCostModel(self, request, context):
+        """The bytes of the cost model a Shard names (Shard.cost_model), for the agent to check
+        against the sha256 it was given and keep. NOT_FOUND: the registry no longer holds a model
+        with that id and sha256 (it learned since: the next shard names the new one).
+        DATA_LOSS: the stored bytes no longer match their sha256.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_FarmAgentServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -496,6 +511,11 @@ def add_FarmAgentServicer_to_server(servicer, server):
                     servicer.ReportValidation,
                     request_deserializer=tvmfarm_dot_v1_dot_farm__pb2.ReportValidationRequest.FromString,
                     response_serializer=tvmfarm_dot_v1_dot_farm__pb2.ReportValidationResponse.SerializeToString,
+            ),
+            'GetCostModel': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetCostModel,
+                    request_deserializer=tvmfarm_dot_v1_dot_farm__pb2.GetCostModelRequest.FromString,
+                    response_serializer=tvmfarm_dot_v1_dot_farm__pb2.CostModelBlob.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -718,6 +738,33 @@ class FarmAgent:
             '/tvmfarm.v1.FarmAgent/ReportValidation',
             tvmfarm_dot_v1_dot_farm__pb2.ReportValidationRequest.SerializeToString,
             tvmfarm_dot_v1_dot_farm__pb2.ReportValidationResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetCostModel(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tvmfarm.v1.FarmAgent/GetCostModel',
+            tvmfarm_dot_v1_dot_farm__pb2.GetCostModelRequest.SerializeToString,
+            tvmfarm_dot_v1_dot_farm__pb2.CostModelBlob.FromString,
             options,
             channel_credentials,
             insecure,

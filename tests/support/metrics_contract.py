@@ -19,7 +19,8 @@ METRICS = {
     "farm_agents": ("gauge", {"fingerprint", "state"}, {}),
     "farm_registry_lookups_total": ("counter", {"result"}, {"result": {"hit", "miss"}}),
     "farm_artifacts_committed_total": ("counter", set(), {}),
-    "farm_warm_start_seeds_total": ("counter", {"source"}, {}),
+    # coordinator (the fleet's, as reported) and agents (their own)
+    "farm_warm_start_seeds_total": ("counter", {"source"}, {"source": {"own_fingerprint", "other_fingerprint"}}),
     # agents
     "farm_trials_total": ("counter", {"fingerprint", "target_kind", "outcome"},
                           {"outcome": {"ok", "build_error", "run_error", "timeout"}}),
