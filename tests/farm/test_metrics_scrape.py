@@ -9,14 +9,13 @@ import os
 import shutil
 import socket
 import subprocess
-import urllib.request
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from support.certificates import CertificateAuthority
 from support.metrics_contract import METRICS
 from support.polling import wait_for
+from support.prometheus_scrape import Scrape
 
 pytestmark = pytest.mark.slow
 
@@ -24,29 +23,6 @@ ON_SQLITE = pytest.mark.parametrize("registry_url", ["sqlite"], indirect=True)
 # Two batches a task: the best-latency gauge needs a best for every task, so with one batch a
 # task it would live only between the last batch and the job's build, too short to be scraped.
 SUBMIT = ["submit", "mlp-tiny", "llvm", "2", "--trials", "48", "--trials-per-task", "24", "--runs", "3"]
-
-
-class Scrape:
-    """One scrape: its text, and its samples by name."""
-
-    def __init__(self, port: int):
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30) as reply:
-            assert reply.status == 200 and reply.headers["Content-Type"].startswith("text/plain")
-            self.text = reply.read().decode()
-        self.families = {_series_name(f): f for f in text_string_to_metric_families(self.text)}
-
-    def value(self, name: str, **labels: str) -> float:
-        """The sum of a series' samples whose labels include ``labels`` (0 when none)."""
-        return sum(s.value for f in self.families.values() for s in f.samples
-                   if s.name == name and labels.items() <= s.labels.items())
-
-    def labels(self, name: str) -> list[dict[str, str]]:
-        return [s.labels for f in self.families.values() for s in f.samples if s.name == name]
-
-
-def _series_name(family) -> str:
-    # The parser names a counter's family without its _total, as OpenMetrics does.
-    return family.name + "_total" if family.type == "counter" else family.name
 
 
 def check_contract(*scrapes: Scrape) -> None:
