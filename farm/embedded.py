@@ -34,7 +34,7 @@ from foundation.job_driver.runners import Heartbeat, fail_dead_jobs, this_runner
 from foundation.job_driver.tuning_lock import ScopeLock, scope_key
 from foundation.job_driver.tuning_rounds import RoundsOutcome, UntilRequest, check_until, set_up_goal
 from foundation.meta_schedule.tuner import MeasureSettings, ProgressListener, TuningBudget, TuningReport, WorkerPools
-from foundation.meta_schedule.warm.job_start import learn_from_job, warm_start_for, warm_start_json
+from foundation.meta_schedule.warm.job_start import learn_from_job, warm_start_for, warm_start_json, warm_start_use
 from foundation.models.model_key import ModelKey, model_key
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -296,6 +296,10 @@ def _run_job(ctx: FarmContext, key: ModelKey, request: SubmitRequest, layout: We
             report = tuner.tune(reused.tasks, tvm_target, database, reused.budget, config.job_work_dir(job.id),
                                 pools=pools, listener=tally, cancelled=cancellation.event, seed=request.seed,
                                 plan=reused.tuned_plan, warm=warm)
+            if reused.tasks:
+                options = store.get_job(job.id).options
+                store.update_job(job.id, options={**options,
+                                                  "warm_start_used": {"embedded": warm_start_use(report, warm)}})
         else:
             rounds, judge = _goal(request.until, key, loaded, tvm_target, request.seed, tell)
             untuned = judge.reference_library

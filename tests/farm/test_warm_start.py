@@ -10,6 +10,7 @@ import pytest
 from sqlalchemy import create_engine, text
 
 from farm.embedded import SubmitRequest, submit
+from foundation.domain.warm_start_use import job_warm_start
 from foundation.registry import RegistryStore
 
 pytestmark = pytest.mark.slow
@@ -57,8 +58,11 @@ def test_another_batch_is_seeded_from_this_fingerprint_and_validates_against_the
     store = RegistryStore(url, create=False)
     try:
         mine = [r for r in store.all_records(fingerprint_id=fingerprint) if r.job_id == result.job.id]
+        kept = job_warm_start(store.get_job(result.job.id).options["warm_start_used"])
     finally:
         store.dispose()
+    # Kept with the job as a distributed job keeps its shards' reports: `farm status` says it.
+    assert {k: kept[k] for k in warm if k in kept} == warm and kept["seeds_offered"] >= warm["seeds_own_fingerprint"]
     # (A trace the search measures again is stored once.)
     assert 0 < len(mine) <= result.report.trials <= 8
     assert sum(r.mean_sec is not None for r in mine) >= warm["seeds_own_fingerprint"]

@@ -32,6 +32,7 @@ class WarmStart:
 
     seeds: Sequence[Sequence[SeedTrace]] = field(default_factory=list)  # donor traces, per task, best first
     cost_model: Any = None  # an XGBModel trained on this fingerprint's records, or None
+    cost_model_sha256: str = ""  # the stored model's, when there is one
     max_seeds_per_task: int = MAX_SEEDS_PER_TASK
 
     def seeds_per_task(self, planned_per_task: int) -> int:

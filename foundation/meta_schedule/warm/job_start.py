@@ -27,7 +27,8 @@ def warm_start_for(store: "RegistryStore", fingerprint_id: str, target_json: str
     wanted = seeds_per_task(max(planned, default=0))
     seeds = find_seed_traces(store, fingerprint_id, target_json, tvm_version, tasks, wanted)
     loaded = load_cost_model(store, fingerprint_id, tvm_version)
-    return WarmStart(seeds=seeds, max_seeds_per_task=wanted, cost_model=loaded[0] if loaded else None)
+    return WarmStart(seeds=seeds, max_seeds_per_task=wanted, cost_model=loaded[0] if loaded else None,
+                     cost_model_sha256=loaded[1].sha256 if loaded else "")
 
 
 def learn_from_job(store: "RegistryStore", fingerprint_id: str, target: "tvm.target.Target", tvm_version: str,
@@ -53,6 +54,22 @@ def warm_start_json(report: "TuningReport") -> dict[str, Any]:
         "seeds_rejected": seeds.rejected if seeds else 0,
         "seeds_failed": seeds.failed if seeds else 0,
         "pretrained_cost_model": report.pretrained_cost_model,
+    }
+
+
+def warm_start_use(report: "TuningReport", warm: WarmStart | None) -> dict[str, Any]:
+    """The job's warm start as the registry keeps it with the job (job.options["warm_start_used"],
+    one entry: an agent's shard reports the same, foundation.domain.warm_start_use), so that
+    `farm status` and `farm report` say it of an embedded job as of a distributed one."""
+    seeds = report.seeds
+    return {
+        "seeds_offered": sum(len(s) for s in warm.seeds) if warm is not None else 0,
+        "seeds_own_fingerprint": seeds.own_fingerprint if seeds else 0,
+        "seeds_other_fingerprints": seeds.other_fingerprints if seeds else 0,
+        "seeds_rejected": seeds.rejected if seeds else 0,
+        "seeds_failed": seeds.failed if seeds else 0,
+        "cost_model_sha256": warm.cost_model_sha256 if warm is not None and warm.cost_model is not None else "",
+        "cost_model_note": "",
     }
 
 
