@@ -42,6 +42,7 @@ class Housekeeping:
     def close(self) -> None:
         self._planner.stop()
         self._builder.stop()
+        self._steps.close()
 
     def tick(self, now: dt.datetime | None = None) -> None:
         """One round of housekeeping; the server runs it every fraction of a second."""

@@ -18,7 +18,7 @@ from coordinator.calls.values import DEFAULT_VALIDATION_RUNS, utc_now
 from coordinator.cluster_store import ClusterStore
 from coordinator.hints import WorkloadJson
 from coordinator.job_rounds import JobRounds, tuned_in_rounds
-from coordinator.job_work import ModelCache, build_libraries, plan_tasks
+from coordinator.job_work import BackgroundWorker, ModelCache, build_libraries, plan_tasks
 from foundation.domain.jobs import JobState
 from foundation.domain.reuse import default_mode
 from foundation.domain.shards import TaskCost, split_tasks
@@ -48,6 +48,11 @@ class JobSteps:
         self._wake = wake
         self._settling = threading.Lock()
         self.rounds = JobRounds(store, cluster, models, workloads, tvm_version, data_dir, wake, self.move)
+        # Training takes seconds to minutes of CPU: never on a gRPC handler or the tick.
+        self._learner = BackgroundWorker("farm-learner")
+
+    def close(self) -> None:
+        self._learner.stop()
 
     def plan(self, job_id: str) -> None:
         """Extract the job's tasks and split them into shards (queued -> running), once."""
@@ -174,9 +179,27 @@ class JobSteps:
                     software=software_versions(job.target_kind), weights_layout=tuned_form(job.options),
                 )
                 metrics.artifact_committed()
-            self.move(job_id, JobState.VALIDATING, JobState.SUCCEEDED,
-                      f"succeeded: validated on {result.get('agent_id')}, {artifact.latency_mean_ms:.3f} ms mean",
-                      artifact_id=artifact.id)
+            if self.move(job_id, JobState.VALIDATING, JobState.SUCCEEDED,
+                         f"succeeded: validated on {result.get('agent_id')}, {artifact.latency_mean_ms:.3f} ms mean",
+                         artifact_id=artifact.id):
+                # One learner per fingerprint at a time; a job ending meanwhile is learned by the
+                # next refresh (it takes every record since the model's last).
+                self._learner.submit(f"learn:{job.fingerprint_id}",
+                                     lambda: self.learn(job.fingerprint_id, job.target))
+
+    def learn(self, fingerprint_id: str, target_json: str) -> None:
+        """Teach the fingerprint's stored cost model the records its agents reported, as the
+        embedded mode does after a job: the next job's shards start from it."""
+        import json
+
+        from foundation.hardware.targets import to_tvm_target
+        from foundation.hardware.tvm_startup import install_lean_tensor_intrinsics
+        from foundation.meta_schedule.warm.job_start import learn_from_job
+
+        target_doc = json.loads(target_json)
+        install_lean_tensor_intrinsics(target_doc["kind"])
+        learn_from_job(self._store, fingerprint_id, to_tvm_target(target_doc), self._tvm_version,
+                       lambda state, detail: logger.info("%s: %s", state, detail))
 
     def _validation_library(self, job_id: str) -> bytes:
         """The library a validation checked (a claim hands it out only with its lease)."""

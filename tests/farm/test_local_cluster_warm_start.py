@@ -13,6 +13,7 @@ from sqlalchemy import create_engine, text
 from farm.embedded import SubmitRequest, submit
 from foundation.registry import RegistryStore
 
+from support.polling import wait_for
 from support.prometheus_scrape import Scrape
 
 pytestmark = pytest.mark.slow
@@ -108,6 +109,8 @@ def test_a_distributed_job_measures_its_seeds_first_and_starts_from_the_stored_c
     assert "Warm start" in described and f"{warm['seeds_own_fingerprint']} seeds measured first" in described
     assert f"sha256 {stored.sha256[:12]}" in described
     assert f"starts warm: {warm['seeds_offered']} seeds offered, cost model {stored.sha256[:12]}" in farm.log("a1")
+    # Then the coordinator teaches the fingerprint's model what the agent reported, as an embedded job does.
+    wait_for(lambda: f"cost model of {fingerprint}" in farm.log("coordinator"), 120, "the coordinator to learn")
     report = json.loads(farm.farm("report", job_id, "--out", str(tmp_path / "report"), "--registry", registry_url,
                                   "--json").stdout)
     assert report["warm_start"] == warm

@@ -171,3 +171,41 @@ def test_a_tune_starts_from_the_stored_model_and_keeps_teaching_it(measured, tar
     after = refresh_cost_model(store, FINGERPRINT, target, tvm.__version__)
     assert after.samples == before.samples + 8 and after.workloads == 2
     assert find_cost_model(store, FINGERPRINT, tvm.__version__).last_record_id > before.last_record_id
+
+
+def test_a_coordinator_teaches_the_fingerprints_model_what_its_agents_reported(measured, target, tmp_path):
+    # The coordinator's step after a distributed job succeeds (coordinator.job_steps.JobSteps.learn)
+    # is this module's refresh, run where the records are: on a registry that has no model yet.
+    import shutil
+    import sqlite3
+    import threading
+
+    import tvm
+
+    from coordinator.cluster_store import ClusterStore
+    from coordinator.hints import WorkloadJson
+    from coordinator.job_steps import JobSteps
+    from coordinator.job_work import ModelCache
+    from foundation.meta_schedule.database.registry_database import canonical_target_json
+    from foundation.meta_schedule.warm.cost_models import MIN_SAMPLES
+
+    store, url = measured
+    with sqlite3.connect(url.removeprefix("sqlite:///")) as connection:
+        connection.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    copy = tmp_path / "registry.db"
+    shutil.copy(url.removeprefix("sqlite:///"), copy)
+    with sqlite3.connect(copy) as connection:
+        connection.execute("DELETE FROM cost_models")
+    fresh = RegistryStore(f"sqlite:///{copy}", create=False)
+    try:
+        records = len(fresh.all_records(fingerprint_id=FINGERPRINT))
+        steps = JobSteps(fresh, ClusterStore(fresh), ModelCache(tmp_path), WorkloadJson(), tvm.__version__,
+                         threading.Event(), tmp_path)
+        try:
+            steps.learn(FINGERPRINT, canonical_target_json(target))
+        finally:
+            steps.close()
+        learned = find_cost_model(fresh, FINGERPRINT, tvm.__version__)
+        assert learned is not None and MIN_SAMPLES <= learned.samples <= records, (learned, records)
+    finally:
+        fresh.dispose()
