@@ -1,11 +1,11 @@
 """The cost model a shard names: fetched from the coordinator once per sha256, checked, kept.
 
 A shard carries only a reference (CostModelRef: id, sha256, size). The stored model holds every
-training sample and grows with each job (~2 KB per record, tens of MB for a well-tuned
-fingerprint), so sending it with every shard would cost each lease that much again, and a
-shard message over gRPC's 4 MB default would not be received at all. The agent asks for the
-bytes (GetCostModel) when it sees a sha256 it does not hold, refuses bytes that do not match
-it, and keeps the last few in memory: every later shard of the fingerprint starts at once.
+training sample and grows with every record the fingerprint measures (docs/benchmarks.md,
+"Distributed warm starts"), while a model changes only when a job ends: sent with every shard it
+would cost every lease, of every agent, that many bytes again. The agent asks for the bytes
+(GetCostModel) when it sees a sha256 it does not hold, refuses bytes that do not match it, and
+keeps the last few in memory: every later shard of the fingerprint starts at once.
 A model that cannot be had is not a failure: the search starts untrained, and the shard's
 report says why.
 """
