@@ -167,6 +167,7 @@ def tuning_history(store, model_id: str, fingerprint: str, target_json: str) -> 
             and j.target == target_json and j.state == "succeeded"]
     jobs.sort(key=lambda j: j.created_at)
     curve, offset, listed = [], 0, []
+    best: dict[int, float] = {}  # each workload's best mean so far, over this model's jobs
     for job in jobs:
         seconds = (job.finished_at - job.started_at).total_seconds() if job.finished_at and job.started_at else None
         listed.append({"job": job.id, "trials": job.trials_done, "budget": job.trials_budget,
@@ -177,9 +178,25 @@ def tuning_history(store, model_id: str, fingerprint: str, target_json: str) -> 
             listed[-1]["curve_error"] = str(err)
             offset += job.trials_done
             continue
-        curve += [(offset + n, s * 1e3) for n, s in report.model_curve]
+        curve += _carried_curve(store, job.id, report.tasks, best, offset)
         offset += report.trials
     return {"jobs": listed, "trials": offset, "curve_trials_ms": curve}
+
+
+def _carried_curve(store, job_id: str, tasks, best: dict[int, float], offset: int) -> list[tuple[int, float]]:
+    """The model's estimate (ms) after each of the job's trials, its tasks' bests carried over from
+    earlier jobs (a retune starts from what the registry had: its own report's curve would begin
+    only once every task, the capped small ones too, got a valid measurement in that job)."""
+    import math
+
+    weights = {t.workload_id: t.weight for t in tasks if t.workload_id is not None}
+    curve = []
+    for count, (workload_id, mean_sec) in enumerate(store.job_measurements(job_id), start=1):
+        if mean_sec is not None and math.isfinite(mean_sec) and mean_sec < best.get(workload_id, math.inf):
+            best[workload_id] = mean_sec
+        if weights and all(w in best for w in weights):
+            curve.append((offset + count, sum(best[w] * weight for w, weight in weights.items()) * 1e3))
+    return curve
 
 
 def evaluate_case(case: Case, args, log) -> dict:
