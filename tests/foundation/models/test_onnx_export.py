@@ -49,6 +49,12 @@ def test_an_op_without_translation_is_refused_by_name():
         to_onnx(builder.get(), [])
 
 
+def test_a_wrong_weight_count_is_refused():
+    model = load_model("mlp-tiny", 1)
+    with pytest.raises(ValueError, match="weights for a graph of 4"):
+        to_onnx(model.mod, model.make_weights(0)[:2])
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["resnet-tiny", "bert-tiny"])
 def test_exported_models_agree_with_the_untuned_tvm_build(name):
