@@ -19,7 +19,6 @@ import argparse
 import json
 import os
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -59,28 +58,18 @@ def serial_small(mod, max_flop: float):
 def build(model, target, database, max_flop: float | None) -> tuple[bytes, list[str]]:
     """The farm's prepacked build (foundation.compile.build_library), small kernels made serial
     just before compiling when ``max_flop`` is given."""
-    import tvm
-    from tvm import relax
+    from foundation.compile import build_library
 
-    from foundation.compile import _weights_marked, lower_for_tuning
-
-    lowered = lower_for_tuning(_weights_marked(model), target, prepack=True)
-    with target, database:
-        lowered = relax.transform.MetaScheduleApplyDatabase()(lowered)
-    with target:
-        lowered = tvm.transform.Sequential([
-            relax.transform.SplitLayoutRewritePreproc(),
-            relax.transform.LiftTransformParams(),
-            relax.transform.FoldConstant(),
-        ])(lowered)
     changed: list[str] = []
-    if max_flop is not None:
-        lowered, changed = serial_small(lowered, max_flop)
-    executable = tvm.compile(lowered, target=target)
-    with tempfile.TemporaryDirectory(prefix="farm-serial-") as tmp:
-        path = os.path.join(tmp, "model.so")
-        executable.export_library(path)
-        return Path(path).read_bytes(), changed
+
+    def serial(lowered):
+        if max_flop is None:
+            return lowered
+        lowered, names = serial_small(lowered, max_flop)
+        changed.extend(names)
+        return lowered
+
+    return build_library(model, target, database, prepack=True, before_compile=serial), changed
 
 
 def main() -> None:

@@ -77,7 +77,7 @@ def extract_tuning_tasks(model: "LoadedModel", target: "tvm.target.Target", *,
 
 
 def build_library(model: "LoadedModel", target: "tvm.target.Target", database=None, *,
-                  prepack: bool = False) -> bytes:
+                  prepack: bool = False, before_compile=None) -> bytes:
     """Compile the model and return the exported shared library's bytes.
 
     With ``database`` the best record of every tuned workload is applied; without it the
@@ -85,6 +85,8 @@ def build_library(model: "LoadedModel", target: "tvm.target.Target", database=No
     stay function inputs, so the library carries none. With ``prepack`` the layout rewrites
     the records made are split out of the kernels and lifted into `main_transform_params`
     (weights in, prepacked weights out), and `main` takes the prepacked weights.
+    ``before_compile`` (IRModule -> IRModule) rewrites the lowered module last, for experiments
+    on the farm's own build (bench/serial_small_kernels.py).
     """
     import tvm
     from tvm import relax
@@ -102,6 +104,8 @@ def build_library(model: "LoadedModel", target: "tvm.target.Target", database=No
             ])(lowered)
     if target.kind.name != "llvm":
         lowered = _schedule_the_rest_for_gpu(lowered, target)
+    if before_compile is not None:
+        lowered = before_compile(lowered)
     executable = tvm.compile(lowered, target=target)
     with tempfile.TemporaryDirectory(prefix="farm-build-") as tmp:
         path = os.path.join(tmp, "model.so")
