@@ -90,6 +90,10 @@ class AgentSettings:
     # How long a report may wait for an unreachable coordinator before the shard gives up.
     report_patience_sec: float = 120.0
     access: ChannelAccess | None = None  # token and TLS to present (foundation.wire.access)
+    # How long work under way (a batch being measured, a report, a validation) may take to end
+    # after a stop before the agent leaves without it: a batch whose tracker went down with the
+    # coordinator would otherwise hold the agent for a session timeout per candidate.
+    stop_grace_sec: float = 15.0
 
 
 def coordinator_channel(address: str, access: ChannelAccess | None = None) -> grpc.Channel:
@@ -106,7 +110,8 @@ class _Crashed:
 
 
 class Agent:
-    """The agent's executor. ``run(stop)`` blocks until ``stop`` is set and the work under way ended."""
+    """The agent's executor. ``run(stop)`` blocks until ``stop`` is set and the work under way
+    ended, or the stop's grace ran out (see ``run``)."""
 
     def __init__(self, settings: AgentSettings):
         from foundation.wire import farm_pb2_grpc
@@ -139,7 +144,10 @@ class Agent:
 
     # ------------------------------------------------------------------ the loop
 
-    def run(self, stop: threading.Event) -> None:
+    def run(self, stop: threading.Event) -> bool:
+        """Serve until ``stop``; True if work under way was left behind when the stop's grace ran
+        out. Its threads may then still be blocked in TVM's worker pools, which an ordinary
+        interpreter exit waits for: the caller ends the process (os._exit) instead."""
         from foundation.hardware.fingerprint import local_fingerprint
         from foundation.hardware.tvm_startup import pin_tvm_threads
 
@@ -148,10 +156,19 @@ class Agent:
         self._stop = stop
         self.post(AgentStarted())
         shutdown = None
+        leave_by = None  # once stopped: when work under way stops being waited for
+        abandoned = False
         try:
             while shutdown is None:
                 if stop.is_set() and not self.state.stopping:
                     event = StopRequested()
+                    leave_by = time.monotonic() + self.settings.stop_grace_sec
+                elif leave_by is not None and time.monotonic() > leave_by:
+                    logger.warning("the work under way did not end within %g s of the stop; leaving without it "
+                                   "(its lease lapses and the coordinator hands the shard on)",
+                                   self.settings.stop_grace_sec)
+                    shutdown, abandoned = Shutdown(None), True
+                    break
                 else:
                     try:
                         event = self._events.get(timeout=0.25)
@@ -172,28 +189,31 @@ class Agent:
                 timer.cancel()
             if self.rpc_server is not None:
                 self.rpc_server.stop()
-            self._close_pools()
+            self._close_pools(wait=not abandoned)
             self.channel.close()
         if shutdown.error:
             raise FarmError(shutdown.error)
+        return abandoned
 
-    def _close_pools(self) -> None:
+    def _close_pools(self, wait: bool = True) -> None:
         """Kill the builder and runner workers, a build in flight included: a worker busy
         compiling when the agent exits would otherwise run on, orphaned, until its build ends.
-        Then any child process still there (a runner's per-batch pool): nothing outlives the agent."""
+        The processes go first: closing a pool whose worker a tuning thread is still reading
+        from waits on that read. With work left behind (``wait`` False) the pools are not
+        closed at all: closing one waits for the candidates still queued in it."""
         import psutil
 
-        pools, self._pools = self._pools, {}
-        for worker_pools in pools.values():
-            try:
-                worker_pools.close()
-            except Exception:
-                logger.warning("stopping the agent's worker pools failed", exc_info=True)
         for child in psutil.Process().children(recursive=True):
             try:
                 child.kill()
             except psutil.Error:
                 pass
+        pools, self._pools = self._pools, {}
+        for worker_pools in pools.values() if wait else ():
+            try:
+                worker_pools.close()
+            except Exception:
+                logger.warning("stopping the agent's worker pools failed", exc_info=True)
 
     def _in_thread(self, name: str, work, *args) -> None:
         def run():
@@ -261,7 +281,7 @@ class Agent:
             tracker.host, tracker.port, tracker.key, host=self.settings.rpc_host, port=self.settings.rpc_port,
         ).start()
         try:
-            self.rpc_server.wait_until_serving(timeout=RPC_SERVER_START_TIMEOUT_S)
+            self.rpc_server.wait_until_serving(timeout=RPC_SERVER_START_TIMEOUT_S, stop=self._stop)
         except FarmError as err:  # the watchdog keeps trying; tuning waits on the tracker
             logger.warning("RPC server not serving yet: %s", err)
         self.post(RPCServerStarted())

@@ -230,11 +230,14 @@ class SupervisedRPCServer:
                 self._group = None
             self._watch.serving = False
 
-    def wait_until_serving(self, timeout: float) -> None:
-        """Block until the tracker lists this server (then ``.serving`` is True); FarmError after ``timeout``."""
+    def wait_until_serving(self, timeout: float, stop: threading.Event | None = None) -> None:
+        """Block until the tracker lists this server (then ``.serving`` is True); FarmError after
+        ``timeout``. Returns early once ``stop`` is set: an agent told to stop while its tracker is
+        gone must not wait out the timeout."""
+        stop = stop or threading.Event()
         end = time.monotonic() + timeout
         last: str = "not listed yet"
-        while time.monotonic() < end:
+        while time.monotonic() < end and not stop.is_set():
             if self._group is None:
                 raise FarmError("the RPC server is not started", "call start() first")
             try:
@@ -246,7 +249,9 @@ class SupervisedRPCServer:
                     return
             except TrackerUnreachable as err:
                 last = err.problem
-            time.sleep(0.2)
+            stop.wait(0.2)
+        if stop.is_set():
+            return
         raise FarmError(
             f"the RPC server {self._where()} (key {self.key!r}) was not listed by the tracker at "
             f"{self.tracker_address} within {timeout:g} s ({last})",

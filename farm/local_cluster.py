@@ -20,6 +20,9 @@ from pathlib import Path
 import psutil
 
 MARKER = "FARM_TEST_CLUSTER"
+# What a farm process gets to stop after SIGTERM: more than the coordinator's grace (10 s) and
+# the agent's (15 s), less than the 45 s the deployment recipes give before SIGKILL.
+STOP_WAIT_S = 25
 
 
 def free_port() -> int:
@@ -119,10 +122,11 @@ class Cluster:
             time.sleep(0.3)
         raise AssertionError(f"coordinator not serving after {timeout} s:\n{self.log('coordinator')}")
 
-    def start_agent(self, name: str, affinity: set[int] | None = None) -> subprocess.Popen:
+    def start_agent(self, name: str, affinity: set[int] | None = None, grace: float | None = None) -> subprocess.Popen:
         """An agent; ``affinity`` (CPU numbers) limits the CPUs it and its children may use,
-        which changes its fingerprint (the cores it can use are part of it)."""
+        which changes its fingerprint (the cores it can use are part of it); ``grace``: its --grace."""
         proc = self._spawn(name, ["agent", "--coordinator", self.address, "--build-workers", "1",
+                                  *([] if grace is None else ["--grace", str(grace)]),
                                   *self._served(name)], name, affinity)
         self.agents[name] = proc
         return proc
@@ -178,24 +182,27 @@ class Cluster:
         return found
 
     def close(self) -> list[str]:
-        """Stop everything (SIGTERM, then SIGKILL); describe the processes that had to be killed
-        as leftovers (pid, parent, command line)."""
+        """Stop everything (SIGTERM, then SIGKILL); describe what had to be killed: a farm
+        process still there STOP_WAIT_S after SIGTERM (its grace is shorter), and leftovers
+        (pid, parent, command line)."""
+        described = []
         for proc in [*self.agents.values(), self.coordinator]:
             if proc is not None and proc.poll() is None:
                 proc.terminate()
         for proc in [*self.agents.values(), self.coordinator]:
             if proc is not None:
                 try:
-                    proc.wait(timeout=20)
+                    proc.wait(timeout=STOP_WAIT_S)
                 except subprocess.TimeoutExpired:
                     proc.kill()
                     proc.wait()
+                    described.append(f"{proc.pid} did not stop within {STOP_WAIT_S} s of SIGTERM: "
+                                     f"{' '.join(map(str, proc.args))[:200]}")
         deadline = time.monotonic() + 10
         stray = self.leftovers()
         while stray and time.monotonic() < deadline:
             time.sleep(0.5)
             stray = self.leftovers()
-        described = []
         for proc in stray:
             try:
                 described.append(f"{proc.pid} (parent {proc.ppid()}): {' '.join(proc.cmdline())[:200]}")

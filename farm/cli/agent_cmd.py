@@ -29,6 +29,9 @@ def agent(
                                  help="Address this box's TVM RPC server listens on (reachable by the tracker)."),
     rpc_port: int = typer.Option(0, "--rpc-port", envvar="FARM_RPC_PORT", help="0: pick a free port."),
     metrics_listen: str | None = METRICS_LISTEN_OPTION,
+    grace: float = typer.Option(15.0, "--grace", min=0, envvar="FARM_AGENT_GRACE",
+                                help="Seconds work under way gets to end after SIGTERM/Ctrl-C; then the agent "
+                                     "leaves without it and the shard's lease lapses."),
     token_file: Path | None = TOKEN_FILE_OPTION,
     tls_ca: Path | None = TLS_CA_OPTION,
     tls_cert: Path | None = CLIENT_CERT_OPTION,
@@ -36,6 +39,7 @@ def agent(
 ) -> None:
     """Run this box as a farm agent until interrupted (SIGTERM/SIGINT)."""
     import logging
+    import os
     import signal
     import threading
 
@@ -56,7 +60,8 @@ def agent(
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     settings = AgentSettings(coordinator=coordinator, target_kinds=kinds, device=index,
-                             build_workers=build_workers, rpc_host=rpc_host, rpc_port=rpc_port, access=access)
+                             build_workers=build_workers, rpc_host=rpc_host, rpc_port=rpc_port, access=access,
+                             stop_grace_sec=grace)
     agent = Agent(settings)
     metrics = None
     if metrics_listen:
@@ -65,7 +70,10 @@ def agent(
         metrics = serve_metrics(metrics_listen, agent, device)
         logging.getLogger("farm.agent").info("metrics on http://%s/metrics", metrics.address)
     try:
-        agent.run(stop)  # a refused registration (a wrong token, say) ends it with a FarmError
+        abandoned = agent.run(stop)  # a refused registration (a wrong token, say) ends it with a FarmError
     finally:
         if metrics is not None:
             metrics.stop()
+    if abandoned:  # threads of the work left behind would hold up an ordinary exit
+        logging.shutdown()
+        os._exit(0)

@@ -8,6 +8,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 
 import psutil
@@ -200,6 +201,20 @@ def test_server_the_new_tracker_does_not_list_is_restarted(tracker, server):
     assert not listen_loop.is_running() or listen_loop.status() == psutil.STATUS_ZOMBIE
     server.wait_until_serving(timeout=RECOVERY_S)
     _assert_session_works(tracker)
+
+
+@pytest.mark.slow
+def test_a_stop_ends_the_wait_for_a_tracker_that_is_gone(tracker, server):
+    # An agent stopped together with its coordinator (and so its tracker) while waiting for its
+    # server to be listed: the wait ends with the stop, not with its timeout.
+    tracker.stop()
+    stop = threading.Event()
+    threading.Timer(1.0, stop.set).start()
+    start = time.monotonic()
+    server.wait_until_serving(timeout=RECOVERY_S, stop=stop)  # no FarmError: it stopped, it did not time out
+    assert stop.is_set() and time.monotonic() - start < RECOVERY_S / 2
+    with pytest.raises(FarmError, match="was not listed by the tracker"):
+        server.wait_until_serving(timeout=1)
 
 
 @pytest.mark.slow

@@ -29,7 +29,7 @@ def make_cluster(tmp_path, registry_url):
     finally:
         for cluster in made:
             stray = cluster.close()
-            assert not stray, f"processes left behind: {stray}"
+            assert not stray, f"processes killed at the end: {stray}"
         assert time.monotonic() - begin < HARD_LIMIT_S, "cluster test exceeded its hard limit"
 
 

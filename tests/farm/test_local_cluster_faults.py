@@ -220,7 +220,36 @@ def test_draining_coordinator_is_not_serving(make_cluster):
         channel.close()
 
 
-# -- 4. the coordinator killed while it builds and while an agent validates ---------------------
+# -- 4. an agent stopped with its coordinator leaves within its grace -----------------------------
+
+
+@SQLITE_ONLY  # no registry write is involved
+def test_an_agent_stopped_with_its_coordinator_mid_tune_leaves_within_its_grace(make_cluster):
+    # As when a host shuts down: the coordinator (with the tracker the agent measures through)
+    # and the agent get SIGTERM together while a batch is in flight. TVM's runner would retry the
+    # gone tracker for a minute per candidate; the agent waits its grace for the batch, then leaves.
+    grace = 2.0
+    cluster = make_cluster()
+    cluster.start_coordinator()
+    agent = cluster.start_agent("a1", grace=grace)
+    cluster.wait_agents(1)
+    job_id = json.loads(cluster.farm("submit", "mlp-tiny", "llvm", "3", "--trials", "400", "--no-wait",
+                                     "--json").stdout)["job"]
+
+    def leased():
+        return any(a.get("running_leases") for a in json.loads(cluster.farm("agents", "--json").stdout))
+
+    wait_for(leased, 120, f"the agent to lease a shard of {job_id}")
+    time.sleep(3)  # into its first batch
+    cluster.stop_coordinator()
+    agent.send_signal(signal.SIGTERM)
+    term = time.monotonic()
+    assert agent.wait(timeout=grace + 20) == 0, cluster.log("a1")[-3000:]
+    assert time.monotonic() - term < grace + 20
+    assert f"did not end within {grace:g} s of the stop; leaving without it" in cluster.log("a1")
+
+
+# -- 5. the coordinator killed while it builds and while an agent validates ---------------------
 
 
 @SQLITE_ONLY  # a tune and three coordinator starts: ~1 min
