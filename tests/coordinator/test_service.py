@@ -529,3 +529,37 @@ def test_reused_tasks_are_not_sharded_and_the_job_says_what_it_reused(start, fin
         _submit(channel, reuse="sometimes")
     assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "reuse" in refused.value.details()
     agent.close()
+
+
+def test_a_cold_job_is_offered_no_cost_model_and_a_warm_one_names_the_stored_one(start, fingerprint, registry_url):
+    """`farm submit --cold` through the coordinator: its shards carry neither the fingerprint's
+    stored cost model nor seeds; a job without --cold is offered the model."""
+    from foundation.hardware.versions import tvm_version
+    from foundation.meta_schedule.warm.cost_models import KIND, model_bytes, new_model
+    from foundation.registry import RegistryStore
+    from foundation.registry.cost_models import save_cost_model
+
+    _server, channel = start()
+    agent = FakeAgent(channel, fingerprint)
+    agent.register()  # the fingerprint is in the registry from here on
+    agent.keep_beating()
+    store = RegistryStore(registry_url, create=False)
+    try:
+        stored = save_cost_model(store, fingerprint.id, tvm_version(), KIND, model_bytes(new_model()),
+                                 last_record_id=0, samples=0, workloads=0)
+    finally:
+        store.dispose()
+
+    stub = farm_pb2_grpc.FarmClientStub(channel)
+    (cold,) = _submit(channel, cold=True)
+    shard = _wait_for(agent.lease, "the cold job's shard")
+    assert not shard.HasField("cost_model") and shard.max_seeds_per_task == 0, shard
+    assert not any(t.seeds for t in shard.tasks)
+    stub.CancelJob(farm_pb2.CancelJobRequest(job_id=cold.job.id), timeout=10)
+    _wait_job(channel, cold.job.id, farm_pb2.JOB_STATE_CANCELLED)
+
+    (warm,) = _submit(channel, retune=True)
+    assert warm.job.id != cold.job.id
+    shard = _wait_for(agent.lease_out_of_turn, "the warm job's shard")
+    assert shard.cost_model.id == stored.id and shard.cost_model.sha256 == stored.sha256, shard.cost_model
+    agent.close()
