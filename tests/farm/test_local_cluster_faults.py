@@ -1,5 +1,6 @@
 """Faults of the distributed farm with real processes: shards that keep failing, agents of several
-fingerprints, a coordinator draining on SIGTERM, and one killed while a model is built and validated."""
+fingerprints, a coordinator draining on SIGTERM, one killed while a model is built and validated,
+and one killed between the rounds of a job tuned `--until` a goal."""
 
 from __future__ import annotations
 
@@ -299,3 +300,39 @@ def test_build_and_validation_survive_coordinator_kills(make_cluster):
         assert [j.id for j in store.list_jobs(limit=10)] == [job_id]  # no new submit, no second job
 
     assert run_artifact(cluster, model)["artifact"] == done["artifact"]["id"]
+
+
+# -- 6. the coordinator killed between the rounds of a job tuned until a goal ----------------------
+
+
+@SQLITE_ONLY  # the rounds live in the job's options, the same SQL on both
+def test_rounds_survive_a_coordinator_kill_and_the_judged_round_is_kept(make_cluster):
+    cluster = make_cluster(lease_ttl=30.0)
+    cluster.start_coordinator()
+    cluster.start_agent("a1")
+    cluster.wait_agents(1)
+    # An unreachable goal: three rounds of 4 trials unless patience ends it after two.
+    job_id = json.loads(cluster.farm("submit", "mlp-tiny", "llvm", "2", "--trials", "12", "--round-trials", "4",
+                                     "--until", "0.001ms", "--patience", "2", "--runs", "3", "--no-wait",
+                                     "--json").stdout)["job"]
+
+    with registry(cluster.registry_url) as (store, _):
+        def judged():
+            return (store.get_job(job_id).options.get("until") or {}).get("rounds")
+
+        [first] = wait_for(judged, 240, "the first round to be judged", interval=0.05)
+        cluster.stop_coordinator(signal.SIGKILL)  # while the second round is planned or tuned
+        cluster.start_coordinator()
+
+        done = wait_final(cluster, job_id, 300)
+        assert done["state"] == "succeeded", (done, cluster.log("coordinator")[-3000:])
+        assert done["artifact"]["validation"]["passed"]
+        until = done["until"]
+        rounds = until["rounds"]
+        # The round judged before the kill is kept as it was, not judged or tuned again.
+        # (Its trials planned per task stay in the job's options, for planning the next round.)
+        assert rounds[0] == {k: v for k, v in first.items() if k != "planned"}, (rounds[0], first)
+        assert until["stopped"] in ("patience", "budget") and len(rounds) == 3, until
+        assert all(0 < r["trials"] <= 4 for r in rounds) and sum(r["trials"] for r in rounds) == done["trials"]
+        assert len([r for r in store.all_records() if r.job_id == job_id]) == done["trials"]
+        assert [j.id for j in store.list_jobs(limit=10)] == [job_id]
