@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -25,10 +26,26 @@ MARKER = "FARM_TEST_CLUSTER"
 STOP_WAIT_S = 25
 
 
+# Ports picked for processes yet to start come from below the kernel's ephemeral range (32768 and
+# up on Linux), where nothing binding port 0 lands, in a slice of their own per pytest-xdist
+# worker ("gw3"), so that no other test's process takes one between the pick and the bind.
+PICKED_PORTS = range(20000, 32000)
+PORTS_PER_WORKER = 1000
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A loopback port nothing listens on, for a process to bind later."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    slot = int(worker[2:]) if worker[2:].isdigit() else len(PICKED_PORTS) // PORTS_PER_WORKER - 1
+    first = PICKED_PORTS.start + (slot * PORTS_PER_WORKER) % len(PICKED_PORTS)
+    for port in random.sample(range(first, first + PORTS_PER_WORKER), PORTS_PER_WORKER):
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free loopback port in {first}-{first + PORTS_PER_WORKER - 1}")
 
 
 class Cluster:

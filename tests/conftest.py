@@ -16,6 +16,7 @@ from sqlalchemy.exc import OperationalError
 
 from foundation.registry import RegistryStore
 
+from support.quiet_box import shared_box
 from support.registry_db import BACKENDS, POSTGRES_URL, admin_url, fresh_postgres_database
 
 
@@ -31,6 +32,21 @@ def farm_home(tmp_path_factory) -> Path:
         os.environ.pop("FARM_HOME", None)
     else:
         os.environ["FARM_HOME"] = old
+
+
+@pytest.fixture(scope="session")
+def box_locks(tmp_path_factory) -> Path:
+    """Where test processes share the box's lock: the parent of this process's temporary
+    directory, the run's own under pytest-xdist (its workers' directories are in it)."""
+    return tmp_path_factory.getbasetemp().parent
+
+
+@pytest.fixture(autouse=True)
+def _shares_the_box(box_locks) -> Iterator[None]:
+    """Each test holds the box shared; a module-scoped fixture that measures takes it alone
+    (support.quiet_box.quiet_box), before this is set up for its first test."""
+    with shared_box(box_locks):
+        yield
 
 
 @pytest.fixture(scope="session")

@@ -5,19 +5,13 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 from pathlib import Path
 
 import pytest
 
+from farm.local_cluster import free_port
 from foundation.rpc.tracker import TrackerProcess
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _coordinator(exe: str, home: Path, *args: str) -> subprocess.Popen:
@@ -63,7 +57,7 @@ def _stop(proc: subprocess.Popen) -> None:
 
 
 def test_a_second_coordinator_on_a_taken_port_fails_at_start(farm_exe, tmp_path):
-    port = _free_port()
+    port = free_port()
     first = _coordinator(farm_exe, tmp_path / "a", "--listen", f"127.0.0.1:{port}",
                          "--registry", f"sqlite:///{tmp_path / 'a.db'}", "--tracker-listen", "127.0.0.1:0")
     try:

@@ -12,7 +12,6 @@ import json
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -21,6 +20,8 @@ from urllib.parse import urlsplit
 
 import pytest
 import yaml
+
+from farm.local_cluster import free_port
 
 from support.deploy_recipes import (
     AGENT_ENV,
@@ -245,11 +246,6 @@ def test_compose_bind_mounts_exist_and_grafana_is_provisioned_from_them(compose)
     assert any(str(p).endswith(":9090") for p in compose["services"]["prometheus"]["ports"])
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
 
 def _healthcheck_argv(compose: dict, port: int) -> list[str]:
     """The coordinator's compose healthcheck, run with this venv's Python against `port`."""
@@ -264,7 +260,7 @@ def test_compose_healthcheck_asks_a_live_coordinator(compose, tmp_path):
     farm = Path(sys.executable).with_name("farm")
     if not farm.exists():
         pytest.skip(f"no farm executable beside {sys.executable}")
-    port = _free_port()
+    port = free_port()
     argv = _healthcheck_argv(compose, port)
     assert subprocess.run(argv, capture_output=True, timeout=60).returncode != 0, "healthy with no coordinator"
     env = {**os.environ, "FARM_HOME": str(tmp_path / "home")}
