@@ -7,8 +7,10 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from foundation.registry.cost_models import find_cost_model
+
 from . import WarmStart, find_seed_traces, seeds_per_task
-from .cost_models import load_cost_model, refresh_cost_model
+from .cost_models import KIND, MIN_SAMPLES, load_cost_model, refresh_cost_model
 
 if TYPE_CHECKING:  # pragma: no cover
     import tvm
@@ -36,12 +38,17 @@ def learn_from_job(store: "RegistryStore", fingerprint_id: str, target: "tvm.tar
     """Teach the fingerprint's cost model what the job measured. A failure here costs the next
     job its head start, not this job its result: it is logged, not raised."""
     tell("learning", "training this fingerprint's cost model on the new records")
+    before = find_cost_model(store, fingerprint_id, tvm_version, KIND)
     try:
         stored = refresh_cost_model(store, fingerprint_id, target, tvm_version)
     except Exception:
         logging.getLogger(__name__).warning("the cost model of %s did not learn", fingerprint_id, exc_info=True)
         return
-    if stored is not None:
+    if stored is None:
+        tell("learned", f"cost model of {fingerprint_id}: not trained yet, fewer than {MIN_SAMPLES} records")
+    elif before is not None and stored.sha256 == before.sha256:
+        tell("learned", f"cost model of {fingerprint_id}: unchanged, {stored.samples} samples (no new records)")
+    else:
         tell("learned", f"cost model of {fingerprint_id}: {stored.samples} samples of {stored.workloads} workloads")
 
 

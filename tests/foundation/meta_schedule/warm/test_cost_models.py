@@ -176,6 +176,8 @@ def test_on_held_out_records_the_stored_model_ranks_better_than_an_untrained_one
         right["untrained"] += untrained.pairwise_accuracy * untrained.pairs
     accuracy = {name: count / pairs for name, count in right.items()}
     # Measured on a quiet Zen 4 box: 0.66-0.70 per fold (0.55-0.60 when trained on 40 records).
+    # Load from outside the run (the fixture keeps other tests away) drowns it: 0.55 measured
+    # beside two tuning processes (load 7).
     assert accuracy["trained"] >= 0.6 and accuracy["trained"] - accuracy["untrained"] >= 0.1, (accuracy, pairs)
 
 
@@ -253,3 +255,29 @@ def test_a_coordinator_teaches_the_fingerprints_model_what_its_agents_reported(m
         assert learned is not None and MIN_SAMPLES <= learned.samples <= records, (learned, records)
     finally:
         fresh.dispose()
+
+
+def test_the_job_says_whether_the_model_learned_anything(measured, target, tmp_path):
+    import shutil
+    import sqlite3
+
+    import tvm
+
+    from foundation.meta_schedule.warm.job_start import learn_from_job
+
+    _store, url = measured
+    with sqlite3.connect(url.removeprefix("sqlite:///")) as connection:
+        connection.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    copy = tmp_path / "registry.db"
+    shutil.copy(url.removeprefix("sqlite:///"), copy)
+    with sqlite3.connect(copy) as connection:
+        connection.execute("DELETE FROM cost_models")
+    fresh = RegistryStore(f"sqlite:///{copy}", create=False)
+    told: list[tuple[str, str]] = []
+    try:
+        learn_from_job(fresh, FINGERPRINT, target, tvm.__version__, lambda step, what: told.append((step, what)))
+        learn_from_job(fresh, FINGERPRINT, target, tvm.__version__, lambda step, what: told.append((step, what)))
+    finally:
+        fresh.dispose()
+    learned = [what for step, what in told if step == "learned"]
+    assert len(learned) == 2 and "samples of" in learned[0] and "unchanged" in learned[1], told
