@@ -2,7 +2,7 @@
 activations at the same budget, both with prepacked weights, then both timed in one process,
 interleaved, per kernel and whole.
 
-The blocked form is the farm's own lowering with bench/_blocked_activations.py's passes in
+The blocked form is the farm's own lowering with foundation/blocked_activations.py's passes in
 front of it (patched in for this process only; the product does not have it). Each form is
 tuned by the farm's embedded submit into a FARM_HOME and registry of its own (neither starts
 warm from the other; their workloads are different TIR anyway), alternating which form tunes
@@ -38,9 +38,8 @@ def use_blocked_lowering(block: int) -> None:
 
     The untuned reference a job validates against is built without prepacking, so it stays
     plain NCHW: every blocked library the farm stores was checked against the plain model."""
-    from _blocked_activations import blocked_activations
-
     import foundation.compile as compile_module
+    from foundation.blocked_activations import blocked_activations
 
     plain_lowering = compile_module.lower_for_tuning
 
@@ -81,9 +80,9 @@ def is_vector_reshape(task) -> bool:
 def untuned_check(model, target, block: int) -> dict:
     """Build both forms untuned, compare their outputs, count the blocked model's layout_transforms."""
     import numpy as np
-    from _blocked_activations import converted_activations
 
     import foundation.compile as compile_module
+    from foundation.blocked_activations import converted_activations
     from foundation.runtime.library_runner import LoadedLibrary
 
     plain = compile_module.build_library(model, target, prepack=True)

@@ -60,7 +60,7 @@ class _RoundsContext:
     tasks: list["TuningTask"]
     budget: "TuningBudget"
     judge: RoundJudge
-    prepack: bool
+    form: WeightsLayout
     goal: RoundsOutcome  # the goal as set up, before any round (onnxruntime's timing and check)
 
 
@@ -132,7 +132,8 @@ class JobRounds:
         library = None
         if len(outcome.rounds) < number:  # its shards are done; not judged yet
             with TVM_IR_LOCK:
-                library = build_library(context.loaded, context.target, database, prepack=context.prepack)
+                library = build_library(context.loaded, context.target, database, prepack=context.form.prepacks,
+                                        block_activations=context.form.blocks_activations)
             timing = context.judge.judge(library, context.target.kind.name)
             trials = max(0, job.trials_done - sum(r.trials for r in outcome.rounds))
             outcome.rounds.append(RoundResult(trials, timing, tuner.estimated_ms(context.tasks, database)))
@@ -196,14 +197,15 @@ class JobRounds:
         model = self._store.get_model(job.model_id)
         loaded = self._models.get(model)
         target = to_tvm_target(target_doc)
-        prepack = tuned_form(job.options) is WeightsLayout.PREPACKED
+        form = tuned_form(job.options)
         onnx_file = onnx_path(self._data_dir, model.source_digest).read_bytes() if model.source == "onnx" else None
         with TVM_IR_LOCK:
-            tasks = extract_tuning_tasks(loaded, target, prepack=prepack)
+            tasks = extract_tuning_tasks(loaded, target, prepack=form.prepacks,
+                                         block_activations=form.blocks_activations)
             outcome, judge = set_up_goal(self._request(job), loaded, target, int(job.options.get("seed") or 0),
                                          onnx_file)
         budget = TuningBudget.for_tasks(len(tasks), job.options.get("trials"), job.options.get("trials_per_task"))
-        context = _RoundsContext(loaded, target, tasks, budget, judge, prepack, outcome)
+        context = _RoundsContext(loaded, target, tasks, budget, judge, form, outcome)
         self._contexts[job.id] = context
         return context
 

@@ -23,7 +23,7 @@ from foundation.domain.jobs import JobState
 from foundation.domain.reuse import default_mode
 from foundation.domain.shards import TaskCost, split_tasks
 from foundation.domain.validations import ValidationState
-from foundation.domain.weights_layout import WeightsLayout, tuned_form
+from foundation.domain.weights_layout import tuned_form
 from foundation.errors import FarmError, NotFound, RegistryError
 from foundation.job_driver.artifacts import LIBRARY_FORMAT, commit_artifact
 from foundation.job_driver.driver import JobDriver, validation_failure
@@ -68,7 +68,8 @@ class JobSteps:
                               job.options.get("trials_per_task"), store=self._store,
                               fingerprint_id=job.fingerprint_id, tvm_version=self._tvm_version,
                               reuse=job.options.get("reuse") or default_mode(bool(job.options.get("retune"))),
-                              prepack=tuned_form(job.options) is WeightsLayout.PREPACKED,
+                              prepack=tuned_form(job.options).prepacks,
+                              block_activations=tuned_form(job.options).blocks_activations,
                               warm_start=job.options.get("warm_start", True) is not False)
             agents = self._cluster.agents_matching(job.target_kind).get(job.fingerprint_id, 0)
             # No shard for a skipped task; a job with every task skipped goes on to its build. Shards
@@ -124,7 +125,8 @@ class JobSteps:
             loaded = self._models.get(model)
             library, reference = build_libraries(self._store, loaded, job.target, job.fingerprint_id,
                                                  self._tvm_version, software_versions(job.target_kind),
-                                                 prepack=tuned_form(job.options) is WeightsLayout.PREPACKED,
+                                                 prepack=tuned_form(job.options).prepacks,
+                                                 block_activations=tuned_form(job.options).blocks_activations,
                                                  library=self.rounds.take_library(job_id))
             if self._store.get_job(job_id).state != JobState.BUILDING.value:
                 return  # cancelled while building

@@ -130,12 +130,14 @@ class Plan:
 
 def plan_tasks(loaded: "LoadedModel", target_json: str, trials: int | None, trials_per_task: int | None, *,
                store: "RegistryStore", fingerprint_id: str, tvm_version: str,
-               reuse: "ReuseMode | str", prepack: bool = False, warm_start: bool = True) -> Plan:
+               reuse: "ReuseMode | str", prepack: bool = False, block_activations: bool = False,
+               warm_start: bool = True) -> Plan:
     """The model's tuning tasks for the job's target, with the budget `farm submit` gives split by
     the trial plan (foundation.domain.trial_plan: by each task's share of the model's latency),
     less what the registry already answers (foundation.meta_schedule.reuse): a task skipped, or
     planned no trial, is not planned; each task's trials (its plan's, or its top-up) are its own
-    cap. With ``prepack`` the tasks are the layout-free ones of a prepacked library (foundation.compile).
+    cap. With ``prepack`` the tasks are the layout-free ones of a prepacked library, with
+    ``block_activations`` those of its blocked-activation form (foundation.compile).
     With ``warm_start`` each planned task gets the donor records the embedded mode would seed it
     with (similar workloads of this fingerprint, then of the nearest others), as many as the task
     planned the most trials may measure."""
@@ -156,7 +158,8 @@ def plan_tasks(loaded: "LoadedModel", target_json: str, trials: int | None, tria
     # Task extraction imports tvm.s_tir.tensor_intrin; the full package costs ~43 s.
     install_lean_tensor_intrinsics(target_doc["kind"])
     with TVM_IR_LOCK:
-        tasks = extract_tuning_tasks(loaded, to_tvm_target(target_doc), prepack=prepack)
+        tasks = extract_tuning_tasks(loaded, to_tvm_target(target_doc), prepack=prepack,
+                                     block_activations=block_activations)
         budget = TuningBudget.for_tasks(len(tasks), trials, trials_per_task)
         # Matching tasks to stored workloads parses and compares IR: under the same lock.
         reused = decide_reuse(tasks, tvm_database_for(store, fingerprint_id, target_json, tvm_version, {}), reuse,
@@ -182,7 +185,8 @@ def plan_tasks(loaded: "LoadedModel", target_json: str, trials: int | None, tria
 
 def build_libraries(store: "RegistryStore", loaded: "LoadedModel", target_json: str,
                     fingerprint_id: str, tvm_version: str, software: dict, *,
-                    prepack: bool = False, library: bytes | None = None) -> tuple[bytes, bytes]:
+                    prepack: bool = False, block_activations: bool = False,
+                    library: bytes | None = None) -> tuple[bytes, bytes]:
     """The library built with the registry's best records (prepacked or not; ``library`` if it was
     built with them already), and the untuned (plain) reference."""
     import json
@@ -198,7 +202,7 @@ def build_libraries(store: "RegistryStore", loaded: "LoadedModel", target_json: 
     database = tvm_database_for(store, fingerprint_id, target_json, tvm_version, software)
     with TVM_IR_LOCK:
         if library is None:
-            library = build_library(loaded, target, database, prepack=prepack)
+            library = build_library(loaded, target, database, prepack=prepack, block_activations=block_activations)
         return library, build_library(loaded, target, None)
 
 

@@ -71,15 +71,16 @@ def load(model: str, target: str = "llvm", batch: int = 1, *, registry: str | No
     No compilation happens: the stored library is checked against its sha256 and loaded.
     Zoo models get seeded random weights unless ``weights`` is given; ONNX models get the
     file's own weights. Weights are always plain: a prepacked library rearranges them once,
-    here. ``weights_layout`` ("plain" or "prepacked") loads only an artifact of that form;
-    by default the newest of either.
+    here. ``weights_layout`` ("plain", "prepacked" or "prepacked-nchwc") loads only an artifact
+    of that form; by default the newest of any.
     """
     from foundation.registry.engine import RegistryMissing
     from foundation.runtime.library_runner import LoadedLibrary
 
     key = model_key(model, batch)
-    if weights_layout is not None and weights_layout not in (WeightsLayout.PLAIN.value, WeightsLayout.PREPACKED.value):
-        raise BadInput(f"unknown weights layout {weights_layout!r}", "use plain, prepacked, or leave it out (either)")
+    forms = [form.value for form in WeightsLayout]
+    if weights_layout is not None and weights_layout not in forms:
+        raise BadInput(f"unknown weights layout {weights_layout!r}", f"use {', '.join(forms)}, or leave it out (any)")
     try:
         ctx = open_context(registry, target)
     except RegistryMissing as missing:

@@ -264,9 +264,9 @@ def _run_job(ctx: FarmContext, key: ModelKey, request: SubmitRequest, layout: We
 
     try:
         tvm_target = ctx.tvm_target()
-        prepack = layout is WeightsLayout.PREPACKED
+        prepack, blocked = layout.prepacks, layout.blocks_activations
         tell("extracting", f"extracting tuning tasks ({layout.value} weights)")
-        tasks = extract_tuning_tasks(loaded, tvm_target, prepack=prepack)
+        tasks = extract_tuning_tasks(loaded, tvm_target, prepack=prepack, block_activations=blocked)
         budget = TuningBudget.for_tasks(len(tasks), request.trials, request.trials_per_task)
         database = tvm_database_for(store, ctx.fingerprint.id, ctx.target_json, ctx.tvm_version,
                                     ctx.software, job_id=job.id)
@@ -312,6 +312,7 @@ def _run_job(ctx: FarmContext, key: ModelKey, request: SubmitRequest, layout: We
             tuned = tune_in_rounds(tasks, tvm_target, database, budget, config.job_work_dir(job.id), rounds,
                                    request.until, judge, loaded=loaded, pools=pools, observer=tally,
                                    cancelled=cancellation.event, seed=request.seed, tell=tell, prepack=prepack,
+                                   block_activations=blocked,
                                    on_round=lambda so_far: store.update_job(job.id, trials_done=so_far.trials))
             report = tuned.report
             plan = summed_plan(tuned.plans, budget.max_trials_global) if tuned.plans else None
@@ -334,7 +335,7 @@ def _run_job(ctx: FarmContext, key: ModelKey, request: SubmitRequest, layout: We
         step(JobState.BUILDING, "building: compiling with the best records, and an untuned reference")
         tell("building", "compiling with the best records, and an untuned reference")
         if library is None:  # tuning in rounds built it after its last round, with the same records
-            library = build_library(loaded, tvm_target, database, prepack=prepack)
+            library = build_library(loaded, tvm_target, database, prepack=prepack, block_activations=blocked)
         reference = untuned if untuned is not None else build_library(loaded, tvm_target, None)
         if cancellation.is_set():
             driver.cancel(cancellation.reason)

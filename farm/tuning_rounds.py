@@ -54,6 +54,7 @@ def tune_in_rounds(
     seed: int,
     tell: Callable[[str, str], None],
     prepack: bool = False,
+    block_activations: bool = False,
     on_round: Callable[[TuningReport], None] = lambda report: None,
 ) -> TunedRounds:
     """Tune ``tasks`` in rounds until the model beats the goal, patience runs out or the budget
@@ -84,7 +85,7 @@ def tune_in_rounds(
             outcome.stopped, outcome.cancelled = None, True
             break
         pools.close()  # the model is timed with no worker about (bench/quiet_timing.py)
-        tuned.library = build_library(loaded, target, database, prepack=prepack)
+        tuned.library = build_library(loaded, target, database, prepack=prepack, block_activations=block_activations)
         timing = judge.judge(tuned.library, target.kind.name)
         outcome.rounds.append(RoundResult(report.trials, timing, tuner.estimated_ms(tasks, database)))
         outcome.planned.append(list(plan.trials))

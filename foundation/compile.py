@@ -31,18 +31,29 @@ class TuningTask:
     flop: float
 
 
-def lower_for_tuning(mod: "tvm.IRModule", target: "tvm.target.Target", *, prepack: bool = False) -> "tvm.IRModule":
+def lower_for_tuning(mod: "tvm.IRModule", target: "tvm.target.Target", *, prepack: bool = False,
+                     block_activations: bool = False) -> "tvm.IRModule":
     """Legalize and fuse a Relax module into the TIR functions MetaSchedule tunes.
 
     With ``prepack`` the TIR functions' weight buffers are marked layout-free
     (`layout_free_buffers`), which MetaSchedule's RewriteLayout postprocessor acts on. Which
-    of `main`'s parameters are weights is told by its `num_input` attribute.
+    of `main`'s parameters are weights is told by its `num_input` attribute. With
+    ``block_activations`` (prepacked weights only) the convolutions' activations are NCHW{b}c
+    from the first convolution to the last (foundation.blocked_activations); the model's inputs,
+    outputs and weights stay as they are.
     """
     import tvm
     from tvm import relax
 
     _refuse_prepack_off_cpu(prepack, target)
-    passes = [
+    if block_activations and not prepack:
+        raise ValueError("blocked activations come with prepacked weights")
+    passes = []
+    if block_activations:
+        from foundation.blocked_activations import BLOCK, blocked_activations
+
+        passes.append(blocked_activations(BLOCK))
+    passes += [
         relax.transform.DecomposeOpsForInference(),
         relax.transform.CanonicalizeBindings(),
         relax.pipeline.zero_pipeline(),
@@ -54,17 +65,20 @@ def lower_for_tuning(mod: "tvm.IRModule", target: "tvm.target.Target", *, prepac
 
 
 def extract_tuning_tasks(model: "LoadedModel", target: "tvm.target.Target", *,
-                         prepack: bool = False) -> list[TuningTask]:
+                         prepack: bool = False, block_activations: bool = False) -> list[TuningTask]:
     """The model's tuning tasks for ``target``, in MetaSchedule's order."""
     from tvm.s_tir import meta_schedule as ms
     from tvm.s_tir.analysis import estimate_tir_flops
 
-    lowered = lower_for_tuning(_weights_marked(model) if prepack else model.mod, target, prepack=prepack)
+    lowered = lower_for_tuning(_weights_marked(model) if prepack else model.mod, target, prepack=prepack,
+                               block_activations=block_activations)
     extracted = ms.relax_integration.extract_tasks(lowered, target)
     tasks = []
     for task in extracted:
         if task.mod.attrs is not None and task.mod.attrs.get("tirx.is_scheduled", False):
             continue  # already scheduled by hand: MetaSchedule skips these too
+        if block_activations and _lifted_at_load(task):
+            continue
         tasks.append(
             TuningTask(
                 name=task.task_name,
@@ -76,8 +90,15 @@ def extract_tuning_tasks(model: "LoadedModel", target: "tvm.target.Target", *,
     return tasks
 
 
+def _lifted_at_load(task) -> bool:
+    """A task of the blocked form that only reshapes a weight vector: left out of tuning."""
+    from foundation.blocked_activations import is_vector_reshape
+
+    return task.task_name.startswith("reshape") and is_vector_reshape(task.dispatched[0]["main"])
+
+
 def build_library(model: "LoadedModel", target: "tvm.target.Target", database=None, *,
-                  prepack: bool = False, before_compile=None) -> bytes:
+                  prepack: bool = False, block_activations: bool = False, before_compile=None) -> bytes:
     """Compile the model and return the exported shared library's bytes.
 
     With ``database`` the best record of every tuned workload is applied; without it the
@@ -91,7 +112,8 @@ def build_library(model: "LoadedModel", target: "tvm.target.Target", database=No
     import tvm
     from tvm import relax
 
-    lowered = lower_for_tuning(_weights_marked(model) if prepack else model.mod, target, prepack=prepack)
+    lowered = lower_for_tuning(_weights_marked(model) if prepack else model.mod, target, prepack=prepack,
+                               block_activations=block_activations)
     if database is not None:
         with target, database:
             lowered = relax.transform.MetaScheduleApplyDatabase()(lowered)

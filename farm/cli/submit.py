@@ -51,7 +51,8 @@ def submit(
     weights_layout: str = typer.Option(
         "auto", "--weights-layout", envvar="FARM_WEIGHTS_LAYOUT",
         help="plain, prepacked (CPU only: tuning may rearrange the weights, which the library does once "
-             "at load; you still pass plain weights) or auto (the farm's default for the target)."),
+             "at load; you still pass plain weights), prepacked-nchwc (prepacked, and the convolutions' "
+             "activations in blocks of 8 channels) or auto (the farm's default for the target)."),
     registry: str | None = REGISTRY_OPTION,
     coordinator: str | None = COORDINATOR_OPTION,
     fingerprint: str | None = typer.Option(
@@ -175,8 +176,8 @@ def run(
     warmup: int = typer.Option(3, "--warmup", min=0),
     seed: int = typer.Option(0, "--seed", help="Seed for random weights and inputs."),
     weights_layout: str | None = typer.Option(
-        None, "--weights-layout", help="Load only an artifact of this form (plain or prepacked); default: the "
-                                       "newest of either (both take plain weights)."),
+        None, "--weights-layout", help="Load only an artifact of this form (plain, prepacked or "
+                                       "prepacked-nchwc); default: the newest of any (all take plain weights)."),
     registry: str | None = REGISTRY_OPTION,
     json_output: bool = JSON_OPTION,
 ) -> None:

@@ -108,6 +108,8 @@ def until_text(until: dict, state: str) -> str:
 def _weights_text(layout: str | None) -> str | None:
     if layout == "prepacked":
         return "prepacked (the library rearranges plain weights once, at load)"
+    if layout == "prepacked-nchwc":
+        return "prepacked-nchwc (weights rearranged once, at load; activations in blocks of 8 channels)"
     return layout
 
 

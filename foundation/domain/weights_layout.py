@@ -19,10 +19,21 @@ from foundation.errors import BadInput
 class WeightsLayout(str, Enum):
     PLAIN = "plain"
     PREPACKED = "prepacked"
+    # Prepacked weights and the convolutions' activations in blocked channels (NCHW8c) between
+    # the first convolution and the last (foundation.blocked_activations).
+    PREPACKED_NCHWC = "prepacked-nchwc"
+
+    @property
+    def prepacks(self) -> bool:
+        return self is not WeightsLayout.PLAIN
+
+    @property
+    def blocks_activations(self) -> bool:
+        return self is WeightsLayout.PREPACKED_NCHWC
 
 
 AUTO = "auto"
-REQUESTS = (AUTO, WeightsLayout.PLAIN.value, WeightsLayout.PREPACKED.value)
+REQUESTS = (AUTO, *(form.value for form in WeightsLayout))
 PREPACKING_TARGET_KINDS = ("llvm",)
 # What `auto` means on a CPU; docs/benchmarks.md ("Weight prepacking") has the measurement.
 CPU_DEFAULT = WeightsLayout.PREPACKED
@@ -37,7 +48,7 @@ def tuned_form(job_options: dict) -> WeightsLayout:
 
 
 def check_request(request: str) -> str:
-    """A user's `--weights-layout`, refused early when it is none of auto, plain, prepacked."""
+    """A user's `--weights-layout`, refused early when it is none of REQUESTS."""
     if request not in REQUESTS:
         raise BadInput(f"unknown weights layout {request!r}", f"use one of {', '.join(REQUESTS)}")
     return request
@@ -47,7 +58,7 @@ def weights_layout_for(request: str, target_kind: str) -> WeightsLayout:
     """The form a job for ``target_kind`` tunes and builds, from what the user asked for."""
     check_request(request)
     if target_kind not in PREPACKING_TARGET_KINDS:
-        if request == WeightsLayout.PREPACKED.value:
+        if request != AUTO and WeightsLayout(request).prepacks:
             raise BadInput(f"weights cannot be prepacked for a {target_kind} target",
                            "prepacking is for CPU (llvm) targets: use --weights-layout plain or auto")
         return WeightsLayout.PLAIN

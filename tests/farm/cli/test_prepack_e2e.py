@@ -118,8 +118,29 @@ def test_plain_and_prepacked_forms_coexist_and_each_hits_its_own(plain, prepacke
     assert not workloads[plain["job"]] & workloads[prepacked["job"]]
 
 
+def test_blocked_activations_tune_validate_and_run_with_the_files_plain_weights(farm_exe, home, model, tmp_path):
+    ort = pytest.importorskip("onnxruntime")
+    blocked = farm(farm_exe, home, "submit", str(model), "llvm", "1", *TUNE, "--weights-layout", "prepacked-nchwc",
+                   "--json")
+    assert blocked["state"] == "succeeded" and blocked["cache_hit"] is False
+    assert blocked["weights_layout"] == blocked["artifact"]["weights_layout"] == "prepacked-nchwc"
+    assert blocked["artifact"]["validation"]["passed"] is True  # against the untuned plain build
+    # The convolution tuned is the blocked one (RGB in, NCHW8c out), not the plain model's.
+    tasks = json.loads((home / "jobs" / blocked["job"] / "tasks.json").read_text())
+    convolutions = [t["name"] for t in tasks if "conv2d" in t["name"]]
+    assert convolutions and all("conv2d_NCHWc" in name for name in convolutions), [t["name"] for t in tasks]
+    x = np.random.default_rng(4).standard_normal((1, 3, 16, 16)).astype("float32")
+    np.save(tmp_path / "x.npy", x)
+    ran = farm(farm_exe, home, "run", str(model), "llvm", "1", "--weights-layout", "prepacked-nchwc",
+               "--input", str(tmp_path / "x.npy"), "--output", str(tmp_path / "y.npy"), "--runs", "2", "--json")
+    assert ran["artifact"] == blocked["artifact"]["id"]
+    session = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
+    (want,) = session.run(None, {session.get_inputs()[0].name: x})
+    np.testing.assert_allclose(np.load(tmp_path / "y.npy"), want, rtol=1e-4, atol=1e-5)
+
+
 def test_an_unknown_weights_layout_is_bad_input(farm_exe, home, model):
     proc = run_farm(farm_exe, home, "submit", str(model), "llvm", "1", "--weights-layout", "packed")
     assert proc.returncode == 2
     assert one_error_line(proc.stderr) == ("error: unknown weights layout 'packed' "
-                                           "(use one of auto, plain, prepacked)")
+                                           "(use one of auto, plain, prepacked, prepacked-nchwc)")

@@ -12,7 +12,10 @@ from foundation.errors import BadInput
 def test_cpu_targets_take_what_was_asked_and_auto_means_the_cpu_default():
     assert weights_layout_for("plain", "llvm") is WeightsLayout.PLAIN
     assert weights_layout_for("prepacked", "llvm") is WeightsLayout.PREPACKED
+    assert weights_layout_for("prepacked-nchwc", "llvm") is WeightsLayout.PREPACKED_NCHWC
     assert weights_layout_for("auto", "llvm") is wl.CPU_DEFAULT
+    # Blocked activations come with prepacked weights; only they block activations.
+    assert [(f.prepacks, f.blocks_activations) for f in WeightsLayout] == [(False, False), (True, False), (True, True)]
 
 
 def test_other_targets_are_plain_and_refuse_prepacking():
@@ -21,6 +24,8 @@ def test_other_targets_are_plain_and_refuse_prepacking():
     with pytest.raises(BadInput, match="cannot be prepacked for a cuda target") as refused:
         weights_layout_for("prepacked", "cuda")
     assert "--weights-layout plain" in refused.value.fix
+    with pytest.raises(BadInput, match="cannot be prepacked for a cuda target"):
+        weights_layout_for("prepacked-nchwc", "cuda")
 
 
 def test_an_unknown_request_is_bad_input():

@@ -1,5 +1,6 @@
-"""Prototype: a Relax module's conv2d activations in blocked channels (NCHW{b}c) from the first
-convolution to the last, weights left plain (OIHW) for MetaSchedule's layout rewrite to pack.
+"""A Relax module's conv2d activations in blocked channels (NCHW{b}c) from the first convolution
+to the last, weights left plain (OIHW) for MetaSchedule's layout rewrite to pack: the
+`prepacked-nchwc` weights layout (foundation.domain.weights_layout).
 
 Three steps before the farm's usual lowering (foundation.compile.lower_for_tuning):
 1. operands broadcast against a 4-D activation at a lower rank (the zoo's BatchNorm vectors are
@@ -21,6 +22,8 @@ from tvm import relax, te, topi
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
 BROADCAST_OPS = ("relax.add", "relax.multiply", "relax.subtract", "relax.divide")
+# Channels per block: one AVX2 vector of float32 (measured: docs/benchmarks.md, "blocked activations").
+BLOCK = 8
 
 
 @mutator
@@ -166,3 +169,13 @@ def converted_activations(block: int) -> tvm.transform.Pass:
         vectors_reshaped,
         relax.transform.DeadCodeElimination(),
     ])
+
+
+def is_vector_reshape(func: "tvm.tir.PrimFunc") -> bool:
+    """Whether a task's PrimFunc turns a BatchNorm vector ([C, 1, 1]) into [1, C/b, 1, 1, b]. It
+    reads only weights, so a prepacked build lifts it into `main_transform_params` (run once at
+    load): tuning it would spend the budget on nothing."""
+    if len(func.params) != 2:
+        return False
+    source, out = ([int(d) for d in param.shape] for param in func.params)  # buffer parameters in TVM 0.27
+    return len(out) == 5 and out[0] == out[2] == out[3] == 1 and source[1:] == [1] * (len(source) - 1)
