@@ -66,3 +66,23 @@ def test_a_prepacked_job_through_the_coordinator(local_farm, tmp_path):
     session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     (want,) = session.run(None, {session.get_inputs()[0].name: x})
     np.testing.assert_allclose(np.load(tmp_path / "y.npy"), want, rtol=1e-4, atol=1e-5)
+
+    # Blocked activations too: planned, sharded, tuned by the agent and built here in that form.
+    blocked = json.loads(local_farm.farm("submit", str(path), "llvm", "1", "--trials", "8", "--trials-per-task", "4",
+                                         "--runs", "3", "--weights-layout", "prepacked-nchwc", "--json",
+                                         "--timeout", "300").stdout)
+    assert blocked["state"] == "succeeded" and blocked["artifact"]["validation"]["passed"], blocked
+    assert blocked["weights_layout"] == "prepacked-nchwc"
+    assert any("conv2d_NCHWc" in line["task"] for line in blocked["trial_plan"]["tasks"]), blocked["trial_plan"]
+    store = RegistryStore(local_farm.registry_url)
+    try:
+        assert store.get_artifact(blocked["artifact"]["id"]).weights_layout == "prepacked-nchwc"
+    finally:
+        store.dispose()
+    ran = subprocess.run([local_farm.exe, "run", str(path), "llvm", "1", "--registry", local_farm.registry_url,
+                          "--weights-layout", "prepacked-nchwc", "--input", str(tmp_path / "x.npy"), "--output",
+                          str(tmp_path / "y.npy"), "--runs", "2", "--json"], env=local_farm.env("runner"),
+                         capture_output=True, text=True, timeout=120)
+    assert ran.returncode == 0, ran.stderr
+    assert json.loads(ran.stdout)["artifact"] == blocked["artifact"]["id"]
+    np.testing.assert_allclose(np.load(tmp_path / "y.npy"), want, rtol=1e-4, atol=1e-5)
