@@ -85,6 +85,21 @@ def _measure_into(database, mod, target, schedules, pools) -> None:
     database.flush()
 
 
+def _copy_without_cost_models(url: str, tmp_path) -> RegistryStore:
+    """A copy of the SQLite registry at ``url`` with no cost model stored: as a registry whose
+    records no job has learned from yet."""
+    import shutil
+    import sqlite3
+
+    with sqlite3.connect(url.removeprefix("sqlite:///")) as connection:
+        connection.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    copy = tmp_path / "registry.db"
+    shutil.copy(url.removeprefix("sqlite:///"), copy)
+    with sqlite3.connect(copy) as connection:
+        connection.execute("DELETE FROM cost_models")
+    return RegistryStore(f"sqlite:///{copy}", create=False)
+
+
 @pytest.fixture(scope="module")
 def measured(tmp_path_factory, target, box_locks):
     """A registry with 180 measured random schedules of a 96^3 matmul: 120 to train on leave
@@ -222,8 +237,6 @@ def test_a_tune_starts_from_the_stored_model_and_keeps_teaching_it(measured, tar
 def test_a_coordinator_teaches_the_fingerprints_model_what_its_agents_reported(measured, target, tmp_path):
     # The coordinator's step after a distributed job succeeds (coordinator.job_steps.JobSteps.learn)
     # is this module's refresh, run where the records are: on a registry that has no model yet.
-    import shutil
-    import sqlite3
     import threading
 
     import tvm
@@ -235,14 +248,8 @@ def test_a_coordinator_teaches_the_fingerprints_model_what_its_agents_reported(m
     from foundation.meta_schedule.database.registry_database import canonical_target_json
     from foundation.meta_schedule.warm.cost_models import MIN_SAMPLES
 
-    store, url = measured
-    with sqlite3.connect(url.removeprefix("sqlite:///")) as connection:
-        connection.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-    copy = tmp_path / "registry.db"
-    shutil.copy(url.removeprefix("sqlite:///"), copy)
-    with sqlite3.connect(copy) as connection:
-        connection.execute("DELETE FROM cost_models")
-    fresh = RegistryStore(f"sqlite:///{copy}", create=False)
+    _store, url = measured
+    fresh = _copy_without_cost_models(url, tmp_path)
     try:
         records = len(fresh.all_records(fingerprint_id=FINGERPRINT))
         steps = JobSteps(fresh, ClusterStore(fresh), ModelCache(tmp_path), WorkloadJson(), tvm.__version__,
@@ -258,21 +265,12 @@ def test_a_coordinator_teaches_the_fingerprints_model_what_its_agents_reported(m
 
 
 def test_the_job_says_whether_the_model_learned_anything(measured, target, tmp_path):
-    import shutil
-    import sqlite3
-
     import tvm
 
     from foundation.meta_schedule.warm.job_start import learn_from_job
 
     _store, url = measured
-    with sqlite3.connect(url.removeprefix("sqlite:///")) as connection:
-        connection.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-    copy = tmp_path / "registry.db"
-    shutil.copy(url.removeprefix("sqlite:///"), copy)
-    with sqlite3.connect(copy) as connection:
-        connection.execute("DELETE FROM cost_models")
-    fresh = RegistryStore(f"sqlite:///{copy}", create=False)
+    fresh = _copy_without_cost_models(url, tmp_path)
     told: list[tuple[str, str]] = []
     try:
         learn_from_job(fresh, FINGERPRINT, target, tvm.__version__, lambda step, what: told.append((step, what)))
