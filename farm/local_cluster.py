@@ -31,14 +31,23 @@ STOP_WAIT_S = 25
 # worker ("gw3"), so that no other test's process takes one between the pick and the bind.
 PICKED_PORTS = range(20000, 32000)
 PORTS_PER_WORKER = 1000
+_next_pick = random.randrange(PORTS_PER_WORKER)  # where this process starts in its slice
 
 
 def free_port() -> int:
-    """A loopback port nothing listens on, for a process to bind later."""
+    """A loopback port nothing listens on, for a process to bind later.
+
+    Picks go round this worker's slice in turn: a port handed out and not yet bound (the
+    coordinator's, say, while its metrics port is picked) is not handed out again until the
+    slice has come round, by when the test that wanted it is long over.
+    """
     worker = os.environ.get("PYTEST_XDIST_WORKER", "")
     slot = int(worker[2:]) if worker[2:].isdigit() else len(PICKED_PORTS) // PORTS_PER_WORKER - 1
     first = PICKED_PORTS.start + (slot * PORTS_PER_WORKER) % len(PICKED_PORTS)
-    for port in random.sample(range(first, first + PORTS_PER_WORKER), PORTS_PER_WORKER):
+    global _next_pick
+    for _ in range(PORTS_PER_WORKER):
+        port = first + _next_pick % PORTS_PER_WORKER
+        _next_pick += 1
         with socket.socket() as s:
             try:
                 s.bind(("127.0.0.1", port))
