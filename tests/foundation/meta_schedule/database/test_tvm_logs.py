@@ -108,6 +108,22 @@ def test_export_loads_back_into_tvm(store, tmp_path):
     }
 
 
+def test_export_gives_tvm_the_mean_of_a_record_measured_again(store, tmp_path):
+    """TVM ranks a record by the mean of its run_secs: the farm's merged mean, not the first measurement."""
+    database = RegistryDatabase(store, "cpu-aaaa", TARGET, VERSION, {})
+    workload = database.commit_workload(matmul_module(64))
+    database.commit_tuning_record(tuning_record(workload, 4, [1e-3]))
+    database.flush()
+    database.commit_tuning_record(tuning_record(workload, 4, [3e-3]))
+    database.commit_tuning_record(tuning_record(workload, 8, [1.5e-3]))
+    database.flush()
+    assert export_tvm_logs(store, tmp_path / "out", "cpu-aaaa", TARGET, VERSION)["records"] == 2
+    exported = ms.database.JSONDatabase(work_dir=str(tmp_path / "out"), allow_missing=False)
+    best = exported.get_top_k(exported.commit_workload(matmul_module(64)), 2)
+    # Measured 1 then 3 ms, the tile-4 record is 2 ms to the farm: slower than tile 8's 1.5 ms.
+    assert [[float(s) for s in r.run_secs] for r in best] == [[1.5e-3], [pytest.approx(2e-3)]]
+
+
 def test_a_broken_line_names_itself_and_writes_nothing(store, tmp_path):
     _tvm_log(tmp_path / "log")
     records = tmp_path / "log" / RECORD_FILE
