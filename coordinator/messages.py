@@ -106,8 +106,19 @@ def _until_message(until: dict) -> farm_pb2.JobUntil:
             beats=r["timing"]["beats"], estimated_ms=r.get("estimated_ms") or 0.0)
         for r in until.get("rounds") or []
     ]
-    return farm_pb2.JobUntil(goal=until["goal"], goal_ms=until.get("goal_ms") or 0.0, stopped=stopped or "",
-                             summary=until.get("summary") or "", rounds=rounds)
+    message = farm_pb2.JobUntil(goal=until["goal"], goal_ms=until.get("goal_ms") or 0.0, stopped=stopped or "",
+                                summary=until.get("summary") or "", rounds=rounds)
+    reference = until.get("reference_latency_ms")
+    if reference:
+        message.reference_latency.CopyFrom(farm_pb2.LatencyStats(
+            mean_ms=reference["mean"], median_ms=reference["median"], std_ms=reference["std"],
+            runs=reference["runs"], warmup=reference["warmup"]))
+    check = until.get("reference_check")
+    if check:
+        message.reference_check.CopyFrom(farm_pb2.ReferenceCheck(
+            passed=check["passed"], max_abs_err=check["max_abs_err"], rtol=check["rtol"],
+            atol_scale=check["atol_scale"], detail=check.get("detail") or ""))
+    return message
 
 
 # ReusePlan.summary() keys the wire carries (reused and trials_saved follow from them).

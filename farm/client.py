@@ -109,7 +109,15 @@ def _until(job) -> dict | None:
                "timing": {"median_ms": r.median_ms, "upper_quartile_ms": r.upper_quartile_ms, "goal_ms": r.goal_ms,
                           "blocks": r.blocks, "blocks_won": None if r.blocks_won < 0 else r.blocks_won,
                           "beats": r.beats}} for r in u.rounds]
-    return {"goal": u.goal, "goal_ms": u.goal_ms, "stopped": u.stopped or None, "summary": u.summary or None,
+    reference = ({"mean": u.reference_latency.mean_ms, "median": u.reference_latency.median_ms,
+                  "std": u.reference_latency.std_ms, "runs": u.reference_latency.runs,
+                  "warmup": u.reference_latency.warmup} if u.HasField("reference_latency") else None)
+    check = ({"passed": u.reference_check.passed, "max_abs_err": u.reference_check.max_abs_err,
+              "rtol": u.reference_check.rtol, "atol_scale": u.reference_check.atol_scale,
+              **({"detail": u.reference_check.detail} if u.reference_check.detail else {})}
+             if u.HasField("reference_check") else None)
+    return {"goal": u.goal, "goal_ms": u.goal_ms, "reference_latency_ms": reference, "reference_check": check,
+            "stopped": u.stopped or None, "summary": u.summary or None,
             "latency_ms": rounds[-1]["latency_ms"] if rounds else None, "rounds": rounds}
 
 

@@ -311,18 +311,36 @@ class JobWarmStart(_message.Message):
     def __init__(self, seeds_offered: _Optional[int] = ..., seeds_own_fingerprint: _Optional[int] = ..., seeds_other_fingerprints: _Optional[int] = ..., seeds_rejected: _Optional[int] = ..., seeds_failed: _Optional[int] = ..., pretrained_cost_model: _Optional[bool] = ..., cost_model_sha256: _Optional[str] = ..., shards: _Optional[int] = ..., cost_model_note: _Optional[str] = ...) -> None: ...
 
 class JobUntil(_message.Message):
-    __slots__ = ("goal", "goal_ms", "stopped", "summary", "rounds")
+    __slots__ = ("goal", "goal_ms", "stopped", "summary", "rounds", "reference_latency", "reference_check")
     GOAL_FIELD_NUMBER: _ClassVar[int]
     GOAL_MS_FIELD_NUMBER: _ClassVar[int]
     STOPPED_FIELD_NUMBER: _ClassVar[int]
     SUMMARY_FIELD_NUMBER: _ClassVar[int]
     ROUNDS_FIELD_NUMBER: _ClassVar[int]
+    REFERENCE_LATENCY_FIELD_NUMBER: _ClassVar[int]
+    REFERENCE_CHECK_FIELD_NUMBER: _ClassVar[int]
     goal: str
     goal_ms: float
     stopped: str
     summary: str
     rounds: _containers.RepeatedCompositeFieldContainer[TunedRound]
-    def __init__(self, goal: _Optional[str] = ..., goal_ms: _Optional[float] = ..., stopped: _Optional[str] = ..., summary: _Optional[str] = ..., rounds: _Optional[_Iterable[_Union[TunedRound, _Mapping]]] = ...) -> None: ...
+    reference_latency: LatencyStats
+    reference_check: ReferenceCheck
+    def __init__(self, goal: _Optional[str] = ..., goal_ms: _Optional[float] = ..., stopped: _Optional[str] = ..., summary: _Optional[str] = ..., rounds: _Optional[_Iterable[_Union[TunedRound, _Mapping]]] = ..., reference_latency: _Optional[_Union[LatencyStats, _Mapping]] = ..., reference_check: _Optional[_Union[ReferenceCheck, _Mapping]] = ...) -> None: ...
+
+class ReferenceCheck(_message.Message):
+    __slots__ = ("passed", "max_abs_err", "rtol", "atol_scale", "detail")
+    PASSED_FIELD_NUMBER: _ClassVar[int]
+    MAX_ABS_ERR_FIELD_NUMBER: _ClassVar[int]
+    RTOL_FIELD_NUMBER: _ClassVar[int]
+    ATOL_SCALE_FIELD_NUMBER: _ClassVar[int]
+    DETAIL_FIELD_NUMBER: _ClassVar[int]
+    passed: bool
+    max_abs_err: float
+    rtol: float
+    atol_scale: float
+    detail: str
+    def __init__(self, passed: _Optional[bool] = ..., max_abs_err: _Optional[float] = ..., rtol: _Optional[float] = ..., atol_scale: _Optional[float] = ..., detail: _Optional[str] = ...) -> None: ...
 
 class TunedRound(_message.Message):
     __slots__ = ("trials", "median_ms", "upper_quartile_ms", "goal_ms", "blocks", "blocks_won", "beats", "estimated_ms")

@@ -67,6 +67,10 @@ def test_rounds_are_sharded_to_agents_judged_here_and_the_stop_is_stored(local_f
                                      check=False).stdout)
     assert zoo["state"] == "succeeded", (zoo, local_farm.log("coordinator")[-3000:])
     assert zoo["until"]["goal"] == "onnxruntime" and zoo["until"]["goal_ms"] > 0
+    # What the goal is: onnxruntime's timing and its check against TVM, as the embedded job says it.
+    reference = zoo["until"]["reference_latency_ms"]
+    assert reference["runs"] == 20 and reference["median"] == zoo["until"]["goal_ms"]
+    assert zoo["until"]["reference_check"]["passed"] and zoo["until"]["reference_check"]["max_abs_err"] < 1e-3
     assert zoo["until"]["stopped"] in ("reached", "patience", "budget")
     last = zoo["until"]["rounds"][-1]["timing"]
     assert last["blocks_won"] is not None and (zoo["until"]["stopped"] == "reached") == last["beats"]
