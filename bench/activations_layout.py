@@ -2,8 +2,9 @@
 activations at the same budget, both with prepacked weights, then both timed in one process,
 interleaved, per kernel and whole.
 
-The blocked form is the farm's own lowering with foundation/blocked_activations.py's passes in
-front of it (patched in for this process only; the product does not have it). Each form is
+The forms are the product's: `--weights-layout prepacked` (plain activations) and
+`prepacked-nchwc` (blocked; `--block` other than the product's 8 is set for this process only,
+to try other block sizes). Each form is
 tuned by the farm's embedded submit into a FARM_HOME and registry of its own (neither starts
 warm from the other; their workloads are different TIR anyway), alternating which form tunes
 first per seed. Before tuning, both forms are built untuned and their outputs compared, and
@@ -17,6 +18,7 @@ blocked / plain: below 1 the blocked library is faster.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -32,45 +34,23 @@ from prepack import cpu_name, load_average, spread, time_interleaved
 FORMS = ("plain", "blocked")
 
 
-def use_blocked_lowering(block: int) -> None:
-    """Make the farm's lowering of prepacked models convert activations to NCHW{block}c first.
-
-    The untuned reference a job validates against is built without prepacking, so it stays
-    plain NCHW: every blocked library the farm stores was checked against the plain model."""
-    import foundation.compile as compile_module
-    from foundation.blocked_activations import blocked_activations
-
-    plain_lowering = compile_module.lower_for_tuning
-
-    def lower(mod, target, *, prepack=False, **more):
-        if prepack:
-            with target:
-                mod = blocked_activations(block)(mod)
-        return plain_lowering(mod, target, prepack=prepack, **more)
-
-    compile_module.lower_for_tuning = lower
+# Each form as `farm submit --weights-layout` names it.
+LAYOUTS = {"plain": "prepacked", "blocked": "prepacked-nchwc"}
 
 
-def without_vector_reshapes() -> None:
-    """Leave the BatchNorm vectors' reshapes (to [1, C/b, 1, 1, b]) out of the tuning tasks.
+@contextlib.contextmanager
+def channels_per_block(block: int):
+    """The product's blocked form with ``block`` channels per block instead of its own (8), for
+    this process only: what `--block` tries. Each form tunes into a registry of its own, so a
+    library of another block never reaches a farm that expects 8."""
+    import foundation.blocked_activations as blocked_activations
 
-    They read only weights, so the prepacked build lifts them into `main_transform_params`
-    (run once at load): tuning them would spend the blocked form's budget on nothing."""
-    import foundation.compile as compile_module
-
-    extract = compile_module.extract_tuning_tasks
-
-    def tasks(*args, **kwargs):
-        return [t for t in extract(*args, **kwargs) if not is_vector_reshape(t)]
-
-    compile_module.extract_tuning_tasks = tasks
-
-
-def is_vector_reshape(task) -> bool:
-    """The product's test of a task the blocked form leaves out (foundation.compile)."""
-    from foundation.blocked_activations import is_vector_reshape as reshapes_a_vector
-
-    return task.name.startswith("reshape") and reshapes_a_vector(task.mod["main"])
+    product_block = blocked_activations.BLOCK
+    blocked_activations.BLOCK = block
+    try:
+        yield
+    finally:
+        blocked_activations.BLOCK = product_block
 
 
 def untuned_check(model, target, block: int) -> dict:
@@ -85,12 +65,8 @@ def untuned_check(model, target, block: int) -> dict:
     with target:
         converted = converted_activations(block)(compile_module._weights_marked(model))
     main = converted["main"].script()
-    saved = compile_module.lower_for_tuning
-    use_blocked_lowering(block)
-    try:
-        blocked = compile_module.build_library(model, target, prepack=True)
-    finally:
-        compile_module.lower_for_tuning = saved
+    with channels_per_block(block):
+        blocked = compile_module.build_library(model, target, prepack=True, block_activations=True)
     weights, inputs = model.make_weights(0), model.make_inputs(0)
     outputs = []
     for library in (plain, blocked):
@@ -117,16 +93,17 @@ def transforms_between_convs(main_script: str) -> int:
     return sum("R.layout_transform(" in line for line in lines[convs[0]:convs[-1]])
 
 
-def tune(model: str, batch: int, trials_per_task: int, seed: int, form: str, work_dir: Path) -> dict:
+def tune(model: str, batch: int, trials_per_task: int, seed: int, form: str, block: int, work_dir: Path) -> dict:
     from farm.embedded import SubmitRequest, submit
 
     home = work_dir / f"seed{seed}" / form
     home.mkdir(parents=True, exist_ok=True)
     os.environ["FARM_HOME"] = str(home)
     begin = time.monotonic()
-    result = submit(SubmitRequest(model=model, target="llvm", batch=batch, registry=f"sqlite:///{home / 'registry.db'}",
-                                  trials_per_task=trials_per_task, seed=seed, weights_layout="prepacked",
-                                  validation_runs=5))
+    with channels_per_block(block):
+        result = submit(SubmitRequest(model=model, target="llvm", batch=batch,
+                                      registry=f"sqlite:///{home / 'registry.db'}", trials_per_task=trials_per_task,
+                                      seed=seed, weights_layout=LAYOUTS[form], validation_runs=5))
     if result.job.state != "succeeded":
         raise SystemExit(f"error: the {form} tuning of {model} ended {result.job.state}: {result.job.error}")
     report = result.report
@@ -142,27 +119,17 @@ def tune(model: str, batch: int, trials_per_task: int, seed: int, form: str, wor
 
 
 def measure_seed(args, seed: int, work_dir: Path) -> dict:
-    import foundation.compile as compile_module
     from foundation.models.loading import load_model
     from foundation.registry.store import RegistryStore
     from foundation.runtime.library_runner import LoadedLibrary
     from foundation.runtime.validation import compare_outputs
 
-    plain_lowering, plain_extraction = compile_module.lower_for_tuning, compile_module.extract_tuning_tasks
     order = FORMS if seed % 2 == 0 else tuple(reversed(FORMS))
     tuned = {}
     for form in (f for f in order if f in args.tune):
         print(f"seed {seed}: tuning {args.model} b{args.batch} {form} activations, {args.trials_per_task} "
               f"trials/task (load {load_average()})", flush=True)
-        compile_module.lower_for_tuning = plain_lowering
-        if form == "blocked":
-            use_blocked_lowering(args.block)
-            without_vector_reshapes()
-        try:
-            tuned[form] = tune(args.model, args.batch, args.trials_per_task, seed, form, work_dir)
-        finally:
-            compile_module.lower_for_tuning = plain_lowering
-            compile_module.extract_tuning_tasks = plain_extraction
+        tuned[form] = tune(args.model, args.batch, args.trials_per_task, seed, form, args.block, work_dir)
         done = "a registry hit" if tuned[form]["cache_hit"] else f"{tuned[form]['trials']} trials"
         print(f"  {done} in {tuned[form]['seconds']:.0f} s", flush=True)
     if set(tuned) != set(FORMS):
@@ -199,19 +166,13 @@ def tuned_kernels(form: str, block: int, home: Path, model) -> dict:
     from farm.session import open_context
     from foundation.meta_schedule.database.registry_database import tvm_database_for
 
-    plain_lowering, plain_extraction = compile_module.lower_for_tuning, compile_module.extract_tuning_tasks
     os.environ["FARM_HOME"] = str(home)
     ctx = open_context(f"sqlite:///{home / 'registry.db'}", "llvm")
     target = ctx.tvm_target()
     database = tvm_database_for(ctx.store, ctx.fingerprint.id, ctx.target_json, ctx.tvm_version, ctx.software)
-    if form == "blocked":
-        use_blocked_lowering(block)
-        without_vector_reshapes()
-    try:
-        tasks = compile_module.extract_tuning_tasks(model, target, prepack=True)
-    finally:
-        compile_module.lower_for_tuning = plain_lowering
-        compile_module.extract_tuning_tasks = plain_extraction
+    with channels_per_block(block):
+        tasks = compile_module.extract_tuning_tasks(model, target, prepack=True,
+                                                    block_activations=form == "blocked")
     kernels = {}
     device = tvm.cpu()
     for task in tasks:

@@ -84,9 +84,11 @@ def farm_executable() -> str:
     return str(beside) if beside.exists() else "farm"
 
 
-def tune(case: Case, target: str, registry: str | None, retune: bool, log) -> None:
+def tune(case: Case, target: str, registry: str | None, retune: bool, weights_layout: str | None, log) -> None:
     """Run the embedded `farm submit`; its progress goes to our stderr."""
     command = [farm_executable(), "submit", case.model, target, str(case.batch)]
+    if weights_layout:
+        command += ["--weights-layout", weights_layout]
     if case.trials_per_task is not None:
         command += ["--trials-per-task", str(case.trials_per_task)]
     if registry:
@@ -212,7 +214,8 @@ def evaluate_case(case: Case, args, log) -> dict:
     weights = model.make_weights(0)
     inputs = model.make_inputs(0)
     try:
-        deployed = farm.load(case.model, args.target, batch=case.batch, registry=args.registry, weights=weights)
+        deployed = farm.load(case.model, args.target, batch=case.batch, registry=args.registry, weights=weights,
+                             weights_layout=args.weights_layout)
     except NotFound as missing:
         raise Refused(missing.problem,
                       f"run without --no-tune, or `farm submit {case.model} {args.target} {case.batch}`",
@@ -270,7 +273,8 @@ def evaluate_case(case: Case, args, log) -> dict:
     history = tuning_history(ctx.store, deployed.model.id, ctx.fingerprint.id, ctx.target_json)
     return {
         "model": case.model, "batch": case.batch, "trials_per_task_asked": case.trials_per_task,
-        "artifact": {"id": artifact.id, "job": artifact.job_id, "recorded_median_ms": artifact.latency_median_ms},
+        "artifact": {"id": artifact.id, "job": artifact.job_id, "weights_layout": artifact.weights_layout,
+                     "recorded_median_ms": artifact.latency_median_ms},
         "tuning": history,
         "untuned_build_s": build_s,
         "tvm_threads": tvm.get_global_func("runtime.NumThreads")(),
@@ -309,6 +313,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--retune", action="store_true",
                         help="tune again though the registry has a library (adds trials; records merge)")
     parser.add_argument("--no-tune", action="store_true", help="time what the registry holds; tune nothing")
+    parser.add_argument("--weights-layout", default=None,
+                        help="the form to tune and time (plain, prepacked, prepacked-nchwc; default: the farm's "
+                             "default to tune, the newest library of any form to time)")
     parser.add_argument("--registry", default=None, help="registry URL (default: $FARM_REGISTRY, else FARM_HOME's)")
     parser.add_argument("--runs", type=int, default=30, help="timed runs per engine")
     parser.add_argument("--untuned-runs", type=int, default=5, help="timed runs of untuned TVM (slow; 0: check only)")
@@ -344,7 +351,7 @@ def main(argv: list[str] | None = None) -> int:
         load_start = load_average()
         if not args.no_tune:
             for case in cases:
-                tune(case, args.target, args.registry, args.retune, log)
+                tune(case, args.target, args.registry, args.retune, args.weights_layout, log)
 
         from foundation.hardware.tvm_startup import install_lean_tensor_intrinsics, pin_tvm_threads
 

@@ -70,13 +70,15 @@ def time_kernel(mod, target, number: int, repeat: int) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from foundation.domain.weights_layout import WeightsLayout, weights_layout_for
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("model")
     parser.add_argument("--batch", type=int, default=1)
     parser.add_argument("--registry", default=None, help="registry URL (default: $FARM_REGISTRY, else FARM_HOME's)")
     parser.add_argument("--repeat", type=int, default=5, help="timed repeats per kernel (each >= 50 ms)")
     parser.add_argument("--out", type=Path, default=None, help="also write the results as JSON here")
-    parser.add_argument("--weights-layout", default="auto", choices=["auto", "plain", "prepacked"],
+    parser.add_argument("--weights-layout", default="auto", choices=["auto", *(form.value for form in WeightsLayout)],
                         help="which form's kernels (auto: the form `farm submit` tunes by default)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
@@ -98,7 +100,6 @@ def main(argv: list[str] | None = None) -> int:
     pin_tvm_threads()
     install_lean_tensor_intrinsics(TARGET)
     from foundation.compile import extract_tuning_tasks
-    from foundation.domain.weights_layout import WeightsLayout, weights_layout_for
     from foundation.meta_schedule.database.registry_database import tvm_database_for
     from foundation.models.loading import load_model
 
@@ -108,7 +109,8 @@ def main(argv: list[str] | None = None) -> int:
     database = tvm_database_for(ctx.store, ctx.fingerprint.id, ctx.target_json, ctx.tvm_version, ctx.software)
     load_before = load_average()
     rows, sgemm_samples = [], []
-    for task in extract_tuning_tasks(model, target, prepack=layout is WeightsLayout.PREPACKED):
+    for task in extract_tuning_tasks(model, target, prepack=layout.prepacks,
+                                     block_activations=layout.blocks_activations):
         if not any(word in task.name for word in KERNEL_WORDS):
             continue
         schedule = database.query_schedule(task.mod, target, "main")

@@ -84,7 +84,7 @@ class Artifact:
     created_at: datetime
     invalidated_at: datetime | None = None
     invalid_reason: str | None = None
-    weights_layout: str = "plain"  # or "prepacked": the library rearranges plain weights at load
+    weights_layout: str = "plain"  # or "prepacked", "prepacked-nchwc": the library rearranges plain weights at load
 
 
 @dataclass(frozen=True)

@@ -17,8 +17,13 @@ def bench(script: str, *args, home: Path) -> subprocess.CompletedProcess:
 
 
 def bench_report(script: str, *args, home: Path, out: Path) -> tuple[subprocess.CompletedProcess, dict]:
-    """Run a bench script that succeeds and writes its JSON report to ``out``; both results."""
-    done = bench(script, "mlp-tiny", *args, "--out", str(out), home=home)
+    """Run a bench script on mlp-tiny that succeeds and writes its JSON report to ``out``; both results."""
+    return bench_report_of("mlp-tiny", *args, script=script, home=home, out=out)
+
+
+def bench_report_of(model: str, *args, home: Path, out: Path, script: str = "kernels.py"
+                    ) -> tuple[subprocess.CompletedProcess, dict]:
+    done = bench(script, model, *args, "--out", str(out), home=home)
     assert done.returncode == 0, done.stderr
     return done, json.loads(out.read_text())
 
@@ -63,3 +68,20 @@ def test_profile_sets_tvm_kernels_beside_onnxruntime_nodes(tuned_mlp_home, tmp_p
     assert ort_kinds == {"matmul"}  # onnxruntime fuses each matmul + bias (+ relu) into a Gemm
     assert report["onnxruntime_graph"]["nodes_per_run"] == 2
     assert report["kinds_ms"]["matmul"]["onnxruntime"] > 0
+
+
+@pytest.mark.slow
+def test_kernels_of_a_model_tuned_with_blocked_activations(tmp_path, farm_exe):
+    home = tmp_path / "home"
+    tuned = subprocess.run([farm_exe, "submit", "resnet-tiny", "llvm", "1", "--trials", "8",
+                            "--weights-layout", "prepacked-nchwc", "--runs", "2", "--json"],
+                           capture_output=True, text=True, timeout=900, env={**os.environ, "FARM_HOME": str(home)})
+    assert tuned.returncode == 0, tuned.stderr
+    _, report = bench_report_of("resnet-tiny", "--weights-layout", "prepacked-nchwc", "--repeat", "2",
+                                home=home, out=tmp_path / "kernels.json")
+    assert report["weights_layout"] == "prepacked-nchwc"
+    kernels = [k for k in report["kernels"] if k["tuned"]]
+    assert kernels and all("conv2d" in k["task"] and k["gflops"] > 0 for k in kernels)
+    # The blocked convolutions are workloads of their own: the prepacked form has no record of them.
+    done = bench("kernels.py", "resnet-tiny", "--weights-layout", "prepacked", home=home)
+    assert done.returncode == 3 and "prepacked weights" in done.stderr
