@@ -29,6 +29,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from kernels import kernel_of
 from prepack import cpu_name, load_average, spread, time_interleaved
 
 FORMS = ("plain", "blocked")
@@ -181,9 +182,10 @@ def tuned_kernels(form: str, block: int, home: Path, model) -> dict:
         schedule = database.query_schedule(task.mod, target, "main")
         if schedule is None:
             continue
-        executable = tvm.compile(schedule.mod, target=target)
+        kernel = kernel_of(schedule.mod)  # without the weights' rearrangement, done once at load
+        executable = tvm.compile(kernel, target=target)
         args = [tvm.runtime.tensor(np.zeros([int(d) for d in info.shape], str(info.dtype)), device)
-                for info in ms.arg_info.ArgInfo.from_prim_func(schedule.mod["main"])]
+                for info in ms.arg_info.ArgInfo.from_prim_func(kernel["main"])]
         evaluator = executable.mod.time_evaluator("main", device, number=1, repeat=3, min_repeat_ms=20)
         kernels[task.name.replace("conv2d_NCHWc", "conv2d")] = (task.weight, task.flop, evaluator, args, executable)
     ctx.store.dispose()

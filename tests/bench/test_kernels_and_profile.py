@@ -85,3 +85,36 @@ def test_kernels_of_a_model_tuned_with_blocked_activations(tmp_path, farm_exe):
     # The blocked convolutions are workloads of their own: the prepacked form has no record of them.
     done = bench("kernels.py", "resnet-tiny", "--weights-layout", "prepacked", home=home)
     assert done.returncode == 3 and "prepacked weights" in done.stderr
+
+
+@pytest.mark.slow
+def test_a_prepacked_kernel_is_timed_without_rearranging_its_weights(tuned_mlp_home, monkeypatch):
+    """The library packs the weights once at load: a kernel timed with the packing inside would
+    read slow by what the model never pays per inference (MetaSchedule's builder leaves it out too)."""
+    monkeypatch.setenv("FARM_HOME", str(tuned_mlp_home))
+    from kernels import kernel_of
+
+    from farm.session import open_context
+    from foundation.compile import extract_tuning_tasks
+    from foundation.meta_schedule.database.registry_database import tvm_database_for
+    from foundation.models.loading import load_model
+
+    ctx = open_context(None, "llvm")
+    try:
+        target = ctx.tvm_target()
+        database = tvm_database_for(ctx.store, ctx.fingerprint.id, ctx.target_json, ctx.tvm_version, ctx.software)
+        (task, *_) = [t for t in extract_tuning_tasks(load_model("mlp-tiny", 1), target, prepack=True)
+                      if "matmul" in t.name]
+        scheduled = database.query_schedule(task.mod, target, "main").mod
+    finally:
+        ctx.store.dispose()
+    def argument_shapes(mod):
+        from tvm.s_tir.meta_schedule.arg_info import ArgInfo
+
+        return [[int(d) for d in info.shape] for info in ArgInfo.from_prim_func(mod["main"])]
+
+    assert "meta_schedule.layout_rewrite_preproc" in scheduled.script()
+    kernel = kernel_of(scheduled)
+    assert argument_shapes(kernel) != argument_shapes(scheduled)
+    # The kernel takes its weight packed: no argument of the plain weight's shape is left.
+    assert not [shape for shape in argument_shapes(kernel) if shape in ([128, 10], [10, 128])]
