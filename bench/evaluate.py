@@ -304,6 +304,8 @@ def write_csv(path: Path, report: dict) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from foundation.domain.weights_layout import WeightsLayout
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("cases", nargs="+", help="MODEL:BATCH[:TRIALS_PER_TASK], e.g. resnet-18:1:16 bert:1:6")
     parser.add_argument("--target", default="llvm",
@@ -313,7 +315,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--retune", action="store_true",
                         help="tune again though the registry has a library (adds trials; records merge)")
     parser.add_argument("--no-tune", action="store_true", help="time what the registry holds; tune nothing")
-    parser.add_argument("--weights-layout", default=None,
+    parser.add_argument("--weights-layout", default=None, choices=[form.value for form in WeightsLayout],
                         help="the form to tune and time (plain, prepacked, prepacked-nchwc; default: the farm's "
                              "default to tune, the newest library of any form to time)")
     parser.add_argument("--registry", default=None, help="registry URL (default: $FARM_REGISTRY, else FARM_HOME's)")

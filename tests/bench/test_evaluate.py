@@ -24,6 +24,12 @@ def test_a_malformed_case_is_refused_with_exit_2(tmp_path, case):
                                                 "(write MODEL:BATCH[:TRIALS_PER_TASK], e.g. resnet-18:1:16)"]
 
 
+def test_an_unknown_weights_layout_is_refused_with_exit_2(tmp_path):
+    done = evaluate("mlp-tiny:1", "--weights-layout", "packed", home=tmp_path)
+    assert done.returncode == 2 and "invalid choice: 'packed'" in done.stderr
+    assert not (tmp_path / "registry.db").exists()
+
+
 def test_an_unknown_model_is_refused_before_any_tuning(tmp_path):
     done = evaluate("no-such-net:1", home=tmp_path)
     assert done.returncode == 2 and done.stderr.startswith("error: unknown model 'no-such-net'")
