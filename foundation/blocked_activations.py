@@ -26,6 +26,15 @@ BROADCAST_OPS = ("relax.add", "relax.multiply", "relax.subtract", "relax.divide"
 BLOCK = 8
 
 
+def _rewritten(mod, rewriter_class):
+    """``mod`` with every Relax function rewritten by a fresh ``rewriter_class`` (a PyExprMutator)."""
+    rewriter = rewriter_class(mod)
+    for gv, func in mod.functions_items():
+        if isinstance(func, relax.Function):
+            rewriter.builder_.update_func(gv, rewriter.visit_expr(func))
+    return rewriter.builder_.get()
+
+
 @mutator
 class _LeadingUnitAxes(PyExprMutator):
     def visit_call_(self, call):
@@ -45,11 +54,7 @@ class _LeadingUnitAxes(PyExprMutator):
 
 @tvm.transform.module_pass(opt_level=0, name="LeadingUnitAxes")
 def leading_unit_axes(mod, _ctx):
-    rewriter = _LeadingUnitAxes(mod)
-    for gv, func in mod.functions_items():
-        if isinstance(func, relax.Function):
-            rewriter.builder_.update_func(gv, rewriter.visit_expr(func))
-    return rewriter.builder_.get()
+    return _rewritten(mod, _LeadingUnitAxes)
 
 
 @mutator
@@ -77,11 +82,7 @@ class _VectorsReshaped(PyExprMutator):
 
 @tvm.transform.module_pass(opt_level=0, name="VectorsReshaped")
 def vectors_reshaped(mod, _ctx):
-    rewriter = _VectorsReshaped(mod)
-    for gv, func in mod.functions_items():
-        if isinstance(func, relax.Function):
-            rewriter.builder_.update_func(gv, rewriter.visit_expr(func))
-    return rewriter.builder_.get()
+    return _rewritten(mod, _VectorsReshaped)
 
 
 def layout_choice(block: int):
