@@ -8,6 +8,8 @@ import pytest
 
 from foundation.domain.tuning_rounds import BLOCKS
 
+from support.cluster_rows import measurements_by_job
+
 pytestmark = pytest.mark.slow
 
 ON_SQLITE = pytest.mark.parametrize("registry_url", ["sqlite"], indirect=True)
@@ -47,7 +49,7 @@ def test_rounds_are_sharded_to_agents_judged_here_and_the_stop_is_stored(local_f
         shards = ClusterStore(store).shards_of(done["job"])
         assert len(shards) >= len(rounds) and all(s.state.value == "done" for s in shards)
         assert len({s.agent_id for s in shards}) == 2  # both agents tuned rounds of it
-        assert len([r for r in store.all_records() if r.job_id == done["job"]]) == done["trials"]
+        assert measurements_by_job(store, done["job"]) == done["trials"]  # every trial committed
         stored = store.get_job(done["job"]).options["until"]
         assert stored["stopped"] == until["stopped"] and len(stored["rounds"]) == len(rounds)
     finally:
