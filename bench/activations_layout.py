@@ -3,8 +3,8 @@ activations at the same budget, both with prepacked weights, then both timed in 
 interleaved, per kernel and whole.
 
 The forms are the product's: `--weights-layout prepacked` (plain activations) and
-`prepacked-nchwc` (blocked; `--block` other than the product's 8 is set for this process only,
-to try other block sizes). Each form is
+`prepacked-nchwc` (blocked; `--block` sets the channels per block for this process only, to try
+another than the product's choice for the target: 16 with AVX-512, else 8). Each form is
 tuned by the farm's embedded submit into a FARM_HOME and registry of its own (neither starts
 warm from the other; their workloads are different TIR anyway), alternating which form tunes
 first per seed. Before tuning, both forms are built untuned and their outputs compared, and
@@ -40,10 +40,10 @@ LAYOUTS = {"plain": "prepacked", "blocked": "prepacked-nchwc"}
 
 
 @contextlib.contextmanager
-def channels_per_block(block: int):
-    """The product's blocked form with ``block`` channels per block instead of its own (8), for
-    this process only: what `--block` tries. Each form tunes into a registry of its own, so a
-    library of another block never reaches a farm that expects 8."""
+def channels_per_block(block: int | None):
+    """The product's blocked form with ``block`` channels per block instead of its choice for the
+    target (None: its choice), for this process only: what `--block` tries. Each form tunes into a
+    registry of its own, so a library of another block never reaches a farm that expects its own."""
     import foundation.blocked_activations as blocked_activations
 
     product_block = blocked_activations.BLOCK
@@ -54,15 +54,17 @@ def channels_per_block(block: int):
         blocked_activations.BLOCK = product_block
 
 
-def untuned_check(model, target, block: int) -> dict:
+def untuned_check(model, target, block: int | None) -> dict:
     """Build both forms untuned, compare their outputs, count the blocked model's layout_transforms."""
     import numpy as np
 
     import foundation.compile as compile_module
-    from foundation.blocked_activations import converted_activations
+    from foundation.blocked_activations import block_for, converted_activations
     from foundation.runtime.library_runner import LoadedLibrary
 
     plain = compile_module.build_library(model, target, prepack=True)
+    with channels_per_block(block):
+        block = block_for(model.mod, target)
     with target:
         converted = converted_activations(block)(compile_module._weights_marked(model))
     main = converted["main"].script()
@@ -82,6 +84,7 @@ def untuned_check(model, target, block: int) -> dict:
         "blocked_conv2d_calls": sum("R.nn.conv2d(" in line and f'out_layout="NCHW{block}c"' in line
                                     for line in main.splitlines()),
         "layout_transforms_between_convs": transforms_between_convs(main),
+        "block": block,
     }
 
 
@@ -251,7 +254,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="resnet-18")
     parser.add_argument("--batch", type=int, default=1)
-    parser.add_argument("--block", type=int, default=8, help="channels per block (8: one AVX2 vector of float32)")
+    parser.add_argument("--block", type=int, default=None,
+                        help="channels per block (default: the product's for this CPU, 16 with AVX-512, else 8)")
     parser.add_argument("--trials-per-task", type=int, default=16)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0])
     parser.add_argument("--rounds", type=int, default=8)
@@ -280,17 +284,19 @@ def main() -> None:
         "model": args.model, "batch": args.batch, "block": args.block, "trials_per_task": args.trials_per_task,
     }
     print(f"{header['cpu']}, {header['cores']} CPUs, {header['date']}, load {header['load_before']}", flush=True)
-    import tvm
-
     from foundation.models.loading import load_model
 
     model = load_model(args.model, args.batch)
-    target = tvm.target.Target({"kind": "llvm", "num-cores": os.cpu_count()})
+    from foundation.hardware.fingerprint import local_fingerprint
+    from foundation.hardware.targets import canonical_target, to_tvm_target
+
+    target = to_tvm_target(canonical_target("llvm", local_fingerprint("llvm")))  # as the farm tunes here
     check = untuned_check(model, target, args.block) if args.check != "skip" else None
     if check:
-        print(f"untuned builds: blocked equals plain: {check['allclose']} (max abs diff "
-              f"{check['max_abs_diff']:.3g}); {check['blocked_conv2d_calls']} of {check['conv2d_calls']} conv2d "
-              f"blocked; layout_transform calls left in main: {check['layout_transforms_in_main']}, "
+        print(f"untuned builds, {check['block']} channels per block: blocked equals plain: {check['allclose']} "
+              f"(max abs diff {check['max_abs_diff']:.3g}); {check['blocked_conv2d_calls']} of "
+              f"{check['conv2d_calls']} conv2d blocked; layout_transform calls left in main: "
+              f"{check['layout_transforms_in_main']}, "
               f"{check['layout_transforms_between_convs']} of them between the first conv2d and the last",
               flush=True)
     if check and not check["allclose"]:

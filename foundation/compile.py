@@ -50,9 +50,9 @@ def lower_for_tuning(mod: "tvm.IRModule", target: "tvm.target.Target", *, prepac
         raise ValueError("blocked activations come with prepacked weights")
     passes = []
     if block_activations:
-        from foundation.blocked_activations import BLOCK, blocked_activations
+        from foundation.blocked_activations import block_for, blocked_activations
 
-        passes.append(blocked_activations(BLOCK))
+        passes.append(blocked_activations(block_for(mod, target)))
     passes += [
         relax.transform.DecomposeOpsForInference(),
         relax.transform.CanonicalizeBindings(),
