@@ -8,7 +8,7 @@ numpy's float32 matmul of two 2048x2048 matrices, on the same threads, is the ya
 timed again right before each kernel, and each ratio is against that neighbouring figure, so a
 burst of load on a shared box moves both sides of a ratio rather than one.
 
-    FARM_HOME=... .venv/bin/python bench/kernels.py resnet-18 [--batch 1] [--registry URL] [--json]
+    FARM_HOME=... .venv/bin/python bench/kernels.py resnet-18|MODEL.onnx [--batch 1] [--registry URL] [--json]
 
 Exit codes: 0 done; 2 bad arguments; 3 no registry, or no record in it for any such task; 4 a
 registry that cannot be read.
@@ -99,8 +99,10 @@ def main(argv: list[str] | None = None) -> int:
     from foundation.errors import FarmError
     from foundation.models.zoo import ZOO
 
-    if args.model not in ZOO:  # before TVM's import, which costs seconds
-        print(f"error: unknown model '{args.model}' (zoo models: {', '.join(ZOO)})", file=sys.stderr)
+    onnx_file = args.model.endswith(".onnx") and Path(args.model).is_file()
+    if args.model not in ZOO and not onnx_file:  # before TVM's import, which costs seconds
+        print(f"error: unknown model '{args.model}' (zoo models: {', '.join(ZOO)}; or an .onnx file)",
+              file=sys.stderr)
         return 2
     try:
         ctx = open_context(args.registry, TARGET)

@@ -97,7 +97,7 @@ class SubmitRequest:
     warm_start: bool = True  # seed from similar workloads and start from a trained cost model
     measure: MeasureSettings = field(default_factory=MeasureSettings)
     validation_runs: int = 20
-    weights_layout: str = AUTO  # auto, plain or prepacked (foundation.domain.weights_layout)
+    weights_layout: str = AUTO  # auto, plain, prepacked or prepacked-nchwc (foundation.domain.weights_layout)
     until: UntilRequest | None = None  # tune in rounds until the model is good enough
 
 

@@ -72,7 +72,7 @@ class SubmitSpec:
     seed: int = 0
     validation_runs: int | None = None
     reuse: str | None = None  # foundation.domain.reuse.ReuseMode; None: its default_mode
-    weights_layout: str = "auto"  # foundation.domain.weights_layout: auto, plain, prepacked
+    weights_layout: str = "auto"  # foundation.domain.weights_layout: auto, plain, prepacked, prepacked-nchwc
     until: UntilSpec | None = None  # tune in rounds until the model beats a goal
     warm_start: bool = True  # seeds from similar workloads and the stored cost model (off: --cold)
 

@@ -19,8 +19,8 @@ from foundation.errors import BadInput
 class WeightsLayout(str, Enum):
     PLAIN = "plain"
     PREPACKED = "prepacked"
-    # Prepacked weights and the convolutions' activations in blocked channels (NCHW8c) between
-    # the first convolution and the last (foundation.blocked_activations).
+    # Prepacked weights and the convolutions' activations in blocked channels (NCHW8c, or NCHW16c
+    # with AVX-512) between the first convolution and the last (foundation.blocked_activations).
     PREPACKED_NCHWC = "prepacked-nchwc"
 
     @property
@@ -35,8 +35,9 @@ class WeightsLayout(str, Enum):
 AUTO = "auto"
 REQUESTS = (AUTO, *(form.value for form in WeightsLayout))
 PREPACKING_TARGET_KINDS = ("llvm",)
-# What `auto` means on a CPU; docs/benchmarks.md ("Weight prepacking") has the measurement.
-CPU_DEFAULT = WeightsLayout.PREPACKED
+# What `auto` means on a CPU; docs/benchmarks.md ("Weight prepacking", "blocked activations") has
+# the measurements. A model without convolutions tunes the same TIR in both prepacked forms.
+CPU_DEFAULT = WeightsLayout.PREPACKED_NCHWC
 # The function of a prepacked library that turns plain weights into the ones `main` takes
 # (the name TVM's LiftTransformParams gives it for `main`).
 TRANSFORM_PARAMS_FUNCTION = "main_transform_params"

@@ -47,7 +47,7 @@ def test_no_tune_without_a_library_is_not_found(tmp_path):
 def test_tunes_checks_times_and_a_retune_adds_trials(tmp_path):
     out = tmp_path / "out"
     common = ["--out", str(out), "--runs", "4", "--untuned-runs", "2", "--warmup", "1", "--rounds", "2",
-              "--weights-layout", "plain"]  # not the farm's default (prepacked): the flag reaches submit and load
+              "--weights-layout", "plain"]  # not the farm's default (prepacked-nchwc): the flag reaches submit and load
     first = evaluate("mlp-tiny:1:4", *common, "--tag", "first", home=tmp_path)
     assert first.returncode == 0, first.stderr
     report = json.loads((out / "evaluate-first.json").read_text())

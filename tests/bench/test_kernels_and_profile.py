@@ -46,8 +46,9 @@ def test_kernels_of_a_tuned_model_against_numpy_sgemm(tuned_mlp_home, tmp_path):
     done, report = bench_report("kernels.py", "--repeat", "2", home=tuned_mlp_home, out=tmp_path / "kernels.json")
     assert report["numpy_sgemm"]["gflops"] > 0
     kernels = [k for k in report["kernels"] if k["tuned"]]
-    # `farm submit` tuned the CPU's default form, prepacked weights: TVM names those tasks anew.
-    assert report["weights_layout"] == "prepacked"
+    # `farm submit` tuned the CPU's default form, prepacked weights (and blocked activations, of
+    # which a model without convolutions has none): TVM names those tasks anew.
+    assert report["weights_layout"] == "prepacked-nchwc"
     assert {k["task"] for k in kernels} == {"fused_matmul_add_relu1", "fused_matmul1_add11"}
     for k in kernels:
         assert k["gflops"] > 0 and k["vs_numpy_sgemm"] == pytest.approx(k["gflops"] / k["numpy_sgemm_gflops"])
@@ -59,8 +60,8 @@ def test_profile_sets_tvm_kernels_beside_onnxruntime_nodes(tuned_mlp_home, tmp_p
     _, report = bench_report("profile.py", "--runs", "3", home=tuned_mlp_home, out=tmp_path / "profile.json")
     tvm_ops = {row["op"]: row for row in report["tvm_ops"]}
     # Each of the model's two kernels once per inference, and the VM's own calls counted apart.
-    # The default form on a CPU is prepacked: TVM names its kernels after the layout rewrite.
-    assert report["weights_layout"] == "prepacked"
+    # The default form on a CPU prepacks weights: TVM names its kernels after the layout rewrite.
+    assert report["weights_layout"] == "prepacked-nchwc"
     assert tvm_ops["fused_matmul_add_relu1_prepacked"]["calls"] == 1
     assert tvm_ops["fused_matmul1_add11_prepacked"]["calls"] == 1
     assert any(row["kind"] == "VM builtins" for row in report["tvm_ops"])
@@ -72,18 +73,20 @@ def test_profile_sets_tvm_kernels_beside_onnxruntime_nodes(tuned_mlp_home, tmp_p
 
 @pytest.mark.slow
 def test_kernels_of_a_model_tuned_with_blocked_activations(tmp_path, farm_exe):
-    home = tmp_path / "home"
-    tuned = subprocess.run([farm_exe, "submit", "resnet-tiny", "llvm", "1", "--trials", "8",
+    from support.onnx_models import write_small_cnn
+
+    home, model = tmp_path / "home", str(write_small_cnn(tmp_path / "small_cnn.onnx"))
+    tuned = subprocess.run([farm_exe, "submit", model, "llvm", "1", "--trials", "8",
                             "--weights-layout", "prepacked-nchwc", "--runs", "2", "--json"],
                            capture_output=True, text=True, timeout=900, env={**os.environ, "FARM_HOME": str(home)})
     assert tuned.returncode == 0, tuned.stderr
-    _, report = bench_report_of("resnet-tiny", "--weights-layout", "prepacked-nchwc", "--repeat", "2",
+    _, report = bench_report_of(model, "--weights-layout", "prepacked-nchwc", "--repeat", "2",
                                 home=home, out=tmp_path / "kernels.json")
     assert report["weights_layout"] == "prepacked-nchwc"
     kernels = [k for k in report["kernels"] if k["tuned"]]
     assert kernels and all("conv2d" in k["task"] and k["gflops"] > 0 for k in kernels)
     # The blocked convolutions are workloads of their own: the prepacked form has no record of them.
-    done = bench("kernels.py", "resnet-tiny", "--weights-layout", "prepacked", home=home)
+    done = bench("kernels.py", model, "--weights-layout", "prepacked", home=home)
     assert done.returncode == 3 and "prepacked weights" in done.stderr
 
 
