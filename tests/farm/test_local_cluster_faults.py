@@ -16,7 +16,7 @@ import pytest
 
 from farm.local_cluster import Cluster
 
-from support.cluster_rows import measurements_by_job
+from support.job_records import measurements_by_job
 from support.polling import wait_for
 
 pytestmark = pytest.mark.slow

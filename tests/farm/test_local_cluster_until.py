@@ -8,7 +8,7 @@ import pytest
 
 from foundation.domain.tuning_rounds import BLOCKS
 
-from support.cluster_rows import measurements_by_job
+from support.job_records import measurements_by_job
 
 pytestmark = pytest.mark.slow
 

@@ -65,9 +65,3 @@ def records_of(lease, traces, fingerprint_id=GPU) -> list[NewRecord]:  # type: i
                   tvm_version="0.27.0", trace=f'"{trace}"', run_secs=[0.001])
         for trace in traces
     ]
-
-
-def measurements_by_job(store, job_id: str) -> int:  # type: ignore[no-untyped-def]
-    """How many measurements ``job_id`` committed: a trace it measured twice (rounds of one job
-    can meet the same schedule again) is one record holding two measurements."""
-    return sum(1 for record in store.all_records() for *_, job in store.measurements_of(record.id) if job == job_id)
