@@ -52,7 +52,8 @@ def submit(
         "auto", "--weights-layout", envvar="FARM_WEIGHTS_LAYOUT",
         help="plain, prepacked (CPU only: tuning may rearrange the weights, which the library does once "
              "at load; you still pass plain weights), prepacked-nchwc (prepacked, and the convolutions' "
-             "activations in blocks of 8 channels) or auto (the farm's default for the target)."),
+             "activations in blocks of 8 or 16 channels) or auto (the farm's default for the target: "
+             "prepacked-nchwc on CPUs, plain on GPUs)."),
     registry: str | None = REGISTRY_OPTION,
     coordinator: str | None = COORDINATOR_OPTION,
     fingerprint: str | None = typer.Option(

@@ -109,7 +109,7 @@ def _weights_text(layout: str | None) -> str | None:
     if layout == "prepacked":
         return "prepacked (the library rearranges plain weights once, at load)"
     if layout == "prepacked-nchwc":
-        return "prepacked-nchwc (weights rearranged once, at load; activations in blocks of 8 channels)"
+        return "prepacked-nchwc (weights rearranged once, at load; activations in blocks of 8 or 16 channels)"
     return layout
 
 
