@@ -95,14 +95,14 @@ def test_depthwise_convs_and_relu6_keep_the_blocked_layout(model, target):
     from foundation.blocked_activations import block_for, converted_activations
     from foundation.compile import _weights_marked
 
-    BLOCK = block_for(model.mod, target)
+    block = block_for(model.mod, target)
     with target:
-        main = converted_activations(BLOCK)(_weights_marked(model))["main"].script()
+        main = converted_activations(block)(_weights_marked(model))["main"].script()
     convs = [line for line in main.splitlines() if "R.nn.conv2d(" in line]
     depthwise = [line for line in convs if "groups=32" in line]
     grouped = [line for line in convs if "groups=2" in line]
     assert len(convs) == 5 and len(depthwise) == 1 and len(grouped) == 1
-    assert f'data_layout="NCHW{BLOCK}c"' in depthwise[0] and f'out_layout="NCHW{BLOCK}c"' in depthwise[0]
+    assert f'data_layout="NCHW{block}c"' in depthwise[0] and f'out_layout="NCHW{block}c"' in depthwise[0]
     # A grouped conv that is not depthwise stays NCHW: the one place the layout goes back and forth.
     assert 'data_layout="NCHW"' in grouped[0] and 'out_layout="NCHW"' in grouped[0]
     assert "R.clip(" not in main  # ReLU6 as maximum/minimum, which ConvertLayout carries through
