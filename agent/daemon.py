@@ -66,6 +66,7 @@ from agent.state.instructions import (
     Wait,
 )
 from foundation.errors import FarmError
+from foundation.logs import log_ids, set_process_ids
 from foundation.wire.access import ChannelAccess, open_channel
 
 logger = logging.getLogger("farm.agent")
@@ -265,6 +266,7 @@ class Agent:
         )
 
         def answered(reply):
+            set_process_ids(agent_id=reply.agent_id)
             logger.info("registered as %s (fingerprint %s); tracker %s:%s key %s", reply.agent_id, fp.id,
                         reply.tracker.host, reply.tracker.port, reply.tracker.key)
             return registered(reply)
@@ -333,7 +335,8 @@ class Agent:
 
         def tune():
             try:
-                self.post(tune_shard(self, instruction.shard, cancelled))
+                with log_ids(job_id=instruction.lease.job_id, shard_id=instruction.lease.shard_id):
+                    self.post(tune_shard(self, instruction.shard, cancelled))
             finally:
                 self._cancelled.pop(instruction.lease.shard_id, None)
 
@@ -388,8 +391,9 @@ class Agent:
         lease = instruction.lease
 
         def validate():
-            logger.info("validating the library of %s (attempt %d)", lease.job_id, lease.attempt)
-            validate_library(self, lease, self._stop)
+            with log_ids(job_id=lease.job_id):
+                logger.info("validating the library of %s (attempt %d)", lease.job_id, lease.attempt)
+                validate_library(self, lease, self._stop)
             self.post(ValidationDone())
 
         self._in_thread("validate", validate)

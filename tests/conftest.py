@@ -18,6 +18,19 @@ from foundation.registry import RegistryStore
 
 from support.quiet_box import shared_box
 from support.registry_db import BACKENDS, POSTGRES_URL, admin_url, fresh_postgres_database
+from support.scheduling import LongestFirstFileScheduling, order_longest_first
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """`--dist loadfile` (scripts/test) hands out the longest work first; see support.scheduling."""
+    if config.getvalue("dist") == "loadfile":
+        return LongestFirstFileScheduling(config, log)
+    return None
+
+
+def pytest_collection_modifyitems(config, items):
+    if hasattr(config, "workerinput"):  # a pytest-xdist worker: its order is the run's work queue
+        order_longest_first(items)
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -14,19 +14,22 @@ import os
 import sys
 
 import typer
+from typer.utils import parse_boolean_env_var
 
 from farm.cli import agent_cmd, cluster, coordinator_cmd, info, registry, report_cmd, submit
 from foundation.errors import EXIT_INTERNAL, BadInput, FarmError, Interrupted
 
 # rich_markup_mode=None: typer's rich help and usage errors import rich.markdown and pygments,
 # ~0.5 s before `farm --help` prints anything (bench/startup.py); click's plain help is enough.
+# help_option_names reach every command below: contexts inherit them.
 app = typer.Typer(
     name="farm",
     help="tvm-farm: shared, incremental tuning for Apache TVM. Tune once per hardware fingerprint, reuse everywhere.",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
+    context_settings={"help_option_names": ["-h", "--help"]},
 )
 # Groups added without a name contribute their commands at the top level.
 app.add_typer(submit.app)
@@ -56,6 +59,9 @@ def _options(
 
 def main() -> None:
     """Run the command line; every failure is one line on stderr and its exit code."""
+    # gRPC's core logs a failed TLS handshake (and more) at INFO on stderr, beside the one line
+    # the failure becomes here; ERROR keeps what is a real fault. Before gRPC starts: it reads it once.
+    os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
     json_output = "--json" in sys.argv[1:sys.argv.index("--")] if "--" in sys.argv else "--json" in sys.argv[1:]
     try:
         code = app(standalone_mode=False)

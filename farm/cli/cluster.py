@@ -7,46 +7,37 @@
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 import typer
 
-from farm.cli.options import (
-    CLIENT_CERT_OPTION,
-    CLIENT_KEY_OPTION,
-    COORDINATOR_OPTION,
-    JSON_OPTION,
-    REGISTRY_OPTION,
-    REQUIRED_COORDINATOR,
-    TLS_CA_OPTION,
-    TOKEN_FILE_OPTION,
-)
+from farm.cli.command import FarmTyper
+from farm.cli.coordinator_options import coordinator_options
+from farm.cli.options import JSON_OPTION, REGISTRY_OPTION, env_option
 from farm.cli.output import emit_json, print_fields, print_table, stderr_console
 from farm.cli.units import duration
 from farm.cli.views import AGENT_COLUMNS, JOB_COLUMNS, agent_row, job_fields, job_row
+from farm.connection import Coordinator
 from foundation.errors import JobFailed, TimedOut
 
-app = typer.Typer()
+app = FarmTyper()
 
-JOB_ARG = typer.Argument(..., help="The job id (job-…).")
+JOB_ARG = typer.Argument(..., metavar="JOB", help="The job id (job-…).")
+
 
 @app.command()
+@coordinator_options()
 def status(
     job_id: str = JOB_ARG,
-    coordinator: str | None = COORDINATOR_OPTION,
+    coordinator: Coordinator = None,
     registry: str | None = REGISTRY_OPTION,
-    token_file: Path | None = TOKEN_FILE_OPTION,
-    tls_ca: Path | None = TLS_CA_OPTION,
-    tls_cert: Path | None = CLIENT_CERT_OPTION,
-    tls_key: Path | None = CLIENT_KEY_OPTION,
     json_output: bool = JSON_OPTION,
 ) -> None:
     """Show one job: a coordinator's with --coordinator, else the registry's (a job whose
     process died is marked failed first)."""
-    if coordinator:
+    if coordinator.address:
         from farm.client import job_json
 
-        job = client_of(coordinator, token_file, tls_ca, tls_cert, tls_key).get_job(job_id)
+        job = coordinator.client().get_job(job_id)
         _print_job(job_json(job), json_output)
         return
     from farm.registry_jobs import RegistryJobs
@@ -56,25 +47,22 @@ def status(
 
 
 @app.command()
+@coordinator_options()
 def cancel(
     job_id: str = JOB_ARG,
-    coordinator: str | None = COORDINATOR_OPTION,
+    coordinator: Coordinator = None,
     registry: str | None = REGISTRY_OPTION,
-    wait: float = typer.Option(60.0, "--wait", min=0,
-                               help="Without --coordinator: seconds to wait for the job's process to stop it."),
-    token_file: Path | None = TOKEN_FILE_OPTION,
-    tls_ca: Path | None = TLS_CA_OPTION,
-    tls_cert: Path | None = CLIENT_CERT_OPTION,
-    tls_key: Path | None = CLIENT_KEY_OPTION,
+    wait: float = env_option(60.0, "--wait", command="cancel", min=0, metavar="SECONDS",
+                             help="Without --coordinator: seconds to wait for the job's process to stop it."),
     json_output: bool = JSON_OPTION,
 ) -> None:
     """Cancel a job. A coordinator's job: its leases are released and its agents stop that work.
     A job running embedded in another process: that process is asked to stop after the batch
     in flight (its records are kept), and this waits for it."""
-    if coordinator:
+    if coordinator.address:
         from farm.client import job_json
 
-        job = client_of(coordinator, token_file, tls_ca, tls_cert, tls_key).cancel(job_id, "cancelled by the user")
+        job = coordinator.client().cancel(job_id, "cancelled by the user")
         _print_job(job_json(job), json_output)
         return
     from farm.registry_jobs import RegistryJobs
@@ -91,33 +79,21 @@ def cancel(
 
 
 @app.command()
+@coordinator_options(required=True)
 def agents(
-    coordinator: str = REQUIRED_COORDINATOR,
-    include_lost: bool = typer.Option(False, "--all", help="Include agents whose heartbeat lapsed."),
-    token_file: Path | None = TOKEN_FILE_OPTION,
-    tls_ca: Path | None = TLS_CA_OPTION,
-    tls_cert: Path | None = CLIENT_CERT_OPTION,
-    tls_key: Path | None = CLIENT_KEY_OPTION,
+    coordinator: Coordinator = None,
+    include_lost: bool = env_option(False, "--all", command="agents", help="Include agents whose heartbeat lapsed."),
     json_output: bool = JSON_OPTION,
 ) -> None:
     """List the agents registered with the coordinator."""
     from farm.client import agent_json
 
-    documents = [agent_json(a) for a in client_of(coordinator, token_file, tls_ca, tls_cert, tls_key)
-                 .list_agents(include_lost)]
+    documents = [agent_json(a) for a in coordinator.client().list_agents(include_lost)]
     if json_output:
         emit_json(documents)
         return
     print_table(AGENT_COLUMNS, [agent_row(d) for d in documents],
                 empty="no agents registered" + ("" if include_lost else " and alive (--all lists lost ones)"))
-
-
-def client_of(coordinator: str, token_file=None, tls_ca=None, tls_cert=None, tls_key=None):
-    """A CoordinatorClient presenting the token and TLS settings the command was given."""
-    from farm.client import CoordinatorClient
-    from foundation.wire.access import ChannelAccess
-
-    return CoordinatorClient(coordinator, access=ChannelAccess.from_files(token_file, tls_ca, tls_cert, tls_key))
 
 
 def remote_jobs(client, limit: int, json_output: bool) -> None:

@@ -8,63 +8,78 @@ from pathlib import Path
 
 import typer
 
-from farm.cli.options import JSON_OPTION, METRICS_LISTEN_OPTION, REGISTRY_OPTION, TOKEN_FILE_OPTION
+from farm.cli.command import FarmTyper
+from farm.cli.options import (
+    JSON_OPTION,
+    LOG_FORMAT_OPTION,
+    LOG_LEVEL_OPTION,
+    METRICS_LISTEN_OPTION,
+    REGISTRY_OPTION,
+    env_option,
+)
 from farm.cli.output import emit_json
 from foundation.errors import FarmError
+from foundation.logs import LogFormat, LogLevel, configure_logging
 
-app = typer.Typer()
+app = FarmTyper()
 
 
 @app.command()
 def coordinator(
-    listen: str = typer.Option("127.0.0.1:50051", "--listen", envvar="FARM_LISTEN", show_envvar=True,
-                               help="host:port the gRPC API listens on (0.0.0.0:50051 for other boxes)."),
+    listen: str = env_option("127.0.0.1:50051", "--listen", command="coordinator", metavar="HOST:PORT",
+                             help="host:port the gRPC API listens on (0.0.0.0:50051 for other boxes)."),
     registry: str | None = REGISTRY_OPTION,
-    tracker: str | None = typer.Option(
-        None, "--tracker", envvar="FARM_TRACKER", show_envvar=True,
+    tracker: str | None = env_option(
+        None, "--tracker", command="coordinator", metavar="HOST:PORT",
         help="host:port of a running TVM RPC tracker; without it the coordinator starts its own."),
-    tracker_listen: str = typer.Option(
-        "127.0.0.1:9190", "--tracker-listen", envvar="FARM_TRACKER_LISTEN", show_envvar=True,
+    tracker_listen: str = env_option(
+        "127.0.0.1:9190", "--tracker-listen", command="coordinator", metavar="HOST:PORT",
         help="Where the coordinator's own tracker listens (without --tracker)."),
-    heartbeat_interval: float = typer.Option(5.0, "--heartbeat-interval", min=0.1,
-                                             help="Seconds between agent heartbeats."),
-    lease_ttl: float = typer.Option(30.0, "--lease-ttl", min=0.5,
-                                    help="Seconds of silence after which an agent's leases are re-queued."),
-    max_attempts: int = typer.Option(3, "--max-attempts", min=1,
-                                     help="Attempts of a shard before it, and its job, fail."),
-    records_per_report: int = typer.Option(
-        16, "--records-per-report", min=1,
+    heartbeat_interval: float = env_option(5.0, "--heartbeat-interval", command="coordinator", min=0.1,
+                                           metavar="SECONDS", help="Seconds between agent heartbeats."),
+    lease_ttl: float = env_option(30.0, "--lease-ttl", command="coordinator", min=0.5, metavar="SECONDS",
+                                  help="Seconds of silence after which an agent's leases are re-queued."),
+    max_attempts: int = env_option(3, "--max-attempts", command="coordinator", min=1, metavar="N",
+                                   help="Attempts of a shard before it, and its job, fail."),
+    records_per_report: int = env_option(
+        16, "--records-per-report", command="coordinator", min=1, metavar="N",
         help="The fewest records agents put in one report (more when records come faster, see --report-rate)."),
-    report_rate: float = typer.Option(
-        100.0, "--report-rate", min=0.1,
+    report_rate: float = env_option(
+        100.0, "--report-rate", command="coordinator", min=0.1, metavar="PER_SECOND",
         help="Reports a second the whole fleet is asked to keep to: agents batch more records per report "
              "as the fleet measures faster, so the coordinator's calls do not grow with it."),
-    report_within: float = typer.Option(
-        10.0, "--report-within", min=0.1,
+    report_within: float = env_option(
+        10.0, "--report-within", command="coordinator", min=0.1, metavar="SECONDS",
         help="Seconds an agent may keep a measured record before reporting it (longer in a large fleet)."),
-    report_jitter: float = typer.Option(
-        0.25, "--report-jitter", min=0.0, max=0.9,
+    report_jitter: float = env_option(
+        0.25, "--report-jitter", command="coordinator", min=0.0, max=0.9, metavar="FRACTION",
         help="How far the report size told to each agent strays from the fleet's (0.25: up to 25% either "
              "way), so that agents measuring at one rate do not report in step."),
-    grace: float = typer.Option(10.0, "--grace", min=0, help="Seconds in-flight calls get on shutdown."),
-    ingest_process: bool | None = typer.Option(
-        None, "--ingest-process/--no-ingest-process", envvar="FARM_INGEST_PROCESS", show_envvar=True,
+    grace: float = env_option(10.0, "--grace", command="coordinator", min=0, metavar="SECONDS",
+                              help="Seconds in-flight calls get on shutdown."),
+    ingest_process: bool | None = env_option(
+        None, "--ingest-process/--no-ingest-process", command="coordinator",
         help="Read and commit reported records in a process of their own, leaving the serving process "
              "to heartbeats and leases [default: on with PostgreSQL, off with SQLite]."),
     metrics_listen: str | None = METRICS_LISTEN_OPTION,
-    token_file: Path | None = TOKEN_FILE_OPTION,
+    token_file: Path | None = typer.Option(
+        None, "--token-file", envvar="FARM_TOKEN_FILE", show_envvar=True, metavar="FILE",
+        help="File holding the farm's shared token (or set FARM_TOKEN to the token itself)."),
     tls_cert: Path | None = typer.Option(
-        None, "--tls-cert", envvar="FARM_TLS_CERT", show_envvar=True,
+        None, "--tls-cert", envvar="FARM_TLS_CERT", show_envvar=True, metavar="FILE",
         help="The coordinator's certificate (PEM): serve the API over TLS only; with --tls-key."),
     tls_key: Path | None = typer.Option(
-        None, "--tls-key", envvar="FARM_TLS_KEY", show_envvar=True, help="The key of --tls-cert (PEM)."),
-    tls_client_ca: Path | None = typer.Option(
-        None, "--tls-client-ca", envvar="FARM_TLS_CLIENT_CA", show_envvar=True,
+        None, "--tls-key", envvar="FARM_TLS_KEY", show_envvar=True, metavar="FILE",
+        help="The key of --tls-cert (PEM)."),
+    tls_client_ca: Path | None = env_option(
+        None, "--tls-client-ca", command="coordinator", metavar="FILE",
         help="CA (PEM) whose certificates callers must present: mutual TLS."),
-    health_listen: str | None = typer.Option(
-        None, "--health-listen", envvar="FARM_HEALTH_LISTEN", show_envvar=True,
+    health_listen: str | None = env_option(
+        None, "--health-listen", command="coordinator", metavar="HOST:PORT",
         help="Also serve the gRPC health service alone, in plaintext, on this host:port "
              "(for probes that cannot speak TLS)."),
+    log_format: LogFormat = LOG_FORMAT_OPTION,
+    log_level: LogLevel = LOG_LEVEL_OPTION,
     json_output: bool = JSON_OPTION,
 ) -> None:
     """Serve jobs to agents: shard tuning tasks, merge records, build, validate, commit.
@@ -74,14 +89,16 @@ def coordinator(
     """
     from coordinator.fleet import ReportPolicy
     from coordinator.server import run_until_signalled, serve
-    from foundation.wire.access import ServerAccess
+    from foundation.wire.access import ServerAccess, open_port_warnings
 
     if lease_ttl <= heartbeat_interval:
         raise FarmError(f"--lease-ttl {lease_ttl:g} must exceed --heartbeat-interval {heartbeat_interval:g}",
                         "make the TTL a few intervals, e.g. 6x")
     access = ServerAccess.from_files(token_file, tls_cert, tls_key, tls_client_ca)
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    for warning in open_port_warnings(access.token, tracker=None if tracker else tracker_listen,
+                                      metrics=metrics_listen):
+        sys.stderr.write(warning)
+    configure_logging(log_format, log_level, sys.stderr)
     server = serve(listen, registry, tracker, tracker_listen=tracker_listen,
                    heartbeat_interval=heartbeat_interval, lease_ttl=lease_ttl, max_attempts=max_attempts,
                    report_policy=ReportPolicy(records_per_report, report_rate, report_within, report_jitter),
@@ -97,8 +114,12 @@ def coordinator(
         emit_json(document)
     else:
         door = ("TLS" if access.tls else "plaintext") + (", token required" if access.token else ", no token")
-        sys.stderr.write(f"coordinator on {server.address} ({door}), registry {document['registry']}, "
-                         f"tracker {document['tracker']}"
-                         + (f", metrics {document['metrics']}" if document["metrics"] else "")
-                         + "; Ctrl-C or SIGTERM stops it\n")
+        banner = (f"coordinator on {server.address} ({door}), registry {document['registry']}, "
+                  f"tracker {document['tracker']}"
+                  + (f", metrics {document['metrics']}" if document["metrics"] else "")
+                  + "; Ctrl-C or SIGTERM stops it")
+        if log_format is LogFormat.JSON:  # a log pipeline reads stderr: every line one JSON record
+            logging.getLogger("farm.coordinator").info(banner)
+        else:
+            sys.stderr.write(banner + "\n")
     run_until_signalled(server, grace)

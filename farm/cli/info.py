@@ -3,22 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
 
-import typer
-
-from farm.cli.options import (
-    CLIENT_CERT_OPTION,
-    CLIENT_KEY_OPTION,
-    COORDINATOR_OPTION,
-    JSON_OPTION,
-    REGISTRY_OPTION,
-    TLS_CA_OPTION,
-    TOKEN_FILE_OPTION,
-)
+from farm.cli.command import FarmTyper
+from farm.cli.coordinator_options import coordinator_options
+from farm.cli.options import JSON_OPTION, REGISTRY_OPTION, env_option
 from farm.cli.output import emit_json, print_table, stdout_console
+from farm.connection import Coordinator
 
-app = typer.Typer()
+app = FarmTyper()
 
 
 @app.command()
@@ -40,7 +32,8 @@ def models(json_output: bool = JSON_OPTION) -> None:
 
 @app.command()
 def fingerprint(
-    target: str = typer.Option("llvm", "--target", help="Which device to describe: llvm (this CPU) or cuda."),
+    target: str = env_option("llvm", "--target", command="fingerprint", metavar="KIND",
+                             help="Which device to describe: llvm (this CPU) or cuda."),
     json_output: bool = JSON_OPTION,
 ) -> None:
     """Show this box's hardware fingerprint: the key its tuning records are stored under."""
@@ -84,28 +77,38 @@ def versions_text() -> str:
 
 
 @app.command()
+@coordinator_options()
 def jobs(
-    limit: int = typer.Option(20, "--limit", min=1),
+    limit: int = env_option(20, "--limit", command="jobs", min=1, metavar="N", help="How many jobs to list."),
     registry: str | None = REGISTRY_OPTION,
-    coordinator: str | None = COORDINATOR_OPTION,
-    token_file: Path | None = TOKEN_FILE_OPTION,
-    tls_ca: Path | None = TLS_CA_OPTION,
-    tls_cert: Path | None = CLIENT_CERT_OPTION,
-    tls_key: Path | None = CLIENT_KEY_OPTION,
+    coordinator: Coordinator = None,
     json_output: bool = JSON_OPTION,
 ) -> None:
     """List recent jobs (of the coordinator, or of the registry), newest first.
 
     Without --coordinator, a job whose process died is marked failed first ("runner died").
     """
-    if coordinator:
-        from farm.cli.cluster import client_of, remote_jobs
+    if coordinator.address:
+        from farm.cli.cluster import remote_jobs
 
-        return remote_jobs(client_of(coordinator, token_file, tls_ca, tls_cert, tls_key), limit, json_output)
+        return remote_jobs(coordinator.client(), limit, json_output)
     from farm.cli.views import JOB_COLUMNS, registry_job_row
     from farm.registry_jobs import RegistryJobs
+    from foundation.domain.request_limits import LIST_LIMIT, check_number
+    from foundation.registry.engine import RegistryMissing
 
-    registry_jobs = RegistryJobs.open(registry)
+    check_number("--limit", limit, LIST_LIMIT)
+    try:
+        registry_jobs = RegistryJobs.open(registry)
+    except RegistryMissing:
+        if registry is not None:  # named, and not there: say so
+            raise
+        # A fresh box: no registry yet (the first `farm submit` makes it), so no jobs.
+        if json_output:
+            emit_json([])
+        else:
+            print_table(JOB_COLUMNS, [], empty="no jobs yet: `farm submit` runs one")
+        return
     store = registry_jobs.store
     rows = registry_jobs.list(limit)
     if json_output:

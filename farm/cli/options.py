@@ -1,39 +1,72 @@
-"""Options several commands share, each settable from the environment where a deployment sets it."""
+"""Options several commands share, and the rule that names every option's environment variable.
+
+Every option a command takes can also be set from the environment, and `--help` names the
+variable. Options several commands share have one name everywhere (`FARM_REGISTRY`,
+`FARM_COORDINATOR`, `FARM_TOKEN_FILE`, `FARM_JSON` ...); the rest are `FARM_<COMMAND>_<FLAG>`
+(`farm submit --trials`: `FARM_SUBMIT_TRIALS`; `farm registry import --target`:
+`FARM_REGISTRY_TARGET`), except the names deployments already used before the rule
+(`ENVVAR_EXCEPTIONS`), which stay.
+"""
 
 from __future__ import annotations
 
+from typing import Any
+
 import typer
 
-JSON_OPTION = typer.Option(False, "--json", help="Print one JSON document on stdout (for scripts); no progress.")
+# Options whose variables predate FARM_<COMMAND>_<FLAG>; deployments set them, so they stay.
+ENVVAR_EXCEPTIONS = {
+    ("coordinator", "--listen"): "FARM_LISTEN",
+    ("coordinator", "--tracker"): "FARM_TRACKER",
+    ("coordinator", "--tracker-listen"): "FARM_TRACKER_LISTEN",
+    ("coordinator", "--ingest-process"): "FARM_INGEST_PROCESS",
+    ("coordinator", "--health-listen"): "FARM_HEALTH_LISTEN",
+    ("coordinator", "--tls-client-ca"): "FARM_TLS_CLIENT_CA",
+    ("agent", "--device"): "FARM_DEVICE",
+    ("agent", "--build-workers"): "FARM_BUILD_WORKERS",
+    ("agent", "--rpc-host"): "FARM_RPC_HOST",
+    ("agent", "--rpc-port"): "FARM_RPC_PORT",
+    ("submit", "--weights-layout"): "FARM_WEIGHTS_LAYOUT",
+}
+
+
+def envvar_name(command: str, flag: str) -> str:
+    """The variable of ``flag`` (`--trials`) of ``command`` (`submit`, `registry`) by the rule."""
+    return "FARM_" + "_".join(part.upper().replace("-", "_") for part in (command, flag.lstrip("-")))
+
+
+def env_option(default: Any, flag: str, *short: str, command: str, **settings: Any) -> Any:
+    """A typer option of ``command`` settable from its environment variable, named in `--help`.
+
+    ``flag`` is the option's long name, or `--on/--off` for a boolean pair (the variable takes
+    1/0, true/false, yes/no); ``short``, its other names (`-o`).
+    """
+    first = flag.split("/", 1)[0]
+    envvar = ENVVAR_EXCEPTIONS.get((command, first), envvar_name(command, first))
+    return typer.Option(default, flag, *short, envvar=envvar, show_envvar=True, **settings)
+
+
+JSON_OPTION = typer.Option(
+    False, "--json", envvar="FARM_JSON", show_envvar=True,
+    help="Print one JSON document on stdout (for scripts); no progress.",
+)
 REGISTRY_OPTION = typer.Option(
-    None, "--registry", envvar="FARM_REGISTRY", show_envvar=True,
+    None, "--registry", envvar="FARM_REGISTRY", show_envvar=True, metavar="URL",
     help="SQLAlchemy URL of the registry (default: SQLite in the farm's data directory).",
 )
-COORDINATOR_OPTION = typer.Option(
-    None, "--coordinator", envvar="FARM_COORDINATOR", show_envvar=True,
-    help="host:port of a coordinator; without it commands run embedded on this box.",
-)
-REQUIRED_COORDINATOR = typer.Option(
-    ..., "--coordinator", envvar="FARM_COORDINATOR", show_envvar=True, help="host:port of the coordinator.",
+METRICS_LISTEN_OPTION = typer.Option(
+    None, "--metrics-listen", envvar="FARM_METRICS_LISTEN", show_envvar=True, metavar="HOST:PORT",
+    help="host:port to serve Prometheus metrics on, plain HTTP at /metrics (default: none).",
 )
 
-# How commands that call a coordinator present themselves (foundation.wire.access).
-TOKEN_FILE_OPTION = typer.Option(
-    None, "--token-file", envvar="FARM_TOKEN_FILE", show_envvar=True,
-    help="File holding the farm's shared token (or set FARM_TOKEN to the token itself).",
+# How the two daemons log (foundation.logs).
+LOG_FORMAT_OPTION = typer.Option(
+    "text", "--log-format", envvar="FARM_LOG_FORMAT", show_envvar=True, case_sensitive=False,
+    help="text: one line per record for people; json: one JSON object per line for a log pipeline "
+         "(time, level, logger, message, and the job, shard and agent ids where there is one).",
 )
-TLS_CA_OPTION = typer.Option(
-    None, "--tls-ca", envvar="FARM_TLS_CA", show_envvar=True,
-    help="PEM file of the CA that signed the coordinator's certificate: connect with TLS.",
-)
-CLIENT_CERT_OPTION = typer.Option(
-    None, "--tls-cert", envvar="FARM_TLS_CERT", show_envvar=True,
-    help="This caller's certificate (PEM), for a coordinator that demands mutual TLS; with --tls-key.",
-)
-CLIENT_KEY_OPTION = typer.Option(
-    None, "--tls-key", envvar="FARM_TLS_KEY", show_envvar=True, help="The key of --tls-cert (PEM).",
-)
-METRICS_LISTEN_OPTION = typer.Option(
-    None, "--metrics-listen", envvar="FARM_METRICS_LISTEN", show_envvar=True,
-    help="host:port to serve Prometheus metrics on, plain HTTP at /metrics (default: none).",
+LOG_LEVEL_OPTION = typer.Option(
+    "info", "--log-level", envvar="FARM_LOG_LEVEL", show_envvar=True, case_sensitive=False,
+    help="The least severe records written. Libraries' records (alembic, grpc, urllib3 ...) are "
+         "written from warning up whatever this says.",
 )

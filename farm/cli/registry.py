@@ -11,7 +11,8 @@ from pathlib import Path
 
 import typer
 
-from farm.cli.options import JSON_OPTION, REGISTRY_OPTION
+from farm.cli.command import FarmTyper
+from farm.cli.options import JSON_OPTION, REGISTRY_OPTION, env_option
 from farm.cli.output import emit_json, print_fields, print_table, stdout_console
 from farm.session import open_store
 from foundation.errors import BadInput, NotFound
@@ -20,12 +21,14 @@ from foundation.errors import BadInput, NotFound
 # mode's bookkeeping is left out).
 _COUNTED = ("fingerprints", "models", "workloads", "tuning_records", "jobs", "artifacts")
 
-app = typer.Typer(no_args_is_help=True, rich_markup_mode=None)  # plain help: see farm.cli.app
+app = FarmTyper(no_args_is_help=True, rich_markup_mode=None)  # plain help: see farm.cli.app
 
-FINGERPRINT_OPTION = typer.Option(
-    None, "--fingerprint", help="Fingerprint id the records belong to (default: this box's, for --target)."
+FINGERPRINT_OPTION = env_option(
+    None, "--fingerprint", command="registry", metavar="ID",
+    help="Fingerprint id the records belong to (default: this box's, for --target).",
 )
-TARGET_OPTION = typer.Option("llvm", "--target", help="Target the records were tuned for: llvm, cuda or a JSON object.")
+TARGET_OPTION = env_option("llvm", "--target", command="registry", metavar="TARGET",
+                           help="Target the records were tuned for: llvm, cuda or a JSON object.")
 
 
 def _plain(entity) -> dict:
@@ -75,7 +78,7 @@ def ls(registry: str | None = REGISTRY_OPTION, json_output: bool = JSON_OPTION) 
 @app.command()
 def show(
     ident: str | None = typer.Argument(
-        None, help="An artifact (art-…), job (job-…), model or fingerprint id; none: every fingerprint."),
+        None, metavar="ID", help="An artifact (art-…), job (job-…), model or fingerprint id; none: every fingerprint."),
     registry: str | None = REGISTRY_OPTION,
     json_output: bool = JSON_OPTION,
 ) -> None:
@@ -127,7 +130,7 @@ def _lookup(store, ident: str):
 @app.command("import")
 def import_logs(
     path: Path = typer.Argument(
-        ..., help="A directory with TVM's database_workload.json and database_tuning_record.json."),
+        ..., metavar="DIR", help="A directory with TVM's database_workload.json and database_tuning_record.json."),
     target: str = TARGET_OPTION,
     fingerprint: str | None = FINGERPRINT_OPTION,
     registry: str | None = REGISTRY_OPTION,
@@ -153,7 +156,7 @@ def import_logs(
 @app.command("export")
 def export_logs(
     path: Path = typer.Argument(
-        ..., help="Directory to write database_workload.json and database_tuning_record.json to."),
+        ..., metavar="DIR", help="Directory to write database_workload.json and database_tuning_record.json to."),
     target: str = TARGET_OPTION,
     fingerprint: str | None = FINGERPRINT_OPTION,
     registry: str | None = REGISTRY_OPTION,

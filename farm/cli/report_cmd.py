@@ -6,16 +6,18 @@ from pathlib import Path
 
 import typer
 
-from farm.cli.options import JSON_OPTION, REGISTRY_OPTION
+from farm.cli.command import FarmTyper
+from farm.cli.options import JSON_OPTION, REGISTRY_OPTION, env_option
 from farm.cli.output import emit_json, stdout_console
 
-app = typer.Typer()
+app = FarmTyper()
 
 
 @app.command()
 def report(
-    job_id: str = typer.Argument(..., help="The job id (job-…); see `farm jobs`."),
-    out: Path = typer.Option(Path("."), "--out", "-o", help="Directory to write JOB.png and JOB.md into."),
+    job_id: str = typer.Argument(..., metavar="JOB", help="The job id (job-…); see `farm jobs`."),
+    out: Path = env_option(Path("."), "--out", "-o", command="report", metavar="DIR",
+                           help="Directory to write JOB.png and JOB.md into."),
     registry: str | None = REGISTRY_OPTION,
     json_output: bool = JSON_OPTION,
 ) -> None:

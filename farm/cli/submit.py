@@ -6,79 +6,83 @@ from pathlib import Path
 
 import typer
 
-from farm.cli.options import (
-    CLIENT_CERT_OPTION,
-    CLIENT_KEY_OPTION,
-    COORDINATOR_OPTION,
-    JSON_OPTION,
-    REGISTRY_OPTION,
-    TLS_CA_OPTION,
-    TOKEN_FILE_OPTION,
-)
+from farm.cli.command import FarmTyper
+from farm.cli.coordinator_options import coordinator_options
+from farm.cli.options import JSON_OPTION, REGISTRY_OPTION, env_option
 from farm.cli.output import emit_json, stdout_console
+from farm.connection import Coordinator
 from foundation.domain.reuse import ReuseMode
 from foundation.domain.tuning_rounds import DEFAULT_PATIENCE, DEFAULT_ROUNDS
 from foundation.errors import BadInput, FarmError, Interrupted, JobFailed, NotFound
 
-app = typer.Typer()
+app = FarmTyper()
 
-MODEL_ARG = typer.Argument(..., help="A zoo model (see `farm models`) or a path to an .onnx file.")
-TARGET_ARG = typer.Argument(..., help="llvm, cuda, or a TVM target JSON object.")
-BATCH_ARG = typer.Argument(1, help="Batch size (for bert: number of sequences).")
+MODEL_ARG = typer.Argument(..., metavar="MODEL", help="A zoo model (see `farm models`) or a path to an .onnx file.")
+TARGET_ARG = typer.Argument(..., metavar="TARGET", help="llvm, cuda, or a TVM target JSON object.")
+BATCH_ARG = typer.Argument(1, metavar="BATCH", help="Batch size (for bert: number of sequences).")
 
 
 @app.command()
+@coordinator_options()
 def submit(
     model: str = MODEL_ARG,
     target: str = TARGET_ARG,
     batch: int = BATCH_ARG,
-    trials: int | None = typer.Option(None, "--trials", min=1, help="Global trial budget (default: 32 per task)."),
-    trials_per_task: int | None = typer.Option(
-        None, "--trials-per-task", min=1, help="Per-task trial cap (default: 32, or --trials when that is given)."),
-    retune: bool = typer.Option(False, "--retune", help="Tune even if the registry has a library; records merge."),
-    reuse: ReuseMode | None = typer.Option(
-        None, "--reuse", case_sensitive=False,
+    trials: int | None = env_option(None, "--trials", command="submit", min=1, metavar="N",
+                                    help="Global trial budget (default: 32 per task)."),
+    trials_per_task: int | None = env_option(
+        None, "--trials-per-task", command="submit", min=1, metavar="N",
+        help="Per-task trial cap (default: 32, or --trials when that is given)."),
+    retune: bool = env_option(False, "--retune", command="submit",
+                              help="Tune even if the registry has a library; records merge."),
+    reuse: ReuseMode | None = env_option(
+        None, "--reuse", command="submit", case_sensitive=False,
         help="Tasks whose workload already has measured records here: auto (the default; off with --retune) "
              "skips those measured at least as often as this job would, and tops up the rest with one "
              "batch; full skips them all; topup tops each up; off tunes every task with its plan."),
-    warm_start: bool = typer.Option(
-        True, "--warm-start/--cold", help="Seed the search from similar workloads' records and start from the "
-                                          "fingerprint's trained cost model (default), or tune from nothing."),
-    build_workers: int | None = typer.Option(
-        None, "--build-workers", min=1, help="Builder processes (default: all CPUs)."),
-    runs: int = typer.Option(20, "--runs", min=1, help="Timed runs of the final library (after 3 warm-up runs)."),
-    seed: int = typer.Option(0, "--seed", help="Seed for the search, the random weights and the inputs."),
-    weights_layout: str = typer.Option(
-        "auto", "--weights-layout", envvar="FARM_WEIGHTS_LAYOUT",
+    warm_start: bool = env_option(
+        True, "--warm-start/--cold", command="submit",
+        help="Seed the search from similar workloads' records and start from the fingerprint's trained cost "
+             "model (default), or tune from nothing."),
+    build_workers: int | None = env_option(
+        None, "--build-workers", command="submit", min=1, metavar="N", help="Builder processes (default: all CPUs)."),
+    runs: int = env_option(20, "--runs", command="submit", min=1, metavar="N",
+                           help="Timed runs of the final library (after 3 warm-up runs)."),
+    seed: int = env_option(0, "--seed", command="submit", metavar="N",
+                           help="Seed for the search, the random weights and the inputs."),
+    weights_layout: str = env_option(
+        "auto", "--weights-layout", command="submit", metavar="LAYOUT",
         help="plain, prepacked (CPU only: tuning may rearrange the weights, which the library does once "
              "at load; you still pass plain weights), prepacked-nchwc (prepacked, and the convolutions' "
              "activations in blocks of 8 or 16 channels) or auto (the farm's default for the target: "
              "prepacked-nchwc on CPUs, plain on GPUs)."),
     registry: str | None = REGISTRY_OPTION,
-    coordinator: str | None = COORDINATOR_OPTION,
-    fingerprint: str | None = typer.Option(
-        None, "--fingerprint", help="With --coordinator: tune for this fingerprint only."),
-    wait: bool = typer.Option(True, "--wait/--no-wait", help="With --coordinator: follow the job until it ends."),
-    timeout: float | None = typer.Option(
-        None, "--timeout", min=0, help="With --wait: give up waiting after this many seconds."),
-    until: str | None = typer.Option(
-        None, "--until", help="Tune in rounds until the built model beats onnxruntime on this box (`onnxruntime`: "
-                              "the model's ONNX form, checked against TVM first) or a latency (`20ms`), within the "
-                              "budget: its upper quartile at or below the goal, timed interleaved (README). With "
-                              "--coordinator the coordinator's CPU times it."),
-    patience: int | None = typer.Option(
-        None, "--patience", min=1, help=f"With --until: stop when the estimated latency has not improved "
-                                        f"for this many rounds (default {DEFAULT_PATIENCE})."),
-    round_trials: int | None = typer.Option(
-        None, "--round-trials", min=1, help=f"With --until: trials per round (default: the budget in "
-                                            f"{DEFAULT_ROUNDS} rounds)."),
-    report_dir: Path | None = typer.Option(
-        None, "--report", help="At the end, write the job's report (JOB.png, JOB.md) into this directory; "
-                               "with --coordinator it reads the coordinator's registry (--registry)."),
-    token_file: Path | None = TOKEN_FILE_OPTION,
-    tls_ca: Path | None = TLS_CA_OPTION,
-    tls_cert: Path | None = CLIENT_CERT_OPTION,
-    tls_key: Path | None = CLIENT_KEY_OPTION,
+    coordinator: Coordinator = None,
+    fingerprint: str | None = env_option(
+        None, "--fingerprint", command="submit", metavar="ID",
+        help="With --coordinator: tune for this fingerprint only."),
+    wait: bool = env_option(True, "--wait/--no-wait", command="submit",
+                            help="With --coordinator: follow the job until it ends."),
+    timeout: float | None = env_option(
+        None, "--timeout", command="submit", min=0, metavar="SECONDS",
+        help="With --wait: give up waiting after this many seconds."),
+    until: str | None = env_option(
+        None, "--until", command="submit", metavar="GOAL",
+        help="Tune in rounds until the built model beats onnxruntime on this box (`onnxruntime`: the model's "
+             "ONNX form, checked against TVM first) or a latency (`20ms`), within the budget: its upper quartile "
+             "at or below the goal, timed interleaved (README). With --coordinator the coordinator's CPU times "
+             "it."),
+    patience: int | None = env_option(
+        None, "--patience", command="submit", min=1, metavar="ROUNDS",
+        help=f"With --until: stop when the estimated latency has not improved for this many rounds "
+             f"(default {DEFAULT_PATIENCE})."),
+    round_trials: int | None = env_option(
+        None, "--round-trials", command="submit", min=1, metavar="N",
+        help=f"With --until: trials per round (default: the budget in {DEFAULT_ROUNDS} rounds)."),
+    report_dir: Path | None = env_option(
+        None, "--report", command="submit", metavar="DIR",
+        help="At the end, write the job's report (JOB.png, JOB.md) into this directory; with --coordinator it "
+             "reads the coordinator's registry (--registry)."),
     json_output: bool = JSON_OPTION,
 ) -> None:
     """Tune MODEL for TARGET at BATCH, build and validate it, and store the library.
@@ -90,11 +94,10 @@ def submit(
 
     check_request(weights_layout)
     until_request = _until(until, patience, round_trials)
-    if coordinator:
-        from farm.cli.cluster import client_of, remote_submit
+    if coordinator.address:
+        from farm.cli.cluster import remote_submit
 
-        client = client_of(coordinator, token_file, tls_ca, tls_cert, tls_key)
-        return remote_submit(client, model=model, target=target, batch=batch, trials=trials,
+        return remote_submit(coordinator.client(), model=model, target=target, batch=batch, trials=trials,
                              trials_per_task=trials_per_task, retune=retune, seed=seed,
                              reuse=reuse.value if reuse else None, fingerprint=fingerprint, runs=runs,
                              wait=wait, timeout=timeout, json_output=json_output, report_dir=report_dir,
@@ -170,15 +173,17 @@ def run(
     model: str = MODEL_ARG,
     target: str = TARGET_ARG,
     batch: int = BATCH_ARG,
-    input_path: Path | None = typer.Option(
-        None, "--input", help="A .npy file for the (single) input; default: seeded random."),
-    output_path: Path | None = typer.Option(None, "--output", help="Write the outputs: .npy (one output) or .npz."),
-    runs: int = typer.Option(20, "--runs", min=1, help="Timed runs after warm-up."),
-    warmup: int = typer.Option(3, "--warmup", min=0),
-    seed: int = typer.Option(0, "--seed", help="Seed for random weights and inputs."),
-    weights_layout: str | None = typer.Option(
-        None, "--weights-layout", help="Load only an artifact of this form (plain, prepacked or "
-                                       "prepacked-nchwc); default: the newest of any (all take plain weights)."),
+    input_path: Path | None = env_option(None, "--input", command="run", metavar="FILE",
+                                         help="A .npy file for the (single) input; default: seeded random."),
+    output_path: Path | None = env_option(None, "--output", command="run", metavar="FILE",
+                                          help="Write the outputs: .npy (one output) or .npz."),
+    runs: int = env_option(20, "--runs", command="run", min=1, metavar="N", help="Timed runs after warm-up."),
+    warmup: int = env_option(3, "--warmup", command="run", min=0, metavar="N", help="Untimed runs first."),
+    seed: int = env_option(0, "--seed", command="run", metavar="N", help="Seed for random weights and inputs."),
+    weights_layout: str | None = env_option(
+        None, "--weights-layout", command="run", metavar="LAYOUT",
+        help="Load only an artifact of this form (plain, prepacked or prepacked-nchwc); default: the newest of "
+             "any (all take plain weights)."),
     registry: str | None = REGISTRY_OPTION,
     json_output: bool = JSON_OPTION,
 ) -> None:
@@ -188,6 +193,7 @@ def run(
     import numpy as np
 
     from farm.api import load
+    from farm.cli.units import duration, milliseconds
     from farm.embedded import artifact_json
 
     if input_path is not None and not input_path.is_file():
@@ -221,9 +227,9 @@ def run(
     console = stdout_console()
     console.print(f"artifact   {deployed.artifact.id}  ({deployed.key.describe()}, fingerprint {deployed.fingerprint}, "
                   f"{deployed.artifact.weights_layout} weights)")
-    console.print(f"load       {loaded_s * 1e3:.0f} ms, first inference {first_s * 1e3:.1f} ms")
-    console.print(f"latency    mean {latency.mean_ms:.3f} ms  median {latency.median_ms:.3f} ms  "
-                  f"std {latency.std_ms:.3f} ms  ({latency.runs} runs after {latency.warmup} warm-up)")
+    console.print(f"load       {duration(loaded_s)}, first inference {duration(first_s)}")
+    console.print(f"latency    mean {milliseconds(latency.mean_ms)}  median {milliseconds(latency.median_ms)}  "
+                  f"std {milliseconds(latency.std_ms)}  ({latency.runs} runs after {latency.warmup} warm-up)")
     for i, out in enumerate(outputs):
         console.print(f"output {i}   {out.dtype}{list(out.shape)}  mean {float(np.mean(out)):.6g}")
     if output_path:

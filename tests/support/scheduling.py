@@ -1,0 +1,76 @@
+"""How pytest-xdist's workers share the suite: the longest work first, and long files of
+independent tests taken one test at a time.
+
+Under `--dist loadfile` a file is one unit of work, handed out in collection order. One long
+file started late decided the wall time (the last minutes of a run were one worker on
+test_interrupts.py while two idled). Here the units are ordered by their recorded seconds
+(tests/durations.json, written by bench/suite_time.py), longest first, and the files in
+SPREAD_FILES, whose tests share no fixture wider than a test, are split into one unit per test.
+Every other file stays whole, so its module fixtures (a tuned model, say) are still made once.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from xdist.scheduler import LoadFileScheduling
+
+DURATIONS = Path(__file__).resolve().parents[1] / "durations.json"
+
+# Files whose every test starts its own processes and registry (no module- or session-scoped
+# fixture of their own): a worker may take any one of their tests alone.
+SPREAD_FILES = frozenset({
+    "tests/farm/cli/test_interrupts.py",
+    "tests/farm/test_local_cluster.py",
+    "tests/farm/test_local_cluster_faults.py",
+    "tests/farm/test_local_cluster_until.py",
+    "tests/farm/test_until.py",
+    "tests/farm/test_metrics_scrape.py",
+    "tests/coordinator/test_server_ports.py",
+    "tests/agent/test_rpc_supervision.py",
+})
+
+# What a test not yet in durations.json is guessed to take.
+UNKNOWN_SLOW_S = 30.0
+UNKNOWN_S = 0.5
+
+
+def work_unit(nodeid: str) -> str:
+    """The unit of work a test belongs to: its file, or itself in a spread file."""
+    file = nodeid.split("::", 1)[0]
+    return nodeid if file in SPREAD_FILES else file
+
+
+class LongestFirstFileScheduling(LoadFileScheduling):
+    """`--dist loadfile` with SPREAD_FILES split per test, in the order the workers collected
+    the tests (order_longest_first), not xdist's reorder by the number of tests a unit holds."""
+
+    def __init__(self, config, log=None):
+        super().__init__(config, log)
+        config.option.loadscopereorder = False
+
+    def _split_scope(self, nodeid: str) -> str:
+        return work_unit(nodeid)
+
+
+def recorded_seconds() -> dict[str, float]:
+    try:
+        return json.loads(DURATIONS.read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def order_longest_first(items: list) -> None:
+    """Sort the collected tests in place: units by their recorded seconds, longest first; a
+    unit's tests stay together and in their order."""
+    seconds = recorded_seconds()
+    unit_seconds: dict[str, float] = {}
+    for item in items:
+        guess = UNKNOWN_SLOW_S if item.get_closest_marker("slow") else UNKNOWN_S
+        unit = work_unit(item.nodeid)
+        unit_seconds[unit] = unit_seconds.get(unit, 0.0) + seconds.get(item.nodeid, guess)
+    first_seen = {}
+    for index, item in enumerate(items):
+        first_seen.setdefault(work_unit(item.nodeid), index)
+    items.sort(key=lambda item: (-unit_seconds[work_unit(item.nodeid)], first_seen[work_unit(item.nodeid)]))
