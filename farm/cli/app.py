@@ -63,6 +63,7 @@ def main() -> None:
     # the failure becomes here; ERROR keeps what is a real fault. Before gRPC starts: it reads it once.
     os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
     json_output = "--json" in sys.argv[1:sys.argv.index("--")] if "--" in sys.argv else "--json" in sys.argv[1:]
+    json_output = json_output or parse_boolean_env_var(os.environ.get("FARM_JSON"), False)
     try:
         code = app(standalone_mode=False)
     except FarmError as err:
