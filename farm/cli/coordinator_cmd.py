@@ -95,10 +95,13 @@ def coordinator(
         raise FarmError(f"--lease-ttl {lease_ttl:g} must exceed --heartbeat-interval {heartbeat_interval:g}",
                         "make the TTL a few intervals, e.g. 6x")
     access = ServerAccess.from_files(token_file, tls_cert, tls_key, tls_client_ca)
+    configure_logging(log_format, log_level, sys.stderr)
     for warning in open_port_warnings(access.token, tracker=None if tracker else tracker_listen,
                                       metrics=metrics_listen):
-        sys.stderr.write(warning)
-    configure_logging(log_format, log_level, sys.stderr)
+        if log_format is LogFormat.JSON:  # a log pipeline reads stderr: every line one JSON record
+            logging.getLogger("farm.coordinator").warning(warning.removeprefix("warning: ").rstrip())
+        else:
+            sys.stderr.write(warning)
     server = serve(listen, registry, tracker, tracker_listen=tracker_listen,
                    heartbeat_interval=heartbeat_interval, lease_ttl=lease_ttl, max_attempts=max_attempts,
                    report_policy=ReportPolicy(records_per_report, report_rate, report_within, report_jitter),
