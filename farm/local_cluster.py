@@ -7,7 +7,6 @@ that nothing was left behind, children included.
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import signal
@@ -157,18 +156,47 @@ class Cluster:
         self.agents[name] = proc
         return proc
 
+    def ask(self, call):
+        """``call(client)`` on a CoordinatorClient of this cluster, made in this process: a
+        `farm` process to poll with costs a second of CPU a call, and the waits poll often."""
+        from farm.client import CoordinatorClient
+        from foundation.wire.access import ChannelAccess
+
+        ca = None if self.tls is None else Path(self.tls[0]).read_bytes()
+        client = CoordinatorClient(self.address, timeout=10.0,
+                                   access=ChannelAccess(token=self.token, tls=ca is not None, ca=ca))
+        try:
+            return call(client)
+        finally:
+            client.close()
+
+    def agents_now(self) -> list[dict]:
+        """What `farm agents --json` lists."""
+        from farm.client import agent_json
+
+        return self.ask(lambda client: [agent_json(a) for a in client.list_agents()])
+
+    def job(self, job_id: str) -> dict:
+        """What `farm status JOB --json` prints."""
+        from farm.client import job_json
+
+        return self.ask(lambda client: job_json(client.get_job(job_id)))
+
     def wait_agents(self, count: int, timeout: float = 90.0) -> list[dict]:
         """Until ``count`` agents are registered and their RPC servers serve."""
+        from foundation.errors import FarmError
+
         deadline = time.monotonic() + timeout
         agents: list[dict] = []
         while time.monotonic() < deadline:
-            proc = self.farm("agents", "--json", check=False)
-            if proc.returncode == 0:
-                agents = json.loads(proc.stdout)
-                serving = [a for a in agents if a.get("rpc_server_serving")]
-                if len(serving) >= count:
-                    return agents
-            time.sleep(1.0)
+            try:
+                agents = self.agents_now()
+            except FarmError:
+                agents = []
+            serving = [a for a in agents if a.get("rpc_server_serving")]
+            if len(serving) >= count:
+                return agents
+            time.sleep(0.5)
         logs = "\n".join(f"--- {n}\n{self.log(n)[-3000:]}" for n in self.agents)
         raise AssertionError(f"{count} serving agents expected, got {agents}\n{logs}")
 

@@ -96,11 +96,11 @@ def test_killed_agent_loses_no_reported_records(local_farm):
     before = wait_for(lambda: registry_records(local_farm.registry_url, job_id), 240, "first reported records")
     local_farm.kill(victim, signal.SIGKILL)
     local_farm.start_agent("rescuer")
-    done = json.loads(local_farm.farm("status", job_id, "--json").stdout)
+    done = local_farm.job(job_id)
     deadline = time.monotonic() + 400
     while done["state"] not in ("succeeded", "failed", "cancelled") and time.monotonic() < deadline:
         time.sleep(2)
-        done = json.loads(local_farm.farm("status", job_id, "--json").stdout)
+        done = local_farm.job(job_id)
     assert done["state"] == "succeeded", done
     after = registry_records(local_farm.registry_url, job_id)
     assert before <= after, "records reported before the kill were lost"
@@ -118,11 +118,11 @@ def test_coordinator_restart_mid_job(local_farm):
     local_farm.start_coordinator()  # a new, empty tracker on the same port
     # The agent was not restarted: it re-registers and its RPC server is listed again in time.
     local_farm.wait_agents(1, timeout=60)
-    done = json.loads(local_farm.farm("status", job_id, "--json").stdout)
+    done = local_farm.job(job_id)
     deadline = time.monotonic() + 400
     while done["state"] not in ("succeeded", "failed", "cancelled") and time.monotonic() < deadline:
         time.sleep(2)
-        done = json.loads(local_farm.farm("status", job_id, "--json").stdout)
+        done = local_farm.job(job_id)
     assert done["state"] == "succeeded", (done, local_farm.log("coordinator")[-3000:])
 
 

@@ -52,7 +52,7 @@ def leased_shards(cluster_store, job_id: str, attempt: int):
 
 def wait_final(cluster: Cluster, job_id: str, timeout: float) -> dict:
     def final():
-        doc = json.loads(cluster.farm("status", job_id, "--json").stdout)
+        doc = cluster.job(job_id)
         return doc if doc["state"] in FINAL else None
 
     return wait_for(final, timeout, f"job {job_id} to end", interval=1.0)
