@@ -178,12 +178,18 @@ def export_logs(
 
 
 @app.command()
-def upgrade(registry: str | None = REGISTRY_OPTION, json_output: bool = JSON_OPTION) -> None:
+def upgrade(
+    registry: str | None = REGISTRY_OPTION,
+    create: bool = env_option(False, "--create", command="registry",
+                              help="Create the registry in an empty database instead of refusing it "
+                                   "(the deploy recipes' migration step, first start included)."),
+    json_output: bool = JSON_OPTION,
+) -> None:
     """Migrate the registry's schema to the version this farm needs."""
     from foundation.config import registry_url
     from foundation.registry.store import upgrade_registry
 
-    revision = upgrade_registry(registry_url(registry))
+    revision = upgrade_registry(registry_url(registry), create=create)
     if json_output:
         emit_json({"registry": registry_url(registry), "revision": revision})
     else:

@@ -150,10 +150,12 @@ def _check_foreign_keys(connection: Connection, url: str) -> None:
         )
 
 
-def upgrade_registry(url: str) -> str:
-    """Bring the registry at ``url`` to the newest schema; returns the revision it is now at."""
+def upgrade_registry(url: str, *, create: bool = False) -> str:
+    """Bring the registry at ``url`` to the newest schema; returns the revision it is now at.
+    With ``create``, an empty database (or a new SQLite file) becomes a registry at the newest
+    schema, so that a deployment's one migration step serves its first start and every upgrade."""
     parsed = parse_registry_url(url)
-    check_sqlite_file(parsed, create=False)
+    check_sqlite_file(parsed, create=create)
     engine = create_registry_engine(parsed)
     try:
         with engine.connect() as connection:
@@ -165,7 +167,7 @@ def upgrade_registry(url: str) -> str:
             raise foreign_database(masked(parsed), tables)
         if current is None and tables:
             raise schema_mismatch(masked(parsed), current, head)
-        if current is None:
+        if current is None and not create:
             raise RegistryMissing(f"no farm registry in the database at {masked(parsed)}", CREATE_FIX)
         return _upgrade(engine, head, allow_existing=True, url=masked(parsed))[1]
     except SQLAlchemyError as exc:

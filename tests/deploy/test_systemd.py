@@ -34,16 +34,18 @@ def unit_settings(path: Path) -> dict[str, dict[str, list[str]]]:
 
 
 def unit_with_stub(unit: Path, tmp_path: Path) -> Path:
-    """A copy of `unit` whose ExecStart runs a stub in tmp_path. `systemd-analyze verify` fails
-    on an ExecStart binary that does not exist, and /opt/tvm-farm/.venv/bin/farm exists only
-    where the recipe is installed; everything else in the copy is the unit as shipped."""
+    """A copy of `unit` whose ExecStart (and ExecStartPre) run a stub in tmp_path.
+    `systemd-analyze verify` fails on an Exec binary that does not exist, and
+    /opt/tvm-farm/.venv/bin/farm exists only where the recipe is installed; everything else in
+    the copy is the unit as shipped."""
     stub = tmp_path / "farm"
     stub.write_text("#!/bin/sh\nexit 0\n")
     stub.chmod(0o755)
     text = unit.read_text()
     assert f"ExecStart={INSTALLED_FARM} " in text
     copy_path = tmp_path / unit.name
-    copy_path.write_text(text.replace(f"ExecStart={INSTALLED_FARM} ", f"ExecStart={stub} "))
+    copy_path.write_text(re.sub(rf"^(ExecStart(?:Pre)?)={re.escape(INSTALLED_FARM)} ", rf"\1={stub} ", text,
+                                flags=re.M))
     return copy_path
 
 
@@ -81,6 +83,8 @@ def test_systemd_unit_settings(role):
     settings = unit_settings(UNITS[role])
     service = settings["Service"]
     assert service["ExecStart"] == [f"{INSTALLED_FARM} {role}"]
+    if role == "coordinator":  # the schema migration first: tests/deploy/test_migrations.py runs it
+        assert service["ExecStartPre"] == [f"{INSTALLED_FARM} registry upgrade --create"]
     assert service["Restart"] == ["on-failure"]
     assert service["EnvironmentFile"] == [f"/etc/tvm-farm/{role}.env"]
     assert service["User"][0] not in ("root", "0") and "DynamicUser" not in service
