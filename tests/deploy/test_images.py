@@ -1,5 +1,8 @@
-"""deploy/docker: the Dockerfiles parsed by BuildKit's own parser (the `dockerfile` package); what
-they COPY exists in the build context that /.dockerignore leaves (docker-py's implementation of it).
+"""deploy/docker: the Dockerfiles parsed by BuildKit's own parser (the `dockerfile` package): they
+install their lock of runtime dependencies (no test tool) before copying the source, on a Python
+that requires-python and every locked wheel accept; the CUDA image is on the CUDA major the
+installed TVM wheel's libtvm_runtime_cuda.so needs (`readelf -d`); what they COPY exists in the
+build context that /.dockerignore leaves (docker-py's implementation of it).
 """
 
 from __future__ import annotations
@@ -7,6 +10,9 @@ from __future__ import annotations
 import fnmatch
 import os
 import re
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -30,13 +36,15 @@ def build_context(patterns: list[str]) -> set[str]:
 
 
 def required_context_files() -> set[str]:
-    """What `pip install -e .` of the checkout needs: the project files and every file under
-    the top-level packages pyproject.toml's packages.find includes (modules and package data)."""
+    """What the images install from the checkout: their locks, the project files and every file
+    under the top-level packages pyproject.toml's packages.find includes (modules and package data)."""
     tomllib = pytest.importorskip("tomllib")  # Python 3.11+
 
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())
     include = project["tool"]["setuptools"]["packages"]["find"]["include"]
-    required = {"pyproject.toml", "scripts/setup", project["project"]["readme"]}
+    required = {"pyproject.toml", project["project"]["readme"]}
+    locks = (ROOT / "deploy" / "docker").glob("requirements-py*.txt")
+    required |= {path.relative_to(ROOT).as_posix() for path in locks}
     tops = [path for path in ROOT.iterdir() if (path / "__init__.py").is_file()
             and any(fnmatch.fnmatchcase(path.name, pattern) for pattern in include)]
     assert tops, f"no package matches {include}"
@@ -64,50 +72,286 @@ def parse_dockerfile(path: Path):
     return dockerfile.parse_file(str(path))
 
 
+def dockerfile_env(commands) -> dict[str, str]:
+    env = {}
+    for c in commands:
+        if c.cmd == "ENV":
+            env.update(dict(zip(c.value[::2], c.value[1::2], strict=True)))
+    return env
+
+
+def image_python(commands) -> str:
+    """The X.Y of the Python the image's venv is made with (`pythonX.Y -m venv`)."""
+    runs = " ".join(c.value[0] for c in commands if c.cmd == "RUN")
+    [version] = set(re.findall(r"\bpython(3\.\d+) -m venv\b", runs))
+    return version
+
+
 @pytest.mark.parametrize("kind", sorted(DOCKERFILES))
-def test_dockerfile_installs_the_readme_way(kind):
-    commands = parse_dockerfile(DOCKERFILES[kind])
+def test_dockerfile_installs_locked_runtime_dependencies_before_the_source(kind):
+    check_image_installs(parse_dockerfile(DOCKERFILES[kind]), kind)
+
+
+def check_image_installs(commands, kind: str) -> None:
     assert {c.cmd for c in commands} <= DOCKERFILE_INSTRUCTIONS, [c.cmd for c in commands]
     froms = [c for c in commands if c.cmd == "FROM"]
     assert len(froms) == 1 and commands[0].cmd == "FROM"
-    base = froms[0].value[0]
-    if kind == "cpu":
-        assert base == "python:3.11-slim-bookworm"
-    else:
-        assert re.fullmatch(r"nvidia/cuda:12\.\d+(\.\d+)?-runtime-ubuntu22\.04", base), base
     runs = [c.value[0] for c in commands if c.cmd == "RUN"]
     installs = " ".join(r for r in runs if "apt-get install" in r)
     compiler = r"(?<![\w.-])(g\+\+|gcc|build-essential)(?![\w.-])"
     assert re.search(compiler, installs), "TVM links with the system's C compiler"
     if kind == "cuda":
-        assert re.search(r"\bpython3\.11\b", installs) and "python3.11-venv" in installs
         assert re.search(r"\bcuda-nvcc-\d", installs), "CUDA agents compile their candidates"
 
-    # scripts/setup runs in the WORKDIR the checkout was copied to, after the copy; its .venv
-    # (beside the checkout) provides the entrypoint.
-    setup_index = next(i for i, c in enumerate(commands)
-                       if c.cmd == "RUN" and re.search(r"(?<![\w./-])scripts/setup(?![\w./-])", c.value[0]))
-    setup_run = commands[setup_index].value[0]
-    if kind == "cuda":
-        assert "PYTHON=python3.11" in setup_run
-    workdir = [c.value[0] for c in commands[:setup_index] if c.cmd == "WORKDIR"][-1]
-    copies = [c for c in commands[:setup_index] if c.cmd in ("COPY", "ADD")]
-    assert copies and all(c.value[-1] in (".", "./", workdir, workdir + "/") for c in copies)
+    # The lock of the image's Python is copied alone and installed, then the source is copied
+    # and the farm installed without dependencies: a source change reuses the dependencies' layer.
+    python = image_python(commands)
+    lock = lock_path(python)
+    source_copy = next(i for i, c in enumerate(commands) if c.cmd == "COPY" and list(c.value[:-1]) == ["."])
+    before, after = commands[:source_copy], commands[source_copy + 1:]
+    lock_copies = [c for c in before if c.cmd in ("COPY", "ADD")]
+    assert lock_copies and all(list(c.value[:-1]) == [str(lock.relative_to(ROOT))] for c in lock_copies), \
+        "only the lock is copied before the dependencies are installed"
+    pip_before = [r for r in (c.value[0] for c in before if c.cmd == "RUN") if "pip install" in r]
+    lock_option = rf"pip install\b.*\s-r {re.escape(str(lock.relative_to(ROOT)))}(\s|$)"
+    assert any(re.search(lock_option, r) for r in pip_before), \
+        f"the dependencies are installed from {lock.name} before `COPY . .`"
+    pip_after = [r for r in (c.value[0] for c in after if c.cmd == "RUN") if "pip install" in r]
+    assert pip_after and all(re.search(r"pip install\b.*--no-deps \.(\s|$)", r) for r in pip_after), \
+        "after `COPY . .` only the farm itself is installed, without dependencies"
+    workdir = [c.value[0] for c in before if c.cmd == "WORKDIR"][-1]
+    assert commands[source_copy].value[-1] in (".", "./", workdir, workdir + "/")
+
+    # Nothing of the test suite: no scripts/setup (it installs the test extra), and pip is
+    # given the lock and the checkout, no package by name, no extra.
+    every_run = " ".join(runs)
+    assert not re.search(r"(?<![\w./-])scripts/setup(?![\w./-])", every_run), "scripts/setup installs the test extra"
+    assert pip_install_targets(runs) == {".", f"-r {lock.relative_to(ROOT)}"}
+
     entrypoint = next(c for c in commands if c.cmd == "ENTRYPOINT")
     assert entrypoint.json and list(entrypoint.value) == [f"{workdir}/.venv/bin/farm"]
-
     # Not root, and the user the compose secret and the Kubernetes securityContext expect.
     user = [c.value[0] for c in commands if c.cmd == "USER"][-1]
     assert user not in ("root", "0")
     assert any(re.search(rf"useradd\b.*--uid 10001\b.*\b{re.escape(user)}\s*$", r, re.S) for r in runs)
-    env = {}
-    for c in commands:
-        if c.cmd == "ENV":
-            env.update(dict(zip(c.value[::2], c.value[1::2], strict=True)))
+    env = dockerfile_env(commands)
     assert set(env) <= COORDINATOR_ENV | AGENT_ENV | OTHER_ENV, set(env)
     assert env["PATH"].startswith(f"{workdir}/.venv/bin:")
     if kind == "cuda":
         assert env["TVM_CUDA_COMPILE_MODE"] == "nvcc"
+
+
+def pip_install_targets(runs: list[str]) -> set[str]:
+    """What `pip install` is asked to install in the RUN commands: requirement files (`-r F`),
+    paths and package names; options and their values (`--no-deps`, `-c F`) left out."""
+    targets = set()
+    for run in runs:
+        for command in re.split(r"&&|;|\|\|", run):
+            words = command.split()
+            if "pip" not in " ".join(words[:3]) or "install" not in words:
+                continue
+            words = words[words.index("install") + 1:]
+            while words:
+                word = words.pop(0)
+                if word in ("-r", "--requirement"):
+                    targets.add(f"-r {words.pop(0)}")
+                elif word in ("-c", "--constraint", "-e", "--editable", "-i", "--index-url", "-f", "--find-links"):
+                    targets.add(f"{word} {words.pop(0)}") if word in ("-e", "--editable") else words.pop(0)
+                elif not word.startswith("-"):
+                    targets.add(word)
+    return targets
+
+
+def test_pip_install_targets_name_what_is_installed():
+    assert pip_install_targets([
+        "python3.11 -m venv .venv && .venv/bin/pip install --no-cache-dir -r a.txt -c c.txt",
+        ".venv/bin/pip install --no-deps . && rm -rf build",
+        "pip install -e '.[test]' pytest",
+    ]) == {"-r a.txt", ".", "-e '.[test]'", "pytest"}
+
+
+def test_dockerfile_check_rejects_an_image_with_the_test_suite(tmp_path):
+    """The Dockerfile as it was: the checkout copied first, then scripts/setup (the test extra)."""
+    text = DOCKERFILES["cpu"].read_text()
+    start, end = text.index("COPY deploy/docker/requirements-py311.txt"), text.index("ENV PATH=")
+    broken = tmp_path / "Dockerfile"
+    broken.write_text(text[:start] + "COPY . .\nRUN python3.11 -m venv .venv && PYTHON=python3.11 bash scripts/setup\n"
+                      + text[end:])
+    with pytest.raises(AssertionError):
+        check_image_installs(parse_dockerfile(broken), "cpu")
+
+
+# --------------------------------------------------------------------------- the images' locks
+def lock_path(python: str) -> Path:
+    return ROOT / "deploy" / "docker" / f"requirements-py{python.replace('.', '')}.txt"
+
+
+def read_lock(path: Path) -> tuple[str, dict[str, tuple[str, str]]]:
+    """(the Python it was resolved for, {normalized name: (version, wheel file)})."""
+    from packaging.utils import canonicalize_name
+
+    text = path.read_text()
+    [python] = re.findall(r"^# python (3\.\d+)$", text, re.M)
+    pins = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            match = re.fullmatch(r"([A-Za-z0-9._-]+)==(\S+)  # (\S+\.whl)", line)
+            assert match, f"{path.name}: not `name==version  # wheel`: {line!r}"
+            pins[canonicalize_name(match[1])] = (match[2], match[3])
+    return python, pins
+
+
+def lock_script():
+    """deploy/docker/lock, imported (it has no .py suffix)."""
+    from importlib.machinery import SourceFileLoader
+    from importlib.util import module_from_spec, spec_from_loader
+
+    loader = SourceFileLoader("deploy_docker_lock", str(ROOT / "deploy" / "docker" / "lock"))
+    module = module_from_spec(spec_from_loader(loader.name, loader))
+    loader.exec_module(module)
+    return module
+
+
+def project() -> dict:
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())
+
+
+def test_only_packages() -> set[str]:
+    """What the test extra adds to the runtime dependencies (pytest, ruff, grpcio-tools, docker...)."""
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    runtime = set(lock_script().installed_closure(project()["project"]["dependencies"]))
+    test = {canonicalize_name(Requirement(r).name) for r in project()["project"]["optional-dependencies"]["test"]}
+    return test - runtime
+
+
+test_only_packages.__test__ = False  # a helper, not a test
+
+
+@pytest.mark.parametrize("kind", sorted(DOCKERFILES))
+def test_image_lock_holds_the_runtime_dependencies_only(kind):
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    python, pins = read_lock(lock_path(image_python(parse_dockerfile(DOCKERFILES[kind]))))
+    for text in project()["project"]["dependencies"]:
+        requirement = Requirement(text)
+        name = canonicalize_name(requirement.name)
+        assert name in pins, f"the lock lacks the dependency {text}: rerun deploy/docker/lock"
+        assert requirement.specifier.contains(pins[name][0], prereleases=True), f"{name}=={pins[name][0]} for {text}"
+    assert {"pytest", "ruff", "grpcio-tools", "docker", "kubernetes-validate"} <= test_only_packages()
+    assert not set(pins) & test_only_packages(), sorted(set(pins) & test_only_packages())
+    # The lock of the tests' own Python holds what this venv installed for the runtime
+    # dependencies, no more and no less: a dependency added to pyproject.toml, or one dropped,
+    # makes it stale.
+    if python == f"{sys.version_info.major}.{sys.version_info.minor}":
+        installed = lock_script().installed_closure(project()["project"]["dependencies"])
+        assert set(pins) == set(installed), (set(pins) ^ set(installed), "rerun deploy/docker/lock")
+
+
+# glibc of each base image's distribution: what manylinux wheels it takes.
+BASE_GLIBC = {"bookworm": (2, 36), "ubuntu22.04": (2, 35), "ubuntu24.04": (2, 39)}
+
+
+def image_tags(python: str, base: str) -> set:
+    """The wheel tags the image's interpreter accepts (CPython X.Y on x86_64 Linux with the base's glibc)."""
+    from packaging import tags
+
+    [glibc] = [v for distro, v in BASE_GLIBC.items() if distro in base]
+    platforms = [f"manylinux_{glibc[0]}_{minor}_x86_64" for minor in range(glibc[1], 4, -1)]
+    platforms += ["manylinux2014_x86_64", "manylinux2010_x86_64", "manylinux1_x86_64", "linux_x86_64"]
+    version = tuple(int(part) for part in python.split("."))
+    return set(tags.cpython_tags(version, platforms=platforms)) | set(
+        tags.compatible_tags(version, f"cp{python.replace('.', '')}", platforms=platforms))
+
+
+@pytest.mark.parametrize("kind", sorted(DOCKERFILES))
+def test_image_python_fits_requires_python_and_the_locked_wheels(kind):
+    from packaging.specifiers import SpecifierSet
+    from packaging.utils import parse_wheel_filename
+
+    commands = parse_dockerfile(DOCKERFILES[kind])
+    python = image_python(commands)
+    base = next(c for c in commands if c.cmd == "FROM").value[0]
+    if base.startswith("python:"):
+        assert base.split(":")[1].startswith(f"{python}-"), f"{base} is not Python {python}"
+    else:
+        installs = " ".join(c.value[0] for c in commands if c.cmd == "RUN" and "apt-get install" in c.value[0])
+        assert re.search(rf"(?<![\w.-])python{re.escape(python)}-venv(?![\w.-])", installs), installs
+    requires = SpecifierSet(project()["project"]["requires-python"])
+    assert requires.contains(f"{python}.0"), f"the image's Python {python} is outside requires-python {requires}"
+    locked_for, pins = read_lock(lock_path(python))
+    assert locked_for == python
+    accepted = image_tags(python, base)
+    unfit = sorted(wheel for _, wheel in pins.values() if not parse_wheel_filename(wheel)[3] & accepted)
+    assert not unfit, f"wheels of the lock that Python {python} on {base} cannot install: {unfit}"
+
+
+def test_wheel_check_rejects_a_wheel_of_another_python():
+    from packaging.utils import parse_wheel_filename
+
+    accepted = image_tags("3.12", "nvidia/cuda:13.0.1-runtime-ubuntu24.04")
+    fits = "apache_tvm_ffi-0.1.14.post1-cp312-cp312-manylinux_2_24_x86_64.manylinux_2_28_x86_64.whl"
+    assert parse_wheel_filename(fits)[3] & accepted
+    for wheel in ("apache_tvm_ffi-0.1.14.post1-cp311-cp311-manylinux_2_24_x86_64.manylinux_2_28_x86_64.whl",
+                  "numpy-2.4.6-cp312-cp312-manylinux_2_41_x86_64.whl", "numpy-2.4.6-cp312-cp312-macosx_14_0_arm64.whl"):
+        assert not parse_wheel_filename(wheel)[3] & accepted, wheel
+
+
+# --------------------------------------------------------------------------- the CUDA major
+def wheel_cudart_major() -> int:
+    """The CUDA major the installed TVM wheel's CUDA runtime library needs (its libcudart soname)."""
+    import importlib.util
+
+    if shutil.which("readelf") is None:
+        pytest.skip("readelf is not installed (Debian package binutils, which g++ brings)")
+    [package] = importlib.util.find_spec("tvm").submodule_search_locations
+    library = Path(package) / "lib" / "libtvm_runtime_cuda.so"
+    assert library.is_file(), f"the TVM wheel has no {library.name}"
+    dynamic = subprocess.run(["readelf", "-d", str(library)], capture_output=True, text=True, check=True).stdout
+    [major] = re.findall(r"\(NEEDED\)\s+Shared library: \[libcudart\.so\.(\d+)\]", dynamic)
+    return int(major)
+
+
+def cuda_image_problems(commands, needed_major: int) -> list[str]:
+    """Where the CUDA image's base and toolkit packages disagree with the wheel's CUDA major."""
+    base = next(c for c in commands if c.cmd == "FROM").value[0]
+    match = re.fullmatch(r"nvidia/cuda:(\d+)\.(\d+)\.\d+-(?:base|runtime|devel)-ubuntu\d+\.\d+", base)
+    if not match:
+        return [f"{base} is not an nvidia/cuda image"]
+    major, minor = int(match[1]), int(match[2])
+    problems = [] if major == needed_major else [
+        f"{base} is CUDA {major}, the TVM wheel needs libcudart.so.{needed_major}"]
+    installs = " ".join(c.value[0] for c in commands if c.cmd == "RUN" and "apt-get install" in c.value[0])
+    packages = re.findall(r"(?<![\w.-])(cuda-[a-z-]+?)-(\d+)-(\d+)(?![\w.-])", installs)
+    if not any(name == "cuda-nvcc" for name, _, _ in packages):
+        problems.append("no cuda-nvcc-M-m package: agents compile their CUDA candidates")
+    problems += [f"{name}-{pmajor}-{pminor} is not the base image's CUDA {major}.{minor}"
+                 for name, pmajor, pminor in packages if (int(pmajor), int(pminor)) != (major, minor)]
+    return problems
+
+
+def test_cuda_image_is_on_the_cuda_major_the_wheel_needs():
+    major = wheel_cudart_major()
+    problems = cuda_image_problems(parse_dockerfile(DOCKERFILES["cuda"]), major)
+    assert not problems, f"the TVM wheel needs CUDA {major} (libcudart.so.{major}): {problems}"
+
+
+def test_cuda_image_check_rejects_another_major(tmp_path):
+    """The image as it was (CUDA 12.4 for a wheel built with 13), and a toolkit of another release."""
+    text = DOCKERFILES["cuda"].read_text()
+    old = tmp_path / "Dockerfile.cuda"
+    old.write_text(re.sub(r"cuda-(nvcc|cudart-dev)-\d+-\d+", r"cuda-\1-12-4",
+                          re.sub(r"FROM nvidia/cuda:\S+", "FROM nvidia/cuda:12.4.1-runtime-ubuntu22.04", text)))
+    assert cuda_image_problems(parse_dockerfile(old), 13) == [
+        "nvidia/cuda:12.4.1-runtime-ubuntu22.04 is CUDA 12, the TVM wheel needs libcudart.so.13"]
+    mixed = tmp_path / "Dockerfile.mixed"
+    mixed.write_text(re.sub(r"cuda-nvcc-\d+-\d+", "cuda-nvcc-12-4", text))
+    base_release = ".".join(re.search(r"cuda:(\d+)\.(\d+)", text).groups())
+    assert cuda_image_problems(parse_dockerfile(mixed), 13) == [
+        f"cuda-nvcc-12-4 is not the base image's CUDA {base_release}"]
 
 
 @pytest.mark.parametrize("kind", sorted(DOCKERFILES))
