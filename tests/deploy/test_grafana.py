@@ -10,7 +10,7 @@ import subprocess
 
 import yaml
 
-from support.deploy_recipes import DATASOURCES, needs_promtool
+from support.deploy_recipes import DATASOURCES, needs_promtool, promql_nodes
 from support.metrics_contract import LABEL_VALUES, METRICS, SERIES
 
 # Grafana's built-in variables, replaced by something PromQL accepts before parsing.
@@ -26,25 +26,6 @@ def promql_of(expr: str) -> str:
         expr = expr.replace(variable, value)
     assert "$" not in expr, f"unknown Grafana variable in {expr!r}"
     return expr
-
-
-def _walk(node):
-    import promql_parser as p
-
-    yield node
-    children = []
-    if isinstance(node, p.MatrixSelector):
-        children = [node.vector_selector]
-    elif isinstance(node, (p.AggregateExpr,)):
-        children = [node.expr] + ([node.param] if node.param is not None else [])
-    elif isinstance(node, p.Call):
-        children = list(node.args)
-    elif isinstance(node, p.BinaryExpr):
-        children = [node.lhs, node.rhs]
-    elif isinstance(node, (p.ParenExpr, p.UnaryExpr, p.SubqueryExpr)):
-        children = [node.expr]
-    for child in children:
-        yield from _walk(child)
 
 
 def result_labels(node) -> set[str]:
@@ -83,7 +64,7 @@ def promql_problems(expr: str) -> list[str]:
     except ValueError as err:
         return [f"{expr!r} does not parse: {err}"]
     problems = []
-    selectors = [n for n in _walk(tree) if isinstance(n, p.VectorSelector)]
+    selectors = [n for n in promql_nodes(tree) if isinstance(n, p.VectorSelector)]
     if not selectors:
         problems.append(f"{expr!r} reads no metric")
     for node in selectors:
@@ -99,9 +80,9 @@ def promql_problems(expr: str) -> list[str]:
                 values = matcher.value.split("|") if matcher.op in (p.MatchOp.Re, p.MatchOp.NotRe) else [matcher.value]
                 problems += [f"{expr!r}: {matcher.name}={v!r} is not a value of {metric}" for v in values
                              if v not in allowed]
-    for node in _walk(tree):
+    for node in promql_nodes(tree):
         if isinstance(node, p.AggregateExpr) and node.modifier is not None:
-            available = set().union(*(SERIES.get(s.name, set()) for s in _walk(node.expr)
+            available = set().union(*(SERIES.get(s.name, set()) for s in promql_nodes(node.expr)
                                        if isinstance(s, p.VectorSelector)))
             problems += [f"{expr!r}: grouped by {label}, which its metrics lack" for label in node.modifier.labels
                          if label not in available]
@@ -122,7 +103,7 @@ def test_dashboard_queries_use_only_farm_metrics(dashboard):
             assert label in labels, f"{panel['title']}: legend {{{{{label}}}}} not in {sorted(labels)}"
     # Every metric of the contract is shown somewhere.
     shown = {re.sub(r"_(bucket|sum|count)$", "", n.name) for _, t in queries
-             for n in _walk(p.parse(promql_of(t["expr"]))) if isinstance(n, p.VectorSelector)}
+             for n in promql_nodes(p.parse(promql_of(t["expr"]))) if isinstance(n, p.VectorSelector)}
     assert shown == set(METRICS), set(METRICS) - shown
 
 
@@ -131,16 +112,16 @@ def test_dashboard_shows_what_the_issue_asks_for(dashboard):
 
     def panels_where(predicate):
         return [panel["title"] for panel, target in dashboard_queries(dashboard)
-                if any(predicate(n) for n in _walk(p.parse(promql_of(target["expr"]))))]
+                if any(predicate(n) for n in promql_nodes(p.parse(promql_of(target["expr"]))))]
 
     def grouped(metric, label):
         return lambda n: (isinstance(n, p.AggregateExpr) and n.modifier is not None
                           and n.modifier.type == p.AggModifierType.By and label in n.modifier.labels
-                          and any(isinstance(s, p.VectorSelector) and s.name == metric for s in _walk(n.expr)))
+                          and any(isinstance(s, p.VectorSelector) and s.name == metric for s in promql_nodes(n.expr)))
 
     def rate_by_instance(n):
         return grouped("farm_trials_total", "instance")(n) and any(
-            isinstance(c, p.Call) and c.func.name == "rate" for c in _walk(n.expr))
+            isinstance(c, p.Call) and c.func.name == "rate" for c in promql_nodes(n.expr))
 
     def errors(n):
         return isinstance(n, p.VectorSelector) and n.name == "farm_trials_total" and any(

@@ -19,6 +19,8 @@ K8S = DEPLOY / "k8s"
 SYSTEMD = DEPLOY / "systemd"
 DOCKERFILES = {"cpu": DEPLOY / "docker" / "Dockerfile", "cuda": DEPLOY / "docker" / "Dockerfile.cuda"}
 PROMETHEUS_CONFIG = DEPLOY / "prometheus" / "prometheus.yml"
+PROMETHEUS_RULES = DEPLOY / "prometheus" / "rules.yml"
+PROMETHEUS_RULES_TESTS = DEPLOY / "prometheus" / "rules.test.yml"
 GRAFANA = DEPLOY / "grafana"
 DASHBOARD = GRAFANA / "dashboards" / "farm.json"
 DATASOURCES = GRAFANA / "provisioning" / "datasources" / "prometheus.yaml"
@@ -116,6 +118,27 @@ def pod_template(obj: dict) -> dict:
 def container_args(obj: dict) -> list[str]:
     [container] = pod_template(obj)["spec"]["containers"]
     return container["args"]
+
+
+# --------------------------------------------------------------------------- PromQL
+def promql_nodes(node):
+    """Every node of a promql_parser expression tree, depth first."""
+    import promql_parser as p
+
+    yield node
+    children = []
+    if isinstance(node, p.MatrixSelector):
+        children = [node.vector_selector]
+    elif isinstance(node, (p.AggregateExpr,)):
+        children = [node.expr] + ([node.param] if node.param is not None else [])
+    elif isinstance(node, p.Call):
+        children = list(node.args)
+    elif isinstance(node, p.BinaryExpr):
+        children = [node.lhs, node.rhs]
+    elif isinstance(node, (p.ParenExpr, p.UnaryExpr, p.SubqueryExpr)):
+        children = [node.expr]
+    for child in children:
+        yield from promql_nodes(child)
 
 
 # --------------------------------------------------------------------------- tools
