@@ -129,6 +129,7 @@ class Agent:
         self._timers: dict[str, threading.Timer] = {}  # "beat" and "work": one each at most
         self._pools = {}
         self.cost_models = CostModelCache()
+        self.loop_turned_at: float | None = None  # liveness (agent.metrics.LoopLiveness): set each turn
 
     @property
     def agent_id(self) -> str:
@@ -161,6 +162,7 @@ class Agent:
         abandoned = False
         try:
             while shutdown is None:
+                self.loop_turned_at = time.monotonic()
                 if stop.is_set() and not self.state.stopping:
                     event = StopRequested()
                     leave_by = time.monotonic() + self.settings.stop_grace_sec

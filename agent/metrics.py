@@ -5,10 +5,12 @@ Trials and build/measure durations are counted as candidates come back from the 
 the runner (`MeasureMetrics`, the worker pools' observer); what the agent is (its fingerprint
 and device) and how often its TVM RPC server was restarted are read from the running Agent
 when Prometheus scrapes. Label values are bounded: a fingerprint, a target kind, an outcome.
+/healthz says whether the agent's main loop still turns (`LoopLiveness`).
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from typing import Protocol
 
@@ -26,6 +28,7 @@ class RunningAgent(Protocol):
 
     fingerprint: object  # foundation.hardware.fingerprint.Fingerprint, once the agent started
     rpc_server: object  # agent.rpc_server.SupervisedRPCServer, once started
+    loop_turned_at: float | None  # time.monotonic() of the main loop's latest turn (None: not yet)
 
 REGISTRY: CollectorRegistry = standard_registry()
 OUTCOMES = ("ok", "build_error", "run_error", "timeout")
@@ -90,6 +93,32 @@ class AgentCollector(Collector):
         yield restarts
 
 
-def serve_metrics(listen: str, agent: RunningAgent, device: str) -> MetricsServer:
-    """Serve this agent's metrics on ``listen`` (host:port; port 0: any free port)."""
-    return MetricsServer(listen, REGISTRY, [AgentCollector(agent, device)]).start()
+# The main loop (agent.daemon.Agent.run) turns at least every 0.25 s; the longest it is held
+# by design is the start of its TVM RPC server (agent.daemon.RPC_SERVER_START_TIMEOUT_S, 60 s).
+LOOP_STALE_AFTER_S = 120.0
+
+
+class LoopLiveness:
+    """The agent's /healthz: alive while its main loop turned within ``stale_after_s``. The
+    metrics thread answers even when the loop is stuck, so /metrics alone proves nothing."""
+
+    def __init__(self, agent: RunningAgent, stale_after_s: float = LOOP_STALE_AFTER_S):
+        self.agent = agent
+        self.stale_after_s = stale_after_s
+
+    def __call__(self) -> tuple[bool, str]:
+        turned = self.agent.loop_turned_at
+        if turned is None:
+            return False, "the agent's main loop has not started"
+        age = time.monotonic() - turned
+        if age > self.stale_after_s:
+            return False, f"the agent's main loop last turned {age:.0f} s ago (limit {self.stale_after_s:g} s)"
+        return True, f"the agent's main loop turned {age:.1f} s ago"
+
+
+def serve_metrics(listen: str, agent: RunningAgent, device: str,
+                  stale_after_s: float = LOOP_STALE_AFTER_S) -> MetricsServer:
+    """Serve this agent's metrics on ``listen`` (host:port; port 0: any free port), and its
+    liveness on /healthz."""
+    return MetricsServer(listen, REGISTRY, [AgentCollector(agent, device)],
+                         health=LoopLiveness(agent, stale_after_s)).start()

@@ -1,4 +1,5 @@
-"""Serving a daemon's Prometheus metrics over plain HTTP (`--metrics-listen host:port`, /metrics).
+"""Serving a daemon's Prometheus metrics over plain HTTP (`--metrics-listen host:port`, /metrics),
+and its liveness check (/healthz) where it has one.
 
 Each daemon keeps its metrics in a registry of its own (coordinator.metrics, agent.metrics),
 with the process's CPU, memory and garbage-collector figures, and adds collectors that read
@@ -7,7 +8,10 @@ its state when Prometheus scrapes. Nothing is pushed: the embedded mode serves n
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import socket
+import threading
+from collections.abc import Callable, Iterable
+from wsgiref.simple_server import WSGIRequestHandler, make_server
 
 from prometheus_client import (
     CollectorRegistry,
@@ -15,8 +19,9 @@ from prometheus_client import (
     PlatformCollector,
     ProcessCollector,
     disable_created_metrics,
-    start_http_server,
+    make_wsgi_app,
 )
+from prometheus_client.exposition import ThreadingWSGIServer
 from prometheus_client.registry import Collector
 
 from foundation.errors import FarmError
@@ -31,13 +36,39 @@ def standard_registry() -> CollectorRegistry:
     return registry
 
 
-class MetricsServer:
-    """``registry`` (with ``collectors`` added while it runs) served on ``listen``."""
+# A liveness check: (alive, one line saying why), answered on /healthz as 200 or 503.
+HealthCheck = Callable[[], tuple[bool, str]]
 
-    def __init__(self, listen: str, registry: CollectorRegistry, collectors: Iterable[Collector] = ()):
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, *args):  # a scrape every 15 s is no news
+        pass
+
+
+def _wsgi_app(registry: CollectorRegistry, health: HealthCheck | None):
+    metrics = make_wsgi_app(registry)
+
+    def app(environ, start_response):
+        if health is not None and environ.get("PATH_INFO") == "/healthz":
+            alive, why = health()
+            start_response("200 OK" if alive else "503 Service Unavailable",
+                           [("Content-Type", "text/plain; charset=utf-8")])
+            return [f"{why}\n".encode()]
+        return metrics(environ, start_response)
+
+    return app
+
+
+class MetricsServer:
+    """``registry`` (with ``collectors`` added while it runs) served on ``listen``; with
+    ``health``, also /healthz, which a metrics thread alone cannot fake: it asks the daemon."""
+
+    def __init__(self, listen: str, registry: CollectorRegistry, collectors: Iterable[Collector] = (),
+                 health: HealthCheck | None = None):
         self.listen = listen
         self.registry = registry
         self.collectors = list(collectors)
+        self.health = health
         self.port: int | None = None
         self._server = None
 
@@ -54,13 +85,19 @@ class MetricsServer:
         disable_created_metrics()
         for collector in self.collectors:
             self.registry.register(collector)
+        host = host.strip("[]") or "0.0.0.0"
+
+        class Server(ThreadingWSGIServer):
+            address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
+
         try:
-            self._server, _thread = start_http_server(int(port_text), host.strip("[]") or "0.0.0.0",
-                                                      registry=self.registry)
+            self._server = make_server(host, int(port_text), _wsgi_app(self.registry, self.health), Server,
+                                       handler_class=_QuietHandler)
         except OSError as err:
             self._unregister()
             raise FarmError(f"cannot serve metrics on {self.listen}: {err.strerror or err}",
                             "free the port or choose another --metrics-listen") from None
+        threading.Thread(target=self._server.serve_forever, name="farm-metrics", daemon=True).start()
         self.port = self._server.server_port
         return self
 

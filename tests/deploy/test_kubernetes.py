@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import importlib.resources
 import json
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -23,7 +24,10 @@ from support.deploy_recipes import (
     AGENT_FLAGS,
     COORDINATOR_ENV,
     COORDINATOR_FLAGS,
+    DASHBOARD,
     K8S,
+    PROMETHEUS_CONFIG,
+    PROMETHEUS_RULES,
     container_args,
     find,
     flag_value,
@@ -60,6 +64,61 @@ def duration_schema() -> dict:
             "pattern": r"^(0|(([0-9]+)y)?(([0-9]+)w)?(([0-9]+)d)?(([0-9]+)h)?(([0-9]+)m)?(([0-9]+)s)?(([0-9]+)ms)?)$"}
 
 
+def relabel_config_schema() -> dict:
+    """The operator's RelabelConfig (monitoring.coreos.com/v1)."""
+    actions = ["replace", "keep", "drop", "hashmod", "labelmap", "labeldrop", "labelkeep", "lowercase", "uppercase",
+               "keepequal", "dropequal"]
+    return {
+        "type": "object", "additionalProperties": False,
+        "properties": {
+            "sourceLabels": {"type": "array", "items": {"type": "string", "pattern": "^[a-zA-Z_][a-zA-Z0-9_]*$"}},
+            "separator": {"type": "string"},
+            "targetLabel": {"type": "string"},
+            "regex": {"type": "string"},
+            "modulus": {"type": "integer", "minimum": 0},
+            "replacement": {"type": "string"},
+            "action": {"enum": actions + ["HashMod" if a == "hashmod" else "LabelMap" if a == "labelmap"
+                                          else "LabelDrop" if a == "labeldrop" else "LabelKeep" if a == "labelkeep"
+                                          else "KeepEqual" if a == "keepequal" else "DropEqual" if a == "dropequal"
+                                          else a.capitalize() for a in actions]},
+        },
+    }
+
+
+def prometheus_rule_schema() -> dict:
+    """The fields of monitoring.coreos.com/v1 PrometheusRule, from the operator's API (as the
+    ServiceMonitor's above): groups of alerting and recording rules."""
+    meta = "https://kubernetes.io/api/_definitions.json#/$defs/io.k8s.apimachinery.pkg.apis.meta.v1."
+    rule = {
+        "type": "object", "additionalProperties": False, "required": ["expr"],
+        "oneOf": [{"required": ["alert"]}, {"required": ["record"]}],
+        "properties": {
+            "alert": {"type": "string", "minLength": 1}, "record": {"type": "string", "minLength": 1},
+            "expr": {"anyOf": [{"type": "string", "minLength": 1}, {"type": "integer"}]},
+            "for": duration_schema(), "keep_firing_for": duration_schema(),
+            "labels": {"type": "object", "additionalProperties": {"type": "string"}},
+            "annotations": {"type": "object", "additionalProperties": {"type": "string"}},
+        },
+    }
+    group = {
+        "type": "object", "additionalProperties": False, "required": ["name"],
+        "properties": {"name": {"type": "string", "minLength": 1}, "interval": duration_schema(),
+                       "limit": {"type": "integer"}, "rules": {"type": "array", "items": rule}},
+    }
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "$id": "https://kubernetes.io/api/tvm-farm/prometheusrule-monitoring-v1",
+        "type": "object", "additionalProperties": False, "required": ["apiVersion", "kind", "metadata", "spec"],
+        "properties": {
+            "apiVersion": {"const": "monitoring.coreos.com/v1"},
+            "kind": {"const": "PrometheusRule"},
+            "metadata": {"$ref": meta + "ObjectMeta"},
+            "spec": {"type": "object", "additionalProperties": False,
+                     "properties": {"groups": {"type": "array", "items": group}}},
+        },
+    }
+
+
 def service_monitor_schema() -> dict:
     """The fields of monitoring.coreos.com/v1 ServiceMonitor that deploy/k8s may use, written
     here from the Prometheus Operator's API documentation: unknown fields are rejected, so a
@@ -78,6 +137,8 @@ def service_monitor_schema() -> dict:
             "honorLabels": {"type": "boolean"},
             "honorTimestamps": {"type": "boolean"},
             "params": {"type": "object", "additionalProperties": {"type": "array", "items": {"type": "string"}}},
+            "relabelings": {"type": "array", "items": relabel_config_schema()},
+            "metricRelabelings": {"type": "array", "items": relabel_config_schema()},
         },
     }
     return {
@@ -106,7 +167,7 @@ def service_monitor_schema() -> dict:
     }
 
 
-def service_monitor_errors(obj: dict) -> list[str]:
+def operator_object_errors(obj: dict, schema: dict) -> list[str]:
     import jsonschema
     from kubernetes_validate.utils import latest_version
     from referencing import Registry, Resource
@@ -114,15 +175,20 @@ def service_monitor_errors(obj: dict) -> list[str]:
     definitions = (importlib.resources.files("kubernetes_validate") / "kubernetes-json-schema"
                    / f"v{latest_version()}-local-strict" / "_definitions.json")
     registry = Resource.from_contents(json.loads(definitions.read_text())) @ Registry()
-    validator = jsonschema.Draft202012Validator(service_monitor_schema(), registry=registry)
+    validator = jsonschema.Draft202012Validator(schema, registry=registry)
     return [f"{'/'.join(map(str, e.absolute_path))}: {e.message}" for e in validator.iter_errors(obj)]
+
+
+def service_monitor_errors(obj: dict) -> list[str]:
+    return operator_object_errors(obj, service_monitor_schema())
 
 
 @pytest.mark.parametrize("version", K8S_VERSIONS)
 def test_k8s_objects_match_kubernetes_schemas(version):
     objects = [o for o in k8s_objects() if o["apiVersion"] != "monitoring.coreos.com/v1"]
     kinds = {o["kind"] for o in objects}
-    assert {"Deployment", "DaemonSet", "Service", "Secret", "Namespace", "NetworkPolicy"} <= kinds
+    assert {"Deployment", "DaemonSet", "Service", "Secret", "Namespace", "NetworkPolicy",
+            "PodDisruptionBudget"} <= kinds
     assert [e for e in (k8s_errors(o, version) for o in objects) if e] == []
 
 
@@ -138,13 +204,78 @@ def test_k8s_service_monitor_matches_its_crd_fields():
     assert scraped == {"farm-coordinator", "farm-agents"}
 
 
+def test_k8s_service_monitor_sets_the_role_label_the_dashboard_and_rules_use():
+    """role="coordinator"/"agent", as prometheus.yml's static labels set it for compose: here the
+    relabelling copies each scraped Service's component label into `role`."""
+    monitor = find("ServiceMonitor", "tvm-farm")
+    roles = {}
+    for service in (find("Service", "farm-coordinator"), find("Service", "farm-agents")):
+        labels = {"__meta_kubernetes_service_label_" + re.sub(r"[^a-zA-Z0-9_]", "_", key): value
+                  for key, value in service["metadata"]["labels"].items()}
+        for endpoint in monitor["spec"]["endpoints"]:
+            for relabel in endpoint.get("relabelings", []):
+                if relabel.get("action", "replace").lower() != "replace":
+                    continue
+                value = relabel.get("separator", ";").join(labels.get(s, "") for s in relabel["sourceLabels"])
+                match = re.fullmatch(relabel.get("regex", "(.*)"), value)
+                if match:
+                    labels[relabel["targetLabel"]] = match.expand(relabel.get("replacement", "$1").replace("$", "\\"))
+        roles[service["metadata"]["name"]] = labels.get("role")
+    assert roles == {"farm-coordinator": "coordinator", "farm-agents": "agent"}
+    config = yaml.safe_load(PROMETHEUS_CONFIG.read_text())
+    compose_roles = {sc["labels"]["role"] for job in config["scrape_configs"] for sc in job.get("static_configs", [])
+                     if "role" in sc.get("labels", {})}
+    assert set(roles.values()) == compose_roles
+    used = set(re.findall(r'role=\\?"(\w+)\\?"', DASHBOARD.read_text() + PROMETHEUS_RULES.read_text()))
+    assert used and used <= set(roles.values()), used
+
+
+def test_k8s_prometheus_rule_is_rules_yml():
+    rule = find("PrometheusRule", "tvm-farm")
+    assert operator_object_errors(rule, prometheus_rule_schema()) == []
+    assert rule["spec"]["groups"] == yaml.safe_load(PROMETHEUS_RULES.read_text())["groups"], \
+        "prometheusrule.yaml's groups must be deploy/prometheus/rules.yml's"
+    broken = copy.deepcopy(rule)
+    broken["spec"]["groups"][0]["rules"][0]["fro"] = "5m"
+    assert operator_object_errors(broken, prometheus_rule_schema())
+
+
+def test_k8s_cpu_agents_have_a_disruption_budget():
+    budget = find("PodDisruptionBudget", "farm-agent-cpu")
+    assert budget["spec"]["maxUnavailable"] == 1 and "minAvailable" not in budget["spec"]
+    selector = budget["spec"]["selector"]["matchLabels"]
+    covered = [o["metadata"]["name"] for o in k8s_objects() if o["kind"] in ("Deployment", "DaemonSet")
+               and selects(selector, pod_template(o)["metadata"]["labels"])]
+    assert covered == ["farm-agent-cpu"], covered
+
+
+def test_k8s_agents_liveness_asks_the_main_loop():
+    """Liveness and startup on /healthz of the metrics port (the agent's main loop, agent.metrics),
+    readiness on /metrics; restarted only after the loop was stale for several periods."""
+    from agent.metrics import LOOP_STALE_AFTER_S
+
+    for obj in (find("Deployment", "farm-agent-cpu"), find("DaemonSet", "farm-agent-gpu")):
+        [container] = pod_template(obj)["spec"]["containers"]
+        assert "--metrics-listen" in container["args"], "/healthz is served by the metrics server"
+        metrics_port = {p["name"] for p in container["ports"]} & {"metrics"}
+        for probe in ("livenessProbe", "startupProbe"):
+            assert container[probe]["httpGet"] == {"path": "/healthz", "port": "metrics"}, probe
+        assert metrics_port and container["readinessProbe"]["httpGet"]["path"] == "/metrics"
+        liveness = container["livenessProbe"]
+        assert liveness["failureThreshold"] >= 2 and liveness["periodSeconds"] * liveness["failureThreshold"] \
+            >= LOOP_STALE_AFTER_S / 2
+        startup = container["startupProbe"]
+        assert startup["periodSeconds"] * startup["failureThreshold"] >= 300, "TVM's import and the fingerprint"
+
+
 def test_k8s_kustomization_lists_the_manifests():
     kustomization = yaml.safe_load((K8S / "kustomization.yaml").read_text())
     assert kustomization["apiVersion"] == "kustomize.config.k8s.io/v1beta1" and kustomization["kind"] == "Kustomization"
     resources = kustomization["resources"]
     assert all((K8S / r).is_file() for r in resources), resources
-    # Everything but the placeholder Secrets and the CRD-dependent ServiceMonitor.
-    assert set(resources) == set(k8s_manifests()) - {"secrets.example.yaml", "servicemonitor.yaml"}
+    # Everything but the placeholder Secrets and the CRD-dependent ServiceMonitor and PrometheusRule.
+    assert set(resources) == set(k8s_manifests()) - {"secrets.example.yaml", "servicemonitor.yaml",
+                                                      "prometheusrule.yaml"}
     namespace = kustomization["namespace"]
     for name in resources:
         for obj in k8s_manifests()[name]:
