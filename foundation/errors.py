@@ -19,6 +19,8 @@ Every command exits with one of these codes (README, "Exit codes"):
 
 from __future__ import annotations
 
+import errno
+import os
 import signal
 from typing import Any
 
@@ -104,3 +106,36 @@ class Interrupted(FarmError):
     @property
     def exit_code(self) -> int:  # type: ignore[override]
         return 128 + self.signum
+
+
+# What the user can do about an OS error on a path they gave, by errno.
+_PATH_FIXES = {
+    errno.EACCES: "check the permissions of the path and its directory, or choose another path",
+    errno.EPERM: "check the permissions of the path and its directory, or choose another path",
+    errno.EROFS: "that file system is read-only: choose a path on a writable one",
+    errno.EISDIR: "give a file there, not a directory",
+    errno.ENOTDIR: "a part of the path is a file, not a directory: check the path",
+    errno.ENOSPC: "the disk is full: free some space or choose another disk",
+    errno.EDQUOT: "the disk quota is used up: free some space or choose another disk",
+    errno.ENAMETOOLONG: "choose a shorter path",
+    errno.EEXIST: "remove it or choose another path",
+}
+
+
+def path_error(err: OSError, path: str | os.PathLike[str] | None = None, *, doing: str = "use") -> FarmError:
+    """An OS error on a path the user gave, as the error they see: the path, what the OS said,
+    and what to do; exit 3 (NotFound) when the path or its directory does not exist, else 2.
+
+    ``doing`` says what the command was doing with it ("read", "write", "create the directory").
+    The one mapping of such errors: commands use it where they touch the path, and the CLI's
+    error boundary (farm.cli.app) for any OSError that names a file and got past them.
+    """
+    path = path if path is not None else err.filename
+    reason = err.strerror or type(err).__name__
+    problem = f"cannot {doing} {path}: {reason}"
+    if err.errno == errno.ENOENT:
+        parent = os.path.dirname(os.path.abspath(os.fspath(path))) if path is not None else None
+        if parent is None or not os.path.isdir(parent) or doing.startswith("read"):
+            return NotFound(problem, "check the path: it, or its directory, does not exist")
+        return BadInput(problem, "nothing can be created there: choose a path in an ordinary directory")
+    return BadInput(problem, _PATH_FIXES.get(err.errno or 0, "check the path and choose one this user can use"))

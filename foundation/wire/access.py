@@ -15,13 +15,14 @@ from __future__ import annotations
 import collections
 import ipaddress
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
 
-from foundation.errors import FarmError
+from foundation.errors import BadInput, FarmError
 
 TOKEN_METADATA_KEY = "authorization"
 TOKEN_SCHEME = "Bearer "
@@ -198,3 +199,45 @@ class ServerAccess:
             raise FarmError(f"the coordinator would listen on {listen}, beyond loopback, without a token",
                             f"{TOKEN_HELP} (e.g. `openssl rand -hex 32 > token`), and give agents and "
                             "clients the same; or listen on 127.0.0.1")
+
+
+# What anyone who reaches each kind of port can do: neither TVM's tracker nor /metrics checks the token.
+_OPEN_PORTS = {
+    "tracker": ("the TVM RPC tracker", "list this farm's RPC servers and take them to run code on"),
+    "metrics": ("Prometheus metrics", "read the farm's jobs, agents and figures"),
+}
+
+
+def open_port_warnings(token: str | None, **listens: str | None) -> list[str]:
+    """Warning lines for ports (``tracker=``, ``metrics=``: their listen addresses, None when
+    not served) that listen beyond loopback on a farm without a token, for stderr at start."""
+    if token is not None:
+        return []
+    warnings = []
+    for kind, listen in listens.items():
+        if listen and not is_loopback(listen):
+            what, can = _OPEN_PORTS[kind]
+            warnings.append(f"warning: {what} listens on {listen}, beyond loopback, and this farm has no token: "
+                            f"anyone who reaches it can {can}; listen on 127.0.0.1, or firewall the port and "
+                            f"{TOKEN_HELP}\n")
+    return warnings
+
+
+# Target schemes gRPC resolves itself (dns:///host:port, unix:/path, ...): passed on unchecked.
+_GRPC_SCHEMES = ("dns:", "ipv4:", "ipv6:", "unix:", "unix-abstract:", "vsock:")
+_HOST_PORT = re.compile(r"(\[[0-9A-Fa-f:.%]+\]|[A-Za-z0-9_](?:[A-Za-z0-9._-]*[A-Za-z0-9_])?):(\d{1,5})")
+
+
+def check_address(address: str, what: str = "--coordinator") -> None:
+    """Refuse what is not a host:port address, as bad input before any call; a well-formed one
+    that does not answer is unreachable (exit 4), which only a call can tell."""
+    if address.startswith(_GRPC_SCHEMES):
+        return
+    shown = address if len(address) <= 100 else address[:100] + "…"
+    match = _HOST_PORT.fullmatch(address)
+    if match is None:
+        raise BadInput(f"{what} {shown!r} is not a host:port address",
+                       "give it as host:port, e.g. 127.0.0.1:50051 or farm.example.com:50051")
+    if not 1 <= int(match.group(2)) <= 65535:
+        raise BadInput(f"{what} {shown!r} has port {match.group(2)}, not one from 1 to 65535",
+                       "give the port the coordinator listens on")

@@ -1,0 +1,72 @@
+"""What one request may ask for: the bounds `farm` checks on its command line and the coordinator
+on every gRPC request (coordinator/request_checks.py), so that both refuse the same values in
+the same words, before anything is written (README, "Bad input")."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from foundation.errors import BadInput
+
+# Longest id, name or host name a request may carry (job, agent, shard and fingerprint ids, zoo
+# model names, host names: DNS allows 253 characters). Errors quote such values, and gRPC's
+# status message travels in metadata of at most a few KiB.
+MAX_ID_LENGTH = 256
+# Longest free text: a target's JSON, a cancel or failure reason (agents cut theirs at 2,000).
+MAX_TEXT_LENGTH = 4096
+# Longest JSON a registering agent describes its hardware with (its fingerprint is ~1 KiB).
+MAX_FINGERPRINT_JSON = 64 * 1024
+
+
+@dataclass(frozen=True)
+class Bound:
+    """An inclusive range of integers; ``zero_is_default``: 0 also passes and means "the default"
+    (the wire's unset number)."""
+
+    low: int
+    high: int
+    zero_is_default: bool = False
+
+    def allows(self, value: int) -> bool:
+        return (self.zero_is_default and value == 0) or self.low <= value <= self.high
+
+    def describe(self) -> str:
+        span = f"{self.low:,} to {self.high:,}"
+        return f"0 (the default) or {span}" if self.zero_is_default else span
+
+
+BATCH = Bound(1, 4096)
+TRIALS = Bound(1, 1_000_000)  # a job's global budget; a round's trials
+TRIALS_PER_TASK = Bound(1, 100_000)
+VALIDATION_RUNS = Bound(1, 10_000)
+WARMUP_RUNS = Bound(0, 1_000)
+PATIENCE = Bound(1, 1_000)
+SEED = Bound(0, 2**32 - 1)  # MetaSchedule forks it through numpy's RandomState, which takes 32 bits
+BUILD_WORKERS = Bound(1, 1_024)
+LIST_LIMIT = Bound(1, 10_000)
+
+
+def check_number(name: str, value: int | None, bound: Bound, fix: str | None = None) -> None:
+    """Refuse ``value`` (None: not given) outside ``bound``, naming ``name`` (an option or a field)."""
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise BadInput(f"{name} must be an integer, got {type(value).__name__}", fix or f"give {bound.describe()}")
+    if not bound.allows(value):
+        raise BadInput(f"{name} must be {bound.describe()}, got {shown_number(value)}",
+                       fix or f"give {name} within that range")
+
+
+def check_text(name: str, value: str, limit: int, *, required: bool = False) -> None:
+    """Refuse a string longer than ``limit`` characters (or empty, when ``required``), never quoting it."""
+    if required and not value:
+        raise BadInput(f"{name} is required", f"send a {name}")
+    if len(value) > limit:
+        raise BadInput(f"{name} is {len(value):,} characters long, more than the {limit:,} allowed",
+                       f"send a {name} of at most {limit:,} characters")
+
+
+def shown_number(value: int) -> str:
+    """A number as an error quotes it: in full unless it is absurdly long."""
+    text = str(value)
+    return text if len(text) <= 24 else f"a number of {len(text):,} digits"
