@@ -3,11 +3,12 @@
     import farm
     model = farm.load("resnet-18", "llvm", batch=1)
     (logits,) = model(model.example_inputs())
+    model = farm.load("resnet-18", "llvm", 1, weights={"conv1.weight": w1, ...})  # your own, by name
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -40,6 +41,11 @@ class DeployedModel:
         self._check_inputs(inputs)
         return self.library(inputs)
 
+    @property
+    def weight_specs(self) -> list[dict]:
+        """Each weight ``load(weights={name: array})`` takes: its name, shape and dtype."""
+        return [{"name": s["name"], "shape": list(s["shape"]), "dtype": s["dtype"]} for s in self.model.weights]
+
     def example_inputs(self, seed: int = 0) -> list[np.ndarray]:
         from foundation.models.loaded import TensorSpec, random_inputs
 
@@ -64,15 +70,17 @@ class DeployedModel:
 
 
 def load(model: str, target: str = "llvm", batch: int = 1, *, registry: str | None = None,
-         weights: Sequence[np.ndarray] | None = None, seed: int = 0,
+         weights: Mapping[str, np.ndarray] | Sequence[np.ndarray] | None = None, seed: int = 0,
          weights_layout: str | None = None) -> DeployedModel:
     """Load the newest valid artifact for (model, target, batch) on this box's fingerprint.
 
     No compilation happens: the stored library is checked against its sha256 and loaded.
     Zoo models get seeded random weights unless ``weights`` is given; ONNX models get the
-    file's own weights. Weights are always plain: a prepacked library rearranges them once,
-    here. ``weights_layout`` ("plain", "prepacked" or "prepacked-nchwc") loads only an artifact
-    of that form; by default the newest of any.
+    file's own weights. ``weights`` maps every weight's name to its array (``weight_specs`` of
+    a loaded model lists them); a list in the order of those specs is taken too. A missing,
+    unknown or misshapen weight is refused (BadInput) by name. Weights are always plain: a
+    prepacked library rearranges them once, here. ``weights_layout`` ("plain", "prepacked" or
+    "prepacked-nchwc") loads only an artifact of that form; by default the newest of any.
     """
     from foundation.registry.engine import RegistryMissing
     from foundation.runtime.library_runner import LoadedLibrary
@@ -105,8 +113,7 @@ def load(model: str, target: str = "llvm", batch: int = 1, *, registry: str | No
             f"artifact {artifact.id} is corrupt: {problem}",
             f"re-tune it with `farm submit {model} {target} {batch} --retune`",
         )
-    if weights is None:
-        weights = _weights_for(key, stored, seed)
+    weights = _weights_for(key, stored, seed) if weights is None else matched_weights(key, stored.weights, weights)
     try:
         loaded = LoadedLibrary(library, ctx.target["kind"])
     except Exception as err:  # a library that passes sha256 but not the loader
@@ -124,3 +131,39 @@ def _weights_for(key: ModelKey, stored: "Model", seed: int) -> list[np.ndarray]:
     from foundation.models.loaded import TensorSpec, random_weights
 
     return random_weights([TensorSpec.from_json(s) for s in stored.weights], seed)
+
+
+def matched_weights(key: ModelKey, specs: Sequence[dict], weights: Mapping[str, np.ndarray] | Sequence[np.ndarray]
+                    ) -> list[np.ndarray]:
+    """``weights`` in the order of the model's weight ``specs``, each checked against its spec."""
+    names = [spec["name"] for spec in specs]
+    listed = f"{key.name}'s weights are {_some(names)}"
+    if isinstance(weights, Mapping):
+        unknown = [name for name in weights if name not in names]
+        if unknown:
+            raise BadInput(f"{key.name} has no weight named {_some(unknown)}",
+                           f"{listed} (DeployedModel.weight_specs lists them)")
+        missing = [name for name in names if name not in weights]
+        if missing:
+            raise BadInput(f"weight {_some(missing)} of {key.name} is missing", f"pass every weight by name; {listed}")
+        ordered = [weights[name] for name in names]
+    else:
+        ordered = list(weights)
+        if len(ordered) != len(names):
+            raise BadInput(f"{key.name} takes {len(names)} weights, got {len(ordered)}",
+                           "pass them by name: weights={name: array} (DeployedModel.weight_specs lists them)")
+    checked = []
+    for spec, value in zip(specs, ordered):
+        array = np.asarray(value)
+        if tuple(array.shape) != tuple(spec["shape"]) or str(array.dtype) != spec["dtype"]:
+            raise BadInput(f"weight {spec['name']!r} of {key.name} must be {spec['dtype']}{list(spec['shape'])}, "
+                           f"got {array.dtype}{list(array.shape)}",
+                           "pass the plain (untransformed) weight with that shape and dtype")
+        checked.append(array)
+    return checked
+
+
+def _some(names: Sequence[str], shown: int = 5) -> str:
+    """'a', 'b' and 3 more"""
+    quoted = ", ".join(repr(n) for n in names[:shown])
+    return quoted + (f" and {len(names) - shown} more" if len(names) > shown else "")

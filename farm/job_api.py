@@ -1,0 +1,206 @@
+"""Submit, follow and list jobs from Python, embedded on this box or through a coordinator, as typed values.
+
+    import farm
+    job = farm.submit("resnet-18", "llvm", 1, trials=200)        # embedded: tunes here
+    job = farm.submit("bert", "cuda", 8, coordinator="coord:50051")  # the farm's agents tune it
+    farm.status(job.id).state, [j.id for j in farm.jobs()]
+
+Every function reads the same job document `farm status --json` prints (the registry's, or a
+coordinator's), so the CLI and the API never disagree about a job.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from farm.connection import Coordinator
+from foundation.domain.jobs import JobState
+from foundation.errors import BadInput
+
+
+@dataclass(frozen=True)
+class Latency:
+    """A library's latency over its timed runs, in milliseconds."""
+
+    mean_ms: float
+    median_ms: float
+    std_ms: float
+
+
+@dataclass(frozen=True)
+class JobArtifact:
+    """The library a succeeded job stored (load it with farm.load)."""
+
+    id: str
+    sha256: str
+    size: int | None
+    latency: Latency
+    untuned_mean_ms: float | None  # the same model built without tuning, for comparison
+    validated: bool
+
+
+@dataclass(frozen=True)
+class Job:
+    """One job as the registry or the coordinator knows it."""
+
+    id: str
+    state: JobState
+    status: str  # one sentence on what it does or waits for
+    model: str
+    batch: int | None
+    target: str
+    fingerprint: str | None  # None until a coordinator's first agent of the target kind decides
+    cache_hit: bool  # answered from the registry: nothing was tuned
+    trials: int
+    trials_budget: int
+    error: str | None
+    artifact: JobArtifact | None
+    created_at: dt.datetime | None
+    finished_at: dt.datetime | None
+    # The whole document `farm status --json` prints: plan, reuse, warm start, rounds ...
+    document: dict[str, Any] = field(repr=False, compare=False)
+
+    @property
+    def done(self) -> bool:
+        return self.state.is_final
+
+    @property
+    def succeeded(self) -> bool:
+        return self.state is JobState.SUCCEEDED
+
+    @staticmethod
+    def from_document(doc: dict[str, Any]) -> "Job":
+        artifact = doc.get("artifact")
+        return Job(
+            id=doc["job"], state=JobState(doc["state"]), status=doc.get("status") or "", model=doc["model"],
+            batch=doc.get("batch"), target=doc.get("target") or "", fingerprint=doc.get("fingerprint"),
+            cache_hit=bool(doc.get("cache_hit")), trials=int(doc.get("trials") or 0),
+            trials_budget=int(doc.get("trials_budget") or 0), error=doc.get("error"),
+            artifact=_artifact(artifact) if artifact else None, created_at=_when(doc.get("created_at")),
+            finished_at=_when(doc.get("finished_at")), document=doc,
+        )
+
+
+def _artifact(doc: dict[str, Any]) -> JobArtifact:
+    latency = doc.get("latency_ms") or {}
+    return JobArtifact(id=doc["id"], sha256=doc["sha256"], size=doc.get("size"),
+                       latency=Latency(latency.get("mean"), latency.get("median"), latency.get("std")),
+                       untuned_mean_ms=doc.get("untuned_latency_ms"),
+                       validated=bool((doc.get("validation") or {}).get("passed")))
+
+
+def _when(value: str | None) -> dt.datetime | None:
+    return dt.datetime.fromisoformat(value) if value else None
+
+
+def _coordinator(coordinator: str | Coordinator | None) -> Coordinator | None:
+    """A coordinator given as "host:port" (its token from FARM_TOKEN, if any) or as a Coordinator."""
+    if coordinator is None:
+        return None
+    if isinstance(coordinator, Coordinator):
+        return coordinator if coordinator.address else None
+    if isinstance(coordinator, str):
+        return Coordinator(coordinator) if coordinator else None
+    raise BadInput(f"coordinator must be 'host:port' or a farm.Coordinator, not {type(coordinator).__name__}",
+                   'e.g. coordinator="coord:50051"')
+
+
+def submit(model: str, target: str = "llvm", batch: int = 1, *, trials: int | None = None,
+           trials_per_task: int | None = None, retune: bool = False, reuse: str | None = None,
+           warm_start: bool = True, seed: int = 0, runs: int = 20, weights_layout: str = "auto",
+           until: str | None = None, patience: int | None = None, round_trials: int | None = None,
+           build_workers: int | None = None, registry: str | None = None,
+           coordinator: str | Coordinator | None = None, fingerprint: str | None = None, wait: bool = True,
+           timeout: float | None = None) -> Job:
+    """Tune ``model`` for ``target`` at ``batch`` (or answer from the registry), as `farm submit` does.
+
+    Without ``coordinator`` the job runs here, in this process, on ``registry`` (default: the
+    farm's SQLite file), and returns when it ends. With one, the coordinator's agents run it;
+    ``wait`` follows it until it ends (or ``timeout`` seconds pass), else it returns queued.
+    A coordinator with agents of several fingerprints for the target starts one job for each
+    (``fingerprint`` picks one): this returns the first, and ``farm.jobs()`` lists them all.
+
+    The job comes back however it ended: check ``job.succeeded`` and ``job.error``. Bad input
+    raises foundation.errors.BadInput (a FarmError, as every refusal here is).
+    """
+    until_request = _until(until, patience, round_trials)
+    remote = _coordinator(coordinator)
+    if remote is not None:
+        return _submit_remote(remote.client(), model=model, target=target, batch=batch, trials=trials,
+                              trials_per_task=trials_per_task, retune=retune, seed=seed, fingerprint=fingerprint,
+                              validation_runs=runs, reuse=reuse, weights_layout=weights_layout,
+                              until=until_request, warm_start=warm_start, wait=wait, timeout=timeout)
+    from farm.embedded import SubmitRequest
+    from farm.embedded import submit as submit_job
+    from farm.registry_jobs import RegistryJobs
+    from foundation.meta_schedule.tuner import MeasureSettings
+
+    result = submit_job(SubmitRequest(
+        model=model, target=target, batch=batch, registry=registry, trials=trials, trials_per_task=trials_per_task,
+        retune=retune, reuse=reuse, seed=seed, warm_start=warm_start,
+        measure=MeasureSettings(build_workers=build_workers), validation_runs=runs, weights_layout=weights_layout,
+        until=until_request,
+    ))
+    jobs = RegistryJobs.open(registry)
+    return Job.from_document(jobs.document(jobs.get(result.job.id)))
+
+
+def status(job_id: str, *, registry: str | None = None, coordinator: str | Coordinator | None = None) -> Job:
+    """One job: a coordinator's, or the registry's (a job whose process died is marked failed first)."""
+    remote = _coordinator(coordinator)
+    if remote is not None:
+        from farm.client import job_json
+
+        return Job.from_document(job_json(remote.client().get_job(job_id)))
+    from farm.registry_jobs import RegistryJobs
+
+    jobs = RegistryJobs.open(registry)
+    return Job.from_document(jobs.document(jobs.get(job_id)))
+
+
+def jobs(limit: int = 20, *, registry: str | None = None, coordinator: str | Coordinator | None = None) -> list[Job]:
+    """The newest ``limit`` jobs, newest first: a coordinator's, or the registry's."""
+    if limit < 1:
+        raise BadInput(f"limit must be at least 1, not {limit}", "e.g. farm.jobs(limit=20)")
+    remote = _coordinator(coordinator)
+    if remote is not None:
+        from farm.client import job_json
+
+        return [Job.from_document(job_json(j)) for j in remote.client().list_jobs(limit)]
+    from farm.registry_jobs import RegistryJobs
+
+    registry_jobs = RegistryJobs.open(registry)
+    return [Job.from_document(registry_jobs.document(j)) for j in registry_jobs.list(limit)]
+
+
+def _until(until: str | None, patience: int | None, round_trials: int | None):
+    if until is None:
+        if patience is not None or round_trials is not None:
+            raise BadInput("patience and round_trials only apply with until", 'add until="onnxruntime" or "20ms"')
+        return None
+    from foundation.domain.tuning_rounds import DEFAULT_PATIENCE, parse_goal
+    from foundation.job_driver.tuning_rounds import UntilRequest
+
+    try:
+        goal = parse_goal(until)
+    except ValueError as err:
+        raise BadInput(str(err), 'give until="onnxruntime", or a latency such as until="20ms"') from None
+    return UntilRequest(goal, DEFAULT_PATIENCE if patience is None else patience, round_trials)
+
+
+def _submit_remote(client, *, wait: bool, timeout: float | None, **request: Any) -> Job:
+    from farm.client import job_json
+
+    submitted = [s.job for s in client.submit(request.pop("model"), request.pop("target"), request.pop("batch"),
+                                              **request)]
+    deadline = None if timeout is None else time.monotonic() + timeout
+    if wait:
+        for job in submitted:
+            for _ in client.watch(job.id, deadline):
+                pass  # the stream ends when the job is final, or at the deadline
+        submitted = [client.get_job(job.id) for job in submitted]
+    return Job.from_document(job_json(submitted[0]))
+

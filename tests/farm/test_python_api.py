@@ -1,0 +1,108 @@
+"""The Python API: farm.submit -> farm.status -> farm.jobs as typed values, embedded and through a
+coordinator, and farm.load with the weights given by name."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import farm
+from farm.api import matched_weights
+from foundation.domain.jobs import JobState
+from foundation.errors import BadInput, NotFound
+from foundation.models.model_key import model_key
+
+SPECS = [{"name": "fc1.weight", "shape": [4, 3], "dtype": "float32"},
+         {"name": "fc1.bias", "shape": [4], "dtype": "float32"}]
+KEY = model_key("mlp-tiny", 1)
+
+
+def _weights(specs, seed=1) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return {s["name"]: rng.standard_normal(s["shape"]).astype(s["dtype"]) for s in specs}
+
+
+def test_weights_by_name_come_out_in_the_specs_order():
+    given = _weights(SPECS)
+    ordered = matched_weights(KEY, SPECS, dict(reversed(list(given.items()))))
+    assert [w.shape for w in ordered] == [(4, 3), (4,)]
+    assert np.array_equal(ordered[0], given["fc1.weight"]) and np.array_equal(ordered[1], given["fc1.bias"])
+    assert [w.shape for w in matched_weights(KEY, SPECS, list(given.values()))] == [(4, 3), (4,)]
+
+
+def test_a_missing_unknown_or_misshapen_weight_is_refused_by_name():
+    given = _weights(SPECS)
+    with pytest.raises(BadInput, match="weight 'fc1.bias' of mlp-tiny is missing") as missing:
+        matched_weights(KEY, SPECS, {"fc1.weight": given["fc1.weight"]})
+    assert "'fc1.weight', 'fc1.bias'" in missing.value.fix
+    with pytest.raises(BadInput, match="mlp-tiny has no weight named 'fc9.weight'"):
+        matched_weights(KEY, SPECS, {**given, "fc9.weight": given["fc1.bias"]})
+    with pytest.raises(BadInput, match=r"weight 'fc1.weight' of mlp-tiny must be float32\[4, 3\], got float32\[3, 4\]"):
+        matched_weights(KEY, SPECS, {**given, "fc1.weight": given["fc1.weight"].T.copy()})
+    with pytest.raises(BadInput, match=r"must be float32\[4\], got float64\[4\]"):
+        matched_weights(KEY, SPECS, {**given, "fc1.bias": given["fc1.bias"].astype("float64")})
+    with pytest.raises(BadInput, match="mlp-tiny takes 2 weights, got 1"):
+        matched_weights(KEY, SPECS, [given["fc1.weight"]])
+
+
+def test_status_and_jobs_of_a_registry_without_jobs(store):
+    url = str(store.url)
+    assert farm.jobs(registry=url) == []
+    with pytest.raises(NotFound, match="no job 'job-none'"):
+        farm.status("job-none", registry=url)
+    with pytest.raises(BadInput, match="limit must be at least 1"):
+        farm.jobs(0, registry=url)
+    with pytest.raises(BadInput, match="patience and round_trials only apply with until"):
+        farm.submit("mlp-tiny", "llvm", 1, patience=2, registry=url)
+
+
+@pytest.mark.slow
+def test_submit_status_jobs_and_load_by_name_embedded(tmp_path):
+    registry = f"sqlite:///{tmp_path / 'registry.db'}"
+    job = farm.submit("mlp-tiny", "llvm", 1, trials=4, trials_per_task=2, runs=2, registry=registry,
+                      build_workers=1)
+    assert isinstance(job, farm.Job)
+    assert job.state is JobState.SUCCEEDED and job.succeeded and job.done, job
+    assert (job.model, job.batch, job.cache_hit) == ("mlp-tiny", 1, False)
+    assert job.artifact is not None and job.artifact.validated and job.artifact.latency.mean_ms > 0
+    assert job.trials > 0 and job.created_at is not None
+
+    assert farm.status(job.id, registry=registry) == job
+    assert [j.id for j in farm.jobs(registry=registry)] == [job.id]
+    again = farm.submit("mlp-tiny", "llvm", 1, trials=4, trials_per_task=2, runs=2, registry=registry)
+    assert again.cache_hit and again.artifact.id == job.artifact.id
+    assert [j.id for j in farm.jobs(registry=registry)] == [again.id, job.id]
+
+    seeded = farm.load("mlp-tiny", "llvm", 1, registry=registry)
+    assert seeded.artifact.id == job.artifact.id
+    names = [s["name"] for s in seeded.weight_specs]
+    mine = _weights(seeded.weight_specs, seed=7)
+    by_name = farm.load("mlp-tiny", "llvm", 1, registry=registry, weights=dict(reversed(list(mine.items()))))
+    by_position = farm.load("mlp-tiny", "llvm", 1, registry=registry, weights=[mine[n] for n in names])
+    inputs = seeded.example_inputs()
+    (named_out,) = by_name(inputs)
+    assert np.array_equal(named_out, by_position(inputs)[0])
+    assert not np.allclose(named_out, seeded(inputs)[0])  # the weights given, not the seeded ones
+
+    with pytest.raises(BadInput, match=f"weight '{names[-1]}' of mlp-tiny is missing"):
+        farm.load("mlp-tiny", "llvm", 1, registry=registry, weights={n: mine[n] for n in names[:-1]})
+    with pytest.raises(BadInput, match="mlp-tiny has no weight named 'head.weight'"):
+        farm.load("mlp-tiny", "llvm", 1, registry=registry, weights={**mine, "head.weight": mine[names[0]]})
+    wrong = {**mine, names[0]: np.zeros((1, 1), "float32")}
+    with pytest.raises(BadInput, match=rf"weight '{names[0]}' of mlp-tiny must be float32\[.*\], got float32\[1, 1\]"):
+        farm.load("mlp-tiny", "llvm", 1, registry=registry, weights=wrong)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("registry_url", ["sqlite"], indirect=True)
+def test_submit_status_jobs_through_a_coordinator(make_cluster):
+    """A coordinator without agents keeps the job queued: submit, status and jobs see it so."""
+    cluster = make_cluster()
+    cluster.start_coordinator()
+    job = farm.submit("mlp-tiny", "llvm", 1, trials=4, coordinator=cluster.address, wait=False)
+    assert job.state is JobState.QUEUED and not job.done, job
+    assert job.model == "mlp-tiny" and job.artifact is None
+    assert farm.status(job.id, coordinator=farm.Coordinator(cluster.address)).id == job.id
+    assert [j.id for j in farm.jobs(coordinator=cluster.address)] == [job.id]
+    with pytest.raises(NotFound):
+        farm.status("job-none", coordinator=cluster.address)
