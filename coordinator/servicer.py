@@ -38,6 +38,7 @@ from coordinator.messages import (
     timestamp,
     warm_start_use,
 )
+from coordinator.request_checks import check_request
 from coordinator.service import (
     AgentRefused,
     CancelLease,
@@ -81,18 +82,29 @@ def _status_code(err: Exception) -> grpc.StatusCode:
     return grpc.StatusCode.INTERNAL
 
 
+# gRPC sends a status's message in the response's metadata, which the other end refuses beyond
+# a few KiB (RESOURCE_EXHAUSTED instead of the error): longer messages are cut.
+MAX_DETAILS = 2000
+
+
+def _details(message: str) -> str:
+    return message if len(message) <= MAX_DETAILS else message[: MAX_DETAILS - 1] + "…"
+
+
 def _rpc(method: Callable) -> Callable:
-    """Run a handler; a raised error ends the call with its status code and message."""
+    """Check the request (coordinator.request_checks), run the handler; a raised error ends the
+    call with its status code and message."""
 
     @functools.wraps(method)
     def handler(self, request, context):
         try:
+            check_request(request)
             return method(self, request, context)
         except FarmError as err:
-            context.abort(_status_code(err), str(err))
+            context.abort(_status_code(err), _details(str(err)))
         except Exception as err:
             logger.exception("%s failed", method.__name__)
-            context.abort(grpc.StatusCode.INTERNAL, f"{type(err).__name__}: {err}")
+            context.abort(grpc.StatusCode.INTERNAL, _details(f"{type(err).__name__}: {err}"))
 
     return handler
 
@@ -103,12 +115,13 @@ def _rpc_async(method: Callable) -> Callable:
     @functools.wraps(method)
     async def handler(self, request, context):
         try:
+            check_request(request)
             return await method(self, request, context)
         except FarmError as err:
-            await context.abort(_status_code(err), str(err))
+            await context.abort(_status_code(err), _details(str(err)))
         except Exception as err:
             logger.exception("%s failed", method.__name__)
-            await context.abort(grpc.StatusCode.INTERNAL, f"{type(err).__name__}: {err}")
+            await context.abort(grpc.StatusCode.INTERNAL, _details(f"{type(err).__name__}: {err}"))
 
     return handler
 
@@ -175,11 +188,12 @@ class FarmClientServicer(farm_pb2_grpc.FarmClientServicer):
         # An async generator: errors before the first event end the stream with a status, and
         # a client that goes away cancels it at its next await.
         try:
+            check_request(request)
             snapshot = await _in_pool(self._executor, self.coordinator.get_job, request.job_id)
             after = request.after_sequence or await _in_pool(
                 self._executor, self.coordinator.last_event_sequence, request.job_id)
         except FarmError as err:
-            await context.abort(_status_code(err), str(err))
+            await context.abort(_status_code(err), _details(str(err)))
         yield farm_pb2.JobEvent(job_id=request.job_id, sequence=after, time=timestamp(_now()),
                                 snapshot=job_message(snapshot))
         while True:

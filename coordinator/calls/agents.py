@@ -6,6 +6,7 @@ import json
 import threading
 from collections.abc import Sequence
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 from coordinator.calls.values import (
     AgentRefused,
@@ -24,8 +25,11 @@ from coordinator.fleet import LiveAgents
 from coordinator.hints import RpcServerFlags
 from foundation.domain.jobs import JobState
 from foundation.domain.validations import ValidationState
-from foundation.errors import NotFound
+from foundation.errors import FarmError, NotFound
 from foundation.registry.store import RegistryStore
+
+if TYPE_CHECKING:  # pragma: no cover
+    from foundation.hardware.fingerprint import Fingerprint
 
 
 class AgentCalls:
@@ -49,13 +53,14 @@ class AgentCalls:
     def register_agent(self, *, fingerprint_id: str, fingerprint_summary: str, fingerprint_json: str,
                        target_kinds: Sequence[str], hostname: str, tvm_version: str, address: str,
                        build_workers: int = 0, previous_agent_id: str = "") -> Registration:
-        from foundation.hardware.targets import FINGERPRINT_KIND, TUNABLE_KINDS
+        from foundation.hardware.targets import TUNABLE_KINDS
 
         if not fingerprint_id:
             raise InvalidRequest("the registration names no fingerprint", "send the box's fingerprint id")
         unknown = sorted(set(target_kinds) - set(TUNABLE_KINDS))
         if not target_kinds or unknown:
-            raise InvalidRequest(f"target kinds {list(target_kinds)} are not all tunable",
+            shown = [k[:32] for k in target_kinds][:8]
+            raise InvalidRequest(f"target kinds {shown} are not all tunable",
                                  f"use some of {', '.join(TUNABLE_KINDS)}")
         if tvm_version != self._tvm_version:
             raise AgentRefused(
@@ -63,14 +68,8 @@ class AgentCalls:
                 "records are only comparable within one TVM version",
                 f"install apache-tvm=={self._tvm_version} on the agent",
             )
-        try:
-            described = json.loads(fingerprint_json) if fingerprint_json else {}
-        except json.JSONDecodeError:
-            raise InvalidRequest("fingerprint_json is not JSON",
-                                 "send foundation.hardware.fingerprint's to_json()") from None
-        kind = described.get("kind") or FINGERPRINT_KIND[sorted(target_kinds)[0]]
-        self._store.upsert_fingerprint(fingerprint_id, kind, fingerprint_summary or described.get("summary", ""),
-                                       described.get("details", {}))
+        fingerprint = agent_fingerprint(fingerprint_id, fingerprint_json, target_kinds)
+        self._store.upsert_fingerprint(fingerprint.id, fingerprint.kind, fingerprint.summary, fingerprint.details)
         agent = self._cluster.register_agent(
             fingerprint_id=fingerprint_id, target_kinds=list(target_kinds), hostname=hostname, address=address,
             tvm_version=tvm_version, rpc_key=rpc_key(fingerprint_id),
@@ -150,3 +149,46 @@ class AgentCalls:
         if job.state == JobState.FAILED.value:
             return f"job {job_id} failed: {(job.error or '')[:300]}"
         return reason
+
+
+_FINGERPRINT_FIX = "send foundation.hardware.fingerprint's Fingerprint.to_json() of the box, as `farm agent` does"
+
+
+def agent_fingerprint(fingerprint_id: str, fingerprint_json: str, target_kinds: Sequence[str]) -> "Fingerprint":
+    """The fingerprint an agent registers with, whole and parsed, or InvalidRequest naming the field.
+
+    Its details are what every job for it is planned from (its target: mtriple, mcpu, cores):
+    one stored incomplete would fail every other caller's submit, so none is taken on trust.
+    Its id must be the hash of its details, as the agent's own detection derives it.
+    """
+    from foundation.hardware.fingerprint import KINDS, fingerprint_from_details
+    from foundation.hardware.targets import FINGERPRINT_KIND
+
+    try:
+        described = json.loads(fingerprint_json)
+    except (json.JSONDecodeError, RecursionError):
+        raise InvalidRequest("fingerprint_json is not JSON", _FINGERPRINT_FIX) from None
+    if not isinstance(described, dict):
+        raise InvalidRequest(f"fingerprint_json is a JSON {type(described).__name__}, not an object",
+                             _FINGERPRINT_FIX)
+    kind, details = described.get("kind"), described.get("details")
+    if kind not in KINDS:
+        raise InvalidRequest(f"fingerprint_json.kind must be one of {', '.join(KINDS)}", _FINGERPRINT_FIX)
+    if not isinstance(details, dict):
+        raise InvalidRequest("fingerprint_json.details is missing or not an object", _FINGERPRINT_FIX)
+    wanted = sorted({FINGERPRINT_KIND[k] for k in target_kinds})
+    if kind not in wanted:
+        raise InvalidRequest(f"a {kind} fingerprint cannot tune target kinds {sorted(set(target_kinds))}",
+                             f"register a {' or '.join(wanted)} fingerprint for them")
+    try:
+        fingerprint = fingerprint_from_details(kind, details)
+    except FarmError as err:
+        raise InvalidRequest(f"fingerprint_json.details: {err.problem}", _FINGERPRINT_FIX) from None
+    except (TypeError, ValueError, KeyError, AttributeError) as err:  # a field of a type detection never gives
+        raise InvalidRequest(f"fingerprint_json.details are malformed ({type(err).__name__})",
+                             _FINGERPRINT_FIX) from None
+    if fingerprint.id != fingerprint_id:
+        raise InvalidRequest(
+            f"fingerprint_id is not the hash of fingerprint_json's details (they give {fingerprint.id})",
+            "send the id the details give, as foundation.hardware.fingerprint derives it")
+    return fingerprint

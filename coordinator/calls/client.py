@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import logging
 import threading
 from collections.abc import Sequence
 from dataclasses import replace
@@ -39,6 +40,8 @@ from foundation.registry.store import RegistryStore
 if TYPE_CHECKING:  # pragma: no cover
     from foundation.job_driver.tuning_rounds import UntilRequest
 
+logger = logging.getLogger("farm.coordinator")
+
 
 class ClientCalls:
     """Calls from clients (the CLI, over FarmClient). New jobs are planned by the tick, which
@@ -59,7 +62,13 @@ class ClientCalls:
 
     def submit(self, spec: SubmitSpec) -> list[Submitted]:
         """Start (or attach to, or answer from the registry) one job per fingerprint."""
-        from foundation.hardware.targets import FINGERPRINT_KIND, canonical_target, parse_target_kind, target_json
+        from foundation.hardware.targets import (
+            FINGERPRINT_KIND,
+            canonical_target,
+            parse_target_kind,
+            target_json,
+            unusable_fingerprint,
+        )
 
         if self._draining.is_set():
             raise Unavailable("the coordinator is shutting down", "submit again once it is back")
@@ -109,9 +118,13 @@ class ClientCalls:
                     f"no {FINGERPRINT_KIND[kind]} fingerprint {spec.fingerprint_id!r} is known for target {kind}",
                     f"known: {', '.join(known) or 'none'}; an agent registers its fingerprint when it starts",
                 )
+            problem = unusable_fingerprint(registered_fingerprint(self._store, stored.id), kind)
+            if problem:
+                raise InvalidRequest(f"fingerprint {stored.id} cannot give a {kind} target: {problem}",
+                                     "restart its agents: registrations are checked whole now")
             fingerprint_ids = [stored.id]
         else:
-            fingerprint_ids = list(self._cluster.agents_matching(kind))
+            fingerprint_ids = self._usable_fingerprints(kind)
 
         submitted = []
         model: Model | None = None
@@ -158,6 +171,21 @@ class ClientCalls:
         if self._store.get_fingerprint(fingerprint.id) is None:
             self._store.upsert_fingerprint(fingerprint.id, fingerprint.kind, fingerprint.summary, fingerprint.details)
         return fingerprint.id
+
+    def _usable_fingerprints(self, kind: str) -> list[str]:
+        """Fingerprints with agents of ``kind`` whose details give a target. One that cannot (a
+        kind the agent also lists, a row stored before registrations were checked whole) is left
+        out and logged: what one agent registered never fails another caller's submit."""
+        from foundation.hardware.targets import unusable_fingerprint
+
+        usable = []
+        for fp_id in self._cluster.agents_matching(kind):
+            problem = unusable_fingerprint(registered_fingerprint(self._store, fp_id), kind)
+            if problem:
+                logger.warning("fingerprint %s is left out of %s submits: %s", fp_id, kind, problem)
+            else:
+                usable.append(fp_id)
+        return usable
 
     def _model_key(self, spec: SubmitSpec) -> ModelKey:
         if spec.onnx is not None:

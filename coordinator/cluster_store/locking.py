@@ -47,7 +47,7 @@ class RowLocks:
         return row
 
     def no_job(self, job_id: str) -> NotFound:
-        return NotFound(f"no job {job_id!r} in the registry at {self.url}", "see `farm jobs list`")
+        return NotFound(f"no job {job_id!r} in the registry at {self.url}", "see `farm jobs` for the jobs it has")
 
     def unknown_agent(self, agent_id: str) -> UnknownAgent:
         return UnknownAgent(f"agent {agent_id!r} is not registered with the coordinator at {self.url}",

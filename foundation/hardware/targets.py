@@ -125,6 +125,21 @@ def canonical_target(user: str, fp: "Fingerprint") -> dict:
     return {"kind": "cuda", "arch": f"sm_{major}{minor}", **CUDA_LIMITS, **given, "host": host}
 
 
+def unusable_fingerprint(fp: "Fingerprint", kind: str) -> str | None:
+    """Why a stored fingerprint cannot give a ``kind`` target (its kind, or details it lacks), or None.
+
+    A submit plans a job for every fingerprint with agents: one that cannot give a target is
+    left out, so that no registration can fail another caller's submit.
+    """
+    try:
+        canonical_target(kind, fp)
+    except FarmError as err:
+        return err.problem
+    except (KeyError, TypeError, ValueError, AttributeError) as err:
+        return f"its details do not give a {kind} target ({type(err).__name__}: {str(err)[:80]})"
+    return None
+
+
 def llvm_target(cpu_details: dict) -> dict:
     """The llvm target a CPU fingerprint's details imply."""
     return {
@@ -180,6 +195,7 @@ def _parse(user: str) -> dict[str, Any]:
         kind = text.lower()
         parsed = {"kind": kind}
     if kind in TUNABLE_KINDS:
+        _check_attributes(user, parsed)
         return parsed
     if kind in UNTUNED_TVM_KINDS:
         raise FarmError(f"unknown target {user!r}: TVM knows the kind {kind!r} but the farm does not tune it yet",
@@ -193,3 +209,35 @@ def _parse(user: str) -> dict[str, Any]:
     else:
         fix = f"use llvm, cuda, or a TVM target JSON object such as {_EXAMPLE}"
     raise FarmError(f"unknown target {user!r}", fix)
+
+
+# Target attributes TVM takes without a word whatever their value (num-cores -4 compiles, and
+# would key records of its own), with the values that make sense: (type, smallest, largest).
+_COUNT_ATTRIBUTES = {
+    "num-cores": (1, 4096), "opt-level": (0, 3), "vector-width": (1, 4096),
+    "max_threads_per_block": (1, 65536), "max_shared_memory_per_block": (1, 1 << 30),
+    "thread_warp_size": (1, 1024), "max_num_threads": (1, 1 << 20), "registers_per_block": (1, 1 << 24),
+    "max_function_args": (1, 1 << 16),
+}
+_TEXT_ATTRIBUTES = ("mcpu", "mtriple", "mabi", "arch", "model")
+
+
+def _check_attributes(user: str, parsed: dict[str, Any]) -> None:
+    """Refuse attribute values no device has, in one line, before anything uses the target."""
+    shown = user if len(user) <= 200 else user[:200] + "…"
+    for name, (low, high) in _COUNT_ATTRIBUTES.items():
+        if name not in parsed:
+            continue
+        value = parsed[name]
+        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+            raise BadInput(f"target attribute {name} must be an integer from {low} to {high}, got "
+                           f"{json.dumps(value)[:40]} in {shown}",
+                           f"fix or leave out {name} (the farm fills num-cores and mcpu in from the fingerprint)")
+    for name in _TEXT_ATTRIBUTES:
+        if name in parsed and (not isinstance(parsed[name], str) or not parsed[name].strip()):
+            raise BadInput(f"target attribute {name} must be a non-empty string, got "
+                           f"{json.dumps(parsed[name])[:40]} in {shown}", f"fix or leave out {name}")
+    mattr = parsed.get("mattr")
+    if mattr is not None and (not isinstance(mattr, list) or not all(isinstance(a, str) and a for a in mattr)):
+        raise BadInput(f"target attribute mattr must be a list of strings such as [\"+avx2\"], got "
+                       f"{json.dumps(mattr)[:40]} in {shown}", "fix or leave out mattr")

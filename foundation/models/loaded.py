@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from foundation.domain.request_limits import BATCH, shown_number
 from foundation.errors import FarmError
 
 if TYPE_CHECKING:
@@ -171,3 +172,6 @@ def check_batch(batch: int) -> None:
         raise FarmError(f"batch must be a positive integer, got {batch!r}", "pass a batch size of 1 or more")
     if batch < 1:
         raise FarmError(f"batch must be at least 1, got {batch}", "pass a positive batch size, e.g. 1")
+    if batch > BATCH.high:
+        raise FarmError(f"batch must be at most {BATCH.high:,}, got {shown_number(batch)}",
+                        f"pass a batch size from 1 to {BATCH.high:,}")

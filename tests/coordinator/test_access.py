@@ -43,11 +43,13 @@ def authority(tmp_path) -> CertificateAuthority:
 
 
 def register(channel, hostname: str = "rogue"):
+    from foundation.hardware.fingerprint import local_fingerprint
     from foundation.hardware.versions import tvm_version
 
-    request = farm_pb2.RegisterRequest(fingerprint_id="cpu-000000000000", fingerprint_summary="x",
-                                       fingerprint_json=json.dumps({}), target_kinds=["llvm"], hostname=hostname,
-                                       tvm_version=tvm_version())
+    fp = local_fingerprint("llvm")  # a whole one: the coordinator refuses less (test_hostile_requests)
+    request = farm_pb2.RegisterRequest(fingerprint_id=fp.id, fingerprint_summary=fp.summary,
+                                       fingerprint_json=json.dumps(fp.to_json()), target_kinds=["llvm"],
+                                       hostname=hostname, tvm_version=tvm_version())
     return farm_pb2_grpc.FarmAgentStub(channel).Register(request, timeout=10)
 
 

@@ -1,0 +1,114 @@
+"""What a gRPC caller may send: every request to the coordinator checked at the edge, before its call runs.
+
+A field out of bounds (an id too long to quote, a batch of 2^32-1, a missing job id) is refused
+with INVALID_ARGUMENT naming the field (coordinator.servicer), so that it never reaches the
+registry, another caller's call, or an error message longer than gRPC's metadata allows. The
+numbers' bounds are the CLI's (foundation.domain.request_limits); what a value means (a known
+model, a target, a fingerprint) is the calls' to judge.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from foundation.domain import request_limits as limits
+from foundation.domain.request_limits import MAX_ID_LENGTH, MAX_TEXT_LENGTH, Bound
+from foundation.errors import BadInput
+
+
+@dataclass(frozen=True)
+class Text:
+    limit: int
+    required: bool = False
+
+
+@dataclass(frozen=True)
+class Number:
+    bound: Bound
+
+
+@dataclass(frozen=True)
+class Items:
+    """A repeated field: at most ``limit`` entries."""
+
+    limit: int
+
+
+def _or_default(bound: Bound) -> Number:
+    """A number the wire may leave 0, meaning the default."""
+    return Number(Bound(bound.low, bound.high, zero_is_default=True))
+
+
+_ID = Text(MAX_ID_LENGTH)
+_REQUIRED_ID = Text(MAX_ID_LENGTH, required=True)
+_KIND = Text(32)
+_SHA256 = Text(128)
+_REASON = Text(MAX_TEXT_LENGTH)
+_AGENT = {"agent_id": _REQUIRED_ID}
+_LEASE = {**_AGENT, "shard_id": _REQUIRED_ID}
+_TARGET_KINDS = {"target_kinds": Items(8), "target_kinds[]": _KIND}
+
+# Per request message: its fields (a dotted path into nested messages, `[]` for each entry of a
+# repeated field) and what each may hold. A field not named here carries no text a call quotes.
+RULES: dict[str, dict[str, Text | Number | Items]] = {
+    "SubmitRequest": {
+        "zoo_name": _ID, "target": Text(MAX_TEXT_LENGTH, required=True), "fingerprint_id": _ID,
+        "batch": Number(limits.BATCH), "trials": _or_default(limits.TRIALS),
+        "trials_per_task": _or_default(limits.TRIALS_PER_TASK), "validation_runs": _or_default(limits.VALIDATION_RUNS),
+        "seed": Number(limits.SEED), "reuse": _KIND, "weights_layout": _KIND,
+        "onnx.file_name": Text(1024), "onnx.sha256": _SHA256,
+        "until.goal": Text(64), "until.patience": _or_default(limits.PATIENCE),
+        "until.round_trials": _or_default(limits.TRIALS),
+    },
+    "GetJobRequest": {"job_id": _REQUIRED_ID},
+    "WatchJobRequest": {"job_id": _REQUIRED_ID},
+    "CancelJobRequest": {"job_id": _REQUIRED_ID, "reason": _REASON},
+    "ListJobsRequest": {"limit": _or_default(limits.LIST_LIMIT),
+                        "states": Items(16), "model_name": _ID},
+    "ListAgentsRequest": {"target_kind": _KIND},
+    "RegisterRequest": {
+        "fingerprint_id": _REQUIRED_ID, "fingerprint_summary": Text(1024),
+        "fingerprint_json": Text(limits.MAX_FINGERPRINT_JSON, required=True), "hostname": _ID,
+        "tvm_version": Text(64, required=True), "previous_agent_id": _ID,
+        "build_workers": _or_default(limits.BUILD_WORKERS),
+        **_TARGET_KINDS,
+    },
+    "HeartbeatRequest": {**_AGENT, "running_leases": Items(1024), "running_leases[].job_id": _ID,
+                         "running_leases[].shard_id": _ID},
+    "LeaseShardRequest": {**_AGENT, "fingerprint_id": _REQUIRED_ID, **_TARGET_KINDS},
+    "LeaseValidationRequest": {**_AGENT, "fingerprint_id": _REQUIRED_ID, **_TARGET_KINDS},
+    "ReportRecordsRequest": _LEASE,
+    "CompleteShardRequest": {**_LEASE, "tasks": Items(10_000)},
+    "FailShardRequest": {**_LEASE, "reason": _REASON, "tasks": Items(10_000)},
+    "ReportValidationRequest": {**_AGENT, "validation_id": _REQUIRED_ID, "error": _REASON},
+    "GetCostModelRequest": {**_AGENT, "sha256": _SHA256},
+}
+
+
+def check_request(request) -> None:
+    """Raise BadInput naming the first field of ``request`` its rules refuse."""
+    for path, rule in RULES.get(type(request).__name__, {}).items():
+        for value in _values(request, path.split(".")):
+            if isinstance(rule, Text):
+                limits.check_text(path, value, rule.limit, required=rule.required)
+            elif isinstance(rule, Number):
+                limits.check_number(path, int(value), rule.bound)
+            elif len(value) > rule.limit:
+                raise BadInput(f"{path} has {len(value):,} entries, more than the {rule.limit:,} allowed",
+                               f"send at most {rule.limit:,}")
+
+
+def _values(message, parts: list[str]) -> Iterator:
+    """The values at a dotted path: none where a nested message is unset, one per entry under `[]`."""
+    name, rest = parts[0], parts[1:]
+    repeated = name.endswith("[]")
+    name = name.removesuffix("[]")
+    if rest and not repeated and not message.HasField(name):
+        return
+    value = getattr(message, name)
+    for item in (value if repeated else [value]):
+        if rest:
+            yield from _values(item, rest)
+        else:
+            yield item

@@ -1,0 +1,175 @@
+"""What a hostile or careless caller sends over raw gRPC to a real coordinator on loopback: every
+field out of bounds is refused with INVALID_ARGUMENT naming it, a registration must carry its
+whole fingerprint, and nothing one caller sends (or that was stored before) fails another's call."""
+
+from __future__ import annotations
+
+import json
+
+import grpc
+import pytest
+
+from coordinator.cluster_store import ClusterStore
+from coordinator.server import serve
+from foundation.registry import RegistryStore
+from foundation.wire import farm_pb2, farm_pb2_grpc
+
+from support.fake_agent import FakeAgent
+
+HUGE = "x" * 100_000
+UINT32_MAX = 2**32 - 1
+
+
+@pytest.fixture(scope="module")
+def fingerprint():
+    from foundation.hardware.fingerprint import local_fingerprint
+
+    return local_fingerprint("llvm")
+
+
+@pytest.fixture(scope="module")
+def coordinator(tmp_path_factory):
+    """One coordinator on SQLite for the module: the refusals below leave nothing behind."""
+    home = tmp_path_factory.mktemp("hostile")
+    server = serve(listen="127.0.0.1:0", registry_url=f"sqlite:///{home / 'registry.db'}",
+                   tracker="127.0.0.1:9190", heartbeat_interval=0.5, tick_interval=0.1, data_dir=home / "coordinator")
+    channel = grpc.insecure_channel(server.address)
+    yield server, channel
+    channel.close()
+    server.stop(grace=1)
+
+
+def refused(call, request) -> grpc.RpcError:
+    with pytest.raises(grpc.RpcError) as raised:
+        call(request, timeout=30)
+    return raised.value
+
+
+def registration(fingerprint, **fields) -> farm_pb2.RegisterRequest:
+    from foundation.hardware.versions import tvm_version
+
+    request = dict(fingerprint_id=fingerprint.id, fingerprint_summary=fingerprint.summary,
+                   fingerprint_json=json.dumps(fingerprint.to_json()), target_kinds=["llvm"], hostname="rogue",
+                   tvm_version=tvm_version())
+    return farm_pb2.RegisterRequest(**(request | fields))
+
+
+def _details(fingerprint, change) -> str:
+    document = fingerprint.to_json()
+    change(document["details"])
+    return json.dumps(document)
+
+
+def _without(key):
+    return lambda details: details.pop(key)
+
+
+@pytest.mark.parametrize(("fields", "named"), [
+    ({"fingerprint_json": ""}, "fingerprint_json is required"),
+    ({"fingerprint_json": "[1,2]"}, "fingerprint_json is a JSON list, not an object"),
+    ({"fingerprint_json": "{nope"}, "fingerprint_json is not JSON"),
+    ({"fingerprint_json": '{"kind": "cpu"}'}, "fingerprint_json.details is missing"),
+    ({"fingerprint_json": '{"kind": "tpu", "details": {}}'}, "fingerprint_json.kind must be one of"),
+    ("no llvm_triple", "lack llvm_triple"),
+    ("cores are words", "fingerprint field cores='many' is malformed"),
+    ({"fingerprint_id": "cpu-000000000000"}, "fingerprint_id is not the hash of fingerprint_json's details"),
+    ({"fingerprint_id": HUGE}, "fingerprint_id is 100,000 characters long"),
+    ({"hostname": HUGE}, "hostname is 100,000 characters long"),
+    ({"target_kinds": ["cuda"]}, "a cpu fingerprint cannot tune target kinds ['cuda']"),
+    ({"build_workers": UINT32_MAX}, "build_workers must be 0 (the default) or 1 to 1,024"),
+], ids=lambda v: v if isinstance(v, str) else None)
+def test_a_registration_must_carry_a_whole_fingerprint(coordinator, fingerprint, fields, named):
+    server, channel = coordinator
+    if fields == "no llvm_triple":
+        fields = {"fingerprint_json": _details(fingerprint, _without("llvm_triple"))}
+    elif fields == "cores are words":
+        fields = {"fingerprint_json": _details(fingerprint, lambda d: d.update(cores="many"))}
+    err = refused(farm_pb2_grpc.FarmAgentStub(channel).Register, registration(fingerprint, **fields))
+    assert err.code() == grpc.StatusCode.INVALID_ARGUMENT, err
+    assert named in err.details() and len(err.details()) < 2000
+    listed = farm_pb2_grpc.FarmClientStub(channel).ListAgents(farm_pb2.ListAgentsRequest(include_lost=True))
+    assert not [a for a in listed.agents if a.hostname == "rogue"], "a refused registration left an agent"
+
+
+def test_no_stored_agent_fails_another_callers_submit(coordinator, fingerprint):
+    """An agent row whose fingerprint gives no target (stored before registrations were checked
+    whole, or of a kind it also lists) is left out of submits: the job goes to the good one."""
+    server, channel = coordinator
+    store = RegistryStore(server.coordinator.store.url)
+    try:
+        store.upsert_fingerprint("cpu-0badfeed0bad", "cpu", "half a fingerprint", {"arch": "x86_64"})
+        ClusterStore(store).register_agent(
+            fingerprint_id="cpu-0badfeed0bad", target_kinds=["llvm"], hostname="old", address="10.0.0.9:1",
+            tvm_version="0.27.0", rpc_key="farm-cpu-0badfeed0bad", details={}, now=_now())
+    finally:
+        store.dispose()
+    good = FakeAgent(channel, fingerprint)
+    good.register()
+    client = farm_pb2_grpc.FarmClientStub(channel)
+    reply = client.Submit(farm_pb2.SubmitRequest(zoo_name="mlp-tiny", batch=1, target="llvm", trials_per_task=4,
+                                                 weights_layout="plain", reuse="off"), timeout=120)
+    assert [j.job.fingerprint_id for j in reply.jobs] == [fingerprint.id]
+    # Named, the broken fingerprint is the caller's own choice: refused in one line, not INTERNAL.
+    err = refused(client.Submit, farm_pb2.SubmitRequest(zoo_name="mlp-tiny", batch=1, target="llvm",
+                                                        fingerprint_id="cpu-0badfeed0bad"))
+    assert err.code() == grpc.StatusCode.INVALID_ARGUMENT and "llvm_triple" in err.details(), err
+    client.CancelJob(farm_pb2.CancelJobRequest(job_id=reply.jobs[0].job.id), timeout=30)
+
+
+def _now():
+    from datetime import datetime, timezone
+
+    return datetime.now(timezone.utc)
+
+
+def _submit(**fields) -> farm_pb2.SubmitRequest:
+    return farm_pb2.SubmitRequest(**({"zoo_name": "mlp-tiny", "batch": 1, "target": "llvm"} | fields))
+
+
+# (service, method, request, the field the refusal names)
+OUT_OF_BOUNDS = [
+    ("client", "Submit", _submit(batch=UINT32_MAX), "batch must be 1 to 4,096, got 4294967295"),
+    ("client", "Submit", _submit(batch=0), "batch must be 1 to 4,096, got 0"),
+    ("client", "Submit", _submit(trials=UINT32_MAX), "trials must be 0 (the default) or 1 to 1,000,000"),
+    ("client", "Submit", _submit(trials_per_task=UINT32_MAX), "trials_per_task must be"),
+    ("client", "Submit", _submit(validation_runs=UINT32_MAX), "validation_runs must be"),
+    ("client", "Submit", _submit(seed=2**40), "seed must be 0 to 4,294,967,295"),
+    ("client", "Submit", _submit(fingerprint_id=HUGE), "fingerprint_id is 100,000 characters long"),
+    ("client", "Submit", _submit(zoo_name=HUGE), "zoo_name is 100,000 characters long"),
+    ("client", "Submit", _submit(target=""), "target is required"),
+    ("client", "Submit", _submit(target=HUGE), "target is 100,000 characters long"),
+    ("client", "Submit", _submit(until=farm_pb2.Until(goal="20ms", patience=UINT32_MAX)), "until.patience must be"),
+    ("client", "Submit", _submit(until=farm_pb2.Until(goal=HUGE)), "until.goal is 100,000 characters long"),
+    ("client", "GetJob", farm_pb2.GetJobRequest(job_id=HUGE), "job_id is 100,000 characters long"),
+    ("client", "GetJob", farm_pb2.GetJobRequest(), "job_id is required"),
+    ("client", "CancelJob", farm_pb2.CancelJobRequest(job_id="job-x", reason=HUGE), "reason is 100,000 characters"),
+    ("client", "ListJobs", farm_pb2.ListJobsRequest(limit=UINT32_MAX), "limit must be 0 (the default) or 1 to 10,000"),
+    ("agent", "Heartbeat", farm_pb2.HeartbeatRequest(agent_id=HUGE), "agent_id is 100,000 characters long"),
+    ("agent", "Heartbeat", farm_pb2.HeartbeatRequest(
+        agent_id="a", running_leases=[farm_pb2.LeaseRef(job_id=HUGE, shard_id="s")]), "running_leases[].job_id is"),
+    ("agent", "LeaseShard", farm_pb2.LeaseShardRequest(agent_id="a"), "fingerprint_id is required"),
+    ("agent", "FailShard", farm_pb2.FailShardRequest(agent_id="a", shard_id="s", reason=HUGE), "reason is 100,000"),
+    ("agent", "ReportRecords", farm_pb2.ReportRecordsRequest(agent_id="a", shard_id=HUGE), "shard_id is 100,000"),
+    ("agent", "ReportValidation", farm_pb2.ReportValidationRequest(agent_id="a"), "validation_id is required"),
+]
+
+
+@pytest.mark.parametrize(("service", "method", "request_message", "named"), OUT_OF_BOUNDS,
+                         ids=[f"{m}-{n[:40]}" for _, m, _, n in OUT_OF_BOUNDS])
+def test_every_field_out_of_bounds_is_refused_by_name(coordinator, service, method, request_message, named):
+    server, channel = coordinator
+    stub = (farm_pb2_grpc.FarmClientStub if service == "client" else farm_pb2_grpc.FarmAgentStub)(channel)
+    err = refused(getattr(stub, method), request_message)
+    assert err.code() == grpc.StatusCode.INVALID_ARGUMENT, err
+    assert named in err.details(), err.details()
+    assert HUGE[:1000] not in err.details() and len(err.details()) < 2000
+    jobs = farm_pb2_grpc.FarmClientStub(channel).ListJobs(farm_pb2.ListJobsRequest(), timeout=30).jobs
+    assert not [j for j in jobs if j.state == farm_pb2.JOB_STATE_QUEUED], "a refused submit queued a job"
+
+
+def test_a_watch_out_of_bounds_is_refused_by_name(coordinator):
+    server, channel = coordinator
+    with pytest.raises(grpc.RpcError) as raised:
+        list(farm_pb2_grpc.FarmClientStub(channel).WatchJob(farm_pb2.WatchJobRequest(job_id=HUGE), timeout=30))
+    assert raised.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "job_id is 100,000 characters long" in raised.value.details()
