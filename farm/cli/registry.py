@@ -15,7 +15,7 @@ from farm.cli.command import FarmTyper
 from farm.cli.options import JSON_OPTION, REGISTRY_OPTION, env_option
 from farm.cli.output import emit_json, print_fields, print_table, stdout_console
 from farm.session import open_store
-from foundation.errors import BadInput, NotFound
+from foundation.errors import BadInput, NotFound, path_error
 
 # What `farm registry ls` counts, in this order (the registry's own tables; the distributed
 # mode's bookkeeping is left out).
@@ -148,9 +148,14 @@ def import_logs(
         emit_json(document)
     else:
         stdout_console().print(
-            f"imported {report.records} records of {report.workloads} workloads for {fp_id}"
-            f" ({report.skipped_duplicates} already present)"
+            f"imported {report.records} new records of {report.workloads} workloads for {fp_id}"
+            f" ({report.measurements} new measurements of records it had, {report.skipped_duplicates} already present)"
         )
+    if report.refused_foreign:
+        import sys
+
+        sys.stderr.write(f"warning: refused {report.refused_foreign} records tuned for another target "
+                         f"({report.foreign_target}); import them for their own fingerprint\n")
 
 
 @app.command("export")
@@ -167,7 +172,10 @@ def export_logs(
 
     _check_writable_directory(path)
     ctx, fp_id = _context_for(registry, target, fingerprint)
-    counts = export_tvm_logs(ctx.store, path, fp_id, ctx.target_json, ctx.tvm_version)
+    try:
+        counts = export_tvm_logs(ctx.store, path, fp_id, ctx.target_json, ctx.tvm_version)
+    except OSError as err:
+        raise path_error(err, err.filename or path, doing="write the logs into") from None
     counts = dataclasses.asdict(counts) if dataclasses.is_dataclass(counts) else dict(counts)
     document = {"fingerprint": fp_id, "target": ctx.target_json, "directory": str(path), **counts}
     if json_output:

@@ -167,11 +167,12 @@ class TuningRecords:
 
     def import_tuning_log(
         self, workloads: Sequence[tuple[str, str]], records: Sequence[NewRecord]
-    ) -> tuple[list[int], int]:
+    ) -> tuple[list[int], int, int]:
         """Store a whole log in one transaction.
 
         ``workloads`` are (shash, mod_json); each record's ``workload_id`` is an index into
-        that list. Returns the workload ids (in the same order) and the number of new records.
+        that list. Returns the workload ids (in the same order), the number of new records, and
+        the number of new measurements merged into records the registry already had.
         """
         with self._unit.write(Changes.STATE) as session:
             ids = [self.commit_workload_in(session, shash, mod_json) for shash, mod_json in workloads]
@@ -181,7 +182,10 @@ class TuningRecords:
                 raise RegistryError(
                     "a tuning record names a workload the log does not have"
                 ) from exc
-            return ids, (self.insert_records_in(session, resolved) if resolved else 0)
+            if not resolved:
+                return ids, 0, 0
+            _digests, inserted, merged = self._insert_and_merge_in(session, resolved)
+            return ids, len(inserted), merged
 
     def insert_records_in(self, session: Session, records: list[NewRecord]) -> int:
         """Insert records inside the caller's transaction; returns how many were new."""
@@ -192,6 +196,14 @@ class TuningRecords:
     ) -> tuple[list[str], set[str]]:
         """Insert records inside the caller's transaction; returns each record's digest, in
         order, and the set of digests that were new to the registry."""
+        digests, inserted, _merged = self._insert_and_merge_in(session, records)
+        return digests, inserted
+
+    def _insert_and_merge_in(
+        self, session: Session, records: Sequence[NewRecord]
+    ) -> tuple[list[str], set[str], int]:
+        """`insert_records_keyed_in`, and how many new measurements were merged into records
+        already stored (or given twice)."""
         mod_sha = self._workload_digests(session, {r.workload_id for r in records})
         now = utc_now()
         digests: list[str] = []
@@ -232,8 +244,8 @@ class TuningRecords:
         ordered = [rows[d] for d in sorted(rows)]
         given = [(row["record_digest"], row.pop("_record")) for row in ordered]
         inserted = self._insert_rows(session, ordered)
-        self._merge_measurements(session, [(d, r) for d, r in given if d not in inserted] + again, now)
-        return digests, inserted
+        merged = self._merge_measurements(session, [(d, r) for d, r in given if d not in inserted] + again, now)
+        return digests, inserted, merged
 
     def _insert_rows(self, session: Session, ordered: list[dict[str, Any]]) -> set[str]:
         """New records (digest-sorted rows) inside the caller's transaction; the digests new to

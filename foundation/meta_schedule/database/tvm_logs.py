@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from foundation.errors import FarmError, NotFound
+from foundation.errors import BadInput, FarmError, NotFound
 from foundation.registry.entities import NewRecord
 from foundation.registry.store import RegistryStore
 
@@ -20,7 +20,15 @@ RECORD_FILE = "database_tuning_record.json"
 class ImportReport:
     workloads: int  # workloads named in the log
     records: int  # records new to the registry
-    skipped_duplicates: int  # records the registry already had
+    skipped_duplicates: int  # records the registry already had, with the same measurements
+    measurements: int = 0  # new measurements merged into records the registry already had
+    refused_foreign: int = 0  # records tuned for another target than the one they were to be filed under
+    foreign_target: str | None = None  # how the first refused record's target differs, for people
+
+
+# The attributes of a target that change the code it gets, and so what its measurements mean
+# (TVM's spelling, from Target.export()).
+CODE_ATTRIBUTES = ("kind", "mtriple", "mcpu", "mattr", "num-cores", "arch")
 
 
 def _log_paths(
@@ -71,12 +79,16 @@ def import_tvm_logs(
 
     Everything is parsed by TVM first and written in one transaction, so a broken line
     leaves the registry untouched. Records are stored under ``target_json``; with None,
-    under each record's own target.
+    under each record's own target. A record whose own target differs from ``target_json``
+    in what changes its code (CODE_ATTRIBUTES: another mcpu, say) was measured for other
+    hardware: it is refused and counted, never filed as this fingerprint's; when every record
+    is refused, nothing is written and FarmError says why.
     """
     # TVM only here: the rest of the registry must import without it.
     import tvm_ffi
     from tvm.s_tir.meta_schedule.database import TuningRecord, Workload
 
+    from foundation.hardware.targets import to_tvm_target
     from foundation.meta_schedule.database.record_json import tuning_record_json
     from foundation.meta_schedule.database.registry_database import (
         canonical_json,
@@ -85,6 +97,8 @@ def import_tvm_logs(
     )
 
     workload_path, record_path = _log_paths(path)
+    wanted = None if target_json is None else _code_attributes(to_tvm_target(json.loads(target_json)))
+    refused, foreign_target = 0, None
     workloads: list[Workload] = []
     keyed: list[tuple[str, str]] = []
     for number, line in _lines(workload_path):
@@ -111,6 +125,12 @@ def import_tvm_logs(
             raise _broken(
                 record_path, number, f"not a TVM tuning record ({_first_line(exc)})"
             ) from exc
+        if wanted is not None and record.target is not None:
+            difference = _difference(_code_attributes(record.target), wanted)
+            if difference:
+                refused += 1
+                foreign_target = foreign_target or difference
+                continue
         as_json = tuning_record_json(record)
         if target_json is not None:
             target = target_json
@@ -132,10 +152,38 @@ def import_tvm_logs(
                 trace_valid=trace_is_valid(record),
             )
         )
-    _ids, inserted = store.import_tuning_log(keyed, records)
+    if refused and not records:
+        raise BadInput(
+            f"every record of {record_path} ({refused}) was tuned for another target than the one it would be "
+            f"filed under: {foreign_target}; nothing was imported",
+            "import a log on a box of the fingerprint it was tuned on, or name that fingerprint with --fingerprint",
+        )
+    _ids, inserted, merged = store.import_tuning_log(keyed, records)
     return ImportReport(
-        workloads=len(workloads), records=inserted, skipped_duplicates=len(records) - inserted
+        workloads=len(workloads), records=inserted, skipped_duplicates=len(records) - inserted - merged,
+        measurements=merged, refused_foreign=refused, foreign_target=foreign_target,
     )
+
+
+def _code_attributes(target: Any) -> dict[str, Any]:
+    """A TVM Target's CODE_ATTRIBUTES, mattr in order (absent ones are None)."""
+    exported = dict(target.export())
+    values = {name: exported.get(name) for name in CODE_ATTRIBUTES}
+    if values["mattr"] is not None:
+        values["mattr"] = sorted(str(a) for a in values["mattr"]) or None
+    return {name: (None if value in ("", None) else value) for name, value in values.items()}
+
+
+def _difference(theirs: dict[str, Any], ours: dict[str, Any]) -> str | None:
+    """How a record's target differs from the one it would be filed under, in words, or None."""
+    for name in CODE_ATTRIBUTES:
+        if theirs[name] != ours[name]:
+            return f"its {name} is {_shown(theirs[name])}, the fingerprint's target's {_shown(ours[name])}"
+    return None
+
+
+def _shown(value: Any) -> str:
+    return "unset" if value is None else json.dumps(value)[:80]
 
 
 def _stored_spelling(store: RegistryStore, shash: str, workload: Any) -> str | None:
