@@ -10,9 +10,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from foundation.errors import BadInput, FarmError, NotFound, Unreachable
+from foundation.errors import EXIT_INTERNAL, BadInput, FarmError, NotFound, Unreachable
 from foundation.models.loaded import check_batch
-from foundation.models.model_key import looks_like_path
+from foundation.models.model_key import check_onnx_path, looks_like_path
 
 if TYPE_CHECKING:  # pragma: no cover
     from foundation.wire.access import ChannelAccess
@@ -20,6 +20,8 @@ if TYPE_CHECKING:  # pragma: no cover
 _FINAL = {"succeeded", "failed", "cancelled"}
 # What gRPC says when the two ends disagree about TLS or its certificates.
 _TLS_TROUBLE = re.compile(r"ssl|tls|handshake|certificate", re.IGNORECASE)
+# What gRPC says when DNS knows no such host (a well-formed address naming nothing).
+_NO_SUCH_HOST = re.compile(r"Domain name not found|Name or service not known|NXDOMAIN", re.IGNORECASE)
 _TLS_FIX = ("a coordinator serving TLS needs --tls-ca (FARM_TLS_CA) naming the CA of its certificate, and with "
             "mutual TLS --tls-cert and --tls-key; a plaintext one needs none of them")
 
@@ -166,8 +168,9 @@ class CoordinatorClient:
         """``access``: the token and TLS settings to present (foundation.wire.access); by
         default none, which a coordinator listening on loopback without a token accepts."""
         from foundation.wire import farm_pb2_grpc
-        from foundation.wire.access import open_channel
+        from foundation.wire.access import check_address, open_channel
 
+        check_address(address)  # a malformed one is bad input; only a call tells an unreachable one
         self.address = address
         self.timeout = timeout
         self.channel = open_channel(address, access)
@@ -202,8 +205,7 @@ class CoordinatorClient:
                                                   patience=until.patience, round_trials=until.round_trials or 0))
         if looks_like_path(model):
             path = Path(model).expanduser()
-            if not path.is_file():
-                raise NotFound(f"no such ONNX file: {model}", "check the path, or name a zoo model (see `farm models`)")
+            check_onnx_path(path, model)
             content = path.read_bytes()
             request.onnx.CopyFrom(farm_pb2.OnnxModel(
                 file_name=path.name, content=content, sha256=hashlib.sha256(content).hexdigest()))
@@ -267,7 +269,11 @@ def coordinator_error(err, address: str) -> FarmError:
     code, details = err.code(), err.details() or ""
     if code == grpc.StatusCode.UNAVAILABLE:
         if _TLS_TROUBLE.search(details):
-            return Unreachable(f"no TLS connection to the coordinator at {address}: {details}", _TLS_FIX)
+            return Unreachable(f"no TLS connection to the coordinator at {address}: {_tls_reason(details)}",
+                               _TLS_FIX)
+        if _NO_SUCH_HOST.search(details):
+            return BadInput(f"no host is named {address.rsplit(':', 1)[0]} (--coordinator {address})",
+                            "check the host name in --coordinator / FARM_COORDINATOR")
         fix = "check --coordinator / FARM_COORDINATOR and that `farm coordinator` runs there"
         if "Socket closed" in details:  # what a plaintext call to a TLS port sees
             fix += f"; {_TLS_FIX}"
@@ -279,8 +285,28 @@ def coordinator_error(err, address: str) -> FarmError:
         return NotFound(details, "see `farm jobs` or `farm models`")
     if code == grpc.StatusCode.DEADLINE_EXCEEDED:
         return Unreachable(f"the coordinator at {address} did not answer in time", "retry, or check its load")
+    if code in (grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN):
+        return _CoordinatorBug(f"the coordinator at {address} failed: {details}",
+                               "this is a bug in tvm-farm's coordinator; its log has the traceback: report it")
     problem, _, fix = details.partition(" (")
     return FarmError(problem, fix.rstrip(")") or None)
+
+
+class _CoordinatorBug(FarmError):
+    """The coordinator failed on a request it should have answered (INTERNAL): exit 70, as a bug here is."""
+
+    exit_code = EXIT_INTERNAL
+
+
+def _tls_reason(details: str) -> str:
+    """What a failed TLS handshake came to, without gRPC's wrapping ("failed to connect to all
+    addresses; last error: UNKNOWN: ipv4:...: Ssl handshake failed (...): ..."): its last
+    OpenSSL reason, in words."""
+    reasons = re.findall(r"OPENSSL_internal:([A-Z0-9_]+)", details)
+    if reasons:
+        return reasons[-1].replace("_", " ").lower()
+    text = details.split("last error: ", 1)[-1]
+    return text if len(text) <= 200 else text[:200] + "…"
 
 
 def final(state: str) -> bool:

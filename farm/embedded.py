@@ -157,6 +157,10 @@ def submit(request: SubmitRequest, observer: JobObserver | None = None,
     cancellation = cancellation or Cancellation()
     tell = observer.stage if observer else (lambda state, detail: None)
     key = model_key(request.model, request.batch)
+    if key.source == "onnx":  # a file that is no ONNX model is refused before the registry is opened or made
+        from foundation.models.onnx_import import read_model
+
+        read_model(key.path)
     check_request(request.weights_layout)
     if request.until is not None:
         check_until(request.until)

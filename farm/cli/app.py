@@ -17,7 +17,7 @@ import typer
 from typer.utils import parse_boolean_env_var
 
 from farm.cli import agent_cmd, cluster, coordinator_cmd, info, registry, report_cmd, submit
-from foundation.errors import EXIT_INTERNAL, BadInput, FarmError, Interrupted
+from foundation.errors import EXIT_INTERNAL, BadInput, FarmError, Interrupted, path_error
 
 # rich_markup_mode=None: typer's rich help and usage errors import rich.markdown and pygments,
 # ~0.5 s before `farm --help` prints anything (bench/startup.py); click's plain help is enough.
@@ -62,6 +62,9 @@ def main() -> None:
     # gRPC's core logs a failed TLS handshake (and more) at INFO on stderr, beside the one line
     # the failure becomes here; ERROR keeps what is a real fault. Before gRPC starts: it reads it once.
     os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
+    # gRPC's core logs a failed TLS handshake (and more) at INFO on stderr, beside the one line
+    # the failure becomes here; ERROR keeps what is a real fault. Before gRPC starts: it reads it once.
+    os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
     json_output = "--json" in sys.argv[1:sys.argv.index("--")] if "--" in sys.argv else "--json" in sys.argv[1:]
     json_output = json_output or parse_boolean_env_var(os.environ.get("FARM_JSON"), False)
     try:
@@ -75,11 +78,20 @@ def main() -> None:
         _fail(_usage_error(err), json_output)
     except (typer.Abort, KeyboardInterrupt):
         _fail(Interrupted("interrupted", "nothing was left half-written"), json_output)
+    except OSError as err:  # on a path no command checked itself: its path and what to do
+        if err.filename is None or os.environ.get(DEBUG_ENV):
+            _raise_or_fail(err, json_output)
+        _fail(path_error(err), json_output)
     except Exception as err:
-        if os.environ.get(DEBUG_ENV):
-            raise
-        _fail(_internal(err), json_output, EXIT_INTERNAL)
+        _raise_or_fail(err, json_output)
     sys.exit(code if isinstance(code, int) else 0)
+
+
+def _raise_or_fail(err: Exception, json_output: bool) -> None:
+    """An unexpected error: its traceback with FARM_DEBUG set, else one line and exit 70."""
+    if os.environ.get(DEBUG_ENV):
+        raise err
+    _fail(_internal(err), json_output, EXIT_INTERNAL)
 
 
 def _fail(err: FarmError, json_output: bool, exit_code: int | None = None) -> None:
@@ -101,11 +113,29 @@ def _fail(err: FarmError, json_output: bool, exit_code: int | None = None) -> No
 def _usage_error(err: typer.TyperException) -> BadInput:
     ctx = getattr(err, "ctx", None)
     command = ctx.command_path if ctx is not None else "farm"
+    negative = _negative_number(err)
+    if negative is not None:
+        return negative
     problem, _, suggestion = err.format_message().partition(" (Possible options: ")
     hint = f"see `{command} --help`"
     if suggestion:
         hint = f"did you mean {suggestion.rstrip(')')}? {hint}"
     return BadInput(_sentence(problem), hint)
+
+
+def _negative_number(err: typer.TyperException) -> BadInput | None:
+    """click reads `-3` as an option it does not know; where a command takes a number, it is
+    one given negative (`farm submit mlp-tiny llvm -3`)."""
+    import re
+
+    name = getattr(err, "option_name", None) or ""
+    ctx = getattr(err, "ctx", None)
+    if type(err).__name__ != "NoSuchOption" or not re.fullmatch(r"-\d+(\.\d*)?", name):
+        return None
+    arguments = [p.name for p in (ctx.command.params if ctx is not None else []) if p.param_type_name == "argument"]
+    what = "batch" if "batch" in arguments else "that number"
+    return BadInput(f"{what} must be a positive integer, not {name[:24]}",
+                    f"see `{ctx.command_path if ctx is not None else 'farm'} --help`")
 
 
 def _internal(err: Exception) -> FarmError:

@@ -37,9 +37,13 @@ def write_job_report(job_id: str, out: Path, registry: str | None) -> dict:
     from farm.report import job_report, write_report
     from farm.session import open_store
     from foundation.domain.warm_start_use import job_warm_start
+    from foundation.errors import path_error
 
     made = job_report(open_store(registry), job_id)
-    png, page = write_report(made, out)
+    try:
+        png, page = write_report(made, out)
+    except OSError as err:
+        raise path_error(err, err.filename or out, doing="write the report into") from None
     document = {
         "job": job_id, "png": str(png), "markdown": str(page), "trials": made.trials,
         "estimated_latency_ms": made.model_curve[-1][1] * 1e3 if made.model_curve else None,

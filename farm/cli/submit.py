@@ -11,9 +11,10 @@ from farm.cli.coordinator_options import coordinator_options
 from farm.cli.options import JSON_OPTION, REGISTRY_OPTION, env_option
 from farm.cli.output import emit_json, stdout_console
 from farm.connection import Coordinator
+from foundation.domain import request_limits as limits
 from foundation.domain.reuse import ReuseMode
 from foundation.domain.tuning_rounds import DEFAULT_PATIENCE, DEFAULT_ROUNDS
-from foundation.errors import BadInput, FarmError, Interrupted, JobFailed, NotFound
+from foundation.errors import BadInput, FarmError, Interrupted, JobFailed, NotFound, path_error
 
 app = FarmTyper()
 
@@ -93,6 +94,11 @@ def submit(
     from foundation.domain.weights_layout import check_request
 
     check_request(weights_layout)
+    _check_numbers({"--trials": (trials, limits.TRIALS),
+                    "--trials-per-task": (trials_per_task, limits.TRIALS_PER_TASK),
+                    "--build-workers": (build_workers, limits.BUILD_WORKERS), "--runs": (runs, limits.VALIDATION_RUNS),
+                    "--seed": (seed, limits.SEED), "--patience": (patience, limits.PATIENCE),
+                    "--round-trials": (round_trials, limits.TRIALS)})
     until_request = _until(until, patience, round_trials)
     if coordinator.address:
         from farm.cli.cluster import remote_submit
@@ -196,14 +202,19 @@ def run(
     from farm.cli.units import duration, milliseconds
     from farm.embedded import artifact_json
 
+    _check_numbers({"--runs": (runs, limits.VALIDATION_RUNS),
+                    "--warmup": (warmup, limits.WARMUP_RUNS), "--seed": (seed, limits.SEED)})
+    if input_path is not None and input_path.is_dir():
+        raise BadInput(f"--input {input_path} is a directory", "pass a .npy file written by numpy.save")
     if input_path is not None and not input_path.is_file():
         raise NotFound(f"no such input file: {input_path}", "pass a .npy file written by numpy.save")
     if output_path is not None:
         _check_output_path(output_path)
+    given = [_read_input(input_path)] if input_path else None  # a bad file is refused before the load
     begin = time.perf_counter()
     deployed = load(model, target, batch, registry=registry, seed=seed, weights_layout=weights_layout)
     loaded_s = time.perf_counter() - begin
-    inputs = [_read_input(input_path)] if input_path else deployed.example_inputs(seed)
+    inputs = given or deployed.example_inputs(seed)
     first = time.perf_counter()
     outputs = deployed(*inputs)
     first_s = time.perf_counter() - first
@@ -254,21 +265,37 @@ def _check_output_path(path: Path) -> None:
 def _read_input(path: Path):
     import numpy as np
 
+    fix = "pass a .npy file written by numpy.save"
     try:
+        with path.open("rb") as file:
+            if file.read(len(np.lib.format.MAGIC_PREFIX)) != np.lib.format.MAGIC_PREFIX:
+                raise BadInput(f"--input {path} is not a .npy file (it does not start as numpy.save writes one)", fix)
         return np.load(path, allow_pickle=False)
-    except (OSError, ValueError) as err:
-        raise FarmError(f"cannot read input {path}: {err}", "pass a .npy file written by numpy.save") from None
+    except OSError as err:
+        raise path_error(err, path, doing="read --input") from None
+    except ValueError as err:  # a damaged header, an object array: numpy's first line says which
+        reason = str(err).strip().splitlines()[0][:200] if str(err).strip() else type(err).__name__
+        raise BadInput(f"cannot read --input {path}: {reason}", fix) from None
 
 
 def _write_outputs(path: Path, outputs) -> None:
     import numpy as np
 
-    if path.suffix == ".npz":
-        np.savez(path, *outputs)
-    elif len(outputs) == 1:
-        np.save(path, outputs[0])
-    else:
+    if path.suffix == ".npy" and len(outputs) != 1:
         raise FarmError(f"the model has {len(outputs)} outputs; a .npy file holds one", "use --output out.npz")
+    try:
+        if path.suffix == ".npz":
+            np.savez(path, *outputs)
+        else:
+            np.save(path, outputs[0])
+    except OSError as err:
+        raise path_error(err, path, doing="write --output") from None
+
+
+def _check_numbers(numbers: dict) -> None:
+    """Refuse a number out of its bounds (foundation.domain.request_limits), before anything is written."""
+    for name, (value, bound) in numbers.items():
+        limits.check_number(name, value, bound)
 
 
 def _print_submit(result) -> None:

@@ -31,6 +31,14 @@ def looks_like_path(name_or_path: str) -> bool:
     return name_or_path.endswith(".onnx") or os.sep in name_or_path or os.path.isfile(name_or_path)
 
 
+def check_onnx_path(path: Path, given: str) -> None:
+    """Refuse an ONNX path that names no file: a directory is bad input (2), nothing there is NotFound (3)."""
+    if path.is_dir():
+        raise BadInput(f"{given} is a directory, not an ONNX file", "give the path of the .onnx file in it")
+    if not path.is_file():
+        raise NotFound(f"no such ONNX file: {given}", "check the path, or name a zoo model (see `farm models`)")
+
+
 def model_key(name_or_path: str, batch: int) -> ModelKey:
     """The key of a zoo model name or an ONNX file; bad names and files raise FarmError."""
     from foundation.models.zoo import known_models, zoo_source_digest
@@ -38,9 +46,7 @@ def model_key(name_or_path: str, batch: int) -> ModelKey:
     check_batch(batch)
     if looks_like_path(name_or_path):
         path = Path(name_or_path).expanduser()
-        if not path.is_file():
-            raise NotFound(f"no such ONNX file: {name_or_path}",
-                           "check the path, or name a zoo model (see `farm models`)")
+        check_onnx_path(path, name_or_path)
         try:
             digest = hashlib.sha256(path.read_bytes()).hexdigest()
         except OSError as err:

@@ -17,6 +17,8 @@ URL_FIX = (
     "check --registry / FARM_REGISTRY: sqlite:///path/to/registry.db or postgresql://user@host/db"
 )
 REACH_FIX = "check --registry / FARM_REGISTRY and that the database server is up and reachable"
+SQLITE_FILE_FIX = ("check the permissions of the SQLite file and its directory: this user must be able to write "
+                   "both (SQLite writes -wal and -shm files beside it); or point --registry / FARM_REGISTRY elsewhere")
 CREATE_FIX = "create one with `farm registry init` (or any `farm submit`), or check --registry / FARM_REGISTRY"
 
 
@@ -187,6 +189,8 @@ def registry_error(exc: SQLAlchemyError, url: str) -> RegistryError:
             "nothing was written; check the ids passed in (model, fingerprint, job, workload)",
         )
     if isinstance(exc, OperationalError):
+        if url.startswith("sqlite") and any(s in reason for s in ("readonly", "read-only", "unable to open")):
+            return RegistryError(f"cannot write the registry at {url}: {reason}", SQLITE_FILE_FIX)
         if "locked" in reason or "busy" in reason:
             return RegistryError(
                 f"the registry at {url} stayed busy: {reason}",
