@@ -1,4 +1,5 @@
-"""The recipes' options against the real `farm coordinator --help` and `farm agent --help`."""
+"""The recipes' options and environment variables against the real `farm coordinator --help` and
+`farm agent --help`, and the systemd environment files against every variable they name."""
 
 from __future__ import annotations
 
@@ -15,10 +16,14 @@ from support.deploy_recipes import (
     AGENT_FLAGS,
     COMPOSE_FILE,
     COORDINATOR_FLAGS,
+    ENV_WITHOUT_OPTION,
+    SYSTEMD,
     container_args,
     farm_services,
     flags_of,
     k8s_objects,
+    pod_template,
+    read_env_file,
 )
 
 
@@ -59,3 +64,43 @@ def test_recipe_flags_exist_in_the_cli(role):
         pytest.skip(f"`farm {role}` has neither {sorted(new)} yet (issue 18's interface is not in this checkout)")
     missing = sorted(flag for flag in used if not re.search(rf"(?<![\w-]){re.escape(flag)}(?![\w-])", text))
     assert not missing, f"`farm {role}` lacks {missing}, which the recipes pass"
+
+
+def help_variables(role: str) -> set[str]:
+    text = _help(role)
+    if text is None:
+        pytest.skip(f"`farm {role} --help` does not run here")
+    return set(re.findall(r"\bFARM_[A-Z0-9_]+\b", re.sub(r"\x1b\[[0-9;]*m", "", text)))
+
+
+def recipe_variables() -> dict[str, set[str]]:
+    """Every FARM_ variable the recipes set for `farm coordinator` and `farm agent`."""
+    used = {"coordinator": set(), "agent": set()}
+    compose = yaml.safe_load(COMPOSE_FILE.read_text())
+    for service in farm_services(compose).values():
+        used[service["command"][0]] |= set(service.get("environment", {}))
+    for obj in k8s_objects():
+        if obj["kind"] in ("Deployment", "DaemonSet"):
+            [container] = pod_template(obj)["spec"]["containers"]
+            used[container["args"][0]] |= {e["name"] for e in container.get("env", [])}
+    for role in used:
+        used[role] |= set(read_env_file(SYSTEMD / f"{role}.env", commented=True))
+        used[role] = {name for name in used[role] if name.startswith("FARM_")} - ENV_WITHOUT_OPTION
+    return used
+
+
+@pytest.mark.parametrize("role", ["coordinator", "agent"])
+def test_recipe_variables_exist_in_the_cli(role):
+    missing = sorted(recipe_variables()[role] - help_variables(role))
+    assert not missing, f"the recipes set {missing}, which `farm {role} --help` does not name"
+
+
+@pytest.mark.parametrize("role", ["coordinator", "agent"])
+def test_systemd_env_files_name_every_setting(role):
+    """Under systemd every setting comes from the environment file: each variable `farm ROLE
+    --help` names is in it, set or commented with its example (FARM_JSON is for scripts' one
+    document on stdout, not for a daemon; the token belongs in its file, never in the
+    environment file)."""
+    documented = set(read_env_file(SYSTEMD / f"{role}.env", commented=True))
+    missing = sorted(help_variables(role) - {"FARM_JSON", "FARM_TOKEN"} - documented)
+    assert not missing, f"deploy/systemd/{role}.env does not name {missing}"

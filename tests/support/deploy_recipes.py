@@ -34,19 +34,27 @@ COORDINATOR_FLAGS = {
     "--listen", "--registry", "--tracker", "--tracker-listen", "--metrics-listen", "--token-file",
     "--heartbeat-interval", "--lease-ttl", "--max-attempts", "--records-per-report", "--report-rate",
     "--report-within", "--report-jitter", "--grace", "--ingest-process", "--no-ingest-process", "--json",
+    "--health-listen", "--log-format", "--log-level",
 }
 AGENT_FLAGS = {
     "--coordinator", "--target", "--device", "--build-workers", "--rpc-host", "--rpc-port",
-    "--metrics-listen", "--token-file",
+    "--metrics-listen", "--token-file", "--grace", "--log-format", "--log-level",
 }
-COMMON_ENV = {"FARM_HOME", "FARM_TOKEN", "FARM_TOKEN_FILE", "FARM_METRICS_LISTEN"}
+COMMON_ENV = {"FARM_HOME", "FARM_TOKEN", "FARM_TOKEN_FILE", "FARM_METRICS_LISTEN", "FARM_LOG_FORMAT", "FARM_LOG_LEVEL"}
 COORDINATOR_ENV = COMMON_ENV | {
     "FARM_LISTEN", "FARM_REGISTRY", "FARM_TRACKER", "FARM_TRACKER_LISTEN", "FARM_INGEST_PROCESS",
-    "FARM_TLS_CERT", "FARM_TLS_KEY", "FARM_TLS_CLIENT_CA",
+    "FARM_TLS_CERT", "FARM_TLS_KEY", "FARM_TLS_CLIENT_CA", "FARM_HEALTH_LISTEN",
+    "FARM_COORDINATOR_HEARTBEAT_INTERVAL", "FARM_COORDINATOR_LEASE_TTL", "FARM_COORDINATOR_MAX_ATTEMPTS",
+    "FARM_COORDINATOR_RECORDS_PER_REPORT", "FARM_COORDINATOR_REPORT_RATE", "FARM_COORDINATOR_REPORT_WITHIN",
+    "FARM_COORDINATOR_REPORT_JITTER", "FARM_COORDINATOR_GRACE",
 }
 AGENT_ENV = COMMON_ENV | {
     "FARM_COORDINATOR", "FARM_DEVICE", "FARM_BUILD_WORKERS", "FARM_RPC_HOST", "FARM_RPC_PORT", "FARM_TLS_CA",
+    "FARM_TLS_CERT", "FARM_TLS_KEY", "FARM_AGENT_TARGET", "FARM_AGENT_GRACE",
 }
+# Read by the farm without an option of its own: the data directory. Every other FARM_ variable
+# a recipe sets is an option's (`farm ROLE --help` names it).
+ENV_WITHOUT_OPTION = {"FARM_HOME"}
 
 # Set by the CUDA image for TVM itself, not by the farm.
 OTHER_ENV = {"PATH", "HOME", "PYTHONUNBUFFERED", "CUDA_HOME", "TVM_CUDA_COMPILE_MODE", "XDG_CACHE_HOME"}
