@@ -62,9 +62,6 @@ def main() -> None:
     # gRPC's core logs a failed TLS handshake (and more) at INFO on stderr, beside the one line
     # the failure becomes here; ERROR keeps what is a real fault. Before gRPC starts: it reads it once.
     os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
-    # gRPC's core logs a failed TLS handshake (and more) at INFO on stderr, beside the one line
-    # the failure becomes here; ERROR keeps what is a real fault. Before gRPC starts: it reads it once.
-    os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
     json_output = "--json" in sys.argv[1:sys.argv.index("--")] if "--" in sys.argv else "--json" in sys.argv[1:]
     json_output = json_output or parse_boolean_env_var(os.environ.get("FARM_JSON"), False)
     try:
