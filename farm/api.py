@@ -71,7 +71,7 @@ class DeployedModel:
 
 def load(model: str, target: str = "llvm", batch: int = 1, *, registry: str | None = None,
          weights: Mapping[str, np.ndarray] | Sequence[np.ndarray] | None = None, seed: int = 0,
-         weights_layout: str | None = None) -> DeployedModel:
+         weights_layout: str | None = None, threads: int | str = "auto") -> DeployedModel:
     """Load the newest valid artifact for (model, target, batch) on this box's fingerprint.
 
     No compilation happens: the stored library is checked against its sha256 and loaded.
@@ -81,11 +81,16 @@ def load(model: str, target: str = "llvm", batch: int = 1, *, registry: str | No
     unknown or misshapen weight is refused (BadInput) by name. Weights are always plain: a
     prepacked library rearranges them once, here. ``weights_layout`` ("plain", "prepacked" or
     "prepacked-nchwc") loads only an artifact of that form; by default the newest of any.
+    ``threads``: how many threads its kernels run on, or "auto": one for a library whose
+    validated latency is under a millisecond (robust on a box whose cores are busy), else every
+    core (foundation.runtime.threads).
     """
     from foundation.registry.engine import RegistryMissing
     from foundation.runtime.library_runner import LoadedLibrary
+    from foundation.runtime.threads import parse_threads
 
     key = model_key(model, batch)
+    threads = parse_threads(threads)
     forms = [form.value for form in WeightsLayout]
     if weights_layout is not None and weights_layout not in forms:
         raise BadInput(f"unknown weights layout {weights_layout!r}", f"use {', '.join(forms)}, or leave it out (any)")
@@ -115,7 +120,8 @@ def load(model: str, target: str = "llvm", batch: int = 1, *, registry: str | No
         )
     weights = _weights_for(key, stored, seed) if weights is None else matched_weights(key, stored.weights, weights)
     try:
-        loaded = LoadedLibrary(library, ctx.target["kind"])
+        loaded = LoadedLibrary(library, ctx.target["kind"], threads=threads,
+                               stored_latency_ms=artifact.latency_median_ms)
     except Exception as err:  # a library that passes sha256 but not the loader
         raise RegistryError(f"artifact {artifact.id} cannot be loaded: {err}",
                         f"re-tune it with `farm submit {model} {target} {batch} --retune`") from None

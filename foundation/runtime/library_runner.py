@@ -38,6 +38,13 @@ class Latency:
         }
 
 
+def latency_of(blocks: Sequence[Sequence[float]], warmup: int) -> Latency:
+    """The latency of runs timed in blocks (foundation.runtime.interleaved_timing), in ms."""
+    samples = [x for block in blocks for x in block]
+    return Latency(mean_ms=statistics.fmean(samples), median_ms=statistics.median(samples),
+                   std_ms=statistics.pstdev(samples), runs=len(samples), warmup=warmup)
+
+
 def device_for(target_kind: str, index: int = 0) -> "tvm.runtime.Device":
     import tvm
 
@@ -51,7 +58,11 @@ class LoadedLibrary:
     (foundation.domain.weights_layout) rearranges them once, in `set_weights`.
     """
 
-    def __init__(self, library: bytes, target_kind: str, device_index: int = 0):
+    def __init__(self, library: bytes, target_kind: str, device_index: int = 0, *,
+                 threads: int | str | None = None, stored_latency_ms: float | None = None):
+        """``threads``: the CPU threads its kernels run on, "auto" (foundation.runtime.threads,
+        from ``stored_latency_ms``), or None to leave this process's pool as it is (validation
+        and tuning time libraries on every core, as they were tuned)."""
         from foundation.hardware.tvm_startup import pin_tvm_threads
 
         pin_tvm_threads()
@@ -67,6 +78,12 @@ class LoadedLibrary:
             module = tvm.runtime.load_module(path)
         self.module = module  # for a second VM over the same code (bench/prepack.py times kernels on one)
         self.vm = relax.VirtualMachine(module, self.device)
+        self.threads: int | None = None
+        if threads is not None and target_kind != "cuda":
+            from foundation.hardware.fingerprint import available_cores
+            from foundation.runtime.threads import threads_for
+
+            self.threads = threads_for(threads, stored_latency_ms, available_cores())
         self.prepacked = bool(self.vm.module.implements_function(TRANSFORM_PARAMS_FUNCTION))
         self._weights: list | None = None
 
@@ -125,6 +142,10 @@ class LoadedLibrary:
 
         if self._weights is None:
             raise RuntimeError("set_weights() must be called before running the model")
+        if self.threads is not None:  # every run goes through here: the pool is the process's
+            from foundation.runtime.threads import use_threads
+
+            use_threads(self.threads)
         return [tvm.runtime.tensor(np.ascontiguousarray(x), self.device) for x in inputs] + self._weights
 
 
