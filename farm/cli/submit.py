@@ -190,6 +190,10 @@ def run(
         None, "--weights-layout", command="run", metavar="LAYOUT",
         help="Load only an artifact of this form (plain, prepacked or prepacked-nchwc); default: the newest of "
              "any (all take plain weights)."),
+    threads: str = env_option(
+        "auto", "--threads", command="run", metavar="N|auto",
+        help="CPU threads its kernels run on; auto: one for a library validated under 1 ms (robust where other "
+             "work holds the cores), else every core."),
     registry: str | None = REGISTRY_OPTION,
     json_output: bool = JSON_OPTION,
 ) -> None:
@@ -201,6 +205,7 @@ def run(
     from farm.api import load
     from farm.cli.units import duration, milliseconds
     from farm.embedded import artifact_json
+    from foundation.runtime.threads import parse_threads
 
     _check_numbers({"--runs": (runs, limits.VALIDATION_RUNS),
                     "--warmup": (warmup, limits.WARMUP_RUNS), "--seed": (seed, limits.SEED)})
@@ -212,7 +217,8 @@ def run(
         _check_output_path(output_path)
     given = [_read_input(input_path)] if input_path else None  # a bad file is refused before the load
     begin = time.perf_counter()
-    deployed = load(model, target, batch, registry=registry, seed=seed, weights_layout=weights_layout)
+    deployed = load(model, target, batch, registry=registry, seed=seed, weights_layout=weights_layout,
+                    threads=parse_threads(threads))
     loaded_s = time.perf_counter() - begin
     inputs = given or deployed.example_inputs(seed)
     first = time.perf_counter()
@@ -229,6 +235,7 @@ def run(
         "latency_ms": latency.to_json(),
         "load_s": round(loaded_s, 4),
         "first_inference_s": round(first_s, 4),
+        "threads": deployed.library.threads,
         "outputs": [{"shape": list(o.shape), "dtype": str(o.dtype)} for o in outputs],
         "stored": artifact_json(deployed.artifact),
     }
@@ -238,7 +245,8 @@ def run(
     console = stdout_console()
     console.print(f"artifact   {deployed.artifact.id}  ({deployed.key.describe()}, fingerprint {deployed.fingerprint}, "
                   f"{deployed.artifact.weights_layout} weights)")
-    console.print(f"load       {duration(loaded_s)}, first inference {duration(first_s)}")
+    console.print(f"load       {duration(loaded_s)}, first inference {duration(first_s)}, "
+                  f"{deployed.library.threads} thread{'s' if deployed.library.threads != 1 else ''}")
     console.print(f"latency    mean {milliseconds(latency.mean_ms)}  median {milliseconds(latency.median_ms)}  "
                   f"std {milliseconds(latency.std_ms)}  ({latency.runs} runs after {latency.warmup} warm-up)")
     for i, out in enumerate(outputs):
