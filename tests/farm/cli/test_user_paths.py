@@ -152,3 +152,14 @@ def test_os_errors_map_to_exit_codes_with_the_path():
     for err, code, fix in cases:
         mapped = path_error(err, doing="write")
         assert mapped.exit_code == code and str(Path(err.filename)) in mapped.problem and fix in mapped.fix
+
+
+def test_outputs_to_a_path_the_os_refuses_are_bad_input_with_the_path():
+    import numpy as np
+
+    from farm.cli.submit import _write_outputs
+    from foundation.errors import BadInput
+
+    with pytest.raises(BadInput) as refused:
+        _write_outputs(Path("/proc/x.npy"), [np.zeros(2, dtype="float32")])
+    assert "cannot write --output /proc/x.npy" in refused.value.problem
