@@ -1,5 +1,6 @@
-"""The agents' Kubernetes liveness check, /healthz on the metrics port: it fails when the agent's
-main loop has stopped turning, which /metrics (served by a thread of its own) never shows.
+"""The agents' liveness check, /healthz on the metrics port, as Kubernetes' probe and the compose
+healthcheck ask it: it fails when the agent's main loop has stopped turning, which /metrics
+(served by a thread of its own) never shows.
 Checked on a real agent process: fresh while its loop turns, failing once the loop has ended
 while the process and its metrics server live on.
 """
@@ -14,10 +15,12 @@ import urllib.error
 import urllib.request
 from types import SimpleNamespace
 
+import yaml
+
 from agent.metrics import LoopLiveness
 from farm.local_cluster import free_port
 
-from support.deploy_recipes import find, pod_template
+from support.deploy_recipes import COMPOSE_FILE, find, pod_template
 
 # An agent whose loop ends on SIGUSR1 while its process, and so its metrics server, stays up:
 # what a wedged main loop looks like from outside. The coordinator address is a closed port
@@ -65,6 +68,19 @@ def wait_for(predicate, timeout: float, what: str):
         time.sleep(0.2)
 
 
+def compose_healthcheck(port: int) -> list[str]:
+    """The compose agents' healthcheck command, as written, run with this venv's Python on ``port``."""
+    services = yaml.safe_load(COMPOSE_FILE.read_text())["services"]
+    test = services["agent-1"]["healthcheck"]["test"]
+    assert services["agent-2"]["healthcheck"] == services["agent-1"]["healthcheck"]
+    assert test[:3] == ["CMD", "/opt/tvm-farm/.venv/bin/python", "-c"] and "127.0.0.1:9465/healthz" in test[3]
+    return [sys.executable, "-c", test[3].replace("127.0.0.1:9465", f"127.0.0.1:{port}")]
+
+
+def healthy(port: int) -> bool:
+    return subprocess.run(compose_healthcheck(port), capture_output=True, timeout=60).returncode == 0
+
+
 def test_liveness_probe_fails_when_the_agent_loop_stops(tmp_path):
     log = (tmp_path / "agent.log").open("w")
     agent = subprocess.Popen([sys.executable, "-c", HARNESS, f"127.0.0.1:{free_port()}", str(STALE_AFTER_S)],
@@ -78,12 +94,14 @@ def test_liveness_probe_fails_when_the_agent_loop_stops(tmp_path):
         assert "turned" in body
         time.sleep(3 * STALE_AFTER_S)
         assert probe(port)[0] == 200
+        assert healthy(port), "the compose healthcheck fails a live agent"
         # The loop ends; the process and its metrics thread do not.
         agent.send_signal(signal.SIGUSR1)
         assert agent.stdout.readline().strip() == "loop ended"
         status, body = wait_for(lambda: (answer := probe(port))[0] != 200 and answer, STALE_AFTER_S + 10,
                                 "the probe still passes with the loop stopped")
         assert status == 503 and "last turned" in body, (status, body)
+        assert not healthy(port), "the compose healthcheck passes a stopped loop"
         assert agent.poll() is None
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as answer:
             assert answer.status == 200, "/metrics still answers: it alone would have said nothing"
