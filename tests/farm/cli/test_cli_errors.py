@@ -1,4 +1,9 @@
-"""Bad input: one line on stderr saying what is wrong and what to do, non-zero exit, registry unchanged."""
+"""Bad input: one line on stderr saying what is wrong and what to do, non-zero exit, registry unchanged.
+
+The commands run in this process through the real `farm` script (support.farm_inprocess): the same
+error boundary, exit codes and stdout/stderr as a subprocess, without its start-up. Tests whose
+subject needs a process of its own (a package hidden from the interpreter, CUDA's first probe)
+start one."""
 
 from __future__ import annotations
 
@@ -9,8 +14,14 @@ from pathlib import Path
 
 import pytest
 
+from support.farm_inprocess import run_farm_inprocess
 
-def farm(exe: str, home: Path, *args: str) -> subprocess.CompletedProcess:
+
+def farm(home: Path, *args: str) -> subprocess.CompletedProcess:
+    return run_farm_inprocess(*args, home=home)
+
+
+def farm_process(exe: str, home: Path, *args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "FARM_HOME": str(home)}
     env.pop("FARM_REGISTRY", None)
     return subprocess.run([exe, *args], env=env, capture_output=True, text=True, timeout=300)
@@ -31,36 +42,36 @@ def home(tmp_path) -> Path:
     return tmp_path / "home"
 
 
-def test_unknown_model_lists_known_ones(farm_exe, home):
-    proc = farm(farm_exe, home, "submit", "resnet-19", "llvm", "1")
+def test_unknown_model_lists_known_ones(home):
+    proc = farm(home, "submit", "resnet-19", "llvm", "1")
     assert_refused(proc, "unknown model 'resnet-19'", "resnet-18", "bert")
     assert not (home / "registry.db").exists()
 
 
-def test_unknown_target(farm_exe, home):
-    proc = farm(farm_exe, home, "submit", "mlp-tiny", "tpu", "1")
+def test_unknown_target(home):
+    proc = farm(home, "submit", "mlp-tiny", "tpu", "1")
     assert_refused(proc, "unknown target 'tpu'")
     assert not (home / "registry.db").exists()
 
 
-def test_batch_below_one(farm_exe, home):
-    proc = farm(farm_exe, home, "submit", "mlp-tiny", "llvm", "0")
+def test_batch_below_one(home):
+    proc = farm(home, "submit", "mlp-tiny", "llvm", "0")
     assert_refused(proc, "batch must be at least 1")
     assert not (home / "registry.db").exists()
 
 
-def test_missing_onnx_file(farm_exe, home, tmp_path):
-    proc = farm(farm_exe, home, "submit", str(tmp_path / "nope.onnx"), "llvm", "1")
+def test_missing_onnx_file(home, tmp_path):
+    proc = farm(home, "submit", str(tmp_path / "nope.onnx"), "llvm", "1")
     assert_refused(proc, "no such ONNX file")
     assert not (home / "registry.db").exists()
 
 
-def test_broken_onnx_file_leaves_registry_unchanged(farm_exe, home, tmp_path):
+def test_broken_onnx_file_leaves_registry_unchanged(home, tmp_path):
     broken = tmp_path / "broken.onnx"
     broken.write_bytes(b"this is not a protobuf \x00\x01\x02" * 10)
-    proc = farm(farm_exe, home, "submit", str(broken), "llvm", "1")
+    proc = farm(home, "submit", str(broken), "llvm", "1")
     assert_refused(proc, "broken.onnx")
-    ls = farm(farm_exe, home, "registry", "ls", "--json")
+    ls = farm(home, "registry", "ls", "--json")
     if ls.returncode == 0:  # the registry may exist (empty); nothing may be in it
         import json
 
@@ -68,20 +79,21 @@ def test_broken_onnx_file_leaves_registry_unchanged(farm_exe, home, tmp_path):
         assert all(n == 0 for n in counts.values()), counts
 
 
-def test_unreachable_registry(farm_exe, home):
-    proc = farm(farm_exe, home, "submit", "mlp-tiny", "llvm", "1", "--registry", "postgresql://farm@127.0.0.1:1/farm")
+def test_unreachable_registry(home):
+    proc = farm(home, "submit", "mlp-tiny", "llvm", "1", "--registry", "postgresql://farm@127.0.0.1:1/farm")
     assert_refused(proc, "cannot reach the registry", "127.0.0.1:1")
 
 
-def test_run_without_artifact_says_to_submit(farm_exe, home):
-    proc = farm(farm_exe, home, "run", "mlp-tiny", "llvm", "4")
+def test_run_without_artifact_says_to_submit(home):
+    proc = farm(home, "run", "mlp-tiny", "llvm", "4")
     assert_refused(proc, "no tuned library", "farm submit mlp-tiny llvm 4")
 
 
 def test_cuda_without_a_gpu(farm_exe, home):
     if Path("/dev/nvidia0").exists():
         pytest.skip("this machine has a GPU")
-    proc = farm(farm_exe, home, "submit", "mlp-tiny", "cuda", "1")
+    # A process of its own: what CUDA's first probe writes on native stderr, it writes once per process.
+    proc = farm_process(farm_exe, home, "submit", "mlp-tiny", "cuda", "1")
     assert_refused(proc, "CUDA")
 
 
@@ -121,23 +133,22 @@ BAD_INPUT = [
 ]
 
 
-@pytest.mark.slow  # 54 process starts: minutes, though nothing is tuned
 @pytest.mark.parametrize("args, code, needle", BAD_INPUT, ids=[" ".join(a)[:60] for a, _, _ in BAD_INPUT])
-def test_bad_input_is_one_line_with_its_exit_code(farm_exe, home, tmp_path, args, code, needle):
+def test_bad_input_is_one_line_with_its_exit_code(home, tmp_path, args, code, needle):
     args = [a.replace("{tmp}", str(tmp_path)) for a in args]
-    proc = farm(farm_exe, home, *args)
+    proc = farm(home, *args)
     assert proc.returncode == code, (proc.returncode, proc.stderr)
     assert_refused(proc, needle)
     assert "Traceback" not in proc.stderr
     assert not home.exists() or not (home / "registry.db").exists(), "bad input created a registry"
-    as_json = farm(farm_exe, home, *args, "--json")
+    as_json = farm(home, *args, "--json")
     assert as_json.returncode == code
     document = json.loads(as_json.stdout)
     assert document["exit_code"] == code and needle in document["error"] and document["hint"]
     assert len([line for line in as_json.stderr.splitlines() if line.strip()]) == 1
 
 
-def test_tuning_for_instructions_this_cpu_lacks_is_refused(farm_exe, home):
+def test_tuning_for_instructions_this_cpu_lacks_is_refused(home):
     from tvm.target import Target, codegen
 
     from foundation.hardware.fingerprint import local_fingerprint
@@ -147,17 +158,17 @@ def test_tuning_for_instructions_this_cpu_lacks_is_refused(farm_exe, home):
                   if "amx-tile" in codegen.llvm_get_cpu_features(Target({"kind": "llvm", "mcpu": cpu}))]
     if "amx_tile" in have or not candidates:
         pytest.skip("this CPU has AMX: no x86 mcpu here needs instructions it lacks")
-    proc = farm(farm_exe, home, "submit", "mlp-tiny", json.dumps({"kind": "llvm", "mcpu": candidates[0]}), "1")
+    proc = farm(home, "submit", "mlp-tiny", json.dumps({"kind": "llvm", "mcpu": candidates[0]}), "1")
     assert proc.returncode == 2
     assert_refused(proc, "this CPU", "lacks", "amx_tile", "--coordinator")
     assert not (home / "registry.db").exists()
 
 
-def test_tuning_for_another_architecture_is_refused(farm_exe, home):
+def test_tuning_for_another_architecture_is_refused(home):
     import platform
 
     other = "aarch64" if platform.machine().lower() in ("x86_64", "amd64") else "x86_64"
-    proc = farm(farm_exe, home, "submit", "mlp-tiny", json.dumps({"kind": "llvm", "mtriple": f"{other}-linux-gnu"}),
+    proc = farm(home, "submit", "mlp-tiny", json.dumps({"kind": "llvm", "mtriple": f"{other}-linux-gnu"}),
                 "1")
     assert proc.returncode == 2
     assert_refused(proc, f"code for {other}", "cannot run on this", "--coordinator")
@@ -171,8 +182,8 @@ def test_tuning_for_another_architecture_is_refused(farm_exe, home):
     (["--until", "-3ms"], "is neither onnxruntime nor a latency"),
     (["--patience", "2"], "--patience and --round-trials only apply with --until"),
 ])
-def test_bad_until_is_refused_before_anything_is_written(farm_exe, home, args, needle):
-    proc = farm(farm_exe, home, "submit", "mlp-tiny", "llvm", "1", *args)
+def test_bad_until_is_refused_before_anything_is_written(home, args, needle):
+    proc = farm(home, "submit", "mlp-tiny", "llvm", "1", *args)
     assert proc.returncode == 2
     assert_refused(proc, needle)
     assert not (home / "registry.db").exists()
