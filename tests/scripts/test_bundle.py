@@ -1,0 +1,132 @@
+"""scripts/bundle writes an offline wheelhouse with a manifest; scripts/setup --offline verifies it, then
+installs from it alone."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from support.bundles import THIS_PYTHON, offline_env, write_manifest
+
+REPO = Path(__file__).resolve().parents[2]
+BUNDLE = REPO / "scripts" / "bundle"
+SETUP = REPO / "scripts" / "setup"
+
+
+def run(*command: str | Path, env: dict | None = None, timeout: float = 60,
+        cwd: Path | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([str(c) for c in command], capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, **(env or {})}, cwd=cwd)
+
+
+def one_error_line(done: subprocess.CompletedProcess) -> str:
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, done.stderr
+    assert lines[0].startswith("error: ")
+    return lines[0]
+
+
+@pytest.fixture
+def small_bundle(tmp_path) -> Path:
+    """Two stand-in files and the manifest scripts/bundle writes for them."""
+    bundle = tmp_path / "bundle"
+    bundle.mkdir()
+    (bundle / "a-1.0-py3-none-any.whl").write_bytes(b"first wheel" * 100)
+    (bundle / "b-2.0-py3-none-any.whl").write_bytes(b"second wheel" * 100)
+    write_manifest(bundle, "a==1.0")
+    return bundle
+
+
+def test_verify_accepts_the_bundle_as_written(small_bundle):
+    done = run(sys.executable, BUNDLE, "--verify", small_bundle, "--python", THIS_PYTHON)
+    assert done.returncode == 0, done.stderr
+    assert f"2 files match manifest.json (0.0 MB, Python {THIS_PYTHON})" in done.stdout
+
+
+def test_setup_offline_refuses_a_tampered_bundle_before_installing(small_bundle, tmp_path):
+    wheel = small_bundle / "b-2.0-py3-none-any.whl"
+    wheel.write_bytes(wheel.read_bytes()[:-1] + b"X")  # same size, other content
+    venv = tmp_path / "venv"
+    done = run("bash", SETUP, "--offline", small_bundle, env=offline_env(venv))
+    assert done.returncode == 2
+    assert one_error_line(done) == (
+        f"error: bundle {small_bundle}: b-2.0-py3-none-any.whl does not match its manifest's sha256 and size "
+        "(the file changed or was cut short; copy the bundle again)")
+    assert not venv.exists() and done.stdout == ""
+
+
+@pytest.mark.parametrize("damage, expected", [
+    ("truncate", "b-2.0-py3-none-any.whl does not match its manifest's sha256 and size"),
+    ("remove", "lacks b-2.0-py3-none-any.whl, which its manifest lists"),
+    ("add", "holds c-3.0-py3-none-any.whl, which its manifest does not list"),
+])
+def test_verify_names_the_file_that_differs(small_bundle, damage, expected):
+    wheel = small_bundle / "b-2.0-py3-none-any.whl"
+    if damage == "truncate":
+        wheel.write_bytes(wheel.read_bytes()[:10])
+    elif damage == "remove":
+        wheel.unlink()
+    else:
+        (small_bundle / "c-3.0-py3-none-any.whl").write_bytes(b"stowaway")
+    done = run(sys.executable, BUNDLE, "--verify", small_bundle)
+    assert done.returncode == 2
+    assert expected in one_error_line(done)
+
+
+def test_verify_refuses_another_python_and_a_missing_bundle(small_bundle, tmp_path):
+    done = run(sys.executable, BUNDLE, "--verify", small_bundle, "--python", "3.99")
+    assert done.returncode == 2
+    assert one_error_line(done) == (
+        f"error: bundle {small_bundle} is for Python {THIS_PYTHON}, not 3.99 "
+        f"(install it with Python {THIS_PYTHON}, or write one with --python 3.99)")
+    done = run("bash", SETUP, "--offline", tmp_path / "nowhere", env=offline_env(tmp_path / "venv"))
+    assert done.returncode == 3
+    assert one_error_line(done) == (f"error: no bundle at {tmp_path / 'nowhere'}: manifest.json is missing "
+                                    f"(write one with scripts/bundle {tmp_path / 'nowhere'})")
+
+
+def test_bundle_refuses_bad_arguments_before_fetching(small_bundle):
+    done = run(sys.executable, BUNDLE, small_bundle)
+    assert done.returncode == 2
+    assert one_error_line(done) == (f"error: {small_bundle} is not empty "
+                                    "(give a new or empty folder; a bundle is written whole)")
+    done = run(sys.executable, BUNDLE, small_bundle.parent / "new", "--python", "2.7")
+    assert done.returncode == 2 and "--python '2.7' is not a Python version" in one_error_line(done)
+    assert not (small_bundle.parent / "new").exists()
+
+
+@pytest.mark.slow
+def test_a_bundle_installs_into_a_fresh_venv_with_pip_offline(tmp_path):
+    """About 220 MB of wheels: pip's cache (or FARM_TEST_WHEELHOUSE, a folder of wheels such as an
+    earlier bundle) saves downloading them again; building the bundle needs the index or that folder."""
+    bundle = tmp_path / "bundle"
+    find_links = ["--find-links", os.environ["FARM_TEST_WHEELHOUSE"]] if os.environ.get("FARM_TEST_WHEELHOUSE") else []
+    built = run(sys.executable, BUNDLE, bundle, "--python", THIS_PYTHON, *find_links, timeout=900)
+    assert built.returncode == 0, built.stderr
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    names = {entry["file"].split("-")[0] for entry in manifest["files"]}
+    assert {"tvm_farm", "apache_tvm", "apache_tvm_ffi", "xgboost_cpu", "xgboost", "numpy"} <= names
+    # The CPU-only xgboost and nothing of CUDA's; no test extras unless asked.
+    assert not {n for n in names if n.startswith("nvidia")} and "pytest" not in names
+    assert manifest["install"] == "tvm-farm==0.1.0"
+    assert f"{manifest['total_size'] / 1e6:.1f} MB" in built.stdout
+
+    venv = tmp_path / "venv"
+    installed = run("bash", SETUP, "--offline", bundle, env=offline_env(venv), timeout=900)
+    assert installed.returncode == 0, installed.stderr
+    # Run outside the checkout, whose farm/ would otherwise be imported instead of the venv's.
+    probe = run(venv / "bin" / "python", "-c", "import tvm, xgboost, farm.cli.app; "
+                "print(tvm.__version__, xgboost.__file__, farm.cli.app.__file__)", env={"PYTHONPATH": ""}, cwd=tmp_path)
+    assert probe.returncode == 0, probe.stderr
+    version_line, xgboost_file, farm_file = probe.stdout.split()
+    assert version_line.startswith("0.27.0") and xgboost_file.startswith(str(venv)) and farm_file.startswith(str(venv))
+    version = run(venv / "bin" / "farm", "--version", cwd=tmp_path)
+    assert version.returncode == 0, version.stderr
+    assert version.stdout.startswith("farm    0.1.0") and "TVM     0.27.0" in version.stdout
+    checked = run(venv / "bin" / "python", "-m", "pip", "check", env=offline_env(venv))
+    assert checked.returncode == 0 and "No broken requirements" in checked.stdout, checked.stdout
