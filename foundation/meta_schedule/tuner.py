@@ -158,7 +158,8 @@ def tune(
     the budget's per-task cap (a reused task's top-up), None for the others.
 
     ``warm`` (foundation.meta_schedule.warm) brings seeds transplanted from similar workloads,
-    measured first and out of each task's plan, and a cost model trained on past records.
+    measured first and out of each task's plan (every task's best seed before any task's second:
+    the model's estimate exists after one seed a task), and a cost model trained on past records.
     """
     if not tasks:  # every task reused: nothing to search
         return TuningReport(tasks=[], seconds=0.0, cancelled=cancelled is not None and cancelled.is_set())

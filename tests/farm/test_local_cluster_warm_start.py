@@ -121,9 +121,13 @@ def test_a_distributed_job_measures_its_seeds_first_and_starts_from_the_stored_c
     store = RegistryStore(registry_url, create=False)
     try:
         mine = [r for r in store.all_records() if r.job_id == job_id]
+        measured = [workload for workload, _ in store.job_measurements(job_id)]
     finally:
         store.dispose()
     assert mine and all(r.run_secs for r in mine), mine
+    # The agent measured each task's best seed before any task's second, as the embedded mode does.
+    tasks = len(set(measured))
+    assert warm["seeds_own_fingerprint"] > tasks and len(set(measured[:tasks])) == tasks, (warm, measured)
     assert not {r.workload_id for r in mine} & donor_workloads
     assert sum(r.mean_sec is not None for r in mine) >= warm["seeds_own_fingerprint"]
 

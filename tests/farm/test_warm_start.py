@@ -45,9 +45,27 @@ def donors(tuned_mlp, tmp_path):
     return f"sqlite:///{copy}", fingerprint
 
 
-def test_another_batch_is_seeded_from_this_fingerprint_and_validates_against_the_untuned_build(donors):
-    url, fingerprint = donors
-    result = submit(_request(url, 1))
+@pytest.fixture(scope="module")
+def seeded_batch_1(tuned_mlp, tmp_path_factory):
+    """mlp-tiny at batch 1 tuned (warm) in a copy of the donors' registry: (url, fingerprint, result)."""
+    path, fingerprint = tuned_mlp
+    copy = tmp_path_factory.mktemp("seeded") / "registry.db"
+    shutil.copy(path, copy)
+    url = f"sqlite:///{copy}"
+    return url, fingerprint, submit(_request(url, 1))
+
+
+def _first_measured_tasks(url: str, job_id: str, count: int) -> list[int]:
+    """The workloads of the job's first ``count`` measurements, in the order they were stored."""
+    store = RegistryStore(url, create=False)
+    try:
+        return [workload for workload, _ in store.job_measurements(job_id)][:count]
+    finally:
+        store.dispose()
+
+
+def test_another_batch_is_seeded_from_this_fingerprint_and_validates_against_the_untuned_build(seeded_batch_1):
+    url, fingerprint, result = seeded_batch_1
     assert result.job.state == "succeeded", result.job
     warm = result.to_json()["warm_start"]
     assert warm["seeds_own_fingerprint"] >= 2 and warm["seeds_other_fingerprints"] == 0, warm
@@ -66,6 +84,33 @@ def test_another_batch_is_seeded_from_this_fingerprint_and_validates_against_the
     # (A trace the search measures again is stored once.)
     assert 0 < len(mine) <= result.report.trials <= 8
     assert sum(r.mean_sec is not None for r in mine) >= warm["seeds_own_fingerprint"]
+
+
+def test_each_task_best_seed_is_measured_before_any_task_second(seeded_batch_1):
+    url, _, result = seeded_batch_1
+    seeded = [n for n in result.report.seeds.per_task if n]
+    # Several tasks seeded, one at least with more than one seed: the order below can fail.
+    assert len(seeded) >= 2 and seeded[0] >= 2, result.report.seeds
+    first = _first_measured_tasks(url, result.job.id, len(seeded))
+    assert len(set(first)) == len(seeded), first
+    # The model's estimate exists once those are measured: every seeded task has a valid record.
+    assert sum(1 for t in result.report.tasks if t.best_sec is not None) >= len(seeded)
+
+
+def test_a_similar_model_submitted_with_defaults_is_seeded_first_across_tasks(tmp_path):
+    url = f"sqlite:///{tmp_path / 'registry.db'}"
+    # Every option the farm's default but the budget (and the validation's runs), kept small.
+    donor = submit(SubmitRequest(model="mlp-tiny", target="llvm", batch=4, registry=url, trials_per_task=4,
+                                 validation_runs=2))
+    assert donor.job.state == "succeeded", donor.job
+    result = submit(SubmitRequest(model="mlp-tiny", target="llvm", batch=1, registry=url, trials_per_task=4,
+                                  validation_runs=2))
+    assert result.job.state == "succeeded" and not result.cache_hit, result.job
+    warm = result.to_json()["warm_start"]
+    assert warm["seeds_own_fingerprint"] >= 2 and warm["seeds_failed"] == 0, warm
+    seeded = [n for n in result.report.seeds.per_task if n]
+    first = _first_measured_tasks(url, result.job.id, len(seeded))
+    assert len(seeded) >= 2 and len(set(first)) == len(seeded), (result.report.seeds, first)
 
 
 def test_an_incompatible_seed_is_rejected_and_the_task_still_tunes(donors, tmp_path):

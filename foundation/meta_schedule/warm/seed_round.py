@@ -5,7 +5,8 @@ a Tophub-style fallback that trusted another workload's config ran 200x slower, 
 #4404). Measured first, they are this job's own records of the task on this fingerprint: the
 evolutionary search seeds its first population from them through `get_top_k` as it does from
 any record, the build may use the best of them as it may any measured record, and a warm job
-has a tuned schedule for every seeded task after its first round. The cost model learns from
+has a tuned schedule for every seeded task after its first round. Each task's best seed goes
+first, across tasks, then the others. The cost model learns from
 them like from any measured batch.
 """
 
@@ -92,32 +93,67 @@ def measure_seeds(contexts: Sequence[Any], donors: Sequence[Sequence[SeedTrace]]
     trial plan; ``contexts[i]`` its TuneContext,
     ``donors[i]`` its donor traces), measure them with the tuning's own builder and runner,
     and commit every result to ``database`` (failures too: history is training data).
-    ``picked(i)`` is called before task i's seeds are measured, ``picked(None)`` at the end
-    (the tuner's live progress attributes the builder's and runner's results by it)."""
-    from tvm.s_tir.meta_schedule.arg_info import ArgInfo
-    from tvm.s_tir.meta_schedule.builder import BuilderInput
-    from tvm.s_tir.meta_schedule.database import TuningRecord
-    from tvm.s_tir.meta_schedule.runner import RunnerInput, RunnerResult
-    from tvm.s_tir.meta_schedule.search_strategy import MeasureCandidate
 
+    Each task's best seed is measured first, one task after another, and only then the rest of
+    every task's seeds: after the first pass every seeded task has a measured schedule, so the
+    model's latency estimate (each task's best time by its weight) exists after as many trials
+    as there are seeded tasks, not after all their seeds (docs/benchmarks.md, "Warm starts").
+    ``picked(i)`` is called before a batch of task i's seeds is measured, ``picked(None)`` at
+    the end (the tuner's live progress attributes the builder's and runner's results by it)."""
     report = SeedRoundReport(per_task=[0] * len(contexts), best_sec=[None] * len(contexts))
     transplanter = Transplanter(target, space_generator)
     limits = [per_task] * len(contexts) if isinstance(per_task, int) else list(per_task)
-    for index, (context, task_donors) in enumerate(zip(contexts, donors)):
+    batch = _SeedBatch(target, builder, runner, database, report, picked)
+    rest: dict[int, list[tuple[Any, SeedTrace]]] = {}
+    for index, (context, task_donors) in enumerate(zip(contexts, donors)):  # the first pass: best seeds
         if cancelled is not None and cancelled.is_set():
             break
         if not task_donors or limits[index] <= 0:
             continue
         seeds = transplanted_seeds(transplanter, context.mod, task_donors, limits[index], report)
-        if not seeds:
-            continue
-        if picked is not None:
-            picked(index)
+        if seeds:
+            batch.measure(index, context, seeds[:1])
+            rest[index] = seeds[1:]
+    for index, seeds in rest.items():  # the second: the rest of each task's seeds
+        if cancelled is not None and cancelled.is_set():
+            break
+        if seeds:
+            batch.measure(index, contexts[index], seeds)
+    if cost_model is not None:  # once per task, as one batch of its seeds would have taught it
+        for index, (candidates, results) in batch.measured.items():
+            cost_model.update(contexts[index], candidates, results)
+    if picked is not None:
+        picked(None)
+    _LOG.info("seed round: %s", report.to_json())
+    return report
+
+
+class _SeedBatch:
+    """Measures seeds of one task as one batch of the tuning's builder and runner, commits the
+    results to the database, counts them in the report, and keeps them for the cost model."""
+
+    def __init__(self, target: "tvm.target.Target", builder, runner, database, report: SeedRoundReport,
+                 picked: Callable[[int | None], None] | None):
+        self.target, self.builder, self.runner, self.database = target, builder, runner, database
+        self.report, self.picked = report, picked
+        self.measured: dict[int, tuple[list, list]] = {}  # task index -> (candidates, results)
+
+    def measure(self, index: int, context: Any, seeds: Sequence[tuple[Any, SeedTrace]]) -> None:
+        from tvm.s_tir.meta_schedule.arg_info import ArgInfo
+        from tvm.s_tir.meta_schedule.builder import BuilderInput
+        from tvm.s_tir.meta_schedule.database import TuningRecord
+        from tvm.s_tir.meta_schedule.runner import RunnerInput, RunnerResult
+        from tvm.s_tir.meta_schedule.search_strategy import MeasureCandidate
+
+        target, database, report = self.target, self.database, self.report
+        if self.picked is not None:
+            self.picked(index)
         candidates = [MeasureCandidate(s, ArgInfo.from_entry_func(s.mod, remove_preproc=True)) for s, _ in seeds]
-        built = builder.build([BuilderInput(c.sch.mod, target) for c in candidates])
+        built = self.builder.build([BuilderInput(c.sch.mod, target) for c in candidates])
         ran = [i for i, b in enumerate(built) if b.error_msg is None]
         device = _device_type(target)
-        futures = runner.run([RunnerInput(built[i].artifact_path, device, candidates[i].args_info) for i in ran])
+        futures = self.runner.run([RunnerInput(built[i].artifact_path, device, candidates[i].args_info)
+                                   for i in ran])
         results = [RunnerResult(run_secs=None, error_msg=b.error_msg) for b in built]
         for i, future in zip(ran, futures):
             results[i] = future.result()
@@ -137,18 +173,15 @@ def measure_seeds(contexts: Sequence[Any], donors: Sequence[Sequence[SeedTrace]]
                 mean = sum(run_secs) / len(run_secs)
                 best = report.best_sec[index]
                 report.best_sec[index] = mean if best is None else min(best, mean)
-        report.per_task[index] = len(seeds)
+        report.per_task[index] += len(seeds)
         if hasattr(database, "end_of_batch"):
             database.end_of_batch()
-        if cost_model is not None:
-            cost_model.update(context, candidates, results)
+        kept = self.measured.setdefault(index, ([], []))
+        kept[0].extend(candidates)
+        kept[1].extend(results)
         for b in built:
             if b.artifact_path:
                 shutil.rmtree(os.path.dirname(b.artifact_path), ignore_errors=True)
-    if picked is not None:
-        picked(None)
-    _LOG.info("seed round: %s", report.to_json())
-    return report
 
 
 def _device_type(target: "tvm.target.Target") -> str:
