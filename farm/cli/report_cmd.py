@@ -46,7 +46,12 @@ def write_job_report(job_id: str, out: Path, registry: str | None) -> dict:
         raise path_error(err, err.filename or out, doing="write the report into") from None
     document = {
         "job": job_id, "png": str(png), "markdown": str(page), "trials": made.trials,
-        "estimated_latency_ms": made.model_curve[-1][1] * 1e3 if made.model_curve else None,
+        "estimated_latency_ms": made.model_curve[-1].seconds * 1e3 if made.model_curve else None,
+        # The model's curve starts at the first measured task; until every task is measured, the
+        # others are estimated (farm.report.ModelPoint): how many the final estimate still counts so.
+        "estimated_tasks": made.estimated_tasks,
+        "model_curve_from_trial": made.model_curve[0].trials if made.model_curve else None,
+        "every_task_measured_at": made.every_task_measured_at,
         "warm_start": job_warm_start(made.job.options.get("warm_start_used")),
         "tasks": [{"task": t.name, "weight": t.weight, "trials": t.trials, "failed": t.failed,
                    "best_ms": None if t.final is None else t.final * 1e3} for t in made.tasks],
