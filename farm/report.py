@@ -1,9 +1,12 @@
 """`farm report`: a job's tuning as a picture and a page, from what the registry kept of it.
 
-The picture (PNG) plots the best latency found against trials, for each task and for the model
-(each task's best time by its weight, as MetaSchedule's scheduler reckons the whole), with the
-artifact's measured latency beside it; the page (Markdown) sums the job up. Records are the
-job's own, in the order they were stored: one per measured candidate, failures included.
+The picture (PNG, farm.report_plot) plots the best latency found against trials, for each task
+and for the model (each task's best time by its weight, as MetaSchedule's scheduler reckons the
+whole), with the artifact's measured latency beside it; the page (Markdown) sums the job up.
+Records are the job's own, in the order they were stored: one per measured candidate, failures
+included. The model's curve starts at the first measured task: until every task is measured,
+the others are counted at their FLOPs at the measured tasks' rate (foundation.domain.model_estimate)
+and the curve's points say how many were.
 
 A record names its workload, not its task. The task names and weights come from the job's plan
 (distributed jobs), else from the task list the tuner wrote into the job's work directory on the
@@ -17,9 +20,13 @@ import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 from farm.report_page import markdown
+from farm.report_plot import plot
 from foundation import config
+from foundation.domain.model_estimate import model_estimate
+from foundation.domain.trial_plan import TaskDemand
 from foundation.errors import FarmError, NotFound
 from foundation.registry.store import RegistryStore
 
@@ -31,6 +38,7 @@ class TaskCurve:
     name: str
     weight: int
     workload_id: int | None
+    flop: float = 0.0  # of one call; 0 where the report does not know it
     best: list[float | None] = field(default_factory=list)
     failed: int = 0
 
@@ -47,6 +55,14 @@ class TaskCurve:
         return next((b for b in self.best if b is not None), None)
 
 
+class ModelPoint(NamedTuple):
+    """The model's estimated latency after ``trials`` of the job's trials."""
+
+    trials: int
+    seconds: float
+    estimated_tasks: int  # tasks not measured yet, counted at their FLOPs at the measured ones' rate
+
+
 @dataclass
 class JobReport:
     job: object  # foundation.registry.entities.Job
@@ -55,11 +71,22 @@ class JobReport:
     fingerprint_summary: str
     tasks: list[TaskCurve]
     tasks_from: str  # where the task names and weights came from
-    model_curve: list[tuple[int, float]]  # (trials so far, estimated model latency in seconds)
+    model_curve: list[ModelPoint]  # from the first trial that gives an estimate
 
     @property
     def trials(self) -> int:
         return sum(t.trials for t in self.tasks)
+
+    @property
+    def estimated_tasks(self) -> int | None:
+        """Tasks the final estimate counts at an estimated time (0: every task measured); None
+        without an estimate."""
+        return self.model_curve[-1].estimated_tasks if self.model_curve else None
+
+    @property
+    def every_task_measured_at(self) -> int | None:
+        """The trial after which every task had a measured schedule, if one did."""
+        return next((p.trials for p in self.model_curve if p.estimated_tasks == 0), None)
 
 
 def job_report(store: RegistryStore, job_id: str) -> JobReport:
@@ -87,12 +114,20 @@ def job_report(store: RegistryStore, job_id: str) -> JobReport:
         task.failed += not valid
         improved = valid and (task.final is None or mean_sec < task.final)
         task.best.append(mean_sec if improved else task.final)
-        if all(t.final is not None for t in tasks):
-            model_curve.append((count, sum(t.final * t.weight for t in tasks)))
+        point = model_point(tasks, count)
+        if point is not None:
+            model_curve.append(point)
     artifact = store.get_artifact(job.artifact_id) if job.artifact_id else None
     fingerprint = store.get_fingerprint(job.fingerprint_id) if job.fingerprint_id else None
     return JobReport(job, store.get_model(job.model_id), artifact, fingerprint.summary if fingerprint else "",
                      tasks, tasks_from, model_curve)
+
+
+def model_point(tasks: list[TaskCurve], trials: int) -> ModelPoint | None:
+    """The model's estimate after ``trials``, from each task's best so far (None: no estimate yet)."""
+    estimate = model_estimate([TaskDemand(t.name, t.flop, t.weight, None if t.final is None else t.final * 1e3)
+                               for t in tasks])
+    return None if estimate is None else ModelPoint(trials, estimate.seconds, estimate.estimated_tasks)
 
 
 def _tasks_of(store: RegistryStore, job_id: str, workload_ids: set[int]) -> tuple[list[TaskCurve], str]:
@@ -100,15 +135,15 @@ def _tasks_of(store: RegistryStore, job_id: str, workload_ids: set[int]) -> tupl
 
     planned = ClusterStore(store).job_tasks(job_id)
     if planned:
-        return [TaskCurve(t.name, t.weight, t.workload_id) for t in planned], "the job's plan"
+        return [TaskCurve(t.name, t.weight, t.workload_id, t.flop) for t in planned], "the job's plan"
     task_list = config.job_work_dir(job_id) / "tasks.json"
     if task_list.is_file():
         listed = json.loads(task_list.read_text())
         by_shash: dict[str, list[int]] = {}
         for workload_id, (shash, _) in store.get_workloads(workload_ids).items():
             by_shash.setdefault(shash, []).append(workload_id)
-        tasks = [TaskCurve(t["name"], int(t["weight"]), (by_shash.get(t["workload_shash"]) or [None])[0])
-                 for t in listed]
+        tasks = [TaskCurve(t["name"], int(t["weight"]), (by_shash.get(t["workload_shash"]) or [None])[0],
+                           float(t.get("flop") or 0.0)) for t in listed]
         known = {t.workload_id for t in tasks}
         if workload_ids <= known:
             return tasks, f"the tuner's task list ({task_list})"
@@ -126,50 +161,6 @@ def write_report(report: JobReport, out_dir: Path) -> tuple[Path, Path]:
                         "choose a directory you can write to") from None
     png = out_dir / f"{report.job.id}.png"
     page = out_dir / f"{report.job.id}.md"
-    _plot(report, png)
+    plot(report, png)
     page.write_text(markdown(report, png.name))
     return png, page
-
-
-def _plot(report: JobReport, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")  # files only: no display, no GUI toolkit
-    import matplotlib.pyplot as plt
-    from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator
-
-    job, model = report.job, report.model
-    figure, (by_task, whole) = plt.subplots(1, 2, figsize=(14, 5.5), constrained_layout=True)
-    for task in sorted(report.tasks, key=lambda t: -(t.final or 0) * t.weight):
-        points = [(i + 1, b * 1e3) for i, b in enumerate(task.best) if b is not None]
-        if points:
-            by_task.step(*zip(*points), where="post", label=f"{task.name[:40]} (x{task.weight})")
-    by_task.set(xlabel="trials of the task", ylabel="best latency (ms)",
-                title="each task's best schedule so far" if report.tasks else "no task tuned: every one was reused")
-    if report.tasks:
-        by_task.set_yscale("log")
-    if report.tasks and len(report.tasks) <= 24:
-        by_task.legend(fontsize="x-small", loc="best")
-    if report.model_curve:
-        trials, seconds = zip(*report.model_curve)
-        whole.step(trials, [s * 1e3 for s in seconds], where="post", label="estimated from the best schedules")
-    artifact = report.artifact
-    if artifact is not None:
-        whole.axhline(artifact.latency_mean_ms, color="tab:green", linestyle="--",
-                      label=f"measured: {artifact.latency_mean_ms:.3g} ms")
-        if artifact.untuned_latency_mean_ms:
-            whole.axhline(artifact.untuned_latency_mean_ms, color="tab:red", linestyle=":",
-                          label=f"untuned: {artifact.untuned_latency_mean_ms:.3g} ms")
-    whole.set(xlabel="trials of the job", ylabel="model latency (ms)", yscale="log",
-              title="the model (each task's best, by its weight)")
-    whole.legend(fontsize="small")
-    for axes in ((by_task,) if report.tasks else ()) + (whole,):
-        axes.xaxis.set_major_locator(MaxNLocator(integer=True))
-        axes.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
-        axes.yaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
-        axes.yaxis.set_minor_formatter(FuncFormatter(lambda value, _: ""))
-        axes.grid(True, which="major", alpha=0.3)
-    figure.suptitle(f"{model.name} batch {model.batch}, {job.target_kind or 'target'} on {job.fingerprint_id}: "
-                    f"{job.id}")
-    figure.savefig(path, dpi=110)
-    plt.close(figure)

@@ -47,8 +47,7 @@ def markdown(report, image: str) -> str:
              + (f": max abs error {validation['max_abs_err']:.3g}" if "max_abs_err" in validation else "")),
         ]
     if report.model_curve:
-        rows.append(("estimated from tuning", f"{milliseconds(report.model_curve[-1][1] * 1e3)} "
-                                              "(each task's best measured time by its weight)"))
+        rows.append(("estimated from tuning", _estimate_text(report)))
     lines = [f"# {model.name} batch {model.batch}: job {job.id}", "", "| | |", "| --- | --- |"]
     lines += [f"| {name} | {value} |" for name, value in rows if value]
     lines += ["", f"![best latency against trials]({image})", ""]
@@ -76,6 +75,19 @@ def markdown(report, image: str) -> str:
         lines.append(f"| {task.name} | {task.weight} | {plan_cells[0]}{task.trials} | {task.failed} | "
                      f"{duration(task.first_valid)} | {duration(task.final)} | {plan_cells[1]} | {share} |")
     return "\n".join(lines) + "\n"
+
+
+def _estimate_text(report) -> str:
+    """The model's final estimate from tuning, and from which trial the curve has one."""
+    final, first = report.model_curve[-1], report.model_curve[0]
+    text = f"{milliseconds(final.seconds * 1e3)} (each task's best measured time by its weight"
+    if final.estimated_tasks:
+        text += (f"; {final.estimated_tasks} of {len(report.tasks)} tasks never measured, counted at their FLOPs "
+                 "at the measured tasks' rate")
+    text += f"); the curve starts after trial {first.trials}"
+    if report.every_task_measured_at is not None and first.estimated_tasks:
+        text += f", estimated in part until every task was measured after trial {report.every_task_measured_at}"
+    return text
 
 
 def _span(job) -> str | None:

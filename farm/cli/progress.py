@@ -12,7 +12,7 @@ import time
 from collections.abc import Sequence
 
 from farm.cli.units import duration, rate, seconds_short
-from foundation.meta_schedule.progress import ProgressListener, TaskProgress, estimated_latency
+from foundation.meta_schedule.progress import ProgressListener, TaskProgress, model_estimate
 
 NAME_WIDTH = 40
 STATE_WIDTH = 10
@@ -34,10 +34,14 @@ def _errors(tasks: Sequence[TaskProgress]) -> str:
 
 def _total(tasks: Sequence[TaskProgress], began: float) -> str:
     """The model as the best schedules so far predict it, and the pace."""
-    latency = estimated_latency(tasks)
+    estimate = model_estimate(tasks)
     measured = sum(1 for t in tasks if t.best_sec is not None)
-    model = (f"model ~{duration(latency)}" if latency is not None
-             else f"model - ({measured}/{len(tasks)} tasks measured)")
+    if estimate is None:
+        model = f"model - ({measured}/{len(tasks)} tasks measured)"
+    elif estimate.measured:
+        model = f"model ~{duration(estimate.seconds)}"
+    else:  # the tasks not measured yet at the measured ones' FLOP rate
+        model = f"model ~{duration(estimate.seconds)} ({estimate.estimated_tasks}/{len(tasks)} tasks estimated)"
     return f"{model}  {rate(sum(t.trials for t in tasks), time.monotonic() - began)}"
 
 

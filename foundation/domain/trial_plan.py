@@ -90,20 +90,28 @@ class TrialPlan:
 
 def latency_shares(tasks: Sequence[TaskDemand]) -> list[float]:
     """Each task's estimated share of the model's latency (see the module's docstring); they sum to 1."""
-    work = [max(t.flop, 0.0) * max(t.weight, 0) for t in tasks]
-    measured = [i for i, t in enumerate(tasks) if _is_measured(t)]
-    measured_work = sum(work[i] for i in measured)
-    measured_ms = sum(tasks[i].measured_ms * max(tasks[i].weight, 0) for i in measured)  # type: ignore[operator]
-    if measured and measured_work > 0 and measured_ms > 0:
-        flop_per_ms = measured_work / measured_ms
-        cost = [tasks[i].measured_ms * max(tasks[i].weight, 0) if i in measured  # type: ignore[operator]
-                else work[i] / flop_per_ms for i in range(len(tasks))]
-    else:
-        cost = work
+    cost = estimated_task_ms(tasks)
+    if cost is None:
+        cost = [max(t.flop, 0.0) * max(t.weight, 0) for t in tasks]
     total = sum(cost)
     if total <= 0:
         return [1.0 / len(tasks)] * len(tasks) if tasks else []
     return [c / total for c in cost]
+
+
+def estimated_task_ms(tasks: Sequence[TaskDemand]) -> list[float] | None:
+    """Each task's time in one inference, in ms (a call's time by its calls): measured where it
+    was, else its FLOPs at the measured tasks' FLOP rate, so both kinds compare. None while no
+    measured task gives a rate (none measured, or only tasks without FLOPs)."""
+    work = [max(t.flop, 0.0) * max(t.weight, 0) for t in tasks]
+    measured = [i for i, t in enumerate(tasks) if _is_measured(t)]
+    measured_work = sum(work[i] for i in measured)
+    measured_ms = sum(tasks[i].measured_ms * max(tasks[i].weight, 0) for i in measured)  # type: ignore[operator]
+    if not measured or measured_work <= 0 or measured_ms <= 0:
+        return None
+    flop_per_ms = measured_work / measured_ms
+    return [tasks[i].measured_ms * max(tasks[i].weight, 0) if i in measured  # type: ignore[operator]
+            else work[i] / flop_per_ms for i in range(len(tasks))]
 
 
 def plan_trials(tasks: Sequence[TaskDemand], budget: int, per_task_cap: int | None = None,

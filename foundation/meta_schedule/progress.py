@@ -18,6 +18,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from foundation.domain.model_estimate import ModelEstimate
+from foundation.domain.model_estimate import model_estimate as estimate
+from foundation.domain.trial_plan import TaskDemand
+
 # Errors kept per task: enough to diagnose, bounded for huge runs.
 KEPT_ERRORS_PER_TASK = 5
 
@@ -81,6 +85,14 @@ def estimated_latency(tasks: Sequence[TaskProgress]) -> float | None:
     if not tasks or any(t.best_sec is None for t in tasks):
         return None
     return sum(t.best_sec * t.weight for t in tasks)
+
+
+def model_estimate(tasks: Sequence[TaskProgress]) -> ModelEstimate | None:
+    """The model's latency from the first measured task on: tasks not measured yet counted at
+    their FLOPs at the measured ones' rate, and counted as estimated
+    (foundation.domain.model_estimate); None until a task with FLOPs is measured."""
+    return estimate([TaskDemand(t.name, t.flop, t.weight, None if t.best_sec is None else t.best_sec * 1e3)
+                     for t in tasks])
 
 
 class ProgressListener(Protocol):

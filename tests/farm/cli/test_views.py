@@ -148,11 +148,25 @@ def test_live_bars_count_to_each_task_planned_trials_and_total_them():
     assert rows["task_0"].total == 8 and rows["total"].total == 16
     measure(progress, first, [1e-3] * 10)  # the scheduler gave it more than planned
     assert rows["task_0"].completed == 10 and rows["task_0"].total == 10 and rows["total"].total == 18
-    assert "model - (1/2 tasks measured)" in rows["total"].fields["best"]
+    # The other task counted at the measured one's FLOP rate (1 MFLOP in 1 ms), 3 calls: 3 ms.
+    assert "model ~4 ms (1/2 tasks estimated)" in rows["total"].fields["best"]
     measure(progress, second, [1e-3])
-    assert "model ~4 ms" in rows["total"].fields["best"]
+    assert "model ~4 ms" in rows["total"].fields["best"] and "estimated" not in rows["total"].fields["best"]
     progress.finished([first, second])
     assert progress._progress is None and "total" in out.getvalue()
+
+
+def test_the_total_has_no_model_estimate_before_a_task_with_flops_is_measured():
+    out = io.StringIO()
+    progress = ConsoleProgress(Console(file=out, force_terminal=True, width=200, color_system=None))
+    first, second = tasks()
+    first.flop = 0.0  # a reshape: no rate to estimate the other task at
+    progress.started([first, second])
+    row = next(t for t in progress._progress.tasks if t.description == "total")
+    assert "model - (0/2 tasks measured)" in row.fields["best"]
+    measure(progress, first, [1e-3])
+    assert "model - (1/2 tasks measured)" in row.fields["best"]
+    progress.finished([first, second])
 
 
 def test_a_job_tuned_in_rounds_says_how_they_ended_or_where_they_are():
