@@ -5,15 +5,21 @@ Then, for each search seed, the target model (default resnet-tiny at batch 1) is
 from copies of that registry at the same budget: cold (`--cold`: no seeds, no pretrained cost
 model) and warm (the farm's default). Reuse of exact workloads is off for both: this measures
 transfer only. For each run it takes the job's best estimated model latency after each trial
-(the sum of each task's best measured time by its weight, once every task has one: `farm
-report`'s curve) and the library's end-to-end latency timed after tuning. It prints the trials
-warm needs to reach cold's final estimated latency (and that as a share of cold's trials), and
-warm/cold latency at equal budget, each with its spread over seeds; it plots best latency
-against trials for every run.
+(`farm report`'s curve: the sum of each task's best measured time by its weight; until every
+task has one, the others counted at their FLOPs at the measured tasks' rate) and the library's
+end-to-end latency timed after tuning. It prints the trials warm needs to reach cold's final
+estimated latency (and that as a share of cold's trials), counted only where every task was
+measured, the trial after which every task was, and warm/cold latency at equal budget, each
+with its spread over seeds; it plots best latency against trials for every run (dotted while
+some tasks are estimated).
 
     .venv/bin/python bench/warm_start.py [--donor resnet-tiny --donor-batch 4 --donor-trials-per-task 16]
         [--model resnet-tiny --batch 1 --trials-per-task 8] [--seeds 0 1] [--plot docs/results/warm-start.png] [--json]
         [--donor-registry donors.db] [--parallel]
+
+The issue's second pair is any other donor and model of the zoo, e.g. `--donor bert-tiny
+--donor-batch 4 --model bert-tiny --batch 1` or `--donor squeezenet_v1.1 --donor-batch 4 --model
+squeezenet_v1.1 --batch 1`: every job is a default submit (auto weights layout).
 
 `--donor-registry` starts from a registry file where the donor is tuned already (a copy is
 used). `--parallel` tunes each seed's cold and warm runs at the same time, in two processes:
@@ -82,13 +88,14 @@ def _run_in_process(registry: Path, args, seed: int, warm: bool):
     return subprocess.Popen(command, stdout=subprocess.PIPE, text=True, env=os.environ.copy())
 
 
-def _curve(registry: Path, job_id: str) -> list[tuple[int, float]]:
+def _curve(registry: Path, job_id: str) -> list[tuple[int, float, int]]:
+    """`farm report`'s model curve: (trials, estimated latency in seconds, tasks not yet measured)."""
     from farm.report import job_report
     from foundation.registry.store import RegistryStore
 
     store = RegistryStore(f"sqlite:///{registry}", create=False)
     try:
-        return job_report(store, job_id).model_curve
+        return [tuple(point) for point in job_report(store, job_id).model_curve]
     finally:
         store.dispose()
 
@@ -106,8 +113,13 @@ def _donor_of(registry: Path, model: str, batch: int) -> dict:
         store.dispose()
 
 
-def _trials_to_reach(curve: list[tuple[int, float]], latency: float) -> int | None:
-    return next((trials for trials, value in curve if value <= latency), None)
+def _trials_to_reach(curve: list[tuple[int, float, int]], latency: float) -> int | None:
+    """The first trial whose estimate, every task measured, is at or below ``latency``."""
+    return next((trials for trials, value, estimated in curve if value <= latency and not estimated), None)
+
+
+def _every_task_measured_at(curve: list[tuple[int, float, int]]) -> int | None:
+    return next((trials for trials, _, estimated in curve if not estimated), None)
 
 
 def _spread(values: list[float]) -> dict:
@@ -126,10 +138,14 @@ def _plot(runs: list[dict], path: Path, title: str) -> None:
 
     fig, ax = plt.subplots(figsize=(7, 4.2))
     for run in runs:
-        trials = [t for t, _ in run["curve"]]
-        latency = [v * 1e3 for _, v in run["curve"]]
         style = {"color": "tab:orange" if run["warm"] else "tab:blue", "alpha": 0.85, "linewidth": 1.4}
-        ax.step(trials, latency, where="post", label=f"{'warm' if run['warm'] else 'cold'} (seed {run['seed']})",
+        estimated = [p for p in run["curve"] if p[2]]
+        measured = [p for p in run["curve"] if not p[2]]
+        if estimated:  # some tasks not measured yet: drawn dotted, up to the first measured point
+            joined = estimated + measured[:1]
+            ax.step([p[0] for p in joined], [p[1] * 1e3 for p in joined], where="post", linestyle=":", **style)
+        ax.step([p[0] for p in measured], [p[1] * 1e3 for p in measured], where="post",
+                label=f"{'warm' if run['warm'] else 'cold'} (seed {run['seed']})",
                 linestyle="-" if run["seed"] == runs[0]["seed"] else "--", **style)
     ax.set_xlabel("measured trials")
     ax.set_ylabel("best estimated model latency (ms)")
@@ -213,6 +229,8 @@ def main(argv: list[str] | None = None) -> int:
         pairs.append({
             "seed": seed,
             "cold_trials": cold["trials"], "warm_trials": warm["trials"],
+            "every_task_measured_after": {"cold": _every_task_measured_at(cold["curve"]),
+                                          "warm": _every_task_measured_at(warm["curve"])},
             "warm_trials_to_cold_final": reach,
             "share_of_cold_trials": None if reach is None else reach / cold["trials"],
             "estimated_ratio": warm["curve"][-1][1] / cold_final,
@@ -244,13 +262,15 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{document['date']}  {document['cpu']}  load before {load_before} after {document['load_after']}  "
           f"{document['seconds']:.0f} s")
     print(f"donor {args.donor} b{args.donor_batch}: {donor['trials']} trials, {donor['latency_ms']:.3f} ms")
-    print("| seed | cold trials | warm trials to cold's final | share | warm/cold est. | warm/cold measured "
-          "| cold ms | warm ms | untuned ms | seeds (own/other) |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("| seed | cold trials | every task measured after, cold / warm | warm trials to cold's final | share "
+          "| warm/cold est. | warm/cold measured | cold ms | warm ms | untuned ms | seeds (own/other) |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for p in pairs:
         share = "never" if p["share_of_cold_trials"] is None else f"{p['share_of_cold_trials']:.0%}"
         seeds = p["seeds"] or {}
-        print(f"| {p['seed']} | {p['cold_trials']} | {p['warm_trials_to_cold_final'] or 'never'} | {share} | "
+        every = p["every_task_measured_after"]
+        print(f"| {p['seed']} | {p['cold_trials']} | {every['cold']} / {every['warm']} | "
+              f"{p['warm_trials_to_cold_final'] or 'never'} | {share} | "
               f"{p['estimated_ratio']:.2f} | {p['measured_ratio']:.2f} | {p['cold_latency_ms']:.3f} | "
               f"{p['warm_latency_ms']:.3f} | {p['untuned_latency_ms']:.3f} | "
               f"{seeds.get('seeds_own_fingerprint')}/{seeds.get('seeds_other_fingerprints')} |")
