@@ -151,6 +151,17 @@ def test_usage_lines_name_arguments_in_capitals(args, usage):
     assert not re.search(r"\{[a-z]", result.output), result.output
 
 
+def test_no_usage_line_wraps_an_argument_in_braces():
+    """Every command's module declares its commands on farm.cli.command.FarmTyper."""
+    for path, _ in _commands():
+        if not path:
+            continue
+        result = CliRunner().invoke(app, [*path, "--help"], prog_name="farm")
+        assert result.exit_code == 0, (path, result.output)
+        usage = result.output.splitlines()[0]
+        assert "{" not in usage and "}" not in usage, usage
+
+
 def test_shell_completion_is_offered(monkeypatch):
     # typer's own switch for tests: the shell is named, not detected from the parent process.
     monkeypatch.setenv("_TYPER_COMPLETE_TEST_DISABLE_SHELL_DETECTION", "1")
