@@ -118,6 +118,11 @@ def _trials_to_reach(curve: list[tuple[int, float, int]], latency: float) -> int
     return next((trials for trials, value, estimated in curve if value <= latency and not estimated), None)
 
 
+def _final(curve: list[tuple[int, float, int]]) -> float | None:
+    """The last estimate with every task measured (None: a run that never measured them all)."""
+    return next((value for _, value, estimated in reversed(curve) if not estimated), None)
+
+
 def _every_task_measured_at(curve: list[tuple[int, float, int]]) -> int | None:
     return next((trials for trials, _, estimated in curve if not estimated), None)
 
@@ -224,8 +229,8 @@ def main(argv: list[str] | None = None) -> int:
     for seed in args.seeds:
         cold = next(r for r in runs if r["seed"] == seed and not r["warm"])
         warm = next(r for r in runs if r["seed"] == seed and r["warm"])
-        cold_final = cold["curve"][-1][1]
-        reach = _trials_to_reach(warm["curve"], cold_final)
+        cold_final, warm_final = _final(cold["curve"]), _final(warm["curve"])
+        reach = None if cold_final is None else _trials_to_reach(warm["curve"], cold_final)
         pairs.append({
             "seed": seed,
             "cold_trials": cold["trials"], "warm_trials": warm["trials"],
@@ -233,7 +238,7 @@ def main(argv: list[str] | None = None) -> int:
                                           "warm": _every_task_measured_at(warm["curve"])},
             "warm_trials_to_cold_final": reach,
             "share_of_cold_trials": None if reach is None else reach / cold["trials"],
-            "estimated_ratio": warm["curve"][-1][1] / cold_final,
+            "estimated_ratio": None if cold_final is None or warm_final is None else warm_final / cold_final,
             "measured_ratio": warm["latency_ms"] / cold["latency_ms"],
             "cold_latency_ms": cold["latency_ms"], "warm_latency_ms": warm["latency_ms"],
             "untuned_latency_ms": cold["untuned_latency_ms"],
@@ -269,9 +274,10 @@ def main(argv: list[str] | None = None) -> int:
         share = "never" if p["share_of_cold_trials"] is None else f"{p['share_of_cold_trials']:.0%}"
         seeds = p["seeds"] or {}
         every = p["every_task_measured_after"]
+        estimated = "-" if p["estimated_ratio"] is None else f"{p['estimated_ratio']:.2f}"
         print(f"| {p['seed']} | {p['cold_trials']} | {every['cold']} / {every['warm']} | "
               f"{p['warm_trials_to_cold_final'] or 'never'} | {share} | "
-              f"{p['estimated_ratio']:.2f} | {p['measured_ratio']:.2f} | {p['cold_latency_ms']:.3f} | "
+              f"{estimated} | {p['measured_ratio']:.2f} | {p['cold_latency_ms']:.3f} | "
               f"{p['warm_latency_ms']:.3f} | {p['untuned_latency_ms']:.3f} | "
               f"{seeds.get('seeds_own_fingerprint')}/{seeds.get('seeds_other_fingerprints')} |")
     for name in ("share_of_cold_trials", "estimated_ratio", "measured_ratio"):
