@@ -3,17 +3,13 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 
 from foundation.registry import NewRecord, RegistryStore
 
-
-def farm(exe: str, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([exe, *args], env=dict(os.environ), capture_output=True, text=True, timeout=120)
+from support.farm_inprocess import run_farm_inprocess
 
 
-def test_show_lists_what_each_fingerprint_holds(farm_exe, tmp_path):
+def test_show_lists_what_each_fingerprint_holds(tmp_path):
     url = f"sqlite:///{tmp_path / 'registry.db'}"
     store = RegistryStore(url)
     try:
@@ -27,7 +23,10 @@ def test_show_lists_what_each_fingerprint_holds(farm_exe, tmp_path):
     finally:
         store.dispose()
 
-    listed = farm(farm_exe, "registry", "show", "--registry", url)
+    def farm(*args: str):  # the real `farm` script, in this process
+        return run_farm_inprocess(*args, home=tmp_path / "home")
+
+    listed = farm("registry", "show", "--registry", url)
     assert listed.returncode == 0, listed.stderr
     header, first, second = listed.stdout.splitlines()
     assert header.split()[:9] == ["FINGERPRINT", "KIND", "RECORDS", "VALID", "WORKLOADS", "MODELS", "ARTIFACTS",
@@ -35,11 +34,11 @@ def test_show_lists_what_each_fingerprint_holds(farm_exe, tmp_path):
     assert first.split()[:8] == ["cpu-aaaa", "cpu", "1,200", "1,200", "1", "0", "0", "0"]
     assert second.split()[:3] == ["cpu-bbbb", "cpu", "0"]
 
-    document = json.loads(farm(farm_exe, "registry", "show", "--registry", url, "--json").stdout)
+    document = json.loads(farm("registry", "show", "--registry", url, "--json").stdout)
     assert [(f["id"], f["records"], f["workloads"], f["cost_models"]) for f in document["fingerprints"]] == [
         ("cpu-aaaa", 1200, 1, 0), ("cpu-bbbb", 0, 0, 0)]
 
-    one = json.loads(farm(farm_exe, "registry", "show", "cpu-aaaa", "--registry", url, "--json").stdout)
+    one = json.loads(farm("registry", "show", "cpu-aaaa", "--registry", url, "--json").stdout)
     assert one["details"] == {"cores": 2} and one["holds"]["records"] == 1200 and one["holds"]["artifacts"] == 0
-    missing = farm(farm_exe, "registry", "show", "cpu-zzzz", "--registry", url)
+    missing = farm("registry", "show", "cpu-zzzz", "--registry", url)
     assert missing.returncode == 3 and "nothing in the registry has id 'cpu-zzzz'" in missing.stderr
