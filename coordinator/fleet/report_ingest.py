@@ -46,8 +46,10 @@ def read_report(report: UnreadReport) -> ReportedBatch:
                 json.loads(record_json), workload_id=workload_id, fingerprint_id=report.fingerprint_id,
                 target_json=report.target, tvm_version=report.tvm_version, software=report.software,
                 job_id=report.job_id))
-        except ValueError as err:  # json.JSONDecodeError is one
-            dropped.append(f"unreadable record: {err}")
+        # JSON of any other shape than a record's (a number for run_secs, a trace that is a
+        # dict) is dropped too: raised here, it would fail the whole group, other agents' reports with it.
+        except (ValueError, TypeError, KeyError, IndexError, AttributeError, RecursionError) as err:
+            dropped.append(f"unreadable record: {type(err).__name__}: {str(err)[:200]}")
     events = list(report.events)
     if dropped:
         events.append(("log", {"source": report.agent_id, "level": "warning",

@@ -173,3 +173,18 @@ def test_a_watch_out_of_bounds_is_refused_by_name(coordinator):
         list(farm_pb2_grpc.FarmClientStub(channel).WatchJob(farm_pb2.WatchJobRequest(job_id=HUGE), timeout=30))
     assert raised.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert "job_id is 100,000 characters long" in raised.value.details()
+
+
+def test_a_reported_record_of_any_shape_is_dropped_not_the_group():
+    """Reports are committed in groups: one record of a hostile shape must not fail the others'."""
+    from coordinator.fleet.report_ingest import UnreadReport, read_report
+
+    good = json.dumps([[[], []], [0.5], {"kind": "llvm"}, None])
+    # run_secs a number, instructions a number or an object, an instruction with nothing in it, a time of null
+    hostile = [json.dumps(r) for r in ([[["x"]], 5, {}, None], [[5], None, {}, None], [[{"a": 1}], None, {}, None],
+                                       [[[[]]], None, {}, None], [[[], []], [None], {}, None])]
+    report = UnreadReport("job-1.s0", 1, "agent-1", "job-1", "cpu-aaaa", '{"kind":"llvm"}', "0.27.0", {},
+                          records=[(7, r) for r in [good, *hostile]], trials=6)
+    batch = read_report(report)
+    assert [r.run_secs for r in batch.records] == [[0.5]]
+    assert batch.events[-1][1]["message"].startswith(f"{len(hostile)} reported record(s) were not kept")
