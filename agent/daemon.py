@@ -32,6 +32,7 @@ from agent.coordinator_calls import (
     lease_shard_request,
     lease_validation_request,
     registered,
+    retry_unavailable,
     shard_answer,
     validation_answer,
 )
@@ -40,6 +41,7 @@ from agent.shard_tuning import tune_shard, validate_library
 from agent.state import AgentState
 from agent.state.events import (
     AgentStarted,
+    CallFailed,
     Event,
     HeartbeatTick,
     RPCServerStarted,
@@ -97,10 +99,19 @@ class AgentSettings:
     stop_grace_sec: float = 15.0
 
 
+# gRPC waits longer and longer between its tries to reconnect to a coordinator that is away (up
+# to 2 minutes by default), failing every call meanwhile: an agent would then stay silent long
+# after a restarted coordinator came back, and lose its lease to the TTL. A few seconds at most.
+RECONNECT_BACKOFF_OPTIONS = [("grpc.initial_reconnect_backoff_ms", 500), ("grpc.min_reconnect_backoff_ms", 500),
+                             ("grpc.max_reconnect_backoff_ms", 2000)]
+
+
 def coordinator_channel(address: str, access: ChannelAccess | None = None) -> grpc.Channel:
     """The agent's channel to the coordinator at ``address`` (host:port): made here only, so
     that credentials (TLS, a token: foundation.wire.access) are added in one place."""
-    return open_channel(address, access)
+    from foundation.wire import CHANNEL_OPTIONS
+
+    return open_channel(address, access, options=[*CHANNEL_OPTIONS, *RECONNECT_BACKOFF_OPTIONS])
 
 
 @dataclass(frozen=True)
@@ -360,13 +371,25 @@ class Agent:
                                                 attempt=lease.attempt, tasks=list(instruction.tasks),
                                                 warm_start=instruction.warm_start)
 
-        def answered(reply):
+        def complete():
+            # Tried again while the coordinator is away (restarting, or without its registry), as
+            # reports are: a completion it never hears lets the lease lapse, and the shard is
+            # tuned again under another attempt.
+            try:
+                reply = retry_unavailable(lambda: self.stub.CompleteShard(request, timeout=CALL_TIMEOUT_S),
+                                          self._stop, f"complete {lease.shard_id}",
+                                          patience=self.settings.report_patience_sec)
+            except grpc.RpcError as err:
+                self.post(call_failed("CompleteShard", err))
+                return
+            if reply is None:  # the agent stops
+                self.post(CallFailed("CompleteShard", "CANCELLED", "the agent is stopping"))
+                return
             logger.info("%s done: %d trials in %.1f s%s", lease.shard_id, instruction.trials, instruction.seconds,
                         "" if reply.accepted else f" (not accepted: {reply.reason})")
-            return ShardCompleted(lease)
+            self.post(ShardCompleted(lease))
 
-        self._in_thread("complete", self._call, "CompleteShard",
-                        lambda: self.stub.CompleteShard(request, timeout=CALL_TIMEOUT_S), answered)
+        self._in_thread("complete", complete)
 
     @_carry_out.register
     def _(self, instruction: FailShard) -> None:

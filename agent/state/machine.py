@@ -28,6 +28,7 @@ Once the agent is stopped, events are late answers to calls in flight and are dr
 from __future__ import annotations
 
 import enum
+import random
 from collections.abc import Callable
 from functools import singledispatchmethod
 from typing import ClassVar
@@ -76,6 +77,7 @@ from agent.state.instructions import (
     Wait,
 )
 from agent.state.policy import (
+    BACKOFF_JITTER,
     FORGOTTEN_CODES,
     LEASE_WAIT_S,
     MAX_RETRY_AFTER_S,
@@ -130,10 +132,12 @@ class AgentState:
     """One agent's state; ``handle`` is its only entry.
 
     ``lease_wait`` is how long an idle agent lets the coordinator hold its LeaseShard (0: not
-    held); ``skip_redundant_heartbeats`` False sends every beat that falls due.
+    held); ``skip_redundant_heartbeats`` False sends every beat that falls due; ``backoff_jitter``
+    and ``draw`` spread the waits after failed calls (agent.state.policy.Backoff).
     """
 
-    def __init__(self, lease_wait: float = LEASE_WAIT_S, skip_redundant_heartbeats: bool = True):
+    def __init__(self, lease_wait: float = LEASE_WAIT_S, skip_redundant_heartbeats: bool = True,
+                 backoff_jitter: float = BACKOFF_JITTER, draw: Callable[[], float] = random.random):
         self.lease_wait = lease_wait
         self.skip_redundant_heartbeats = skip_redundant_heartbeats
         self.registration = Registration.UNREGISTERED
@@ -147,8 +151,8 @@ class AgentState:
         self.lease: Lease | None = None
         self.lease_cancelled = False
         self.stopping = False
-        self._work_backoff = Backoff(0.5, 10.0)
-        self._register_backoff = Backoff(0.5, 5.0)
+        self._work_backoff = Backoff(0.5, 10.0, backoff_jitter, draw)
+        self._register_backoff = Backoff(0.5, 5.0, backoff_jitter, draw)
         self._last_sent_at = float("-inf")  # when the last beat was sent
         self._last_said: tuple | None = None  # what it said
         self._last_report_at = float("-inf")  # when a report was last accepted
@@ -246,7 +250,8 @@ class AgentState:
             return self._transition(Beat.SCHEDULED, why=f"heartbeat failed ({event.code}); will retry")
         self._expect(self.work is _ASKING[event.call], event)
         if event.call in ("CompleteShard", "FailShard"):
-            # Not retried: a shard the coordinator did not hear the end of lapses with its lease.
+            # Not asked again: the executor already tried while the coordinator was away
+            # (agent.daemon); a shard the coordinator did not hear the end of lapses with its lease.
             self.lease = None
             if event.call == "FailShard":
                 return self._next_work()

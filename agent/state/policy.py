@@ -6,6 +6,8 @@ the retries of calls made inside a lease's work (agent.coordinator_calls.retry_u
 
 from __future__ import annotations
 
+import random
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 # How long an idle agent's LeaseShard may be held by the coordinator (a long poll): one call
@@ -25,6 +27,10 @@ MAX_RETRY_AFTER_S = 5.0
 TRANSIENT_CODES = frozenset({"UNAVAILABLE", "DEADLINE_EXCEEDED"})
 # ... and of one that does not know this agent (or no longer takes it as it was): register again.
 FORGOTTEN_CODES = frozenset({"NOT_FOUND", "FAILED_PRECONDITION"})
+# Each wait of a backoff is drawn from its upper half: a fleet whose calls failed together (a
+# coordinator restart, a coordinator without its registry) would otherwise retry in step, every
+# agent at the same moment, for as long as the outage lasts.
+BACKOFF_JITTER = 0.5
 
 
 def heartbeat_due(now: float, last_sent_at: float, unchanged: bool, last_report_at: float,
@@ -45,17 +51,21 @@ def heartbeat_due(now: float, last_sent_at: float, unchanged: bool, last_report_
 
 @dataclass
 class Backoff:
-    """Waits that double after each failure, from ``first`` up to ``cap`` seconds."""
+    """Waits that double after each failure, from ``first`` up to ``cap`` seconds, each drawn at
+    random from its upper ``jitter`` share (BACKOFF_JITTER; 0: exactly the doubling waits).
+    ``draw`` gives numbers in [0, 1): a seeded generator's where a test wants them fixed."""
 
     first: float
     cap: float
+    jitter: float = BACKOFF_JITTER
+    draw: Callable[[], float] = field(default=random.random, repr=False)
     _next: float | None = field(default=None, repr=False)
 
     def next(self) -> float:
-        """The wait before the next try; the one after is twice as long (up to the cap)."""
+        """The wait before the next try; the one after is up to twice as long (up to the cap)."""
         wait = self.first if self._next is None else self._next
         self._next = min(wait * 2, self.cap)
-        return wait
+        return wait * (1.0 - self.jitter * self.draw())
 
     def reset(self) -> None:
         self._next = None

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from agent.state import FULL_HEARTBEAT_EVERY, AgentState, Beat, InvalidTransition, Registration, Work, heartbeat_due
@@ -149,7 +151,7 @@ def test_calls_that_find_the_agent_unknown_make_it_register_again(call, code):
 
 
 def test_registration_is_retried_with_backoff_while_the_coordinator_is_away():
-    state = AgentState()
+    state = AgentState(backoff_jitter=0)  # the doubling itself (the spread: test_backoff_spreads...)
     state.handle(AgentStarted())
     waits = []
     for _ in range(6):
@@ -273,7 +275,7 @@ def test_nothing_to_lease_waits_as_the_coordinator_asks_within_bounds():
 
 
 def test_failed_work_calls_back_off_until_the_coordinator_answers():
-    state = started()
+    state = started(backoff_jitter=0)
     waits = []
     for _ in range(7):
         (wait,) = state.handle(CallFailed("LeaseValidation", "UNAVAILABLE", "connection refused"))
@@ -286,10 +288,37 @@ def test_failed_work_calls_back_off_until_the_coordinator_answers():
     state.handle(WaitOver())
     assert state.handle(CallFailed("LeaseValidation", "INTERNAL"))[0].seconds == 0.5, "an answer resets it"
     # A CompleteShard that failed is not retried: the agent backs off and asks for work.
-    state = tuning()
+    state = tuning(backoff_jitter=0)
     state.handle(ShardTuned(LEASE))
     assert state.handle(CallFailed("CompleteShard", "DEADLINE_EXCEEDED"))[0].seconds == 0.5
     assert state.lease is None and state.handle(WaitOver()) == [LeaseValidation("agent-1")]
+
+
+def test_backoff_spreads_each_wait_over_its_upper_half_so_a_fleet_does_not_retry_in_step():
+    # Agents whose calls failed together (a coordinator restart, its registry lost): each
+    # agent's waits double as before, each drawn from [wait / 2, wait].
+    fleet = []
+    for seed in range(20):
+        draws = random.Random(seed)
+        state = started(draw=draws.random)
+        waits = []
+        for _ in range(7):
+            (wait,) = state.handle(CallFailed("LeaseValidation", "UNAVAILABLE", "the registry is failing"))
+            waits.append(wait.seconds)
+            state.handle(WaitOver())
+        for got, envelope in zip(waits, [0.5, 1.0, 2.0, 4.0, 8.0, 10.0, 10.0]):
+            assert envelope / 2 <= got <= envelope, (waits, seed)
+        fleet.append(tuple(waits))
+    assert len(set(fleet)) == len(fleet), "agents failing together would retry together"
+    # The same draws give the same waits: the machine stays deterministic given its inputs.
+    again = started(draw=random.Random(0).random)
+    assert again.handle(CallFailed("LeaseValidation", "UNAVAILABLE"))[0].seconds == fleet[0][0]
+    # Registrations retried while the coordinator is away are spread the same way.
+    state = AgentState(draw=random.Random(1).random)
+    state.handle(AgentStarted())
+    afters = [state.handle(CallFailed("Register", "UNAVAILABLE"))[0].after for _ in range(6)]
+    assert all(e / 2 <= a <= e for a, e in zip(afters, [0.5, 1.0, 2.0, 4.0, 5.0, 5.0])), afters
+    assert len(set(afters[-2:])) == 2, afters
 
 
 # ---------------------------------------------------------------------- stop
