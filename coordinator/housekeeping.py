@@ -2,7 +2,8 @@
 
 Everything a tick does is read from the registry, so a restarted coordinator carries on where
 the last one stopped: jobs left queued are planned, builds left unfinished are redone, and
-validations reported while it was away are settled.
+validations reported while it was away are settled. The time it was away is no agent's
+silence: leases expire only a TTL after it can hear agents again.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from coordinator.fleet import LiveAgents
 from coordinator.job_steps import JobSteps
 from coordinator.job_work import BackgroundWorker, registered_fingerprint
 from foundation.domain.jobs import JobState
+from foundation.domain.shards import judges_silence
 from foundation.domain.validations import ValidationState
 from foundation.errors import FarmError
 from foundation.registry.store import RegistryStore
@@ -36,6 +38,7 @@ class Housekeeping:
         self._steps = steps
         self._lease_ttl = lease_ttl
         self._max_attempts = max_attempts
+        self._started = utc_now()
         self._planner = BackgroundWorker("farm-planner")
         self._builder = BackgroundWorker("farm-builder")
 
@@ -44,15 +47,23 @@ class Housekeeping:
         self._builder.stop()
         self._steps.close()
 
-    def tick(self, now: dt.datetime | None = None) -> None:
-        """One round of housekeeping; the server runs it every fraction of a second."""
+    def tick(self, now: dt.datetime | None = None, heard_since: dt.datetime | None = None) -> None:
+        """One round of housekeeping; the server runs it every fraction of a second.
+
+        ``heard_since``: since when this coordinator could hear agents (its start, or its
+        registry's return; by default the Housekeeping's creation). No agent's silence is
+        judged within a lease TTL of it (`foundation.domain.shards.judges_silence`): a restart
+        or a lost registry costs no agent its lease.
+        """
         now = now or utc_now()
         ttl, attempts = self._lease_ttl, self._max_attempts
         self._live.flush()  # the beats collected since the last tick, before judging silence
-        for agent in self._cluster.mark_lost_agents(now, ttl):
-            logger.info("agent %s (%s) missed its heartbeat TTL; its leases are re-queued", agent.id, agent.hostname)
-        metrics.leases_expired("shard", self._cluster.expire_leases(now, ttl, attempts))
-        metrics.leases_expired("validation", self._cluster.expire_validations(now, ttl, attempts))
+        if judges_silence(now.timestamp(), (heard_since or self._started).timestamp(), ttl):
+            for agent in self._cluster.mark_lost_agents(now, ttl):
+                logger.info("agent %s (%s) missed its heartbeat TTL; its leases are re-queued",
+                            agent.id, agent.hostname)
+            metrics.leases_expired("shard", self._cluster.expire_leases(now, ttl, attempts))
+            metrics.leases_expired("validation", self._cluster.expire_validations(now, ttl, attempts))
         self._bind_waiting_jobs(now)
         for job in self._store.list_jobs(limit=500, state=JobState.QUEUED.value):
             if job.fingerprint_id is not None:

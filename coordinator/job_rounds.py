@@ -62,6 +62,7 @@ class _RoundsContext:
     judge: RoundJudge
     form: WeightsLayout
     goal: RoundsOutcome  # the goal as set up, before any round (onnxruntime's timing and check)
+    layout_options: dict  # the form `auto` chose and why, for the job's options (empty once chosen)
 
 
 class JobRounds:
@@ -100,7 +101,8 @@ class JobRounds:
         outcome.planned.append(list(plan.trials))
         self._store.update_job(job.id, expect_state=JobState.QUEUED.value,
                                trials_budget=context.budget.max_trials_global,
-                               options={**job.options, "until": outcome.to_json(), "trial_plan": plan.to_json()})
+                               options={**job.options, **context.layout_options, "until": outcome.to_json(),
+                                        "trial_plan": plan.to_json()})
         self._cluster.add_job_plan(job.id, planned, shards, utc_now())
         self._remember_workloads(job.id)
         logger.info("job %s: round 1 of at most %d, %d trials in %d shards, until %s", job.id, len(slices),
@@ -186,6 +188,7 @@ class JobRounds:
         from foundation.hardware.fingerprint import local_fingerprint
         from foundation.hardware.targets import to_tvm_target
         from foundation.hardware.tvm_startup import install_lean_tensor_intrinsics
+        from foundation.meta_schedule.layout_choice import choose_layout
         from foundation.meta_schedule.tuner import TuningBudget
 
         target_doc = json.loads(job.target)
@@ -199,13 +202,22 @@ class JobRounds:
         target = to_tvm_target(target_doc)
         form = tuned_form(job.options)
         onnx_file = onnx_path(self._data_dir, model.source_digest).read_bytes() if model.source == "onnx" else None
+        # A fresh job chooses its form as every job does (foundation.meta_schedule.layout_choice);
+        # after a restart its options name the form chosen.
+        layout_request = job.options.get("weights_layout_request") if fresh else None
+        layout_options: dict = {}
         with TVM_IR_LOCK:
-            tasks = extract_tuning_tasks(loaded, target, prepack=form.prepacks,
-                                         block_activations=form.blocks_activations)
+            if layout_request is not None:
+                chosen = choose_layout(loaded, target, layout_request, self._database(job))
+                tasks, form = chosen.tasks, chosen.choice.chosen
+                layout_options = {"weights_layout": form.value, "weights_layout_choice": chosen.choice.to_json()}
+            else:
+                tasks = extract_tuning_tasks(loaded, target, prepack=form.prepacks,
+                                             block_activations=form.blocks_activations)
             outcome, judge = set_up_goal(self._request(job), loaded, target, int(job.options.get("seed") or 0),
                                          onnx_file)
         budget = TuningBudget.for_tasks(len(tasks), job.options.get("trials"), job.options.get("trials_per_task"))
-        context = _RoundsContext(loaded, target, tasks, budget, judge, form, outcome)
+        context = _RoundsContext(loaded, target, tasks, budget, judge, form, outcome, layout_options)
         self._contexts[job.id] = context
         return context
 

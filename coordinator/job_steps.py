@@ -26,7 +26,7 @@ from foundation.domain.validations import ValidationState
 from foundation.domain.weights_layout import tuned_form
 from foundation.errors import FarmError, NotFound, RegistryError
 from foundation.job_driver.artifacts import LIBRARY_FORMAT, commit_artifact
-from foundation.job_driver.driver import JobDriver, validation_failure
+from foundation.job_driver.driver import JobDriver, library_to_keep, validation_failure
 from foundation.registry.store import RegistryStore
 
 logger = logging.getLogger("farm.coordinator")
@@ -70,14 +70,15 @@ class JobSteps:
                               reuse=job.options.get("reuse") or default_mode(bool(job.options.get("retune"))),
                               prepack=tuned_form(job.options).prepacks,
                               block_activations=tuned_form(job.options).blocks_activations,
-                              warm_start=job.options.get("warm_start", True) is not False)
+                              warm_start=job.options.get("warm_start", True) is not False,
+                              layout_request=job.options.get("weights_layout_request"))
             agents = self._cluster.agents_matching(job.target_kind).get(job.fingerprint_id, 0)
             # No shard for a skipped task; a job with every task skipped goes on to its build. Shards
             # are balanced by planned trials, and each carries its tasks' plans.
             shards = split_tasks(job.id, [TaskCost(t.name, t.weight, t.flop, t.trials_budget) for t in plan.tasks],
                                  agents, plan.max_trials_global)
             self._store.update_job(job.id, expect_state=JobState.QUEUED.value, trials_budget=plan.max_trials_global,
-                                   options={**job.options, "reused": plan.reuse.summary(),
+                                   options={**job.options, **_layout_options(plan), "reused": plan.reuse.summary(),
                                             "trial_plan": plan.trial_plan.to_json(),
                                             "warm_seeds": plan.seeds_json()})
             self._cluster.add_job_plan(job.id, plan.tasks, shards, utc_now())
@@ -146,6 +147,7 @@ class JobSteps:
 
     def settle_validation(self, job_id: str) -> None:
         """A validating job whose validation ended: commit the artifact, or fail the job."""
+        from foundation.domain.untuned_speed import BLOCKS, SpeedCheck
         from foundation.hardware.versions import software_versions
         from foundation.runtime.library_runner import Latency
         from foundation.runtime.validation import ValidationResult
@@ -171,19 +173,25 @@ class JobSteps:
             artifact = next((a for a in self._store.list_artifacts(model_id=job.model_id,
                                                                    fingerprint_id=job.fingerprint_id)
                              if a.job_id == job_id), None)
+            latency = Latency(**result["latency"])
+            untuned = Latency(**result["untuned_latency"]) if result.get("untuned_latency") else None
+            # The agent timed both interleaved (foundation.runtime.validation); their medians decide.
+            speed = (SpeedCheck(latency.median_ms, untuned.median_ms, latency.runs, untuned.runs, BLOCKS)
+                     if untuned is not None and untuned.runs > 0 else None)
+            kept = library_to_keep(b"", latency, tuned_form(job.options), b"", untuned, speed)
             if artifact is None:  # not committed before a restart
-                latency = Latency(**result["latency"])
-                untuned = Latency(**result["untuned_latency"]) if result.get("untuned_latency") else None
+                library = self._validation_library(job_id, reference=kept.speed is not None
+                                                   and kept.speed.kept_untuned)
                 artifact = commit_artifact(
                     self._store, model_id=job.model_id, target_json=job.target, fingerprint_id=job.fingerprint_id,
-                    job_id=job_id, library=self._validation_library(job_id), latency=latency,
+                    job_id=job_id, library=library, latency=kept.latency,
                     untuned_latency=untuned, validation=check, tvm_version=self._tvm_version,
-                    software=software_versions(job.target_kind), weights_layout=tuned_form(job.options),
+                    software=software_versions(job.target_kind), weights_layout=kept.weights_layout,
+                    speed=kept.speed,
                 )
                 metrics.artifact_committed()
             if self.move(job_id, JobState.VALIDATING, JobState.SUCCEEDED,
-                         f"succeeded: validated on {result.get('agent_id')}, {artifact.latency_mean_ms:.3f} ms mean",
-                         artifact_id=artifact.id):
+                         f"{kept.status}, validated on {result.get('agent_id')}", artifact_id=artifact.id):
                 # One learner per fingerprint at a time; a job ending meanwhile is learned by the
                 # next refresh (it takes every record since the model's last).
                 self._learner.submit(f"learn:{job.fingerprint_id}",
@@ -203,9 +211,9 @@ class JobSteps:
         learn_from_job(self._store, fingerprint_id, to_tvm_target(target_doc), self._tvm_version,
                        lambda state, detail: logger.info("%s: %s", state, detail))
 
-    def _validation_library(self, job_id: str) -> bytes:
-        """The library a validation checked (a claim hands it out only with its lease)."""
-        library = self._cluster.validation_library(job_id)
+    def _validation_library(self, job_id: str, reference: bool = False) -> bytes:
+        """The library a validation checked, or its untuned build (a claim hands them out only with its lease)."""
+        library = self._cluster.validation_library(job_id, reference)
         if library is None:
             raise NotFound(f"job {job_id} has no built library")
         return library
@@ -223,6 +231,13 @@ class JobSteps:
         if new in (JobState.BUILDING, JobState.VALIDATING):
             self._wake.set()
         return True
+
+
+def _layout_options(plan) -> dict:
+    """The form the planner chose and why (jobs submitted before the choice existed keep theirs)."""
+    if plan.layout_choice is None:
+        return {}
+    return {"weights_layout": plan.layout_choice.chosen.value, "weights_layout_choice": plan.layout_choice.to_json()}
 
 
 class ClusterJobMoves:

@@ -25,6 +25,7 @@ from foundation.hardware.fingerprint import Fingerprint
 if TYPE_CHECKING:  # pragma: no cover
     from foundation.domain.reuse import ReuseMode, ReusePlan
     from foundation.domain.trial_plan import TrialPlan
+    from foundation.domain.weights_layout import LayoutChoice
     from foundation.models.loaded import LoadedModel
     from foundation.registry.entities import Model, PlannedTask
     from foundation.registry.store import RegistryStore
@@ -121,6 +122,7 @@ class Plan:
     # (foundation.meta_schedule.warm.find_seed_traces), and how many a task may measure.
     seed_records: list[list[int]]
     max_seeds_per_task: int
+    layout_choice: "LayoutChoice | None" = None  # the form planned and why, when the request let the planner choose
 
     def seeds_json(self) -> dict:
         """The seeds as the job keeps them (job.options["warm_seeds"]): record ids, not traces."""
@@ -131,7 +133,7 @@ class Plan:
 def plan_tasks(loaded: "LoadedModel", target_json: str, trials: int | None, trials_per_task: int | None, *,
                store: "RegistryStore", fingerprint_id: str, tvm_version: str,
                reuse: "ReuseMode | str", prepack: bool = False, block_activations: bool = False,
-               warm_start: bool = True) -> Plan:
+               warm_start: bool = True, layout_request: str | None = None) -> Plan:
     """The model's tuning tasks for the job's target, with the budget `farm submit` gives split by
     the trial plan (foundation.domain.trial_plan: by each task's share of the model's latency),
     less what the registry already answers (foundation.meta_schedule.reuse): a task skipped, or
@@ -140,7 +142,9 @@ def plan_tasks(loaded: "LoadedModel", target_json: str, trials: int | None, tria
     ``block_activations`` those of its blocked-activation form (foundation.compile).
     With ``warm_start`` each planned task gets the donor records the embedded mode would seed it
     with (similar workloads of this fingerprint, then of the nearest others), as many as the task
-    planned the most trials may measure."""
+    planned the most trials may measure. With ``layout_request`` (a `--weights-layout`, `auto` included)
+    the form is chosen as the embedded mode chooses it (foundation.meta_schedule.layout_choice),
+    and ``prepack`` and ``block_activations`` are not read."""
     import json
 
     import tvm_ffi
@@ -149,6 +153,7 @@ def plan_tasks(loaded: "LoadedModel", target_json: str, trials: int | None, tria
     from foundation.hardware.targets import to_tvm_target
     from foundation.hardware.tvm_startup import install_lean_tensor_intrinsics
     from foundation.meta_schedule.database.registry_database import tvm_database_for, workload_json
+    from foundation.meta_schedule.layout_choice import choose_layout
     from foundation.meta_schedule.reuse import decide_reuse
     from foundation.meta_schedule.tuner import TuningBudget
     from foundation.meta_schedule.warm import find_seed_traces, seeds_per_task
@@ -157,13 +162,18 @@ def plan_tasks(loaded: "LoadedModel", target_json: str, trials: int | None, tria
     target_doc = json.loads(target_json)
     # Task extraction imports tvm.s_tir.tensor_intrin; the full package costs ~43 s.
     install_lean_tensor_intrinsics(target_doc["kind"])
+    database = tvm_database_for(store, fingerprint_id, target_json, tvm_version, {})
+    choice = None
     with TVM_IR_LOCK:
-        tasks = extract_tuning_tasks(loaded, to_tvm_target(target_doc), prepack=prepack,
-                                     block_activations=block_activations)
+        if layout_request is not None:
+            chosen = choose_layout(loaded, to_tvm_target(target_doc), layout_request, database)
+            tasks, choice = chosen.tasks, chosen.choice
+        else:
+            tasks = extract_tuning_tasks(loaded, to_tvm_target(target_doc), prepack=prepack,
+                                         block_activations=block_activations)
         budget = TuningBudget.for_tasks(len(tasks), trials, trials_per_task)
         # Matching tasks to stored workloads parses and compares IR: under the same lock.
-        reused = decide_reuse(tasks, tvm_database_for(store, fingerprint_id, target_json, tvm_version, {}), reuse,
-                              budget)
+        reused = decide_reuse(tasks, database, reuse, budget)
         tuned = [(task, trials) for task, trials in zip(reused.tasks, reused.trial_caps) if trials > 0]
         wanted = seeds_per_task(max((trials for _, trials in tuned), default=0)) if warm_start and tuned else 0
         seeds = find_seed_traces(store, fingerprint_id, target_json, tvm_version, [t for t, _ in tuned], wanted) \
@@ -180,7 +190,7 @@ def plan_tasks(loaded: "LoadedModel", target_json: str, trials: int | None, tria
         for task, trials in tuned
     ]
     return Plan(planned, reused.plan.trials, budget.max_trials_per_task, reused.plan, reused.trial_plan,
-                [[s.record_id for s in task_seeds] for task_seeds in seeds], wanted)
+                [[s.record_id for s in task_seeds] for task_seeds in seeds], wanted, choice)
 
 
 def build_libraries(store: "RegistryStore", loaded: "LoadedModel", target_json: str,

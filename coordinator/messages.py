@@ -49,6 +49,7 @@ def job_message(view: JobView) -> farm_pb2.Job:
         target=job.target or "",
         target_kind=job.target_kind or "",
         weights_layout=tuned_form(job.options).value,
+        weights_layout_why=(job.options.get("weights_layout_choice") or {}).get("why") or "",
         fingerprint_id=job.fingerprint_id or "",
         cache_hit=job.cache_hit,
         trials_done=job.trials_done,
@@ -75,6 +76,12 @@ def job_message(view: JobView) -> farm_pb2.Job:
                                           std_ms=a.latency_std_ms),
             untuned_latency=farm_pb2.LatencyStats(mean_ms=a.untuned_latency_mean_ms or 0.0),
             validated=bool(validation.get("passed"))))
+        speed = validation.get("speed")
+        if speed:
+            message.artifact.speed.CopyFrom(farm_pb2.UntunedSpeed(
+                tuned_median_ms=speed["tuned_median_ms"], untuned_median_ms=speed["untuned_median_ms"],
+                ratio=speed["ratio"], slower_than_untuned=speed["slower_than_untuned"],
+                kept_untuned=speed["kept_untuned"], runs=speed["runs"], untuned_runs=speed["untuned_runs"]))
     for name, moment in (("created_at", job.created_at), ("started_at", job.started_at),
                          ("finished_at", job.finished_at)):
         if moment is not None:

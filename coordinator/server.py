@@ -1,15 +1,23 @@
-"""Run the coordinator: gRPC server, health service, the tick thread and (by default) a tracker."""
+"""Run the coordinator: gRPC server, health service, the tick thread and (by default) a tracker.
+
+Its health follows its registry (coordinator.registry_health): NOT_SERVING while the database
+does not answer, SERVING again once it does; a registry whose schema is gone stops it.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import signal
 import socket
+import sys
 import threading
+import time
 from concurrent import futures
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NoReturn
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -17,9 +25,17 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from coordinator.access import TokenCheck
 from coordinator.cluster_store import ClusterStore
 from coordinator.fleet import IngestProcess, PacedCollector, ReportPolicy, freeze_long_lived, tune_collector
+from coordinator.registry_health import (
+    SUMMARY_EVERY_S,
+    RegistryGate,
+    RegistryHealth,
+    RegistrySchemaLost,
+    check_registry,
+    one_line,
+)
 from coordinator.service import Coordinator, CoordinatorSettings
 from coordinator.servicer import FarmAgentServicer, FarmClientServicer
-from foundation.errors import FarmError
+from foundation.errors import FarmError, RegistryError
 from foundation.metrics_http import MetricsServer
 from foundation.registry.store import RegistryStore
 from foundation.wire import CHANNEL_OPTIONS, farm_pb2
@@ -65,13 +81,18 @@ class CoordinatorServer:
     health: health.aio.HealthServicer
     tracker: object | None  # the TrackerProcess this server started, if any
     _stop_ticking: threading.Event
-    _ticker: threading.Thread
+    _ticker: threading.Thread | None
     _loop: _EventLoopThread
     _pool: futures.ThreadPoolExecutor
     ingest: IngestProcess | None = None  # committing reports, if in a process of their own
     health_server: grpc.aio.Server | None = None  # the health service alone, on a plaintext port
     health_port: int | None = None
     metrics: MetricsServer | None = None  # Prometheus' /metrics, if served
+    registry: RegistryHealth | None = None  # whether the registry answers
+    # Set to end the coordinator: by a signal (run_until_signalled), or by the coordinator itself
+    # when it cannot go on (its registry's schema is gone), and then `failure` says why.
+    ended: threading.Event = field(default_factory=threading.Event)
+    failure: FarmError | None = None
     _stopped: bool = False
 
     @property
@@ -92,7 +113,8 @@ class CoordinatorServer:
         self._pool.shutdown(wait=False, cancel_futures=True)
         self._stop_ticking.set()
         self.coordinator.wake.set()
-        self._ticker.join(timeout=5)
+        if self._ticker is not None:
+            self._ticker.join(timeout=5)
         self.coordinator.close()
         if self.ingest is not None:
             self.ingest.close()
@@ -188,9 +210,10 @@ def serve(
         # for their group's commit hold none of its threads.
         pool = futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="farm-grpc")
         loop = _EventLoopThread("farm-grpc-loop")
-        server = health_server = health_port = None
+        registry = RegistryHealth(lambda answering: _set_health(loop, health_servicer, answering))
+        server = health_server = health_port = health_servicer = None
         try:
-            server, port, health_servicer = loop.run(_start_grpc(coordinator, listen, pool, access))
+            server, port, health_servicer = loop.run(_start_grpc(coordinator, listen, pool, access, registry))
             if health_listen:
                 health_server, health_port = loop.run(_start_health(health_servicer, health_listen))
             if metrics_listen:
@@ -215,24 +238,26 @@ def serve(
     tune_collector()
     freeze_long_lived()
     stop_ticking = threading.Event()
-    ticker = threading.Thread(target=_tick_loop, args=(coordinator, stop_ticking, tick_interval),
-                              name="farm-tick", daemon=True)
-    ticker.start()
     host = listen.rsplit(":", 1)[0].strip("[]")
+    running = CoordinatorServer(server, port, host, coordinator, health_servicer, owned, stop_ticking, None,
+                                loop, pool, ingest, health_server=health_server, health_port=health_port,
+                                metrics=metrics, registry=registry)
+    running._ticker = threading.Thread(target=_tick_loop, args=(running, tick_interval), name="farm-tick",
+                                       daemon=True)
+    running._ticker.start()
     logger.info("coordinator listening on %s:%d (%s, %s), registry %s, tracker %s", host, port,
                 "TLS" if access.tls else "plaintext", "token required" if access.token else "no token",
                 store.url, tracker)
-    return CoordinatorServer(server, port, host, coordinator, health_servicer, owned, stop_ticking, ticker,
-                             loop, pool, ingest, health_server=health_server, health_port=health_port,
-                             metrics=metrics)
+    return running
 
 
 async def _start_grpc(coordinator: Coordinator, listen: str, pool: futures.ThreadPoolExecutor,
-                      access: ServerAccess):
+                      access: ServerAccess, registry: RegistryHealth):
     """The grpc.aio server, created and started on the loop that will run it."""
     from foundation.wire import farm_pb2_grpc
 
-    interceptors = [TokenCheck(access.token)] if access.token else []
+    # The token first: a caller without it learns nothing, not even that the registry fails.
+    interceptors = [*([TokenCheck(access.token)] if access.token else []), RegistryGate(registry)]
     # so_reuseport off: gRPC sets it by default on Linux, and a second coordinator on a taken port
     # then started and shared the port with the first, clients and agents split between them.
     server = grpc.aio.server(migration_thread_pool=pool, options=[*CHANNEL_OPTIONS, ("grpc.so_reuseport", 0)],
@@ -298,19 +323,108 @@ def _cannot_listen(listen: str, why: str) -> FarmError:
                      "stop what holds the port (another coordinator?), or choose another --listen")
 
 
-def _tick_loop(coordinator: Coordinator, stop: threading.Event, interval: float) -> None:
+def _set_health(loop: _EventLoopThread, health_servicer, answering: bool) -> None:
+    """Every service SERVING or NOT_SERVING (from the tick thread; a draining server's health
+    service ignores it and stays NOT_SERVING)."""
+    status = health_pb2.HealthCheckResponse.SERVING if answering else health_pb2.HealthCheckResponse.NOT_SERVING
+
+    async def set_all():
+        for name in ("", *SERVICE_NAMES):
+            await health_servicer.set(name, status)
+
+    if health_servicer is None or loop.loop.is_closed():
+        return
+    try:
+        loop.run(set_all(), timeout=10)
+    except (RuntimeError, futures.TimeoutError):  # the server stopped meanwhile: it says NOT_SERVING
+        pass
+
+
+def _tick_loop(server: CoordinatorServer, interval: float) -> None:
+    """Tick until stopped; a registry whose schema is gone ends the coordinator (`server.ended`)."""
+    coordinator, stop = server.coordinator, server._stop_ticking
+    quiet = _RepeatedError()
     while not stop.is_set():
         coordinator.wake.clear()
         try:
-            coordinator.tick()
+            _tick(coordinator, server.registry, quiet)
+        except RegistrySchemaLost as err:
+            logger.error("%s; stopping", one_line(err))
+            server.failure = err
+            server.ended.set()
+            return
         except Exception:
             logger.exception("coordinator tick failed; trying again")
         coordinator.wake.wait(interval)
 
 
+def _tick(coordinator: Coordinator, registry: RegistryHealth, quiet: "_RepeatedError") -> None:
+    """One tick, and what it says of the registry: a failing registry is checked first, and a
+    tick that failed on the registry is checked after, which tells a registry that does not
+    answer (NOT_SERVING) from a tick's own trouble with it (logged, as rarely as it repeats)."""
+    if registry.error is not None:
+        try:
+            check_registry(coordinator.store)
+        except RegistrySchemaLost:
+            raise
+        except RegistryError as err:
+            registry.failed(err)
+            return
+    try:
+        coordinator.tick(heard_since=registry.heard_since)
+    except RegistryError as err:
+        try:
+            check_registry(coordinator.store)
+        except RegistrySchemaLost:
+            raise
+        except RegistryError as unreachable:
+            registry.failed(unreachable)
+            return
+        if registry.error is not None:
+            registry.failed(err)  # it answers, yet a tick cannot run on it: still not serving
+        else:
+            quiet.log(err)
+        return
+    registry.answered()
+
+
+class _RepeatedError:
+    """Logs a tick's error once, then the same error at most every SUMMARY_EVERY_S."""
+
+    def __init__(self):
+        self._last: tuple[str, float] | None = None
+
+    def log(self, err: Exception) -> None:
+        line, now = one_line(err), time.monotonic()
+        if self._last is None or self._last[0] != line or now - self._last[1] >= SUMMARY_EVERY_S:
+            logger.warning("coordinator tick failed (trying again): %s", line)
+            self._last = (line, now)
+
+
+def leave_process(code: int) -> NoReturn:
+    """End this process with ``code`` once its coordinator has stopped, skipping the
+    interpreter's teardown (for `farm coordinator`).
+
+    Builds and cost-model training run on daemon threads that a stop does not wait for (a
+    restarted coordinator redoes them), inside TVM's and xgboost's C++ code. The teardown ends
+    such a thread when it next takes the GIL, unwinding its C++ frames, and the C++ runtime
+    aborts the process ("terminate called ...", "FATAL: exception not rethrown", SIGABRT):
+    a crash to systemd or Kubernetes after a clean stop. By now everything the coordinator owns
+    is stopped and every write committed; only the logs are left to flush.
+    """
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code)
+
+
 def run_until_signalled(server: CoordinatorServer, grace: float = 10.0) -> None:
-    """Block until SIGTERM or SIGINT, then drain and stop (for `farm coordinator`)."""
-    stop = threading.Event()
+    """Block until SIGTERM or SIGINT, then drain and stop (for `farm coordinator`); raise the
+    coordinator's `failure` if it ended on its own (its registry's schema is gone)."""
+    stop = server.ended
 
     def on_signal(signum, _frame) -> None:
         logger.info("received %s", signal.Signals(signum).name)
@@ -324,3 +438,5 @@ def run_until_signalled(server: CoordinatorServer, grace: float = 10.0) -> None:
         server.stop(grace)
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+    if server.failure is not None:
+        raise server.failure

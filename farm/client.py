@@ -66,6 +66,8 @@ def job_json(job) -> dict:
             "latency_ms": {"mean": a.latency.mean_ms, "median": a.latency.median_ms, "std": a.latency.std_ms},
             "untuned_latency_ms": a.untuned_latency.mean_ms if a.HasField("untuned_latency") else None,
             "validation": {"passed": a.validated},
+            "slower_than_untuned": a.speed.slower_than_untuned if a.HasField("speed") else False,
+            "speed": _speed(a.speed) if a.HasField("speed") else None,
         }
     return {
         "job": job.id,
@@ -81,6 +83,8 @@ def job_json(job) -> dict:
         "target": job.target,
         "target_kind": job.target_kind,
         "weights_layout": job.weights_layout or None,
+        "weights_layout_choice": {"chosen": job.weights_layout, "why": job.weights_layout_why}
+        if job.weights_layout_why else None,
         "trial_errors": job.trial_errors,
         "shards": {
             "pending": job.shards.pending, "leased": job.shards.leased, "done": job.shards.done,
@@ -100,6 +104,13 @@ def job_json(job) -> dict:
         "started_at": _time(job, "started_at"),
         "finished_at": _time(job, "finished_at"),
     }
+
+
+def _speed(speed) -> dict:
+    """A proto UntunedSpeed as SpeedCheck.to_json spells it."""
+    return {"tuned_median_ms": speed.tuned_median_ms, "untuned_median_ms": speed.untuned_median_ms,
+            "ratio": speed.ratio, "slower_than_untuned": speed.slower_than_untuned,
+            "kept_untuned": speed.kept_untuned, "runs": speed.runs, "untuned_runs": speed.untuned_runs}
 
 
 def _until(job) -> dict | None:
@@ -267,6 +278,10 @@ def coordinator_error(err, address: str) -> FarmError:
     import grpc
 
     code, details = err.code(), err.details() or ""
+    if code == grpc.StatusCode.UNAVAILABLE and _registry_failing(err):
+        problem = details.removeprefix("the coordinator's registry is failing: ")
+        return Unreachable(f"the coordinator at {address} is up, but its registry is failing: {problem}",
+                           "it serves again once its registry answers: check the registry's database server")
     if code == grpc.StatusCode.UNAVAILABLE:
         if _TLS_TROUBLE.search(details):
             return Unreachable(f"no TLS connection to the coordinator at {address}: {_tls_reason(details)}",
@@ -290,6 +305,14 @@ def coordinator_error(err, address: str) -> FarmError:
                                "this is a bug in tvm-farm's coordinator; its log has the traceback: report it")
     problem, _, fix = details.partition(" (")
     return FarmError(problem, fix.rstrip(")") or None)
+
+
+def _registry_failing(err) -> bool:
+    """An UNAVAILABLE from a running coordinator whose registry fails (coordinator.registry_health)."""
+    from foundation.wire import UNAVAILABLE_CAUSE_KEY, UNAVAILABLE_REGISTRY
+
+    trailing = err.trailing_metadata() if hasattr(err, "trailing_metadata") else None
+    return any(key == UNAVAILABLE_CAUSE_KEY and value == UNAVAILABLE_REGISTRY for key, value in trailing or ())
 
 
 class _CoordinatorBug(FarmError):

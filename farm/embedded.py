@@ -25,11 +25,31 @@ from farm.tuning_rounds import summed_plan, tune_in_rounds
 from foundation import config
 from foundation.domain.jobs import JobState
 from foundation.domain.reuse import default_mode
-from foundation.domain.weights_layout import AUTO, WeightsLayout, check_request, weights_layout_for
+from foundation.domain.weights_layout import (
+    AUTO,
+    LayoutChoice,
+    WeightsLayout,
+    auto_forms,
+    check_request,
+    weights_layout_for,
+)
 from foundation.errors import FarmError, Interrupted, JobFailed
-from foundation.job_driver.artifacts import artifact_json, commit_artifact, look_up_hit, record_hit
+from foundation.job_driver.artifacts import (
+    artifact_json,
+    commit_artifact,
+    hit_form_why,
+    look_up_fastest_hit,
+    look_up_hit,
+    record_hit,
+)
 from foundation.job_driver.cancellation import Cancellation
-from foundation.job_driver.driver import JobDriver, RegistryJobMoves, tuning_failure, validation_failure
+from foundation.job_driver.driver import (
+    JobDriver,
+    RegistryJobMoves,
+    library_to_keep,
+    tuning_failure,
+    validation_failure,
+)
 from foundation.job_driver.runners import Heartbeat, fail_dead_jobs, this_runner
 from foundation.job_driver.tuning_lock import ScopeLock, scope_key
 from foundation.job_driver.tuning_rounds import RoundsOutcome, UntilRequest, check_until, set_up_goal
@@ -115,6 +135,7 @@ class SubmitResult:
     reuse: "ReusePlan | None" = None
     plan: "TrialPlan | None" = None
     until: RoundsOutcome | None = None
+    layout_choice: LayoutChoice | None = None  # which form and why (auto may leave its default)
 
     def to_json(self) -> dict:
         out = {
@@ -127,10 +148,13 @@ class SubmitResult:
             "batch": self.model.batch,
             "target": self.target,
             "weights_layout": self.weights_layout.value,
+            "weights_layout_choice": self.layout_choice.to_json() if self.layout_choice else None,
             "error": self.job.error,
             "seconds": round(self.seconds, 3),
             "artifact": artifact_json(self.artifact) if self.artifact else None,
         }
+        if self.artifact:  # loud: the tuned library timed slower than the untuned build (which was then kept)
+            out["slower_than_untuned"] = out["artifact"]["slower_than_untuned"]
         if self.plan:
             out["trial_plan"] = self.plan.to_json()
         if self.until:
@@ -177,9 +201,12 @@ def submit(request: SubmitRequest, observer: JobObserver | None = None,
             _stop_if_cancelled(cancellation)
             hit = _verified_hit(ctx, key, request, layout, waited_for, tell)
             if hit is not None:
-                job = record_hit(ctx.store, hit, ctx.target_json, ctx.fingerprint.id, _options(request, layout))
-                return SubmitResult(job, True, ctx.fingerprint.id, key, ctx.target_json, hit, layout,
-                                    seconds=time.monotonic() - begin)
+                form = WeightsLayout(hit.weights_layout)
+                choice = LayoutChoice(form, hit_form_why(hit, layout) if request.weights_layout == AUTO
+                                      else f"asked for with --weights-layout {request.weights_layout}")
+                job = record_hit(ctx.store, hit, ctx.target_json, ctx.fingerprint.id, _options(request, form, choice))
+                return SubmitResult(job, True, ctx.fingerprint.id, key, ctx.target_json, hit, form,
+                                    seconds=time.monotonic() - begin, layout_choice=choice)
             holder = lock.try_take()
             if holder is None:
                 break
@@ -198,7 +225,11 @@ def _verified_hit(ctx: FarmContext, key: ModelKey, request: SubmitRequest, layou
     for another submit, and only the one that submit committed."""
     if request.retune and waited_for is None:
         return None
-    lookup = look_up_hit(ctx.store, key, ctx.target_json, ctx.fingerprint.id, ctx.tvm_version, layout)
+    if request.weights_layout == AUTO:  # auto is answered by the fastest library of any form it may take
+        lookup = look_up_fastest_hit(ctx.store, key, ctx.target_json, ctx.fingerprint.id, ctx.tvm_version,
+                                     auto_forms(ctx.target["kind"]))
+    else:
+        lookup = look_up_hit(ctx.store, key, ctx.target_json, ctx.fingerprint.id, ctx.tvm_version, layout)
     for bad in lookup.invalidated:
         tell("invalid", f"artifact {bad.id} is corrupt ({bad.invalid_reason}): marked invalid, never a hit again")
     if lookup.artifact is None or not request.retune:
@@ -222,9 +253,10 @@ def _tune_build_commit(ctx: FarmContext, key: ModelKey, request: SubmitRequest, 
 def _run_job(ctx: FarmContext, key: ModelKey, request: SubmitRequest, layout: WeightsLayout, lock: ScopeLock,
              heartbeat: Heartbeat, observer: JobObserver | None, cancellation: Cancellation,
              begin: float) -> SubmitResult:
-    from foundation.compile import build_library, extract_tuning_tasks
+    from foundation.compile import build_library
     from foundation.meta_schedule import tuner
     from foundation.meta_schedule.database.registry_database import tvm_database_for
+    from foundation.meta_schedule.layout_choice import choose_layout
     from foundation.meta_schedule.reuse import decide_reuse
     from foundation.models.loading import load_model
     from foundation.runtime.validation import check_library
@@ -254,11 +286,12 @@ def _run_job(ctx: FarmContext, key: ModelKey, request: SubmitRequest, layout: We
     reused = None
     plan: "TrialPlan | None" = None
     rounds: RoundsOutcome | None = None
+    choice: LayoutChoice | None = None
 
     def ended(artifact: "Artifact | None" = None) -> SubmitResult:
         return SubmitResult(store.get_job(job.id), False, ctx.fingerprint.id, key, ctx.target_json, artifact,
                             layout, report, time.monotonic() - begin, reused.plan if reused else None, plan,
-                            rounds)
+                            rounds, choice)
 
     def step(new: JobState, status: str, **fields) -> None:
         if not driver.advance(new, status, **fields):
@@ -268,12 +301,18 @@ def _run_job(ctx: FarmContext, key: ModelKey, request: SubmitRequest, layout: We
 
     try:
         tvm_target = ctx.tvm_target()
-        prepack, blocked = layout.prepacks, layout.blocks_activations
-        tell("extracting", f"extracting tuning tasks ({layout.value} weights)")
-        tasks = extract_tuning_tasks(loaded, tvm_target, prepack=prepack, block_activations=blocked)
-        budget = TuningBudget.for_tasks(len(tasks), request.trials, request.trials_per_task)
+        tell("extracting", f"extracting tuning tasks ({layout.value} weights"
+                           + (", or another form the registry covers better)" if request.weights_layout == AUTO
+                              else ")"))
         database = tvm_database_for(store, ctx.fingerprint.id, ctx.target_json, ctx.tvm_version,
                                     ctx.software, job_id=job.id)
+        chosen = choose_layout(loaded, tvm_target, request.weights_layout, database)
+        choice, tasks, layout = chosen.choice, chosen.tasks, chosen.choice.chosen
+        tell("layout", f"{layout.value} weights: {choice.why}")
+        store.update_job(job.id, options={**store.get_job(job.id).options, **_options(request, layout, choice)})
+        job = store.get_job(job.id)
+        prepack, blocked = layout.prepacks, layout.blocks_activations
+        budget = TuningBudget.for_tasks(len(tasks), request.trials, request.trials_per_task)
         library: bytes | None = None
         untuned: bytes | None = None  # the untuned build, when checking onnxruntime against it made one
         if request.until is None:
@@ -355,13 +394,16 @@ def _run_job(ctx: FarmContext, key: ModelKey, request: SubmitRequest, layout: We
         if cancellation.is_set():
             driver.cancel(cancellation.reason)
             return ended()
+        kept = library_to_keep(library, check.latency, layout, reference, check.untuned_latency, check.speed)
+        if kept.speed is not None:
+            tell("speed" if not kept.speed.slower_than_untuned else "WARNING", kept.speed.describe())
         artifact = commit_artifact(
             store, model_id=model.id, target_json=ctx.target_json, fingerprint_id=ctx.fingerprint.id,
-            job_id=job.id, library=library, latency=check.latency, untuned_latency=check.untuned_latency,
+            job_id=job.id, library=kept.library, latency=kept.latency, untuned_latency=check.untuned_latency,
             validation=check.validation, tvm_version=ctx.tvm_version, software=ctx.software,
-            weights_layout=layout,
+            weights_layout=kept.weights_layout, speed=kept.speed,
         )
-        step(JobState.SUCCEEDED, f"succeeded: {artifact.latency_mean_ms:.3f} ms mean", artifact_id=artifact.id)
+        step(JobState.SUCCEEDED, kept.status, artifact_id=artifact.id)
         learn_from_job(store, ctx.fingerprint.id, tvm_target, ctx.tvm_version, tell)
         return ended(artifact)
     except BaseException as err:
@@ -404,9 +446,10 @@ def _stop_if_cancelled(cancellation: Cancellation) -> None:
                           signum=cancellation.signum or 2)
 
 
-def _options(request: SubmitRequest, layout: WeightsLayout) -> dict:
+def _options(request: SubmitRequest, layout: WeightsLayout, choice: LayoutChoice | None = None) -> dict:
     return {
         "weights_layout": layout.value,
+        **({"weights_layout_choice": choice.to_json()} if choice else {}),
         "trials": request.trials,
         "trials_per_task": request.trials_per_task,
         "retune": request.retune,

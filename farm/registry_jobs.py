@@ -85,6 +85,7 @@ class RegistryJobs:
             "batch": model.batch if model else None,
             "target": job.target,
             "weights_layout": tuned_form(job.options).value,
+            "weights_layout_choice": job.options.get("weights_layout_choice"),
             "shards": None,
             "reuse": job.options.get("reused"),
             "until": job.options.get("until"),

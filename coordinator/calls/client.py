@@ -29,9 +29,9 @@ from foundation.domain.jobs import JobState
 from foundation.domain.reuse import ReuseMode, default_mode
 from foundation.domain.shards import ShardState
 from foundation.domain.validations import ValidationState
-from foundation.domain.weights_layout import weights_layout_for
+from foundation.domain.weights_layout import AUTO, LayoutChoice, WeightsLayout, auto_forms, weights_layout_for
 from foundation.errors import FarmError, NotFound
-from foundation.job_driver.artifacts import find_hit, record_hit
+from foundation.job_driver.artifacts import find_hit, hit_form_why, look_up_fastest_hit, record_hit
 from foundation.models.loaded import check_batch
 from foundation.models.model_key import ModelKey, looks_like_path, model_key
 from foundation.registry.entities import JobEvent, Model
@@ -89,6 +89,8 @@ class ClientCalls:
             raise InvalidRequest(err.problem, err.fix) from None
         options = {
             "weights_layout": layout.value,
+            # The planner may take another form for auto (foundation.meta_schedule.layout_choice).
+            "weights_layout_request": spec.weights_layout,
             "trials": spec.trials or None,
             "trials_per_task": spec.trials_per_task or None,
             "retune": spec.retune,
@@ -132,10 +134,19 @@ class ClientCalls:
             fingerprint = registered_fingerprint(self._store, fp_id)
             target = target_json(canonical_target(spec.target, fingerprint))
             if not spec.retune:
-                hit = find_hit(self._store, key, target, fp_id, self._tvm_version, layout)
+                if spec.weights_layout == AUTO:  # the fastest library of any form auto may take
+                    hit = look_up_fastest_hit(self._store, key, target, fp_id, self._tvm_version,
+                                              auto_forms(kind)).artifact
+                else:
+                    hit = find_hit(self._store, key, target, fp_id, self._tvm_version, layout)
                 metrics.registry_lookup(hit is not None)
                 if hit is not None:
-                    submitted.append(Submitted(record_hit(self._store, hit, target, fp_id, options), False))
+                    form = WeightsLayout(hit.weights_layout)
+                    why = hit_form_why(hit, layout) if spec.weights_layout == AUTO else \
+                        f"asked for with --weights-layout {spec.weights_layout}"
+                    answered = {**options, "weights_layout": form.value,
+                                "weights_layout_choice": LayoutChoice(form, why).to_json()}
+                    submitted.append(Submitted(record_hit(self._store, hit, target, fp_id, answered), False))
                     continue
             model = model or self._ensure_model(key)
             # A job tuned in rounds has a goal of its own: it never joins another job, nor one joins it.

@@ -106,10 +106,12 @@ class ValidationStore:
             row = session.get(ValidationRow, job_id)
             return row.to_entity() if row else None
 
-    def validation_library(self, job_id: str) -> bytes | None:
-        """The library bytes of a job's validation (None: it has none). A claim hands them
-        out with its lease; the coordinator reads them again to commit the artifact."""
-        query = select(ValidationRow.library).where(ValidationRow.job_id == job_id)
+    def validation_library(self, job_id: str, reference: bool = False) -> bytes | None:
+        """The library bytes of a job's validation, or with ``reference`` its untuned build's (None: it
+        has none). A claim hands them out with its lease; the coordinator reads them again to commit
+        the artifact (the untuned build, when it ran faster)."""
+        column = ValidationRow.reference_library if reference else ValidationRow.library
+        query = select(column).where(ValidationRow.job_id == job_id)
         with self._unit.read() as session:
             library = session.scalar(query)
         return None if library is None else bytes(library)

@@ -88,7 +88,7 @@ def coordinator(
     caller but the health service, and the coordinator will not start without one.
     """
     from coordinator.fleet import ReportPolicy
-    from coordinator.server import run_until_signalled, serve
+    from coordinator.server import leave_process, run_until_signalled, serve
     from foundation.wire.access import ServerAccess, open_port_warnings
 
     if lease_ttl <= heartbeat_interval:
@@ -125,4 +125,11 @@ def coordinator(
             logging.getLogger("farm.coordinator").info(banner)
         else:
             sys.stderr.write(banner + "\n")
-    run_until_signalled(server, grace)
+    try:
+        run_until_signalled(server, grace)
+    except FarmError as err:  # it could not go on (its registry's schema is gone): said as main() says errors
+        if json_output:
+            emit_json(err.to_json())
+        sys.stderr.write(f"error: {' '.join(str(err).split())}\n")
+        leave_process(err.exit_code)
+    leave_process(0)  # not through the interpreter's teardown (coordinator.server.leave_process)

@@ -316,6 +316,8 @@ def _print_submit(result) -> None:
     console.print(f"job          {job.id}  {job.state}{'  (registry hit: no tuning)' if result.cache_hit else ''}")
     console.print(f"model        {result.model.describe()}  target {result.target}  "
                   f"weights {result.weights_layout.value}")
+    if result.layout_choice:
+        console.print(f"             {result.layout_choice.why}")
     console.print(f"fingerprint  {result.fingerprint}")
     if result.reuse:
         console.print(f"reuse        {result.reuse.describe()}")
@@ -353,4 +355,9 @@ def _print_submit(result) -> None:
         if v:
             console.print(f"validation   {'passed' if v.get('passed') else 'FAILED'}: max abs err "
                           f"{v.get('max_abs_err', 0):.3g} (rtol {v.get('rtol')}, atol {v.get('atol', 0):.3g})")
+        if v.get("speed"):  # the tuned library against the untuned build, timed interleaved
+            from foundation.domain.untuned_speed import SpeedCheck
+
+            speed = SpeedCheck.from_json(v["speed"])
+            console.print(f"{'WARNING' if speed.slower_than_untuned else 'untuned':<13}{speed.describe()}")
     console.print(f"time         {duration(result.seconds)}")

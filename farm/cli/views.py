@@ -70,6 +70,7 @@ def job_fields(doc: dict) -> list[tuple[str, Any]]:
         ("Model", f"{doc['model']}, batch {doc['batch']}"),
         ("Target", doc["target"] or doc.get("target_kind")),
         ("Weights", _weights_text(doc.get("weights_layout"))),
+        ("Why", (doc.get("weights_layout_choice") or {}).get("why")),
         ("Fingerprint", doc["fingerprint"] or "not chosen yet: the first agent of its target kind decides"),
         ("Trials", _trials(doc["trials"], doc.get("trials_budget", 0), doc.get("trial_errors", 0))),
         ("Plan", "\n".join(plan_lines(doc["trial_plan"])) if doc.get("trial_plan") else None),
@@ -90,6 +91,10 @@ def job_fields(doc: dict) -> list[tuple[str, Any]]:
     if artifact:
         fields.append(("Artifact", f"{artifact['id']}  {size(artifact.get('size'))}  sha256 {artifact['sha256']}"))
         fields.append(("Latency", latency_text(artifact["latency_ms"], artifact.get("untuned_latency_ms"))))
+        if artifact.get("speed"):  # the tuned library against the untuned build, timed interleaved
+            from foundation.domain.untuned_speed import SpeedCheck
+
+            fields.append(("Against untuned", SpeedCheck.from_json(artifact["speed"]).describe()))
     return fields
 
 

@@ -349,6 +349,19 @@ def expire(
     return expired
 
 
+def judges_silence(now: float, heard_since: float, ttl: float) -> bool:
+    """Whether agents' silence may be held against them at ``now``: only once the coordinator
+    has been able to hear them for a whole ``ttl`` since ``heard_since`` (its start, or its
+    registry's return).
+
+    Beats sent while the coordinator was down (restarting) or without its registry were never
+    heard, so that time is not an agent's silence: the first TTL after is grace, within which a
+    live agent beats again (or re-registers under its id) and keeps its lease and attempt. After
+    it, `expire` judges as ever: nothing silent for a TTL since ``heard_since`` is spared.
+    """
+    return now - heard_since > ttl
+
+
 @dataclass(frozen=True)
 class HeartbeatVerdict:
     """What a heartbeat's list of running leases means for the agent that sent it."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -20,6 +21,7 @@ from foundation.domain.weights_layout import WeightsLayout
 from foundation.models.model_key import ModelKey
 
 if TYPE_CHECKING:  # pragma: no cover
+    from foundation.domain.untuned_speed import SpeedCheck
     from foundation.registry.entities import Artifact, Job
     from foundation.registry.store import RegistryStore
     from foundation.runtime.library_runner import Latency
@@ -72,6 +74,31 @@ def look_up_hit(
         invalidated.append(store.invalidate_artifact(artifact.id, problem))
 
 
+def look_up_fastest_hit(
+    store: "RegistryStore", key: ModelKey, target_json: str, fingerprint_id: str, tvm_version: str,
+    forms: "Sequence[WeightsLayout]",
+) -> HitLookup:
+    """`look_up_hit` over several forms of weights (what an `auto` submit may be answered by): of each
+    form's newest intact artifact, the one with the lowest stored median latency."""
+    found: list[Artifact] = []
+    invalidated: list[Artifact] = []
+    for form in forms:
+        lookup = look_up_hit(store, key, target_json, fingerprint_id, tvm_version, form)
+        invalidated.extend(lookup.invalidated)
+        if lookup.artifact is not None:
+            found.append(lookup.artifact)
+    fastest = min(found, key=lambda a: a.latency_median_ms or a.latency_mean_ms, default=None)
+    return HitLookup(fastest, invalidated)
+
+
+def hit_form_why(artifact: "Artifact", default: WeightsLayout) -> str:
+    """Why an `auto` submit was answered by ``artifact``'s form (LayoutChoice.why)."""
+    if artifact.weights_layout == default.value:
+        return "the fastest library the registry holds for this model, in auto's default form"
+    return (f"the fastest library the registry holds for this model ({artifact.latency_median_ms:.3g} ms median) "
+            f"is of the {artifact.weights_layout} form, not auto's default {default.value}")
+
+
 def library_problem(artifact: "Artifact", library: bytes) -> str | None:
     """What is wrong with an artifact's stored bytes, or None if they are the ones validated."""
     digest = hashlib.sha256(library).hexdigest()
@@ -110,15 +137,17 @@ def commit_artifact(
     tvm_version: str,
     software: dict[str, Any],
     weights_layout: WeightsLayout,
+    speed: "SpeedCheck | None" = None,
 ) -> "Artifact":
-    """Keep a library that passed validation, with its latency, the check it passed and the
-    form its weights take."""
+    """Keep a library that passed validation, with its latency, the check it passed (and how it
+    timed against the untuned build, in its validation's ``speed``) and the form its weights take."""
     return store.add_artifact(
         model_id=model_id, target=target_json, fingerprint_id=fingerprint_id, job_id=job_id,
         library=library, lib_format=LIBRARY_FORMAT,
         latency={"mean_ms": latency.mean_ms, "median_ms": latency.median_ms, "std_ms": latency.std_ms},
         untuned_latency_mean_ms=untuned_latency.mean_ms if untuned_latency else None,
-        validation=validation.to_json(), tvm_version=tvm_version, software=software,
+        validation={**validation.to_json(), **({"speed": speed.to_json()} if speed else {})},
+        tvm_version=tvm_version, software=software,
         weights_layout=WeightsLayout(weights_layout).value,
     )
 
@@ -137,6 +166,9 @@ def artifact_json(artifact: "Artifact") -> dict:
         },
         "untuned_latency_ms": artifact.untuned_latency_mean_ms,
         "validation": artifact.validation,
+        # Loud on purpose: a stored library slower than the untuned build, or the untuned build kept instead.
+        "slower_than_untuned": bool((artifact.validation or {}).get("speed", {}).get("slower_than_untuned")),
+        "speed": (artifact.validation or {}).get("speed"),
         "tvm_version": artifact.tvm_version,
         "weights_layout": artifact.weights_layout,
         "created_at": artifact.created_at.isoformat() if artifact.created_at else None,

@@ -15,15 +15,19 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
 from foundation.domain.jobs import JobState, check_transition
 from foundation.domain.measurements import TaskOutcome, measurements_failed
+from foundation.domain.weights_layout import WeightsLayout
 from foundation.errors import RegistryError
 
 if TYPE_CHECKING:  # pragma: no cover
+    from foundation.domain.untuned_speed import SpeedCheck
     from foundation.meta_schedule.progress import TaskProgress
     from foundation.registry.store import RegistryStore
+    from foundation.runtime.library_runner import Latency
     from foundation.runtime.validation import ValidationResult
 
 
@@ -98,6 +102,31 @@ def validation_failure(check: "ValidationResult") -> str | None:
     if check.passed:
         return None
     return f"tuned library disagrees with the untuned build: {check.reason}"
+
+
+@dataclass(frozen=True)
+class KeptLibrary:
+    """What a validated job stores: its tuned library, or the untuned build when that ran faster."""
+
+    library: bytes
+    latency: "Latency"
+    weights_layout: WeightsLayout
+    speed: "SpeedCheck | None"
+    status: str  # the job's status line when it succeeded
+
+
+def library_to_keep(library: bytes, latency: "Latency", weights_layout: WeightsLayout, reference: bytes | None,
+                    untuned_latency: "Latency | None", speed: "SpeedCheck | None") -> KeptLibrary:
+    """The tuned library, unless the validation timed it slower than the untuned build
+    (foundation.domain.untuned_speed): then the untuned build (plain weights), which is what the
+    job stores and answers with, its check saying so loudly."""
+    if speed is None or not speed.slower_than_untuned or reference is None or untuned_latency is None:
+        return KeptLibrary(library, latency, weights_layout, speed, f"succeeded: {latency.mean_ms:.3f} ms mean")
+    kept = replace(speed, kept_untuned=True)
+    return KeptLibrary(reference, untuned_latency, WeightsLayout.PLAIN, kept,
+                       f"succeeded, KEPT THE UNTUNED BUILD: the tuned library ran {speed.ratio:.2f}x its time "
+                       f"({speed.tuned_median_ms:.4g} against {speed.untuned_median_ms:.4g} ms median); "
+                       f"{untuned_latency.mean_ms:.3f} ms mean")
 
 
 def tuning_failure(tasks: Sequence["TaskProgress"]) -> str | None:

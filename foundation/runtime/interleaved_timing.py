@@ -9,9 +9,11 @@ Timer = Callable[[], float]
 
 
 def time_interleaved(candidate: Timer, reference: Timer | None, blocks: int, runs: int,
-                     warmup: int = 2) -> tuple[list[list[float]], list[list[float]] | None]:
-    """``blocks`` blocks of ``runs`` calls of each, the one going first alternating per block
-    (A B, B A, ...) so neither always runs on the other's heels; returns each one's runs by block."""
+                     warmup: int = 2, reference_runs: int | None = None) -> tuple[list[list[float]],
+                                                                                  list[list[float]] | None]:
+    """``blocks`` blocks of ``runs`` calls of each (of the reference ``reference_runs``, when its calls take
+    another time), the one going first alternating per block (A B, B A, ...) so neither always runs on
+    the other's heels; returns each one's runs by block."""
     for _ in range(warmup):
         candidate()
         if reference is not None:
@@ -19,10 +21,10 @@ def time_interleaved(candidate: Timer, reference: Timer | None, blocks: int, run
     mine: list[list[float]] = []
     theirs: list[list[float]] | None = None if reference is None else []
     for block in range(blocks):
-        order = [(candidate, mine), (reference, theirs)]
+        order = [(candidate, mine, runs), (reference, theirs, runs if reference_runs is None else reference_runs)]
         if block % 2:
             order.reverse()
-        for timer, into in order:
+        for timer, into, count in order:
             if timer is not None and into is not None:
-                into.append([timer() for _ in range(runs)])
+                into.append([timer() for _ in range(count)])
     return mine, theirs

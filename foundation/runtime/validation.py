@@ -1,4 +1,4 @@
-"""Check a tuned library against the untuned build of the same model, and time both."""
+"""Check a tuned library against the untuned build of the same model, and time both, interleaved."""
 
 from __future__ import annotations
 
@@ -7,7 +7,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from foundation.runtime.library_runner import Latency, LoadedLibrary
+from foundation.domain.untuned_speed import BLOCKS, SpeedCheck, runs_per_block, speed_check
+from foundation.runtime.interleaved_timing import time_interleaved
+from foundation.runtime.library_runner import Latency, LoadedLibrary, latency_of
 
 # Tuned schedules reorder float32 reductions (tiling, vectorised accumulation), so bitwise
 # equality is not expected. An element passes when
@@ -46,6 +48,7 @@ class LibraryCheck:
     validation: ValidationResult
     latency: Latency
     untuned_latency: Latency | None
+    speed: SpeedCheck | None = None  # against the untuned build, when it was timed
 
 
 def compare_outputs(tuned: Sequence[np.ndarray], reference: Sequence[np.ndarray]) -> ValidationResult:
@@ -98,19 +101,33 @@ def check_library(
 ) -> LibraryCheck:
     """Run both libraries on the same inputs, compare outputs, time them.
 
-    ``reference_outputs`` may be given instead of ``reference_library`` (the untuned
-    outputs computed earlier), in which case the untuned latency is not measured.
+    With the untuned library the two are timed in alternating blocks, each for at least ``runs``
+    (the untuned one ``reference_runs``) and MIN_SIDE_MS in all (foundation.domain.untuned_speed),
+    and the check says whether the tuned one is slower. ``reference_outputs`` may be given
+    instead of ``reference_library`` (the untuned outputs computed earlier), in which case the
+    untuned latency is not measured.
     """
     tuned = LoadedLibrary(tuned_library, target_kind)
     tuned.set_weights(weights)
-    untuned_latency = None
+    reference = None
     if reference_outputs is None:
         if reference_library is None:
             raise ValueError("need the untuned library or its outputs to validate against")
         reference = LoadedLibrary(reference_library, target_kind)
         reference.set_weights(weights)
         reference_outputs = reference(inputs)
-        untuned_latency = reference.time(inputs, runs=reference_runs, warmup=1)
     validation = compare_outputs(tuned(inputs), reference_outputs)
-    latency = tuned.time(inputs, runs=runs, warmup=warmup)
-    return LibraryCheck(validation=validation, latency=latency, untuned_latency=untuned_latency)
+    if reference is None:
+        return LibraryCheck(validation=validation, latency=tuned.time(inputs, runs=runs, warmup=warmup),
+                            untuned_latency=None)
+    mine, theirs = tuned.timer(inputs), reference.timer(inputs)
+    # One call of each, after the warm-up, sizes the blocks.
+    for _ in range(warmup):
+        mine()
+        theirs()
+    per_block = runs_per_block(min(mine() for _ in range(3)), runs)
+    reference_per_block = runs_per_block(theirs(), reference_runs)
+    tuned_runs, untuned_runs = time_interleaved(mine, theirs, BLOCKS, per_block, warmup=0,
+                                                reference_runs=reference_per_block)
+    return LibraryCheck(validation=validation, latency=latency_of(tuned_runs, warmup),
+                        untuned_latency=latency_of(untuned_runs, warmup), speed=speed_check(tuned_runs, untuned_runs))

@@ -18,5 +18,10 @@ CHANNEL_OPTIONS = [
 FARM_CLIENT_SERVICE = farm_pb2.DESCRIPTOR.services_by_name["FarmClient"].full_name
 FARM_AGENT_SERVICE = farm_pb2.DESCRIPTOR.services_by_name["FarmAgent"].full_name
 
+# Trailing metadata of an UNAVAILABLE a running coordinator answers, naming the cause: callers
+# tell "its registry is failing" from "no coordinator there" (coordinator.registry_health).
+UNAVAILABLE_CAUSE_KEY = "farm-unavailable-cause"
+UNAVAILABLE_REGISTRY = "registry"
+
 __all__ = ["farm_pb2", "farm_pb2_grpc", "FARM_CLIENT_SERVICE", "FARM_AGENT_SERVICE", "CHANNEL_OPTIONS",
-           "MAX_MESSAGE_BYTES"]
+           "MAX_MESSAGE_BYTES", "UNAVAILABLE_CAUSE_KEY", "UNAVAILABLE_REGISTRY"]

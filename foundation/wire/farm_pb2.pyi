@@ -239,7 +239,7 @@ class ListAgentsResponse(_message.Message):
     def __init__(self, agents: _Optional[_Iterable[_Union[Agent, _Mapping]]] = ...) -> None: ...
 
 class Job(_message.Message):
-    __slots__ = ("id", "state", "status", "model", "target", "target_kind", "fingerprint_id", "cache_hit", "trials_done", "trials_budget", "trial_errors", "shards", "error", "failed_shards", "artifact", "created_at", "started_at", "finished_at", "reuse", "weights_layout", "trial_plan", "until", "warm_start")
+    __slots__ = ("id", "state", "status", "model", "target", "target_kind", "fingerprint_id", "cache_hit", "trials_done", "trials_budget", "trial_errors", "shards", "error", "failed_shards", "artifact", "created_at", "started_at", "finished_at", "reuse", "weights_layout", "trial_plan", "until", "warm_start", "weights_layout_why")
     ID_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     STATUS_FIELD_NUMBER: _ClassVar[int]
@@ -263,6 +263,7 @@ class Job(_message.Message):
     TRIAL_PLAN_FIELD_NUMBER: _ClassVar[int]
     UNTIL_FIELD_NUMBER: _ClassVar[int]
     WARM_START_FIELD_NUMBER: _ClassVar[int]
+    WEIGHTS_LAYOUT_WHY_FIELD_NUMBER: _ClassVar[int]
     id: str
     state: JobState
     status: str
@@ -286,7 +287,8 @@ class Job(_message.Message):
     trial_plan: _containers.RepeatedCompositeFieldContainer[PlannedTrials]
     until: JobUntil
     warm_start: JobWarmStart
-    def __init__(self, id: _Optional[str] = ..., state: _Optional[_Union[JobState, str]] = ..., status: _Optional[str] = ..., model: _Optional[_Union[ModelSummary, _Mapping]] = ..., target: _Optional[str] = ..., target_kind: _Optional[str] = ..., fingerprint_id: _Optional[str] = ..., cache_hit: _Optional[bool] = ..., trials_done: _Optional[int] = ..., trials_budget: _Optional[int] = ..., trial_errors: _Optional[int] = ..., shards: _Optional[_Union[ShardCounts, _Mapping]] = ..., error: _Optional[str] = ..., failed_shards: _Optional[_Iterable[_Union[ShardFailure, _Mapping]]] = ..., artifact: _Optional[_Union[ArtifactSummary, _Mapping]] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finished_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., reuse: _Optional[_Union[JobReuse, _Mapping]] = ..., weights_layout: _Optional[str] = ..., trial_plan: _Optional[_Iterable[_Union[PlannedTrials, _Mapping]]] = ..., until: _Optional[_Union[JobUntil, _Mapping]] = ..., warm_start: _Optional[_Union[JobWarmStart, _Mapping]] = ...) -> None: ...
+    weights_layout_why: str
+    def __init__(self, id: _Optional[str] = ..., state: _Optional[_Union[JobState, str]] = ..., status: _Optional[str] = ..., model: _Optional[_Union[ModelSummary, _Mapping]] = ..., target: _Optional[str] = ..., target_kind: _Optional[str] = ..., fingerprint_id: _Optional[str] = ..., cache_hit: _Optional[bool] = ..., trials_done: _Optional[int] = ..., trials_budget: _Optional[int] = ..., trial_errors: _Optional[int] = ..., shards: _Optional[_Union[ShardCounts, _Mapping]] = ..., error: _Optional[str] = ..., failed_shards: _Optional[_Iterable[_Union[ShardFailure, _Mapping]]] = ..., artifact: _Optional[_Union[ArtifactSummary, _Mapping]] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finished_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., reuse: _Optional[_Union[JobReuse, _Mapping]] = ..., weights_layout: _Optional[str] = ..., trial_plan: _Optional[_Iterable[_Union[PlannedTrials, _Mapping]]] = ..., until: _Optional[_Union[JobUntil, _Mapping]] = ..., warm_start: _Optional[_Union[JobWarmStart, _Mapping]] = ..., weights_layout_why: _Optional[str] = ...) -> None: ...
 
 class JobWarmStart(_message.Message):
     __slots__ = ("seeds_offered", "seeds_own_fingerprint", "seeds_other_fingerprints", "seeds_rejected", "seeds_failed", "pretrained_cost_model", "cost_model_sha256", "shards", "cost_model_note")
@@ -441,20 +443,40 @@ class AttemptFailure(_message.Message):
     def __init__(self, attempt: _Optional[int] = ..., agent_id: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class ArtifactSummary(_message.Message):
-    __slots__ = ("id", "sha256", "size_bytes", "latency", "untuned_latency", "validated")
+    __slots__ = ("id", "sha256", "size_bytes", "latency", "untuned_latency", "validated", "speed")
     ID_FIELD_NUMBER: _ClassVar[int]
     SHA256_FIELD_NUMBER: _ClassVar[int]
     SIZE_BYTES_FIELD_NUMBER: _ClassVar[int]
     LATENCY_FIELD_NUMBER: _ClassVar[int]
     UNTUNED_LATENCY_FIELD_NUMBER: _ClassVar[int]
     VALIDATED_FIELD_NUMBER: _ClassVar[int]
+    SPEED_FIELD_NUMBER: _ClassVar[int]
     id: str
     sha256: str
     size_bytes: int
     latency: LatencyStats
     untuned_latency: LatencyStats
     validated: bool
-    def __init__(self, id: _Optional[str] = ..., sha256: _Optional[str] = ..., size_bytes: _Optional[int] = ..., latency: _Optional[_Union[LatencyStats, _Mapping]] = ..., untuned_latency: _Optional[_Union[LatencyStats, _Mapping]] = ..., validated: _Optional[bool] = ...) -> None: ...
+    speed: UntunedSpeed
+    def __init__(self, id: _Optional[str] = ..., sha256: _Optional[str] = ..., size_bytes: _Optional[int] = ..., latency: _Optional[_Union[LatencyStats, _Mapping]] = ..., untuned_latency: _Optional[_Union[LatencyStats, _Mapping]] = ..., validated: _Optional[bool] = ..., speed: _Optional[_Union[UntunedSpeed, _Mapping]] = ...) -> None: ...
+
+class UntunedSpeed(_message.Message):
+    __slots__ = ("tuned_median_ms", "untuned_median_ms", "ratio", "slower_than_untuned", "kept_untuned", "runs", "untuned_runs")
+    TUNED_MEDIAN_MS_FIELD_NUMBER: _ClassVar[int]
+    UNTUNED_MEDIAN_MS_FIELD_NUMBER: _ClassVar[int]
+    RATIO_FIELD_NUMBER: _ClassVar[int]
+    SLOWER_THAN_UNTUNED_FIELD_NUMBER: _ClassVar[int]
+    KEPT_UNTUNED_FIELD_NUMBER: _ClassVar[int]
+    RUNS_FIELD_NUMBER: _ClassVar[int]
+    UNTUNED_RUNS_FIELD_NUMBER: _ClassVar[int]
+    tuned_median_ms: float
+    untuned_median_ms: float
+    ratio: float
+    slower_than_untuned: bool
+    kept_untuned: bool
+    runs: int
+    untuned_runs: int
+    def __init__(self, tuned_median_ms: _Optional[float] = ..., untuned_median_ms: _Optional[float] = ..., ratio: _Optional[float] = ..., slower_than_untuned: _Optional[bool] = ..., kept_untuned: _Optional[bool] = ..., runs: _Optional[int] = ..., untuned_runs: _Optional[int] = ...) -> None: ...
 
 class JobEvent(_message.Message):
     __slots__ = ("job_id", "sequence", "time", "snapshot", "state_changed", "task_progress", "shard_changed", "log")

@@ -9,36 +9,13 @@ import subprocess
 
 import pytest
 
+from support.tvm_logs import tvm_tuned_log
+
 pytestmark = pytest.mark.slow
 
 
 def farm(exe: str, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run([exe, *args], env=dict(os.environ), capture_output=True, text=True, timeout=600)
-
-
-def _tvm_tuned_log(work_dir, target, tasks):  # type: ignore[no-untyped-def]
-    """mlp-tiny's tasks tuned by MetaSchedule's own tune_tasks and task scheduler into a JSONDatabase
-    (the farm lends only its warm builder and runner, whose workers skip TVM's 43 s import)."""
-    from tvm.s_tir import meta_schedule as ms
-
-    from foundation.meta_schedule.measure import MeasureSettings, WorkerPools
-
-    pools = WorkerPools(MeasureSettings(min_repeat_ms=5))
-    builder, runner = pools.get("llvm")
-    work_dir.mkdir(parents=True)
-    database = ms.database.JSONDatabase(work_dir=str(work_dir))
-    try:
-        ms.tune_tasks(
-            tasks=[ms.TuneContext(mod=t.mod, target=target, space_generator="post-order-apply",
-                                  search_strategy=ms.search_strategy.EvolutionarySearch(population_size=64),
-                                  task_name=t.name, num_threads="physical") for t in tasks],
-            task_weights=[float(t.weight) for t in tasks], work_dir=str(work_dir), max_trials_global=8,
-            max_trials_per_task=4, num_trials_per_iter=4, builder=builder, runner=runner, database=database,
-            cost_model="xgb",
-        )
-    finally:
-        pools.close()
-    return database
 
 
 def _top(database, mod, k=10):  # type: ignore[no-untyped-def]
@@ -60,7 +37,7 @@ def test_tvm_logs_into_a_fresh_registry_serve_reuse_and_export_back(farm_exe, tm
 
     target = ctx.tvm_target()
     tasks = extract_tuning_tasks(load_model("mlp-tiny", 1), target)
-    log = _tvm_tuned_log(tmp_path / "tvm-log", target, tasks)
+    log = tvm_tuned_log(tmp_path / "tvm-log", target, tasks)
     measured = [t.name for t in tasks if log.get_top_k(log.commit_workload(t.mod), 1)]
     assert measured and len(log) >= len(tasks)
 

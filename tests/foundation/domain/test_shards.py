@@ -20,6 +20,7 @@ from foundation.domain.shards import (
     estimated_cost,
     expire,
     fail_attempt,
+    judges_silence,
     lease,
     next_pending,
     reconcile_heartbeat,
@@ -191,6 +192,21 @@ def test_taking_a_lease_counts_as_being_alive():
     assert expire([shard], {"agent-a": 0.0}, now=120.0, ttl=TTL) == []
     assert expire([shard], {}, now=120.0, ttl=TTL) == []
     assert len(expire([shard], {}, now=131.0, ttl=TTL)) == 1
+
+
+def test_silence_is_judged_only_a_whole_ttl_after_the_coordinator_can_hear_again():
+    # Down from 50 to 90 (a restart, or no registry): the agent's last beat heard is at 40, so
+    # at 91 it looks silent for 51 s, but nothing it sent from 50 on could be heard. For one TTL
+    # after 90 its lease is not judged; a live agent beats within it and keeps the lease.
+    shard = lease(one_shard(), "agent-a", now=0.0, ttl=TTL).shard
+    beats = {"agent-a": 40.0}
+    assert len(expire([shard], beats, now=91.0, ttl=TTL)) == 1  # what judging would do
+    for now in (91.0, 110.0, 120.0):
+        assert not judges_silence(now, heard_since=90.0, ttl=TTL), now
+    assert judges_silence(120.5, heard_since=90.0, ttl=TTL)
+    # Past the grace, expiry judges as ever: a beat at 95 keeps it, none since 40 does not.
+    assert expire([shard], {"agent-a": 95.0}, now=120.5, ttl=TTL) == []
+    assert len(expire([shard], beats, now=120.5, ttl=TTL)) == 1
 
 
 def test_heartbeat_reconciliation_cancels_stale_leases_and_finds_lost_ones():

@@ -160,3 +160,22 @@ def test_the_tuning_lock_of_a_dead_holder_is_taken_over(store, sleeper):
     proc.wait()
     assert ours.try_take() is None and ours.held
     assert store.runners.get_tuning_lock("scope").runner == this_runner()
+
+
+def test_a_job_keeps_the_untuned_build_when_its_tuned_library_is_slower():
+    from foundation.domain.untuned_speed import speed_check
+    from foundation.job_driver.driver import library_to_keep
+    from foundation.runtime.library_runner import Latency
+
+    tuned, untuned = Latency(25.3, 25.0, 27.0, 4000, 3), Latency(9.34, 9.3, 0.5, 4000, 3)
+    slower = speed_check([[25.0]], [[9.3]])
+    kept = library_to_keep(b"tuned", tuned, WeightsLayout.PREPACKED_NCHWC, b"untuned", untuned, slower)
+    assert (kept.library, kept.latency, kept.weights_layout) == (b"untuned", untuned, WeightsLayout.PLAIN)
+    assert kept.speed.kept_untuned and kept.speed.slower_than_untuned
+    assert "KEPT THE UNTUNED BUILD" in kept.status and "2.69x" in kept.status
+    faster = speed_check([[9.3]], [[25.0]])
+    kept = library_to_keep(b"tuned", untuned, WeightsLayout.PREPACKED_NCHWC, b"untuned", tuned, faster)
+    assert (kept.library, kept.weights_layout, kept.speed.kept_untuned) == (b"tuned", WeightsLayout.PREPACKED_NCHWC,
+                                                                           False)
+    # Not timed against the untuned build (validated against its outputs only): nothing to decide.
+    assert library_to_keep(b"tuned", tuned, WeightsLayout.PLAIN, None, None, None).library == b"tuned"

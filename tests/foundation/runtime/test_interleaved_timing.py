@@ -23,3 +23,8 @@ def test_blocks_alternate_which_goes_first_after_warming_both_up():
 def test_a_latency_goal_times_the_model_alone():
     mine, theirs = time_interleaved(lambda: 1.5, None, blocks=2, runs=3, warmup=0)
     assert mine == [[1.5] * 3] * 2 and theirs is None
+
+
+def test_a_reference_of_another_speed_takes_its_own_runs_per_block():
+    mine, theirs = time_interleaved(lambda: 0.01, lambda: 40.0, blocks=2, runs=4, warmup=0, reference_runs=1)
+    assert mine == [[0.01] * 4] * 2 and theirs == [[40.0]] * 2

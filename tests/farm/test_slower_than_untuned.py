@@ -1,0 +1,87 @@
+"""Never slower than untuned: a job whose only records build a library slower than TVM's untuned build
+keeps the untuned build, and says so loudly (summary, status, `--json`)."""
+
+from __future__ import annotations
+
+import pytest
+
+from farm.embedded import SubmitRequest, submit
+from foundation.meta_schedule.measure import MeasureSettings
+
+pytestmark = pytest.mark.slow
+
+
+def _slow_trace(mod):  # type: ignore[no-untyped-def]
+    """A real schedule that is slow by construction: the reduction loop moved outside the output's
+    loop, and that loop made parallel, so every step of the reduction launches a parallel region."""
+    import tvm
+
+    sch = tvm.s_tir.Schedule(mod)
+    for block in sch.get_child_blocks(sch.get_sblock("root", func_name="main")):
+        if any(int(iv.iter_type) == 2 for iv in sch.get(block).iter_vars):  # a reduction (matmul)
+            *_, spatial, reduction = sch.get_loops(block)
+            sch.reorder(reduction, spatial)
+            sch.parallel(spatial)
+            return sch
+    raise AssertionError("the task has no reduction block")
+
+
+def _measure(sch, target):  # type: ignore[no-untyped-def]
+    """The schedule built and timed by the farm's own builder and runner, as tuning measures a candidate."""
+    from tvm.s_tir import meta_schedule as ms
+
+    from foundation.meta_schedule.measure import WorkerPools
+
+    pools = WorkerPools(MeasureSettings(min_repeat_ms=5))
+    try:
+        builder, runner = pools.get("llvm")
+        (built,) = builder.build([ms.builder.BuilderInput(sch.mod, target)])
+        assert built.error_msg is None, built.error_msg
+        args = ms.arg_info.ArgInfo.from_prim_func(sch.mod["main"])
+        (future,) = runner.run([ms.runner.RunnerInput(built.artifact_path, "cpu", args)])
+        result = future.result()
+        assert result.error_msg is None, result.error_msg
+        return [float(s) for s in result.run_secs], args
+    finally:
+        pools.close()
+
+
+def test_a_library_slower_than_the_untuned_build_is_not_kept(tmp_path):
+    from tvm.s_tir.meta_schedule.database import TuningRecord
+
+    from farm.session import open_context
+    from foundation.compile import extract_tuning_tasks
+    from foundation.hardware.tvm_startup import install_lean_tensor_intrinsics
+    from foundation.meta_schedule.database.registry_database import tvm_database_for
+    from foundation.models.loading import load_model
+
+    registry = f"sqlite:///{tmp_path / 'registry.db'}"
+    ctx = open_context(registry, "llvm", create=True)
+    install_lean_tensor_intrinsics("llvm")
+    target = ctx.tvm_target()
+    tasks = extract_tuning_tasks(load_model("mlp-tiny", 1), target)
+    ctx.store.upsert_fingerprint(ctx.fingerprint.id, ctx.fingerprint.kind, ctx.fingerprint.summary,
+                                 ctx.fingerprint.details)
+    database = tvm_database_for(ctx.store, ctx.fingerprint.id, ctx.target_json, ctx.tvm_version, ctx.software)
+    slow = [t for t in tasks if t.flop > 0 and "matmul" in t.name]
+    assert slow
+    for task in slow:
+        sch = _slow_trace(task.mod)
+        run_secs, args = _measure(sch, target)
+        database.commit_tuning_record(TuningRecord(sch.trace, database.commit_workload(task.mod), run_secs,
+                                                   target, args))
+    database.flush()
+    ctx.store.dispose()
+
+    # Reuse in full: the matmul tasks are built from their (slow) records, the rest tuned a little.
+    done = submit(SubmitRequest("mlp-tiny", "llvm", 1, registry=registry, trials_per_task=4, reuse="full",
+                                weights_layout="plain", validation_runs=20, measure=MeasureSettings(min_repeat_ms=5)))
+    summary = done.to_json()
+    assert done.job.state == "succeeded", done.job.error
+    speed = summary["artifact"]["speed"]
+    assert summary["slower_than_untuned"] is True and speed["slower_than_untuned"] and speed["kept_untuned"]
+    assert speed["ratio"] >= 1.05 and speed["runs"] >= 20 and speed["untuned_runs"] >= 5
+    # The untuned build is what was stored, at its own latency, and the job's status says so.
+    assert summary["artifact"]["weights_layout"] == "plain"
+    assert summary["artifact"]["latency_ms"]["median"] == pytest.approx(speed["untuned_median_ms"])
+    assert "KEPT THE UNTUNED BUILD" in done.job.status

@@ -1,0 +1,42 @@
+"""A tuned library against the untuned build: how long each is timed, and when the tuned one is slower."""
+
+from __future__ import annotations
+
+import pytest
+
+from foundation.domain.untuned_speed import (
+    BLOCKS,
+    MAX_RUNS_PER_BLOCK,
+    MIN_SIDE_MS,
+    SLOWER_MARGIN,
+    SpeedCheck,
+    runs_per_block,
+    speed_check,
+)
+
+
+def test_each_side_is_timed_long_enough_and_never_less_than_asked():
+    # A 10 us model: 200 ms a side, in BLOCKS blocks.
+    assert runs_per_block(0.010, 20) * BLOCKS * 0.010 >= MIN_SIDE_MS
+    assert runs_per_block(0.010, 20) == 4000
+    # A 30 ms model: the runs asked for already take longer.
+    assert runs_per_block(30.0, 20) == 4
+    # An untuned build of seconds: once a block.
+    assert runs_per_block(2000.0, 3) == 1
+    # A call too fast to measure is capped.
+    assert runs_per_block(0.0, 20) == MAX_RUNS_PER_BLOCK
+
+
+def test_the_medians_over_every_block_decide():
+    slower = speed_check([[25.0, 26.0], [24.0, 25.0]], [[9.0, 9.5], [9.3, 9.4]])
+    assert slower.slower_than_untuned and slower.ratio == pytest.approx(25.0 / 9.35)
+    assert (slower.runs, slower.untuned_runs, slower.blocks) == (4, 4, 2)
+    assert slower.to_json()["slower_than_untuned"] is True and "SLOWER" in slower.describe()
+    assert SpeedCheck.from_json(slower.to_json()) == slower
+    # Within the margin: as fast, not slower.
+    alike = speed_check([[1.0 * SLOWER_MARGIN - 0.01]], [[1.0]])
+    assert not alike.slower_than_untuned
+    faster = speed_check([[1.0]], [[10.0]])
+    assert not faster.slower_than_untuned and "10.00x faster" in faster.describe()
+    with pytest.raises(ValueError):
+        speed_check([], [[1.0]])
