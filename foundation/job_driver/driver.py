@@ -22,6 +22,7 @@ from foundation.domain.jobs import JobState, check_transition
 from foundation.domain.measurements import TaskOutcome, measurements_failed
 from foundation.domain.weights_layout import WeightsLayout
 from foundation.errors import RegistryError
+from foundation.units import milliseconds
 
 if TYPE_CHECKING:  # pragma: no cover
     from foundation.domain.untuned_speed import SpeedCheck
@@ -121,12 +122,12 @@ def library_to_keep(library: bytes, latency: "Latency", weights_layout: WeightsL
     (foundation.domain.untuned_speed): then the untuned build (plain weights), which is what the
     job stores and answers with, its check saying so loudly."""
     if speed is None or not speed.slower_than_untuned or reference is None or untuned_latency is None:
-        return KeptLibrary(library, latency, weights_layout, speed, f"succeeded: {latency.mean_ms:.3f} ms mean")
+        return KeptLibrary(library, latency, weights_layout, speed, f"succeeded: {milliseconds(latency.mean_ms)} mean")
     kept = replace(speed, kept_untuned=True)
     return KeptLibrary(reference, untuned_latency, WeightsLayout.PLAIN, kept,
                        f"succeeded, KEPT THE UNTUNED BUILD: the tuned library ran {speed.ratio:.2f}x its time "
-                       f"({speed.tuned_median_ms:.4g} against {speed.untuned_median_ms:.4g} ms median); "
-                       f"{untuned_latency.mean_ms:.3f} ms mean")
+                       f"({milliseconds(speed.tuned_median_ms)} against {milliseconds(speed.untuned_median_ms)} "
+                       f"median); {milliseconds(untuned_latency.mean_ms)} mean")
 
 
 def tuning_failure(tasks: Sequence["TaskProgress"]) -> str | None:

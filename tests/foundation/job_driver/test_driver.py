@@ -179,3 +179,15 @@ def test_a_job_keeps_the_untuned_build_when_its_tuned_library_is_slower():
                                                                            False)
     # Not timed against the untuned build (validated against its outputs only): nothing to decide.
     assert library_to_keep(b"tuned", tuned, WeightsLayout.PLAIN, None, None, None).library == b"tuned"
+
+
+def test_a_job_status_says_its_latency_in_the_unit_that_fits():
+    from foundation.domain.untuned_speed import speed_check
+    from foundation.job_driver.driver import library_to_keep
+    from foundation.runtime.library_runner import Latency
+
+    tuned, untuned = Latency(41.866, 41.5, 0.4, 4000, 3), Latency(0.8123, 0.81, 0.01, 4000, 3)
+    kept = library_to_keep(b"tuned", tuned, WeightsLayout.PLAIN, None, None, None)
+    assert kept.status == "succeeded: 41.9 ms mean"
+    kept = library_to_keep(b"tuned", tuned, WeightsLayout.PLAIN, b"untuned", untuned, speed_check([[41.5]], [[0.81]]))
+    assert kept.status.endswith("(41.5 ms against 810 us median); 812 us mean"), kept.status
