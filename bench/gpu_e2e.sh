@@ -17,14 +17,8 @@
 # Without one it stops at once with exit 3 and says why.
 set -euo pipefail
 
-if ! command -v nvidia-smi >/dev/null 2>&1; then
-  echo "error: no NVIDIA GPU here: nvidia-smi is not on PATH (run bench/gpu_e2e.sh on a box with an NVIDIA GPU and its driver)" >&2
-  exit 3
-fi
-if ! gpus=$(nvidia-smi -L 2>&1) || ! grep -q '^GPU ' <<<"$gpus"; then
-  echo "error: nvidia-smi lists no GPU: ${gpus//$'\n'/ } (check the driver with nvidia-smi)" >&2
-  exit 3
-fi
+source "$(dirname "$0")/gpu_check.sh"
+require_gpu bench/gpu_e2e.sh
 
 cd "$(dirname "$0")/.."
 farm=${FARM:-.venv/bin/farm}
