@@ -29,6 +29,18 @@ class Number:
 
 
 @dataclass(frozen=True)
+class Moment:
+    """A google.protobuf.Timestamp: one Python's datetime can hold."""
+
+
+@dataclass(frozen=True)
+class Span:
+    """A google.protobuf.Duration: from 0 to ``most`` seconds."""
+
+    most: float
+
+
+@dataclass(frozen=True)
 class Items:
     """A repeated field: at most ``limit`` entries."""
 
@@ -51,7 +63,7 @@ _TARGET_KINDS = {"target_kinds": Items(8), "target_kinds[]": _KIND}
 
 # Per request message: its fields (a dotted path into nested messages, `[]` for each entry of a
 # repeated field) and what each may hold. A field not named here carries no text a call quotes.
-RULES: dict[str, dict[str, Text | Number | Items]] = {
+RULES: dict[str, dict[str, Text | Number | Moment | Span | Items]] = {
     "SubmitRequest": {
         "zoo_name": _ID, "target": Text(MAX_TEXT_LENGTH, required=True), "fingerprint_id": _ID,
         "batch": Number(limits.BATCH), "trials": _or_default(limits.TRIALS),
@@ -75,8 +87,8 @@ RULES: dict[str, dict[str, Text | Number | Items]] = {
         **_TARGET_KINDS,
     },
     "HeartbeatRequest": {**_AGENT, "running_leases": Items(1024), "running_leases[].job_id": _ID,
-                         "running_leases[].shard_id": _ID},
-    "LeaseShardRequest": {**_AGENT, "fingerprint_id": _REQUIRED_ID, **_TARGET_KINDS},
+                         "running_leases[].shard_id": _ID, "sent_at": Moment()},
+    "LeaseShardRequest": {**_AGENT, "fingerprint_id": _REQUIRED_ID, **_TARGET_KINDS, "max_wait": Span(3600.0)},
     "LeaseValidationRequest": {**_AGENT, "fingerprint_id": _REQUIRED_ID, **_TARGET_KINDS},
     "ReportRecordsRequest": _LEASE,
     "CompleteShardRequest": {**_LEASE, "tasks": Items(10_000)},
@@ -94,9 +106,27 @@ def check_request(request) -> None:
                 limits.check_text(path, value, rule.limit, required=rule.required)
             elif isinstance(rule, Number):
                 limits.check_number(path, int(value), rule.bound)
+            elif isinstance(rule, Moment):
+                _check_moment(path, value)
+            elif isinstance(rule, Span):
+                _check_span(path, value, rule.most)
             elif len(value) > rule.limit:
                 raise BadInput(f"{path} has {len(value):,} entries, more than the {rule.limit:,} allowed",
                                f"send at most {rule.limit:,}")
+
+
+def _check_moment(path: str, stamp) -> None:
+    try:
+        stamp.ToDatetime()
+    except (ValueError, OverflowError):
+        raise BadInput(f"{path} is not a time (seconds {limits.shown_number(stamp.seconds)})",
+                       "send the time the request was made") from None
+
+
+def _check_span(path: str, duration, most: float) -> None:
+    seconds = duration.seconds + duration.nanos / 1e9
+    if not 0 <= seconds <= most:
+        raise BadInput(f"{path} must be from 0 to {most:g} seconds, got {seconds:.6g}", f"send a {path} in that range")
 
 
 def _values(message, parts: list[str]) -> Iterator:

@@ -8,6 +8,8 @@ import json
 
 import grpc
 import pytest
+from google.protobuf.duration_pb2 import Duration
+from google.protobuf.timestamp_pb2 import Timestamp
 
 from coordinator.cluster_store import ClusterStore
 from coordinator.server import serve
@@ -15,6 +17,7 @@ from foundation.registry import RegistryStore
 from foundation.wire import farm_pb2, farm_pb2_grpc
 
 from support.fake_agent import FakeAgent
+from support.polling import wait_for
 
 HUGE = "x" * 100_000
 UINT32_MAX = 2**32 - 1
@@ -113,7 +116,11 @@ def test_no_stored_agent_fails_another_callers_submit(coordinator, fingerprint):
     err = refused(client.Submit, farm_pb2.SubmitRequest(zoo_name="mlp-tiny", batch=1, target="llvm",
                                                         fingerprint_id="cpu-0badfeed0bad"))
     assert err.code() == grpc.StatusCode.INVALID_ARGUMENT and "llvm_triple" in err.details(), err
-    client.CancelJob(farm_pb2.CancelJobRequest(job_id=reply.jobs[0].job.id), timeout=30)
+    # Planned before it is cancelled: the coordinator's TVM work is not left in flight at teardown.
+    job_id = reply.jobs[0].job.id
+    wait_for(lambda: client.GetJob(farm_pb2.GetJobRequest(job_id=job_id), timeout=30).trials_budget > 0, 60,
+             "the job planned", interval=0.1)
+    client.CancelJob(farm_pb2.CancelJobRequest(job_id=job_id), timeout=30)
 
 
 def _now():
@@ -148,6 +155,10 @@ OUT_OF_BOUNDS = [
     ("agent", "Heartbeat", farm_pb2.HeartbeatRequest(
         agent_id="a", running_leases=[farm_pb2.LeaseRef(job_id=HUGE, shard_id="s")]), "running_leases[].job_id is"),
     ("agent", "LeaseShard", farm_pb2.LeaseShardRequest(agent_id="a"), "fingerprint_id is required"),
+    ("agent", "LeaseShard", farm_pb2.LeaseShardRequest(
+        agent_id="a", fingerprint_id="cpu-x", max_wait=Duration(seconds=10**15)), "max_wait must be from 0 to 3600"),
+    ("agent", "Heartbeat", farm_pb2.HeartbeatRequest(
+        agent_id="a", sent_at=Timestamp(seconds=-99999999999)), "sent_at is not a time"),
     ("agent", "FailShard", farm_pb2.FailShardRequest(agent_id="a", shard_id="s", reason=HUGE), "reason is 100,000"),
     ("agent", "ReportRecords", farm_pb2.ReportRecordsRequest(agent_id="a", shard_id=HUGE), "shard_id is 100,000"),
     ("agent", "ReportValidation", farm_pb2.ReportValidationRequest(agent_id="a"), "validation_id is required"),
