@@ -31,6 +31,7 @@ from foundation.domain.tuning_rounds import RoundResult, Stop, round_budgets, ve
 from foundation.domain.weights_layout import WeightsLayout, tuned_form
 from foundation.errors import FarmError
 from foundation.job_driver.tuning_rounds import RoundJudge, RoundsOutcome, UntilRequest, planned_so_far, set_up_goal
+from foundation.logs import logs_job
 from foundation.registry.store import RegistryStore
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -109,6 +110,7 @@ class JobRounds:
                     plan.total, len(shards), outcome.goal.describe())
         self._wake.set()
 
+    @logs_job
     def end_round(self, job_id: str) -> None:
         """Judge the round just tuned, then plan the next one or stop (running -> building)."""
         job = self._store.get_job(job_id)

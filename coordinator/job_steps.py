@@ -27,6 +27,7 @@ from foundation.domain.weights_layout import tuned_form
 from foundation.errors import FarmError, NotFound, RegistryError
 from foundation.job_driver.artifacts import LIBRARY_FORMAT, commit_artifact
 from foundation.job_driver.driver import JobDriver, library_to_keep, validation_failure
+from foundation.logs import logs_job
 from foundation.registry.store import RegistryStore
 
 logger = logging.getLogger("farm.coordinator")
@@ -54,6 +55,7 @@ class JobSteps:
     def close(self) -> None:
         self._learner.stop()
 
+    @logs_job
     def plan(self, job_id: str) -> None:
         """Extract the job's tasks and split them into shards (queued -> running), once."""
         job = self._store.get_job(job_id)
@@ -107,6 +109,7 @@ class JobSteps:
                 self.move(job.id, JobState.QUEUED, JobState.FAILED, "failed: could not set up its rounds",
                           error=f"planning failed: {problem}"[:2000])
 
+    @logs_job
     def build(self, job_id: str) -> None:
         """Build the tuned library and the untuned reference, and offer them for validation."""
         job = self._store.get_job(job_id)
@@ -145,6 +148,7 @@ class JobSteps:
             return
         self.move(job_id, JobState.BUILDING, JobState.VALIDATING, validating)
 
+    @logs_job
     def settle_validation(self, job_id: str) -> None:
         """A validating job whose validation ended: commit the artifact, or fail the job."""
         from foundation.domain.untuned_speed import BLOCKS, SpeedCheck

@@ -12,11 +12,12 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import datetime as dt
+import functools
 import json
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from enum import Enum
-from typing import IO
+from typing import IO, Any
 
 
 class LogFormat(str, Enum):
@@ -55,6 +56,17 @@ def log_ids(**ids: str | None) -> Iterator[None]:
         yield
     finally:
         _scoped_ids.reset(token)
+
+
+def logs_job(step: Callable[..., Any]) -> Callable[..., Any]:
+    """Every record logged while ``step(self, job_id, ...)`` runs names that job."""
+
+    @functools.wraps(step)
+    def with_job_id(self: Any, job_id: str, *args: Any, **kwargs: Any) -> Any:
+        with log_ids(job_id=job_id):
+            return step(self, job_id, *args, **kwargs)
+
+    return with_job_id
 
 
 def set_process_ids(**ids: str | None) -> None:

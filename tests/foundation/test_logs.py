@@ -126,3 +126,20 @@ def test_unknown_ids_and_choices_are_refused():
         pass
     with pytest.raises(ValueError):
         configure_logging("xml", "info", io.StringIO())
+
+
+def test_a_job_step_names_its_job_on_every_record(configured):
+    from foundation.logs import logs_job
+
+    class Steps:
+        @logs_job
+        def build(self, job_id: str, note: str = "") -> str:
+            logging.getLogger("farm.coordinator").info("building%s", note)
+            return job_id
+
+    stream = configured("json")
+    assert Steps().build("job-3", note=" now") == "job-3"
+    logging.getLogger("farm.coordinator").info("after")
+    first, after = (json.loads(line) for line in _lines(stream))
+    assert (first["message"], first["job_id"]) == ("building now", "job-3")
+    assert "job_id" not in after
