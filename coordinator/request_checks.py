@@ -9,6 +9,7 @@ model, a target, a fingerprint) is the calls' to judge.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -26,6 +27,12 @@ class Text:
 @dataclass(frozen=True)
 class Number:
     bound: Bound
+
+
+@dataclass(frozen=True)
+class Finite:
+    """A double (or each of a repeated double): no NaN or infinity, which the registry's JSON cannot
+    hold on PostgreSQL. In a report it would fail the group commit, every other agent's report with it."""
 
 
 @dataclass(frozen=True)
@@ -60,10 +67,13 @@ _REASON = Text(MAX_TEXT_LENGTH)
 _AGENT = {"agent_id": _REQUIRED_ID}
 _LEASE = {**_AGENT, "shard_id": _REQUIRED_ID}
 _TARGET_KINDS = {"target_kinds": Items(8), "target_kinds[]": _KIND}
+_TASK_FIGURES = {"tasks[].best_us": Finite(), "tasks[].elapsed_s": Finite()}
+_LATENCY = {f"{stats}.{figure}": Finite() for stats in ("latency", "untuned_latency")
+            for figure in ("mean_ms", "median_ms", "std_ms")}
 
 # Per request message: its fields (a dotted path into nested messages, `[]` for each entry of a
 # repeated field) and what each may hold. A field not named here carries no text a call quotes.
-RULES: dict[str, dict[str, Text | Number | Moment | Span | Items]] = {
+RULES: dict[str, dict[str, Text | Number | Finite | Moment | Span | Items]] = {
     "SubmitRequest": {
         "zoo_name": _ID, "target": Text(MAX_TEXT_LENGTH, required=True), "fingerprint_id": _ID,
         "batch": Number(limits.BATCH), "trials": _or_default(limits.TRIALS),
@@ -90,10 +100,12 @@ RULES: dict[str, dict[str, Text | Number | Moment | Span | Items]] = {
                          "running_leases[].shard_id": _ID, "sent_at": Moment()},
     "LeaseShardRequest": {**_AGENT, "fingerprint_id": _REQUIRED_ID, **_TARGET_KINDS, "max_wait": Span(3600.0)},
     "LeaseValidationRequest": {**_AGENT, "fingerprint_id": _REQUIRED_ID, **_TARGET_KINDS},
-    "ReportRecordsRequest": _LEASE,
-    "CompleteShardRequest": {**_LEASE, "tasks": Items(10_000)},
-    "FailShardRequest": {**_LEASE, "reason": _REASON, "tasks": Items(10_000)},
-    "ReportValidationRequest": {**_AGENT, "validation_id": _REQUIRED_ID, "error": _REASON},
+    # A record's own times are read where its group is committed: one not finite drops that record
+    # (coordinator.fleet.report_ingest), not the report.
+    "ReportRecordsRequest": {**_LEASE, "progress[].best_us": Finite(), "progress[].best_gflops": Finite()},
+    "CompleteShardRequest": {**_LEASE, "tasks": Items(10_000), **_TASK_FIGURES},
+    "FailShardRequest": {**_LEASE, "reason": _REASON, "tasks": Items(10_000), **_TASK_FIGURES},
+    "ReportValidationRequest": {**_AGENT, "validation_id": _REQUIRED_ID, "error": _REASON, **_LATENCY},
     "GetCostModelRequest": {**_AGENT, "sha256": _SHA256},
 }
 
@@ -106,6 +118,8 @@ def check_request(request) -> None:
                 limits.check_text(path, value, rule.limit, required=rule.required)
             elif isinstance(rule, Number):
                 limits.check_number(path, int(value), rule.bound)
+            elif isinstance(rule, Finite):
+                _check_finite(path, value)
             elif isinstance(rule, Moment):
                 _check_moment(path, value)
             elif isinstance(rule, Span):
@@ -113,6 +127,12 @@ def check_request(request) -> None:
             elif len(value) > rule.limit:
                 raise BadInput(f"{path} has {len(value):,} entries, more than the {rule.limit:,} allowed",
                                f"send at most {rule.limit:,}")
+
+
+def _check_finite(path: str, value) -> None:
+    numbers = [value] if isinstance(value, float) else list(value)
+    if not all(math.isfinite(n) for n in numbers):
+        raise BadInput(f"{path} holds a number that is not finite (NaN or infinity)", "send finite numbers")
 
 
 def _check_moment(path: str, stamp) -> None:

@@ -11,6 +11,7 @@ so that it crosses to that process cheaply.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -42,10 +43,13 @@ def read_report(report: UnreadReport) -> ReportedBatch:
     records, dropped = [], list(report.dropped)
     for workload_id, record_json in report.records:
         try:
-            records.append(new_record_from(
+            record = new_record_from(
                 json.loads(record_json), workload_id=workload_id, fingerprint_id=report.fingerprint_id,
                 target_json=report.target, tvm_version=report.tvm_version, software=report.software,
-                job_id=report.job_id))
+                job_id=report.job_id)
+            if record.run_secs is not None and not all(math.isfinite(s) for s in record.run_secs):
+                raise ValueError("its run_secs are not all finite (the registry's JSON cannot hold NaN or infinity)")
+            records.append(record)
         # JSON of any other shape than a record's (a number for run_secs, a trace that is a
         # dict) is dropped too: raised here, it would fail the whole group, other agents' reports with it.
         except (ValueError, TypeError, KeyError, IndexError, AttributeError, RecursionError) as err:

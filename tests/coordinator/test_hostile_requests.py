@@ -5,6 +5,7 @@ whole fingerprint, and nothing one caller sends (or that was stored before) fail
 from __future__ import annotations
 
 import json
+import math
 
 import grpc
 import pytest
@@ -162,6 +163,12 @@ OUT_OF_BOUNDS = [
     ("agent", "FailShard", farm_pb2.FailShardRequest(agent_id="a", shard_id="s", reason=HUGE), "reason is 100,000"),
     ("agent", "ReportRecords", farm_pb2.ReportRecordsRequest(agent_id="a", shard_id=HUGE), "shard_id is 100,000"),
     ("agent", "ReportValidation", farm_pb2.ReportValidationRequest(agent_id="a"), "validation_id is required"),
+    ("agent", "ReportValidation", farm_pb2.ReportValidationRequest(
+        agent_id="a", validation_id="v", latency=farm_pb2.LatencyStats(mean_ms=math.nan)), "latency.mean_ms holds"),
+    ("agent", "ReportRecords", farm_pb2.ReportRecordsRequest(
+        agent_id="a", shard_id="s", progress=[farm_pb2.TaskProgress(best_us=math.inf)]), "progress[].best_us holds"),
+    ("agent", "CompleteShard", farm_pb2.CompleteShardRequest(
+        agent_id="a", shard_id="s", tasks=[farm_pb2.TaskSummary(elapsed_s=-math.inf)]), "tasks[].elapsed_s holds"),
 ]
 
 
@@ -191,9 +198,11 @@ def test_a_reported_record_of_any_shape_is_dropped_not_the_group():
     from coordinator.fleet.report_ingest import UnreadReport, read_report
 
     good = json.dumps([[[], []], [0.5], {"kind": "llvm"}, None])
-    # run_secs a number, instructions a number or an object, an instruction with nothing in it, a time of null
+    # run_secs a number, instructions a number or an object, an instruction with nothing in it, a time of
+    # null, times the registry's JSON cannot hold
     hostile = [json.dumps(r) for r in ([[["x"]], 5, {}, None], [[5], None, {}, None], [[{"a": 1}], None, {}, None],
-                                       [[[[]]], None, {}, None], [[[], []], [None], {}, None])]
+                                       [[[[]]], None, {}, None], [[[], []], [None], {}, None],
+                                       [[[], []], [1e-3, math.nan], {}, None], [[[], []], [math.inf], {}, None])]
     report = UnreadReport("job-1.s0", 1, "agent-1", "job-1", "cpu-aaaa", '{"kind":"llvm"}', "0.27.0", {},
                           records=[(7, r) for r in [good, *hostile]], trials=6)
     batch = read_report(report)
