@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from coordinator.cluster_store import ClusterStore
+from foundation.errors import RegistryError
 from foundation.registry.entities import Agent
 
 logger = logging.getLogger("farm.coordinator")
@@ -173,6 +174,8 @@ class LiveAgents:
         def refresh() -> None:
             try:
                 self._refresh_pending(version, now)
+            except RegistryError as err:  # the registry is away: the server's health says so, once
+                logger.debug("reading which jobs have pending shards failed: %s", err)
             except Exception:
                 logger.warning("reading which jobs have pending shards failed", exc_info=True)
             finally:
