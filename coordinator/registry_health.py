@@ -93,8 +93,9 @@ class RegistryHealth:
     @property
     def heard_since(self) -> datetime:
         """Since when the coordinator has been able to hear agents: its start, or the moment its
-        registry last came back."""
-        return self._heard_since
+        registry last came back; while it fails, now (the gate refuses every beat, so the tick
+        that finds it back must judge nobody's silence)."""
+        return utc_now() if self._error is not None else self._heard_since
 
     def failed(self, err: RegistryError) -> None:
         """A check of the registry failed with ``err``."""

@@ -38,13 +38,18 @@ def test_an_outage_logs_its_first_failure_a_summary_now_and_then_and_its_end(cap
     lines = [r.getMessage() for r in caplog.records]
     assert len(lines) == 1 and lines[0].startswith("registry failing: cannot reach") and "check that" in lines[0]
 
+    # While it fails the gate refuses every beat: the tick that finds it back judges nobody.
+    assert health.heard_since > started_hearing
     health.failed(down)  # 30 s on: one summary
     assert len(caplog.records) == 2
     assert caplog.records[1].getMessage().startswith("registry still failing after 30 s (61 failed checks)")
 
+    before_return = health.heard_since
     health.answered()
+    back = health.heard_since
     health.answered()
     assert flips == [False, True] and health.error is None
+    assert before_return <= back == health.heard_since
     assert len(caplog.records) == 3 and "registry answers again after 30 s" in caplog.records[2].getMessage()
     # The coordinator hears agents again from now: silence before it is nobody's.
     assert health.heard_since > started_hearing
