@@ -43,6 +43,7 @@ class SpeedCheck:
     untuned_runs: int
     blocks: int
     kept_untuned: bool = False  # the job stored the untuned build instead (it was faster)
+    threads: int | None = None  # the tuned library's threads, as `farm.load` runs it (None: not known)
 
     @property
     def ratio(self) -> float:
@@ -56,21 +57,23 @@ class SpeedCheck:
     def describe(self) -> str:
         verdict = (f"{self.ratio:.2f}x the untuned build's time: SLOWER" if self.slower_than_untuned
                    else f"{1 / self.ratio:.2f}x faster than the untuned build" if self.ratio > 0 else "")
-        return (f"tuned {self.tuned_median_ms:.4g} ms median of {self.runs} runs, untuned {self.untuned_median_ms:.4g} "
-                f"ms of {self.untuned_runs}, interleaved in {self.blocks} blocks: {verdict}"
+        threads = f" on {self.threads} thread{'s' * (self.threads != 1)}" if self.threads else ""
+        return (f"tuned {self.tuned_median_ms:.4g} ms median of {self.runs} runs{threads}, "
+                f"untuned {self.untuned_median_ms:.4g} ms of {self.untuned_runs}, "
+                f"interleaved in {self.blocks} blocks: {verdict}"
                 + ("; the untuned build was kept" if self.kept_untuned else ""))
 
     def to_json(self) -> dict:
         return {"tuned_median_ms": self.tuned_median_ms, "untuned_median_ms": self.untuned_median_ms,
                 "ratio": round(self.ratio, 4), "slower_than_untuned": self.slower_than_untuned,
                 "kept_untuned": self.kept_untuned, "runs": self.runs, "untuned_runs": self.untuned_runs,
-                "blocks": self.blocks, "margin": SLOWER_MARGIN}
+                "blocks": self.blocks, "margin": SLOWER_MARGIN, "threads": self.threads}
 
     @staticmethod
     def from_json(value: dict) -> "SpeedCheck":
         return SpeedCheck(float(value["tuned_median_ms"]), float(value["untuned_median_ms"]), int(value["runs"]),
                           int(value["untuned_runs"]), int(value.get("blocks") or BLOCKS),
-                          bool(value.get("kept_untuned", False)))
+                          bool(value.get("kept_untuned", False)), value.get("threads"))
 
 
 def speed_check(tuned: Sequence[Sequence[float]], untuned: Sequence[Sequence[float]]) -> SpeedCheck:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -103,7 +103,11 @@ def check_library(
 
     With the untuned library the two are timed in alternating blocks, each for at least ``runs``
     (the untuned one ``reference_runs``) and MIN_SIDE_MS in all (foundation.domain.untuned_speed),
-    and the check says whether the tuned one is slower. ``reference_outputs`` may be given
+    and the check says whether the tuned one is slower. The tuned library is timed on the threads
+    `farm.load` runs it on (foundation.runtime.threads: one for a library under 1 ms on every
+    core), since that is how it will run: on a busy box a microsecond model on every core waits
+    at each parallel region for a descheduled thread, and would read slower than the untuned
+    (serial) build for that alone. ``reference_outputs`` may be given
     instead of ``reference_library`` (the untuned outputs computed earlier), in which case the
     untuned latency is not measured.
     """
@@ -120,14 +124,28 @@ def check_library(
     if reference is None:
         return LibraryCheck(validation=validation, latency=tuned.time(inputs, runs=runs, warmup=warmup),
                             untuned_latency=None)
+    from foundation.hardware.fingerprint import available_cores
+    from foundation.runtime.threads import AUTO, threads_for, use_threads
+
+    cores = available_cores()
     mine, theirs = tuned.timer(inputs), reference.timer(inputs)
-    # One call of each, after the warm-up, sizes the blocks.
     for _ in range(warmup):
         mine()
         theirs()
-    per_block = runs_per_block(min(mine() for _ in range(3)), runs)
-    reference_per_block = runs_per_block(theirs(), reference_runs)
-    tuned_runs, untuned_runs = time_interleaved(mine, theirs, BLOCKS, per_block, warmup=0,
-                                                reference_runs=reference_per_block)
+    # A few calls on every core choose the threads, as a stored latency does at load; one call
+    # of each, on those threads, sizes the blocks.
+    tuned.threads = threads_for(AUTO, min(mine() for _ in range(3)), cores)
+    try:
+        mine = tuned.timer(inputs)  # sets the pool to those threads
+        for _ in range(warmup):
+            mine()
+        per_block = runs_per_block(min(mine() for _ in range(3)), runs)
+        reference_per_block = runs_per_block(theirs(), reference_runs)
+        tuned_runs, untuned_runs = time_interleaved(mine, theirs, BLOCKS, per_block, warmup=0,
+                                                    reference_runs=reference_per_block)
+    finally:
+        if target_kind != "cuda":
+            use_threads(cores)  # validation and tuning keep every core
     return LibraryCheck(validation=validation, latency=latency_of(tuned_runs, warmup),
-                        untuned_latency=latency_of(untuned_runs, warmup), speed=speed_check(tuned_runs, untuned_runs))
+                        untuned_latency=latency_of(untuned_runs, warmup),
+                        speed=replace(speed_check(tuned_runs, untuned_runs), threads=tuned.threads))
