@@ -53,7 +53,17 @@ done
 
 "$farm" agent --coordinator "127.0.0.1:$port" --token-file "$work/token" --target cuda --device "cuda:$gpu" \
   >"$work/agent.log" 2>&1 &
-pids+=($!)
+agent=$!
+pids+=("$agent")
+# An agent that cannot use the GPU (its CUDA runtime, the driver) stops at once; the job would
+# otherwise wait for it until the caller gives up.
+for _ in $(seq 180); do
+  kill -0 "$agent" 2>/dev/null \
+    || { echo "error: the GPU agent stopped: $(tail -1 "$work/agent.log") (its log: $work/agent.log)" >&2; exit 4; }
+  "$farm" agents --json --coordinator "127.0.0.1:$port" --token-file "$work/token" 2>/dev/null \
+    | grep -q '"cuda"' && break
+  sleep 1
+done
 
 trials=()
 [ -n "${TRIALS_PER_TASK:-}" ] && trials=(--trials-per-task "$TRIALS_PER_TASK")

@@ -22,8 +22,9 @@
 # run takes BATCH (15), TRIALS_PER_TASK (4), SCALE_SECONDS (30: each agent count's window) and
 # DEADLINE_S (540: a step that would not end by then is skipped, and the summary says so).
 #
-# Exit codes: 0 done; 2 bad usage, or a part or the bundle does not match its checksums;
-# 3 no GPU (run), or parts missing; anything else a failed step (its log is in $OUT).
+# Exit codes: 0 done; 1 the GPU run failed or was cut short (its summary and logs are in $OUT);
+# 2 bad usage, or a part or the bundle does not match its checksums; 3 no GPU (run), or parts
+# missing; anything else a failed install step (install.log in $OUT).
 # Never run on a GPU by this project yet (README, "What ran where").
 set -euo pipefail
 
@@ -145,12 +146,16 @@ measure() {
   # Bounded, so that the summary and the logs are still written inside the call's limit.
   local allowed=$(( ${DEADLINE_S:-540} - (SECONDS - started) - 20 ))
   [ "$allowed" -gt 60 ] || allowed=60
-  if FARM=$venv/bin/farm PYTHON=$venv/bin/python WORK=$work BATCH=${BATCH:-15} \
-     TRIALS_PER_TASK=${TRIALS_PER_TASK:-4} timeout -k 15 "$allowed" bash "$here/bench/gpu_e2e.sh" \
-     >"$out/e2e.log" 2>&1; then
+  local e2e=0
+  FARM=$venv/bin/farm PYTHON=$venv/bin/python WORK=$work BATCH=${BATCH:-15} \
+    TRIALS_PER_TASK=${TRIALS_PER_TASK:-4} timeout -k 15 "$allowed" bash "$here/bench/gpu_e2e.sh" \
+    >"$out/e2e.log" 2>&1 || e2e=$?
+  if [ "$e2e" = 0 ]; then
     echo "gpu_e2e.sh: done, $((SECONDS - started)) s since the start" >>"$out/summary.md"
+  elif [ "$e2e" = 124 ] || [ "$e2e" = 137 ]; then
+    echo "gpu_e2e.sh: cut short after ${allowed} s (DEADLINE_S; see e2e.log)" >>"$out/summary.md"
   else
-    echo "gpu_e2e.sh: FAILED or cut short after ${allowed} s (exit $?; see e2e.log)" >>"$out/summary.md"
+    echo "gpu_e2e.sh: FAILED, exit $e2e (see e2e.log)" >>"$out/summary.md"
   fi
   { echo '```'; tail -40 "$out/e2e.log"; echo '```'; } >>"$out/summary.md"
   # The logs, reports and evaluate.py's results; not the registry or built libraries (their size).
@@ -169,6 +174,7 @@ measure() {
       || echo "scaling: FAILED (exit $?; see scaling.log)" >>"$out/summary.md"
   fi
   echo "== $((SECONDS - started)) s in all; results in $out" | tee -a "$out/summary.md"
+  [ "$e2e" = 0 ] || exit 1  # everything above is written; the call's status says the GPU run failed
 }
 
 case "${1:-}" in
