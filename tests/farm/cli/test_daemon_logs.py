@@ -6,6 +6,8 @@ import json
 
 import pytest
 
+from support.polling import wait_for
+
 
 @pytest.mark.slow  # a real coordinator and its tracker start: ~10-25 s
 @pytest.mark.parametrize("registry_url", ["sqlite"], indirect=True)
@@ -14,6 +16,8 @@ def test_coordinator_logs_json_lines(make_cluster, monkeypatch):
     monkeypatch.setenv("FARM_LOG_LEVEL", "debug")  # the farm's debug records, and still no library's INFO
     cluster = make_cluster()
     cluster.start_coordinator()  # a fresh registry: alembic migrates it, chattily at INFO
+    # Health says SERVING a moment before the start-up line is written.
+    wait_for(lambda: "coordinator on " in cluster.log("coordinator"), 60, "the coordinator's start-up record")
     cluster.stop_coordinator()
     lines = [line for line in cluster.log("coordinator").splitlines() if line.strip()]
     assert lines, "the coordinator logged nothing"
