@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from support.bundles import THIS_PYTHON, offline_env, write_manifest
+from support.bundles import THIS_PYTHON, offline_env, tiny_wheel_bundle, write_manifest
 
 REPO = Path(__file__).resolve().parents[2]
 BUNDLE = REPO / "scripts" / "bundle"
@@ -98,6 +98,18 @@ def test_bundle_refuses_bad_arguments_before_fetching(small_bundle):
     done = run(sys.executable, BUNDLE, small_bundle.parent / "new", "--python", "2.7")
     assert done.returncode == 2 and "--python '2.7' is not a Python version" in one_error_line(done)
     assert not (small_bundle.parent / "new").exists()
+
+
+def test_setup_offline_installs_into_a_venv_without_pip(tmp_path):
+    """Where the Python has no ensurepip, the venv has no pip of its own: the Python's pip installs into it."""
+    bundle = tiny_wheel_bundle(tmp_path / "made")
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=60)
+    done = run("bash", SETUP, "--offline", bundle, env=offline_env(venv), timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == f"scripts/setup: installed farmprobe==1.0 from {bundle} into {venv}, offline"
+    probe = run(venv / "bin" / "python", "-c", "import farmprobe; print(farmprobe.HELLO)", cwd=tmp_path)
+    assert probe.stdout.strip() == "installed offline", probe.stderr
 
 
 @pytest.mark.slow
