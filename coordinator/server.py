@@ -353,8 +353,8 @@ def _tick_loop(server: CoordinatorServer, interval: float) -> None:
             server.failure = err
             server.ended.set()
             return
-        except Exception:
-            logger.exception("coordinator tick failed; trying again")
+        except Exception as err:  # a bug: its traceback once, not one per tick
+            quiet.log(err, traceback=True)
         coordinator.wake.wait(interval)
 
 
@@ -389,16 +389,19 @@ def _tick(coordinator: Coordinator, registry: RegistryHealth, quiet: "_RepeatedE
 
 
 class _RepeatedError:
-    """Logs a tick's error once, then the same error at most every SUMMARY_EVERY_S."""
+    """Logs a tick's error once, then the same error at most every SUMMARY_EVERY_S (in one line;
+    with ``traceback``, the first time with its traceback: call it from the except clause)."""
 
     def __init__(self):
         self._last: tuple[str, float] | None = None
 
-    def log(self, err: Exception) -> None:
-        line, now = one_line(err), time.monotonic()
-        if self._last is None or self._last[0] != line or now - self._last[1] >= SUMMARY_EVERY_S:
-            logger.warning("coordinator tick failed (trying again): %s", line)
-            self._last = (line, now)
+    def log(self, err: Exception, traceback: bool = False) -> None:
+        line, now = f"{type(err).__name__}: {one_line(err)}", time.monotonic()
+        if self._last is not None and self._last[0] == line and now - self._last[1] < SUMMARY_EVERY_S:
+            return
+        first = self._last is None or self._last[0] != line
+        logger.warning("coordinator tick failed (trying again): %s", line, exc_info=traceback and first)
+        self._last = (line, now)
 
 
 def leave_process(code: int) -> NoReturn:
