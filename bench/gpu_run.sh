@@ -134,6 +134,9 @@ measure() {
   [ -d /usr/local/cuda/lib64 ] && export LD_LIBRARY_PATH=/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
   # TVM's default CUDA compiler, NVRTC, needs the cuda-bindings package, which the bundle does not hold.
   export TVM_CUDA_COMPILE_MODE=${TVM_CUDA_COMPILE_MODE:-nvcc}
+  # With the box's torch importable, tvm-ffi would build its torch DLPack addon with a compiler on
+  # first import where torch lacks the exchange API; the farm hands torch no tensors.
+  export TVM_FFI_DISABLE_TORCH_C_DLPACK=${TVM_FFI_DISABLE_TORCH_C_DLPACK:-1}
   {
     "$venv/bin/farm" --version
     "$venv/bin/farm" fingerprint --target cuda
