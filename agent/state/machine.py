@@ -78,6 +78,7 @@ from agent.state.instructions import (
 )
 from agent.state.policy import (
     BACKOFF_JITTER,
+    BEATS_FAILED_SAID_EVERY,
     FORGOTTEN_CODES,
     LEASE_WAIT_S,
     MAX_RETRY_AFTER_S,
@@ -156,6 +157,7 @@ class AgentState:
         self._last_sent_at = float("-inf")  # when the last beat was sent
         self._last_said: tuple | None = None  # what it said
         self._last_report_at = float("-inf")  # when a report was last accepted
+        self._beats_failed = 0  # heartbeats failed in a row
 
     def __repr__(self) -> str:
         return (f"<AgentState {self.agent_id or '(unregistered)'}: registration {self.registration.value}, "
@@ -218,6 +220,8 @@ class AgentState:
             return []
         self._expect(self.beat is Beat.IN_FLIGHT, event)
         out: list[Instruction] = []
+        why = f"heartbeat answered again after {self._beats_failed} failed tries" if self._beats_failed else ""
+        self._beats_failed = 0
         for order in event.orders:
             if isinstance(order, CancelLeaseOrder):
                 out += self._cancel(order.lease.shard_id, order.reason)
@@ -225,7 +229,7 @@ class AgentState:
                 self.heartbeat_interval = max(MIN_HEARTBEAT_INTERVAL_S, order.seconds)
             else:
                 out += self._forgotten()
-        return out + self._transition(Beat.SCHEDULED)
+        return out + self._transition(Beat.SCHEDULED, why=why)
 
     @_handle.register
     def _(self, event: CoordinatorForgotUs) -> list[Instruction]:
@@ -247,7 +251,17 @@ class AgentState:
             self._expect(self.beat is Beat.IN_FLIGHT, event)
             if forgotten:
                 return self._forgotten() + self._transition(Beat.SCHEDULED)
-            return self._transition(Beat.SCHEDULED, why=f"heartbeat failed ({event.code}); will retry")
+            # Said once, then every BEATS_FAILED_SAID_EVERY beats: a coordinator away for minutes
+            # (restarting, without its registry) is not a log line per interval.
+            self._beats_failed += 1
+            failed = self._beats_failed
+            why = ""
+            if failed == 1:
+                why = (f"heartbeat failed ({event.code}: {event.details}); retrying every "
+                       f"{self.heartbeat_interval:g} s until the coordinator answers")
+            elif failed % BEATS_FAILED_SAID_EVERY == 0:
+                why = f"heartbeat still failing after {failed} tries ({event.code}: {event.details})"
+            return self._transition(Beat.SCHEDULED, why=why)
         self._expect(self.work is _ASKING[event.call], event)
         if event.call in ("CompleteShard", "FailShard"):
             # Not asked again: the executor already tried while the coordinator was away

@@ -27,6 +27,8 @@ MAX_RETRY_AFTER_S = 5.0
 TRANSIENT_CODES = frozenset({"UNAVAILABLE", "DEADLINE_EXCEEDED"})
 # ... and of one that does not know this agent (or no longer takes it as it was): register again.
 FORGOTTEN_CODES = frozenset({"NOT_FOUND", "FAILED_PRECONDITION"})
+# A heartbeat that keeps failing is said once, then once per this many failed beats.
+BEATS_FAILED_SAID_EVERY = 60
 # Each wait of a backoff is drawn from its upper half: a fleet whose calls failed together (a
 # coordinator restart, a coordinator without its registry) would otherwise retry in step, every
 # agent at the same moment, for as long as the outage lasts.

@@ -49,6 +49,7 @@ from agent.state.instructions import (
     ValidateLibrary,
     Wait,
 )
+from agent.state.policy import BEATS_FAILED_SAID_EVERY
 
 INTERVAL = 5.0
 NEVER = float("-inf")
@@ -212,6 +213,26 @@ def test_one_beat_at_a_time_and_failed_beats_are_retried_at_the_next_tick():
     (again,) = state.handle(CallFailed("Heartbeat", "UNAVAILABLE", "gone"))
     assert again.seconds == INTERVAL and "UNAVAILABLE" in again.why
     assert isinstance(state.handle(HeartbeatTick(15.0))[0], SendHeartbeat)
+
+
+def test_heartbeats_failing_for_minutes_are_said_once_then_now_and_then_and_their_end():
+    state = started()
+    whys = []
+    now = 10.0
+    for _ in range(130):  # a coordinator away for 130 intervals
+        state.handle(HeartbeatTick(now))
+        (again,) = state.handle(CallFailed("Heartbeat", "UNAVAILABLE", "its registry is failing"))
+        assert again.seconds == INTERVAL  # still every interval: the lease's TTL counts
+        whys.append(again.why)
+        now += INTERVAL
+    said = [(i + 1, why) for i, why in enumerate(whys) if why]
+    assert [n for n, _ in said] == [1, BEATS_FAILED_SAID_EVERY, 2 * BEATS_FAILED_SAID_EVERY], said
+    assert "its registry is failing" in said[0][1] and f"after {BEATS_FAILED_SAID_EVERY} tries" in said[1][1]
+    state.handle(HeartbeatTick(now))
+    assert state.handle(HeartbeatAnswered()) == [ScheduleHeartbeat(INTERVAL, "heartbeat answered again after "
+                                                                            "130 failed tries")]
+    state.handle(HeartbeatTick(now + 100))
+    assert state.handle(HeartbeatAnswered()) == [ScheduleHeartbeat(INTERVAL)]
 
 
 # ---------------------------------------------------------------------- leases and their cancellation
