@@ -165,7 +165,8 @@ class Agent:
         from foundation.hardware.tvm_startup import pin_tvm_threads
 
         pin_tvm_threads()  # before the RPC server starts: it inherits the environment
-        self.fingerprint = local_fingerprint(self.settings.target_kinds[0])
+        # The GPU the agent measures on (--device cuda:N), not whichever CUDA numbers first.
+        self.fingerprint = local_fingerprint(self.settings.target_kinds[0], self.settings.device)
         self._stop = stop
         self.post(AgentStarted())
         shutdown = None

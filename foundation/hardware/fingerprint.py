@@ -334,13 +334,14 @@ def fingerprint_for(target_kind: str, device: int = 0) -> Fingerprint:
     raise FarmError(f"no fingerprint for target kind {target_kind!r}", "use llvm or cuda")
 
 
-def local_fingerprint(target_kind: str) -> Fingerprint:
-    """This box's fingerprint for a target kind (the CPU one is cached: no TVM import)."""
+def local_fingerprint(target_kind: str, device: int = 0) -> Fingerprint:
+    """This box's fingerprint for a target kind, of its device ``device`` for a GPU (the CPU
+    one is cached: no TVM import)."""
     from foundation import config
 
     if target_kind == "llvm":
         return cached_cpu_fingerprint(config.fingerprint_cache_dir())
-    return fingerprint_for(target_kind)
+    return fingerprint_for(target_kind, device)
 
 
 def _host_triple() -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -182,3 +183,14 @@ def test_gpu_memory_rounds_the_same_from_runtime_and_nvidia_smi():
     # cudaDeviceProp.totalGlobalMem vs nvidia-smi memory.total (MiB) for the same boards.
     assert fingerprint_module._gib(85_097_971_712) == fingerprint_module._gib(81_920 * 2**20) == 80
     assert fingerprint_module._gib(15_843_721_216) == fingerprint_module._gib(15_360 * 2**20) == 15
+
+
+def test_a_gpu_fingerprint_is_of_the_device_asked_for():
+    """An agent on --device cuda:3 describes device 3, not whichever GPU CUDA numbers first
+    (on a box without GPUs the refusal names the device it looked for)."""
+    from foundation.hardware.fingerprint import local_fingerprint
+
+    if shutil.which("nvidia-smi"):
+        pytest.skip("a box with NVIDIA GPUs: device 3 may exist here")
+    with pytest.raises(FarmError, match="no CUDA device 3 on this machine"):
+        local_fingerprint("cuda", 3)
