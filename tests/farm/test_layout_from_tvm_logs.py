@@ -1,5 +1,5 @@
 """A default submit uses past logs TVM's own tuner wrote (plain-form workloads), in both modes' planning:
-`auto` takes the form the registry's records cover, and says so."""
+`auto` takes the form the registry's records cover, and says so; asked for another form, they seed it."""
 
 from __future__ import annotations
 
@@ -67,3 +67,11 @@ def test_a_default_submit_after_importing_tvms_logs_reuses_every_task_they_cover
     again = submit(request)
     assert again.cache_hit and again.artifact.id == done.artifact.id
     assert again.weights_layout is WeightsLayout.PLAIN and "fastest" in again.layout_choice.why
+
+    # Asked for the default form by name, the plain records seed it: a prepacked matmul is the same
+    # blocks with its weights marked layout-free, so the plain traces transplant and validate.
+    blocked = submit(SubmitRequest("mlp-tiny", "llvm", 1, registry=registry, trials_per_task=4, validation_runs=2,
+                                   weights_layout=CPU_DEFAULT.value, measure=MeasureSettings(min_repeat_ms=5)))
+    assert blocked.job.state == "succeeded", blocked.job.error
+    warm = blocked.to_json()["warm_start"]
+    assert warm["seeds_own_fingerprint"] >= 1 and warm["seeds_rejected"] == 0 and warm["seeds_failed"] == 0
