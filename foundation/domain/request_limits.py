@@ -38,7 +38,8 @@ class Bound:
 BATCH = Bound(1, 4096)
 TRIALS = Bound(1, 1_000_000)  # a job's global budget; a round's trials
 TRIALS_PER_TASK = Bound(1, 100_000)
-VALIDATION_RUNS = Bound(1, 10_000)
+# Timed runs of a library: a microsecond model at a million runs is seconds of timing.
+VALIDATION_RUNS = Bound(1, 1_000_000)
 WARMUP_RUNS = Bound(0, 1_000)
 PATIENCE = Bound(1, 1_000)
 SEED = Bound(0, 2**32 - 1)  # MetaSchedule forks it through numpy's RandomState, which takes 32 bits

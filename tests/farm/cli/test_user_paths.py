@@ -69,7 +69,7 @@ def test_numbers_are_bounded_before_anything_is_written(farm):
     refused(farm("submit", "mlp-tiny", "llvm", "1", "--trials", "99999999999999999999"), 2,
             "--trials must be 1 to 1,000,000")
     refused(farm("submit", "mlp-tiny", "llvm", "1", "--seed", "-1"), 2, "--seed must be 0 to 4,294,967,295")
-    refused(farm("run", "mlp-tiny", "llvm", "1", "--runs", "99999999"), 2, "--runs must be 1 to 10,000")
+    refused(farm("run", "mlp-tiny", "llvm", "1", "--runs", "99999999"), 2, "--runs must be 1 to 1,000,000")
     refused(farm("jobs", "--limit", "99999999999999999999"), 2, "--limit must be 1 to 10,000")
     # A negative batch is not an unknown option.
     line = refused(farm("submit", "mlp-tiny", "llvm", "-3"), 2, "batch must be a positive integer, not -3")
