@@ -9,6 +9,8 @@ import pytest
 
 from farm.local_cluster import Cluster
 
+from support.tuned_registry import TunedHome, run_directory, tuned_home
+
 # A cluster test that runs longer than this fails, whatever it waited for.
 HARD_LIMIT_S = 600
 
@@ -37,3 +39,24 @@ def make_cluster(tmp_path, registry_url):
 def local_farm(make_cluster) -> Cluster:
     """A cluster with the default coordinator settings."""
     return make_cluster()
+
+
+# Homes where a model was tuned for real once per test run (support.tuned_registry); tests take copies.
+# test_cli_e2e's: mlp-tiny at batch 2, a budget that gives each of its tasks candidates.
+MLP_TINY_LLVM_2 = ["mlp-tiny", "llvm", "2", "--trials", "12", "--trials-per-task", "8", "--runs", "3"]
+# The warm-start tests' donors: mlp-tiny at batch 4, cold, plain weights.
+MLP_TINY_LLVM_4_COLD = ["mlp-tiny", "llvm", "4", "--trials-per-task", "4", "--runs", "2", "--weights-layout", "plain",
+                        "--cold"]
+
+
+@pytest.fixture(scope="session")
+def tuned_mlp_tiny(tmp_path_factory, farm_exe) -> TunedHome:
+    """The home where `farm submit mlp-tiny llvm 2` tuned; tests take a copy (``copy_to``)."""
+    return tuned_home(run_directory(tmp_path_factory.getbasetemp()), "mlp-tiny-llvm-2", farm_exe, MLP_TINY_LLVM_2)
+
+
+@pytest.fixture(scope="session")
+def tuned_mlp_tiny_batch_4(tmp_path_factory, farm_exe) -> TunedHome:
+    """The home where `farm submit mlp-tiny llvm 4 --cold --weights-layout plain` tuned; tests copy its registry."""
+    return tuned_home(run_directory(tmp_path_factory.getbasetemp()), "mlp-tiny-llvm-4-cold", farm_exe,
+                      MLP_TINY_LLVM_4_COLD)

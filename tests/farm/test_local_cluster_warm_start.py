@@ -5,16 +5,19 @@ measures the seeds first, starts its search from the model, and reports what it 
 from __future__ import annotations
 
 import json
+import shutil
+from pathlib import Path
 
 import grpc
 import pytest
 from sqlalchemy import create_engine, text
+from sqlalchemy.engine import make_url
 
-from farm.embedded import SubmitRequest, submit
 from foundation.registry import RegistryStore
 
 from support.polling import wait_for
 from support.prometheus_scrape import Scrape
+from support.tuned_registry import TunedHome
 
 pytestmark = pytest.mark.slow
 
@@ -23,9 +26,10 @@ ON_SQLITE = pytest.mark.parametrize("registry_url", ["sqlite"], indirect=True)
 SUBMIT = ["submit", "mlp-tiny", "llvm", "2", "--trials-per-task", "4", "--runs", "3", "--weights-layout", "plain"]
 
 
-def _donors(registry_url: str):
-    """mlp-tiny at batch 4 tuned cold into the registry (the donors), and a cost model trained
-    on its records stored as the fingerprint's: (fingerprint id, the stored model, the model)."""
+def _donors(registry_url: str, tuned: TunedHome):
+    """The registry (SQLite) a copy of ``tuned``'s, where mlp-tiny at batch 4 was tuned cold (the donors),
+    and a cost model trained on its records stored as the fingerprint's: (fingerprint id, the stored
+    model, the model, the donors' workloads)."""
     from tvm.s_tir.meta_schedule.database import Workload
 
     from foundation.hardware.targets import to_tvm_target
@@ -33,21 +37,25 @@ def _donors(registry_url: str):
     from foundation.meta_schedule.warm.cost_models import KIND, learn, model_bytes, new_model
     from foundation.registry.cost_models import save_cost_model
 
-    tuned = submit(SubmitRequest(model="mlp-tiny", target="llvm", batch=4, registry=registry_url, trials_per_task=4,
-                                 validation_runs=2, weights_layout="plain", warm_start=False))
-    assert tuned.job.state == "succeeded", tuned.job
+    submitted = tuned.submitted
+    assert submitted["state"] == "succeeded" and submitted["weights_layout"] == "plain", submitted
+    path = Path(make_url(registry_url).database)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy(tuned.home / "registry.db", path)
+    fingerprint = submitted["fingerprint"]
     store = RegistryStore(registry_url, create=False)
     try:
-        records = [r for r in store.all_records(fingerprint_id=tuned.fingerprint) if r.mean_sec is not None]
+        job = store.get_job(submitted["job"])
+        records = [r for r in store.all_records(fingerprint_id=fingerprint) if r.mean_sec is not None]
         workloads = {i: Workload.from_json(json.loads(j)).mod
                      for i, (_, j) in store.get_workloads({r.workload_id for r in records}).items()}
         # Fewer records than a refresh waits for (MIN_SAMPLES): trained here, as a refresh would.
         model = new_model()
-        assert learn(model, to_tvm_target(json.loads(tuned.job.target)), workloads, records) == len(records)
-        stored = save_cost_model(store, tuned.fingerprint, tvm_version(), KIND, model_bytes(model),
+        assert learn(model, to_tvm_target(json.loads(job.target)), workloads, records) == len(records)
+        stored = save_cost_model(store, fingerprint, tvm_version(), KIND, model_bytes(model),
                                  last_record_id=max(r.id for r in records), samples=model.data_size,
                                  workloads=len(model.data))
-        return tuned.fingerprint, stored, model, set(workloads)
+        return fingerprint, stored, model, set(workloads)
     finally:
         store.dispose()
 
@@ -82,12 +90,12 @@ def _candidates(registry_url: str, job_id: str):
 
 @ON_SQLITE
 def test_a_distributed_job_measures_its_seeds_first_and_starts_from_the_stored_cost_model(
-        make_cluster, registry_url, tmp_path):
+        make_cluster, registry_url, tmp_path, tuned_mlp_tiny_batch_4):
     from agent.cost_models import CostModelCache, checked
     from foundation.meta_schedule.warm.cost_models import model_from_bytes, new_model
     from foundation.wire import farm_pb2, farm_pb2_grpc
 
-    fingerprint, stored, trained, donor_workloads = _donors(registry_url)
+    fingerprint, stored, trained, donor_workloads = _donors(registry_url, tuned_mlp_tiny_batch_4)
     farm = make_cluster(metrics=True)
     farm.start_coordinator()
     farm.start_agent("a1")

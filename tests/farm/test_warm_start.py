@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import sqlite3
 
 import pytest
 from sqlalchemy import create_engine, text
@@ -25,15 +24,12 @@ def _request(registry: str, batch: int, **options) -> SubmitRequest:
 
 
 @pytest.fixture(scope="module")
-def tuned_mlp(tmp_path_factory):
-    """A registry where mlp-tiny at batch 4 was tuned (cold): the donors."""
-    path = tmp_path_factory.mktemp("warm") / "donors.db"
-    result = submit(_request(f"sqlite:///{path}", 4, warm_start=False))
-    assert result.job.state == "succeeded", result.job
-    # Copies are taken of the file alone: what the write-ahead log holds goes into it first.
-    with sqlite3.connect(path) as connection:
-        connection.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-    return path, result.fingerprint
+def tuned_mlp(tuned_mlp_tiny_batch_4):
+    """A registry where mlp-tiny at batch 4 was tuned (cold, plain weights): the donors. Tuned once
+    per test run (tests/farm/conftest.py); the tests below take copies of the file, never write it."""
+    submitted = tuned_mlp_tiny_batch_4.submitted
+    assert submitted["state"] == "succeeded" and submitted["weights_layout"] == "plain", submitted
+    return tuned_mlp_tiny_batch_4.home / "registry.db", submitted["fingerprint"]
 
 
 @pytest.fixture

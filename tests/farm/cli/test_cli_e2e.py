@@ -26,16 +26,17 @@ def farm(exe: str, home: Path, *args: str, check: bool = True, timeout: float = 
     return proc
 
 
-@pytest.fixture(scope="module")
-def home(tmp_path_factory) -> Path:
-    return tmp_path_factory.mktemp("e2e-home")
+@pytest.fixture
+def home(tuned_mlp_tiny, tmp_path) -> Path:
+    """The test's own copy of the home where `farm submit mlp-tiny llvm 2 *TUNE` tuned (once per run,
+    tests/farm/conftest.py): whatever a test changes there, no other test sees."""
+    return tuned_mlp_tiny.copy_to(tmp_path / "tuned-home")
 
 
-@pytest.fixture(scope="module")
-def tuned(farm_exe, home) -> dict:
-    """mlp-tiny tuned once for this module; later tests reuse its artifact."""
-    proc = farm(farm_exe, home, "submit", "mlp-tiny", "llvm", "2", *TUNE, "--json")
-    return json.loads(proc.stdout)
+@pytest.fixture
+def tuned(tuned_mlp_tiny) -> dict:
+    """What that tuning's `farm submit --json` printed."""
+    return tuned_mlp_tiny.submitted
 
 
 def test_submit_tunes_validates_and_commits(tuned):
@@ -182,11 +183,14 @@ def test_a_budget_below_the_tasks_that_matter_warns_about_untuned_tasks(farm_exe
     assert "1 of 2 tasks got no trials (budget 1 is too small for them)" in proc.stdout
 
 
-def test_corrupt_artifact_is_refused(farm_exe, home, tuned):
-    """Runs last in this module: it damages the stored library of the module's registry."""
+def _damage_every_library(home: Path) -> None:
     with sqlite3.connect(home / "registry.db") as db:
         for (art_id,) in db.execute("SELECT id FROM artifacts").fetchall():
             db.execute("UPDATE artifacts SET library = ? WHERE id = ?", (b"\x7fELF broken", art_id))
+
+
+def test_corrupt_artifact_is_refused(farm_exe, home, tuned):
+    _damage_every_library(home)
     proc = farm(farm_exe, home, "run", "mlp-tiny", "llvm", "2", check=False)
     assert proc.returncode != 0
     assert "corrupt" in proc.stderr and "--retune" in proc.stderr
@@ -195,8 +199,9 @@ def test_corrupt_artifact_is_refused(farm_exe, home, tuned):
 
 
 def test_a_corrupt_artifact_is_never_a_hit_again(farm_exe, home, tuned):
-    """After test_corrupt_artifact_is_refused damaged every stored library: submit no longer answers
-    with one (it was 'succeeded (registry hit)' before), marks them invalid, and tunes again."""
+    """Every stored library damaged: submit no longer answers with one (it was 'succeeded (registry
+    hit)' before), marks them invalid, and tunes again."""
+    _damage_every_library(home)
     damaged = {row[0] for row in _rows(home, "SELECT id FROM artifacts")}
     proc = farm(farm_exe, home, "submit", "mlp-tiny", "llvm", "2", *TUNE, "--json")
     again = json.loads(proc.stdout)
@@ -259,8 +264,8 @@ def test_listings_read_like_kubectl(farm_exe, home, tuned):
         assert "None" not in text and "{'" not in text
 
 
-def test_version(farm_exe, home):
-    lines = farm(farm_exe, home, "--version").stdout.splitlines()
+def test_version(farm_exe, tmp_path):
+    lines = farm(farm_exe, tmp_path / "home", "--version").stdout.splitlines()
     names = [line.split()[0] for line in lines]
     assert names[:3] == ["farm", "TVM", "LLVM"] and "Python" in names
     assert lines[0].split()[1] == "0.1.0" and "0.27" in lines[1]
