@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import os
 import runpy
+import signal
 import subprocess
 import sys
 import tempfile
@@ -88,9 +89,11 @@ def _environment(overrides: Mapping[str, str | None]) -> Iterator[None]:
 
 @contextmanager
 def _global_state() -> Iterator[None]:
-    """sys.argv, the root logger, warnings and os._exit as a fresh process has them; put back after."""
+    """sys.argv, the root logger, warnings and os._exit as a fresh process has them; put back after,
+    with the signal handlers a command may have installed."""
     argv, root = list(sys.argv), logging.getLogger()
     handlers, level = list(root.handlers), root.level
+    signal_handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
     real_exit = os._exit
 
     def refuse_exit(code: int) -> None:
@@ -107,6 +110,8 @@ def _global_state() -> Iterator[None]:
     finally:
         os._exit = real_exit
         sys.argv = argv
+        for sig, handler in signal_handlers.items():
+            signal.signal(sig, handler)
         for handler in [h for h in root.handlers if h not in handlers]:
             root.removeHandler(handler)
         for handler in handlers:
