@@ -19,6 +19,7 @@ from coordinator.cluster_store import ClusterStore
 from coordinator.hints import WorkloadJson
 from coordinator.job_rounds import JobRounds, tuned_in_rounds
 from coordinator.job_work import BackgroundWorker, ModelCache, build_libraries, plan_tasks
+from foundation import config
 from foundation.domain.jobs import JobState
 from foundation.domain.reuse import default_mode
 from foundation.domain.shards import TaskCost, split_tasks
@@ -182,7 +183,8 @@ class JobSteps:
             # The agent timed both interleaved (foundation.runtime.validation); their medians decide.
             speed = (SpeedCheck(latency.median_ms, untuned.median_ms, latency.runs, untuned.runs, BLOCKS)
                      if untuned is not None and untuned.runs > 0 else None)
-            kept = library_to_keep(b"", latency, tuned_form(job.options), b"", untuned, speed)
+            kept = library_to_keep(b"", latency, tuned_form(job.options), b"", untuned, speed,
+                                   fallback=not config.keep_slower_tuned())
             if artifact is None:  # not committed before a restart
                 library = self._validation_library(job_id, reference=kept.speed is not None
                                                    and kept.speed.kept_untuned)

@@ -394,7 +394,8 @@ def _run_job(ctx: FarmContext, key: ModelKey, request: SubmitRequest, layout: We
         if cancellation.is_set():
             driver.cancel(cancellation.reason)
             return ended()
-        kept = library_to_keep(library, check.latency, layout, reference, check.untuned_latency, check.speed)
+        kept = library_to_keep(library, check.latency, layout, reference, check.untuned_latency, check.speed,
+                               fallback=not config.keep_slower_tuned())
         if kept.speed is not None:
             tell("speed" if not kept.speed.slower_than_untuned else "WARNING", kept.speed.describe())
         artifact = commit_artifact(

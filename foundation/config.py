@@ -8,6 +8,9 @@ from pathlib import Path
 REGISTRY_ENV = "FARM_REGISTRY"
 HOME_ENV = "FARM_HOME"
 COORDINATOR_ENV = "FARM_COORDINATOR"
+# Set (to anything but 0/false/no), a job stores its tuned library even when the validation timed it
+# slower than the untuned build (still flagged slower_than_untuned); unset, it keeps the untuned build.
+KEEP_SLOWER_ENV = "FARM_KEEP_SLOWER_TUNED"
 
 
 def data_dir() -> Path:
@@ -25,6 +28,11 @@ def default_registry_url() -> str:
 def registry_url(option: str | None) -> str:
     """The registry a command uses: --registry, else $FARM_REGISTRY, else the embedded SQLite."""
     return option or os.environ.get(REGISTRY_ENV) or default_registry_url()
+
+
+def keep_slower_tuned() -> bool:
+    """Whether a job stores a tuned library timed slower than the untuned build (KEEP_SLOWER_ENV)."""
+    return os.environ.get(KEEP_SLOWER_ENV, "").strip().lower() not in ("", "0", "false", "no")
 
 
 def job_work_dir(job_id: str) -> Path:

@@ -117,12 +117,18 @@ class KeptLibrary:
 
 
 def library_to_keep(library: bytes, latency: "Latency", weights_layout: WeightsLayout, reference: bytes | None,
-                    untuned_latency: "Latency | None", speed: "SpeedCheck | None") -> KeptLibrary:
+                    untuned_latency: "Latency | None", speed: "SpeedCheck | None", *,
+                    fallback: bool = True) -> KeptLibrary:
     """The tuned library, unless the validation timed it slower than the untuned build
     (foundation.domain.untuned_speed): then the untuned build (plain weights), which is what the
-    job stores and answers with, its check saying so loudly."""
+    job stores and answers with, its check saying so loudly. Without ``fallback`` (foundation.config's
+    KEEP_SLOWER_ENV) the tuned library is stored all the same, its status saying it is slower."""
     if speed is None or not speed.slower_than_untuned or reference is None or untuned_latency is None:
         return KeptLibrary(library, latency, weights_layout, speed, f"succeeded: {milliseconds(latency.mean_ms)} mean")
+    if not fallback:
+        return KeptLibrary(library, latency, weights_layout, speed,
+                           f"succeeded, SLOWER THAN THE UNTUNED BUILD ({speed.ratio:.2f}x its time, stored as "
+                           f"FARM_KEEP_SLOWER_TUNED asks): {milliseconds(latency.mean_ms)} mean")
     kept = replace(speed, kept_untuned=True)
     return KeptLibrary(reference, untuned_latency, WeightsLayout.PLAIN, kept,
                        f"succeeded, KEPT THE UNTUNED BUILD: the tuned library ran {speed.ratio:.2f}x its time "

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from farm.embedded import SubmitRequest, submit
+from foundation.config import KEEP_SLOWER_ENV
 from foundation.meta_schedule.measure import MeasureSettings
 
 pytestmark = pytest.mark.slow
@@ -49,7 +50,7 @@ def _measure(sch, target):  # type: ignore[no-untyped-def]
         pools.close()
 
 
-def test_a_library_slower_than_the_untuned_build_is_not_kept(tmp_path):
+def test_a_library_slower_than_the_untuned_build_is_not_kept(tmp_path, monkeypatch):
     from tvm.s_tir.meta_schedule.database import TuningRecord
 
     from farm.session import open_context
@@ -76,6 +77,7 @@ def test_a_library_slower_than_the_untuned_build_is_not_kept(tmp_path):
     database.flush()
     ctx.store.dispose()
 
+    monkeypatch.delenv(KEEP_SLOWER_ENV)  # the suite stores slower libraries (tests/conftest.py); a user's farm does not
     # Reuse in full: the matmul tasks are built from their (slow) records, the rest tuned a little.
     done = submit(SubmitRequest("mlp-tiny", "llvm", 1, registry=registry, trials_per_task=4, reuse="full",
                                 weights_layout="plain", validation_runs=20, measure=MeasureSettings(min_repeat_ms=5)))

@@ -191,3 +191,16 @@ def test_a_job_status_says_its_latency_in_the_unit_that_fits():
     assert kept.status == "succeeded: 41.9 ms mean"
     kept = library_to_keep(b"tuned", tuned, WeightsLayout.PLAIN, b"untuned", untuned, speed_check([[41.5]], [[0.81]]))
     assert kept.status.endswith("(41.5 ms against 810 us median); 812 us mean"), kept.status
+
+
+def test_asked_to_keep_slower_libraries_a_job_stores_its_tuned_one_and_says_it_is_slower():
+    from foundation.domain.untuned_speed import speed_check
+    from foundation.job_driver.driver import library_to_keep
+    from foundation.runtime.library_runner import Latency
+
+    tuned, untuned = Latency(25.3, 25.0, 27.0, 4000, 3), Latency(9.34, 9.3, 0.5, 4000, 3)
+    kept = library_to_keep(b"tuned", tuned, WeightsLayout.PREPACKED, b"untuned", untuned,
+                           speed_check([[25.0]], [[9.3]]), fallback=False)
+    assert (kept.library, kept.weights_layout) == (b"tuned", WeightsLayout.PREPACKED)
+    assert kept.speed.slower_than_untuned and not kept.speed.kept_untuned
+    assert "SLOWER THAN THE UNTUNED BUILD" in kept.status and "FARM_KEEP_SLOWER_TUNED" in kept.status
