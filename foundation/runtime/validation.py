@@ -134,7 +134,8 @@ def check_library(
         theirs()
     # A few calls on every core choose the threads, as a stored latency does at load; one call
     # of each, on those threads, sizes the blocks.
-    tuned.threads = threads_for(AUTO, min(mine() for _ in range(3)), cores)
+    if target_kind != "cuda":  # a GPU library's kernels do not run on the CPU's pool
+        tuned.threads = threads_for(AUTO, min(mine() for _ in range(3)), cores)
     try:
         mine = tuned.timer(inputs)  # sets the pool to those threads
         for _ in range(warmup):
