@@ -54,7 +54,7 @@ def engines_for(model: str, batch: int, registry: str | None, cores: int):
     from foundation.job_driver.tuning_rounds import exported_onnx
     from foundation.models.loading import load_model
     from foundation.runtime.onnx_reference import OnnxRuntimeModel
-    from foundation.runtime.threads import threads_for, use_threads
+    from foundation.runtime.threads import threads_for
 
     deployed = farm.load(model, TARGET, batch=batch, registry=registry)
     loaded = load_model(model, batch)
@@ -65,15 +65,13 @@ def engines_for(model: str, batch: int, registry: str | None, cores: int):
     library.set_weights(weights)
     stored_ms = deployed.artifact.latency_median_ms
     auto = threads_for("auto", stored_ms, cores)
-    pool = {"threads": None}
 
     def on(count: int):
-        """Runs on ``count`` threads; the pool is resized only when the engine changes (each
-        block of interleaved runs starts with an untimed call, which pays for it)."""
+        """Runs on ``count`` threads. The library resizes the pool before each run to its own
+        count (LoadedLibrary.threads), and only when that changes: each block of interleaved
+        runs starts with an untimed call, which pays for it."""
         def run(xs):
-            if pool["threads"] != count:
-                use_threads(count)
-                pool["threads"] = count
+            library.threads = count
             return library(xs)
         return run
 
