@@ -10,12 +10,12 @@ import signal
 import subprocess
 import threading
 import time
-from contextlib import contextmanager
 
 import pytest
 
 from farm.local_cluster import Cluster
 
+from support.cluster_rows import registry_of
 from support.job_records import measurements_by_job
 from support.polling import wait_for
 
@@ -29,19 +29,6 @@ FINAL = ("succeeded", "failed", "cancelled")
 SQLITE_ONLY = pytest.mark.parametrize("registry_url", ["sqlite"], indirect=True)
 POSTGRES_ONLY = pytest.mark.parametrize(
     "registry_url", [pytest.param("postgres", marks=pytest.mark.postgres)], indirect=True)
-
-
-@contextmanager
-def registry(url: str):
-    """The registry the coordinator writes, read directly (what a restarted coordinator finds)."""
-    from coordinator.cluster_store import ClusterStore
-    from foundation.registry.store import RegistryStore
-
-    store = RegistryStore(url)
-    try:
-        yield store, ClusterStore(store)
-    finally:
-        store.dispose()
 
 
 def leased_shards(cluster_store, job_id: str, attempt: int):
@@ -76,7 +63,7 @@ def test_shard_failing_max_attempts_fails_the_job_with_its_reasons(make_cluster)
     cluster.start_coordinator()
     job_id = json.loads(cluster.farm("submit", *TINY, "--no-wait", "--json").stdout)["job"]
 
-    with registry(cluster.registry_url) as (store, cluster_store):
+    with registry_of(cluster.registry_url) as (store, cluster_store):
         holders = []
         for attempt in (1, 2):
             name = f"victim{attempt}"
@@ -121,7 +108,7 @@ def test_one_job_per_fingerprint_and_fingerprint_picks_one(make_cluster):
     cluster.start_agent("one_core", affinity={0})
     agents = cluster.wait_agents(2)
     fingerprint_of = {a["id"]: a["fingerprint_id"] for a in agents}
-    with registry(cluster.registry_url) as (store, _):
+    with registry_of(cluster.registry_url) as (store, _):
         cores = {fp: store.get_fingerprint(fp).details["cores"] for fp in set(fingerprint_of.values())}
     assert sorted(cores.values()) == [1, 2], cores
     one_core = next(fp for fp, n in cores.items() if n == 1)
@@ -131,7 +118,7 @@ def test_one_job_per_fingerprint_and_fingerprint_picks_one(make_cluster):
     assert sorted(j["fingerprint"] for j in spread) == sorted(cores), spread
     assert all(j["state"] == "succeeded" and j["artifact"]["validation"]["passed"] for j in spread), spread
     assert len({j["artifact"]["id"] for j in spread}) == 2
-    with registry(cluster.registry_url) as (store, cluster_store):
+    with registry_of(cluster.registry_url) as (store, cluster_store):
         for job in spread:
             # Tuned only by agents of its fingerprint, into an artifact of that fingerprint.
             holders = {s.agent_id for s in cluster_store.shards_of(job["job"])}
@@ -269,7 +256,7 @@ def test_build_and_validation_survive_coordinator_kills(make_cluster):
     submit = [*TINY[:-1], "50000"]
     job_id = json.loads(cluster.farm("submit", *submit, "--no-wait", "--json").stdout)["job"]
 
-    with registry(cluster.registry_url) as (store, cluster_store):
+    with registry_of(cluster.registry_url) as (store, cluster_store):
         # Killed while it compiles the tuned library and the untuned reference.
         wait_for(lambda: store.get_job(job_id).state not in ("queued", "running"), 240,
                  "tuning to end", interval=0.02)
@@ -317,7 +304,7 @@ def test_rounds_survive_a_coordinator_kill_and_the_judged_round_is_kept(make_clu
                                      "--until", "0.001ms", "--patience", "2", "--runs", "3", "--no-wait",
                                      "--json").stdout)["job"]
 
-    with registry(cluster.registry_url) as (store, _):
+    with registry_of(cluster.registry_url) as (store, _):
         def judged():
             return (store.get_job(job_id).options.get("until") or {}).get("rounds")
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import signal
 import time
-from contextlib import contextmanager
 
 import grpc
 import pytest
@@ -18,6 +17,7 @@ from sqlalchemy.engine import make_url
 
 from foundation.wire import CHANNEL_OPTIONS, UNAVAILABLE_CAUSE_KEY, UNAVAILABLE_REGISTRY, farm_pb2, farm_pb2_grpc
 
+from support.cluster_rows import registry_of
 from support.polling import wait_for
 
 pytestmark = pytest.mark.slow
@@ -27,19 +27,6 @@ POSTGRES_ONLY = pytest.mark.parametrize(
     "registry_url", [pytest.param("postgres", marks=pytest.mark.postgres)], indirect=True)
 # What a C++ runtime prints when a thread dies with an exception at exit (SIGABRT follows).
 CRASH_MARKS = ("terminate called", "FATAL:", "Aborted", "core dumped")
-
-
-@contextmanager
-def stores(url: str):
-    """The registry the coordinator writes, read directly."""
-    from coordinator.cluster_store import ClusterStore
-    from foundation.registry.store import RegistryStore
-
-    store = RegistryStore(url)
-    try:
-        yield store, ClusterStore(store)
-    finally:
-        store.dispose()
 
 
 @SQLITE_ONLY  # the leases are the same SQL on both
@@ -52,7 +39,7 @@ def test_a_coordinator_restart_mid_shard_costs_no_attempt_and_its_stop_while_it_
     job_id = json.loads(cluster.farm("submit", "mlp-tiny", "llvm", "2", "--trials", "16", "--trials-per-task", "8",
                                      "--runs", "3", "--no-wait", "--json").stdout)["job"]
 
-    with stores(cluster.registry_url) as (store, cluster_store):
+    with registry_of(cluster.registry_url) as (store, cluster_store):
         def leased():
             shards = cluster_store.shards_of(job_id)
             return shards if [(s.state.value, s.attempt) for s in shards] == [("leased", 1)] else None

@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime, timedelta, timezone
+from typing import TYPE_CHECKING
 
 from coordinator.cluster_store import ClusterStore
 from foundation.domain.shards import TaskCost, split_tasks
 from foundation.registry import NewRecord
 from foundation.registry.entities import PlannedTask
+
+if TYPE_CHECKING:  # pragma: no cover
+    from foundation.registry.store import RegistryStore
 
 T0 = datetime(2026, 12, 1, 12, 0, tzinfo=timezone.utc)
 TTL = 30.0
@@ -65,3 +71,15 @@ def records_of(lease, traces, fingerprint_id=GPU) -> list[NewRecord]:  # type: i
                   tvm_version="0.27.0", trace=f'"{trace}"', run_secs=[0.001])
         for trace in traces
     ]
+
+
+@contextmanager
+def registry_of(url: str) -> Iterator[tuple["RegistryStore", ClusterStore]]:
+    """The registry a coordinator writes, read directly (what a restarted coordinator finds)."""
+    from foundation.registry.store import RegistryStore
+
+    store = RegistryStore(url)
+    try:
+        yield store, ClusterStore(store)
+    finally:
+        store.dispose()
