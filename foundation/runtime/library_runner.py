@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from foundation.domain.weights_layout import TRANSFORM_PARAMS_FUNCTION
+from foundation.runtime.threads import threads_for, use_threads
 
 if TYPE_CHECKING:  # pragma: no cover
     import tvm
@@ -81,7 +82,6 @@ class LoadedLibrary:
         self.threads: int | None = None
         if threads is not None and target_kind != "cuda":
             from foundation.hardware.fingerprint import available_cores
-            from foundation.runtime.threads import threads_for
 
             self.threads = threads_for(threads, stored_latency_ms, available_cores())
         self.prepacked = bool(self.vm.module.implements_function(TRANSFORM_PARAMS_FUNCTION))
@@ -143,8 +143,6 @@ class LoadedLibrary:
         if self._weights is None:
             raise RuntimeError("set_weights() must be called before running the model")
         if self.threads is not None:  # every run goes through here: the pool is the process's
-            from foundation.runtime.threads import use_threads
-
             use_threads(self.threads)
         return [tvm.runtime.tensor(np.ascontiguousarray(x), self.device) for x in inputs] + self._weights
 
