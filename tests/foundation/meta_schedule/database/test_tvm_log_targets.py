@@ -8,7 +8,6 @@ import pytest
 from foundation.errors import FarmError
 from foundation.meta_schedule.database.registry_database import RegistryDatabase, canonical_target_json
 from foundation.meta_schedule.database.tvm_logs import import_tvm_logs
-from foundation.registry import RegistryStore
 
 from support.tvm_records import matmul_module, tuning_record
 
@@ -19,14 +18,6 @@ OURS = {"kind": "llvm", "mcpu": "skylake-avx512", "num-cores": 4}
 FOREIGN = {"kind": "llvm", "mcpu": "znver4", "num-cores": 4}
 TARGET = canonical_target_json(OURS)
 VERSION = tvm.__version__
-
-
-@pytest.fixture
-def store(registry_url):
-    registry = RegistryStore(registry_url)
-    registry.upsert_fingerprint("cpu-aaaa", "cpu", "test cpu", {})
-    yield registry
-    registry.dispose()
 
 
 def _log(work_dir, records):  # type: ignore[no-untyped-def]

@@ -14,7 +14,6 @@ from foundation.meta_schedule.database.tvm_logs import (
     export_tvm_logs,
     import_tvm_logs,
 )
-from foundation.registry import RegistryStore
 
 from support.tvm_records import matmul_module, tuning_record
 
@@ -23,14 +22,6 @@ from tvm.s_tir import meta_schedule as ms  # noqa: E402
 
 TARGET = canonical_target_json("llvm")
 VERSION = tvm.__version__
-
-
-@pytest.fixture
-def store(registry_url):
-    registry = RegistryStore(registry_url)
-    registry.upsert_fingerprint("cpu-aaaa", "cpu", "test cpu", {})
-    yield registry
-    registry.dispose()
 
 
 def _tvm_log(work_dir):  # type: ignore[no-untyped-def]
