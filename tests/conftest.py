@@ -21,6 +21,8 @@ from support.quiet_box import shared_box
 from support.registry_db import BACKENDS, POSTGRES_URL, admin_url, fresh_postgres_database
 from support.scheduling import LongestFirstFileScheduling, order_longest_first
 
+pytest_plugins = ["pytester"]  # tests/test_suite_scheduling.py collects small suites of its own
+
 
 def pytest_xdist_make_scheduler(config, log):
     """`--dist loadfile` (scripts/test) hands out the longest work first; see support.scheduling."""

@@ -20,7 +20,7 @@ from foundation.registry.cost_models import cost_model_blob, find_cost_model
 from support.quiet_box import quiet_box
 from support.tvm_records import matmul_module
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.quiet_box]
 
 FINGERPRINT = "cpu-costmodel0001"
 
@@ -65,23 +65,29 @@ def _scores(model, mod, target, candidates) -> list[float]:
     return list(model.predict(ms.TuneContext(mod=mod, target=target, task_name="score"), candidates))
 
 
-def _measure_into(database, mod, target, schedules, pools) -> None:
-    """Build and run ``schedules`` with the farm's worker pools; commit each result as MetaSchedule would."""
+def _build(mod, target, schedules, pools) -> list:
+    """Build ``schedules`` with the farm's builder pool; (schedule, its arguments, artifact path) of each that built."""
     from tvm.s_tir.meta_schedule.arg_info import ArgInfo
     from tvm.s_tir.meta_schedule.builder import BuilderInput
+
+    builder, _runner = pools.get("llvm")
+    built = builder.build([BuilderInput(s.mod, target) for s in schedules])
+    return [(s, ArgInfo.from_entry_func(s.mod, remove_preproc=True), b.artifact_path)
+            for s, b in zip(schedules, built) if b.error_msg is None]
+
+
+def _measure_into(database, mod, target, built, pools) -> None:
+    """Run what ``_build`` built with the farm's runner pool; commit each result as MetaSchedule would."""
     from tvm.s_tir.meta_schedule.database import TuningRecord
     from tvm.s_tir.meta_schedule.runner import RunnerInput
 
-    builder, runner = pools.get("llvm")
-    built = builder.build([BuilderInput(s.mod, target) for s in schedules])
-    args = [ArgInfo.from_entry_func(s.mod, remove_preproc=True) for s in schedules]
-    ok = [i for i, b in enumerate(built) if b.error_msg is None]
-    futures = runner.run([RunnerInput(built[i].artifact_path, "cpu", args[i]) for i in ok])
+    _builder, runner = pools.get("llvm")
+    futures = runner.run([RunnerInput(path, "cpu", args) for _schedule, args, path in built])
     workload = database.commit_workload(mod)
-    for i, future in zip(ok, futures):
+    for (schedule, args, _path), future in zip(built, futures):
         result = future.result()
         run_secs = [float(s) for s in result.run_secs] if result.error_msg is None else [1e10]
-        database.commit_tuning_record(TuningRecord(schedules[i].trace, workload, run_secs, target, args[i]))
+        database.commit_tuning_record(TuningRecord(schedule.trace, workload, run_secs, target, args))
     database.flush()
 
 
@@ -115,12 +121,15 @@ def measured(tmp_path_factory, target, box_locks):
     target_json = canonical_target_json(target)
     database = tvm_database_for(store, FINGERPRINT, target_json, tvm.__version__, {})
     schedules = _random_schedules(matmul_module(96), target, 180)
-    # Alone on the box: a busy box reorders the schedules (a parallel kernel waiting for a core
-    # loses more than a serial one), and the held-out test ranks these measurements. Three
-    # repeats a schedule, averaged: one 40 ms repeat let a stray pause of some other process on
-    # the box (CI, 2026-11-28) reorder enough pairs to take a fold's accuracy under the bar.
-    with quiet_box(box_locks), WorkerPools(MeasureSettings(repeat=3)) as pools:
-        _measure_into(database, matmul_module(96), target, schedules, pools)
+    with WorkerPools(MeasureSettings(repeat=3)) as pools:
+        built = _build(matmul_module(96), target, schedules, pools)
+        # Timed alone on the box (built beside other tests: a build's speed does not matter): a
+        # busy box reorders the schedules (a parallel kernel waiting for a core loses more than a
+        # serial one), and the held-out test ranks these measurements. Three repeats a schedule,
+        # averaged: with one 40 ms repeat, a stray pause on the box (CI, 2026-11-28) reordered
+        # enough pairs to take the accuracy under the bar.
+        with quiet_box(box_locks):
+            _measure_into(database, matmul_module(96), target, built, pools)
     yield store, url
     store.dispose()
 
