@@ -43,4 +43,7 @@ def test_tuned_steps_resume_and_each_kernel_has_its_onnxruntime_counterpart(tmp_
     assert [p["trials"] for p in task["curve"]] == [4, 8]
     assert task["curve"][0]["tuning_seconds_this_step"] == 0.0
     assert all(p["gflops"] > 0 and p["vs_numpy_sgemm"] > 0 for p in task["curve"])
-    assert report["peak"]["gflops"] > 0 and report["numpy_sgemm_gflops"] > 0
+    assert report["complete"] and report["peak"]["gflops"] > 0 and report["numpy_sgemm_gflops"] > 0
+    fastest = max(report["numpy_sgemm_gflops"], *(p["gflops"] for p in task["curve"]))
+    per_ghz = report["peak"]["cores"] * report["peak"]["flops_per_cycle_per_core"]
+    assert report["implied_ghz_at_least"] >= fastest / per_ghz * 0.999
