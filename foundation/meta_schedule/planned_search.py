@@ -15,17 +15,19 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 # A search round samples and evolves a population and measures a handful of the cost model's
-# picks from it. MetaSchedule's 512 costs ~13 s per task per round on the 2-core machines of
-# docs/benchmarks.md, most of a small tune's time, and small budgets measured better with
-# 128-256: below FULL_POPULATION_FROM planned trials a task samples CANDIDATES_PER_TRIAL per
-# trial, within [MIN_POPULATION, SMALL_PLAN_POPULATION].
+# picks from it. MetaSchedule's 512 evolved 4 generations costs ~13 s per task per round on the
+# 2-core machines of docs/benchmarks.md, most of a small tune's time. Below FULL_POPULATION_FROM
+# planned trials a task samples CANDIDATES_PER_TRIAL per trial, within [MIN_POPULATION,
+# SMALL_PLAN_POPULATION], and evolves it SMALL_PLAN_GENERATIONS: on the quick start (16 trials a
+# task) 64 evolved 2 generations tuned 2.3x the trials/s of 256 evolved 4, to the same latency
+# (docs/benchmarks.md, "What a trial costs").
 FULL_POPULATION_FROM = 64
 FULL_POPULATION = 512  # MetaSchedule's own
-CANDIDATES_PER_TRIAL = 16
+CANDIDATES_PER_TRIAL = 4
 MIN_POPULATION = 64
 SMALL_PLAN_POPULATION = 256
 FULL_GENERATIONS = 4  # MetaSchedule's own genetic_num_iters
-SMALL_PLAN_GENERATIONS = 4
+SMALL_PLAN_GENERATIONS = 2
 INIT_MIN_UNMEASURED = 50  # MetaSchedule's own
 
 

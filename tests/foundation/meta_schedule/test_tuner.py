@@ -164,11 +164,14 @@ def test_builder_workers_stay_warm_across_batches(mlp):
 
 
 def test_search_population_follows_the_plan():
-    """Small plans sample fewer candidates a round (at most 256); from FULL_POPULATION_FROM on, MetaSchedule's own."""
-    assert population_for(8) == 128 == CANDIDATES_PER_TRIAL * 8
-    assert population_for(1) == population_for(0) == MIN_POPULATION
-    assert population_for(FULL_POPULATION_FROM - 1) == SMALL_PLAN_POPULATION == 256
+    """Small plans sample fewer candidates a round (at most 256) and evolve them fewer generations;
+    from FULL_POPULATION_FROM on, MetaSchedule's own."""
+    assert population_for(32) == 128 == CANDIDATES_PER_TRIAL * 32
+    assert population_for(16) == population_for(1) == population_for(0) == MIN_POPULATION == 64
+    assert population_for(FULL_POPULATION_FROM - 1) == 252 <= SMALL_PLAN_POPULATION == 256
     assert population_for(FULL_POPULATION_FROM) == population_for(1000) == FULL_POPULATION == 512
+    assert search_size_for(16) == SearchSize(64, SMALL_PLAN_GENERATIONS) == SearchSize(64, 2)
+    assert search_size_for(FULL_POPULATION_FROM) == SearchSize(512, 4)
 
 
 def searched_rounds(work_dir) -> list[tuple[int, int]]:
