@@ -19,8 +19,8 @@ from dataclasses import dataclass
 # 2-core machines of docs/benchmarks.md, most of a small tune's time. Below FULL_POPULATION_FROM
 # planned trials a task samples CANDIDATES_PER_TRIAL per trial, within [MIN_POPULATION,
 # SMALL_PLAN_POPULATION], and evolves it SMALL_PLAN_GENERATIONS: on the quick start (16 trials a
-# task) 64 evolved 2 generations tuned 2.3x the trials/s of 256 evolved 4, to the same latency
-# (docs/benchmarks.md, "What a trial costs").
+# task) 64 evolved 2 generations tuned 1.9-2.3x the trials/s of 256 evolved 4 (two seeds), to the
+# same or better latency (docs/benchmarks.md, "Cheaper trials").
 FULL_POPULATION_FROM = 64
 FULL_POPULATION = 512  # MetaSchedule's own
 CANDIDATES_PER_TRIAL = 4
