@@ -9,16 +9,38 @@ searched (no design space sampled, no population evolved).
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
 # A search round samples and evolves a population and measures a handful of the cost model's
-# picks from it. MetaSchedule's 512 costs ~13 s per task per round on the 2-core machines of
-# docs/benchmarks.md, most of a small tune's time, and small budgets measured better with
-# 128-256: below FULL_POPULATION_FROM planned trials a task samples CANDIDATES_PER_TRIAL per
-# trial, within [MIN_POPULATION, SMALL_PLAN_POPULATION].
+# picks from it. MetaSchedule's 512 evolved 4 generations costs ~13 s per task per round on the
+# 2-core machines of docs/benchmarks.md, most of a small tune's time. Below FULL_POPULATION_FROM
+# planned trials a task samples CANDIDATES_PER_TRIAL per trial, within [MIN_POPULATION,
+# SMALL_PLAN_POPULATION], and evolves it SMALL_PLAN_GENERATIONS: on the quick start (16 trials a
+# task) 64 evolved 2 generations tuned 1.9-2.3x the trials/s of 256 evolved 4 (two seeds), to the
+# same or better latency (docs/benchmarks.md, "Cheaper trials").
 FULL_POPULATION_FROM = 64
 FULL_POPULATION = 512  # MetaSchedule's own
-CANDIDATES_PER_TRIAL = 16
+CANDIDATES_PER_TRIAL = 4
 MIN_POPULATION = 64
 SMALL_PLAN_POPULATION = 256
+FULL_GENERATIONS = 4  # MetaSchedule's own genetic_num_iters
+SMALL_PLAN_GENERATIONS = 2
+INIT_MIN_UNMEASURED = 50  # MetaSchedule's own
+
+
+@dataclass(frozen=True)
+class SearchSize:
+    """One search round's size: the population sampled and evolved, and its generations."""
+
+    population: int
+    generations: int
+
+    def __post_init__(self) -> None:
+        if self.population < 1 or self.generations < 1:
+            raise ValueError(f"a search needs a population and generations of at least 1, not {self}")
 
 
 def population_for(planned_trials: int) -> int:
@@ -28,13 +50,52 @@ def population_for(planned_trials: int) -> int:
     return max(MIN_POPULATION, min(SMALL_PLAN_POPULATION, CANDIDATES_PER_TRIAL * planned_trials))
 
 
+def generations_for(planned_trials: int) -> int:
+    """The evolutionary search's generations a round for a task planned this many trials."""
+    return FULL_GENERATIONS if planned_trials >= FULL_POPULATION_FROM else SMALL_PLAN_GENERATIONS
+
+
+def search_size_for(planned_trials: int) -> SearchSize:
+    """A task's round of search: `sized_searches`' size while one is in force, else by its plan."""
+    if _forced.size is not None:
+        return _forced.size
+    return SearchSize(population_for(planned_trials), generations_for(planned_trials))
+
+
+class _Forced:
+    size: SearchSize | None = None
+    lock = threading.Lock()
+
+
+_forced = _Forced()
+
+
+@contextmanager
+def sized_searches(size: SearchSize) -> Iterator[None]:
+    """Every task's search started in this process meanwhile gets ``size``, whatever its plan:
+    for a benchmark that sets one search size against another (bench/trial_cost.py)."""
+    with _forced.lock:
+        if _forced.size is not None:
+            raise RuntimeError("a search size is already in force")
+        _forced.size = size
+    try:
+        yield
+    finally:
+        _forced.size = None
+
+
 def planned_search(plan: list[int], index: int):
     """MetaSchedule's evolutionary search for task ``index``, sized to and stopped at
     ``plan[index]`` as it is when the search starts (the tuner takes seeds measured before
     out of it)."""
     from tvm.s_tir import meta_schedule as ms
 
-    inner = ms.search_strategy.EvolutionarySearch(population_size=population_for(plan[index]))
+    size = search_size_for(plan[index])
+    # MetaSchedule samples until it has init_min_unmeasured (50) new candidates, whatever the
+    # population: held to the population, a smaller one samples no more than it evolves.
+    inner = ms.search_strategy.EvolutionarySearch(population_size=size.population,
+                                                  init_min_unmeasured=min(INIT_MIN_UNMEASURED, size.population),
+                                                  genetic_num_iters=size.generations)
     return _planned(inner, plan, index)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import threading
 
 import pytest
@@ -12,8 +13,12 @@ from foundation.meta_schedule.planned_search import (
     FULL_POPULATION,
     FULL_POPULATION_FROM,
     MIN_POPULATION,
+    SMALL_PLAN_GENERATIONS,
     SMALL_PLAN_POPULATION,
+    SearchSize,
     population_for,
+    search_size_for,
+    sized_searches,
 )
 from foundation.meta_schedule.tuner import TuningBudget, tune
 
@@ -159,11 +164,48 @@ def test_builder_workers_stay_warm_across_batches(mlp):
 
 
 def test_search_population_follows_the_plan():
-    """Small plans sample fewer candidates a round (at most 256); from FULL_POPULATION_FROM on, MetaSchedule's own."""
-    assert population_for(8) == 128 == CANDIDATES_PER_TRIAL * 8
-    assert population_for(1) == population_for(0) == MIN_POPULATION
-    assert population_for(FULL_POPULATION_FROM - 1) == SMALL_PLAN_POPULATION == 256
+    """Small plans sample fewer candidates a round (at most 256) and evolve them fewer generations;
+    from FULL_POPULATION_FROM on, MetaSchedule's own."""
+    assert population_for(32) == 128 == CANDIDATES_PER_TRIAL * 32
+    assert population_for(16) == population_for(1) == population_for(0) == MIN_POPULATION == 64
+    assert population_for(FULL_POPULATION_FROM - 1) == 252 <= SMALL_PLAN_POPULATION == 256
     assert population_for(FULL_POPULATION_FROM) == population_for(1000) == FULL_POPULATION == 512
+    assert search_size_for(16) == SearchSize(64, SMALL_PLAN_GENERATIONS) == SearchSize(64, 2)
+    assert search_size_for(FULL_POPULATION_FROM) == SearchSize(512, 4)
+
+
+def searched_rounds(work_dir) -> list[tuple[int, int]]:
+    """Each search round in MetaSchedule's task logs under ``work_dir``: (candidates sampled, generations evolved)."""
+    rounds = []
+    for log in sorted((work_dir / "logs").glob("tvm.s_tir.meta_schedule.task_*.log")):
+        for chunk in log.read_text().split("Generating candidates")[1:]:
+            sampled = [int(n) for n in re.findall(r"Sampled (\d+) candidate", chunk)]
+            rounds.append((sum(sampled), len(re.findall(r"Evolve iter #\d+ done", chunk))))
+    return rounds
+
+
+def test_a_search_size_in_force_is_what_every_round_searches(mlp, pools, tmp_path):
+    """sized_searches (bench/trial_cost.py's A/B): each round samples that population, no more
+    (MetaSchedule's floor of 50 new candidates held to it), and evolves it that many generations;
+    without it, the plan's size."""
+    from tvm.s_tir import meta_schedule as ms
+
+    target, tasks = mlp
+    with sized_searches(SearchSize(population=12, generations=1)):
+        assert search_size_for(8) == search_size_for(1000) == SearchSize(12, 1)
+        with pytest.raises(RuntimeError, match="already in force"):
+            with sized_searches(SearchSize(8, 2)):
+                pass
+        report = tune(tasks, target, ms.database.MemoryDatabase(), TuningBudget(8, 4, 4), tmp_path / "sized",
+                      pools=pools, seed=1)
+    assert report.trials == 8
+    assert searched_rounds(tmp_path / "sized") == [(12, 1)] * len(tasks)
+
+    assert search_size_for(4) == SearchSize(population_for(4), SMALL_PLAN_GENERATIONS)
+    tune(tasks, target, ms.database.MemoryDatabase(), TuningBudget(8, 4, 4), tmp_path / "planned", pools=pools, seed=1)
+    assert searched_rounds(tmp_path / "planned") == [(population_for(4), SMALL_PLAN_GENERATIONS)] * len(tasks)
+    with pytest.raises(ValueError, match="at least 1"):
+        SearchSize(0, 2)
 
 
 def test_a_task_with_a_cap_of_its_own_stops_there(mlp, pools, tmp_path):
