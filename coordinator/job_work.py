@@ -125,7 +125,7 @@ class Plan:
     layout_choice: "LayoutChoice | None" = None  # the form planned and why, when the request let the planner choose
 
     def seeds_json(self) -> dict:
-        """The seeds as the job keeps them (job.options["warm_seeds"]): record ids, not traces."""
+        """The seeds as the job keeps them (its notes' warm_seeds): record ids, not traces."""
         return {"max_per_task": self.max_seeds_per_task,
                 "tasks": {t.name: ids for t, ids in zip(self.tasks, self.seed_records) if ids}}
 
