@@ -31,6 +31,7 @@ from foundation.domain.shards import TaskCost, split_tasks
 from foundation.domain.tuning_rounds import RoundResult, Stop, UntilRequest, round_budgets, verdict
 from foundation.domain.weights_layout import WeightsLayout
 from foundation.errors import FarmError
+from foundation.job_driver import steps
 from foundation.job_driver.tuning_rounds import RoundJudge, RoundsOutcome, planned_so_far, set_up_goal
 from foundation.logs import logs_job
 from foundation.registry.store import RegistryStore
@@ -191,12 +192,9 @@ class JobRounds:
             return context
         import json
 
-        from foundation.compile import extract_tuning_tasks
         from foundation.hardware.fingerprint import local_fingerprint
         from foundation.hardware.targets import to_tvm_target
         from foundation.hardware.tvm_startup import install_lean_tensor_intrinsics
-        from foundation.meta_schedule.layout_choice import choose_layout
-        from foundation.meta_schedule.tuner import TuningBudget
 
         target_doc = json.loads(job.target)
         own = local_fingerprint(target_doc["kind"]).id
@@ -208,23 +206,17 @@ class JobRounds:
         loaded = self._models.get(model)
         target = to_tvm_target(target_doc)
         stored = job_options(job)
-        form = stored.notes.weights_layout
         onnx_file = onnx_path(self._data_dir, model.source_digest).read_bytes() if model.source == "onnx" else None
-        # A fresh job chooses its form as every job does (foundation.meta_schedule.layout_choice);
-        # after a restart its options name the form chosen.
-        layout_request = stored.spec.weights_layout if fresh else None
-        layout_notes: dict = {}
+        # A fresh job chooses its form as every job does (the plan step); after a restart its notes name
+        # the form chosen.
+        spec = stored.spec if fresh else replace(stored.spec, weights_layout=None)
         with TVM_IR_LOCK:
-            if layout_request is not None:
-                chosen = choose_layout(loaded, target, layout_request, self._database(job))
-                tasks, form = chosen.tasks, chosen.choice.chosen
-                layout_notes = {"weights_layout": form, "weights_layout_choice": chosen.choice.to_json()}
-            else:
-                tasks = extract_tuning_tasks(loaded, target, prepack=form.prepacks,
-                                             block_activations=form.blocks_activations)
+            planned = steps.plan(loaded, target, self._database(job), spec, stored.notes.weights_layout)
             outcome, judge = set_up_goal(self._request(job), loaded, target, stored.spec.seed, onnx_file)
-        budget = TuningBudget.for_tasks(len(tasks), stored.spec.trials, stored.spec.trials_per_task)
-        context = _RoundsContext(loaded, target, tasks, budget, judge, form, outcome, layout_notes)
+        layout_notes = {} if planned.choice is None else {"weights_layout": planned.form,
+                                                          "weights_layout_choice": planned.choice.to_json()}
+        context = _RoundsContext(loaded, target, planned.tasks, planned.budget, judge, planned.form, outcome,
+                                 layout_notes)
         self._contexts[job.id] = context
         return context
 

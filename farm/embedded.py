@@ -43,9 +43,9 @@ from foundation.domain.weights_layout import (
     weights_layout_for,
 )
 from foundation.errors import BadInput, FarmError, Interrupted, JobFailed
+from foundation.job_driver import steps
 from foundation.job_driver.artifacts import (
     artifact_json,
-    commit_artifact,
     hit_form_why,
     look_up_fastest_hit,
     look_up_hit,
@@ -55,14 +55,12 @@ from foundation.job_driver.cancellation import Cancellation
 from foundation.job_driver.driver import (
     JobDriver,
     RegistryJobMoves,
-    library_to_keep,
     tuning_failure,
-    validation_failure,
 )
 from foundation.job_driver.runners import Heartbeat, fail_dead_jobs, this_runner
 from foundation.job_driver.tuning_lock import ScopeLock, scope_key
 from foundation.job_driver.tuning_rounds import RoundsOutcome, UntilRequest, check_until, set_up_goal
-from foundation.meta_schedule.tuner import MeasureSettings, ProgressListener, TuningBudget, TuningReport, WorkerPools
+from foundation.meta_schedule.tuner import MeasureSettings, ProgressListener, TuningReport, WorkerPools
 from foundation.meta_schedule.warm.job_start import learn_from_job, warm_start_for, warm_start_json, warm_start_use
 from foundation.models.model_key import ModelKey, model_key
 
@@ -279,13 +277,9 @@ def _tune_build_commit(ctx: FarmContext, key: ModelKey, request: SubmitRequest, 
 def _run_job(ctx: FarmContext, key: ModelKey, request: SubmitRequest, spec: JobSpec, layout: WeightsLayout,
              lock: ScopeLock, heartbeat: Heartbeat, observer: JobObserver | None, cancellation: Cancellation,
              begin: float) -> SubmitResult:
-    from foundation.compile import build_library
     from foundation.meta_schedule import tuner
     from foundation.meta_schedule.database.registry_database import tvm_database_for
-    from foundation.meta_schedule.layout_choice import choose_layout
-    from foundation.meta_schedule.reuse import decide_reuse
     from foundation.models.loading import load_model
-    from foundation.runtime.validation import check_library
 
     tell = observer.stage if observer else (lambda state, detail: None)
     store = ctx.store
@@ -333,17 +327,17 @@ def _run_job(ctx: FarmContext, key: ModelKey, request: SubmitRequest, spec: JobS
                               else ")"))
         database = tvm_database_for(store, ctx.fingerprint.id, ctx.target_json, ctx.tvm_version,
                                     ctx.software, job_id=job.id)
-        chosen = choose_layout(loaded, tvm_target, spec.weights_layout, database)
-        choice, tasks, layout = chosen.choice, chosen.tasks, chosen.choice.chosen
-        tell("layout", f"{layout.value} weights: {choice.why}")
-        job = store.update_job(job.id, options=noted(store.get_job(job.id), weights_layout=layout,
-                                                     weights_layout_choice=choice.to_json()))
+        planned = steps.plan(loaded, tvm_target, database, spec, layout)
+        choice, tasks, layout, budget = planned.choice, planned.tasks, planned.form, planned.budget
+        if choice is not None:
+            tell("layout", f"{layout.value} weights: {choice.why}")
+            job = store.update_job(job.id, options=noted(store.get_job(job.id), weights_layout=layout,
+                                                         weights_layout_choice=choice.to_json()))
         prepack, blocked = layout.prepacks, layout.blocks_activations
-        budget = TuningBudget.for_tasks(len(tasks), spec.trials, spec.trials_per_task)
         library: bytes | None = None
         untuned: bytes | None = None  # the untuned build, when checking onnxruntime against it made one
-        if spec.until is None:
-            reused = decide_reuse(tasks, database, spec.reuse, budget)
+        if planned.reused is not None:
+            reused = planned.reused
             plan = reused.trial_plan
             if cancellation.is_set():
                 driver.cancel(cancellation.reason)
@@ -403,36 +397,30 @@ def _run_job(ctx: FarmContext, key: ModelKey, request: SubmitRequest, spec: JobS
             return ended()
         step(JobState.BUILDING, "building: compiling with the best records, and an untuned reference")
         tell("building", "compiling with the best records, and an untuned reference")
-        if library is None:  # tuning in rounds built it after its last round, with the same records
-            library = build_library(loaded, tvm_target, database, prepack=prepack, block_activations=blocked)
-        reference = untuned if untuned is not None else build_library(loaded, tvm_target, None)
+        # Tuning in rounds built the library after its last round, with the same records.
+        built = steps.build(loaded, tvm_target, database, layout, library=library, reference=untuned)
         if cancellation.is_set():
             driver.cancel(cancellation.reason)
             return ended()
         step(JobState.VALIDATING, "validating: comparing with the untuned build and timing")
         tell("validating", "comparing with the untuned build and timing")
-        check = check_library(library, reference, tvm_target.kind.name, loaded.make_inputs(spec.seed),
-                              loaded.make_weights(spec.seed), runs=spec.validation_runs)
-        failure = validation_failure(check.validation)
+        check = steps.validate(built, tvm_target.kind.name, loaded, spec)
+        failure = steps.failed_validation(check)
         if failure is not None:
             driver.fail(failure, "failed: validation")
             return ended()
         if cancellation.is_set():
             driver.cancel(cancellation.reason)
             return ended()
-        kept = library_to_keep(library, check.latency, layout, reference, check.untuned_latency, check.speed,
-                               fallback=not config.keep_slower_tuned())
+        committed = steps.commit(store, store.get_job(job.id), check,
+                                 lambda untuned: built.reference if untuned else built.library,
+                                 tvm_version=ctx.tvm_version, software=ctx.software)
+        kept = committed.kept
         if kept.speed is not None:
             tell("speed" if not kept.speed.slower_than_untuned else "WARNING", kept.speed.describe())
-        artifact = commit_artifact(
-            store, model_id=model.id, target_json=ctx.target_json, fingerprint_id=ctx.fingerprint.id,
-            job_id=job.id, library=kept.library, latency=kept.latency, untuned_latency=check.untuned_latency,
-            validation=check.validation, tvm_version=ctx.tvm_version, software=ctx.software,
-            weights_layout=kept.weights_layout, speed=kept.speed,
-        )
-        step(JobState.SUCCEEDED, kept.status, artifact_id=artifact.id)
+        step(JobState.SUCCEEDED, kept.status, artifact_id=committed.artifact.id)
         learn_from_job(store, ctx.fingerprint.id, tvm_target, ctx.tvm_version, tell)
-        return ended(artifact)
+        return ended(committed.artifact)
     except BaseException as err:
         if not driver.state.is_final:
             done = {"trials_done": report.trials} if report else {}
