@@ -25,12 +25,14 @@ from coordinator.calls.values import utc_now
 from coordinator.cluster_store import ClusterStore
 from coordinator.hints import WorkloadJson
 from coordinator.job_work import TVM_IR_LOCK, ModelCache, onnx_path
+from foundation.domain.job_spec import job_notes, job_options, job_spec, noted
 from foundation.domain.jobs import JobState
 from foundation.domain.shards import TaskCost, split_tasks
-from foundation.domain.tuning_rounds import RoundResult, Stop, round_budgets, verdict
-from foundation.domain.weights_layout import WeightsLayout, tuned_form
+from foundation.domain.tuning_rounds import RoundResult, Stop, UntilRequest, round_budgets, verdict
+from foundation.domain.weights_layout import WeightsLayout
 from foundation.errors import FarmError
-from foundation.job_driver.tuning_rounds import RoundJudge, RoundsOutcome, UntilRequest, planned_so_far, set_up_goal
+from foundation.job_driver import steps
+from foundation.job_driver.tuning_rounds import RoundJudge, RoundsOutcome, planned_so_far, set_up_goal
 from foundation.logs import logs_job
 from foundation.registry.store import RegistryStore
 
@@ -49,7 +51,7 @@ logger = logging.getLogger("farm.coordinator")
 
 
 def tuned_in_rounds(job: "Job") -> bool:
-    return bool(job.options.get("until_request"))
+    return job_spec(job).until is not None
 
 
 @dataclass
@@ -63,7 +65,7 @@ class _RoundsContext:
     judge: RoundJudge
     form: WeightsLayout
     goal: RoundsOutcome  # the goal as set up, before any round (onnxruntime's timing and check)
-    layout_options: dict  # the form `auto` chose and why, for the job's options (empty once chosen)
+    layout_notes: dict  # the form `auto` chose and why, for the job's notes (empty once chosen)
 
 
 class JobRounds:
@@ -86,7 +88,10 @@ class JobRounds:
     def going_on(self, job_id: str) -> bool:
         """Whether a running job whose shards are all done is between rounds (not ready to build)."""
         job = self._store.get_job(job_id)
-        return tuned_in_rounds(job) and (job.options.get("until") or {}).get("stopped") is None
+        if not tuned_in_rounds(job):
+            return False
+        until = job_notes(job).until
+        return until is None or RoundsOutcome.from_json(until).stopped is None
 
     def take_library(self, job_id: str) -> bytes | None:
         """The last round's build of a stopped job (the records did not change since), once."""
@@ -102,8 +107,8 @@ class JobRounds:
         outcome.planned.append(list(plan.trials))
         self._store.update_job(job.id, expect_state=JobState.QUEUED.value,
                                trials_budget=context.budget.max_trials_global,
-                               options={**job.options, **context.layout_options, "until": outcome.to_json(),
-                                        "trial_plan": plan.to_json()})
+                               options=noted(job, **context.layout_notes, until=outcome.to_json(),
+                                             trial_plan=plan.to_json()))
         self._cluster.add_job_plan(job.id, planned, shards, utc_now())
         self._remember_workloads(job.id)
         logger.info("job %s: round 1 of at most %d, %d trials in %d shards, until %s", job.id, len(slices),
@@ -129,7 +134,7 @@ class JobRounds:
         from foundation.meta_schedule import tuner
 
         until = self._request(job)
-        outcome = RoundsOutcome.from_json(job.options["until"])
+        outcome = _outcome(job)
         context = self._context(job)
         database = self._database(job)
         number = len(outcome.planned)
@@ -159,8 +164,7 @@ class JobRounds:
         planned, shards = self._shards(job, context, plan)
         outcome.planned.append(list(plan.trials))
         added = self._cluster.add_round(job.id, planned, shards, utc_now(),
-                                        options={**job.options, "until": outcome.to_json(),
-                                                 "trial_plan": _summed(job, plan)})
+                                        options=noted(job, until=outcome.to_json(), trial_plan=_summed(job, plan)))
         if added is None:  # cancelled meanwhile
             return
         self._remember_workloads(job.id)
@@ -170,14 +174,16 @@ class JobRounds:
 
     def _stop(self, job: "Job", outcome: RoundsOutcome, library: bytes | None) -> None:
         self._store.update_job(job.id, expect_state=JobState.RUNNING.value,
-                               options={**job.options, "until": outcome.to_json()})
+                               options=noted(job, until=outcome.to_json()))
         if library is not None:
             self._libraries[job.id] = library
         self._contexts.pop(job.id, None)
         self._move(job.id, JobState.RUNNING, JobState.BUILDING, f"building: {outcome.summary()}")
 
     def _request(self, job: "Job") -> UntilRequest:
-        return UntilRequest.from_json(job.options["until_request"])
+        until = job_spec(job).until
+        assert until is not None, f"job {job.id} is not tuned in rounds"
+        return until
 
     def _context(self, job: "Job", fresh: bool = False) -> _RoundsContext:
         """The job's model, tasks and judge: made when the job is planned, or again after a restart."""
@@ -186,12 +192,9 @@ class JobRounds:
             return context
         import json
 
-        from foundation.compile import extract_tuning_tasks
         from foundation.hardware.fingerprint import local_fingerprint
         from foundation.hardware.targets import to_tvm_target
         from foundation.hardware.tvm_startup import install_lean_tensor_intrinsics
-        from foundation.meta_schedule.layout_choice import choose_layout
-        from foundation.meta_schedule.tuner import TuningBudget
 
         target_doc = json.loads(job.target)
         own = local_fingerprint(target_doc["kind"]).id
@@ -202,24 +205,18 @@ class JobRounds:
         model = self._store.get_model(job.model_id)
         loaded = self._models.get(model)
         target = to_tvm_target(target_doc)
-        form = tuned_form(job.options)
+        stored = job_options(job)
         onnx_file = onnx_path(self._data_dir, model.source_digest).read_bytes() if model.source == "onnx" else None
-        # A fresh job chooses its form as every job does (foundation.meta_schedule.layout_choice);
-        # after a restart its options name the form chosen.
-        layout_request = job.options.get("weights_layout_request") if fresh else None
-        layout_options: dict = {}
+        # A fresh job chooses its form as every job does (the plan step); after a restart its notes name
+        # the form chosen.
+        spec = stored.spec if fresh else replace(stored.spec, weights_layout=None)
         with TVM_IR_LOCK:
-            if layout_request is not None:
-                chosen = choose_layout(loaded, target, layout_request, self._database(job))
-                tasks, form = chosen.tasks, chosen.choice.chosen
-                layout_options = {"weights_layout": form.value, "weights_layout_choice": chosen.choice.to_json()}
-            else:
-                tasks = extract_tuning_tasks(loaded, target, prepack=form.prepacks,
-                                             block_activations=form.blocks_activations)
-            outcome, judge = set_up_goal(self._request(job), loaded, target, int(job.options.get("seed") or 0),
-                                         onnx_file)
-        budget = TuningBudget.for_tasks(len(tasks), job.options.get("trials"), job.options.get("trials_per_task"))
-        context = _RoundsContext(loaded, target, tasks, budget, judge, form, outcome, layout_options)
+            planned = steps.plan(loaded, target, self._database(job), spec, stored.notes.weights_layout)
+            outcome, judge = set_up_goal(self._request(job), loaded, target, stored.spec.seed, onnx_file)
+        layout_notes = {} if planned.choice is None else {"weights_layout": planned.form,
+                                                          "weights_layout_choice": planned.choice.to_json()}
+        context = _RoundsContext(loaded, target, planned.tasks, planned.budget, judge, planned.form, outcome,
+                                 layout_notes)
         self._contexts[job.id] = context
         return context
 
@@ -258,12 +255,19 @@ class JobRounds:
             self._workloads.of(task.workload_id, task.mod_json)
 
 
+def _outcome(job: "Job") -> RoundsOutcome:
+    """How the job's rounds went so far (its notes' `until`, written when its first round was planned)."""
+    until = job_notes(job).until
+    assert until is not None, f"job {job.id} has no rounds yet"
+    return RoundsOutcome.from_json(until)
+
+
 def _summed(job: "Job", plan: "TrialPlan") -> dict:
     """The job's trial plan after another round: each task's trials added to the rounds' before,
     its share as this round saw it."""
     from foundation.domain.trial_plan import TrialPlan
 
-    before = job.options.get("trial_plan")
+    before = job_notes(job).trial_plan
     earlier = TrialPlan.from_json(before) if before else None
     if earlier is None or len(earlier.tasks) != len(plan.tasks):
         return plan.to_json()

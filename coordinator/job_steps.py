@@ -14,27 +14,23 @@ from pathlib import Path
 from typing import Any
 
 from coordinator import metrics
-from coordinator.calls.values import DEFAULT_VALIDATION_RUNS, utc_now
+from coordinator.calls.values import utc_now
 from coordinator.cluster_store import ClusterStore
 from coordinator.hints import WorkloadJson
 from coordinator.job_rounds import JobRounds, tuned_in_rounds
 from coordinator.job_work import BackgroundWorker, ModelCache, build_libraries, plan_tasks
-from foundation import config
+from foundation.domain.job_spec import job_options
 from foundation.domain.jobs import JobState
-from foundation.domain.reuse import default_mode
 from foundation.domain.shards import TaskCost, split_tasks
 from foundation.domain.validations import ValidationState
-from foundation.domain.weights_layout import tuned_form
 from foundation.errors import FarmError, NotFound, RegistryError
-from foundation.job_driver.artifacts import LIBRARY_FORMAT, commit_artifact
-from foundation.job_driver.driver import JobDriver, library_to_keep, validation_failure
+from foundation.job_driver import steps
+from foundation.job_driver.artifacts import LIBRARY_FORMAT
+from foundation.job_driver.driver import JobDriver
 from foundation.logs import logs_job
 from foundation.registry.store import RegistryStore
 
 logger = logging.getLogger("farm.coordinator")
-
-VALIDATION_WARMUP = 3
-
 
 class JobSteps:
     """Plan, build and settle jobs of the registry; ``wake`` is set when a tick should come early."""
@@ -67,23 +63,19 @@ class JobSteps:
             return
         try:
             model = self._store.get_model(job.model_id)
-            plan = plan_tasks(self._models.get(model), job.target, job.options.get("trials"),
-                              job.options.get("trials_per_task"), store=self._store,
-                              fingerprint_id=job.fingerprint_id, tvm_version=self._tvm_version,
-                              reuse=job.options.get("reuse") or default_mode(bool(job.options.get("retune"))),
-                              prepack=tuned_form(job.options).prepacks,
-                              block_activations=tuned_form(job.options).blocks_activations,
-                              warm_start=job.options.get("warm_start", True) is not False,
-                              layout_request=job.options.get("weights_layout_request"))
+            stored = job_options(job)
+            spec, form = stored.spec, stored.notes.weights_layout
+            plan = plan_tasks(self._models.get(model), job.target, spec, form, store=self._store,
+                              fingerprint_id=job.fingerprint_id, tvm_version=self._tvm_version)
             agents = self._cluster.agents_matching(job.target_kind).get(job.fingerprint_id, 0)
             # No shard for a skipped task; a job with every task skipped goes on to its build. Shards
             # are balanced by planned trials, and each carries its tasks' plans.
             shards = split_tasks(job.id, [TaskCost(t.name, t.weight, t.flop, t.trials_budget) for t in plan.tasks],
                                  agents, plan.max_trials_global)
             self._store.update_job(job.id, expect_state=JobState.QUEUED.value, trials_budget=plan.max_trials_global,
-                                   options={**job.options, **_layout_options(plan), "reused": plan.reuse.summary(),
-                                            "trial_plan": plan.trial_plan.to_json(),
-                                            "warm_seeds": plan.seeds_json()})
+                                   options=stored.noted(**_layout_notes(plan), reused=plan.reuse.summary(),
+                                                        trial_plan=plan.trial_plan.to_json(),
+                                                        warm_seeds=plan.seeds_json()).to_json())
             self._cluster.add_job_plan(job.id, plan.tasks, shards, utc_now())
             # What leases hand out, converted now rather than while agents wait for it.
             for task in self._cluster.job_tasks(job.id):
@@ -128,19 +120,18 @@ class JobSteps:
 
             model = self._store.get_model(job.model_id)
             loaded = self._models.get(model)
-            library, reference = build_libraries(self._store, loaded, job.target, job.fingerprint_id,
-                                                 self._tvm_version, software_versions(job.target_kind),
-                                                 prepack=tuned_form(job.options).prepacks,
-                                                 block_activations=tuned_form(job.options).blocks_activations,
-                                                 library=self.rounds.take_library(job_id))
+            stored = job_options(job)
+            built = build_libraries(self._store, loaded, job.target, job.fingerprint_id, self._tvm_version,
+                                    software_versions(job.target_kind), stored.notes.weights_layout,
+                                    library=self.rounds.take_library(job_id))
             if self._store.get_job(job_id).state != JobState.BUILDING.value:
                 return  # cancelled while building
+            # The validation step runs on an agent of the job's fingerprint, with the embedded mode's settings.
+            settings = steps.validation_settings(stored.spec)
             self._cluster.create_validation(
-                job_id, library=library, lib_format=LIBRARY_FORMAT, reference_library=reference,
+                job_id, library=built.library, lib_format=LIBRARY_FORMAT, reference_library=built.reference,
                 inputs=[s.to_json() for s in loaded.inputs], weights=[s.to_json() for s in loaded.weights],
-                seed=int(job.options.get("seed") or 0),
-                runs=int(job.options.get("validation_runs") or DEFAULT_VALIDATION_RUNS),
-                warmup=VALIDATION_WARMUP, now=utc_now(),
+                seed=settings.seed, runs=settings.runs, warmup=settings.warmup, now=utc_now(),
             )
         except Exception as err:
             logger.exception("building %s failed", job_id)
@@ -152,10 +143,7 @@ class JobSteps:
     @logs_job
     def settle_validation(self, job_id: str) -> None:
         """A validating job whose validation ended: commit the artifact, or fail the job."""
-        from foundation.domain.untuned_speed import BLOCKS, SpeedCheck
         from foundation.hardware.versions import software_versions
-        from foundation.runtime.library_runner import Latency
-        from foundation.runtime.validation import ValidationResult
 
         with self._settling:
             job = self._store.get_job(job_id)
@@ -170,34 +158,24 @@ class JobSteps:
             if validation.state is not ValidationState.DONE:
                 return
             result = validation.result or {}
-            check = ValidationResult(**{k: v for k, v in result["validation"].items() if k != "rule"})
-            failure = validation_failure(check)
+            check = steps.reported_check(result)
+            failure = steps.failed_validation(check)
             if failure is not None:
                 self.move(job_id, JobState.VALIDATING, JobState.FAILED, "failed: validation", error=failure)
                 return
             artifact = next((a for a in self._store.list_artifacts(model_id=job.model_id,
                                                                    fingerprint_id=job.fingerprint_id)
                              if a.job_id == job_id), None)
-            latency = Latency(**result["latency"])
-            untuned = Latency(**result["untuned_latency"]) if result.get("untuned_latency") else None
-            # The agent timed both interleaved (foundation.runtime.validation); their medians decide.
-            speed = (SpeedCheck(latency.median_ms, untuned.median_ms, latency.runs, untuned.runs, BLOCKS)
-                     if untuned is not None and untuned.runs > 0 else None)
-            kept = library_to_keep(b"", latency, tuned_form(job.options), b"", untuned, speed,
-                                   fallback=not config.keep_slower_tuned())
-            if artifact is None:  # not committed before a restart
-                library = self._validation_library(job_id, reference=kept.speed is not None
-                                                   and kept.speed.kept_untuned)
-                artifact = commit_artifact(
-                    self._store, model_id=job.model_id, target_json=job.target, fingerprint_id=job.fingerprint_id,
-                    job_id=job_id, library=library, latency=kept.latency,
-                    untuned_latency=untuned, validation=check, tvm_version=self._tvm_version,
-                    software=software_versions(job.target_kind), weights_layout=kept.weights_layout,
-                    speed=kept.speed,
-                )
+            # An artifact committed before a restart is kept; the library is read from the validation.
+            committed = steps.commit(self._store, job, check,
+                                     lambda untuned: self._validation_library(job_id, reference=untuned),
+                                     tvm_version=self._tvm_version, software=software_versions(job.target_kind),
+                                     committed=artifact)
+            if committed.new:
                 metrics.artifact_committed()
             if self.move(job_id, JobState.VALIDATING, JobState.SUCCEEDED,
-                         f"{kept.status}, validated on {result.get('agent_id')}", artifact_id=artifact.id):
+                         f"{committed.kept.status}, validated on {result.get('agent_id')}",
+                         artifact_id=committed.artifact.id):
                 # One learner per fingerprint at a time; a job ending meanwhile is learned by the
                 # next refresh (it takes every record since the model's last).
                 self._learner.submit(f"learn:{job.fingerprint_id}",
@@ -239,11 +217,11 @@ class JobSteps:
         return True
 
 
-def _layout_options(plan) -> dict:
+def _layout_notes(plan) -> dict:
     """The form the planner chose and why (jobs submitted before the choice existed keep theirs)."""
     if plan.layout_choice is None:
         return {}
-    return {"weights_layout": plan.layout_choice.chosen.value, "weights_layout_choice": plan.layout_choice.to_json()}
+    return {"weights_layout": plan.layout_choice.chosen, "weights_layout_choice": plan.layout_choice.to_json()}
 
 
 class ClusterJobMoves:

@@ -21,11 +21,14 @@ from coordinator.calls.values import InvalidRequest
 from coordinator.fleet import freeze_long_lived
 from foundation.errors import FarmError
 from foundation.hardware.fingerprint import Fingerprint
+from foundation.job_driver import steps
 
 if TYPE_CHECKING:  # pragma: no cover
-    from foundation.domain.reuse import ReuseMode, ReusePlan
+    from foundation.domain.job_spec import JobSpec
+    from foundation.domain.reuse import ReusePlan
     from foundation.domain.trial_plan import TrialPlan
-    from foundation.domain.weights_layout import LayoutChoice
+    from foundation.domain.weights_layout import LayoutChoice, WeightsLayout
+    from foundation.job_driver.steps import Built
     from foundation.models.loaded import LoadedModel
     from foundation.registry.entities import Model, PlannedTask
     from foundation.registry.store import RegistryStore
@@ -125,37 +128,25 @@ class Plan:
     layout_choice: "LayoutChoice | None" = None  # the form planned and why, when the request let the planner choose
 
     def seeds_json(self) -> dict:
-        """The seeds as the job keeps them (job.options["warm_seeds"]): record ids, not traces."""
+        """The seeds as the job keeps them (its notes' warm_seeds): record ids, not traces."""
         return {"max_per_task": self.max_seeds_per_task,
                 "tasks": {t.name: ids for t, ids in zip(self.tasks, self.seed_records) if ids}}
 
 
-def plan_tasks(loaded: "LoadedModel", target_json: str, trials: int | None, trials_per_task: int | None, *,
-               store: "RegistryStore", fingerprint_id: str, tvm_version: str,
-               reuse: "ReuseMode | str", prepack: bool = False, block_activations: bool = False,
-               warm_start: bool = True, layout_request: str | None = None) -> Plan:
-    """The model's tuning tasks for the job's target, with the budget `farm submit` gives split by
-    the trial plan (foundation.domain.trial_plan: by each task's share of the model's latency),
-    less what the registry already answers (foundation.meta_schedule.reuse): a task skipped, or
-    planned no trial, is not planned; each task's trials (its plan's, or its top-up) are its own
-    cap. With ``prepack`` the tasks are the layout-free ones of a prepacked library, with
-    ``block_activations`` those of its blocked-activation form (foundation.compile).
-    With ``warm_start`` each planned task gets the donor records the embedded mode would seed it
-    with (similar workloads of this fingerprint, then of the nearest others), as many as the task
-    planned the most trials may measure. With ``layout_request`` (a `--weights-layout`, `auto` included)
-    the form is chosen as the embedded mode chooses it (foundation.meta_schedule.layout_choice),
-    and ``prepack`` and ``block_activations`` are not read."""
+def plan_tasks(loaded: "LoadedModel", target_json: str, spec: "JobSpec", form: "WeightsLayout", *,
+               store: "RegistryStore", fingerprint_id: str, tvm_version: str) -> Plan:
+    """The job's plan step (foundation.job_driver.steps.plan, the embedded mode's) for the job's target,
+    under the TVM IR lock, and its shards' tasks: a task skipped, or planned no trial, is not planned;
+    each task's trials (its plan's, or its top-up) are its own cap. With the spec's ``warm_start`` each
+    planned task gets the donor records the embedded mode would seed it with (similar workloads of this
+    fingerprint, then of the nearest others), as many as the task planned the most trials may measure."""
     import json
 
     import tvm_ffi
 
-    from foundation.compile import extract_tuning_tasks
     from foundation.hardware.targets import to_tvm_target
     from foundation.hardware.tvm_startup import install_lean_tensor_intrinsics
     from foundation.meta_schedule.database.registry_database import tvm_database_for, workload_json
-    from foundation.meta_schedule.layout_choice import choose_layout
-    from foundation.meta_schedule.reuse import decide_reuse
-    from foundation.meta_schedule.tuner import TuningBudget
     from foundation.meta_schedule.warm import find_seed_traces, seeds_per_task
     from foundation.registry.entities import PlannedTask
 
@@ -163,22 +154,16 @@ def plan_tasks(loaded: "LoadedModel", target_json: str, trials: int | None, tria
     # Task extraction imports tvm.s_tir.tensor_intrin; the full package costs ~43 s.
     install_lean_tensor_intrinsics(target_doc["kind"])
     database = tvm_database_for(store, fingerprint_id, target_json, tvm_version, {})
-    choice = None
     with TVM_IR_LOCK:
-        if layout_request is not None:
-            chosen = choose_layout(loaded, to_tvm_target(target_doc), layout_request, database)
-            tasks, choice = chosen.tasks, chosen.choice
-        else:
-            tasks = extract_tuning_tasks(loaded, to_tvm_target(target_doc), prepack=prepack,
-                                         block_activations=block_activations)
-        budget = TuningBudget.for_tasks(len(tasks), trials, trials_per_task)
         # Matching tasks to stored workloads parses and compares IR: under the same lock.
-        reused = decide_reuse(tasks, database, reuse, budget)
+        planned = steps.plan(loaded, to_tvm_target(target_doc), database, spec, form)
+        reused = planned.reused
+        assert reused is not None, "a job tuned in rounds is planned by coordinator.job_rounds"
         tuned = [(task, trials) for task, trials in zip(reused.tasks, reused.trial_caps) if trials > 0]
-        wanted = seeds_per_task(max((trials for _, trials in tuned), default=0)) if warm_start and tuned else 0
+        wanted = seeds_per_task(max((trials for _, trials in tuned), default=0)) if spec.warm_start and tuned else 0
         seeds = find_seed_traces(store, fingerprint_id, target_json, tvm_version, [t for t, _ in tuned], wanted) \
             if wanted else [[] for _ in tuned]
-    planned = [
+    shard_tasks = [
         PlannedTask(
             name=task.name,
             weight=task.weight,
@@ -189,19 +174,17 @@ def plan_tasks(loaded: "LoadedModel", target_json: str, trials: int | None, tria
         )
         for task, trials in tuned
     ]
-    return Plan(planned, reused.plan.trials, budget.max_trials_per_task, reused.plan, reused.trial_plan,
-                [[s.record_id for s in task_seeds] for task_seeds in seeds], wanted, choice)
+    return Plan(shard_tasks, reused.plan.trials, planned.budget.max_trials_per_task, reused.plan, reused.trial_plan,
+                [[s.record_id for s in task_seeds] for task_seeds in seeds], wanted, planned.choice)
 
 
-def build_libraries(store: "RegistryStore", loaded: "LoadedModel", target_json: str,
-                    fingerprint_id: str, tvm_version: str, software: dict, *,
-                    prepack: bool = False, block_activations: bool = False,
-                    library: bytes | None = None) -> tuple[bytes, bytes]:
-    """The library built with the registry's best records (prepacked or not; ``library`` if it was
-    built with them already), and the untuned (plain) reference."""
+def build_libraries(store: "RegistryStore", loaded: "LoadedModel", target_json: str, fingerprint_id: str,
+                    tvm_version: str, software: dict, form: "WeightsLayout", *,
+                    library: bytes | None = None) -> "Built":
+    """The job's build step (foundation.job_driver.steps.build) on the coordinator: the registry's best
+    records for the job's target, under the TVM IR lock; ``library`` if it was built with them already."""
     import json
 
-    from foundation.compile import build_library
     from foundation.hardware.targets import to_tvm_target
     from foundation.hardware.tvm_startup import install_lean_tensor_intrinsics
     from foundation.meta_schedule.database.registry_database import tvm_database_for
@@ -211,9 +194,7 @@ def build_libraries(store: "RegistryStore", loaded: "LoadedModel", target_json: 
     target = to_tvm_target(target_doc)
     database = tvm_database_for(store, fingerprint_id, target_json, tvm_version, software)
     with TVM_IR_LOCK:
-        if library is None:
-            library = build_library(loaded, target, database, prepack=prepack, block_activations=block_activations)
-        return library, build_library(loaded, target, None)
+        return steps.build(loaded, target, database, form, library=library)
 
 
 class BackgroundWorker:

@@ -15,10 +15,10 @@ from google.protobuf.timestamp_pb2 import Timestamp
 
 from coordinator import metrics
 from coordinator.service import AgentView, JobView
+from foundation.domain.job_spec import DISTRIBUTED, job_options
 from foundation.domain.jobs import JobState
 from foundation.domain.shards import ShardState
 from foundation.domain.warm_start_use import job_warm_start
-from foundation.domain.weights_layout import tuned_form
 from foundation.wire import farm_pb2
 
 JOB_STATES = {state: getattr(farm_pb2, f"JOB_STATE_{state.name}") for state in JobState}
@@ -42,14 +42,16 @@ def duration(seconds: float) -> Duration:
 
 def job_message(view: JobView) -> farm_pb2.Job:
     job = view.job
+    stored = job_options(job)
+    notes = stored.notes
     message = farm_pb2.Job(
         id=job.id,
         state=JOB_STATES[JobState(job.state)],
         status=job.status or "",
         target=job.target or "",
         target_kind=job.target_kind or "",
-        weights_layout=tuned_form(job.options).value,
-        weights_layout_why=(job.options.get("weights_layout_choice") or {}).get("why") or "",
+        weights_layout=notes.weights_layout.value,
+        weights_layout_why=(notes.weights_layout_choice or {}).get("why") or "",
         fingerprint_id=job.fingerprint_id or "",
         cache_hit=job.cache_hit,
         trials_done=job.trials_done,
@@ -86,17 +88,17 @@ def job_message(view: JobView) -> farm_pb2.Job:
                          ("finished_at", job.finished_at)):
         if moment is not None:
             getattr(message, name).CopyFrom(timestamp(moment))
-    reused = job.options.get("reused")
+    reused = notes.reused
     if reused:
         message.reuse.CopyFrom(farm_pb2.JobReuse(**{field: reused[field] for field in _JOB_REUSE_FIELDS}))
-    warm = job_warm_start(job.options.get("warm_start_used"))
+    warm = job_warm_start(notes.warm_start_used)
     if warm:
         message.warm_start.CopyFrom(farm_pb2.JobWarmStart(**warm))
-    for line in (job.options.get("trial_plan") or {}).get("tasks", []):
+    for line in (notes.trial_plan or {}).get("tasks", []):
         message.trial_plan.append(farm_pb2.PlannedTrials(task=line["task"], trials=line["trials"], share=line["share"],
                                                          minor=line["minor"], measured=line.get("measured", False)))
-    until = job.options.get("until") or ({"goal": job.options["until_goal"]} if job.options.get("until_goal")
-                                         and job.options.get("until_request") else None)
+    goal = stored.spec.until.goal.describe() if stored.spec.until and stored.spec.mode == DISTRIBUTED else None
+    until = notes.until or ({"goal": goal} if goal else None)
     if until:
         message.until.CopyFrom(_until_message(until))
     return message

@@ -23,8 +23,17 @@ from typing import TYPE_CHECKING, Protocol
 from farm.session import FarmContext, open_context
 from farm.tuning_rounds import summed_plan, tune_in_rounds
 from foundation import config
+from foundation.domain.job_spec import (
+    DEFAULT_VALIDATION_RUNS,
+    EMBEDDED,
+    JobNotes,
+    JobSpec,
+    SpecError,
+    noted,
+    stored_options,
+)
 from foundation.domain.jobs import JobState
-from foundation.domain.reuse import default_mode
+from foundation.domain.reuse import ReuseMode, default_mode
 from foundation.domain.weights_layout import (
     AUTO,
     LayoutChoice,
@@ -33,10 +42,10 @@ from foundation.domain.weights_layout import (
     check_request,
     weights_layout_for,
 )
-from foundation.errors import FarmError, Interrupted, JobFailed
+from foundation.errors import BadInput, FarmError, Interrupted, JobFailed
+from foundation.job_driver import steps
 from foundation.job_driver.artifacts import (
     artifact_json,
-    commit_artifact,
     hit_form_why,
     look_up_fastest_hit,
     look_up_hit,
@@ -46,14 +55,12 @@ from foundation.job_driver.cancellation import Cancellation
 from foundation.job_driver.driver import (
     JobDriver,
     RegistryJobMoves,
-    library_to_keep,
     tuning_failure,
-    validation_failure,
 )
 from foundation.job_driver.runners import Heartbeat, fail_dead_jobs, this_runner
 from foundation.job_driver.tuning_lock import ScopeLock, scope_key
 from foundation.job_driver.tuning_rounds import RoundsOutcome, UntilRequest, check_until, set_up_goal
-from foundation.meta_schedule.tuner import MeasureSettings, ProgressListener, TuningBudget, TuningReport, WorkerPools
+from foundation.meta_schedule.tuner import MeasureSettings, ProgressListener, TuningReport, WorkerPools
 from foundation.meta_schedule.warm.job_start import learn_from_job, warm_start_for, warm_start_json, warm_start_use
 from foundation.models.model_key import ModelKey, model_key
 
@@ -116,9 +123,24 @@ class SubmitRequest:
     seed: int = 0
     warm_start: bool = True  # seed from similar workloads and start from a trained cost model
     measure: MeasureSettings = field(default_factory=MeasureSettings)
-    validation_runs: int = 20
+    validation_runs: int = DEFAULT_VALIDATION_RUNS
     weights_layout: str = AUTO  # auto, plain, prepacked or prepacked-nchwc (foundation.domain.weights_layout)
     until: UntilRequest | None = None  # tune in rounds until the model is good enough
+
+    def job_spec(self) -> JobSpec:
+        """What the job is asked to do (its registry, model, target and measuring are the submit's own);
+        BadInput for what cannot be."""
+        try:
+            reuse = ReuseMode(self.reuse) if self.reuse else default_mode(self.retune)
+        except ValueError:
+            raise BadInput(f"unknown reuse mode {self.reuse!r}",
+                           f"use one of {', '.join(m.value for m in ReuseMode)}") from None
+        try:
+            return JobSpec(mode=EMBEDDED, weights_layout=self.weights_layout, trials=self.trials,
+                           trials_per_task=self.trials_per_task, retune=self.retune, reuse=reuse, seed=self.seed,
+                           warm_start=self.warm_start, validation_runs=self.validation_runs, until=self.until)
+        except SpecError as err:
+            raise BadInput(str(err)) from None
 
 
 @dataclass
@@ -186,6 +208,7 @@ def submit(request: SubmitRequest, observer: JobObserver | None = None,
 
         read_model(key.path)
     check_request(request.weights_layout)
+    spec = request.job_spec()
     if request.until is not None:
         check_until(request.until)
     # An embedded submit tunes here: a target this CPU cannot run is refused before anything.
@@ -204,7 +227,8 @@ def submit(request: SubmitRequest, observer: JobObserver | None = None,
                 form = WeightsLayout(hit.weights_layout)
                 choice = LayoutChoice(form, hit_form_why(hit, layout) if request.weights_layout == AUTO
                                       else f"asked for with --weights-layout {request.weights_layout}")
-                job = record_hit(ctx.store, hit, ctx.target_json, ctx.fingerprint.id, _options(request, form, choice))
+                job = record_hit(ctx.store, hit, ctx.target_json, ctx.fingerprint.id,
+                                 stored_options(spec, JobNotes(form, choice.to_json())))
                 return SubmitResult(job, True, ctx.fingerprint.id, key, ctx.target_json, hit, form,
                                     seconds=time.monotonic() - begin, layout_choice=choice)
             holder = lock.try_take()
@@ -214,7 +238,7 @@ def submit(request: SubmitRequest, observer: JobObserver | None = None,
                             f"{key.describe()} for this target: waiting for it to finish")
             holder = lock.wait_released(holder, cancellation.event)
             waited_for = holder.job_id or "another submit"
-        return _tune_build_commit(ctx, key, request, layout, lock, observer, cancellation, begin)
+        return _tune_build_commit(ctx, key, request, spec, layout, lock, observer, cancellation, begin)
     finally:
         lock.release()
 
@@ -237,7 +261,7 @@ def _verified_hit(ctx: FarmContext, key: ModelKey, request: SubmitRequest, layou
     return lookup.artifact if lookup.artifact.job_id == waited_for else None
 
 
-def _tune_build_commit(ctx: FarmContext, key: ModelKey, request: SubmitRequest, layout: WeightsLayout,
+def _tune_build_commit(ctx: FarmContext, key: ModelKey, request: SubmitRequest, spec: JobSpec, layout: WeightsLayout,
                        lock: ScopeLock, observer: JobObserver | None, cancellation: Cancellation,
                        begin: float) -> SubmitResult:
     """Run a job under the tuning lock, with this process's heartbeat beating the lock and the job."""
@@ -245,21 +269,17 @@ def _tune_build_commit(ctx: FarmContext, key: ModelKey, request: SubmitRequest, 
     heartbeat.lock_scope = lock.scope
     heartbeat.start()
     try:
-        return _run_job(ctx, key, request, layout, lock, heartbeat, observer, cancellation, begin)
+        return _run_job(ctx, key, request, spec, layout, lock, heartbeat, observer, cancellation, begin)
     finally:
         heartbeat.stop()
 
 
-def _run_job(ctx: FarmContext, key: ModelKey, request: SubmitRequest, layout: WeightsLayout, lock: ScopeLock,
-             heartbeat: Heartbeat, observer: JobObserver | None, cancellation: Cancellation,
+def _run_job(ctx: FarmContext, key: ModelKey, request: SubmitRequest, spec: JobSpec, layout: WeightsLayout,
+             lock: ScopeLock, heartbeat: Heartbeat, observer: JobObserver | None, cancellation: Cancellation,
              begin: float) -> SubmitResult:
-    from foundation.compile import build_library
     from foundation.meta_schedule import tuner
     from foundation.meta_schedule.database.registry_database import tvm_database_for
-    from foundation.meta_schedule.layout_choice import choose_layout
-    from foundation.meta_schedule.reuse import decide_reuse
     from foundation.models.loading import load_model
-    from foundation.runtime.validation import check_library
 
     tell = observer.stage if observer else (lambda state, detail: None)
     store = ctx.store
@@ -274,7 +294,8 @@ def _run_job(ctx: FarmContext, key: ModelKey, request: SubmitRequest, layout: We
         weights=[s.to_json() for s in loaded.weights], num_parameters=loaded.num_parameters,
     )
     job = store.create_job(model_id=model.id, target=ctx.target_json, fingerprint_id=ctx.fingerprint.id,
-                           trials_budget=0, options=_options(request, layout), runner=lock.runner)
+                           trials_budget=0, options=stored_options(spec, JobNotes(layout)),
+                           runner=lock.runner)
     lock.name_job(job.id)
     heartbeat.job_id = job.id
     tally = _TrialTally(observer)
@@ -302,21 +323,21 @@ def _run_job(ctx: FarmContext, key: ModelKey, request: SubmitRequest, layout: We
     try:
         tvm_target = ctx.tvm_target()
         tell("extracting", f"extracting tuning tasks ({layout.value} weights"
-                           + (", or another form the registry covers better)" if request.weights_layout == AUTO
+                           + (", or another form the registry covers better)" if spec.weights_layout == AUTO
                               else ")"))
         database = tvm_database_for(store, ctx.fingerprint.id, ctx.target_json, ctx.tvm_version,
                                     ctx.software, job_id=job.id)
-        chosen = choose_layout(loaded, tvm_target, request.weights_layout, database)
-        choice, tasks, layout = chosen.choice, chosen.tasks, chosen.choice.chosen
-        tell("layout", f"{layout.value} weights: {choice.why}")
-        store.update_job(job.id, options={**store.get_job(job.id).options, **_options(request, layout, choice)})
-        job = store.get_job(job.id)
+        planned = steps.plan(loaded, tvm_target, database, spec, layout)
+        choice, tasks, layout, budget = planned.choice, planned.tasks, planned.form, planned.budget
+        if choice is not None:
+            tell("layout", f"{layout.value} weights: {choice.why}")
+            job = store.update_job(job.id, options=noted(store.get_job(job.id), weights_layout=layout,
+                                                         weights_layout_choice=choice.to_json()))
         prepack, blocked = layout.prepacks, layout.blocks_activations
-        budget = TuningBudget.for_tasks(len(tasks), request.trials, request.trials_per_task)
         library: bytes | None = None
         untuned: bytes | None = None  # the untuned build, when checking onnxruntime against it made one
-        if request.until is None:
-            reused = decide_reuse(tasks, database, request.reuse or default_mode(request.retune), budget)
+        if planned.reused is not None:
+            reused = planned.reused
             plan = reused.trial_plan
             if cancellation.is_set():
                 driver.cancel(cancellation.reason)
@@ -326,25 +347,24 @@ def _run_job(ctx: FarmContext, key: ModelKey, request: SubmitRequest, layout: We
             if not reused.tasks:
                 tuning = "nothing to tune"
             step(JobState.RUNNING, f"running: {tuning}", trials_budget=reused.plan.trials,
-                 options={**job.options, "reused": reused.plan.summary(), "trial_plan": plan.to_json()})
+                 options=noted(job, reused=reused.plan.summary(), trial_plan=plan.to_json()))
             if observer:
                 observer.planned(plan.to_json())
             tell("reuse", reused.plan.describe())
             warm = None
-            if request.warm_start and reused.tasks:
+            if spec.warm_start and reused.tasks:
                 tell("warming", "looking for seeds among similar workloads' records")
                 warm = warm_start_for(store, ctx.fingerprint.id, ctx.target_json, ctx.tvm_version, reused.tasks,
                                       reused.tuned_plan.trials)
             tell("running", tuning)
             report = tuner.tune(reused.tasks, tvm_target, database, reused.budget, config.job_work_dir(job.id),
-                                pools=pools, listener=tally, cancelled=cancellation.event, seed=request.seed,
+                                pools=pools, listener=tally, cancelled=cancellation.event, seed=spec.seed,
                                 plan=reused.tuned_plan, warm=warm)
             if reused.tasks:
-                options = store.get_job(job.id).options
-                store.update_job(job.id, options={**options,
-                                                  "warm_start_used": {"embedded": warm_start_use(report, warm)}})
+                store.update_job(job.id, options=noted(store.get_job(job.id),
+                                                       warm_start_used={"embedded": warm_start_use(report, warm)}))
         else:
-            rounds, judge = _goal(request.until, key, loaded, tvm_target, request.seed, tell)
+            rounds, judge = _goal(spec.until, key, loaded, tvm_target, spec.seed, tell)
             untuned = judge.reference_library
             if cancellation.is_set():
                 driver.cancel(cancellation.reason)
@@ -353,14 +373,14 @@ def _run_job(ctx: FarmContext, key: ModelKey, request: SubmitRequest, layout: We
                                    f"({rounds.goal_ms:.3g} ms), at most {budget.max_trials_global} trials",
                  trials_budget=budget.max_trials_global)
             tuned = tune_in_rounds(tasks, tvm_target, database, budget, config.job_work_dir(job.id), rounds,
-                                   request.until, judge, loaded=loaded, pools=pools, observer=tally,
-                                   cancelled=cancellation.event, seed=request.seed, tell=tell, prepack=prepack,
+                                   spec.until, judge, loaded=loaded, pools=pools, observer=tally,
+                                   cancelled=cancellation.event, seed=spec.seed, tell=tell, prepack=prepack,
                                    block_activations=blocked,
                                    on_round=lambda so_far: store.update_job(job.id, trials_done=so_far.trials))
             report = tuned.report
             plan = summed_plan(tuned.plans, budget.max_trials_global) if tuned.plans else None
-            store.update_job(job.id, options={**job.options, "until": rounds.to_json(),
-                                              **({"trial_plan": plan.to_json()} if plan else {})})
+            store.update_job(job.id, options=noted(job, until=rounds.to_json(),
+                                                   trial_plan=plan.to_json() if plan else None))
             tell("until", rounds.summary())
             library = tuned.library
         heartbeat.count_trials(None)
@@ -377,36 +397,30 @@ def _run_job(ctx: FarmContext, key: ModelKey, request: SubmitRequest, layout: We
             return ended()
         step(JobState.BUILDING, "building: compiling with the best records, and an untuned reference")
         tell("building", "compiling with the best records, and an untuned reference")
-        if library is None:  # tuning in rounds built it after its last round, with the same records
-            library = build_library(loaded, tvm_target, database, prepack=prepack, block_activations=blocked)
-        reference = untuned if untuned is not None else build_library(loaded, tvm_target, None)
+        # Tuning in rounds built the library after its last round, with the same records.
+        built = steps.build(loaded, tvm_target, database, layout, library=library, reference=untuned)
         if cancellation.is_set():
             driver.cancel(cancellation.reason)
             return ended()
         step(JobState.VALIDATING, "validating: comparing with the untuned build and timing")
         tell("validating", "comparing with the untuned build and timing")
-        check = check_library(library, reference, tvm_target.kind.name, loaded.make_inputs(request.seed),
-                              loaded.make_weights(request.seed), runs=request.validation_runs)
-        failure = validation_failure(check.validation)
+        check = steps.validate(built, tvm_target.kind.name, loaded, spec)
+        failure = steps.failed_validation(check)
         if failure is not None:
             driver.fail(failure, "failed: validation")
             return ended()
         if cancellation.is_set():
             driver.cancel(cancellation.reason)
             return ended()
-        kept = library_to_keep(library, check.latency, layout, reference, check.untuned_latency, check.speed,
-                               fallback=not config.keep_slower_tuned())
+        committed = steps.commit(store, store.get_job(job.id), check,
+                                 lambda untuned: built.reference if untuned else built.library,
+                                 tvm_version=ctx.tvm_version, software=ctx.software)
+        kept = committed.kept
         if kept.speed is not None:
             tell("speed" if not kept.speed.slower_than_untuned else "WARNING", kept.speed.describe())
-        artifact = commit_artifact(
-            store, model_id=model.id, target_json=ctx.target_json, fingerprint_id=ctx.fingerprint.id,
-            job_id=job.id, library=kept.library, latency=kept.latency, untuned_latency=check.untuned_latency,
-            validation=check.validation, tvm_version=ctx.tvm_version, software=ctx.software,
-            weights_layout=kept.weights_layout, speed=kept.speed,
-        )
-        step(JobState.SUCCEEDED, kept.status, artifact_id=artifact.id)
+        step(JobState.SUCCEEDED, kept.status, artifact_id=committed.artifact.id)
         learn_from_job(store, ctx.fingerprint.id, tvm_target, ctx.tvm_version, tell)
-        return ended(artifact)
+        return ended(committed.artifact)
     except BaseException as err:
         if not driver.state.is_final:
             done = {"trials_done": report.trials} if report else {}
@@ -445,22 +459,6 @@ def _stop_if_cancelled(cancellation: Cancellation) -> None:
     if cancellation.is_set():
         raise Interrupted(f"{cancellation.reason} before any job started", "nothing was written",
                           signum=cancellation.signum or 2)
-
-
-def _options(request: SubmitRequest, layout: WeightsLayout, choice: LayoutChoice | None = None) -> dict:
-    return {
-        "weights_layout": layout.value,
-        **({"weights_layout_choice": choice.to_json()} if choice else {}),
-        "trials": request.trials,
-        "trials_per_task": request.trials_per_task,
-        "retune": request.retune,
-        "reuse": request.reuse or default_mode(request.retune).value,
-        "seed": request.seed,
-        "warm_start": request.warm_start,
-        "mode": "embedded",
-        **({"until_goal": request.until.goal.describe(), "patience": request.until.patience,
-            "round_trials": request.until.round_trials} if request.until else {}),
-    }
 
 
 __all__ = ["Cancellation", "FarmError", "SubmitRequest", "SubmitResult", "artifact_json", "submit"]

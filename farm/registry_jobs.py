@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from farm.session import open_store
+from foundation.domain.job_spec import DISTRIBUTED, job_notes, job_spec
 from foundation.domain.jobs import JobState
 from foundation.domain.warm_start_use import job_warm_start
-from foundation.domain.weights_layout import tuned_form
 from foundation.errors import BadInput
 from foundation.job_driver.artifacts import artifact_json
 from foundation.job_driver.driver import JobDriver, RegistryJobMoves, utc_now
@@ -50,7 +50,7 @@ class RegistryJobs:
         if JobState(job.state).is_final:
             return job
         if job.runner is None:
-            if job.options.get("mode") == "distributed":
+            if job_spec(job).mode == DISTRIBUTED:
                 raise BadInput(f"job {job_id} is a coordinator's job", "cancel it with --coordinator HOST:PORT")
             # An embedded job from before runners were recorded: nobody is left to ask.
             JobDriver(RegistryJobMoves(self.store), job.id, job.state).cancel("cancelled by `farm cancel`")
@@ -72,6 +72,7 @@ class RegistryJobs:
         """A job as `farm status --json` shows it; the same fields as a coordinator's job."""
         model = self.store.get_model(job.model_id)
         artifact = self.store.get_artifact(job.artifact_id) if job.artifact_id else None
+        notes = job_notes(job)
         return {
             "job": job.id,
             "state": job.state,
@@ -79,17 +80,17 @@ class RegistryJobs:
             "cache_hit": job.cache_hit,
             "trials": job.trials_done,
             "trials_budget": job.trials_budget,
-            "trial_plan": job.options.get("trial_plan"),
+            "trial_plan": notes.trial_plan,
             "fingerprint": job.fingerprint_id,
             "model": model.name if model else job.model_id,
             "batch": model.batch if model else None,
             "target": job.target,
-            "weights_layout": tuned_form(job.options).value,
-            "weights_layout_choice": job.options.get("weights_layout_choice"),
+            "weights_layout": notes.weights_layout.value,
+            "weights_layout_choice": notes.weights_layout_choice,
             "shards": None,
-            "reuse": job.options.get("reused"),
-            "until": job.options.get("until"),
-            "warm_start": job_warm_start(job.options.get("warm_start_used")),
+            "reuse": notes.reused,
+            "until": notes.until,
+            "warm_start": job_warm_start(notes.warm_start_used),
             "error": job.error,
             "artifact": artifact_json(artifact) if artifact else None,
             "runner": job.runner.describe() if job.runner else None,

@@ -25,6 +25,7 @@ from typing import NamedTuple
 from farm.report_page import markdown
 from farm.report_plot import plot
 from foundation import config
+from foundation.domain.job_spec import job_notes
 from foundation.domain.model_estimate import model_estimate
 from foundation.domain.trial_plan import TaskDemand
 from foundation.errors import FarmError, NotFound
@@ -97,7 +98,7 @@ def job_report(store: RegistryStore, job_id: str) -> JobReport:
         origin = f"; its artifact came from job {artifact.job_id}: `farm report {artifact.job_id}`" if artifact else ""
         raise NotFound(f"job {job_id} was answered from the registry and tuned nothing", f"nothing to plot{origin}")
     measurements = store.job_measurements(job_id)
-    reused = job.options.get("reused") or {}
+    reused = job_notes(job).reused or {}
     if not measurements and not (reused.get("tasks") and reused.get("skipped") == reused.get("tasks")):
         raise NotFound(f"job {job_id} has no tuning records in the registry at {store.url}",
                        "a job reports once it has measured candidates; a distributed job's records are "

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from farm.cli.units import duration, milliseconds, size
 from farm.cli.views import speedup_text
+from foundation.domain.job_spec import job_options
 from foundation.domain.reuse import describe_summary
 from foundation.domain.warm_start_use import describe as describe_warm_start
 from foundation.domain.warm_start_use import job_warm_start
@@ -20,6 +21,8 @@ TIMING_NOTE = {
 def markdown(report, image: str) -> str:
     """The page of ``report`` (a farm.report.JobReport), showing the picture file ``image``."""
     job, model, artifact = report.job, report.model, report.artifact
+    stored = job_options(job)
+    notes = stored.notes
     failed = sum(t.failed for t in report.tasks)
     rows = [
         ("state", job.state + (" (answered from the registry)" if job.cache_hit else "")),
@@ -28,9 +31,9 @@ def markdown(report, image: str) -> str:
         ("fingerprint", f"{job.fingerprint_id}: {report.fingerprint_summary}" if job.fingerprint_id else "-"),
         ("trials", f"{report.trials} measured of {job.trials_budget} planned"
                    + (f", {failed} failed" if failed else "")),
-        ("reuse", describe_summary(job.options["reused"]) if job.options.get("reused") else None),
-        ("until", job.options["until"].get("summary") if job.options.get("until") else None),
-        ("warm start", describe_warm_start(warm) if (warm := job_warm_start(job.options.get("warm_start_used")))
+        ("reuse", describe_summary(notes.reused) if notes.reused else None),
+        ("until", notes.until.get("summary") if notes.until else None),
+        ("warm start", describe_warm_start(warm) if (warm := job_warm_start(notes.warm_start_used))
          else None),
         ("tuning time", _span(job)),
         ("error", job.error),
@@ -52,11 +55,11 @@ def markdown(report, image: str) -> str:
     lines += [f"| {name} | {value} |" for name, value in rows if value]
     lines += ["", f"![best latency against trials]({image})", ""]
     if artifact is not None:
-        how = TIMING_NOTE.get(job.options.get("mode", "embedded"), TIMING_NOTE["embedded"])
-        lines += [f"The latency was {how}: {job.options.get('validation_runs') or 20} runs after 3 warm-up runs. "
+        how = TIMING_NOTE[stored.spec.mode]
+        lines += [f"The latency was {how}: {stored.spec.validation_runs} runs after 3 warm-up runs. "
                   "Candidates measured during tuning share the cores with candidates being built, so the estimate "
                   "from tuning reads high on a busy box; `farm run` times the artifact again.", ""]
-    plan = job.options.get("trial_plan") or {}
+    plan = notes.trial_plan or {}
     planned = {t["task"]: t for t in plan.get("tasks", [])}
     lines += ["## Tasks", "", f"Task names and weights come from {report.tasks_from}."]
     if planned:

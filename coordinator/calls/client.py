@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING
 
 from coordinator import metrics
 from coordinator.calls.values import (
-    DEFAULT_VALIDATION_RUNS,
     AgentView,
     InvalidRequest,
     JobView,
@@ -25,6 +24,14 @@ from coordinator.calls.values import (
 from coordinator.cluster_store import ClusterStore
 from coordinator.hints import RpcServerFlags, TaskProgress
 from coordinator.job_work import TVM_IR_LOCK, ModelCache, registered_fingerprint, store_onnx
+from foundation.domain.job_spec import (
+    DEFAULT_VALIDATION_RUNS,
+    DISTRIBUTED,
+    JobNotes,
+    JobSpec,
+    SpecError,
+    stored_options,
+)
 from foundation.domain.jobs import JobState
 from foundation.domain.reuse import ReuseMode, default_mode
 from foundation.domain.shards import ShardState
@@ -38,7 +45,7 @@ from foundation.registry.entities import JobEvent, Model
 from foundation.registry.store import RegistryStore
 
 if TYPE_CHECKING:  # pragma: no cover
-    from foundation.job_driver.tuning_rounds import UntilRequest
+    from foundation.domain.tuning_rounds import UntilRequest
 
 logger = logging.getLogger("farm.coordinator")
 
@@ -87,23 +94,11 @@ class ClientCalls:
             layout = weights_layout_for(spec.weights_layout, kind)
         except FarmError as err:
             raise InvalidRequest(err.problem, err.fix) from None
-        options = {
-            "weights_layout": layout.value,
-            # The planner may take another form for auto (foundation.meta_schedule.layout_choice).
-            "weights_layout_request": spec.weights_layout,
-            "trials": spec.trials or None,
-            "trials_per_task": spec.trials_per_task or None,
-            "retune": spec.retune,
-            "reuse": reuse.value,
-            "seed": int(spec.seed),
-            "warm_start": spec.warm_start,
-            "validation_runs": spec.validation_runs or DEFAULT_VALIDATION_RUNS,
-            "mode": "distributed",
-        }
         until = _until(spec, kind)
+        job_spec = _job_spec(spec, reuse, until)
+        # The planner may take another form for auto (foundation.meta_schedule.layout_choice).
+        options = stored_options(job_spec, JobNotes(layout))
         if until is not None:
-            options.update(until=None, until_request=until.to_json(), until_goal=until.goal.describe(),
-                           patience=until.patience, round_trials=until.round_trials)
             # Each round's model is timed here, on the coordinator's CPU: it tunes for that one.
             own = self._own_fingerprint(kind)
             if spec.fingerprint_id and spec.fingerprint_id != own:
@@ -144,8 +139,7 @@ class ClientCalls:
                     form = WeightsLayout(hit.weights_layout)
                     why = hit_form_why(hit, layout) if spec.weights_layout == AUTO else \
                         f"asked for with --weights-layout {spec.weights_layout}"
-                    answered = {**options, "weights_layout": form.value,
-                                "weights_layout_choice": LayoutChoice(form, why).to_json()}
+                    answered = stored_options(job_spec, JobNotes(form, LayoutChoice(form, why).to_json()))
                     submitted.append(Submitted(record_hit(self._store, hit, target, fp_id, answered), False))
                     continue
             model = model or self._ensure_model(key)
@@ -311,12 +305,23 @@ class ClientCalls:
         return None
 
 
+def _job_spec(spec: SubmitSpec, reuse: ReuseMode, until: "UntilRequest | None") -> JobSpec:
+    """What the job is asked to do, from the request (its model, target and fingerprint are the job's columns)."""
+    try:
+        return JobSpec(mode=DISTRIBUTED, weights_layout=spec.weights_layout, trials=spec.trials or None,
+                       trials_per_task=spec.trials_per_task or None, retune=spec.retune, reuse=reuse,
+                       seed=int(spec.seed), warm_start=spec.warm_start,
+                       validation_runs=spec.validation_runs or DEFAULT_VALIDATION_RUNS, until=until)
+    except SpecError as err:
+        raise InvalidRequest(str(err), "see `farm submit --help`") from None
+
+
 def _until(spec: SubmitSpec, kind: str) -> "UntilRequest | None":
     """`--until`, checked: a goal the coordinator can time on its own CPU."""
     if spec.until is None:
         return None
-    from foundation.domain.tuning_rounds import DEFAULT_PATIENCE, parse_goal
-    from foundation.job_driver.tuning_rounds import UntilRequest, check_until
+    from foundation.domain.tuning_rounds import DEFAULT_PATIENCE, UntilRequest, parse_goal
+    from foundation.job_driver.tuning_rounds import check_until
 
     if kind != "llvm":
         raise InvalidRequest(

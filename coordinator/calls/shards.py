@@ -20,6 +20,7 @@ from coordinator.calls.values import (
 from coordinator.cluster_store import ClusterStore, UnknownAgent
 from coordinator.fleet import COMMIT_TIMEOUT_S, GroupCommit, LiveAgents, ProgressEvents, ReportSizing
 from coordinator.hints import WorkloadJson
+from foundation.domain.job_spec import job_options
 from foundation.errors import NotFound, RegistryError
 from foundation.meta_schedule.warm.seed_sources import OTHER_FINGERPRINT, OWN_FINGERPRINT, seed_traces_by_id
 from foundation.registry.cost_models import cost_model_blob, cost_model_by_id, find_cost_model
@@ -83,11 +84,12 @@ class ShardCalls:
             for record in self._store.top_k_records(task.workload_id, job.fingerprint_id, job.target,
                                                     self._tvm_version, self._warm_records_per_task):
                 warm.append((task.workload_shash, _record_json(record)))
-        planned_seeds = job.options.get("warm_seeds") or {}
+        stored = job_options(job)
+        planned_seeds = stored.notes.warm_seeds or {}
         seed_ids = [(planned_seeds.get("tasks") or {}).get(t.name, []) for t in lease.tasks]
         seeds = seed_traces_by_id(self._store, job.fingerprint_id, seed_ids) if any(seed_ids) \
             else [[] for _ in lease.tasks]
-        warm_start = job.options.get("warm_start", True) is not False
+        warm_start = stored.spec.warm_start
         cost_model = find_cost_model(self._store, job.fingerprint_id, self._tvm_version) \
             if warm_start and job.fingerprint_id else None
         return ShardOffer(
@@ -102,7 +104,7 @@ class ShardCalls:
             tracker_host=self._tracker.host,
             tracker_port=self._tracker.port,
             tracker_key=rpc_key(job.fingerprint_id or fingerprint_id),
-            seed=int(job.options.get("seed") or 0),
+            seed=stored.spec.seed,
             report_size=self._report_sizing.offer(),
             warm_records=warm,
             max_seeds_per_task=int(planned_seeds.get("max_per_task") or 0) if any(seeds) else 0,

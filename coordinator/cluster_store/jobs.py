@@ -9,8 +9,9 @@ from typing import Any
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
+from foundation.domain.job_spec import tuned_form
 from foundation.domain.jobs import JobState, check_transition
-from foundation.domain.weights_layout import WeightsLayout, tuned_form
+from foundation.domain.weights_layout import WeightsLayout
 from foundation.errors import RegistryError
 from foundation.registry.entities import Job
 from foundation.registry.schema import JobRow

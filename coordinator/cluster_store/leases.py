@@ -10,6 +10,7 @@ from sqlalchemy import bindparam, or_, select, update
 from sqlalchemy.orm import Session
 
 from foundation.domain import shards as shard_rules
+from foundation.domain.job_spec import job_notes, noted
 from foundation.domain.jobs import JobState
 from foundation.domain.shards import DEFAULT_MAX_ATTEMPTS, HeartbeatVerdict, Shard, ShardState, StaleAttempt
 from foundation.errors import FarmError, NotFound, RegistryError
@@ -231,7 +232,7 @@ class LeaseStore:
         self, shard_id: str, attempt: int, agent_id: str, now: datetime, warm_start: dict | None = None
     ) -> ShardChange:
         """End a lease as done. ``warm_start``, what the shard's search started from (seeds, cost
-        model), is kept with the job (job.options["warm_start_used"], by shard) in the same unit of
+        model), is kept with the job (its notes' warm_start_used, by shard) in the same unit of
         work, under the job's lock: shards completing at once lose none of it, a stale attempt adds none."""
         # Only the completing agent's lease ends (a completion fails no job, which would end others').
         with self._unit.write(Changes.LEASES) as session:
@@ -242,8 +243,8 @@ class LeaseStore:
                 return ShardChange(False, str(exc), old, self._plans.rollup_in(session, old.job_id))
             if warm_start is not None:
                 job = self._locks.job_row(session, old.job_id)
-                used = dict(job.options.get("warm_start_used") or {})
-                job.options = {**job.options, "warm_start_used": {**used, shard_id: warm_start}}
+                used = job_notes(job).warm_start_used or {}
+                job.options = noted(job, warm_start_used={**used, shard_id: warm_start})
             return self._apply_change(session, old, new, now, reason=None)
 
     def fail_shard(

@@ -36,6 +36,7 @@ def write_job_report(job_id: str, out: Path, registry: str | None) -> dict:
     """Write the report of ``job_id`` into ``out``; return what was written, as JSON."""
     from farm.report import job_report, write_report
     from farm.session import open_store
+    from foundation.domain.job_spec import job_notes
     from foundation.domain.warm_start_use import job_warm_start
     from foundation.errors import path_error
 
@@ -52,7 +53,7 @@ def write_job_report(job_id: str, out: Path, registry: str | None) -> dict:
         "estimated_tasks": made.estimated_tasks,
         "model_curve_from_trial": made.model_curve[0].trials if made.model_curve else None,
         "every_task_measured_at": made.every_task_measured_at,
-        "warm_start": job_warm_start(made.job.options.get("warm_start_used")),
+        "warm_start": job_warm_start(job_notes(made.job).warm_start_used),
         "tasks": [{"task": t.name, "weight": t.weight, "trials": t.trials, "failed": t.failed,
                    "best_ms": None if t.final is None else t.final * 1e3} for t in made.tasks],
     }

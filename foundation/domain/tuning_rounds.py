@@ -18,6 +18,7 @@ import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 ONNXRUNTIME = "onnxruntime"
 MIN_IMPROVEMENT = 0.01
@@ -69,6 +70,29 @@ def parse_goal(text: str) -> Goal:
     if not math.isfinite(latency_ms) or latency_ms <= 0:
         raise ValueError(f"--until {text!r} must be a latency above zero")
     return Goal("latency", latency_ms)
+
+
+@dataclass(frozen=True)
+class UntilRequest:
+    """What `--until` asked for."""
+
+    goal: Goal
+    patience: int = DEFAULT_PATIENCE
+    round_trials: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"goal": self.goal.describe(), "latency_ms": self.goal.latency_ms, "patience": self.patience,
+                "round_trials": self.round_trials}
+
+    @staticmethod
+    def from_json(value: dict[str, Any]) -> "UntilRequest":
+        return UntilRequest(stored_goal(value["goal"], value.get("latency_ms")), int(value["patience"]),
+                            value.get("round_trials"))
+
+
+def stored_goal(described: str, latency_ms: float | None) -> Goal:
+    """A goal as stored: its description and, for a latency, its milliseconds."""
+    return Goal(ONNXRUNTIME) if described == ONNXRUNTIME else Goal("latency", float(latency_ms or 0.0))
 
 
 def round_budgets(total: int, round_trials: int | None = None, rounds: int = DEFAULT_ROUNDS) -> list[int]:

@@ -2,7 +2,7 @@
 
 Each agent reports, with its shard's completion, the seeds it was offered, measured and could
 not apply, and the cost model its search started from (proto WarmStartUse). The job keeps them
-by shard (job.options["warm_start_used"]); `farm status` and `farm report` show the sum, in the
+by shard (its notes' warm_start_used, foundation.domain.job_spec); `farm status` and `farm report` show the sum, in the
 words of the embedded job's summary (foundation.meta_schedule.warm.job_start).
 """
 

@@ -49,11 +49,6 @@ CPU_DEFAULT = WeightsLayout.PREPACKED_NCHWC
 TRANSFORM_PARAMS_FUNCTION = "main_transform_params"
 
 
-def tuned_form(job_options: dict) -> WeightsLayout:
-    """The form a job tuned, from its options; jobs from before the choice existed tuned plain."""
-    return WeightsLayout(job_options.get("weights_layout") or WeightsLayout.PLAIN.value)
-
-
 def check_request(request: str) -> str:
     """A user's `--weights-layout`, refused early when it is none of REQUESTS."""
     if request not in REQUESTS:

@@ -15,14 +15,15 @@ from typing import TYPE_CHECKING, Any
 
 from foundation.domain.tuning_rounds import (
     BLOCKS,
-    DEFAULT_PATIENCE,
     ONNXRUNTIME,
     RUNS_PER_BLOCK,
     Comparison,
     Goal,
     RoundResult,
     Stop,
+    UntilRequest,
     compare,
+    stored_goal,
 )
 from foundation.errors import BadInput
 
@@ -39,24 +40,6 @@ STOP_TEXT = {
     Stop.PATIENCE: "not reached, no improvement",
     Stop.BUDGET: "not reached, budget spent",
 }
-
-
-@dataclass(frozen=True)
-class UntilRequest:
-    """What `--until` asked for."""
-
-    goal: Goal
-    patience: int = DEFAULT_PATIENCE
-    round_trials: int | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        return {"goal": self.goal.describe(), "latency_ms": self.goal.latency_ms, "patience": self.patience,
-                "round_trials": self.round_trials}
-
-    @staticmethod
-    def from_json(value: dict[str, Any]) -> "UntilRequest":
-        return UntilRequest(_goal(value["goal"], value.get("latency_ms")), int(value["patience"]),
-                            value.get("round_trials"))
 
 
 def check_until(until: UntilRequest) -> None:
@@ -139,7 +122,7 @@ class RoundsOutcome:
         stopped = value.get("stopped")
         rounds = value.get("rounds") or []
         return RoundsOutcome(
-            goal=_goal(value["goal"], value["goal_ms"]),
+            goal=stored_goal(value["goal"], value["goal_ms"]),
             goal_ms=float(value["goal_ms"]),
             reference=Latency(reference["mean"], reference["median"], reference["std"], reference["runs"],
                               reference["warmup"]) if reference else None,
@@ -232,10 +215,6 @@ def planned_so_far(planned: Sequence[Sequence[int]], tasks: int) -> list[int]:
     for trials in planned:
         spent = [s + t for s, t in zip(spent, trials)]
     return spent
-
-
-def _goal(described: str, latency_ms: float | None) -> Goal:
-    return Goal(ONNXRUNTIME) if described == ONNXRUNTIME else Goal("latency", float(latency_ms or 0.0))
 
 
 def _ms(value: float) -> str:

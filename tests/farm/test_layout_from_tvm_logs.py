@@ -23,6 +23,8 @@ def test_a_default_submit_after_importing_tvms_logs_reuses_every_task_they_cover
     from coordinator.job_work import plan_tasks
     from farm.session import open_context
     from foundation.compile import extract_tuning_tasks
+    from foundation.domain.job_spec import DISTRIBUTED, JobSpec
+    from foundation.domain.reuse import ReuseMode
     from foundation.hardware.tvm_startup import install_lean_tensor_intrinsics
     from foundation.models.loading import load_model
 
@@ -43,8 +45,9 @@ def test_a_default_submit_after_importing_tvms_logs_reuses_every_task_they_cover
     assert json.loads(imported.stdout)["records"] == len(log)
 
     # The coordinator's planner chooses by the same rule.
-    plan = plan_tasks(loaded, ctx.target_json, None, 4, store=ctx.store, fingerprint_id=ctx.fingerprint.id,
-                      tvm_version=ctx.tvm_version, reuse="auto", layout_request="auto")
+    spec = JobSpec(mode=DISTRIBUTED, weights_layout="auto", trials_per_task=4, reuse=ReuseMode.AUTO)
+    plan = plan_tasks(loaded, ctx.target_json, spec, WeightsLayout.PLAIN, store=ctx.store,
+                      fingerprint_id=ctx.fingerprint.id, tvm_version=ctx.tvm_version)
     assert plan.layout_choice.chosen is WeightsLayout.PLAIN
     assert plan.layout_choice.coverage["plain"] > 0.9 and plan.layout_choice.coverage[CPU_DEFAULT.value] == 0.0
     assert {t.name for t in plan.reuse.tasks if t.action is not TaskAction.TUNE} == covered

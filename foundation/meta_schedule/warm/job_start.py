@@ -65,7 +65,7 @@ def warm_start_json(report: "TuningReport") -> dict[str, Any]:
 
 
 def warm_start_use(report: "TuningReport", warm: WarmStart | None) -> dict[str, Any]:
-    """The job's warm start as the registry keeps it with the job (job.options["warm_start_used"],
+    """The job's warm start as the registry keeps it with the job (its notes' warm_start_used,
     one entry: an agent's shard reports the same, foundation.domain.warm_start_use), so that
     `farm status` and `farm report` say it of an embedded job as of a distributed one."""
     seeds = report.seeds

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from foundation.domain import weights_layout as wl
-from foundation.domain.weights_layout import WeightsLayout, check_request, tuned_form, weights_layout_for
+from foundation.domain.job_spec import tuned_form
+from foundation.domain.weights_layout import WeightsLayout, check_request, weights_layout_for
 from foundation.errors import BadInput
 
 

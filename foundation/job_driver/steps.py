@@ -1,0 +1,171 @@
+"""A job's steps, one set of functions for both modes: plan, (tune), build, validate, commit.
+
+    plan ──► tune ──► build ──► validate ──► commit
+    (plan)   (each    (build)   (validate, or an agent   (commit)
+             mode's)            with validation_settings;
+                                reported_check reads its report)
+
+farm.embedded runs them in-process, one after the other, tuning here. The coordinator runs `plan` and
+`build` on its background worker, spreads the tuning over agents as shards, hands the validation to an
+agent of the job's fingerprint (the same check, foundation.runtime.validation, with
+`validation_settings`), reads the agent's report back as the check `validate` makes (`reported_check`)
+and runs `commit`. A job tuned in rounds (`--until`) plans its tasks and budget here and each round's
+trials afresh (farm.tuning_rounds, coordinator.job_rounds). Each step reads the job's spec and notes
+(foundation.domain.job_spec); the moves between steps, guarded by the state a job was last seen in,
+stay with each mode's JobDriver (foundation.job_driver.driver), as do the verdicts there.
+
+Callers call these through the module (`steps.build(...)`), so that a step is one function both
+modes run (tests/foundation/job_driver/test_steps_both_modes.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from foundation import config
+from foundation.domain.job_spec import JobSpec, job_notes
+from foundation.job_driver.artifacts import commit_artifact
+from foundation.job_driver.driver import KeptLibrary, library_to_keep, validation_failure
+
+if TYPE_CHECKING:  # pragma: no cover
+    import tvm
+
+    from foundation.compile import TuningTask
+    from foundation.domain.weights_layout import LayoutChoice, WeightsLayout
+    from foundation.meta_schedule.reuse import ReusedTuning
+    from foundation.meta_schedule.tuner import TuningBudget
+    from foundation.models.loaded import LoadedModel
+    from foundation.registry.entities import Artifact, Job
+    from foundation.registry.store import RegistryStore
+    from foundation.runtime.validation import LibraryCheck
+
+VALIDATION_WARMUP = 3
+
+
+@dataclass(frozen=True)
+class Planned:
+    """What a job's plan step makes."""
+
+    tasks: list["TuningTask"]  # every task of the model, in the form the job tunes
+    form: "WeightsLayout"
+    choice: "LayoutChoice | None"  # which form and why; None: the job's form was chosen before
+    budget: "TuningBudget"
+    reused: "ReusedTuning | None"  # what it tunes, tops up and skips; None: tuned in rounds, planned per round
+
+
+def plan(loaded: "LoadedModel", target: "tvm.target.Target", database: Any, spec: JobSpec,
+         form: "WeightsLayout") -> Planned:
+    """Extract the model's tuning tasks in the form the spec asks for (auto: the form the registry covers
+    best, foundation.meta_schedule.layout_choice), give them the spec's budget and, unless the job is
+    tuned in rounds, decide what the registry's records spare it (foundation.meta_schedule.reuse).
+    With no form asked for (``spec.weights_layout`` None: chosen already, or a job from before the
+    choice was kept) the tasks are ``form``'s."""
+    from foundation.compile import extract_tuning_tasks
+    from foundation.meta_schedule.layout_choice import choose_layout
+    from foundation.meta_schedule.reuse import decide_reuse
+    from foundation.meta_schedule.tuner import TuningBudget
+
+    choice = None
+    if spec.weights_layout is not None:
+        chosen = choose_layout(loaded, target, spec.weights_layout, database)
+        tasks, choice, form = chosen.tasks, chosen.choice, chosen.choice.chosen
+    else:
+        tasks = extract_tuning_tasks(loaded, target, prepack=form.prepacks, block_activations=form.blocks_activations)
+    budget = TuningBudget.for_tasks(len(tasks), spec.trials, spec.trials_per_task)
+    reused = decide_reuse(tasks, database, spec.reuse, budget) if spec.until is None else None
+    return Planned(tasks, form, choice, budget, reused)
+
+
+@dataclass(frozen=True)
+class Built:
+    """What a job's build step makes."""
+
+    library: bytes  # built with the registry's best records, in the form the job tuned
+    reference: bytes  # the untuned build, plain weights: what the library is checked and timed against
+
+
+def build(loaded: "LoadedModel", target: "tvm.target.Target", database: Any, form: "WeightsLayout", *,
+          library: bytes | None = None, reference: bytes | None = None) -> Built:
+    """The job's library with the best records of ``database``, and the untuned reference; ``library``
+    or ``reference`` when built already (tuning in rounds builds the last round's library, a goal of
+    onnxruntime the untuned build)."""
+    from foundation.compile import build_library
+
+    if library is None:
+        library = build_library(loaded, target, database, prepack=form.prepacks,
+                                block_activations=form.blocks_activations)
+    if reference is None:
+        reference = build_library(loaded, target, None)
+    return Built(library, reference)
+
+
+@dataclass(frozen=True)
+class ValidationSettings:
+    """What the validation runs with, wherever it runs."""
+
+    seed: int  # of the inputs and weights
+    runs: int
+    warmup: int = VALIDATION_WARMUP
+
+
+def validation_settings(spec: JobSpec) -> ValidationSettings:
+    return ValidationSettings(spec.seed, spec.validation_runs)
+
+
+def validate(built: Built, target_kind: str, loaded: "LoadedModel", spec: JobSpec) -> "LibraryCheck":
+    """The library's outputs against the reference's, and both timed interleaved, here."""
+    from foundation.runtime.validation import check_library
+
+    settings = validation_settings(spec)
+    return check_library(built.library, built.reference, target_kind, loaded.make_inputs(settings.seed),
+                         loaded.make_weights(settings.seed), runs=settings.runs, warmup=settings.warmup)
+
+
+def reported_check(result: dict[str, Any]) -> "LibraryCheck":
+    """An agent's validation report (the validation's stored result) as the check `validate` makes; the
+    speed against the untuned build is judged from the two medians the agent timed interleaved."""
+    from foundation.domain.untuned_speed import BLOCKS, SpeedCheck
+    from foundation.runtime.library_runner import Latency
+    from foundation.runtime.validation import LibraryCheck, ValidationResult
+
+    validation = ValidationResult(**{k: v for k, v in result["validation"].items() if k != "rule"})
+    latency = Latency(**result["latency"])
+    untuned = Latency(**result["untuned_latency"]) if result.get("untuned_latency") else None
+    speed = (SpeedCheck(latency.median_ms, untuned.median_ms, latency.runs, untuned.runs, BLOCKS)
+             if untuned is not None and untuned.runs > 0 else None)
+    return LibraryCheck(validation, latency, untuned, speed)
+
+
+def failed_validation(check: "LibraryCheck") -> str | None:
+    """Why the job fails on this check (wrong outputs), or None."""
+    return validation_failure(check.validation)
+
+
+@dataclass(frozen=True)
+class Committed:
+    kept: KeptLibrary  # which library, its latency and the job's status line
+    artifact: "Artifact"
+    new: bool  # False: ``artifact`` was committed before (a coordinator restarted after committing)
+
+
+def commit(store: "RegistryStore", job: "Job", check: "LibraryCheck", library_of: Callable[[bool], bytes], *,
+           tvm_version: str, software: dict, committed: "Artifact | None" = None) -> Committed:
+    """Keep the tuned library, or the untuned build when the tuned one timed slower
+    (foundation.job_driver.driver.library_to_keep), and commit it as the job's artifact.
+
+    ``library_of(untuned)`` gives the tuned library's bytes, or with True the untuned build's, once
+    the choice is made (the coordinator reads them from the validation then); ``committed`` is the
+    job's artifact if it was committed already, which is kept."""
+    kept = library_to_keep(b"", check.latency, job_notes(job).weights_layout, b"", check.untuned_latency,
+                           check.speed, fallback=not config.keep_slower_tuned())
+    if committed is not None:
+        return Committed(kept, committed, False)
+    library = library_of(kept.speed is not None and kept.speed.kept_untuned)
+    artifact = commit_artifact(
+        store, model_id=job.model_id, target_json=job.target, fingerprint_id=job.fingerprint_id, job_id=job.id,
+        library=library, latency=kept.latency, untuned_latency=check.untuned_latency, validation=check.validation,
+        tvm_version=tvm_version, software=software, weights_layout=kept.weights_layout, speed=kept.speed,
+    )
+    return Committed(kept, artifact, True)

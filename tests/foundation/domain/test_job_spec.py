@@ -1,0 +1,97 @@
+"""A job's spec and notes: checked when made, stored and read back whole, strict about what a row holds."""
+
+import pytest
+
+from foundation.domain.job_spec import (
+    DEFAULT_VALIDATION_RUNS,
+    DISTRIBUTED,
+    EMBEDDED,
+    SPEC_VERSION,
+    JobNotes,
+    JobSpec,
+    SpecError,
+    noted,
+    read_options,
+    stored_options,
+    tuned_form,
+)
+from foundation.domain.reuse import ReuseMode
+from foundation.domain.tuning_rounds import UntilRequest, parse_goal
+from foundation.domain.weights_layout import WeightsLayout
+from foundation.errors import RegistryError
+
+SPEC = JobSpec(mode=DISTRIBUTED, weights_layout="auto", trials=64, trials_per_task=None, retune=False,
+               reuse=ReuseMode.FULL, seed=3, warm_start=False, validation_runs=5,
+               until=UntilRequest(parse_goal("2ms"), patience=3, round_trials=16))
+
+
+class _Job:
+    def __init__(self, options: dict, id: str = "job-1"):
+        self.id, self.options = id, options
+
+
+def test_a_spec_and_its_notes_survive_their_stored_form():
+    notes = JobNotes(WeightsLayout.PREPACKED, reused={"mode": "full", "tasks": 2}, trial_plan={"tasks": []})
+    stored = stored_options(SPEC, notes)
+    assert stored["spec_version"] == SPEC_VERSION and stored["reuse"] == "full"
+    # The goal's copies for people reading the row, as the rows have always held them.
+    assert (stored["until_goal"], stored["patience"], stored["round_trials"]) == ("2 ms", 3, 16)
+    read = read_options(stored)
+    assert read.spec == SPEC and read.notes == notes
+    assert tuned_form(stored) is WeightsLayout.PREPACKED
+
+
+def test_notes_change_and_the_spec_stays():
+    job = _Job(stored_options(SPEC))
+    changed = noted(job, until={"goal": "2 ms", "stopped": None}, warm_seeds={"tasks": {}})
+    read = read_options(changed)
+    assert read.spec == SPEC and read.notes.until == {"goal": "2 ms", "stopped": None}
+    assert read.notes.warm_seeds == {"tasks": {}} and read.notes.reused is None
+
+
+@pytest.mark.parametrize("bad", [
+    dict(mode="somewhere"), dict(weights_layout="sideways"), dict(trials=-1), dict(trials="8"),
+    dict(validation_runs=0), dict(seed=1.5), dict(warm_start="yes"), dict(reuse="full"),
+])
+def test_a_spec_that_cannot_be_is_refused_when_made(bad):
+    fields = dict(mode=EMBEDDED, weights_layout="plain") | bad
+    with pytest.raises(SpecError):
+        JobSpec(**fields)
+
+
+def test_a_row_with_an_unknown_field_names_it():
+    with pytest.raises(RegistryError, match="job job-9 .* does not know: per_task"):
+        read_options({**stored_options(SPEC), "per_task": 8}, "job-9")
+
+
+def test_a_row_missing_a_spec_field_names_it():
+    stored = stored_options(SPEC)
+    del stored["validation_runs"]
+    with pytest.raises(RegistryError, match="lacks its spec's validation_runs"):
+        read_options(stored, "job-9")
+
+
+def test_a_row_of_another_version_is_refused():
+    with pytest.raises(RegistryError, match="version 2"):
+        read_options({**stored_options(SPEC), "spec_version": 2})
+
+
+def test_a_bad_value_in_a_row_is_a_registry_error():
+    with pytest.raises(RegistryError, match="cannot read"):
+        read_options({**stored_options(SPEC), "reuse": "sometimes"})
+
+
+def test_rows_from_before_the_version_read_with_the_documented_defaults():
+    read = read_options({})
+    assert read.spec == JobSpec(mode=EMBEDDED, weights_layout=None, trials=None, trials_per_task=None,
+                                retune=False, reuse=ReuseMode.AUTO, seed=0, warm_start=True,
+                                validation_runs=DEFAULT_VALIDATION_RUNS, until=None)
+    assert read.notes == JobNotes()
+    retuned = read_options({"retune": True, "warm_start": None, "seed": 7, "mode": "distributed",
+                            "weights_layout": "prepacked-nchwc"}).spec
+    assert (retuned.reuse, retuned.warm_start, retuned.seed, retuned.mode) == (ReuseMode.OFF, True, 7, DISTRIBUTED)
+    # An embedded job tuned in rounds kept only the goal's copies.
+    embedded = read_options({"mode": "embedded", "until_goal": "0.001 ms", "patience": 2, "round_trials": 4}).spec
+    assert embedded.until == UntilRequest(parse_goal("0.001ms"), 2, 4)
+    # Written back in the current form once its notes change.
+    assert noted(_Job({"seed": 1}), reused={"tasks": 1})["spec_version"] == SPEC_VERSION
