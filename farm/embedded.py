@@ -42,6 +42,8 @@ from foundation.job_driver.artifacts import (
     look_up_hit,
     record_hit,
 )
+from foundation.job_driver.built_untuned import OPTION as BUILT_UNTUNED
+from foundation.job_driver.built_untuned import built_untuned, describe_built_untuned
 from foundation.job_driver.cancellation import Cancellation
 from foundation.job_driver.driver import (
     JobDriver,
@@ -152,6 +154,7 @@ class SubmitResult:
             "error": self.job.error,
             "seconds": round(self.seconds, 3),
             "artifact": artifact_json(self.artifact) if self.artifact else None,
+            "built_untuned": self.job.options.get(BUILT_UNTUNED),  # tasks the library compiled untuned
         }
         if self.artifact:  # loud: the tuned library timed slower than the untuned build (which was then kept)
             out["slower_than_untuned"] = out["artifact"]["slower_than_untuned"]
@@ -379,6 +382,7 @@ def _run_job(ctx: FarmContext, key: ModelKey, request: SubmitRequest, layout: We
         tell("building", "compiling with the best records, and an untuned reference")
         if library is None:  # tuning in rounds built it after its last round, with the same records
             library = build_library(loaded, tvm_target, database, prepack=prepack, block_activations=blocked)
+        _note_built_untuned(store, job.id, tasks, database, tell)
         reference = untuned if untuned is not None else build_library(loaded, tvm_target, None)
         if cancellation.is_set():
             driver.cancel(cancellation.reason)
@@ -418,6 +422,15 @@ def _run_job(ctx: FarmContext, key: ModelKey, request: SubmitRequest, layout: We
     finally:
         forget_last_words()
         pools.close()
+
+
+def _note_built_untuned(store, job_id: str, tasks, database, tell) -> None:
+    """Keep with the job which tasks the library compiled untuned (foundation.job_driver.built_untuned)."""
+    found = built_untuned(tasks, database)
+    store.update_job(job_id, options={**store.get_job(job_id).options, BUILT_UNTUNED: found})
+    line = describe_built_untuned(found)
+    if line:
+        tell("untuned", line)
 
 
 def _goal(until: UntilRequest, key: ModelKey, loaded, target, seed: int, tell):

@@ -50,7 +50,9 @@ def _measure(sch, target):  # type: ignore[no-untyped-def]
         pools.close()
 
 
-def test_a_library_slower_than_the_untuned_build_is_not_kept(tmp_path, monkeypatch):
+def _registry_with_slow_records(tmp_path):  # type: ignore[no-untyped-def]
+    """A registry holding, for each of mlp-tiny's matmul tasks (all of its tasks), one record of
+    `_slow_trace`, measured here: (registry url, the tasks, the target, the slow tasks)."""
     from tvm.s_tir.meta_schedule.database import TuningRecord
 
     from farm.session import open_context
@@ -76,6 +78,11 @@ def test_a_library_slower_than_the_untuned_build_is_not_kept(tmp_path, monkeypat
                                                    target, args))
     database.flush()
     ctx.store.dispose()
+    return registry, tasks, target, slow
+
+
+def test_a_library_slower_than_the_untuned_build_is_not_kept(tmp_path, monkeypatch):
+    registry, _tasks, _target, _slow = _registry_with_slow_records(tmp_path)
 
     monkeypatch.delenv(KEEP_SLOWER_ENV)  # the suite stores slower libraries (tests/conftest.py); a user's farm does not
     # Reuse in full: the matmul tasks are built from their (slow) records, the rest tuned a little.
@@ -91,3 +98,41 @@ def test_a_library_slower_than_the_untuned_build_is_not_kept(tmp_path, monkeypat
     assert summary["artifact"]["weights_layout"] == "plain"
     assert summary["artifact"]["latency_ms"]["median"] == pytest.approx(speed["untuned_median_ms"])
     assert "KEPT THE UNTUNED BUILD" in done.job.status
+
+
+def test_a_task_whose_untuned_form_timed_faster_is_built_untuned(tmp_path):
+    """Every tuning run measures each task's untuned form first (foundation.meta_schedule.untuned_form),
+    as a record like any other. With the tasks' only other records slow by construction and one trial a
+    task (that one), the build takes every task's untuned form: the stored library is TVM's untuned
+    build byte for byte, and the summary and `--json` name the tasks built untuned."""
+    from farm.registry_jobs import RegistryJobs
+    from foundation.compile import build_library
+    from foundation.meta_schedule.untuned_form import is_untuned_trace_json
+    from foundation.models.loading import load_model
+    from foundation.registry import RegistryStore
+
+    registry, tasks, target, slow = _registry_with_slow_records(tmp_path)
+    done = submit(SubmitRequest("mlp-tiny", "llvm", 1, registry=registry, trials_per_task=1, reuse="off",
+                                weights_layout="plain", validation_runs=5, measure=MeasureSettings(min_repeat_ms=5)))
+    summary = done.to_json()
+    assert done.job.state == "succeeded", done.job.error
+    assert summary["built_untuned"] == {"tasks": [t.name for t in tasks], "of": len(tasks)}
+    assert [t["trials"] for t in summary["tasks"]] == [1] * len(tasks)  # each task's one trial: its untuned form
+
+    store = RegistryStore(registry, create=False)
+    try:
+        records = store.all_records(fingerprint_id=summary["fingerprint"])
+        mine = [r for r in records if r.job_id == done.job.id]
+        assert len(mine) == len(tasks) and all(is_untuned_trace_json(r.trace) for r in mine)
+        for record in mine:  # each task's best record: ahead of its slow one
+            others = [r for r in records if r.workload_id == record.workload_id and r.job_id != done.job.id]
+            assert len(others) == 1 and _mean(record.run_secs) < _mean(others[0].run_secs)
+        assert RegistryJobs(store).document(store.get_job(done.job.id))["built_untuned"] == summary["built_untuned"]
+        library = store.get_artifact_library(summary["artifact"]["id"])
+    finally:
+        store.dispose()
+    assert library == build_library(load_model("mlp-tiny", 1), target, None)
+
+
+def _mean(run_secs) -> float:  # type: ignore[no-untyped-def]
+    return sum(run_secs) / len(run_secs)
