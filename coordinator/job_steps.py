@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from coordinator import metrics
+from coordinator.built_untuned import note_built_untuned
 from coordinator.calls.values import DEFAULT_VALIDATION_RUNS, utc_now
 from coordinator.cluster_store import ClusterStore
 from coordinator.hints import WorkloadJson
@@ -133,6 +134,7 @@ class JobSteps:
                                                  prepack=tuned_form(job.options).prepacks,
                                                  block_activations=tuned_form(job.options).blocks_activations,
                                                  library=self.rounds.take_library(job_id))
+            note_built_untuned(self._store, job_id, loaded, self._tvm_version)
             if self._store.get_job(job_id).state != JobState.BUILDING.value:
                 return  # cancelled while building
             self._cluster.create_validation(
