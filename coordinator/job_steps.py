@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from coordinator import metrics
+from coordinator.built_untuned import note_built_untuned
 from coordinator.calls.values import utc_now
 from coordinator.cluster_store import ClusterStore
 from coordinator.hints import WorkloadJson
@@ -124,6 +125,7 @@ class JobSteps:
             built = build_libraries(self._store, loaded, job.target, job.fingerprint_id, self._tvm_version,
                                     software_versions(job.target_kind), stored.notes.weights_layout,
                                     library=self.rounds.take_library(job_id))
+            note_built_untuned(self._store, job_id, loaded, self._tvm_version)
             if self._store.get_job(job_id).state != JobState.BUILDING.value:
                 return  # cancelled while building
             # The validation step runs on an agent of the job's fingerprint, with the embedded mode's settings.

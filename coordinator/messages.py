@@ -60,6 +60,10 @@ def job_message(view: JobView) -> farm_pb2.Job:
         shards=farm_pb2.ShardCounts(**{s.value: n for s, n in view.shard_counts.items()}),
         error=job.error or "",
     )
+    built_untuned = job_options(job).notes.built_untuned  # foundation.job_driver.built_untuned
+    if built_untuned:
+        message.built_untuned.extend(built_untuned["tasks"])
+        message.tasks_built = built_untuned["of"]
     if view.model is not None:
         message.model.CopyFrom(farm_pb2.ModelSummary(
             name=view.model.name, source=view.model.source, source_digest=view.model.source_digest,

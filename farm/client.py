@@ -100,6 +100,7 @@ def job_json(job) -> dict:
         "reuse": _reuse(job),
         "until": _until(job),
         "warm_start": _warm_start(job),
+        "built_untuned": {"tasks": list(job.built_untuned), "of": job.tasks_built} if job.tasks_built else None,
         "created_at": _time(job, "created_at"),
         "started_at": _time(job, "started_at"),
         "finished_at": _time(job, "finished_at"),

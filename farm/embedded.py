@@ -29,6 +29,7 @@ from foundation.domain.job_spec import (
     JobNotes,
     JobSpec,
     SpecError,
+    job_notes,
     noted,
     stored_options,
 )
@@ -51,6 +52,7 @@ from foundation.job_driver.artifacts import (
     look_up_hit,
     record_hit,
 )
+from foundation.job_driver.built_untuned import built_untuned, describe_built_untuned
 from foundation.job_driver.cancellation import Cancellation
 from foundation.job_driver.driver import (
     JobDriver,
@@ -174,6 +176,7 @@ class SubmitResult:
             "error": self.job.error,
             "seconds": round(self.seconds, 3),
             "artifact": artifact_json(self.artifact) if self.artifact else None,
+            "built_untuned": job_notes(self.job).built_untuned,  # tasks the library compiled untuned
         }
         if self.artifact:  # loud: the tuned library timed slower than the untuned build (which was then kept)
             out["slower_than_untuned"] = out["artifact"]["slower_than_untuned"]
@@ -399,6 +402,7 @@ def _run_job(ctx: FarmContext, key: ModelKey, request: SubmitRequest, spec: JobS
         tell("building", "compiling with the best records, and an untuned reference")
         # Tuning in rounds built the library after its last round, with the same records.
         built = steps.build(loaded, tvm_target, database, layout, library=library, reference=untuned)
+        _note_built_untuned(store, job.id, tasks, database, tell)
         if cancellation.is_set():
             driver.cancel(cancellation.reason)
             return ended()
@@ -432,6 +436,15 @@ def _run_job(ctx: FarmContext, key: ModelKey, request: SubmitRequest, spec: JobS
     finally:
         forget_last_words()
         pools.close()
+
+
+def _note_built_untuned(store, job_id: str, tasks, database, tell) -> None:
+    """Keep with the job which tasks the library compiled untuned (foundation.job_driver.built_untuned)."""
+    found = built_untuned(tasks, database)
+    store.update_job(job_id, options=noted(store.get_job(job_id), built_untuned=found))
+    line = describe_built_untuned(found)
+    if line:
+        tell("untuned", line)
 
 
 def _goal(until: UntilRequest, key: ModelKey, loaded, target, seed: int, tell):

@@ -93,6 +93,7 @@ class RegistryJobs:
             "warm_start": job_warm_start(notes.warm_start_used),
             "error": job.error,
             "artifact": artifact_json(artifact) if artifact else None,
+            "built_untuned": notes.built_untuned,
             "runner": job.runner.describe() if job.runner else None,
             "heartbeat_at": job.heartbeat_at.isoformat() if job.heartbeat_at else None,
             "cancel_requested": job.cancel_requested_at is not None,

@@ -360,4 +360,10 @@ def _print_submit(result) -> None:
 
             speed = SpeedCheck.from_json(v["speed"])
             console.print(f"{'WARNING' if speed.slower_than_untuned else 'untuned':<13}{speed.describe()}")
+    from foundation.domain.job_spec import job_notes
+    from foundation.job_driver.built_untuned import describe_built_untuned
+
+    built_untuned = describe_built_untuned(job_notes(job).built_untuned)
+    if built_untuned and art:
+        console.print(f"fallback     {built_untuned}")
     console.print(f"time         {duration(result.seconds)}")

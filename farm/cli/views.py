@@ -95,6 +95,9 @@ def job_fields(doc: dict) -> list[tuple[str, Any]]:
             from foundation.domain.untuned_speed import SpeedCheck
 
             fields.append(("Against untuned", SpeedCheck.from_json(artifact["speed"]).describe()))
+        from foundation.job_driver.built_untuned import describe_built_untuned
+
+        fields.append(("Built untuned", describe_built_untuned(doc.get("built_untuned"))))
     return fields
 
 

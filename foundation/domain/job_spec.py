@@ -128,6 +128,7 @@ class JobNotes:
     until: dict | None = None  # RoundsOutcome.to_json
     warm_seeds: dict | None = None  # the seeds planned per task (record ids)
     warm_start_used: dict | None = None  # WarmStartUse.to_json by shard ("embedded" for an embedded job)
+    built_untuned: dict | None = None  # foundation.job_driver.built_untuned: {"tasks": [names], "of": count}
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"weights_layout": self.weights_layout.value}

@@ -29,6 +29,7 @@ SMALL_PLAN_POPULATION = 256
 FULL_GENERATIONS = 4  # MetaSchedule's own genetic_num_iters
 SMALL_PLAN_GENERATIONS = 2
 INIT_MIN_UNMEASURED = 50  # MetaSchedule's own
+INIT_MEASURED_RATIO = 0.2  # MetaSchedule's own: the share of the population picked from measured records
 
 
 @dataclass(frozen=True)
@@ -91,11 +92,15 @@ def planned_search(plan: list[int], index: int):
     from tvm.s_tir import meta_schedule as ms
 
     size = search_size_for(plan[index])
-    # MetaSchedule samples until it has init_min_unmeasured (50) new candidates, whatever the
-    # population: held to the population, a smaller one samples no more than it evolves.
-    inner = ms.search_strategy.EvolutionarySearch(population_size=size.population,
-                                                  init_min_unmeasured=min(INIT_MIN_UNMEASURED, size.population),
-                                                  genetic_num_iters=size.generations)
+    # A round's population is up to INIT_MEASURED_RATIO of it picked from measured records, the
+    # rest sampled; MetaSchedule samples that rest again and again until it has
+    # init_min_unmeasured (50) new candidates, whatever the population. Held to what the picks
+    # can leave (the population less its most picks), one sampling fills the population.
+    most_picked = int(size.population * INIT_MEASURED_RATIO)
+    inner = ms.search_strategy.EvolutionarySearch(
+        population_size=size.population, init_measured_ratio=INIT_MEASURED_RATIO,
+        init_min_unmeasured=min(INIT_MIN_UNMEASURED, size.population - most_picked),
+        genetic_num_iters=size.generations)
     return _planned(inner, plan, index)
 
 

@@ -31,6 +31,7 @@ from foundation.meta_schedule.progress import (
     TaskProgress,
 )
 from foundation.meta_schedule.task_scheduler import LatencyHistory, joined_gradient
+from foundation.meta_schedule.untuned_form import measure_untuned_forms
 from foundation.processes.native_stderr import native_stderr_to
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -192,11 +193,15 @@ def tune(
     seeds = None
     try:
         with native_stderr_to(work_dir / "logs" / NATIVE_LOG):
+            for i, measured in enumerate(measure_untuned_forms(contexts, search_plan, target, builder, runner,
+                                                               database, cancelled, live.picked)):
+                search_plan[i] -= measured  # each task's untuned form, first: one trial of its plan
             if warm is not None and any(warm.seeds):
                 from foundation.meta_schedule.warm import measure_seeds
 
                 seeds = measure_seeds(contexts, warm.seeds,
-                                      [warm.seeds_per_task(trials) if trials > 0 else 0 for trials in plan.trials],
+                                      [min(warm.seeds_per_task(planned), left) if left > 0 else 0
+                                       for planned, left in zip(plan.trials, search_plan)],
                                       target, builder, runner, database, cost_model if cost_model != "xgb" else None,
                                       _space_generator(target), cancelled, live.picked)
                 for i, measured in enumerate(seeds.per_task):  # the seeds came out of their tasks' plans

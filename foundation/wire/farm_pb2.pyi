@@ -239,7 +239,7 @@ class ListAgentsResponse(_message.Message):
     def __init__(self, agents: _Optional[_Iterable[_Union[Agent, _Mapping]]] = ...) -> None: ...
 
 class Job(_message.Message):
-    __slots__ = ("id", "state", "status", "model", "target", "target_kind", "fingerprint_id", "cache_hit", "trials_done", "trials_budget", "trial_errors", "shards", "error", "failed_shards", "artifact", "created_at", "started_at", "finished_at", "reuse", "weights_layout", "trial_plan", "until", "warm_start", "weights_layout_why")
+    __slots__ = ("id", "state", "status", "model", "target", "target_kind", "fingerprint_id", "cache_hit", "trials_done", "trials_budget", "trial_errors", "shards", "error", "failed_shards", "artifact", "created_at", "started_at", "finished_at", "reuse", "weights_layout", "trial_plan", "until", "warm_start", "weights_layout_why", "built_untuned", "tasks_built")
     ID_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     STATUS_FIELD_NUMBER: _ClassVar[int]
@@ -264,6 +264,8 @@ class Job(_message.Message):
     UNTIL_FIELD_NUMBER: _ClassVar[int]
     WARM_START_FIELD_NUMBER: _ClassVar[int]
     WEIGHTS_LAYOUT_WHY_FIELD_NUMBER: _ClassVar[int]
+    BUILT_UNTUNED_FIELD_NUMBER: _ClassVar[int]
+    TASKS_BUILT_FIELD_NUMBER: _ClassVar[int]
     id: str
     state: JobState
     status: str
@@ -288,7 +290,9 @@ class Job(_message.Message):
     until: JobUntil
     warm_start: JobWarmStart
     weights_layout_why: str
-    def __init__(self, id: _Optional[str] = ..., state: _Optional[_Union[JobState, str]] = ..., status: _Optional[str] = ..., model: _Optional[_Union[ModelSummary, _Mapping]] = ..., target: _Optional[str] = ..., target_kind: _Optional[str] = ..., fingerprint_id: _Optional[str] = ..., cache_hit: _Optional[bool] = ..., trials_done: _Optional[int] = ..., trials_budget: _Optional[int] = ..., trial_errors: _Optional[int] = ..., shards: _Optional[_Union[ShardCounts, _Mapping]] = ..., error: _Optional[str] = ..., failed_shards: _Optional[_Iterable[_Union[ShardFailure, _Mapping]]] = ..., artifact: _Optional[_Union[ArtifactSummary, _Mapping]] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finished_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., reuse: _Optional[_Union[JobReuse, _Mapping]] = ..., weights_layout: _Optional[str] = ..., trial_plan: _Optional[_Iterable[_Union[PlannedTrials, _Mapping]]] = ..., until: _Optional[_Union[JobUntil, _Mapping]] = ..., warm_start: _Optional[_Union[JobWarmStart, _Mapping]] = ..., weights_layout_why: _Optional[str] = ...) -> None: ...
+    built_untuned: _containers.RepeatedScalarFieldContainer[str]
+    tasks_built: int
+    def __init__(self, id: _Optional[str] = ..., state: _Optional[_Union[JobState, str]] = ..., status: _Optional[str] = ..., model: _Optional[_Union[ModelSummary, _Mapping]] = ..., target: _Optional[str] = ..., target_kind: _Optional[str] = ..., fingerprint_id: _Optional[str] = ..., cache_hit: _Optional[bool] = ..., trials_done: _Optional[int] = ..., trials_budget: _Optional[int] = ..., trial_errors: _Optional[int] = ..., shards: _Optional[_Union[ShardCounts, _Mapping]] = ..., error: _Optional[str] = ..., failed_shards: _Optional[_Iterable[_Union[ShardFailure, _Mapping]]] = ..., artifact: _Optional[_Union[ArtifactSummary, _Mapping]] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finished_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., reuse: _Optional[_Union[JobReuse, _Mapping]] = ..., weights_layout: _Optional[str] = ..., trial_plan: _Optional[_Iterable[_Union[PlannedTrials, _Mapping]]] = ..., until: _Optional[_Union[JobUntil, _Mapping]] = ..., warm_start: _Optional[_Union[JobWarmStart, _Mapping]] = ..., weights_layout_why: _Optional[str] = ..., built_untuned: _Optional[_Iterable[str]] = ..., tasks_built: _Optional[int] = ...) -> None: ...
 
 class JobWarmStart(_message.Message):
     __slots__ = ("seeds_offered", "seeds_own_fingerprint", "seeds_other_fingerprints", "seeds_rejected", "seeds_failed", "pretrained_cost_model", "cost_model_sha256", "shards", "cost_model_note")

@@ -45,7 +45,8 @@ def local_farm(make_cluster) -> Cluster:
 # test_cli_e2e's: mlp-tiny at batch 2, a budget that gives each of its tasks candidates.
 MLP_TINY_LLVM_2 = ["mlp-tiny", "llvm", "2", "--trials", "12", "--trials-per-task", "8", "--runs", "3"]
 # The warm-start tests' donors: mlp-tiny at batch 4, cold, plain weights.
-MLP_TINY_LLVM_4_COLD = ["mlp-tiny", "llvm", "4", "--trials-per-task", "4", "--runs", "2", "--weights-layout", "plain",
+# 5 trials a task: each task's untuned form, then 4 searched (the donors' schedules the tests transplant).
+MLP_TINY_LLVM_4_COLD = ["mlp-tiny", "llvm", "4", "--trials-per-task", "5", "--runs", "2", "--weights-layout", "plain",
                         "--cold"]
 
 

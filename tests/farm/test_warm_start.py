@@ -52,10 +52,14 @@ def seeded_batch_1(tuned_mlp, tmp_path_factory):
 
 
 def _first_measured_tasks(url: str, job_id: str, count: int) -> list[int]:
-    """The workloads of the job's first ``count`` measurements, in the order they were stored."""
+    """The workloads of the job's first ``count`` measurements after the tasks' untuned forms (measured
+    before the seeds, one a task: foundation.meta_schedule.untuned_form), in the order they were stored."""
+    from foundation.meta_schedule.untuned_form import is_untuned_trace_json
+
     store = RegistryStore(url, create=False)
     try:
-        return [workload for workload, _ in store.job_measurements(job_id)][:count]
+        mine = [r for r in store.all_records() if r.job_id == job_id]  # in the order stored
+        return [r.workload_id for r in mine if not is_untuned_trace_json(r.trace)][:count]
     finally:
         store.dispose()
 

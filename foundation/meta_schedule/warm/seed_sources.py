@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from foundation.domain.fingerprint_nearness import nearest_first
+from foundation.meta_schedule.untuned_form import is_untuned_trace_json
 from foundation.registry.donor_records import DonorRecord, best_records_per_workload, donor_records_by_id
 from foundation.registry.store import target_kind_of
 
@@ -77,8 +78,16 @@ def find_seed_traces(store: "RegistryStore", fingerprint_id: str, target_json: s
     order = nearest_first(fingerprint_id, fingerprints.get(fingerprint_id, {}), fingerprints)
     rank = {fp: i for i, fp in enumerate(order)}
     allowed = None if other_fingerprints else [fingerprint_id]
-    donors = [r for r in best_records_per_workload(store, tvm_version, RECORDS_PER_DONOR, allowed)
-              if target_kind_of(r.target) == kind and r.fingerprint_id in rank]
+    # One more than offered: an untuned form (at most one a workload and scope) carries no schedule to
+    # transplant (every task measures its own, foundation.meta_schedule.untuned_form), and is left out.
+    offered: dict[tuple, int] = {}
+    donors = []
+    for r in best_records_per_workload(store, tvm_version, RECORDS_PER_DONOR + 1, allowed):
+        scope = (r.workload_id, r.fingerprint_id, r.target)
+        if (target_kind_of(r.target) == kind and r.fingerprint_id in rank and not is_untuned_trace_json(r.trace)
+                and offered.get(scope, 0) < RECORDS_PER_DONOR):
+            offered[scope] = offered.get(scope, 0) + 1
+            donors.append(r)
     stored = store.get_workloads({r.workload_id for r in donors})
     modules = {i: Workload.from_json(json.loads(mod_json)).mod for i, (_shash, mod_json) in stored.items()}
     keys = {i: structure_key(mod) for i, mod in modules.items()}

@@ -85,9 +85,11 @@ def test_progress_is_live_and_records_land(mlp, pools, tmp_path):
     assert len(db) == report.trials  # every measured candidate was committed
     assert report.first_build_at is not None and not report.cancelled
     assert (tmp_path / "logs").is_dir()
-    # Batches of 8 (num_trials_per_iter): each task's one batch ends after its eighth trial.
+    # Each task's untuned form first, a batch of its own (foundation.meta_schedule.untuned_form), then
+    # the search's batch of 8 (num_trials_per_iter), less that trial: it ends after the task's eighth.
     batches = [e for e in recorder.events if e[0] == "batch"]
-    assert sorted(batches) == [("batch", task.index, 8) for task in report.tasks]
+    assert sorted(batches) == sorted([("batch", task.index, 1) for task in report.tasks]
+                                     + [("batch", task.index, 8) for task in report.tasks])
     assert all(task.planned == 8 for task in report.tasks)
     assert (tmp_path / "logs" / "tvm.log").is_file()  # where TVM's C++ warnings went
 
@@ -112,17 +114,23 @@ def test_each_batch_is_committed_before_the_next_is_measured(mlp, pools, tmp_pat
     target, tasks = mlp
     db = ms.database.MemoryDatabase()
     seen: list[tuple[int, int]] = []  # (candidates measured with this result, records committed by then)
+    batch_ends: list[int] = []  # the candidates measured when each batch ended
 
     class Watch(Recorder):
         def measured(self, task, new_trials):
             seen.append((new_trials, len(db)))  # asserted after: nothing may raise inside TVM
 
+        def batch_measured(self, task):
+            batch_ends.append(sum(n for n, _ in seen))
+
     report = tune(tasks, target, db, TuningBudget(32, 16, 8), tmp_path, pools=pools, listener=Watch(), seed=2)
     assert report.trials == 32 and len(db) == 32
+    # Each task's untuned form (a batch of one), then the search's batches of up to 8.
+    assert batch_ends[:len(tasks)] == list(range(1, len(tasks) + 1)) and len(batch_ends) >= len(tasks) + 4
     before = 0
     for new_trials, committed in seen:
-        # Batches are 8 candidates, measured one after another: all before this one's are in.
-        assert committed >= 8 * (before // 8), (before, committed, seen)
+        # Batches are measured one after another: every candidate of the batches before this one's is in.
+        assert committed >= max([end for end in batch_ends if end <= before], default=0), (before, committed, seen)
         before += new_trials
     assert before == 32
 
@@ -136,8 +144,9 @@ def test_a_cancel_commits_the_batch_in_flight(mlp, pools, tmp_path):
     report = tune(tasks, target, db, TuningBudget(200, 100, 8), tmp_path, pools=pools,
                   listener=Recorder(cancel_after=3, cancelled=cancelled), cancelled=cancelled)
     assert report.cancelled
-    assert report.trials == 8, report.trials  # the batch in flight, no more
-    assert len(db) == 8
+    # The untuned forms (one a task, measured first), then the batch in flight, no more.
+    assert report.trials == len(tasks) + 8, report.trials
+    assert len(db) == len(tasks) + 8
 
 
 def test_builder_workers_stay_warm_across_batches(mlp):
@@ -175,18 +184,20 @@ def test_search_population_follows_the_plan():
 
 
 def searched_rounds(work_dir) -> list[tuple[int, int]]:
-    """Each search round in MetaSchedule's task logs under ``work_dir``: (candidates sampled, generations evolved)."""
+    """Each search round in MetaSchedule's task logs under ``work_dir``: (its initial population,
+    candidates picked from measured records and sampled, and the generations evolved)."""
     rounds = []
     for log in sorted((work_dir / "logs").glob("tvm.s_tir.meta_schedule.task_*.log")):
         for chunk in log.read_text().split("Generating candidates")[1:]:
-            sampled = [int(n) for n in re.findall(r"Sampled (\d+) candidate", chunk)]
-            rounds.append((sum(sampled), len(re.findall(r"Evolve iter #\d+ done", chunk))))
+            found = [int(n) for n in re.findall(r"(?:Sampled|Picked top) (\d+) candidate", chunk)]
+            rounds.append((sum(found), len(re.findall(r"Evolve iter #\d+ done", chunk))))
     return rounds
 
 
 def test_a_search_size_in_force_is_what_every_round_searches(mlp, pools, tmp_path):
-    """sized_searches (bench/trial_cost.py's A/B): each round samples that population, no more
-    (MetaSchedule's floor of 50 new candidates held to it), and evolves it that many generations;
+    """sized_searches (bench/trial_cost.py's A/B): each round's population is that size, no more
+    (MetaSchedule's floor of 50 new candidates held to it; the untuned form, measured first, is
+    a record the round may pick), and evolves it that many generations;
     without it, the plan's size."""
     from tvm.s_tir import meta_schedule as ms
 
