@@ -61,11 +61,13 @@ class Cluster:
 
     def __init__(self, root: Path, registry_url: str, *, lease_ttl: float = 6.0, heartbeat: float = 1.0,
                  max_attempts: int | None = None, grace: float | None = None, token: str | None = None,
-                 tls: tuple[Path, Path, Path] | None = None, metrics: bool = False):
+                 tls: tuple[Path, Path, Path] | None = None, metrics: bool = False,
+                 coordinator_options: tuple[str, ...] = ()):
         """``token``: the farm's shared token, in every process's FARM_TOKEN. ``tls``: (CA,
         certificate, key) PEM files: the coordinator serves TLS with the certificate (and its
         health service in plaintext on ``health_port``), the others trust the CA. ``metrics``:
-        every process serves Prometheus metrics (``metrics_ports``)."""
+        every process serves Prometheus metrics (``metrics_ports``). ``coordinator_options``: more
+        `farm coordinator` options, as given on its command line."""
         self.root = root
         self.registry_url = registry_url
         self.marker = uuid.uuid4().hex
@@ -79,6 +81,7 @@ class Cluster:
         self.tls = tls
         self.health_port = free_port() if tls else None
         self.metrics_ports: dict[str, int] | None = {} if metrics else None
+        self.coordinator_options = tuple(coordinator_options)
         self.coordinator: subprocess.Popen | None = None
         self.agents: dict[str, subprocess.Popen] = {}
         self.exe = str(Path(sys.executable).with_name("farm"))
@@ -123,6 +126,7 @@ class Cluster:
             *(["--max-attempts", str(self.max_attempts)] if self.max_attempts is not None else []),
             *(["--grace", str(self.grace)] if self.grace is not None else []),
             *self._served("coordinator"),
+            *self.coordinator_options,
             *([] if self.tls is None else ["--tls-cert", str(self.tls[1]), "--tls-key", str(self.tls[2]),
                                            "--health-listen", f"127.0.0.1:{self.health_port}"]),
         ], "coordinator")
