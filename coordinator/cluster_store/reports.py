@@ -9,10 +9,11 @@ from datetime import datetime
 from sqlalchemy import bindparam, insert, select, update
 from sqlalchemy.orm import Session
 
+from foundation.clock import utc_now
 from foundation.domain import shards as shard_rules
 from foundation.domain.shards import Shard, ShardState
 from foundation.registry.entities import NewRecord, RecordReport, ReportedBatch
-from foundation.registry.schema import JobEventRow, JobRow, ShardRow, utc_now
+from foundation.registry.schema import JobEventRow, JobRow, ShardRow
 from foundation.registry.session import Changes, UnitOfWork
 from foundation.registry.store import RegistryStore
 

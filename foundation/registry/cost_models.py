@@ -12,10 +12,11 @@ from datetime import datetime
 
 from sqlalchemy import select
 
+from foundation.clock import utc_now
 from foundation.errors import RegistryError
 
 from .entities import StoredRecord
-from .schema import CostModelRow, TuningRecordRow, utc_now
+from .schema import CostModelRow, TuningRecordRow
 from .session import Changes
 
 

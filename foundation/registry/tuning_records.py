@@ -12,10 +12,11 @@ from typing import Any
 from sqlalchemy import Select, bindparam, case, func, select, update
 from sqlalchemy.orm import Session
 
+from foundation.clock import utc_now
 from foundation.errors import RegistryError
 
 from .entities import NewRecord, StoredRecord
-from .schema import TuningMeasurementRow, TuningRecordRow, WorkloadRow, utc_now
+from .schema import TuningMeasurementRow, TuningRecordRow, WorkloadRow
 from .session import Changes
 
 # MetaSchedule's stand-in for "no time measured" (SortTuningRecordByMeanRunSecs::kMaxMeanTime).
