@@ -12,11 +12,11 @@ import datetime as dt
 import logging
 
 from coordinator import metrics
-from coordinator.calls.values import utc_now
 from coordinator.cluster_store import ClusterStore
 from coordinator.fleet import LiveAgents
 from coordinator.job_steps import JobSteps
 from coordinator.job_work import BackgroundWorker, registered_fingerprint
+from foundation.clock import utc_now
 from foundation.domain.jobs import JobState
 from foundation.domain.shards import judges_silence
 from foundation.domain.validations import ValidationState

@@ -14,12 +14,13 @@ from pathlib import Path
 from typing import Any
 
 from coordinator import metrics
-from coordinator.calls.values import DEFAULT_VALIDATION_RUNS, utc_now
 from coordinator.cluster_store import ClusterStore
 from coordinator.hints import WorkloadJson
 from coordinator.job_rounds import JobRounds, tuned_in_rounds
 from coordinator.job_work import BackgroundWorker, ModelCache, build_libraries, plan_tasks
+from coordinator.values import DEFAULT_VALIDATION_RUNS
 from foundation import config
+from foundation.clock import utc_now
 from foundation.domain.jobs import JobState
 from foundation.domain.reuse import default_mode
 from foundation.domain.shards import TaskCost, split_tasks

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from coordinator.calls.values import InvalidRequest
+from coordinator.errors import InvalidRequest
 from coordinator.fleet import freeze_long_lived
 from foundation.errors import FarmError
 from foundation.hardware.fingerprint import Fingerprint

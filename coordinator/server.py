@@ -262,8 +262,11 @@ async def _start_grpc(coordinator: Coordinator, listen: str, pool: futures.Threa
     # then started and shared the port with the first, clients and agents split between them.
     server = grpc.aio.server(migration_thread_pool=pool, options=[*CHANNEL_OPTIONS, ("grpc.so_reuseport", 0)],
                              interceptors=interceptors)
-    farm_pb2_grpc.add_FarmClientServicer_to_server(FarmClientServicer(coordinator, pool), server)
-    farm_pb2_grpc.add_FarmAgentServicer_to_server(FarmAgentServicer(coordinator, pool), server)
+    farm_pb2_grpc.add_FarmClientServicer_to_server(FarmClientServicer(coordinator.client_calls, pool), server)
+    farm_pb2_grpc.add_FarmAgentServicer_to_server(FarmAgentServicer(
+        coordinator.agent_calls, coordinator.shard_calls, coordinator.report_calls, coordinator.validation_calls,
+        coordinator.report_sizing, pool, idle_retry_after=coordinator.settings.idle_retry_after,
+        draining=lambda: coordinator.draining), server)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     port = _add_port(server, listen, access.credentials())
@@ -371,7 +374,7 @@ def _tick(coordinator: Coordinator, registry: RegistryHealth, quiet: "_RepeatedE
             registry.failed(err)
             return
     try:
-        coordinator.tick(heard_since=registry.heard_since)
+        coordinator.housekeeping.tick(heard_since=registry.heard_since)
     except RegistryError as err:
         try:
             check_registry(coordinator.store)

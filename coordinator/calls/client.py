@@ -11,20 +11,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from coordinator import metrics
-from coordinator.calls.values import (
-    DEFAULT_VALIDATION_RUNS,
-    AgentView,
-    InvalidRequest,
-    JobView,
-    SubmitSpec,
-    Submitted,
-    Unavailable,
-    utc_now,
-    validation_id,
-)
 from coordinator.cluster_store import ClusterStore
+from coordinator.errors import InvalidRequest, Unavailable
 from coordinator.hints import RpcServerFlags, TaskProgress
+from coordinator.ids import validation_id
 from coordinator.job_work import TVM_IR_LOCK, ModelCache, registered_fingerprint, store_onnx
+from coordinator.values import DEFAULT_VALIDATION_RUNS, AgentView, JobView, SubmitSpec, Submitted
+from foundation.clock import utc_now
 from foundation.domain.jobs import JobState
 from foundation.domain.reuse import ReuseMode, default_mode
 from foundation.domain.shards import ShardState

@@ -13,10 +13,10 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 
 from coordinator import metrics
-from coordinator.calls.values import utc_now
 from coordinator.cluster_store import ClusterStore
 from coordinator.fleet import GroupCommit, KnownAgent, LiveAgents, ProgressEvents, ReportSizing, UnreadReport
 from coordinator.hints import TaskProgress
+from foundation.clock import utc_now
 from foundation.domain.shards import job_of_shard
 from foundation.errors import NotFound
 from foundation.registry.entities import RecordReport

@@ -8,18 +8,13 @@ from collections.abc import Sequence
 from concurrent.futures import Future
 
 from coordinator import metrics
-from coordinator.calls.values import (
-    DamagedCostModel,
-    OfferedTask,
-    ShardOffer,
-    ShardOutcome,
-    TrackerAddress,
-    rpc_key,
-    utc_now,
-)
 from coordinator.cluster_store import ClusterStore, UnknownAgent
+from coordinator.errors import DamagedCostModel
 from coordinator.fleet import COMMIT_TIMEOUT_S, GroupCommit, LiveAgents, ProgressEvents, ReportSizing
 from coordinator.hints import WorkloadJson
+from coordinator.ids import rpc_key
+from coordinator.values import OfferedTask, ShardOffer, ShardOutcome, TrackerAddress
+from foundation.clock import utc_now
 from foundation.errors import NotFound, RegistryError
 from foundation.meta_schedule.warm.seed_sources import OTHER_FINGERPRINT, OWN_FINGERPRINT, seed_traces_by_id
 from foundation.registry.cost_models import cost_model_blob, cost_model_by_id, find_cost_model
