@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from coordinator.errors import InvalidRequest
-from coordinator.fleet import freeze_long_lived
+from coordinator.heap import freeze_long_lived
 from foundation.errors import FarmError
 from foundation.hardware.fingerprint import Fingerprint
 

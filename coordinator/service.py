@@ -1,16 +1,14 @@
-"""The coordinator: jobs, agents, leases and validations over the registry, with no gRPC in sight.
+"""The coordinator's parts, built once: jobs, agents, leases and validations over the registry, no gRPC.
 
-Every method takes and returns plain values; coordinator/servicer.py maps them to the wire.
 Everything the coordinator knows is in SQL (RegistryStore, ClusterStore), so a restarted
-coordinator carries on: `tick` re-plans jobs left queued, rebuilds jobs left building, and
-settles validations reported while it was away. What is kept in memory only speeds things up.
+coordinator carries on (coordinator.housekeeping); what is kept in memory only speeds things up.
 
 The Coordinator composes one part per kind of call (coordinator.calls: clients, agents, shard
-leases, reports, validations), the background tick (coordinator.housekeeping) and the steps
-that move a job along (coordinator.job_steps). It adds no calls of its own: the servicer
-(coordinator.servicer) calls the parts, and the server (coordinator.server) ticks
-`housekeeping`. coordinator.values holds the plain values they take and return,
-coordinator.errors their errors.
+leases, reports, validations) and the steps that move a job along (coordinator.job_steps),
+each given what it needs, and the objects they share. It adds no calls of its own: the
+servicer (coordinator.servicer) calls the parts, and the server (coordinator.server) builds
+the background tick (coordinator.housekeeping) over the same steps. coordinator.values holds
+the plain values the parts take and return, coordinator.errors their errors.
 """
 
 from __future__ import annotations
@@ -38,7 +36,6 @@ from coordinator.fleet import (
     ingest_reports,
 )
 from coordinator.hints import RpcServerFlags, TaskProgress, WorkloadJson
-from coordinator.housekeeping import Housekeeping
 from coordinator.job_steps import JobSteps
 from coordinator.job_work import ModelCache
 from coordinator.values import TrackerAddress
@@ -63,12 +60,9 @@ class CoordinatorSettings:
 
 
 class Coordinator:
-    """Jobs, agents, shard and validation leases; `tick` moves jobs along in the background.
-
-    Composed of one part per kind of call (coordinator.calls), the tick (coordinator.housekeeping)
+    """Jobs, agents, shard and validation leases: one part per kind of call (coordinator.calls)
     and the steps of a job (coordinator.job_steps), each given what it needs; callers call the
-    parts themselves (`client_calls.submit`, `housekeeping.tick`).
-    """
+    parts themselves (`client_calls.submit`, `shard_calls.claim_shard`)."""
 
     def __init__(self, store: RegistryStore, cluster: ClusterStore, tracker_address: str,
                  settings: CoordinatorSettings,
@@ -101,9 +95,7 @@ class Coordinator:
         rpc_servers = RpcServerFlags()
         progress_events = ProgressEvents()
 
-        steps = JobSteps(store, cluster, models, workloads, version, wake, settings.data_dir)
-        self.housekeeping = Housekeeping(store, cluster, self.live, steps, lease_ttl=settings.lease_ttl,
-                                         max_attempts=settings.max_attempts)
+        self.steps = steps = JobSteps(store, cluster, models, workloads, version, wake, settings.data_dir)
         self.client_calls = ClientCalls(store, cluster, models, progress, rpc_servers, data_dir=settings.data_dir,
                                         tvm_version=version, draining=draining, wake=wake)
         self.agent_calls = AgentCalls(
@@ -131,4 +123,3 @@ class Coordinator:
     def close(self) -> None:
         self.claim_commits.close()
         self.report_commits.close()
-        self.housekeeping.close()
