@@ -26,7 +26,7 @@ from coordinator.hints import WorkloadJson
 from coordinator.job_work import TVM_IR_LOCK, ModelCache, onnx_path
 from foundation.clock import utc_now
 from foundation.domain.jobs import JobState
-from foundation.domain.shards import TaskCost, split_tasks
+from foundation.domain.shard_split import TaskCost, split_tasks
 from foundation.domain.tuning_rounds import RoundResult, Stop, round_budgets, verdict
 from foundation.domain.weights_layout import WeightsLayout, tuned_form
 from foundation.errors import FarmError

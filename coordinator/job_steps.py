@@ -23,7 +23,7 @@ from foundation import config
 from foundation.clock import utc_now
 from foundation.domain.jobs import JobState
 from foundation.domain.reuse import default_mode
-from foundation.domain.shards import TaskCost, split_tasks
+from foundation.domain.shard_split import TaskCost, split_tasks
 from foundation.domain.validations import ValidationState
 from foundation.domain.weights_layout import tuned_form
 from foundation.errors import FarmError, NotFound, RegistryError

@@ -40,7 +40,7 @@ from coordinator.job_steps import JobSteps
 from coordinator.job_work import ModelCache
 from coordinator.values import TrackerAddress
 from foundation.clock import utc_now
-from foundation.domain.shards import DEFAULT_MAX_ATTEMPTS
+from foundation.domain.leases import DEFAULT_MAX_ATTEMPTS
 from foundation.registry.store import RegistryStore
 
 

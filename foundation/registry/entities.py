@@ -8,8 +8,10 @@ from datetime import datetime, timezone
 from typing import Any
 
 from foundation.domain import validations as validation_rules
+from foundation.domain.job_rollup import JobRollup
+from foundation.domain.leases import AttemptFailure
 from foundation.domain.runners import Runner
-from foundation.domain.shards import AttemptFailure, JobRollup, Shard, ShardState
+from foundation.domain.shards import Shard, ShardState
 from foundation.domain.validations import ValidationState
 
 
@@ -252,7 +254,7 @@ class StoredShard:
             state=self.state,
             attempt=self.attempt,
             agent_id=self.agent_id,
-            # foundation.domain.shards keeps time as epoch seconds.
+            # foundation.domain.shard_leases keeps time as epoch seconds.
             leased_at=None if self.leased_at is None else self.leased_at.timestamp(),
             failures=tuple(AttemptFailure(f.attempt, f.agent_id, f.reason) for f in self.failures),
         )
