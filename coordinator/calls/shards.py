@@ -17,7 +17,6 @@ from coordinator.values import OfferedTask, ShardOffer, ShardOutcome, TrackerAdd
 from foundation.clock import utc_now
 from foundation.errors import NotFound, RegistryError
 from foundation.meta_schedule.warm.seed_sources import OTHER_FINGERPRINT, OWN_FINGERPRINT, seed_traces_by_id
-from foundation.registry.cost_models import cost_model_blob, cost_model_by_id, find_cost_model
 from foundation.registry.entities import ShardClaim, ShardLease
 from foundation.registry.store import RegistryStore
 
@@ -83,7 +82,7 @@ class ShardCalls:
         seeds = seed_traces_by_id(self._store, job.fingerprint_id, seed_ids) if any(seed_ids) \
             else [[] for _ in lease.tasks]
         warm_start = job.options.get("warm_start", True) is not False
-        cost_model = find_cost_model(self._store, job.fingerprint_id, self._tvm_version) \
+        cost_model = self._store.cost_models.find(job.fingerprint_id, self._tvm_version) \
             if warm_start and job.fingerprint_id else None
         return ShardOffer(
             lease=lease,
@@ -108,12 +107,12 @@ class ShardCalls:
         """The bytes of the cost model a shard named, for an agent the coordinator knows."""
         if self._cluster.get_agent(agent_id) is None:
             raise UnknownAgent(f"agent {agent_id!r} is not registered with this coordinator", "register again")
-        stored = cost_model_by_id(self._store, model_id)
+        stored = self._store.cost_models.by_id(model_id)
         if stored is None or stored.sha256 != sha256:
             raise NotFound(f"no cost model {model_id} with sha256 {sha256[:16]}... in the registry",
                            "it learned since the shard was leased: the next shard names the new one")
         try:
-            return cost_model_blob(self._store, stored)
+            return self._store.cost_models.blob(stored)
         except RegistryError as err:
             raise DamagedCostModel(err.problem, err.fix) from None
 

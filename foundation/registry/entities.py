@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, NamedTuple
 
 from foundation.domain import validations as validation_rules
 from foundation.domain.job_rollup import JobRollup
@@ -122,6 +122,16 @@ class NewRecord:
     # MetaSchedule also rejects a trace with no instruction before post-processing;
     # only TVM can tell, so the caller says.
     trace_valid: bool = True
+
+
+class Measurement(NamedTuple):
+    """One measurement of a stored record: its run times, their mean (None when it failed), and
+    the job that measured it (None: imported, or measured by no job). A tuple as well, so it
+    unpacks as (run_secs, mean_sec, job_id)."""
+
+    run_secs: list[float] | None
+    mean_sec: float | None
+    job_id: str | None
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from foundation.domain.fingerprint_nearness import nearest_first
-from foundation.registry.donor_records import DonorRecord, best_records_per_workload, donor_records_by_id
+from foundation.registry.donor_records import DonorRecord
 from foundation.registry.store import target_kind_of
 
 from .structure import shape_distance, structure_key
@@ -77,7 +77,7 @@ def find_seed_traces(store: "RegistryStore", fingerprint_id: str, target_json: s
     order = nearest_first(fingerprint_id, fingerprints.get(fingerprint_id, {}), fingerprints)
     rank = {fp: i for i, fp in enumerate(order)}
     allowed = None if other_fingerprints else [fingerprint_id]
-    donors = [r for r in best_records_per_workload(store, tvm_version, RECORDS_PER_DONOR, allowed)
+    donors = [r for r in store.donors.best_per_workload(tvm_version, RECORDS_PER_DONOR, allowed)
               if target_kind_of(r.target) == kind and r.fingerprint_id in rank]
     stored = store.get_workloads({r.workload_id for r in donors})
     modules = {i: Workload.from_json(json.loads(mod_json)).mod for i, (_shash, mod_json) in stored.items()}
@@ -110,7 +110,7 @@ def seed_traces_by_id(store: "RegistryStore", fingerprint_id: str,
     """The seeds ``find_seed_traces`` chose, read back by their record ids (one list per task, in
     order): how a coordinator keeps a planned job's seeds without keeping their traces twice.
     A record no longer in the registry is left out."""
-    records = donor_records_by_id(store, [i for ids in record_ids for i in ids])
+    records = store.donors.by_id([i for ids in record_ids for i in ids])
     stored = store.get_workloads({r.workload_id for r in records.values()})
     return [[SeedTrace(stored[records[i].workload_id][1], records[i].trace, records[i].fingerprint_id,
                        records[i].fingerprint_id == fingerprint_id, records[i].mean_sec, i)
