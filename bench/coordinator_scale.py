@@ -188,7 +188,7 @@ def record_templates(registry: str, job_ids: list[str]) -> dict[str, str]:
     from coordinator.cluster_store import ClusterStore
     from foundation.hardware.targets import to_tvm_target
     from foundation.meta_schedule.database.registry_database import module_json
-    from foundation.registry.record_json import trace_json_is_valid
+    from foundation.registry.reported_records import trace_json_is_valid
     from foundation.registry.store import RegistryStore
 
     store = RegistryStore(registry)

@@ -12,13 +12,13 @@ import datetime as dt
 import logging
 
 from coordinator import metrics
-from coordinator.calls.values import utc_now
 from coordinator.cluster_store import ClusterStore
 from coordinator.fleet import LiveAgents
 from coordinator.job_steps import JobSteps
 from coordinator.job_work import BackgroundWorker, registered_fingerprint
+from foundation.clock import utc_now
 from foundation.domain.jobs import JobState
-from foundation.domain.shards import judges_silence
+from foundation.domain.leases import judges_silence
 from foundation.domain.validations import ValidationState
 from foundation.errors import FarmError
 from foundation.registry.store import RegistryStore
@@ -52,7 +52,7 @@ class Housekeeping:
 
         ``heard_since``: since when this coordinator could hear agents (its start, or its
         registry's return; by default the Housekeeping's creation). No agent's silence is
-        judged within a lease TTL of it (`foundation.domain.shards.judges_silence`): a restart
+        judged within a lease TTL of it (`foundation.domain.leases.judges_silence`): a restart
         or a lost registry costs no agent its lease.
         """
         now = now or utc_now()

@@ -21,13 +21,13 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from coordinator.calls.values import utc_now
 from coordinator.cluster_store import ClusterStore
 from coordinator.hints import WorkloadJson
 from coordinator.job_work import TVM_IR_LOCK, ModelCache, onnx_path
+from foundation.clock import utc_now
 from foundation.domain.job_spec import job_notes, job_options, job_spec, noted
 from foundation.domain.jobs import JobState
-from foundation.domain.shards import TaskCost, split_tasks
+from foundation.domain.shard_split import TaskCost, split_tasks
 from foundation.domain.tuning_rounds import RoundResult, Stop, UntilRequest, round_budgets, verdict
 from foundation.domain.weights_layout import WeightsLayout
 from foundation.errors import FarmError

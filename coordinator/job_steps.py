@@ -15,14 +15,14 @@ from typing import Any
 
 from coordinator import metrics
 from coordinator.built_untuned import note_built_untuned
-from coordinator.calls.values import utc_now
 from coordinator.cluster_store import ClusterStore
 from coordinator.hints import WorkloadJson
 from coordinator.job_rounds import JobRounds, tuned_in_rounds
 from coordinator.job_work import BackgroundWorker, ModelCache, build_libraries, plan_tasks
+from foundation.clock import utc_now
 from foundation.domain.job_spec import job_options
 from foundation.domain.jobs import JobState
-from foundation.domain.shards import TaskCost, split_tasks
+from foundation.domain.shard_split import TaskCost, split_tasks
 from foundation.domain.validations import ValidationState
 from foundation.errors import FarmError, NotFound, RegistryError
 from foundation.job_driver import steps

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from coordinator.calls.values import InvalidRequest
-from coordinator.fleet import freeze_long_lived
+from coordinator.errors import InvalidRequest
+from coordinator.heap import freeze_long_lived
 from foundation.errors import FarmError
 from foundation.hardware.fingerprint import Fingerprint
 from foundation.job_driver import steps

@@ -14,7 +14,7 @@ from google.protobuf.duration_pb2 import Duration
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from coordinator import metrics
-from coordinator.service import AgentView, JobView
+from coordinator.values import AgentView, JobView
 from foundation.domain.job_spec import DISTRIBUTED, job_options
 from foundation.domain.jobs import JobState
 from foundation.domain.shards import ShardState

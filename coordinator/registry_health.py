@@ -26,7 +26,7 @@ from datetime import datetime
 import grpc
 
 from coordinator.access import HEALTH_METHOD_PREFIX
-from coordinator.calls.values import utc_now
+from foundation.clock import utc_now
 from foundation.errors import RegistryError
 from foundation.registry.store import RegistryStore
 from foundation.wire import UNAVAILABLE_CAUSE_KEY, UNAVAILABLE_REGISTRY

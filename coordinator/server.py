@@ -24,7 +24,9 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from coordinator.access import TokenCheck
 from coordinator.cluster_store import ClusterStore
-from coordinator.fleet import IngestProcess, PacedCollector, ReportPolicy, freeze_long_lived, tune_collector
+from coordinator.fleet import IngestProcess, ReportPolicy
+from coordinator.heap import PacedCollector, freeze_long_lived, tune_collector
+from coordinator.housekeeping import Housekeeping
 from coordinator.registry_health import (
     SUMMARY_EVERY_S,
     RegistryGate,
@@ -78,6 +80,7 @@ class CoordinatorServer:
     port: int
     host: str
     coordinator: Coordinator
+    housekeeping: Housekeeping  # the tick the tick thread runs
     health: health.aio.HealthServicer
     tracker: object | None  # the TrackerProcess this server started, if any
     _stop_ticking: threading.Event
@@ -115,6 +118,7 @@ class CoordinatorServer:
         self.coordinator.wake.set()
         if self._ticker is not None:
             self._ticker.join(timeout=5)
+        self.housekeeping.close()
         self.coordinator.close()
         if self.ingest is not None:
             self.ingest.close()
@@ -239,8 +243,10 @@ def serve(
     freeze_long_lived()
     stop_ticking = threading.Event()
     host = listen.rsplit(":", 1)[0].strip("[]")
-    running = CoordinatorServer(server, port, host, coordinator, health_servicer, owned, stop_ticking, None,
-                                loop, pool, ingest, health_server=health_server, health_port=health_port,
+    housekeeping = Housekeeping(store, coordinator.cluster, coordinator.live, coordinator.steps,
+                                lease_ttl=settings.lease_ttl, max_attempts=settings.max_attempts)
+    running = CoordinatorServer(server, port, host, coordinator, housekeeping, health_servicer, owned, stop_ticking,
+                                None, loop, pool, ingest, health_server=health_server, health_port=health_port,
                                 metrics=metrics, registry=registry)
     running._ticker = threading.Thread(target=_tick_loop, args=(running, tick_interval), name="farm-tick",
                                        daemon=True)
@@ -262,15 +268,18 @@ async def _start_grpc(coordinator: Coordinator, listen: str, pool: futures.Threa
     # then started and shared the port with the first, clients and agents split between them.
     server = grpc.aio.server(migration_thread_pool=pool, options=[*CHANNEL_OPTIONS, ("grpc.so_reuseport", 0)],
                              interceptors=interceptors)
-    farm_pb2_grpc.add_FarmClientServicer_to_server(FarmClientServicer(coordinator, pool), server)
-    farm_pb2_grpc.add_FarmAgentServicer_to_server(FarmAgentServicer(coordinator, pool), server)
+    farm_pb2_grpc.add_FarmClientServicer_to_server(FarmClientServicer(coordinator.client_calls, pool), server)
+    farm_pb2_grpc.add_FarmAgentServicer_to_server(FarmAgentServicer(
+        coordinator.agent_calls, coordinator.shard_calls, coordinator.report_calls, coordinator.validation_calls,
+        coordinator.report_sizing, pool, idle_retry_after=coordinator.settings.idle_retry_after,
+        draining=lambda: coordinator.draining), server)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     port = _add_port(server, listen, access.credentials())
     await server.start()
     for name in ("", *SERVICE_NAMES):
         await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
-    # Collected between the loop's callbacks, a little at a time (coordinator.fleet.heap); it ends
+    # Collected between the loop's callbacks, a little at a time (coordinator.heap); it ends
     # with the loop.
     PacedCollector(asyncio.get_running_loop()).start()
     return server, port, health_servicer
@@ -347,7 +356,7 @@ def _tick_loop(server: CoordinatorServer, interval: float) -> None:
     while not stop.is_set():
         coordinator.wake.clear()
         try:
-            _tick(coordinator, server.registry, quiet)
+            _tick(coordinator, server.housekeeping, server.registry, quiet)
         except RegistrySchemaLost as err:
             logger.error("%s; stopping", one_line(err))
             server.failure = err
@@ -358,7 +367,8 @@ def _tick_loop(server: CoordinatorServer, interval: float) -> None:
         coordinator.wake.wait(interval)
 
 
-def _tick(coordinator: Coordinator, registry: RegistryHealth, quiet: "_RepeatedError") -> None:
+def _tick(coordinator: Coordinator, housekeeping: Housekeeping, registry: RegistryHealth,
+          quiet: "_RepeatedError") -> None:
     """One tick, and what it says of the registry: a failing registry is checked first, and a
     tick that failed on the registry is checked after, which tells a registry that does not
     answer (NOT_SERVING) from a tick's own trouble with it (logged, as rarely as it repeats)."""
@@ -371,7 +381,7 @@ def _tick(coordinator: Coordinator, registry: RegistryHealth, quiet: "_RepeatedE
             registry.failed(err)
             return
     try:
-        coordinator.tick(heard_since=registry.heard_since)
+        housekeeping.tick(heard_since=registry.heard_since)
     except RegistryError as err:
         try:
             check_registry(coordinator.store)

@@ -1,14 +1,14 @@
-"""The coordinator: jobs, agents, leases and validations over the registry, with no gRPC in sight.
+"""The coordinator's parts, built once: jobs, agents, leases and validations over the registry, no gRPC.
 
-Every method takes and returns plain values; coordinator/servicer.py maps them to the wire.
 Everything the coordinator knows is in SQL (RegistryStore, ClusterStore), so a restarted
-coordinator carries on: `tick` re-plans jobs left queued, rebuilds jobs left building, and
-settles validations reported while it was away. What is kept in memory only speeds things up.
+coordinator carries on (coordinator.housekeeping); what is kept in memory only speeds things up.
 
 The Coordinator composes one part per kind of call (coordinator.calls: clients, agents, shard
-leases, reports, validations), the background tick (coordinator.housekeeping) and the steps
-that move a job along (coordinator.job_steps); coordinator.calls.values holds the plain values
-they take and return, and their errors.
+leases, reports, validations) and the steps that move a job along (coordinator.job_steps),
+each given what it needs, and the objects they share. It adds no calls of its own: the
+servicer (coordinator.servicer) calls the parts, and the server (coordinator.server) builds
+the background tick (coordinator.housekeeping) over the same steps. coordinator.values holds
+the plain values the parts take and return, coordinator.errors their errors.
 """
 
 from __future__ import annotations
@@ -25,23 +25,6 @@ from coordinator.calls.client import ClientCalls
 from coordinator.calls.reports import ReportCalls
 from coordinator.calls.shards import ShardCalls
 from coordinator.calls.validations import ValidationCalls
-from coordinator.calls.values import (
-    AgentRefused,
-    AgentView,
-    CancelLease,
-    DamagedCostModel,
-    InvalidRequest,
-    JobView,
-    LeaseRef,
-    OnnxUpload,
-    ReRegister,
-    SubmitSpec,
-    TrackerAddress,
-    Unavailable,
-    UntilSpec,
-    ValidationReport,
-    utc_now,
-)
 from coordinator.cluster_store import ClusterStore
 from coordinator.fleet import (
     GroupCommit,
@@ -53,32 +36,12 @@ from coordinator.fleet import (
     ingest_reports,
 )
 from coordinator.hints import RpcServerFlags, TaskProgress, WorkloadJson
-from coordinator.housekeeping import Housekeeping
 from coordinator.job_steps import JobSteps
 from coordinator.job_work import ModelCache
-from foundation.domain.shards import DEFAULT_MAX_ATTEMPTS
+from coordinator.values import TrackerAddress
+from foundation.clock import utc_now
+from foundation.domain.leases import DEFAULT_MAX_ATTEMPTS
 from foundation.registry.store import RegistryStore
-
-# Names the servicer and the server import from here; the other values of the calls are
-# in coordinator.calls.values.
-__all__ = [
-    "AgentRefused",
-    "AgentView",
-    "CancelLease",
-    "Coordinator",
-    "CoordinatorSettings",
-    "DamagedCostModel",
-    "InvalidRequest",
-    "JobView",
-    "LeaseRef",
-    "OnnxUpload",
-    "ReRegister",
-    "SubmitSpec",
-    "Unavailable",
-    "UntilSpec",
-    "ValidationReport",
-    "utc_now",
-]
 
 
 @dataclass(frozen=True)
@@ -97,12 +60,9 @@ class CoordinatorSettings:
 
 
 class Coordinator:
-    """Jobs, agents, shard and validation leases; `tick` moves jobs along in the background.
-
-    Composed of one part per kind of call (coordinator.calls), the tick (coordinator.housekeeping)
-    and the steps of a job (coordinator.job_steps), each given what it needs; their calls are
-    this object's, as the servicer and the server make them.
-    """
+    """Jobs, agents, shard and validation leases: one part per kind of call (coordinator.calls)
+    and the steps of a job (coordinator.job_steps), each given what it needs; callers call the
+    parts themselves (`client_calls.submit`, `shard_calls.claim_shard`)."""
 
     def __init__(self, store: RegistryStore, cluster: ClusterStore, tracker_address: str,
                  settings: CoordinatorSettings,
@@ -135,9 +95,7 @@ class Coordinator:
         rpc_servers = RpcServerFlags()
         progress_events = ProgressEvents()
 
-        steps = JobSteps(store, cluster, models, workloads, version, wake, settings.data_dir)
-        self.housekeeping = Housekeeping(store, cluster, self.live, steps, lease_ttl=settings.lease_ttl,
-                                         max_attempts=settings.max_attempts)
+        self.steps = steps = JobSteps(store, cluster, models, workloads, version, wake, settings.data_dir)
         self.client_calls = ClientCalls(store, cluster, models, progress, rpc_servers, data_dir=settings.data_dir,
                                         tvm_version=version, draining=draining, wake=wake)
         self.agent_calls = AgentCalls(
@@ -153,33 +111,6 @@ class Coordinator:
         self.validation_calls = ValidationCalls(store, cluster, self.live, models, settle=steps.settle_validation,
                                                 max_attempts=settings.max_attempts, draining=draining)
 
-        # The calls, as the servicer and the server make them: each is its part's.
-        self.tick = self.housekeeping.tick
-        self.submit = self.client_calls.submit
-        self.get_job = self.client_calls.get_job
-        self.list_jobs = self.client_calls.list_jobs
-        self.events = self.client_calls.events
-        self.last_event_sequence = self.client_calls.last_event_sequence
-        self.cancel_job = self.client_calls.cancel_job
-        self.list_agents = self.client_calls.list_agents
-        self.register_agent = self.agent_calls.register_agent
-        self.heartbeat = self.agent_calls.heartbeat
-        self.settled_heartbeat = self.agent_calls.settled_heartbeat
-        self.lease_shard = self.shard_calls.lease_shard
-        self.claim_shard = self.shard_calls.claim_shard
-        self.shard_offer = self.shard_calls.shard_offer
-        self.complete_shard = self.shard_calls.complete_shard
-        self.cost_model_bytes = self.shard_calls.cost_model_bytes
-        self.fail_shard = self.shard_calls.fail_shard
-        self.report_records = self.report_calls.report_records
-        self.prepare_report = self.report_calls.prepare_report
-        self.prepare_cached_report = self.report_calls.prepare_cached_report
-        self.enqueue_report = self.report_calls.enqueue_report
-        self.finish_report = self.report_calls.finish_report
-        self.may_offer_validation = self.validation_calls.may_offer_validation
-        self.lease_validation = self.validation_calls.lease_validation
-        self.report_validation = self.validation_calls.report_validation
-
     @property
     def draining(self) -> bool:
         """Set while the server drains: no new jobs, leases or validations are handed out."""
@@ -192,4 +123,3 @@ class Coordinator:
     def close(self) -> None:
         self.claim_commits.close()
         self.report_commits.close()
-        self.housekeeping.close()

@@ -1,4 +1,4 @@
-"""The gRPC face of the coordinator: proto messages in, `Coordinator` calls, proto messages out.
+"""The gRPC face of the coordinator: proto messages in, calls of its parts (coordinator.calls), proto messages out.
 
 Nothing here decides anything. Errors become status codes with the coordinator's own
 message (what is wrong, and what to do), as proto/tvmfarm/v1/farm.proto lays out.
@@ -18,12 +18,18 @@ import functools
 import logging
 import random
 from collections.abc import Callable
-from datetime import datetime, timezone
+from datetime import timezone
 
 import grpc
 
+from coordinator.calls.agents import AgentCalls
+from coordinator.calls.client import ClientCalls
+from coordinator.calls.reports import ReportCalls
+from coordinator.calls.shards import ShardCalls
+from coordinator.calls.validations import ValidationCalls
 from coordinator.cluster_store import AgentMismatch, UnknownAgent
-from coordinator.fleet import COMMIT_TIMEOUT_S, LoopPacer
+from coordinator.errors import AgentRefused, DamagedCostModel, InvalidRequest, Unavailable
+from coordinator.fleet import COMMIT_TIMEOUT_S, LoopPacer, ReportSizing
 from coordinator.messages import (
     JOB_STATES_BACK,
     agent_message,
@@ -39,20 +45,8 @@ from coordinator.messages import (
     warm_start_use,
 )
 from coordinator.request_checks import check_request
-from coordinator.service import (
-    AgentRefused,
-    CancelLease,
-    Coordinator,
-    DamagedCostModel,
-    InvalidRequest,
-    LeaseRef,
-    OnnxUpload,
-    ReRegister,
-    SubmitSpec,
-    Unavailable,
-    UntilSpec,
-    ValidationReport,
-)
+from coordinator.values import CancelLease, LeaseRef, OnnxUpload, ReRegister, SubmitSpec, UntilSpec, ValidationReport
+from foundation.clock import utc_now
 from foundation.domain.jobs import JobState
 from foundation.domain.shards import ShardState
 from foundation.errors import FarmError, NotFound, RegistryError
@@ -138,8 +132,8 @@ async def _committed(future):
 
 
 class FarmClientServicer(farm_pb2_grpc.FarmClientServicer):
-    def __init__(self, coordinator: Coordinator, executor, poll_seconds: float = WATCH_POLL_SECONDS):
-        self.coordinator = coordinator
+    def __init__(self, calls: ClientCalls, executor, poll_seconds: float = WATCH_POLL_SECONDS):
+        self.calls = calls
         self.poll_seconds = poll_seconds
         self._executor = executor  # for the registry reads of the WatchJob coroutine
 
@@ -159,29 +153,29 @@ class FarmClientServicer(farm_pb2_grpc.FarmClientServicer):
             if request.HasField("until") else None,
             warm_start=not request.cold,
         )
-        submitted = self.coordinator.submit(spec)
+        submitted = self.calls.submit(spec)
         return farm_pb2.SubmitResponse(jobs=[
-            farm_pb2.SubmittedJob(job=job_message(self.coordinator.get_job(s.job.id)), attached=s.attached)
+            farm_pb2.SubmittedJob(job=job_message(self.calls.get_job(s.job.id)), attached=s.attached)
             for s in submitted
         ])
 
     @_rpc
     def GetJob(self, request, context):
-        return job_message(self.coordinator.get_job(request.job_id))
+        return job_message(self.calls.get_job(request.job_id))
 
     @_rpc
     def ListJobs(self, request, context):
         states = [JOB_STATES_BACK[s].value for s in request.states if s in JOB_STATES_BACK]
-        views = self.coordinator.list_jobs(request.limit, states, request.model_name)
+        views = self.calls.list_jobs(request.limit, states, request.model_name)
         return farm_pb2.ListJobsResponse(jobs=[job_message(v) for v in views])
 
     @_rpc
     def CancelJob(self, request, context):
-        return job_message(self.coordinator.cancel_job(request.job_id, request.reason))
+        return job_message(self.calls.cancel_job(request.job_id, request.reason))
 
     @_rpc
     def ListAgents(self, request, context):
-        views = self.coordinator.list_agents(request.target_kind, request.include_lost)
+        views = self.calls.list_agents(request.target_kind, request.include_lost)
         return farm_pb2.ListAgentsResponse(agents=[agent_message(v) for v in views])
 
     async def WatchJob(self, request, context):
@@ -189,23 +183,23 @@ class FarmClientServicer(farm_pb2_grpc.FarmClientServicer):
         # a client that goes away cancels it at its next await.
         try:
             check_request(request)
-            snapshot = await _in_pool(self._executor, self.coordinator.get_job, request.job_id)
+            snapshot = await _in_pool(self._executor, self.calls.get_job, request.job_id)
             after = request.after_sequence or await _in_pool(
-                self._executor, self.coordinator.last_event_sequence, request.job_id)
+                self._executor, self.calls.last_event_sequence, request.job_id)
         except FarmError as err:
             await context.abort(_status_code(err), _details(str(err)))
-        yield farm_pb2.JobEvent(job_id=request.job_id, sequence=after, time=timestamp(_now()),
+        yield farm_pb2.JobEvent(job_id=request.job_id, sequence=after, time=timestamp(utc_now()),
                                 snapshot=job_message(snapshot))
         while True:
-            events = await _in_pool(self._executor, self.coordinator.events, request.job_id, after)
+            events = await _in_pool(self._executor, self.calls.events, request.job_id, after)
             for event in events:
                 yield event_message(event, state_enum)
                 after = event.sequence
             if not events:
-                view = await _in_pool(self._executor, self.coordinator.get_job, request.job_id)
+                view = await _in_pool(self._executor, self.calls.get_job, request.job_id)
                 if JobState(view.job.state).is_final:
                     # Drain what landed between the last poll and the final state.
-                    if not await _in_pool(self._executor, self.coordinator.events, request.job_id, after):
+                    if not await _in_pool(self._executor, self.calls.events, request.job_id, after):
                         return
                     continue
                 await asyncio.sleep(self.poll_seconds)
@@ -229,8 +223,15 @@ LEASE_WAIT_SPREAD = 0.25
 
 
 class FarmAgentServicer(farm_pb2_grpc.FarmAgentServicer):
-    def __init__(self, coordinator: Coordinator, executor):
-        self.coordinator = coordinator
+    def __init__(self, agents: AgentCalls, shards: ShardCalls, reports: ReportCalls, validations: ValidationCalls,
+                 report_sizing: ReportSizing, executor, *, idle_retry_after: float, draining: Callable[[], bool]):
+        self.agents = agents
+        self.shards = shards
+        self.reports = reports
+        self.validations = validations
+        self.report_sizing = report_sizing
+        self.idle_retry_after = idle_retry_after  # how long an idle agent waits before asking again
+        self.draining = draining  # true while the server drains: no new work is handed out
         # Where the coroutine handlers run what may touch the registry or take a while.
         self._executor = executor
         self._preparing: asyncio.Semaphore | None = None  # made on the server's loop
@@ -238,7 +239,7 @@ class FarmAgentServicer(farm_pb2_grpc.FarmAgentServicer):
 
     @_rpc
     def Register(self, request, context):
-        reg = self.coordinator.register_agent(
+        reg = self.agents.register_agent(
             fingerprint_id=request.fingerprint_id, fingerprint_summary=request.fingerprint_summary,
             fingerprint_json=request.fingerprint_json, target_kinds=list(request.target_kinds),
             hostname=request.hostname, tvm_version=request.tvm_version, address=_peer(context),
@@ -256,11 +257,11 @@ class FarmAgentServicer(farm_pb2_grpc.FarmAgentServicer):
         # Almost every beat lists what the registry already says the agent holds: answered
         # here, on the loop. Handing each to the thread pool cost a queue behind whatever
         # else waited there (docs/benchmarks.md, "Coordinator at scale").
-        if self.coordinator.settled_heartbeat(request.agent_id, running, request.rpc_server_serving):
+        if self.agents.settled_heartbeat(request.agent_id, running, request.rpc_server_serving):
             return farm_pb2.HeartbeatResponse()
         instructions = []
         sent_at = request.sent_at.ToDatetime(tzinfo=timezone.utc) if request.HasField("sent_at") else None
-        verdict = await _in_pool(self._executor, self.coordinator.heartbeat, request.agent_id, running,
+        verdict = await _in_pool(self._executor, self.agents.heartbeat, request.agent_id, running,
                                  request.rpc_server_serving, sent_at)
         for item in verdict:
             if isinstance(item, CancelLease):
@@ -281,22 +282,22 @@ class FarmAgentServicer(farm_pb2_grpc.FarmAgentServicer):
         loop = asyncio.get_running_loop()
         held_until = loop.time() + _hold_seconds(request, context)
         kinds = list(request.target_kinds)
-        validation_at_start = self.coordinator.may_offer_validation(request.agent_id, request.fingerprint_id)
+        validation_at_start = self.validations.may_offer_validation(request.agent_id, request.fingerprint_id)
         while True:
-            claim = self.coordinator.claim_shard(request.agent_id, request.fingerprint_id, kinds, on_loop=True)
+            claim = self.shards.claim_shard(request.agent_id, request.fingerprint_id, kinds, on_loop=True)
             lease = None if claim is None else await _committed(claim)
             if lease is not None:
                 break
             if (not validation_at_start
-                    and self.coordinator.may_offer_validation(request.agent_id, request.fingerprint_id)):
+                    and self.validations.may_offer_validation(request.agent_id, request.fingerprint_id)):
                 return farm_pb2.LeaseShardResponse(retry_after=duration(0.0))  # ask LeaseValidation now
             # After a claim that found nothing (another agent was first), a longer step: the
             # pending-work answer it went by is refreshed at most every quarter second.
             step = LEASE_WAIT_STEP_S * (2 if claim is not None else 1)
-            if self.coordinator.draining or loop.time() + step > held_until:
-                return farm_pb2.LeaseShardResponse(retry_after=duration(self.coordinator.settings.idle_retry_after))
+            if self.draining() or loop.time() + step > held_until:
+                return farm_pb2.LeaseShardResponse(retry_after=duration(self.idle_retry_after))
             await asyncio.sleep(step)
-        offer = await _in_pool(self._executor, self.coordinator.shard_offer, lease, request.fingerprint_id)
+        offer = await _in_pool(self._executor, self.shards.shard_offer, lease, request.fingerprint_id)
         shard = offer.lease.shard
         return farm_pb2.LeaseShardResponse(shard=farm_pb2.Shard(
             job_id=shard.job_id, shard_id=shard.id, attempt=shard.attempt,
@@ -329,47 +330,47 @@ class FarmAgentServicer(farm_pb2_grpc.FarmAgentServicer):
         # job or an agent this process has not seen yet reads the registry, in the pool:
         # a few at a time, so that a burst of them does not fill the pool's one queue ahead
         # of heartbeats (with a thousand agents they waited seconds there).
-        prepared = self.coordinator.prepare_cached_report(request.agent_id, request.shard_id, request.attempt,
+        prepared = self.reports.prepare_cached_report(request.agent_id, request.shard_id, request.attempt,
                                                           records, progress)
         if prepared is None:
             if self._preparing is None:
                 self._preparing = asyncio.Semaphore(REPORTS_PREPARED_AT_ONCE)
             async with self._preparing:
-                prepared = await _in_pool(self._executor, self.coordinator.prepare_report, request.agent_id,
+                prepared = await _in_pool(self._executor, self.reports.prepare_report, request.agent_id,
                                           request.shard_id, request.attempt, records, progress)
         if isinstance(prepared, RecordReport):
             result = prepared
         else:
-            committed = await _committed(self.coordinator.enqueue_report(prepared))
+            committed = await _committed(self.reports.enqueue_report(prepared))
             # A group's reports are answered together: a few per pass of the loop, so that
             # calls arriving meanwhile (heartbeats) do not wait behind the whole group.
             if self._answering is None:
                 self._answering = LoopPacer(REPORT_ANSWERS_PER_PASS)
             await self._answering.turn()
-            result = self.coordinator.finish_report(prepared, committed)
+            result = self.reports.finish_report(prepared, committed)
         reply = farm_pb2.ReportRecordsResponse(accepted=result.accepted, reason=result.reason or "",
                                                stored=result.stored, duplicates=result.duplicates)
         if result.accepted:
-            size = self.coordinator.report_sizing.offer()
+            size = self.report_sizing.offer()
             reply.records_per_report = size.records
             reply.report_within.CopyFrom(duration(size.within_s))
         return reply
 
     @_rpc
     def CompleteShard(self, request, context):
-        outcome = self.coordinator.complete_shard(
+        outcome = self.shards.complete_shard(
             request.agent_id, request.shard_id, request.attempt, [_summary(t) for t in request.tasks],
             warm_start_use(request.warm_start) if request.HasField("warm_start") else None)
         return farm_pb2.CompleteShardResponse(accepted=outcome.accepted, reason=outcome.reason)
 
     @_rpc
     def GetCostModel(self, request, context):
-        content = self.coordinator.cost_model_bytes(request.agent_id, request.id, request.sha256)
+        content = self.shards.cost_model_bytes(request.agent_id, request.id, request.sha256)
         return farm_pb2.CostModelBlob(content=content, sha256=request.sha256)
 
     @_rpc
     def FailShard(self, request, context):
-        outcome = self.coordinator.fail_shard(request.agent_id, request.shard_id, request.attempt,
+        outcome = self.shards.fail_shard(request.agent_id, request.shard_id, request.attempt,
                                               request.reason, [_summary(t) for t in request.tasks])
         return farm_pb2.FailShardResponse(
             accepted=outcome.accepted, reason=outcome.reason,
@@ -379,15 +380,15 @@ class FarmAgentServicer(farm_pb2_grpc.FarmAgentServicer):
     async def LeaseValidation(self, request, context):
         # Every idle agent asks before each LeaseShard: answered from memory when surely
         # nothing waits; a claim reads the registry, in the pool.
-        if not self.coordinator.may_offer_validation(request.agent_id, request.fingerprint_id):
+        if not self.validations.may_offer_validation(request.agent_id, request.fingerprint_id):
             return self._no_validation()
         return await _in_pool(self._executor, self._lease_validation, request)
 
     def _no_validation(self):
-        return farm_pb2.LeaseValidationResponse(retry_after=duration(self.coordinator.settings.idle_retry_after))
+        return farm_pb2.LeaseValidationResponse(retry_after=duration(self.idle_retry_after))
 
     def _lease_validation(self, request):
-        offer = self.coordinator.lease_validation(request.agent_id, request.fingerprint_id)
+        offer = self.validations.lease_validation(request.agent_id, request.fingerprint_id)
         if offer is None:
             return self._no_validation()
         lease, v = offer.lease, offer.lease.validation
@@ -414,7 +415,7 @@ class FarmAgentServicer(farm_pb2_grpc.FarmAgentServicer):
                 latency=_latency(request.latency),
                 untuned_latency=_latency(request.untuned_latency) if request.HasField("untuned_latency") else None,
             )
-        outcome = self.coordinator.report_validation(request.agent_id, request.validation_id, request.attempt, report)
+        outcome = self.validations.report_validation(request.agent_id, request.validation_id, request.attempt, report)
         return farm_pb2.ReportValidationResponse(accepted=outcome.accepted, reason=outcome.reason)
 
 
@@ -448,8 +449,3 @@ def _peer(context) -> str:
     peer = context.peer() or ""
     return peer.split(":", 1)[1] if peer.startswith(("ipv4:", "ipv6:")) else peer
 
-
-def _now() -> datetime:
-    from coordinator.service import utc_now
-
-    return utc_now()

@@ -13,12 +13,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from farm.session import open_store
+from foundation.clock import utc_now
 from foundation.domain.job_spec import DISTRIBUTED, job_notes, job_spec
 from foundation.domain.jobs import JobState
 from foundation.domain.warm_start_use import job_warm_start
 from foundation.errors import BadInput
 from foundation.job_driver.artifacts import artifact_json
-from foundation.job_driver.driver import JobDriver, RegistryJobMoves, utc_now
+from foundation.job_driver.driver import JobDriver, RegistryJobMoves
 from foundation.job_driver.runners import fail_dead_jobs, gone_reason
 
 if TYPE_CHECKING:  # pragma: no cover

@@ -5,14 +5,15 @@
 - `instructions`: what it may be asked to do (register, send a heartbeat, ask for work, start
   or cancel a shard, wait, shut down).
 - `machine`: `AgentState`, which turns events into instructions through one table of
-  transitions; no I/O, no clock.
+  transitions; no I/O, no clock. Its debugging aids, after dask's: a stimulus id on every
+  event, a bounded log (`log`), `story(*keys)` and `validate_state()`.
 - `policy`: its timing rules (when a heartbeat is due, backoff, which failures pass).
 
 `agent.daemon` carries the instructions out for a real box; the fake agents of the service
 tests and of bench/coordinator_scale.py carry them out with fake I/O.
 """
 
-from agent.state.machine import AgentState, Beat, InvalidTransition, Registration, Work
+from agent.state.machine import AgentState, Beat, InvalidState, InvalidTransition, Registration, Work
 from agent.state.policy import FULL_HEARTBEAT_EVERY, LEASE_WAIT_S, heartbeat_due
 
 __all__ = [
@@ -20,6 +21,7 @@ __all__ = [
     "LEASE_WAIT_S",
     "AgentState",
     "Beat",
+    "InvalidState",
     "InvalidTransition",
     "Registration",
     "Work",

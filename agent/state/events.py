@@ -4,11 +4,18 @@ Each is a plain value. Whatever carries out the machine's instructions (agent.da
 agent with fake I/O) turns what happened into one of these and hands it to the machine. Times
 are monotonic seconds the caller read; the machine has no clock. Payloads the machine only
 passes on (a leased shard, a validation lease, a tracker address) are opaque to it.
+
+Every event carries a ``stimulus_id`` (after dask's worker state machine): the machine's log
+files each change of state under the id of the event that caused it, so `AgentState.story`
+tells why a state was reached. The caller may name it (the call whose answer it is, say);
+left out, the event names itself: its kind and a number, unique in this process. It takes no
+part in comparing events.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import itertools
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 # The FarmAgent calls whose failures the machine decides about (CallFailed.call).
@@ -24,8 +31,19 @@ class Lease:
     attempt: int
 
 
+# Numbers the events that name themselves (a counter, not a clock: the machine has none).
+_numbers = itertools.count(1)
+
+
+@dataclass(frozen=True)
 class Event:
     """Something that happened to the agent."""
+
+    stimulus_id: str = field(default="", kw_only=True, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if not self.stimulus_id:
+            object.__setattr__(self, "stimulus_id", f"{type(self).__name__}-{next(_numbers)}")
 
 
 @dataclass(frozen=True)

@@ -23,15 +23,21 @@ Every change of state goes through `_transition`, which finds (from, to) in the 
 `AgentState.TRANSITIONS` (the method there enters the new state and returns its instructions);
 a pair not in the table raises InvalidTransition, as does an event the state does not expect.
 Once the agent is stopped, events are late answers to calls in flight and are dropped.
+
+Debugging aids, as dask's: each event's ``stimulus_id`` goes into a bounded log (`log`) with
+the event and every change of state it caused; `story(*keys)` picks out of it what concerns a
+shard, a stimulus, a region or a state; `validate_state()` checks what must hold between the
+regions, and with ``validate=True`` (the tests') runs after every event.
 """
 
 from __future__ import annotations
 
 import enum
 import random
+from collections import deque
 from collections.abc import Callable
 from functools import singledispatchmethod
-from typing import ClassVar
+from typing import ClassVar, NamedTuple
 
 from agent.state.events import (
     AgentStarted,
@@ -129,16 +135,46 @@ class InvalidTransition(RuntimeError):
     state does not expect."""
 
 
+class InvalidState(RuntimeError):
+    """`AgentState.validate_state` found the regions in a combination no run of events makes."""
+
+
+# Entries the log keeps (the oldest go first): days of an agent's beats would fill any memory.
+LOG_LENGTH = 1000
+
+
+class Stimulus(NamedTuple):
+    """The log's entry for an event handled: its kind, the shard it names (if any), its id."""
+
+    event: str
+    shard: str | None
+    stimulus_id: str
+
+
+class Transition(NamedTuple):
+    """The log's entry for a change of state: the region, from and to, the shard held then (if
+    any), the event that caused it, and the names of the instructions it returned."""
+
+    region: str
+    start: str
+    finish: str
+    shard: str | None
+    stimulus_id: str
+    instructions: tuple[str, ...]
+
+
 class AgentState:
     """One agent's state; ``handle`` is its only entry.
 
     ``lease_wait`` is how long an idle agent lets the coordinator hold its LeaseShard (0: not
     held); ``skip_redundant_heartbeats`` False sends every beat that falls due; ``backoff_jitter``
-    and ``draw`` spread the waits after failed calls (agent.state.policy.Backoff).
+    and ``draw`` spread the waits after failed calls (agent.state.policy.Backoff). ``validate``
+    runs `validate_state` after every event; ``log_length`` bounds `log`.
     """
 
     def __init__(self, lease_wait: float = LEASE_WAIT_S, skip_redundant_heartbeats: bool = True,
-                 backoff_jitter: float = BACKOFF_JITTER, draw: Callable[[], float] = random.random):
+                 backoff_jitter: float = BACKOFF_JITTER, draw: Callable[[], float] = random.random,
+                 validate: bool = False, log_length: int = LOG_LENGTH):
         self.lease_wait = lease_wait
         self.skip_redundant_heartbeats = skip_redundant_heartbeats
         self.registration = Registration.UNREGISTERED
@@ -158,6 +194,10 @@ class AgentState:
         self._last_said: tuple | None = None  # what it said
         self._last_report_at = float("-inf")  # when a report was last accepted
         self._beats_failed = 0  # heartbeats failed in a row
+        self.validate = validate
+        # What happened, newest last: a Stimulus per event, a Transition per change of state.
+        self.log: deque[Stimulus | Transition] = deque(maxlen=log_length)
+        self._stimulus_id = ""  # of the event being handled
 
     def __repr__(self) -> str:
         return (f"<AgentState {self.agent_id or '(unregistered)'}: registration {self.registration.value}, "
@@ -168,8 +208,49 @@ class AgentState:
         instructions: list[Instruction] = []
         for event in events:
             if self.work is not Work.STOPPED:
+                self._stimulus_id = event.stimulus_id
+                self.log.append(Stimulus(type(event).__name__, _shard_of(event), event.stimulus_id))
                 instructions += self._handle(event)
+                if self.validate:
+                    self.validate_state()
         return instructions
+
+    # ------------------------------------------------------------------ debugging aids
+
+    def story(self, *keys: str) -> list[Stimulus | Transition]:
+        """The log's entries that name any of ``keys`` (a shard id, a stimulus id, a region, a
+        state's value, an event's or an instruction's name), oldest first."""
+        wanted = set(keys)
+        return [entry for entry in self.log
+                if wanted.intersection(entry) or (isinstance(entry, Transition)
+                                                  and wanted.intersection(entry.instructions))]
+
+    def validate_state(self) -> None:
+        """Raise InvalidState unless the three regions and the lease agree, as every run of
+        events leaves them; the message names what broke, and the log's last entries."""
+        broken = []
+        if not (isinstance(self.registration, Registration) and isinstance(self.work, Work)
+                and isinstance(self.beat, Beat)):
+            broken.append("a region holds a value that is not one of its states")
+        if self.registration is Registration.REGISTERED and not self.agent_id:
+            broken.append("registered without an agent id")
+        if self.registration is Registration.REFUSED and not (
+                self.stopping and self.work is Work.STOPPED and self.beat is Beat.STOPPED):
+            broken.append("refused, but not stopped")
+        if self.stopping and self.beat is not Beat.STOPPED:
+            broken.append("stopping, but still beating")
+        if self.work is Work.STOPPED and not self.stopping:
+            broken.append("work stopped without a stop")
+        if self.work in (Work.TUNING, Work.CLOSING_SHARD) and self.lease is None:
+            broken.append(f"{self.work.value} without a lease")
+        if self.lease is not None and self.work not in (Work.TUNING, Work.CLOSING_SHARD, Work.STOPPED):
+            broken.append(f"a lease held while {self.work.value}")
+        if self.beat in (Beat.SCHEDULED, Beat.IN_FLIGHT) and self.work in (
+                Work.NOT_STARTED, Work.STARTING, Work.STARTING_RPC_SERVER):
+            broken.append(f"beating while {self.work.value}: the RPC server is not started yet")
+        if broken:
+            recent = "; ".join(repr(entry) for entry in list(self.log)[-5:])
+            raise InvalidState(f"{self!r}: {', '.join(broken)} (last: {recent})")
 
     # ------------------------------------------------------------------ events
 
@@ -399,7 +480,11 @@ class AgentState:
         if enter is None:
             raise InvalidTransition(f"{region}: {current.value} -> {to.value} is not a transition ({self!r})")
         setattr(self, region, to)
-        return enter(self, **details)
+        out = enter(self, **details)
+        self.log.append(Transition(region, current.value, to.value,
+                                   None if self.lease is None else self.lease.shard_id, self._stimulus_id,
+                                   tuple(type(i).__name__ for i in out)))
+        return out
 
     def _quiet(self) -> list[Instruction]:
         return []
@@ -498,3 +583,15 @@ class AgentState:
         (Beat.IN_FLIGHT, Beat.SCHEDULED): _schedule_beat,
         (Beat.IN_FLIGHT, Beat.STOPPED): _quiet,
     }
+
+
+def _shard_of(event: Event) -> str | None:
+    """The shard an event names, for the log: its lease's, or a cancelled lease's."""
+    lease = getattr(event, "lease", None)
+    if isinstance(lease, Lease):
+        return lease.shard_id
+    for order in getattr(event, "orders", ()):
+        if isinstance(order, CancelLeaseOrder):
+            return order.lease.shard_id
+    return None
+

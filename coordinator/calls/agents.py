@@ -8,21 +8,13 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from coordinator.calls.values import (
-    AgentRefused,
-    CancelLease,
-    InvalidRequest,
-    LeaseRef,
-    Registration,
-    ReRegister,
-    TrackerAddress,
-    job_of_validation,
-    rpc_key,
-    utc_now,
-)
 from coordinator.cluster_store import ClusterStore
+from coordinator.errors import AgentRefused, InvalidRequest
 from coordinator.fleet import LiveAgents
 from coordinator.hints import RpcServerFlags
+from coordinator.ids import job_of_validation, rpc_key
+from coordinator.values import CancelLease, LeaseRef, Registration, ReRegister, TrackerAddress
+from foundation.clock import utc_now
 from foundation.domain.jobs import JobState
 from foundation.domain.validations import ValidationState
 from foundation.errors import FarmError, NotFound

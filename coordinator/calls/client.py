@@ -11,19 +11,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from coordinator import metrics
-from coordinator.calls.values import (
-    AgentView,
-    InvalidRequest,
-    JobView,
-    SubmitSpec,
-    Submitted,
-    Unavailable,
-    utc_now,
-    validation_id,
-)
 from coordinator.cluster_store import ClusterStore
+from coordinator.errors import InvalidRequest, Unavailable
 from coordinator.hints import RpcServerFlags, TaskProgress
+from coordinator.ids import validation_id
 from coordinator.job_work import TVM_IR_LOCK, ModelCache, registered_fingerprint, store_onnx
+from coordinator.values import AgentView, JobView, SubmitSpec, Submitted
+from foundation.clock import utc_now
 from foundation.domain.job_spec import (
     DEFAULT_VALIDATION_RUNS,
     DISTRIBUTED,

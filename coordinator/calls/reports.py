@@ -13,11 +13,11 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 
 from coordinator import metrics
-from coordinator.calls.values import utc_now
 from coordinator.cluster_store import ClusterStore
 from coordinator.fleet import GroupCommit, KnownAgent, LiveAgents, ProgressEvents, ReportSizing, UnreadReport
 from coordinator.hints import TaskProgress
-from foundation.domain.shards import job_of_shard
+from foundation.clock import utc_now
+from foundation.domain.shard_split import job_of_shard
 from foundation.errors import NotFound
 from foundation.registry.entities import RecordReport
 from foundation.registry.store import RegistryStore

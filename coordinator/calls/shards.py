@@ -8,22 +8,16 @@ from collections.abc import Sequence
 from concurrent.futures import Future
 
 from coordinator import metrics
-from coordinator.calls.values import (
-    DamagedCostModel,
-    OfferedTask,
-    ShardOffer,
-    ShardOutcome,
-    TrackerAddress,
-    rpc_key,
-    utc_now,
-)
 from coordinator.cluster_store import ClusterStore, UnknownAgent
+from coordinator.errors import DamagedCostModel
 from coordinator.fleet import COMMIT_TIMEOUT_S, GroupCommit, LiveAgents, ProgressEvents, ReportSizing
 from coordinator.hints import WorkloadJson
+from coordinator.ids import rpc_key
+from coordinator.values import OfferedTask, ShardOffer, ShardOutcome, TrackerAddress
+from foundation.clock import utc_now
 from foundation.domain.job_spec import job_options
 from foundation.errors import NotFound, RegistryError
 from foundation.meta_schedule.warm.seed_sources import OTHER_FINGERPRINT, OWN_FINGERPRINT, seed_traces_by_id
-from foundation.registry.cost_models import cost_model_blob, cost_model_by_id, find_cost_model
 from foundation.registry.entities import ShardClaim, ShardLease
 from foundation.registry.store import RegistryStore
 
@@ -90,7 +84,7 @@ class ShardCalls:
         seeds = seed_traces_by_id(self._store, job.fingerprint_id, seed_ids) if any(seed_ids) \
             else [[] for _ in lease.tasks]
         warm_start = stored.spec.warm_start
-        cost_model = find_cost_model(self._store, job.fingerprint_id, self._tvm_version) \
+        cost_model = self._store.cost_models.find(job.fingerprint_id, self._tvm_version) \
             if warm_start and job.fingerprint_id else None
         return ShardOffer(
             lease=lease,
@@ -115,12 +109,12 @@ class ShardCalls:
         """The bytes of the cost model a shard named, for an agent the coordinator knows."""
         if self._cluster.get_agent(agent_id) is None:
             raise UnknownAgent(f"agent {agent_id!r} is not registered with this coordinator", "register again")
-        stored = cost_model_by_id(self._store, model_id)
+        stored = self._store.cost_models.by_id(model_id)
         if stored is None or stored.sha256 != sha256:
             raise NotFound(f"no cost model {model_id} with sha256 {sha256[:16]}... in the registry",
                            "it learned since the shard was leased: the next shard names the new one")
         try:
-            return cost_model_blob(self._store, stored)
+            return self._store.cost_models.blob(stored)
         except RegistryError as err:
             raise DamagedCostModel(err.problem, err.fix) from None
 

@@ -5,17 +5,12 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
-from coordinator.calls.values import (
-    ShardOutcome,
-    ValidationOffer,
-    ValidationReport,
-    job_of_validation,
-    utc_now,
-    validation_id,
-)
 from coordinator.cluster_store import ClusterStore
 from coordinator.fleet import LiveAgents
+from coordinator.ids import job_of_validation, validation_id
 from coordinator.job_work import ModelCache
+from coordinator.values import ShardOutcome, ValidationOffer, ValidationReport
+from foundation.clock import utc_now
 from foundation.registry.store import RegistryStore
 
 

@@ -1,10 +1,11 @@
 """ClusterStore: the distributed mode's registry writes (agents, plans, leases, events), one transaction each.
 
-State changes of shards are decided by foundation.domain.shards, of validations by
+State changes of shards are decided by foundation.domain.shard_leases, of validations by
 foundation.domain.validations and of jobs by foundation.domain.jobs; this package only reads
 rows into those values (each row converts itself: foundation.registry.schema) and writes the
 result back with an UPDATE guarded by the state (and attempt) it read, so two coordinators
-never both apply a change.
+never both apply a change: a lease's move, a shard's or a validation's, through the one
+`guarded_update.update_lease`.
 
 Lock order, so PostgreSQL transactions wait for each other instead of deadlocking: job rows
 first (by id; most units of work touch one job), then its shard or validation rows (by id).

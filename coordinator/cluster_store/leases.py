@@ -9,16 +9,19 @@ from datetime import datetime, timedelta
 from sqlalchemy import bindparam, or_, select, update
 from sqlalchemy.orm import Session
 
-from foundation.domain import shards as shard_rules
+from foundation.domain import shard_leases
 from foundation.domain.job_spec import job_notes, noted
 from foundation.domain.jobs import JobState
-from foundation.domain.shards import DEFAULT_MAX_ATTEMPTS, HeartbeatVerdict, Shard, ShardState, StaleAttempt
+from foundation.domain.leases import DEFAULT_MAX_ATTEMPTS, StaleAttempt
+from foundation.domain.shard_leases import HeartbeatVerdict
+from foundation.domain.shards import Shard, ShardState
 from foundation.errors import FarmError, NotFound, RegistryError
-from foundation.registry.entities import ShardChange, ShardClaim, ShardLease, StoredShard, failures_json
+from foundation.registry.entities import ShardChange, ShardClaim, ShardLease, StoredShard
 from foundation.registry.schema import AgentRow, JobRow, ShardRow
 from foundation.registry.session import Changes, UnitOfWork, WriteSession
 
 from .events import EventLog
+from .guarded_update import update_lease
 from .locking import RowLocks, agent_mismatch
 from .plans import PlanStore
 
@@ -69,7 +72,7 @@ class LeaseStore:
 
         Only shards of running jobs for the agent's fingerprint and one of its target kinds;
         oldest job first (so a big job cannot starve earlier ones), then costliest shard
-        first as `foundation.domain.shards.next_pending` orders them.
+        first as `foundation.domain.shard_leases.next_pending` orders them.
         """
         [answer] = self.claim_shards([ShardClaim(agent_id, fingerprint_id, tuple(target_kinds))], now, ttl)
         if isinstance(answer, BaseException):
@@ -193,7 +196,7 @@ class LeaseStore:
         changes, shards = [], []
         for row, agent_id in zip(rows, agent_ids):
             old = row.to_entity([tasks[i].name for i in row.task_indexes])
-            new = shard_rules.lease(old.as_shard(), agent_id, _seconds(now), ttl).shard
+            new = shard_leases.lease(old.as_shard(), agent_id, _seconds(now), ttl).shard
             changes.append({"shard": old.id, "old_state": old.state.value, "old_attempt": old.attempt,
                             "new_state": new.state.value, "new_attempt": new.attempt, "agent": agent_id})
             shards.append(replace(old, state=new.state, attempt=new.attempt, agent_id=agent_id, leased_at=now,
@@ -238,7 +241,7 @@ class LeaseStore:
         with self._unit.write(Changes.LEASES) as session:
             old = self._shard_for_change(session, shard_id)
             try:
-                new = shard_rules.complete(old.as_shard(), attempt, agent_id)
+                new = shard_leases.complete(old.as_shard(), attempt, agent_id)
             except StaleAttempt as exc:
                 return ShardChange(False, str(exc), old, self._plans.rollup_in(session, old.job_id))
             if warm_start is not None:
@@ -261,7 +264,7 @@ class LeaseStore:
         with self._unit.write(Changes.STATE) as session:
             old = self._shard_for_change(session, shard_id)
             try:
-                new = shard_rules.fail_attempt(
+                new = shard_leases.fail_attempt(
                     old.as_shard(), attempt, reason, max_attempts, agent_id
                 )
             except StaleAttempt as exc:
@@ -299,7 +302,7 @@ class LeaseStore:
             heartbeats = {
                 row.agent_id: _seconds(beat) for row, beat in found if row.agent_id and beat
             }
-            expired = shard_rules.expire(
+            expired = shard_leases.expire(
                 [s.as_shard() for s in olds.values()], heartbeats, _seconds(now), ttl, max_attempts
             )
             changed = []
@@ -328,7 +331,7 @@ class LeaseStore:
         as_of: datetime | None = None,
     ) -> HeartbeatVerdict:
         """Compare the leases a heartbeat lists with the ones granted to its agent
-        (`foundation.domain.shards.reconcile_heartbeat`); leases it lost are re-queued here, the
+        (`foundation.domain.shard_leases.reconcile_heartbeat`); leases it lost are re-queued here, the
         ones it must stop are returned for the reply. ``as_of`` is when the agent took its
         list (default ``now``): the grace for new leases counts from there."""
         running = list(running)
@@ -355,7 +358,7 @@ class LeaseStore:
                 self._locks.lock_job(session, job_id)
             query = query.with_for_update(of=ShardRow).execution_options(populate_existing=True)
             olds = {row.id: self._plans.stored_in(session, row) for row in session.scalars(query)}
-            verdict = shard_rules.reconcile_heartbeat(
+            verdict = shard_leases.reconcile_heartbeat(
                 agent_id,
                 running,
                 {shard_id: s.as_shard() for shard_id, s in olds.items()},
@@ -365,7 +368,7 @@ class LeaseStore:
             settle = set()
             for lost in verdict.lost:
                 reason = f"agent {agent_id} no longer runs attempt {lost.attempt} (it restarted?)"
-                new = shard_rules.fail_attempt(lost, lost.attempt, reason, max_attempts, agent_id)
+                new = shard_leases.fail_attempt(lost, lost.attempt, reason, max_attempts, agent_id)
                 if self._write_shard(session, olds[lost.id], new, now, leased_at=None):
                     shard = self._plans.reread_in(session, lost.id)
                     self._events.append_in(
@@ -397,7 +400,7 @@ class LeaseStore:
                 )
                 for row in session.execute(query)
             }
-        return shard_rules.reconcile_heartbeat(agent_id, running, shards, _seconds(as_of), grace)
+        return shard_leases.reconcile_heartbeat(agent_id, running, shards, _seconds(as_of), grace)
 
     def _shard_for_change(self, session: Session, shard_id: str) -> StoredShard:
         row = self._locks.locked_shard(session, shard_id)
@@ -415,34 +418,18 @@ class LeaseStore:
         leased_at: datetime | None = None,
         heartbeat_deadline: datetime | None = None,
     ) -> bool:
-        """Write a transition decided by foundation.domain.shards, guarded by the state and attempt
-        it was decided from; False if another writer changed the shard first. The agents whose
-        leases it changes are the one that held the shard and the one that holds it now."""
+        """Write a transition decided by foundation.domain.shard_leases, guarded by the state and
+        attempt it was decided from (`update_lease`); False if another writer changed the shard
+        first. The agents whose leases it changes are the one that held the shard and the one
+        that holds it now."""
         leased = new.state is ShardState.LEASED
         # A finished shard keeps who held its last lease and when; a re-queued one does not.
         if new.state is ShardState.PENDING:
             leased_at = None
         elif not leased:
             leased_at = old.leased_at
-        result = session.execute(
-            update(ShardRow)
-            .where(
-                ShardRow.id == old.id,
-                ShardRow.state == old.state.value,
-                ShardRow.attempt == old.attempt,
-            )
-            .values(
-                state=new.state.value,
-                attempt=new.attempt,
-                agent_id=new.agent_id,
-                leased_at=leased_at,
-                heartbeat_deadline=heartbeat_deadline if leased else None,
-                failures=failures_json(old.failures, new.failures, now),
-                updated_at=now,
-            )
-            .execution_options(synchronize_session=False)
-        )
-        if result.rowcount != 1:  # type: ignore[attr-defined]
+        if not update_lease(session, ShardRow, ShardRow.id == old.id, old, new, now, leased_at=leased_at,
+                            heartbeat_deadline=heartbeat_deadline if leased else None):
             return False
         session.changed_leases_of({agent_id for agent_id in (old.agent_id, new.agent_id) if agent_id})
         return True

@@ -9,9 +9,10 @@ from datetime import datetime
 from sqlalchemy import case, func, select, update
 from sqlalchemy.orm import Session
 
-from foundation.domain import shards as shard_rules
+from foundation.domain import shard_split
+from foundation.domain.job_rollup import JobOutcome, JobRollup, rollup
 from foundation.domain.jobs import JobState, check_transition
-from foundation.domain.shards import JobOutcome, JobRollup, Shard, ShardState, allowed_sources
+from foundation.domain.shards import Shard, ShardState, allowed_sources
 from foundation.errors import RegistryError
 from foundation.registry.entities import Job, JobTask, PlannedTask, StoredShard
 from foundation.registry.schema import JobRow, JobTaskRow, ShardRow
@@ -54,7 +55,7 @@ class PlanStore:
         shards: Sequence[Shard],
         now: datetime,
     ) -> list[StoredShard]:
-        """Store a queued job's tasks and its shards (`foundation.domain.shards.split_tasks`) and
+        """Store a queued job's tasks and its shards (`foundation.domain.shard_split.split_tasks`) and
         start it (queued -> running), all at once: agents never see half a plan."""
         position = {task.name: index for index, task in enumerate(tasks)}
         if len(position) != len(tasks):
@@ -160,7 +161,7 @@ class PlanStore:
     def numbered_after(self, job_id: str, shards: Sequence[Shard]) -> list[Shard]:
         """``shards`` (numbered from 0 by split_tasks) renumbered after the job's existing ones."""
         first = len(self.shards_of(job_id))
-        return [replace(shard, id=shard_rules.shard_id(job_id, first + i)) for i, shard in enumerate(shards)]
+        return [replace(shard, id=shard_split.shard_id(job_id, first + i)) for i, shard in enumerate(shards)]
 
     def cancel_job(self, job_id: str, now: datetime, reason: str = "cancelled by user") -> Job:
         """Cancel a job and its unfinished shards and validation; a finished job is returned
@@ -235,7 +236,7 @@ class PlanStore:
         return [row.to_entity() for row in session.scalars(query)]
 
     def rollup_in(self, session: Session, job_id: str) -> JobRollup:
-        return shard_rules.rollup(s.as_shard() for s in self.shards_in(session, job_id))
+        return rollup(s.as_shard() for s in self.shards_in(session, job_id))
 
     def _cancel_unfinished_shards(
         self, session: WriteSession, job_id: str, reason: str, now: datetime

@@ -9,10 +9,11 @@ from datetime import datetime
 from sqlalchemy import bindparam, insert, select, update
 from sqlalchemy.orm import Session
 
-from foundation.domain import shards as shard_rules
+from foundation.clock import utc_now
+from foundation.domain.shard_leases import stale_reason
 from foundation.domain.shards import Shard, ShardState
 from foundation.registry.entities import NewRecord, RecordReport, ReportedBatch
-from foundation.registry.schema import JobEventRow, JobRow, ShardRow, utc_now
+from foundation.registry.schema import JobEventRow, JobRow, ShardRow
 from foundation.registry.session import Changes, UnitOfWork
 from foundation.registry.store import RegistryStore
 
@@ -154,7 +155,7 @@ def _rejection(batch: ReportedBatch, lease, job_fingerprint: dict[str, str | Non
     if lease is None:
         return f"shard {batch.shard_id} is unknown"
     view = Shard(lease.id, lease.job_id, (), 0.0, 0, ShardState(lease.state), lease.attempt, lease.agent_id)
-    reason = shard_rules.stale_reason(view, batch.attempt, batch.agent_id)
+    reason = stale_reason(view, batch.attempt, batch.agent_id)
     if reason is not None:
         return reason
     fingerprint = job_fingerprint.get(lease.job_id)

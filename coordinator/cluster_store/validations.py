@@ -15,13 +15,14 @@ from sqlalchemy.orm import Session, undefer
 
 from foundation.domain import validations as validation_rules
 from foundation.domain.jobs import JobState
-from foundation.domain.shards import DEFAULT_MAX_ATTEMPTS, StaleAttempt
+from foundation.domain.leases import DEFAULT_MAX_ATTEMPTS, StaleAttempt
 from foundation.domain.validations import ValidationState
 from foundation.errors import NotFound, RegistryError
-from foundation.registry.entities import Validation, ValidationChange, ValidationLease, failures_json
+from foundation.registry.entities import Validation, ValidationChange, ValidationLease
 from foundation.registry.schema import AgentRow, JobRow, ValidationRow
 from foundation.registry.session import Changes, UnitOfWork
 
+from .guarded_update import update_lease
 from .locking import RowLocks
 
 # A claim that finds its candidate taken (another coordinator won) tries again this often
@@ -267,7 +268,7 @@ class ValidationStore:
         self, session: Session, old: Validation, new: validation_rules.Validation, now: datetime, **fields: Any
     ) -> bool:
         """Write a transition decided by foundation.domain.validations, guarded by the state and
-        attempt it was decided from; False if another writer changed the validation first."""
+        attempt it was decided from (`update_lease`); False if another writer changed it first."""
         # A claim starts a lease now; a retry waits for the next; an end keeps the last one's.
         if new.state is ValidationState.LEASED:
             leased_at = now
@@ -275,25 +276,8 @@ class ValidationStore:
             leased_at = None
         else:
             leased_at = old.leased_at
-        result = session.execute(
-            update(ValidationRow)
-            .where(
-                ValidationRow.job_id == old.job_id,
-                ValidationRow.state == old.state.value,
-                ValidationRow.attempt == old.attempt,
-            )
-            .values(
-                state=new.state.value,
-                attempt=new.attempt,
-                agent_id=new.agent_id,
-                leased_at=leased_at,
-                failures=failures_json(old.failures, new.failures, now),
-                updated_at=now,
-                **fields,
-            )
-            .execution_options(synchronize_session=False)
-        )
-        return result.rowcount == 1  # type: ignore[attr-defined]
+        return update_lease(session, ValidationRow, ValidationRow.job_id == old.job_id, old, new, now,
+                            leased_at=leased_at, **fields)
 
     def _apply_change(
         self, session: Session, old: Validation, new: validation_rules.Validation, now: datetime, **fields: Any

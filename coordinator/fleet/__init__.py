@@ -14,14 +14,14 @@ modules (an import-linter contract in pyproject.toml):
   heartbeats and idle polls need no SQL.
 - `ProgressEvents` (progress_events): which progress reports become job events.
 - `LoopPacer` (loop_pacing): a burst of answers let out a few per pass of the event loop.
-- `tune_collector`, `freeze_long_lived`, `PacedCollector` (heap): the garbage collector kept
-  from stalling the event loop.
+
+The garbage collector kept from stalling the event loop is coordinator.heap's: the job work
+and the server use it too.
 
 Why each exists, and what it was measured to give: docs/benchmarks.md, "Why the fleet path exists".
 """
 
 from .group_commit import COMMIT_TIMEOUT_S, GroupCommit
-from .heap import PacedCollector, freeze_long_lived, tune_collector
 from .ingest_process import IngestProcess
 from .live_agents import KnownAgent, LiveAgents
 from .loop_pacing import LoopPacer
@@ -36,13 +36,10 @@ __all__ = [
     "KnownAgent",
     "LiveAgents",
     "LoopPacer",
-    "PacedCollector",
     "ProgressEvents",
     "ReportPolicy",
     "ReportSize",
     "ReportSizing",
     "UnreadReport",
-    "freeze_long_lived",
     "ingest_reports",
-    "tune_collector",
 ]

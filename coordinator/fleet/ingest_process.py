@@ -208,7 +208,7 @@ def _child_main(conn, registry_url: str) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s farm-ingest: %(message)s")
     from coordinator.cluster_store import ClusterStore
-    from coordinator.fleet.heap import freeze_long_lived, tune_collector
+    from coordinator.heap import freeze_long_lived, tune_collector
     from foundation.registry.store import RegistryStore
 
     try:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from foundation.registry.entities import RecordReport, ReportedBatch
-from foundation.registry.record_json import new_record_from
+from foundation.registry.reported_records import new_record_from
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,8 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from coordinator.values import ReportSize
+
 # Seconds of reports the rate is measured over: long enough to hold several reports of each
 # agent, short enough to follow a fleet that grows.
 WINDOW_S = 10.0
@@ -54,12 +56,6 @@ class ReportPolicy:
             raise ValueError("min_records, report_rate and min_within_s must be positive")
         if not 0 <= self.jitter < 1:
             raise ValueError("jitter must be at least 0 and below 1")
-
-
-@dataclass(frozen=True)
-class ReportSize:
-    records: int  # records per ReportRecords
-    within_s: float  # the longest an agent keeps a measured record before reporting it
 
 
 class ReportSizing:

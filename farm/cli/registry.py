@@ -85,11 +85,10 @@ def show(
     """Show one registry entry in full; without an id, what the registry holds per fingerprint."""
     from farm.cli.views import field_value
     from foundation.registry.entities import Fingerprint
-    from foundation.registry.holdings import fingerprint_holdings
 
     store = open_store(registry)
     if ident is None:
-        holdings = fingerprint_holdings(store)
+        holdings = store.holdings.per_fingerprint()
         if json_output:
             emit_json({"registry": str(store.url), "fingerprints": [h.to_json() for h in holdings]})
             return
@@ -99,7 +98,7 @@ def show(
     entity = _lookup(store, ident)
     document = _plain(entity)
     if isinstance(entity, Fingerprint):
-        held = next(h for h in fingerprint_holdings(store) if h.id == ident).to_json()
+        held = next(h for h in store.holdings.per_fingerprint() if h.id == ident).to_json()
         document["holds"] = {k: v for k, v in held.items() if k not in ("id", "kind", "summary")}
     if json_output:
         emit_json(document)

@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import enum
 
+from foundation.domain.transitions import IllegalTransition, TransitionTable
+
+__all__ = ["TRANSITIONS", "IllegalTransition", "JobState", "check_transition"]
+
 
 class JobState(str, enum.Enum):
     QUEUED = "queued"
@@ -16,30 +20,19 @@ class JobState(str, enum.Enum):
 
     @property
     def is_final(self) -> bool:
-        return self in _FINAL
+        return TRANSITIONS.is_final(self)
 
 
-_FINAL = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED})
-
-_TRANSITIONS: dict[JobState, frozenset[JobState]] = {
+TRANSITIONS: TransitionTable[JobState] = TransitionTable("job", JobState, {
     # queued -> succeeded is a registry hit: answered without tuning.
-    JobState.QUEUED: frozenset({JobState.RUNNING, JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED}),
-    JobState.RUNNING: frozenset({JobState.BUILDING, JobState.FAILED, JobState.CANCELLED}),
-    JobState.BUILDING: frozenset({JobState.VALIDATING, JobState.FAILED, JobState.CANCELLED}),
-    JobState.VALIDATING: frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED}),
-    JobState.SUCCEEDED: frozenset(),
-    JobState.FAILED: frozenset(),
-    JobState.CANCELLED: frozenset(),
-}
+    JobState.QUEUED: {JobState.RUNNING, JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED},
+    JobState.RUNNING: {JobState.BUILDING, JobState.FAILED, JobState.CANCELLED},
+    JobState.BUILDING: {JobState.VALIDATING, JobState.FAILED, JobState.CANCELLED},
+    JobState.VALIDATING: {JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED},
+    JobState.SUCCEEDED: set(),
+    JobState.FAILED: set(),
+    JobState.CANCELLED: set(),
+})
 
-
-class IllegalTransition(ValueError):
-    """A job was asked to move to a state its current state cannot reach."""
-
-
-def check_transition(current: JobState | str, new: JobState | str) -> JobState:
-    """Return ``new`` as a JobState if ``current -> new`` is legal, else raise."""
-    current, new = JobState(current), JobState(new)
-    if new not in _TRANSITIONS[current]:
-        raise IllegalTransition(f"job cannot go from {current.value} to {new.value}")
-    return new
+# Return ``new`` as a JobState if ``current -> new`` is legal, else raise IllegalTransition.
+check_transition = TRANSITIONS.check

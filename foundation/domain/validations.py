@@ -1,14 +1,16 @@
 """Validation leases: a job's built library leased to one agent at a time to check and time (pure, no I/O).
 
-The same machine as a shard's lease (foundation.domain.shards), over one validation per job:
+The same machine as a shard's lease (foundation.domain.leases, .shard_leases), over one validation per job:
 ``pending -> leased -> done``, or back to ``pending`` when an attempt fails or its agent goes
 silent, and ``failed`` once ``max_attempts`` attempts failed; ``cancelled`` with its job. Each
 lease carries an attempt id, and a report under an attempt that is no longer current changes
 nothing. Whether a validation that is done passed is the job's to judge (coordinator.job_steps).
 
-Every function takes values and returns new values; time is passed in as epoch seconds. The
-registry applies the decisions with an UPDATE guarded by the state and attempt they were made
-from (coordinator.cluster_store.validations), and stores the states by their values.
+The rules a validation's lease shares with a shard's (attempts, staleness, expiry) are
+foundation.domain.leases'; its states, its table and its words are its own, here. Every
+function takes values and returns new values; time is passed in as epoch seconds. The registry
+applies the decisions with an UPDATE guarded by the state and attempt they were made from
+(coordinator.cluster_store.guarded_update), and stores the states by their values.
 """
 
 from __future__ import annotations
@@ -17,8 +19,8 @@ import enum
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 
-from foundation.domain.jobs import IllegalTransition
-from foundation.domain.shards import DEFAULT_MAX_ATTEMPTS, AttemptFailure, StaleAttempt
+from foundation.domain.leases import DEFAULT_MAX_ATTEMPTS, AttemptFailure, LeaseRules, StaleAttempt
+from foundation.domain.transitions import IllegalTransition, TransitionTable
 
 __all__ = [
     "DEFAULT_MAX_ATTEMPTS",
@@ -46,37 +48,27 @@ class ValidationState(str, enum.Enum):
 
     @property
     def is_final(self) -> bool:
-        return not _TRANSITIONS[self]
-
-
-_TRANSITIONS: dict[ValidationState, frozenset[ValidationState]] = {
-    ValidationState.PENDING: frozenset({ValidationState.LEASED, ValidationState.CANCELLED}),
-    # leased -> pending is a retry: the attempt failed or its agent went silent.
-    ValidationState.LEASED: frozenset(
-        {ValidationState.PENDING, ValidationState.DONE, ValidationState.FAILED, ValidationState.CANCELLED}
-    ),
-    ValidationState.DONE: frozenset(),
-    ValidationState.FAILED: frozenset(),
-    ValidationState.CANCELLED: frozenset(),
-}
+        return TRANSITIONS.is_final(self)
 
 
 class IllegalValidationTransition(IllegalTransition):
     """A validation was asked to move to a state its current state cannot reach."""
 
 
-def check_transition(current: ValidationState | str, new: ValidationState | str) -> ValidationState:
-    """Return ``new`` as a ValidationState if ``current -> new`` is legal, else raise."""
-    current, new = ValidationState(current), ValidationState(new)
-    if new not in _TRANSITIONS[current]:
-        raise IllegalValidationTransition(f"validation cannot go from {current.value} to {new.value}")
-    return new
+TRANSITIONS: TransitionTable[ValidationState] = TransitionTable("validation", ValidationState, {
+    ValidationState.PENDING: {ValidationState.LEASED, ValidationState.CANCELLED},
+    # leased -> pending is a retry: the attempt failed or its agent went silent.
+    ValidationState.LEASED: {
+        ValidationState.PENDING, ValidationState.DONE, ValidationState.FAILED, ValidationState.CANCELLED},
+    ValidationState.DONE: set(),
+    ValidationState.FAILED: set(),
+    ValidationState.CANCELLED: set(),
+}, IllegalValidationTransition)
 
-
-def allowed_sources(new: ValidationState | str) -> frozenset[ValidationState]:
-    """The states from which a validation may move to ``new``: the guard of a bulk SQL UPDATE."""
-    new = ValidationState(new)
-    return frozenset(state for state, targets in _TRANSITIONS.items() if new in targets)
+# ``new`` as a ValidationState if ``current -> new`` is legal, else IllegalValidationTransition.
+check_transition = TRANSITIONS.check
+# The states from which a validation may move to ``new``: the guard of a bulk SQL UPDATE.
+allowed_sources = TRANSITIONS.allowed_sources
 
 
 @dataclass(frozen=True)
@@ -99,7 +91,7 @@ class Validation:
 
 def claim(validation: Validation, agent_id: str, now: float) -> Validation:
     """Lease a pending validation to ``agent_id`` under the next attempt id."""
-    return validation.moved(ValidationState.LEASED, attempt=validation.attempt + 1, agent_id=agent_id, leased_at=now)
+    return VALIDATION_LEASES.grant(validation, agent_id, now)
 
 
 def stale_reason(validation: Validation, attempt: int, agent_id: str | None = None) -> str | None:
@@ -114,13 +106,19 @@ def stale_reason(validation: Validation, attempt: int, agent_id: str | None = No
     return None
 
 
+def _silence_reason(validation: Validation, silent: float, ttl: float) -> str:
+    return f"agent {validation.agent_id} sent no heartbeat for over {ttl:.0f}s (lease TTL)"
+
+
+VALIDATION_LEASES: LeaseRules[Validation] = LeaseRules(
+    pending=ValidationState.PENDING, leased=ValidationState.LEASED, done=ValidationState.DONE,
+    failed=ValidationState.FAILED, stale_reason=stale_reason, silence_reason=_silence_reason)
+
+
 def finish(validation: Validation, attempt: int, agent_id: str | None = None) -> Validation:
     """The validation done (the agent found an outcome), if ``attempt`` is its current lease;
     else raise StaleAttempt."""
-    reason = stale_reason(validation, attempt, agent_id)
-    if reason is not None:
-        raise StaleAttempt(reason)
-    return validation.moved(ValidationState.DONE)
+    return VALIDATION_LEASES.finish(validation, attempt, agent_id)
 
 
 def fail_attempt(
@@ -132,13 +130,7 @@ def fail_attempt(
 ) -> Validation:
     """End the current lease as failed: pending again, or failed once ``max_attempts`` attempts
     failed, every attempt's reason kept; raise StaleAttempt if ``attempt`` is not current."""
-    stale = stale_reason(validation, attempt, agent_id)
-    if stale is not None:
-        raise StaleAttempt(stale)
-    failures = validation.failures + (AttemptFailure(attempt, validation.agent_id, reason),)
-    if len(failures) >= max_attempts:
-        return validation.moved(ValidationState.FAILED, failures=failures)
-    return validation.moved(ValidationState.PENDING, failures=failures, agent_id=None, leased_at=None)
+    return VALIDATION_LEASES.fail_attempt(validation, attempt, reason, max_attempts, agent_id)
 
 
 def expire(
@@ -151,16 +143,7 @@ def expire(
     """Leased validations whose agent has been silent for longer than ``ttl``, each with that
     attempt failed (`fail_attempt`). Taking the lease counts as being alive; an agent absent
     from ``agent_last_heartbeat`` is silent since it took the lease."""
-    expired = []
-    for validation in validations:
-        if validation.state is not ValidationState.LEASED:
-            continue
-        assert validation.leased_at is not None
-        alive_at = max(agent_last_heartbeat.get(validation.agent_id, validation.leased_at), validation.leased_at)
-        if now - alive_at > ttl:
-            reason = f"agent {validation.agent_id} sent no heartbeat for over {ttl:.0f}s (lease TTL)"
-            expired.append(fail_attempt(validation, validation.attempt, reason, max_attempts))
-    return expired
+    return VALIDATION_LEASES.expire(validations, agent_last_heartbeat, now, ttl, max_attempts)
 
 
 def cancel(validation: Validation) -> Validation:

@@ -9,13 +9,13 @@ artifact, if any, answers instead.
 
 from __future__ import annotations
 
-import datetime as dt
 import hashlib
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from foundation.clock import utc_now
 from foundation.domain.jobs import JobState
 from foundation.domain.weights_layout import WeightsLayout
 from foundation.models.model_key import ModelKey
@@ -173,7 +173,3 @@ def artifact_json(artifact: "Artifact") -> dict:
         "weights_layout": artifact.weights_layout,
         "created_at": artifact.created_at.isoformat() if artifact.created_at else None,
     }
-
-
-def utc_now() -> dt.datetime:
-    return dt.datetime.now(dt.timezone.utc)

@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
+from foundation.clock import utc_now
 from foundation.domain.jobs import JobState, check_transition
 from foundation.domain.measurements import TaskOutcome, measurements_failed
 from foundation.domain.weights_layout import WeightsLayout
@@ -63,10 +64,6 @@ class RegistryJobMoves:
         except RegistryError:
             return False
         return True
-
-
-def utc_now() -> dt.datetime:
-    return dt.datetime.now(dt.timezone.utc)
 
 
 class JobDriver:

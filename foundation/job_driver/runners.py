@@ -19,8 +19,9 @@ from typing import TYPE_CHECKING
 
 import psutil
 
+from foundation.clock import utc_now
 from foundation.domain.runners import HEARTBEAT_INTERVAL_S, HEARTBEAT_TTL_S, Runner, runner_gone
-from foundation.job_driver.driver import JobDriver, RegistryJobMoves, utc_now
+from foundation.job_driver.driver import JobDriver, RegistryJobMoves
 
 if TYPE_CHECKING:  # pragma: no cover
     from foundation.registry.entities import Job

@@ -14,8 +14,8 @@ import json
 import threading
 from typing import TYPE_CHECKING
 
+from foundation.clock import utc_now
 from foundation.domain.runners import Runner
-from foundation.job_driver.driver import utc_now
 from foundation.job_driver.runners import gone_reason
 
 if TYPE_CHECKING:  # pragma: no cover

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from sqlalchemy import func, select
 
 from .schema import TuningRecordRow
+from .session import UnitOfWork
 
 
 @dataclass(frozen=True)
@@ -26,43 +27,48 @@ class DonorRecord:
     id: int = 0  # the record's id in the registry
 
 
-def best_records_per_workload(store, tvm_version: str, per_workload: int,
-                              fingerprint_ids: Iterable[str] | None = None) -> list[DonorRecord]:
-    """The ``per_workload`` fastest valid records of every workload, per fingerprint and target,
-    of one TVM version (traces of another version need not replay). Ordered by workload,
-    fingerprint, then fastest first.
+class DonorRecords:
+    """The registry's records as donors for warm starts (`RegistryStore.donors`), over its unit of work."""
 
-    One pass over the version's valid records (the scope index serves it): fine for the
-    registries of tens of thousands of records this is used with; a fleet-sized registry would
-    keep a per-workload best table instead.
-    """
-    rank = func.row_number().over(
-        partition_by=(TuningRecordRow.workload_id, TuningRecordRow.fingerprint_id, TuningRecordRow.target),
-        order_by=(TuningRecordRow.mean_sec, TuningRecordRow.id),
-    ).label("rank")
-    ranked = select(
-        TuningRecordRow.workload_id, TuningRecordRow.fingerprint_id, TuningRecordRow.target,
-        TuningRecordRow.trace, TuningRecordRow.mean_sec, TuningRecordRow.id, rank,
-    ).where(TuningRecordRow.tvm_version == tvm_version, TuningRecordRow.mean_sec.is_not(None))
-    if fingerprint_ids is not None:
-        ranked = ranked.where(TuningRecordRow.fingerprint_id.in_(list(fingerprint_ids)))
-    inner = ranked.subquery()
-    query = (select(inner.c.workload_id, inner.c.fingerprint_id, inner.c.target, inner.c.trace, inner.c.mean_sec,
-                    inner.c.id)
-             .where(inner.c.rank <= per_workload)
-             .order_by(inner.c.workload_id, inner.c.fingerprint_id, inner.c.mean_sec))
-    with store.unit_of_work.read() as session:
-        return [DonorRecord(*row) for row in session.execute(query)]
+    def __init__(self, unit: UnitOfWork):
+        self._unit = unit
 
+    def best_per_workload(self, tvm_version: str, per_workload: int,
+                          fingerprint_ids: Iterable[str] | None = None) -> list[DonorRecord]:
+        """The ``per_workload`` fastest valid records of every workload, per fingerprint and target,
+        of one TVM version (traces of another version need not replay). Ordered by workload,
+        fingerprint, then fastest first.
 
-def donor_records_by_id(store, record_ids: Iterable[int]) -> dict[int, DonorRecord]:
-    """The valid records among ``record_ids``, by id: the seeds a coordinator chose when it planned
-    a job, read back when it leases the job's shards (a record gone since is simply absent)."""
-    ids = sorted(set(record_ids))
-    if not ids:
-        return {}
-    query = select(TuningRecordRow.workload_id, TuningRecordRow.fingerprint_id, TuningRecordRow.target,
-                   TuningRecordRow.trace, TuningRecordRow.mean_sec, TuningRecordRow.id).where(
-        TuningRecordRow.id.in_(ids), TuningRecordRow.mean_sec.is_not(None))
-    with store.unit_of_work.read() as session:
-        return {row.id: DonorRecord(*row) for row in session.execute(query)}
+        One pass over the version's valid records (the scope index serves it): fine for the
+        registries of tens of thousands of records this is used with; a fleet-sized registry would
+        keep a per-workload best table instead.
+        """
+        rank = func.row_number().over(
+            partition_by=(TuningRecordRow.workload_id, TuningRecordRow.fingerprint_id, TuningRecordRow.target),
+            order_by=(TuningRecordRow.mean_sec, TuningRecordRow.id),
+        ).label("rank")
+        ranked = select(
+            TuningRecordRow.workload_id, TuningRecordRow.fingerprint_id, TuningRecordRow.target,
+            TuningRecordRow.trace, TuningRecordRow.mean_sec, TuningRecordRow.id, rank,
+        ).where(TuningRecordRow.tvm_version == tvm_version, TuningRecordRow.mean_sec.is_not(None))
+        if fingerprint_ids is not None:
+            ranked = ranked.where(TuningRecordRow.fingerprint_id.in_(list(fingerprint_ids)))
+        inner = ranked.subquery()
+        query = (select(inner.c.workload_id, inner.c.fingerprint_id, inner.c.target, inner.c.trace, inner.c.mean_sec,
+                        inner.c.id)
+                 .where(inner.c.rank <= per_workload)
+                 .order_by(inner.c.workload_id, inner.c.fingerprint_id, inner.c.mean_sec))
+        with self._unit.read() as session:
+            return [DonorRecord(*row) for row in session.execute(query)]
+
+    def by_id(self, record_ids: Iterable[int]) -> dict[int, DonorRecord]:
+        """The valid records among ``record_ids``, by id: the seeds a coordinator chose when it planned
+        a job, read back when it leases the job's shards (a record gone since is simply absent)."""
+        ids = sorted(set(record_ids))
+        if not ids:
+            return {}
+        query = select(TuningRecordRow.workload_id, TuningRecordRow.fingerprint_id, TuningRecordRow.target,
+                       TuningRecordRow.trace, TuningRecordRow.mean_sec, TuningRecordRow.id).where(
+            TuningRecordRow.id.in_(ids), TuningRecordRow.mean_sec.is_not(None))
+        with self._unit.read() as session:
+            return {row.id: DonorRecord(*row) for row in session.execute(query)}

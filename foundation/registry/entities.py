@@ -5,11 +5,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, NamedTuple
 
 from foundation.domain import validations as validation_rules
+from foundation.domain.job_rollup import JobRollup
+from foundation.domain.leases import AttemptFailure
 from foundation.domain.runners import Runner
-from foundation.domain.shards import AttemptFailure, JobRollup, Shard, ShardState
+from foundation.domain.shards import Shard, ShardState
 from foundation.domain.validations import ValidationState
 
 
@@ -120,6 +122,16 @@ class NewRecord:
     # MetaSchedule also rejects a trace with no instruction before post-processing;
     # only TVM can tell, so the caller says.
     trace_valid: bool = True
+
+
+class Measurement(NamedTuple):
+    """One measurement of a stored record: its run times, their mean (None when it failed), and
+    the job that measured it (None: imported, or measured by no job). A tuple as well, so it
+    unpacks as (run_secs, mean_sec, job_id)."""
+
+    run_secs: list[float] | None
+    mean_sec: float | None
+    job_id: str | None
 
 
 @dataclass(frozen=True)
@@ -252,7 +264,7 @@ class StoredShard:
             state=self.state,
             attempt=self.attempt,
             agent_id=self.agent_id,
-            # foundation.domain.shards keeps time as epoch seconds.
+            # foundation.domain.shard_leases keeps time as epoch seconds.
             leased_at=None if self.leased_at is None else self.leased_at.timestamp(),
             failures=tuple(AttemptFailure(f.attempt, f.agent_id, f.reason) for f in self.failures),
         )

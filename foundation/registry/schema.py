@@ -30,6 +30,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, deferred, mapped_column
 
+from foundation.clock import utc_now
 from foundation.domain.runners import Runner
 from foundation.domain.shards import ShardState
 from foundation.domain.validations import ValidationState
@@ -58,10 +59,6 @@ NAMING_CONVENTION = {
     "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
     "pk": "pk_%(table_name)s",
 }
-
-
-def utc_now() -> datetime:
-    return datetime.now(timezone.utc)
 
 
 class UTCDateTime(TypeDecorator[datetime]):

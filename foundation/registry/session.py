@@ -103,6 +103,11 @@ class UnitOfWork:
         )
 
     @property
+    def url(self) -> str:
+        """The registry's URL, its password masked: what messages name."""
+        return self._url
+
+    @property
     def state_version(self) -> int:
         return self._state_version
 

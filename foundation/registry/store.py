@@ -11,11 +11,15 @@ from typing import Any
 from sqlalchemy import func, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 
+from foundation.clock import utc_now
 from foundation.domain.runners import Runner
 from foundation.errors import NotFound, RegistryError
 
+from .cost_models import CostModels
+from .donor_records import DonorRecords
 from .engine import check_sqlite_file, create_registry_engine, masked, parse_registry_url
 from .entities import Artifact, Fingerprint, Job, Model
+from .holdings import Holdings
 from .job_runners import JobRunners
 from .migrate import ensure_schema, upgrade_registry
 from .schema import (
@@ -24,7 +28,6 @@ from .schema import (
     FingerprintRow,
     JobRow,
     ModelRow,
-    utc_now,
 )
 from .session import Changes, UnitOfWork
 from .tuning_records import TuningRecords, mean_run_sec, record_digest
@@ -80,8 +83,15 @@ class RegistryStore(TuningRecords):
             self._engine.dispose()
             raise
         self._unit = UnitOfWork(self._engine, self.url)
-        # Heartbeats, cancel requests and tuning locks of embedded jobs.
+        # Its parts, each over the same unit of work. Heartbeats, cancel requests and tuning
+        # locks of embedded jobs:
         self.runners = JobRunners(self._unit, self.insert_statement)
+        # Cost models, per fingerprint, TVM version and kind:
+        self.cost_models = CostModels(self._unit, self.insert_statement)
+        # The fastest records of each workload, as donors for warm starts:
+        self.donors = DonorRecords(self._unit)
+        # What the registry holds, counted per fingerprint:
+        self.holdings = Holdings(self._unit)
 
     def __repr__(self) -> str:
         return f"RegistryStore({self.url!r})"

@@ -12,10 +12,11 @@ from typing import Any
 from sqlalchemy import Select, bindparam, case, func, select, update
 from sqlalchemy.orm import Session
 
+from foundation.clock import utc_now
 from foundation.errors import RegistryError
 
-from .entities import NewRecord, StoredRecord
-from .schema import TuningMeasurementRow, TuningRecordRow, WorkloadRow, utc_now
+from .entities import Measurement, NewRecord, StoredRecord
+from .schema import TuningMeasurementRow, TuningRecordRow, WorkloadRow
 from .session import Changes
 
 # MetaSchedule's stand-in for "no time measured" (SortTuningRecordByMeanRunSecs::kMaxMeanTime).
@@ -366,21 +367,20 @@ class TuningRecords:
         with self._unit.read() as session:
             return [r.to_entity() for r in session.scalars(query)]
 
-    def measurements_of(self, record_id: int) -> list[tuple[list[float] | None, float | None, str | None]]:
-        """Every measurement of a record, the first first: (run_secs, mean seconds or None when
-        it failed, job id)."""
+    def measurements_of(self, record_id: int) -> list[Measurement]:
+        """Every measurement of a record, the first first."""
         with self._unit.read() as session:
             record = session.get(TuningRecordRow, record_id)
             if record is None:
                 return []
             # A trace MetaSchedule rejects has no valid measurement, whatever its times.
             first_mean = mean_run_sec(record.run_secs, trace_valid=record.valid_measurements > 0)
-            first = [(record.run_secs, first_mean, record.job_id)]
+            first = [Measurement(record.run_secs, first_mean, record.job_id)]
             later = session.execute(
                 select(TuningMeasurementRow.run_secs, TuningMeasurementRow.mean_sec, TuningMeasurementRow.job_id)
                 .where(TuningMeasurementRow.record_id == record_id).order_by(TuningMeasurementRow.id)
             ).all()
-            return first + [(run_secs, mean, job_id) for run_secs, mean, job_id in later]
+            return first + [Measurement(run_secs, mean, job_id) for run_secs, mean, job_id in later]
 
     def measured_counts(
         self, workload_ids: Iterable[int], fingerprint_id: str, target: str, tvm_version: str

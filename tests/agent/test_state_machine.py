@@ -6,7 +6,16 @@ import random
 
 import pytest
 
-from agent.state import FULL_HEARTBEAT_EVERY, AgentState, Beat, InvalidTransition, Registration, Work, heartbeat_due
+from agent.state import (
+    FULL_HEARTBEAT_EVERY,
+    AgentState,
+    Beat,
+    InvalidState,
+    InvalidTransition,
+    Registration,
+    Work,
+    heartbeat_due,
+)
 from agent.state.events import (
     AgentStarted,
     CallFailed,
@@ -49,6 +58,7 @@ from agent.state.instructions import (
     ValidateLibrary,
     Wait,
 )
+from agent.state.machine import Stimulus, Transition
 from agent.state.policy import BEATS_FAILED_SAID_EVERY
 
 INTERVAL = 5.0
@@ -80,7 +90,7 @@ def test_heartbeat_due(now, last_sent_at, unchanged, last_report_at, due, why):
 
 def started(**options) -> AgentState:
     """An agent registered as agent-1, its RPC server started: it asks for a validation."""
-    state = AgentState(**options)
+    state = AgentState(validate=True, **options)
     assert state.handle(AgentStarted()) == [Register()]
     assert state.handle(Registered("agent-1", INTERVAL, "tracker")) == [StartRPCServer("tracker")]
     assert state.handle(RPCServerStarted()) == [ScheduleHeartbeat(INTERVAL), LeaseValidation("agent-1")]
@@ -115,7 +125,7 @@ def test_an_agent_registers_starts_its_rpc_server_then_beats_and_asks_for_work()
 
 
 def test_the_heartbeat_interval_is_the_coordinators_but_never_below_a_fifth_of_a_second():
-    state = AgentState()
+    state = AgentState(validate=True)
     state.handle(AgentStarted())
     state.handle(Registered("agent-1", 0.01, "tracker"))
     assert state.handle(RPCServerStarted())[0] == ScheduleHeartbeat(0.2)
@@ -152,7 +162,7 @@ def test_calls_that_find_the_agent_unknown_make_it_register_again(call, code):
 
 
 def test_registration_is_retried_with_backoff_while_the_coordinator_is_away():
-    state = AgentState(backoff_jitter=0)  # the doubling itself (the spread: test_backoff_spreads...)
+    state = AgentState(validate=True, backoff_jitter=0)  # the doubling itself (the spread: test_backoff_spreads...)
     state.handle(AgentStarted())
     waits = []
     for _ in range(6):
@@ -164,7 +174,7 @@ def test_registration_is_retried_with_backoff_while_the_coordinator_is_away():
 
 
 def test_a_refused_registration_stops_the_agent_and_its_shard_with_the_coordinators_reason():
-    state = AgentState()
+    state = AgentState(validate=True)
     state.handle(AgentStarted())
     (shutdown,) = state.handle(CallFailed("Register", "FAILED_PRECONDITION", "install apache-tvm==0.27"))
     assert isinstance(shutdown, Shutdown) and "apache-tvm==0.27" in shutdown.error
@@ -335,7 +345,7 @@ def test_backoff_spreads_each_wait_over_its_upper_half_so_a_fleet_does_not_retry
     again = started(draw=random.Random(0).random)
     assert again.handle(CallFailed("LeaseValidation", "UNAVAILABLE"))[0].seconds == fleet[0][0]
     # Registrations retried while the coordinator is away are spread the same way.
-    state = AgentState(draw=random.Random(1).random)
+    state = AgentState(validate=True, draw=random.Random(1).random)
     state.handle(AgentStarted())
     afters = [state.handle(CallFailed("Register", "UNAVAILABLE"))[0].after for _ in range(6)]
     assert all(e / 2 <= a <= e for a, e in zip(afters, [0.5, 1.0, 2.0, 4.0, 5.0, 5.0])), afters
@@ -348,7 +358,7 @@ def test_backoff_spreads_each_wait_over_its_upper_half_so_a_fleet_does_not_retry
 @pytest.mark.parametrize("step", ["registering", "asking", "waiting", "awaiting registration"])
 def test_an_agent_without_work_under_way_stops_at_once_and_drops_late_answers(step):
     if step == "registering":
-        state = AgentState()
+        state = AgentState(validate=True)
         state.handle(AgentStarted())
     else:
         state = started()
@@ -387,7 +397,7 @@ def test_events_the_state_does_not_expect_raise():
     with pytest.raises(InvalidTransition):
         state.handle(ShardTuned(Lease(LEASE.job_id, LEASE.shard_id, 2)))
     with pytest.raises(InvalidTransition):
-        AgentState().handle(RPCServerStarted())
+        AgentState(validate=True).handle(RPCServerStarted())
 
 
 def test_every_state_can_stop_and_every_transition_has_a_step():
@@ -400,3 +410,50 @@ def test_every_state_can_stop_and_every_transition_has_a_step():
     reachable = {to for _from, to in transitions} | {Work.NOT_STARTED, Beat.OFF, Registration.UNREGISTERED}
     assert reachable == {*Work, *Beat, *Registration}, "a state no transition leads to"
     assert all(callable(step) for step in transitions.values())
+
+
+# ---------------------------------------------------------------------- debugging aids
+
+
+def test_every_event_has_a_stimulus_id_of_its_own_unless_the_caller_names_one():
+    first, second = WaitOver(), WaitOver()
+    assert first.stimulus_id.startswith("WaitOver-") and first.stimulus_id != second.stimulus_id
+    assert first == second, "the id takes no part in comparing events"
+    assert CallFailed("Register", "UNAVAILABLE", stimulus_id="register-7").stimulus_id == "register-7"
+
+
+def test_the_story_of_a_shard_tells_which_event_moved_the_agent_and_what_it_was_told_to_do():
+    state = tuning()
+    state.handle(ShardTuned(LEASE, stimulus_id="tuned-1"), ShardCompleted(LEASE, stimulus_id="completed-1"))
+    story = state.story(LEASE.shard_id)
+    assert [type(entry) for entry in story][:2] == [Stimulus, Transition]
+    assert story[0] == Stimulus("ShardLeased", LEASE.shard_id, story[0].stimulus_id)
+    assert story[1] == Transition("work", "asking for a shard", "tuning", LEASE.shard_id, story[0].stimulus_id,
+                                  ("StartShard",))
+    assert Transition("work", "tuning", "closing the shard", LEASE.shard_id, "tuned-1", ("CompleteShard",)) in story
+    assert state.story("completed-1") == [
+        Stimulus("ShardCompleted", LEASE.shard_id, "completed-1"),
+        Transition("work", "closing the shard", "asking for a validation", None, "completed-1", ("LeaseValidation",)),
+    ]
+
+
+def test_the_log_keeps_its_newest_entries_only():
+    state = started(log_length=5)
+    for now in range(1, 20):
+        beat(state, float(now * INTERVAL * FULL_HEARTBEAT_EVERY))
+    assert len(state.log) == 5
+    assert state.log[-1] == Transition("beat", "in flight", "scheduled", None, state.log[-2].stimulus_id,
+                                       ("ScheduleHeartbeat",))
+
+
+def test_validate_state_finds_regions_that_disagree():
+    state = tuning()
+    state.validate_state()  # as events leave it
+    state.lease = None
+    with pytest.raises(InvalidState, match="tuning without a lease"):
+        state.validate_state()
+    state = started()
+    state.stopping = True
+    with pytest.raises(InvalidState, match="stopping, but still beating"):
+        state.validate_state()
+

@@ -537,7 +537,6 @@ def test_a_cold_job_is_offered_no_cost_model_and_a_warm_one_names_the_stored_one
     from foundation.hardware.versions import tvm_version
     from foundation.meta_schedule.warm.cost_models import KIND, model_bytes, new_model
     from foundation.registry import RegistryStore
-    from foundation.registry.cost_models import save_cost_model
 
     _server, channel = start()
     agent = FakeAgent(channel, fingerprint)
@@ -545,7 +544,7 @@ def test_a_cold_job_is_offered_no_cost_model_and_a_warm_one_names_the_stored_one
     agent.keep_beating()
     store = RegistryStore(registry_url, create=False)
     try:
-        stored = save_cost_model(store, fingerprint.id, tvm_version(), KIND, model_bytes(new_model()),
+        stored = store.cost_models.save(fingerprint.id, tvm_version(), KIND, model_bytes(new_model()),
                                  last_record_id=0, samples=0, workloads=0)
     finally:
         store.dispose()

@@ -35,7 +35,6 @@ def _donors(registry_url: str, tuned: TunedHome):
     from foundation.hardware.targets import to_tvm_target
     from foundation.hardware.versions import tvm_version
     from foundation.meta_schedule.warm.cost_models import KIND, learn, model_bytes, new_model
-    from foundation.registry.cost_models import save_cost_model
 
     submitted = tuned.submitted
     assert submitted["state"] == "succeeded" and submitted["weights_layout"] == "plain", submitted
@@ -52,7 +51,7 @@ def _donors(registry_url: str, tuned: TunedHome):
         # Fewer records than a refresh waits for (MIN_SAMPLES): trained here, as a refresh would.
         model = new_model()
         assert learn(model, to_tvm_target(json.loads(job.target)), workloads, records) == len(records)
-        stored = save_cost_model(store, fingerprint, tvm_version(), KIND, model_bytes(model),
+        stored = store.cost_models.save(fingerprint, tvm_version(), KIND, model_bytes(model),
                                  last_record_id=max(r.id for r in records), samples=model.data_size,
                                  workloads=len(model.data))
         return fingerprint, stored, model, set(workloads)

@@ -10,7 +10,7 @@ import pytest
 from coordinator.cluster_store import ClusterStore
 from farm.cli.report_cmd import write_job_report
 from farm.report import ModelPoint, job_report, write_report
-from foundation.domain.shards import TaskCost, split_tasks
+from foundation.domain.shard_split import TaskCost, split_tasks
 from foundation.registry import NewRecord
 from foundation.registry.entities import PlannedTask
 

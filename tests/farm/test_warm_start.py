@@ -119,7 +119,7 @@ def test_an_incompatible_seed_is_rejected_and_the_task_still_tunes(donors, tmp_p
     from foundation.meta_schedule.tuner import TuningBudget, WorkerPools, tune
     from foundation.meta_schedule.warm import SeedTrace, WarmStart, find_seed_traces
     from foundation.models.zoo import load_zoo_model
-    from foundation.registry.record_json import canonical_json, plain_value
+    from foundation.registry.reported_records import canonical_json, plain_value
 
     from support.tvm_records import matmul_module, tuning_record
 

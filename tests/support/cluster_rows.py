@@ -8,7 +8,7 @@ from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING
 
 from coordinator.cluster_store import ClusterStore
-from foundation.domain.shards import TaskCost, split_tasks
+from foundation.domain.shard_split import TaskCost, split_tasks
 from foundation.registry import NewRecord
 from foundation.registry.entities import PlannedTask
 

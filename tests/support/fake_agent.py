@@ -75,7 +75,7 @@ class FakeAgent:
         self.fingerprint = fingerprint
         self.tvm_version = tvm_version or installed()
         # The test says when beats fall due: each is sent. Shards are asked for without a hold.
-        self.state = AgentState(lease_wait=0, skip_redundant_heartbeats=False)
+        self.state = AgentState(lease_wait=0, skip_redundant_heartbeats=False, validate=True)
         self._lock = threading.RLock()  # the machine's: the test, its beating thread and calls feed it
         self._one_beat = threading.Lock()  # one beat in flight at a time, as the machine wants
         self._work = None  # the machine's work instruction not carried out yet

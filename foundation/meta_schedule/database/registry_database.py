@@ -13,9 +13,9 @@ from tvm.ir.utils import derived_object
 from tvm.s_tir.meta_schedule.database import PyDatabase, TuningRecord, Workload
 from tvm.target import Target
 
-from foundation.meta_schedule.database.record_json import tuning_record_json
+from foundation.meta_schedule.database.record_to_json import tuning_record_json
 from foundation.registry.entities import NewRecord, StoredRecord
-from foundation.registry.record_json import canonical_json, new_record_from
+from foundation.registry.reported_records import canonical_json, new_record_from
 from foundation.registry.store import RegistryStore
 
 # Records are written in batches of this many; a killed agent loses at most one batch.

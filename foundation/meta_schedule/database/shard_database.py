@@ -56,7 +56,7 @@ def shard_database(
     from tvm.ir.utils import derived_object
     from tvm.s_tir.meta_schedule.database import MemoryDatabase, PyDatabase, TuningRecord
 
-    from foundation.meta_schedule.database.record_json import tuning_record_json
+    from foundation.meta_schedule.database.record_to_json import tuning_record_json
 
     inner = MemoryDatabase()
     by_shash = {}

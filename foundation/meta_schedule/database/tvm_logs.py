@@ -89,7 +89,7 @@ def import_tvm_logs(
     from tvm.s_tir.meta_schedule.database import TuningRecord, Workload
 
     from foundation.hardware.targets import to_tvm_target
-    from foundation.meta_schedule.database.record_json import tuning_record_json
+    from foundation.meta_schedule.database.record_to_json import tuning_record_json
     from foundation.meta_schedule.database.registry_database import (
         canonical_json,
         canonical_target_json,

@@ -24,13 +24,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from foundation.errors import RegistryError
-from foundation.registry.cost_models import (
-    StoredCostModel,
-    cost_model_blob,
-    find_cost_model,
-    records_after,
-    save_cost_model,
-)
+from foundation.registry.cost_models import StoredCostModel
 
 if TYPE_CHECKING:  # pragma: no cover
     import tvm
@@ -114,11 +108,11 @@ def model_from_bytes(blob: bytes, num_tuning_cores: int | None = None):
 def load_cost_model(store: "RegistryStore", fingerprint_id: str, tvm_version: str,
                     num_tuning_cores: int | None = None) -> tuple[Any, StoredCostModel] | None:
     """The fingerprint's stored model, or None (none stored, or a blob that fails its checks)."""
-    stored = find_cost_model(store, fingerprint_id, tvm_version, KIND)
+    stored = store.cost_models.find(fingerprint_id, tvm_version, KIND)
     if stored is None:
         return None
     try:
-        return model_from_bytes(cost_model_blob(store, stored), num_tuning_cores), stored
+        return model_from_bytes(store.cost_models.blob(stored), num_tuning_cores), stored
     except (RegistryError, ValueError, KeyError, OSError) as err:
         _LOG.warning("not using the stored cost model of %s: %s", fingerprint_id, err)
         return None
@@ -187,7 +181,7 @@ def refresh_cost_model(store: "RegistryStore", fingerprint_id: str, target: "tvm
 
     loaded = load_cost_model(store, fingerprint_id, tvm_version)
     model, stored = loaded if loaded is not None else (new_model(), None)
-    records = records_after(store, fingerprint_id, tvm_version, stored.last_record_id if stored else 0,
+    records = store.cost_models.records_after(fingerprint_id, tvm_version, stored.last_record_id if stored else 0,
                             MAX_RECORDS_PER_REFRESH)
     if not records or (model.data_size + len(records) < MIN_SAMPLES):
         return stored
@@ -197,6 +191,6 @@ def refresh_cost_model(store: "RegistryStore", fingerprint_id: str, target: "tvm
     if model.booster is None:
         return stored
     _LOG.info("cost model of %s learned %d records (%d samples)", fingerprint_id, learned, model.data_size)
-    return save_cost_model(store, fingerprint_id, tvm_version, KIND, model_bytes(model),
+    return store.cost_models.save(fingerprint_id, tvm_version, KIND, model_bytes(model),
                            last_record_id=max(r.id for r in records), samples=model.data_size,
                            workloads=len(model.data))

@@ -7,8 +7,6 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from foundation.registry.cost_models import find_cost_model
-
 from . import WarmStart, find_seed_traces, seeds_per_task
 from .cost_models import KIND, MIN_SAMPLES, load_cost_model, refresh_cost_model
 
@@ -38,7 +36,7 @@ def learn_from_job(store: "RegistryStore", fingerprint_id: str, target: "tvm.tar
     """Teach the fingerprint's cost model what the job measured. A failure here costs the next
     job its head start, not this job its result: it is logged, not raised."""
     tell("learning", "training this fingerprint's cost model on the new records")
-    before = find_cost_model(store, fingerprint_id, tvm_version, KIND)
+    before = store.cost_models.find(fingerprint_id, tvm_version, KIND)
     try:
         stored = refresh_cost_model(store, fingerprint_id, target, tvm_version)
     except Exception:

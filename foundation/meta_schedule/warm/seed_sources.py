@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from foundation.domain.fingerprint_nearness import nearest_first
 from foundation.meta_schedule.untuned_form import is_untuned_trace_json
-from foundation.registry.donor_records import DonorRecord, best_records_per_workload, donor_records_by_id
+from foundation.registry.donor_records import DonorRecord
 from foundation.registry.store import target_kind_of
 
 from .structure import shape_distance, structure_key
@@ -82,7 +82,7 @@ def find_seed_traces(store: "RegistryStore", fingerprint_id: str, target_json: s
     # transplant (every task measures its own, foundation.meta_schedule.untuned_form), and is left out.
     offered: dict[tuple, int] = {}
     donors = []
-    for r in best_records_per_workload(store, tvm_version, RECORDS_PER_DONOR + 1, allowed):
+    for r in store.donors.best_per_workload(tvm_version, RECORDS_PER_DONOR + 1, allowed):
         scope = (r.workload_id, r.fingerprint_id, r.target)
         if (target_kind_of(r.target) == kind and r.fingerprint_id in rank and not is_untuned_trace_json(r.trace)
                 and offered.get(scope, 0) < RECORDS_PER_DONOR):
@@ -119,7 +119,7 @@ def seed_traces_by_id(store: "RegistryStore", fingerprint_id: str,
     """The seeds ``find_seed_traces`` chose, read back by their record ids (one list per task, in
     order): how a coordinator keeps a planned job's seeds without keeping their traces twice.
     A record no longer in the registry is left out."""
-    records = donor_records_by_id(store, [i for ids in record_ids for i in ids])
+    records = store.donors.by_id([i for ids in record_ids for i in ids])
     stored = store.get_workloads({r.workload_id for r in records.values()})
     return [[SeedTrace(stored[records[i].workload_id][1], records[i].trace, records[i].fingerprint_id,
                        records[i].fingerprint_id == fingerprint_id, records[i].mean_sec, i)

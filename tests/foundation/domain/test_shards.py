@@ -5,29 +5,22 @@ import random
 
 import pytest
 
+from foundation.domain.job_rollup import JobOutcome, rollup
 from foundation.domain.jobs import IllegalTransition
-from foundation.domain.shards import (
-    IllegalShardTransition,
-    JobOutcome,
-    ShardState,
-    StaleAttempt,
-    TaskCost,
+from foundation.domain.leases import StaleAttempt, judges_silence
+from foundation.domain.shard_leases import (
     accept_report,
-    allowed_sources,
     cancel_unfinished,
-    check_transition,
     complete,
-    estimated_cost,
     expire,
     fail_attempt,
-    judges_silence,
     lease,
     next_pending,
     reconcile_heartbeat,
-    rollup,
-    split_tasks,
     stale_reason,
 )
+from foundation.domain.shard_split import TaskCost, estimated_cost, split_tasks
+from foundation.domain.shards import IllegalShardTransition, ShardState, allowed_sources, check_transition
 
 TTL = 30.0
 

@@ -5,7 +5,7 @@ import itertools
 import pytest
 
 from foundation.domain.jobs import IllegalTransition
-from foundation.domain.shards import StaleAttempt
+from foundation.domain.leases import StaleAttempt
 from foundation.domain.validations import (
     IllegalValidationTransition,
     Validation,

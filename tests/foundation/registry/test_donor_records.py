@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from foundation.registry.donor_records import best_records_per_workload
 from foundation.registry.entities import NewRecord
 
 
@@ -24,8 +23,8 @@ def test_the_fastest_valid_records_of_each_workload_per_fingerprint_of_one_tvm(s
         _record(w2, "cpu-a", "t4", [4.0]),
         _record(w2, "cpu-a", "old", [0.5], tvm_version="0.26"),  # another TVM's traces need not replay
     ])
-    best = best_records_per_workload(store, "0.27", per_workload=2)
+    best = store.donors.best_per_workload("0.27", per_workload=2)
     assert [(r.workload_id, r.fingerprint_id, r.trace, r.mean_sec) for r in best] == [
         (w1, "cpu-a", "t2", 1.0), (w1, "cpu-a", "t3", 2.0), (w1, "cpu-b", "t1", 5.0), (w2, "cpu-a", "t4", 4.0)]
-    only_b = best_records_per_workload(store, "0.27", per_workload=1, fingerprint_ids=["cpu-b"])
+    only_b = store.donors.best_per_workload("0.27", per_workload=1, fingerprint_ids=["cpu-b"])
     assert [(r.workload_id, r.trace) for r in only_b] == [(w1, "t1")]

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 from foundation.registry import NewRecord
-from foundation.registry.cost_models import save_cost_model
-from foundation.registry.holdings import fingerprint_holdings
 
 TARGET = '{"kind":"llvm"}'
 
@@ -40,10 +38,10 @@ def test_each_fingerprint_counts_its_own_records_workloads_models_and_artifacts(
     broken = store.add_artifact(model_id=m2, fingerprint_id="cpu-aaaa", **kept)
     store.invalidate_artifact(broken.id, "sha256 mismatch")
 
-    save_cost_model(store, "cpu-aaaa", "0.27.0", "xgb", b"model", last_record_id=1, samples=3, workloads=2)
-    save_cost_model(store, "cpu-aaaa", "0.27.0", "xgb", b"retrained", last_record_id=2, samples=3, workloads=2)
+    store.cost_models.save("cpu-aaaa", "0.27.0", "xgb", b"model", last_record_id=1, samples=3, workloads=2)
+    store.cost_models.save("cpu-aaaa", "0.27.0", "xgb", b"retrained", last_record_id=2, samples=3, workloads=2)
 
-    held = {h.id: h for h in fingerprint_holdings(store)}
+    held = {h.id: h for h in store.holdings.per_fingerprint()}
     assert list(held) == ["cpu-aaaa", "cpu-bbbb", "cuda-cccc"]
     a, b, c = held.values()
     assert (a.records, a.valid_records, a.workloads, a.models, a.artifacts) == (3, 2, 2, 2, 1)

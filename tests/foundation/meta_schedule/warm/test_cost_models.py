@@ -15,7 +15,6 @@ import numpy as np
 import pytest
 
 from foundation.registry import RegistryStore
-from foundation.registry.cost_models import cost_model_blob, find_cost_model
 
 from support.quiet_box import quiet_box
 from support.tvm_records import matmul_module
@@ -146,7 +145,7 @@ def test_the_stored_model_round_trips_without_pickle_and_predicts_the_same(measu
     target_version = tvm.__version__
     stored = refresh_cost_model(store, FINGERPRINT, target, target_version)
     assert stored is not None and stored.samples >= 50 and stored.workloads == 1, stored
-    blob = cost_model_blob(store, stored)
+    blob = store.cost_models.blob(stored)
     np.load(io.BytesIO(blob), allow_pickle=False)  # plain arrays: nothing in it runs code when read
     model, again = load_cost_model(store, FINGERPRINT, target_version)
     assert again == stored and model.data_size == stored.samples and model.booster is not None
@@ -246,7 +245,7 @@ def test_a_tune_starts_from_the_stored_model_and_keeps_teaching_it(measured, tar
     assert model.data_size == before.samples + 7
     after = refresh_cost_model(store, FINGERPRINT, target, tvm.__version__)
     assert after.samples == before.samples + 8 and after.workloads == 2
-    assert find_cost_model(store, FINGERPRINT, tvm.__version__).last_record_id > before.last_record_id
+    assert store.cost_models.find(FINGERPRINT, tvm.__version__).last_record_id > before.last_record_id
 
 
 def test_a_coordinator_teaches_the_fingerprints_model_what_its_agents_reported(measured, target, tmp_path):
@@ -273,7 +272,7 @@ def test_a_coordinator_teaches_the_fingerprints_model_what_its_agents_reported(m
             steps.learn(FINGERPRINT, canonical_target_json(target))
         finally:
             steps.close()
-        learned = find_cost_model(fresh, FINGERPRINT, tvm.__version__)
+        learned = fresh.cost_models.find(FINGERPRINT, tvm.__version__)
         assert learned is not None and MIN_SAMPLES <= learned.samples <= records, (learned, records)
     finally:
         fresh.dispose()

@@ -1,15 +1,16 @@
-"""The coordinator's calls in plain values: what clients and agents send and get back, and its errors."""
+"""The coordinator's calls in plain values: what clients and agents send and get back.
+
+A bottom module: it imports nothing of the coordinator, so every part of it may use these.
+The calls' errors are in coordinator.errors, the names it gives in coordinator.ids.
+"""
 
 from __future__ import annotations
 
-import datetime as dt
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from coordinator.fleet import ReportSize
 from foundation.domain.shards import ShardState
-from foundation.errors import FarmError
 from foundation.registry.entities import (
     Agent,
     Artifact,
@@ -23,25 +24,6 @@ from foundation.registry.entities import (
 if TYPE_CHECKING:  # pragma: no cover
     from foundation.meta_schedule.warm import SeedTrace
     from foundation.registry.cost_models import StoredCostModel
-
-DEFAULT_VALIDATION_RUNS = 20
-
-
-class InvalidRequest(FarmError):
-    """The caller asked for something that cannot be done as asked (bad model, target, ...)."""
-
-
-class Unavailable(FarmError):
-    """The coordinator is shutting down and takes no new work."""
-
-
-class AgentRefused(FarmError):
-    """An agent that cannot take part (e.g. another TVM version than the coordinator's)."""
-
-
-class DamagedCostModel(FarmError):
-    """A stored cost model whose bytes no longer match their sha256."""
-
 
 @dataclass(frozen=True)
 class OnnxUpload:
@@ -151,6 +133,12 @@ class OfferedTask:
 
 
 @dataclass(frozen=True)
+class ReportSize:
+    records: int  # records per ReportRecords
+    within_s: float  # the longest an agent keeps a measured record before reporting it
+
+
+@dataclass(frozen=True)
 class ShardOffer:
     lease: ShardLease
     tasks: list[OfferedTask]
@@ -191,22 +179,3 @@ class ValidationReport:
     latency: Any = None  # foundation.runtime.library_runner.Latency
     untuned_latency: Any = None
     error: str = ""
-
-
-def validation_id(job_id: str) -> str:
-    """A job's validation lease is named apart from its shards (`<job>.s<i>`)."""
-    return f"{job_id}.validation"
-
-
-def job_of_validation(validation: str) -> str | None:
-    suffix = ".validation"
-    return validation[: -len(suffix)] if validation.endswith(suffix) else None
-
-
-def rpc_key(fingerprint_id: str) -> str:
-    """The tracker key of a fingerprint's RPC servers: any of them can measure for it."""
-    return f"farm-{fingerprint_id}"
-
-
-def utc_now() -> dt.datetime:
-    return dt.datetime.now(dt.timezone.utc)

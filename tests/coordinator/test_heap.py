@@ -1,4 +1,4 @@
-"""The serving loop collects garbage a little at a time (coordinator.fleet.heap.PacedCollector)."""
+"""The serving loop collects garbage a little at a time (coordinator.heap.PacedCollector)."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ def test_paced_passes_collect_cycles_and_reach_every_generation():
             generations.append(info["generation"])
 
     async def main(freed: list):
-        from coordinator.fleet.heap import PacedCollector
+        from coordinator.heap import PacedCollector
 
         collector = PacedCollector(asyncio.get_running_loop(), pace_s=0.001, middle_every=3, full_every=9)
         collector.start()
