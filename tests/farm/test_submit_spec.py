@@ -7,7 +7,8 @@ from dataclasses import replace
 import pytest
 
 from coordinator.calls.client import _job_spec
-from coordinator.calls.values import InvalidRequest, SubmitSpec
+from coordinator.errors import InvalidRequest
+from coordinator.values import SubmitSpec
 from farm.embedded import SubmitRequest
 from foundation.domain.job_spec import DEFAULT_VALIDATION_RUNS, DISTRIBUTED, EMBEDDED
 from foundation.domain.reuse import ReuseMode, default_mode
