@@ -55,15 +55,31 @@ def test_kernels_of_a_tuned_model_against_numpy_sgemm(tuned_mlp_home, tmp_path):
     assert "x numpy sgemm" in done.stdout
 
 
+def _built_untuned(home: Path) -> set[str]:
+    """The tasks the fixture's job built untuned (foundation.job_driver.built_untuned)."""
+    from foundation.domain.job_spec import job_notes
+    from foundation.registry import RegistryStore
+
+    store = RegistryStore(f"sqlite:///{home / 'registry.db'}", create=False)
+    try:
+        [job] = store.list_jobs()
+        return set(job_notes(job).built_untuned["tasks"])
+    finally:
+        store.dispose()
+
+
 @pytest.mark.slow
 def test_profile_sets_tvm_kernels_beside_onnxruntime_nodes(tuned_mlp_home, tmp_path):
     _, report = bench_report("profile.py", "--runs", "3", home=tuned_mlp_home, out=tmp_path / "profile.json")
     tvm_ops = {row["op"]: row for row in report["tvm_ops"]}
     # Each of the model's two kernels once per inference, and the VM's own calls counted apart.
-    # The default form on a CPU prepacks weights: TVM names its kernels after the layout rewrite.
+    # The default form on a CPU prepacks weights: TVM names a kernel after the layout rewrite,
+    # unless the task was built untuned (its untuned form timed fastest: at 4 trials a task on a
+    # busy box, often), which keeps the task's own name.
     assert report["weights_layout"] == "prepacked-nchwc"
-    assert tvm_ops["fused_matmul_add_relu1_prepacked"]["calls"] == 1
-    assert tvm_ops["fused_matmul1_add11_prepacked"]["calls"] == 1
+    untuned = _built_untuned(tuned_mlp_home)
+    for task in ("fused_matmul_add_relu1", "fused_matmul1_add11"):
+        assert tvm_ops[task if task in untuned else f"{task}_prepacked"]["calls"] == 1, (task, untuned, tvm_ops)
     assert any(row["kind"] == "VM builtins" for row in report["tvm_ops"])
     ort_kinds = {row["kind"] for row in report["onnxruntime_ops"]}
     assert ort_kinds == {"matmul"}  # onnxruntime fuses each matmul + bias (+ relu) into a Gemm
@@ -108,7 +124,16 @@ def test_a_prepacked_kernel_is_timed_without_rearranging_its_weights(tuned_mlp_h
         database = tvm_database_for(ctx.store, ctx.fingerprint.id, ctx.target_json, ctx.tvm_version, ctx.software)
         (task, *_) = [t for t in extract_tuning_tasks(load_model("mlp-tiny", 1), target, prepack=True)
                       if "matmul" in t.name]
-        scheduled = database.query_schedule(task.mod, target, "main").mod
+        # The best record with a schedule (the untuned form, measured first, may be the fastest).
+        from tvm.s_tir import Schedule
+
+        from foundation.meta_schedule.untuned_form import is_untuned_trace
+
+        [record, *_] = [r for r in database.get_top_k(database.commit_workload(task.mod), 64)
+                        if not is_untuned_trace(r.trace)]
+        schedule = Schedule(task.mod)
+        record.trace.apply_to_schedule(schedule, remove_postproc=False)
+        scheduled = schedule.mod
     finally:
         ctx.store.dispose()
     def argument_shapes(mod):

@@ -229,7 +229,10 @@ def test_waiting_job_binds_then_stale_attempts_and_cancel_are_refused(start, fin
     assert not agent.complete_out_of_turn(shard).accepted
     agent.stop_tuning(shard)
     agent.keep_beating()
-    retry = agent.lease()
+    # Asked until granted, as a real agent polls: the coordinator answers an idle agent from what
+    # it knows of its fingerprint's work, which learns of the re-queued shard at its next look
+    # (a busy CI box once asked before it had: None).
+    retry = _wait_for(agent.lease, "the re-queued shard to be leased again")
     assert retry.shard_id == shard.shard_id and retry.attempt == 2
     assert agent.report(retry).accepted
     # Reports alone keep it alive past the TTL: an accepted report is a sign of life (busy

@@ -40,9 +40,9 @@ def _untuned_records(tasks, target):
 
 
 def test_the_untuned_form_is_a_valid_record_the_registry_and_metaschedule_keep(mlp):
-    from foundation.meta_schedule.database.record_json import tuning_record_json
+    from foundation.meta_schedule.database.record_to_json import tuning_record_json
     from foundation.meta_schedule.untuned_form import is_untuned_trace, is_untuned_trace_json
-    from foundation.registry.record_json import trace_json_is_valid
+    from foundation.registry.reported_records import trace_json_is_valid
 
     _, tasks, target = mlp
     database = _untuned_records(tasks, target)
