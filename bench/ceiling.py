@@ -38,10 +38,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
+from kernels import KERNEL_WORDS, TARGET, numpy_sgemm_gflops, time_kernel  # noqa: E402
 from timing import cpu_model, load_average  # noqa: E402
 
-TARGET = "llvm"
-KERNEL_WORDS = ("conv2d", "matmul", "dense")
 MATCH_TOLERANCE = 0.05
 ORT_KERNELS = {"Conv": "conv", "FusedConv": "conv", "NchwcConv": "conv",
                "MatMul": "matmul", "FusedMatMul": "matmul", "Gemm": "matmul"}
@@ -194,8 +193,6 @@ def main(argv: list[str] | None = None) -> int:
 
     pin_tvm_threads()
     install_lean_tensor_intrinsics(TARGET)
-    from kernels import numpy_sgemm_gflops, time_kernel
-
     from foundation.compile import extract_tuning_tasks
     from foundation.domain.weights_layout import weights_layout_for
     from foundation.meta_schedule.database.registry_database import tvm_database_for

@@ -20,8 +20,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import shutil
 import threading
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
@@ -32,8 +30,6 @@ if TYPE_CHECKING:  # pragma: no cover
 _LOG = logging.getLogger(__name__)
 _ROOT_BLOCK = "root"
 _LOOKUP = "GetSBlock"
-# MetaSchedule's stand-in for "no time measured" (what its AddToDatabase stores for a failure).
-_FAILED_SEC = 1e10
 # A task whose untuned form is among its best this many records is not measured again; one whose
 # untuned form lost to this many schedules is, at most one trial in that many, by a job that tunes it.
 LOOKBACK = 64
@@ -84,10 +80,7 @@ def measure_untuned_forms(contexts: Sequence[Any], planned: Sequence[int], targe
     another, with the tuning's builder and runner, and commit each result (failures too); returns the
     trials measured per task (0 or 1), which come out of the tasks' plans. ``picked(i)`` is called
     before task i's is measured, ``picked(None)`` at the end (live progress attributes results by it)."""
-    from tvm.s_tir.meta_schedule.arg_info import ArgInfo
-    from tvm.s_tir.meta_schedule.builder import BuilderInput
-    from tvm.s_tir.meta_schedule.database import TuningRecord
-    from tvm.s_tir.meta_schedule.runner import RunnerInput, RunnerResult
+    from foundation.meta_schedule.measured_batch import measure_and_commit
 
     measured = [0] * len(contexts)
     if not measures_untuned_form(target):
@@ -99,21 +92,9 @@ def measure_untuned_forms(contexts: Sequence[Any], planned: Sequence[int], targe
             continue
         if picked is not None:
             picked(index)
-        schedule = untuned_schedule(context.mod)
-        args = ArgInfo.from_entry_func(schedule.mod, remove_preproc=True)
-        (built,) = builder.build([BuilderInput(schedule.mod, target)])
-        result = RunnerResult(run_secs=None, error_msg=built.error_msg)
-        if built.error_msg is None:
-            (future,) = runner.run([RunnerInput(built.artifact_path, "cpu", args)])
-            result = future.result()
+        _, [result], _ = measure_and_commit([untuned_schedule(context.mod)], context.mod, target, builder, runner,
+                                            database)
         failed = result.error_msg is not None or not result.run_secs
-        run_secs = [_FAILED_SEC] if failed else [float(s) for s in result.run_secs]
-        database.commit_tuning_record(TuningRecord(schedule.trace, database.commit_workload(context.mod), run_secs,
-                                                   target, args))
-        if hasattr(database, "end_of_batch"):
-            database.end_of_batch()
-        if built.artifact_path:
-            shutil.rmtree(os.path.dirname(built.artifact_path), ignore_errors=True)
         measured[index] = 1
         if failed:
             _LOG.warning("task %d's untuned form failed to measure: %s", index, result.error_msg)

@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import shutil
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
+
+from foundation.meta_schedule.measured_batch import measure_and_commit
 
 from .seed_metrics import SEEDS_MEASURED
 from .seed_sources import SeedTrace
@@ -29,8 +29,6 @@ if TYPE_CHECKING:  # pragma: no cover
     import tvm
 
 _LOG = logging.getLogger(__name__)
-# MetaSchedule's stand-in for "no time measured" (what its AddToDatabase stores for a failure).
-_FAILED_SEC = 1e10
 
 
 @dataclass
@@ -139,30 +137,13 @@ class _SeedBatch:
         self.measured: dict[int, tuple[list, list]] = {}  # task index -> (candidates, results)
 
     def measure(self, index: int, context: Any, seeds: Sequence[tuple[Any, SeedTrace]]) -> None:
-        from tvm.s_tir.meta_schedule.arg_info import ArgInfo
-        from tvm.s_tir.meta_schedule.builder import BuilderInput
-        from tvm.s_tir.meta_schedule.database import TuningRecord
-        from tvm.s_tir.meta_schedule.runner import RunnerInput, RunnerResult
-        from tvm.s_tir.meta_schedule.search_strategy import MeasureCandidate
-
-        target, database, report = self.target, self.database, self.report
+        report = self.report
         if self.picked is not None:
             self.picked(index)
-        candidates = [MeasureCandidate(s, ArgInfo.from_entry_func(s.mod, remove_preproc=True)) for s, _ in seeds]
-        built = self.builder.build([BuilderInput(c.sch.mod, target) for c in candidates])
-        ran = [i for i, b in enumerate(built) if b.error_msg is None]
-        device = _device_type(target)
-        futures = self.runner.run([RunnerInput(built[i].artifact_path, device, candidates[i].args_info)
-                                   for i in ran])
-        results = [RunnerResult(run_secs=None, error_msg=b.error_msg) for b in built]
-        for i, future in zip(ran, futures):
-            results[i] = future.result()
-        workload = database.commit_workload(context.mod)
-        for candidate, result, (_, donor) in zip(candidates, results, seeds):
+        candidates, results, committed = measure_and_commit(
+            [schedule for schedule, _ in seeds], context.mod, self.target, self.builder, self.runner, self.database)
+        for result, run_secs, (_, donor) in zip(results, committed, seeds):
             failed = result.error_msg is not None or not result.run_secs
-            run_secs = [_FAILED_SEC] if failed else [float(s) for s in result.run_secs]
-            database.commit_tuning_record(TuningRecord(candidate.sch.trace, workload, run_secs, target,
-                                                       candidate.args_info))
             report.failed += failed
             SEEDS_MEASURED.labels(donor.source).inc()
             if donor.own:
@@ -174,18 +155,6 @@ class _SeedBatch:
                 best = report.best_sec[index]
                 report.best_sec[index] = mean if best is None else min(best, mean)
         report.per_task[index] += len(seeds)
-        if hasattr(database, "end_of_batch"):
-            database.end_of_batch()
         kept = self.measured.setdefault(index, ([], []))
         kept[0].extend(candidates)
         kept[1].extend(results)
-        for b in built:
-            if b.artifact_path:
-                shutil.rmtree(os.path.dirname(b.artifact_path), ignore_errors=True)
-
-
-def _device_type(target: "tvm.target.Target") -> str:
-    """The runner's name for the target's device ("cpu" for llvm, "cuda")."""
-    import tvm
-
-    return str(tvm.runtime.Device(target.get_target_device_type(), 0)).split(":")[0]
