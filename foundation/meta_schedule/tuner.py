@@ -31,7 +31,7 @@ from foundation.meta_schedule.progress import (
     TaskProgress,
 )
 from foundation.meta_schedule.task_scheduler import LatencyHistory, joined_gradient
-from foundation.meta_schedule.untuned_form import measure_untuned_forms
+from foundation.meta_schedule.untuned_form import measure_untuned_forms, measures_untuned_form
 from foundation.processes.native_stderr import native_stderr_to
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -193,19 +193,27 @@ def tune(
     seeds = None
     try:
         with native_stderr_to(work_dir / "logs" / NATIVE_LOG):
-            for i, measured in enumerate(measure_untuned_forms(contexts, search_plan, target, builder, runner,
-                                                               database, cancelled, live.picked)):
-                search_plan[i] -= measured  # each task's untuned form, first: one trial of its plan
+            # A warm job's best seed of each task goes first, then each task's untuned form, then the
+            # other seeds: the model's estimate exists once every task has a measured schedule, and
+            # the seeds are the ones likely to be fast (docs/benchmarks.md, "Warm starts").
+            seed_round = None
             if warm is not None and any(warm.seeds):
-                from foundation.meta_schedule.warm import measure_seeds
+                from foundation.meta_schedule.warm import SeedRound
 
-                seeds = measure_seeds(contexts, warm.seeds,
-                                      [min(warm.seeds_per_task(planned), left) if left > 0 else 0
-                                       for planned, left in zip(plan.trials, search_plan)],
-                                      target, builder, runner, database, cost_model if cost_model != "xgb" else None,
-                                      _space_generator(target), cancelled, live.picked)
-                for i, measured in enumerate(seeds.per_task):  # the seeds came out of their tasks' plans
-                    search_plan[i] = max(0, search_plan[i] - measured)
+                untuned_trial = 1 if measures_untuned_form(target) else 0
+                seed_round = SeedRound(contexts, warm.seeds,
+                                       [min(warm.seeds_per_task(planned), planned - untuned_trial)
+                                        for planned in plan.trials],
+                                       target, builder, runner, database, _space_generator(target), cancelled,
+                                       live.picked)
+                seed_round.measure_best()
+            untuned = measure_untuned_forms(contexts, search_plan, target, builder, runner, database, cancelled,
+                                            live.picked)
+            if seed_round is not None:
+                seed_round.measure_rest()
+                seeds = seed_round.finish(cost_model if cost_model != "xgb" else None)
+            for i, measured in enumerate(untuned):  # the untuned form and the seeds come out of the plan
+                search_plan[i] = max(0, search_plan[i] - measured - (seeds.per_task[i] if seeds else 0))
             if sum(search_plan) <= 0 or (cancelled is not None and cancelled.is_set()):
                 return _report(progress, begin, cancelled, pools, seeds, warm)
             ms.tune_tasks(

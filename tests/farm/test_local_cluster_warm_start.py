@@ -135,13 +135,14 @@ def test_a_distributed_job_measures_its_seeds_first_and_starts_from_the_stored_c
     finally:
         store.dispose()
     assert mine and all(r.run_secs for r in mine), mine
-    # The agent measured each task's best seed before any task's second, as the embedded mode does
-    # (after the tasks' untuned forms, one a task: foundation.meta_schedule.untuned_form).
+    # The agent measured each task's best seed before any task's second and before any task's
+    # untuned form (foundation.meta_schedule.untuned_form), as the embedded mode does.
     from foundation.meta_schedule.untuned_form import is_untuned_trace_json
 
     tasks = len(set(measured))
-    searched = [r.workload_id for r in sorted(mine, key=lambda r: r.id) if not is_untuned_trace_json(r.trace)]
-    assert warm["seeds_own_fingerprint"] > tasks and len(set(searched[:tasks])) == tasks, (warm, searched)
+    first = [(r.workload_id, is_untuned_trace_json(r.trace)) for r in sorted(mine, key=lambda r: r.id)][:tasks]
+    assert warm["seeds_own_fingerprint"] > tasks, warm
+    assert not any(untuned for _, untuned in first) and len({w for w, _ in first}) == tasks, first
     assert not {r.workload_id for r in mine} & donor_workloads
     assert sum(r.mean_sec is not None for r in mine) >= warm["seeds_own_fingerprint"]
 

@@ -51,15 +51,15 @@ def seeded_batch_1(tuned_mlp, tmp_path_factory):
     return url, fingerprint, submit(_request(url, 1))
 
 
-def _first_measured_tasks(url: str, job_id: str, count: int) -> list[int]:
-    """The workloads of the job's first ``count`` measurements after the tasks' untuned forms (measured
-    before the seeds, one a task: foundation.meta_schedule.untuned_form), in the order they were stored."""
+def _first_measured(url: str, job_id: str, count: int) -> list[tuple[int, bool]]:
+    """The job's first ``count`` measurements in the order they were stored: (workload, whether it is
+    a task's untuned form, foundation.meta_schedule.untuned_form)."""
     from foundation.meta_schedule.untuned_form import is_untuned_trace_json
 
     store = RegistryStore(url, create=False)
     try:
         mine = [r for r in store.all_records() if r.job_id == job_id]  # in the order stored
-        return [r.workload_id for r in mine if not is_untuned_trace_json(r.trace)][:count]
+        return [(r.workload_id, is_untuned_trace_json(r.trace)) for r in mine][:count]
     finally:
         store.dispose()
 
@@ -91,8 +91,10 @@ def test_each_task_best_seed_is_measured_before_any_task_second(seeded_batch_1):
     seeded = [n for n in result.report.seeds.per_task if n]
     # Several tasks seeded, one at least with more than one seed: the order below can fail.
     assert len(seeded) >= 2 and seeded[0] >= 2, result.report.seeds
-    first = _first_measured_tasks(url, result.job.id, len(seeded))
-    assert len(set(first)) == len(seeded), first
+    # The first measurements are the seeded tasks' best seeds, one a task, before any untuned form.
+    first = _first_measured(url, result.job.id, len(seeded))
+    assert not any(untuned for _, untuned in first), first
+    assert len({workload for workload, _ in first}) == len(seeded), first
     # The model's estimate exists once those are measured: every seeded task has a valid record.
     assert sum(1 for t in result.report.tasks if t.best_sec is not None) >= len(seeded)
 
@@ -109,8 +111,9 @@ def test_a_similar_model_submitted_with_defaults_is_seeded_first_across_tasks(tm
     warm = result.to_json()["warm_start"]
     assert warm["seeds_own_fingerprint"] >= 2 and warm["seeds_failed"] == 0, warm
     seeded = [n for n in result.report.seeds.per_task if n]
-    first = _first_measured_tasks(url, result.job.id, len(seeded))
-    assert len(seeded) >= 2 and len(set(first)) == len(seeded), (result.report.seeds, first)
+    first = _first_measured(url, result.job.id, len(seeded))
+    assert len(seeded) >= 2 and not any(untuned for _, untuned in first), (result.report.seeds, first)
+    assert len({workload for workload, _ in first}) == len(seeded), (result.report.seeds, first)
 
 
 def test_an_incompatible_seed_is_rejected_and_the_task_still_tunes(donors, tmp_path):

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .seed_round import SeedRoundReport, measure_seeds
+from .seed_round import SeedRound, SeedRoundReport
 from .seed_sources import SeedTrace, find_seed_traces
 
 # Seeds measured per task: half its share of the budget, at most this many. Seeds are the
@@ -39,4 +39,4 @@ class WarmStart:
         return min(self.max_seeds_per_task, seeds_per_task(planned_per_task))
 
 
-__all__ = ["SeedRoundReport", "SeedTrace", "WarmStart", "find_seed_traces", "measure_seeds", "seeds_per_task"]
+__all__ = ["SeedRound", "SeedRoundReport", "SeedTrace", "WarmStart", "find_seed_traces", "seeds_per_task"]

@@ -82,48 +82,66 @@ def transplanted_seeds(transplanter: Transplanter, mod: "tvm.IRModule", donors: 
     return out
 
 
-def measure_seeds(contexts: Sequence[Any], donors: Sequence[Sequence[SeedTrace]], per_task: int | Sequence[int],
-                  target: "tvm.target.Target", builder, runner, database, cost_model=None,
-                  space_generator: Any = "post-order-apply",
-                  cancelled: threading.Event | None = None,
-                  picked: Callable[[int | None], None] | None = None) -> SeedRoundReport:
+class SeedRound:
     """Transplant up to ``per_task`` seeds for each task (or ``per_task[i]``: within each task's
-    trial plan; ``contexts[i]`` its TuneContext,
-    ``donors[i]`` its donor traces), measure them with the tuning's own builder and runner,
-    and commit every result to ``database`` (failures too: history is training data).
+    trial plan; ``contexts[i]`` its TuneContext, ``donors[i]`` its donor traces), measure them with
+    the tuning's own builder and runner, and commit every result to ``database`` (failures too:
+    history is training data).
 
-    Each task's best seed is measured first, one task after another, and only then the rest of
-    every task's seeds: after the first pass every seeded task has a measured schedule, so the
-    model's latency estimate (each task's best time by its weight) exists after as many trials
-    as there are seeded tasks, not after all their seeds (docs/benchmarks.md, "Warm starts").
-    ``picked(i)`` is called before a batch of task i's seeds is measured, ``picked(None)`` at
-    the end (the tuner's live progress attributes the builder's and runner's results by it)."""
-    report = SeedRoundReport(per_task=[0] * len(contexts), best_sec=[None] * len(contexts))
-    transplanter = Transplanter(target, space_generator)
-    limits = [per_task] * len(contexts) if isinstance(per_task, int) else list(per_task)
-    batch = _SeedBatch(target, builder, runner, database, report, picked)
-    rest: dict[int, list[tuple[Any, SeedTrace]]] = {}
-    for index, (context, task_donors) in enumerate(zip(contexts, donors)):  # the first pass: best seeds
-        if cancelled is not None and cancelled.is_set():
-            break
-        if not task_donors or limits[index] <= 0:
-            continue
-        seeds = transplanted_seeds(transplanter, context.mod, task_donors, limits[index], report)
-        if seeds:
-            batch.measure(index, context, seeds[:1])
-            rest[index] = seeds[1:]
-    for index, seeds in rest.items():  # the second: the rest of each task's seeds
-        if cancelled is not None and cancelled.is_set():
-            break
-        if seeds:
-            batch.measure(index, contexts[index], seeds)
-    if cost_model is not None:  # once per task, as one batch of its seeds would have taught it
-        for index, (candidates, results) in batch.measured.items():
-            cost_model.update(contexts[index], candidates, results)
-    if picked is not None:
-        picked(None)
-    _LOG.info("seed round: %s", report.to_json())
-    return report
+    `measure_best` measures each task's best seed, one task after another; `measure_rest` the rest
+    of every task's seeds. After the first pass every seeded task has a measured schedule, so the
+    model's latency estimate (each task's best time by its weight) exists after as many trials as
+    there are seeded tasks (docs/benchmarks.md, "Warm starts"); the tuner measures each task's
+    untuned form between the two passes. ``picked(i)`` is called before a batch of task i's seeds
+    is measured, ``picked(None)`` at the end (the tuner's live progress attributes the builder's
+    and runner's results by it)."""
+
+    def __init__(self, contexts: Sequence[Any], donors: Sequence[Sequence[SeedTrace]], per_task: int | Sequence[int],
+                 target: "tvm.target.Target", builder, runner, database,
+                 space_generator: Any = "post-order-apply",
+                 cancelled: threading.Event | None = None,
+                 picked: Callable[[int | None], None] | None = None):
+        self.contexts, self.donors, self.target = contexts, donors, target
+        self.space_generator, self.cancelled, self.picked = space_generator, cancelled, picked
+        self.limits = [per_task] * len(contexts) if isinstance(per_task, int) else list(per_task)
+        self.report = SeedRoundReport(per_task=[0] * len(contexts), best_sec=[None] * len(contexts))
+        self._batch = _SeedBatch(target, builder, runner, database, self.report, picked)
+        self._rest: dict[int, list[tuple[Any, SeedTrace]]] = {}
+
+    def _cancelled(self) -> bool:
+        return self.cancelled is not None and self.cancelled.is_set()
+
+    def measure_best(self) -> None:
+        transplanter = Transplanter(self.target, self.space_generator)
+        for index, (context, task_donors) in enumerate(zip(self.contexts, self.donors)):
+            if self._cancelled():
+                break
+            if not task_donors or self.limits[index] <= 0:
+                continue
+            seeds = transplanted_seeds(transplanter, context.mod, task_donors, self.limits[index], self.report)
+            if seeds:
+                self._batch.measure(index, context, seeds[:1])
+                self._rest[index] = seeds[1:]
+        if self.picked is not None:
+            self.picked(None)
+
+    def measure_rest(self) -> None:
+        for index, seeds in self._rest.items():
+            if self._cancelled():
+                break
+            if seeds:
+                self._batch.measure(index, self.contexts[index], seeds)
+        self._rest.clear()
+        if self.picked is not None:
+            self.picked(None)
+
+    def finish(self, cost_model=None) -> SeedRoundReport:
+        """Teach ``cost_model`` (when given) once per task, as one batch of its seeds would have."""
+        if cost_model is not None:
+            for index, (candidates, results) in self._batch.measured.items():
+                cost_model.update(self.contexts[index], candidates, results)
+        _LOG.info("seed round: %s", self.report.to_json())
+        return self.report
 
 
 class _SeedBatch:
