@@ -32,6 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from resnet18_onnx import INPUT_NAME, torch_resnet18, write_resnet18_onnx
+from timing import cpu_model
 
 MODEL = "resnet-18"
 TARGET = "llvm"
@@ -180,16 +181,6 @@ def summary(values: list[float]) -> dict:
         "iqr_ms": q[2] - q[0],
         "runs": len(values),
     }
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def main() -> None:

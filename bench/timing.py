@@ -11,10 +11,10 @@ from __future__ import annotations
 import os
 import platform
 import statistics
-import subprocess
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
@@ -109,15 +109,19 @@ def interleaved(engines: Sequence[Engine], inputs: Sequence[np.ndarray], runs: i
 
 
 def cpu_model() -> str:
-    """lscpu's model name (the CPU the figures belong to)."""
+    """The CPU the figures belong to: its model name, with its family and model, since a VM's name can
+    be as generic as "AMD EPYC" for several generations."""
+    fields: dict[str, str] = {}
     try:
-        out = subprocess.run(["lscpu"], capture_output=True, text=True, timeout=10).stdout
-        for line in out.splitlines():
-            if line.startswith("Model name:"):
-                return line.split(":", 1)[1].strip()
-    except (OSError, subprocess.SubprocessError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            fields.setdefault(key.strip(), value.strip())
+    except OSError:
         pass
-    return platform.processor() or platform.machine()
+    name = fields.get("model name") or platform.processor() or platform.machine()
+    if "cpu family" in fields and "model" in fields:
+        return f"{name} (family {fields['cpu family']} model {fields['model']})"
+    return name
 
 
 def load_average() -> list[float]:
