@@ -113,18 +113,28 @@ def _donor_of(registry: Path, model: str, batch: int) -> dict:
         store.dispose()
 
 
+def _counted(curve: list[tuple[int, float, int]]) -> list[tuple[int, float]]:
+    """The curve's points where every task the run ever measures has a measured schedule. Tasks the
+    plan gives no trial (the smallest, at small budgets) are never measured; the report counts them at
+    their untuned or estimated time at every point, alike in both runs of a pair."""
+    never = curve[-1][2] if curve else 0
+    return [(trials, value) for trials, value, unmeasured in curve if unmeasured <= never]
+
+
 def _trials_to_reach(curve: list[tuple[int, float, int]], latency: float) -> int | None:
     """The first trial whose estimate, every task measured, is at or below ``latency``."""
-    return next((trials for trials, value, estimated in curve if value <= latency and not estimated), None)
+    return next((trials for trials, value in _counted(curve) if value <= latency), None)
 
 
 def _final(curve: list[tuple[int, float, int]]) -> float | None:
     """The last estimate with every task measured (None: a run that never measured them all)."""
-    return next((value for _, value, estimated in reversed(curve) if not estimated), None)
+    counted = _counted(curve)
+    return counted[-1][1] if counted else None
 
 
 def _every_task_measured_at(curve: list[tuple[int, float, int]]) -> int | None:
-    return next((trials for trials, _, estimated in curve if not estimated), None)
+    counted = _counted(curve)
+    return counted[0][0] if counted else None
 
 
 def _spread(values: list[float]) -> dict:
@@ -133,6 +143,45 @@ def _spread(values: list[float]) -> dict:
         return {"mean": None, "min": None, "max": None, "stdev": None}
     return {"mean": statistics.mean(values), "min": min(values), "max": max(values),
             "stdev": statistics.stdev(values) if len(values) > 1 else 0.0}
+
+
+def _pairs(runs: list[dict], seeds: list[int]) -> list[dict]:
+    """Cold against warm, per seed, from the runs' curves and timings."""
+    pairs = []
+    for seed in seeds:
+        cold = next(r for r in runs if r["seed"] == seed and not r["warm"])
+        warm = next(r for r in runs if r["seed"] == seed and r["warm"])
+        cold_final, warm_final = _final(cold["curve"]), _final(warm["curve"])
+        reach = None if cold_final is None else _trials_to_reach(warm["curve"], cold_final)
+        pairs.append({
+            "seed": seed,
+            "cold_trials": cold["trials"], "warm_trials": warm["trials"],
+            "every_task_measured_after": {"cold": _every_task_measured_at(cold["curve"]),
+                                          "warm": _every_task_measured_at(warm["curve"])},
+            "tasks_never_measured": {"cold": cold["curve"][-1][2] if cold["curve"] else None,
+                                     "warm": warm["curve"][-1][2] if warm["curve"] else None},
+            "warm_trials_to_cold_final": reach,
+            "share_of_cold_trials": None if reach is None else reach / cold["trials"],
+            "estimated_ratio": None if cold_final is None or warm_final is None else warm_final / cold_final,
+            "measured_ratio": warm["latency_ms"] / cold["latency_ms"],
+            "cold_latency_ms": cold["latency_ms"], "warm_latency_ms": warm["latency_ms"],
+            "untuned_latency_ms": cold["untuned_latency_ms"],
+            "seeds": warm["warm_start"],
+        })
+    return pairs
+
+
+def _summarised(document: dict, pairs: list[dict]) -> dict:
+    return {**document, "pairs": pairs,
+            "share_of_cold_trials": _spread([p["share_of_cold_trials"] for p in pairs]),
+            "estimated_ratio": _spread([p["estimated_ratio"] for p in pairs]),
+            "measured_ratio": _spread([p["measured_ratio"] for p in pairs])}
+
+
+def _title(document: dict) -> str:
+    model, donor = document["model"], document["donor"]
+    return (f"{model['model']} b{model['batch']}, {model['trials_per_task']} trials/task; warm from {donor['model']} "
+            f"b{donor['batch']} ({donor['trials']} trials)\n{document['cpu']}, load {document['load_before']}")
 
 
 def _plot(runs: list[dict], path: Path, title: str) -> None:
@@ -144,8 +193,9 @@ def _plot(runs: list[dict], path: Path, title: str) -> None:
     fig, ax = plt.subplots(figsize=(7, 4.2))
     for run in runs:
         style = {"color": "tab:orange" if run["warm"] else "tab:blue", "alpha": 0.85, "linewidth": 1.4}
-        estimated = [p for p in run["curve"] if p[2]]
-        measured = [p for p in run["curve"] if not p[2]]
+        never = run["curve"][-1][2] if run["curve"] else 0
+        estimated = [p for p in run["curve"] if p[2] > never]
+        measured = [p for p in run["curve"] if p[2] <= never]
         if estimated:  # some tasks not measured yet: drawn dotted, up to the first measured point
             joined = estimated + measured[:1]
             ax.step([p[0] for p in joined], [p[1] * 1e3 for p in joined], where="post", linestyle=":", **style)
@@ -177,11 +227,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--donor-registry", type=Path)
     parser.add_argument("--parallel", action="store_true")
+    parser.add_argument("--resummarise", type=Path, metavar="JSON",
+                        help="recompute a saved run's pairs and plot (its curves and timings) with this script's rules")
     parser.add_argument("--one-run", type=Path, help=argparse.SUPPRESS)  # a --parallel child
     parser.add_argument("--warm", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.one_run is not None:
         print(json.dumps(_run(args.one_run, args.model, args.batch, args.trials_per_task, args.seeds[0], args.warm)))
+        return 0
+    if args.resummarise is not None:
+        saved = json.loads(args.resummarise.read_text())
+        document = _summarised(saved, _pairs(saved["runs"], [p["seed"] for p in saved["pairs"]]))
+        document["resummarised"] = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+        _plot(document["runs"], Path(document["plot"]), _title(document))
+        args.resummarise.write_text(json.dumps(document, indent=1) + "\n")
+        print(json.dumps({k: document[k] for k in ("share_of_cold_trials", "estimated_ratio", "measured_ratio")}))
         return 0
     if min(args.donor_batch, args.batch, args.trials_per_task, args.donor_trials_per_task) < 1:
         print("error: batches and trial budgets must be positive (pass numbers >= 1)", file=sys.stderr)
@@ -225,25 +285,6 @@ def main(argv: list[str] | None = None) -> int:
         raise
     shutil.rmtree(work, ignore_errors=True)
 
-    pairs = []
-    for seed in args.seeds:
-        cold = next(r for r in runs if r["seed"] == seed and not r["warm"])
-        warm = next(r for r in runs if r["seed"] == seed and r["warm"])
-        cold_final, warm_final = _final(cold["curve"]), _final(warm["curve"])
-        reach = None if cold_final is None else _trials_to_reach(warm["curve"], cold_final)
-        pairs.append({
-            "seed": seed,
-            "cold_trials": cold["trials"], "warm_trials": warm["trials"],
-            "every_task_measured_after": {"cold": _every_task_measured_at(cold["curve"]),
-                                          "warm": _every_task_measured_at(warm["curve"])},
-            "warm_trials_to_cold_final": reach,
-            "share_of_cold_trials": None if reach is None else reach / cold["trials"],
-            "estimated_ratio": None if cold_final is None or warm_final is None else warm_final / cold_final,
-            "measured_ratio": warm["latency_ms"] / cold["latency_ms"],
-            "cold_latency_ms": cold["latency_ms"], "warm_latency_ms": warm["latency_ms"],
-            "untuned_latency_ms": cold["untuned_latency_ms"],
-            "seeds": warm["warm_start"],
-        })
     document = {
         "command": "bench/warm_start.py " + " ".join(sys.argv[1:] if argv is None else argv),
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
@@ -251,15 +292,10 @@ def main(argv: list[str] | None = None) -> int:
         "seconds": round(time.monotonic() - begin, 1),
         "donor": {"model": args.donor, "batch": args.donor_batch, **donor},
         "model": {"model": args.model, "batch": args.batch, "trials_per_task": args.trials_per_task},
-        "pairs": pairs,
-        "share_of_cold_trials": _spread([p["share_of_cold_trials"] for p in pairs]),
-        "estimated_ratio": _spread([p["estimated_ratio"] for p in pairs]),
-        "measured_ratio": _spread([p["measured_ratio"] for p in pairs]),
         "runs": runs,
     }
-    title = (f"{args.model} b{args.batch}, {args.trials_per_task} trials/task; warm from {args.donor} "
-             f"b{args.donor_batch} ({donor['trials']} trials)\n{document['cpu']}, load {load_before}")
-    _plot(runs, args.plot, title)
+    document = _summarised(document, _pairs(runs, args.seeds))
+    _plot(runs, args.plot, _title(document))
     document["plot"] = str(args.plot)
     if args.json:
         print(json.dumps(document, indent=1))
@@ -270,7 +306,7 @@ def main(argv: list[str] | None = None) -> int:
     print("| seed | cold trials | every task measured after, cold / warm | warm trials to cold's final | share "
           "| warm/cold est. | warm/cold measured | cold ms | warm ms | untuned ms | seeds (own/other) |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
-    for p in pairs:
+    for p in document["pairs"]:
         share = "never" if p["share_of_cold_trials"] is None else f"{p['share_of_cold_trials']:.0%}"
         seeds = p["seeds"] or {}
         every = p["every_task_measured_after"]

@@ -44,3 +44,24 @@ def test_a_similar_model_is_seeded_and_timed_against_cold_at_the_same_budget(tmp
     assert pair["cold_latency_ms"] > 0 and pair["warm_latency_ms"] > 0 and pair["measured_ratio"] > 0
     assert document["cpu"] and document["command"].startswith("bench/warm_start.py ")
     assert plot.is_file()
+
+    # A saved run re-summarised by the script's rules gives the same pairs it printed.
+    saved = tmp_path / "saved.json"
+    saved.write_text(json.dumps(document))
+    again = warm_start("--resummarise", str(saved), home=tmp_path)
+    assert again.returncode == 0, again.stderr
+    assert json.loads(saved.read_text())["pairs"] == document["pairs"]
+
+
+def test_tasks_a_run_never_measures_do_not_hide_its_estimate():
+    sys.path.insert(0, str(SCRIPT.parent))
+    import warm_start as bench
+
+    # (trials, estimate in s, tasks not yet measured): two tasks are planned no trial and stay unmeasured.
+    cold = [(1, 9.0, 4), (2, 5.0, 3), (3, 4.0, 2), (6, 3.0, 2)]
+    warm = [(1, 6.0, 3), (2, 2.5, 2), (5, 2.0, 2)]
+    assert bench._every_task_measured_at(cold) == 3 and bench._final(cold) == 3.0
+    assert bench._trials_to_reach(warm, bench._final(cold)) == 2
+    # A run that ends with every task measured counts only its complete points.
+    assert bench._every_task_measured_at([(1, 5.0, 1), (2, 4.0, 0)]) == 2
+    assert bench._final([]) is None and bench._every_task_measured_at([]) is None
