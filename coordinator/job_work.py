@@ -137,9 +137,8 @@ def plan_tasks(loaded: "LoadedModel", target_json: str, spec: "JobSpec", form: "
                store: "RegistryStore", fingerprint_id: str, tvm_version: str) -> Plan:
     """The job's plan step (foundation.job_driver.steps.plan, the embedded mode's) for the job's target,
     under the TVM IR lock, and its shards' tasks: a task skipped, or planned no trial, is not planned;
-    each task's trials (its plan's, or its top-up) are its own cap. With the spec's ``warm_start`` each
-    planned task gets the donor records the embedded mode would seed it with (similar workloads of this
-    fingerprint, then of the nearest others), as many as the task planned the most trials may measure."""
+    each task's trials (its plan's, or its top-up) are its own cap. Each planned task gets the donor records
+    the job's seeds step (foundation.job_driver.steps.seeds, the embedded mode's) chose for it."""
     import json
 
     import tvm_ffi
@@ -147,7 +146,6 @@ def plan_tasks(loaded: "LoadedModel", target_json: str, spec: "JobSpec", form: "
     from foundation.hardware.targets import to_tvm_target
     from foundation.hardware.tvm_startup import install_lean_tensor_intrinsics
     from foundation.meta_schedule.database.registry_database import tvm_database_for, workload_json
-    from foundation.meta_schedule.warm import find_seed_traces, seeds_per_task
     from foundation.registry.entities import PlannedTask
 
     target_doc = json.loads(target_json)
@@ -160,9 +158,8 @@ def plan_tasks(loaded: "LoadedModel", target_json: str, spec: "JobSpec", form: "
         reused = planned.reused
         assert reused is not None, "a job tuned in rounds is planned by coordinator.job_rounds"
         tuned = [(task, trials) for task, trials in zip(reused.tasks, reused.trial_caps) if trials > 0]
-        wanted = seeds_per_task(max((trials for _, trials in tuned), default=0)) if spec.warm_start and tuned else 0
-        seeds = find_seed_traces(store, fingerprint_id, target_json, tvm_version, [t for t, _ in tuned], wanted) \
-            if wanted else [[] for _ in tuned]
+        seeds = steps.seeds(store, fingerprint_id, target_json, tvm_version, spec, [t for t, _ in tuned],
+                            [trials for _, trials in tuned])
     shard_tasks = [
         PlannedTask(
             name=task.name,
@@ -175,7 +172,7 @@ def plan_tasks(loaded: "LoadedModel", target_json: str, spec: "JobSpec", form: "
         for task, trials in tuned
     ]
     return Plan(shard_tasks, reused.plan.trials, planned.budget.max_trials_per_task, reused.plan, reused.trial_plan,
-                [[s.record_id for s in task_seeds] for task_seeds in seeds], wanted, planned.choice)
+                [[s.record_id for s in task_seeds] for task_seeds in seeds.traces], seeds.per_task, planned.choice)
 
 
 def build_libraries(store: "RegistryStore", loaded: "LoadedModel", target_json: str, fingerprint_id: str,

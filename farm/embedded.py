@@ -354,11 +354,12 @@ def _run_job(ctx: FarmContext, key: ModelKey, request: SubmitRequest, spec: JobS
             if observer:
                 observer.planned(plan.to_json())
             tell("reuse", reused.plan.describe())
-            warm = None
             if spec.warm_start and reused.tasks:
                 tell("warming", "looking for seeds among similar workloads' records")
-                warm = warm_start_for(store, ctx.fingerprint.id, ctx.target_json, ctx.tvm_version, reused.tasks,
-                                      reused.tuned_plan.trials)
+            seeds = steps.seeds(store, ctx.fingerprint.id, ctx.target_json, ctx.tvm_version, spec, reused.tasks,
+                                reused.tuned_plan.trials)
+            warm = (warm_start_for(store, ctx.fingerprint.id, ctx.tvm_version, seeds.traces, seeds.per_task)
+                    if seeds.per_task else None)
             tell("running", tuning)
             report = tuner.tune(reused.tasks, tvm_target, database, reused.budget, config.job_work_dir(job.id),
                                 pools=pools, listener=tally, cancelled=cancellation.event, seed=spec.seed,

@@ -1,26 +1,27 @@
-"""A job's steps, one set of functions for both modes: plan, (tune), build, validate, commit.
+"""A job's steps, one set of functions for both modes: plan, seeds, (tune), build, validate, commit.
 
-    plan ──► tune ──► build ──► validate ──► commit
-    (plan)   (each    (build)   (validate, or an agent   (commit)
-             mode's)            with validation_settings;
-                                reported_check reads its report)
+    plan ──► seeds ──► tune ──► build ──► validate ──► commit
+    (plan)   (seeds)   (each    (build)   (validate, or an agent   (commit)
+                       mode's)            with validation_settings;
+                                          reported_check reads its report)
 
-farm.embedded runs them in-process, one after the other, tuning here. The coordinator runs `plan` and
-`build` on its background worker, spreads the tuning over agents as shards, hands the validation to an
-agent of the job's fingerprint (the same check, foundation.runtime.validation, with
-`validation_settings`), reads the agent's report back as the check `validate` makes (`reported_check`)
-and runs `commit`. A job tuned in rounds (`--until`) plans its tasks and budget here and each round's
-trials afresh (farm.tuning_rounds, coordinator.job_rounds). Each step reads the job's spec and notes
-(foundation.domain.job_spec); the moves between steps, guarded by the state a job was last seen in,
-stay with each mode's JobDriver (foundation.job_driver.driver), as do the verdicts there.
+farm.embedded runs them in-process, one after the other, tuning here (its seeds measured first, with the
+fingerprint's cost model). The coordinator runs `plan`, `seeds` and `build` on its background worker, keeps
+each task's seeds as record ids for the shards that tune it, spreads the tuning over agents as shards,
+hands the validation to an agent of the job's fingerprint (the same check, foundation.runtime.validation,
+with `validation_settings`), reads the agent's report back as the check `validate` makes
+(`reported_check`) and runs `commit`. A job tuned in rounds (`--until`) plans its tasks and budget here
+and each round's trials afresh (farm.tuning_rounds, coordinator.job_rounds). Each step reads the job's
+spec and notes (foundation.domain.job_spec); the moves between steps, guarded by the state a job was
+last seen in, stay with each mode's JobDriver (foundation.job_driver.driver), as do the verdicts there.
 
 Callers call these through the module (`steps.build(...)`), so that a step is one function both
-modes run (tests/foundation/job_driver/test_steps_both_modes.py).
+modes run (tests/test_steps_both_modes.py).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -36,6 +37,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from foundation.domain.weights_layout import LayoutChoice, WeightsLayout
     from foundation.meta_schedule.reuse import ReusedTuning
     from foundation.meta_schedule.tuner import TuningBudget
+    from foundation.meta_schedule.warm import SeedTrace
     from foundation.models.loaded import LoadedModel
     from foundation.registry.entities import Artifact, Job
     from foundation.registry.store import RegistryStore
@@ -76,6 +78,28 @@ def plan(loaded: "LoadedModel", target: "tvm.target.Target", database: Any, spec
     budget = TuningBudget.for_tasks(len(tasks), spec.trials, spec.trials_per_task)
     reused = decide_reuse(tasks, database, spec.reuse, budget) if spec.until is None else None
     return Planned(tasks, form, choice, budget, reused)
+
+
+@dataclass(frozen=True)
+class Seeds:
+    """What a job's seeds step makes: the warm start's donor traces for the tasks it tunes."""
+
+    traces: list[list["SeedTrace"]]  # per task, best first
+    per_task: int  # how many seeds a task may measure; 0: no warm start
+
+
+def seeds(store: "RegistryStore", fingerprint_id: str, target_json: str, tvm_version: str, spec: JobSpec,
+          tasks: Sequence["TuningTask"], planned: Sequence[int]) -> Seeds:
+    """Donor traces for each of ``tasks`` from the registry, similar workloads of this fingerprint's first,
+    then of the nearest others' (foundation.meta_schedule.warm.find_seed_traces): as many as the task
+    planned the most trials may measure (``planned``: each task's trials; the tuner holds every task to
+    its own). No seeds when the spec asks for no warm start or nothing is tuned."""
+    from foundation.meta_schedule.warm import find_seed_traces, seeds_per_task
+
+    if not spec.warm_start or not tasks:
+        return Seeds([[] for _ in tasks], 0)
+    wanted = seeds_per_task(max(planned, default=0))
+    return Seeds(find_seed_traces(store, fingerprint_id, target_json, tvm_version, tasks, wanted), wanted)
 
 
 @dataclass(frozen=True)
