@@ -59,6 +59,7 @@ from foundation.job_driver.driver import (
     RegistryJobMoves,
     tuning_failure,
 )
+from foundation.job_driver.rounds_loop import TuningInRounds
 from foundation.job_driver.runners import Heartbeat, fail_dead_jobs, this_runner
 from foundation.job_driver.tuning_lock import ScopeLock, scope_key
 from foundation.job_driver.tuning_rounds import RoundsOutcome, UntilRequest, check_until, set_up_goal
@@ -336,7 +337,6 @@ def _run_job(ctx: FarmContext, key: ModelKey, request: SubmitRequest, spec: JobS
             tell("layout", f"{layout.value} weights: {choice.why}")
             job = store.update_job(job.id, options=noted(store.get_job(job.id), weights_layout=layout,
                                                          weights_layout_choice=choice.to_json()))
-        prepack, blocked = layout.prepacks, layout.blocks_activations
         library: bytes | None = None
         untuned: bytes | None = None  # the untuned build, when checking onnxruntime against it made one
         if planned.reused is not None:
@@ -376,10 +376,9 @@ def _run_job(ctx: FarmContext, key: ModelKey, request: SubmitRequest, spec: JobS
             step(JobState.RUNNING, f"running: tuning {len(tasks)} tasks in rounds until {rounds.goal.describe()} "
                                    f"({rounds.goal_ms:.3g} ms), at most {budget.max_trials_global} trials",
                  trials_budget=budget.max_trials_global)
-            tuned = tune_in_rounds(tasks, tvm_target, database, budget, config.job_work_dir(job.id), rounds,
-                                   spec.until, judge, loaded=loaded, pools=pools, observer=tally,
-                                   cancelled=cancellation.event, seed=spec.seed, tell=tell, prepack=prepack,
-                                   block_activations=blocked,
+            in_rounds = TuningInRounds(spec.until, tasks, budget, loaded, tvm_target, layout, judge, lambda: database)
+            tuned = tune_in_rounds(in_rounds, rounds, config.job_work_dir(job.id), pools=pools, observer=tally,
+                                   cancelled=cancellation.event, seed=spec.seed, tell=tell,
                                    on_round=lambda so_far: store.update_job(job.id, trials_done=so_far.trials))
             report = tuned.report
             plan = summed_plan(tuned.plans, budget.max_trials_global) if tuned.plans else None

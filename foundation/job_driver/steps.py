@@ -11,7 +11,8 @@ each task's seeds as record ids for the shards that tune it, spreads the tuning 
 hands the validation to an agent of the job's fingerprint (the same check, foundation.runtime.validation,
 with `validation_settings`), reads the agent's report back as the check `validate` makes
 (`reported_check`) and runs `commit`. A job tuned in rounds (`--until`) plans its tasks and budget here
-and each round's trials afresh (farm.tuning_rounds, coordinator.job_rounds). Each step reads the job's
+and runs the rounds loop (foundation.job_driver.rounds_loop), which plans each round's trials afresh and
+judges each round's model built by `tuned_library`. Each step reads the job's
 spec and notes (foundation.domain.job_spec); the moves between steps, guarded by the state a job was
 last seen in, stay with each mode's JobDriver (foundation.job_driver.driver), as do the verdicts there.
 
@@ -118,11 +119,18 @@ def build(loaded: "LoadedModel", target: "tvm.target.Target", database: Any, for
     from foundation.compile import build_library
 
     if library is None:
-        library = build_library(loaded, target, database, prepack=form.prepacks,
-                                block_activations=form.blocks_activations)
+        library = tuned_library(loaded, target, database, form)
     if reference is None:
         reference = build_library(loaded, target, None)
     return Built(library, reference)
+
+
+def tuned_library(loaded: "LoadedModel", target: "tvm.target.Target", database: Any, form: "WeightsLayout") -> bytes:
+    """The model built with the best records of ``database``, in the form the job tunes: what `build`
+    commits, and what each round of a job tuned in rounds is judged on."""
+    from foundation.compile import build_library
+
+    return build_library(loaded, target, database, prepack=form.prepacks, block_activations=form.blocks_activations)
 
 
 @dataclass(frozen=True)
