@@ -23,7 +23,9 @@ from typing import TYPE_CHECKING
 
 from coordinator.cluster_store import ClusterStore
 from coordinator.hints import WorkloadJson
-from coordinator.job_work import TVM_IR_LOCK, ModelCache, onnx_path
+from coordinator.model_cache import ModelCache
+from coordinator.onnx_uploads import onnx_path
+from coordinator.tvm_ir_lock import TVM_IR_LOCK
 from foundation.clock import utc_now
 from foundation.domain.job_spec import job_notes, job_options, job_spec, noted
 from foundation.domain.jobs import JobState
