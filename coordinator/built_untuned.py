@@ -15,7 +15,7 @@ if TYPE_CHECKING:  # pragma: no cover
 def note_built_untuned(store: "RegistryStore", job_id: str, loaded: "LoadedModel", tvm_version: str) -> None:
     """Note (JobNotes.built_untuned) for the library just built from the registry's best records
     (foundation.job_driver.built_untuned); `farm status` and the client's `--json` show it."""
-    from coordinator.job_work import TVM_IR_LOCK
+    from coordinator.tvm_ir_lock import TVM_IR_LOCK
     from foundation.hardware.versions import software_versions
 
     job = store.get_job(job_id)

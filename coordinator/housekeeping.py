@@ -12,10 +12,11 @@ import datetime as dt
 import logging
 
 from coordinator import metrics
+from coordinator.background_worker import BackgroundWorker
 from coordinator.cluster_store import ClusterStore
+from coordinator.fingerprints import registered_fingerprint
 from coordinator.fleet import LiveAgents
 from coordinator.job_steps import JobSteps
-from coordinator.job_work import BackgroundWorker, registered_fingerprint
 from foundation.clock import utc_now
 from foundation.domain.jobs import JobState
 from foundation.domain.leases import judges_silence

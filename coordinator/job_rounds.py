@@ -1,10 +1,10 @@
 """A distributed job tuned in rounds (`farm submit --until`): shard a round, judge its model here, go on or stop.
 
-Each round's trials are planned afresh from the registry (as the embedded farm plans them,
-farm.tuning_rounds) and sharded to the job's agents like any job's. When every shard of a round
-is done, the coordinator builds the model with the best records and times it on its own CPU
-against the goal (foundation.job_driver.tuning_rounds: onnxruntime interleaved with it, or a
-latency); then foundation.domain.tuning_rounds' rule says whether to plan the next round or stop.
+The rounds loop is the embedded farm's (foundation.job_driver.rounds_loop); only a round's tuning
+differs: its trials are sharded to the job's agents like any job's. The loop's step runs when the job
+is planned (the first round) and when every shard of a round is done: the model is built with the
+best records and timed on the coordinator's CPU against the goal (foundation.job_driver.tuning_rounds:
+onnxruntime interleaved with it, or a latency), then the next round is planned or the rounds stop.
 A stopped job is built, validated and committed as any job is, with the last round's library.
 
 The model is timed on the coordinator's box, so a job tuned in rounds is tuned for the
@@ -23,28 +23,25 @@ from typing import TYPE_CHECKING
 
 from coordinator.cluster_store import ClusterStore
 from coordinator.hints import WorkloadJson
-from coordinator.job_work import TVM_IR_LOCK, ModelCache, onnx_path
+from coordinator.model_cache import ModelCache
+from coordinator.onnx_uploads import onnx_path
+from coordinator.tvm_ir_lock import TVM_IR_LOCK
 from foundation.clock import utc_now
 from foundation.domain.job_spec import job_notes, job_options, job_spec, noted
 from foundation.domain.jobs import JobState
 from foundation.domain.shard_split import TaskCost, split_tasks
-from foundation.domain.tuning_rounds import RoundResult, Stop, UntilRequest, round_budgets, verdict
-from foundation.domain.weights_layout import WeightsLayout
+from foundation.domain.tuning_rounds import UntilRequest
 from foundation.errors import FarmError
 from foundation.job_driver import steps
-from foundation.job_driver.tuning_rounds import RoundJudge, RoundsOutcome, planned_so_far, set_up_goal
+from foundation.job_driver.rounds_loop import TuningInRounds
+from foundation.job_driver.tuning_rounds import RoundsOutcome, planned_so_far, set_up_goal
 from foundation.logs import logs_job
 from foundation.registry.store import RegistryStore
 
 if TYPE_CHECKING:  # pragma: no cover
     from collections.abc import Callable
 
-    import tvm
-
-    from foundation.compile import TuningTask
     from foundation.domain.trial_plan import TrialPlan
-    from foundation.meta_schedule.tuner import TuningBudget
-    from foundation.models.loaded import LoadedModel
     from foundation.registry.entities import Job
 
 logger = logging.getLogger("farm.coordinator")
@@ -58,12 +55,7 @@ def tuned_in_rounds(job: "Job") -> bool:
 class _RoundsContext:
     """What judging a job's rounds needs, kept between rounds (rebuilt after a restart)."""
 
-    loaded: "LoadedModel"
-    target: "tvm.target.Target"
-    tasks: list["TuningTask"]
-    budget: "TuningBudget"
-    judge: RoundJudge
-    form: WeightsLayout
+    rounds: TuningInRounds
     goal: RoundsOutcome  # the goal as set up, before any round (onnxruntime's timing and check)
     layout_notes: dict  # the form `auto` chose and why, for the job's notes (empty once chosen)
 
@@ -101,18 +93,18 @@ class JobRounds:
         """Set up the goal (onnxruntime checked and timed here) and start the first round (queued -> running)."""
         context = self._context(job, fresh=True)
         outcome = context.goal
-        slices = round_budgets(context.budget.max_trials_global, self._request(job).round_trials)
-        plan = self._round_plan(job, context, slices[0], [0] * len(context.tasks))
+        plan = context.rounds.advance(outcome, [0] * len(context.rounds.tasks))
+        if plan is None:
+            raise FarmError(f"job {job.id} has no trials to plan for its first round", "submit it without --until")
         planned, shards = self._shards(job, context, plan)
-        outcome.planned.append(list(plan.trials))
         self._store.update_job(job.id, expect_state=JobState.QUEUED.value,
-                               trials_budget=context.budget.max_trials_global,
+                               trials_budget=context.rounds.budget.max_trials_global,
                                options=noted(job, **context.layout_notes, until=outcome.to_json(),
                                              trial_plan=plan.to_json()))
         self._cluster.add_job_plan(job.id, planned, shards, utc_now())
         self._remember_workloads(job.id)
-        logger.info("job %s: round 1 of at most %d, %d trials in %d shards, until %s", job.id, len(slices),
-                    plan.total, len(shards), outcome.goal.describe())
+        logger.info("job %s: round 1 of at most %d, %d trials in %d shards, until %s", job.id,
+                    len(context.rounds.slices), plan.total, len(shards), outcome.goal.describe())
         self._wake.set()
 
     @logs_job
@@ -130,46 +122,26 @@ class JobRounds:
                            error=f"round failed: {type(err).__name__}: {err}"[:2000])
 
     def _end_round(self, job: "Job") -> None:
-        from foundation.compile import build_library
-        from foundation.meta_schedule import tuner
-
-        until = self._request(job)
         outcome = _outcome(job)
         context = self._context(job)
-        database = self._database(job)
         number = len(outcome.planned)
-        library = None
-        if len(outcome.rounds) < number:  # its shards are done; not judged yet
-            with TVM_IR_LOCK:
-                library = build_library(context.loaded, context.target, database, prepack=context.form.prepacks,
-                                        block_activations=context.form.blocks_activations)
-            timing = context.judge.judge(library, context.target.kind.name)
-            trials = max(0, job.trials_done - sum(r.trials for r in outcome.rounds))
-            outcome.rounds.append(RoundResult(trials, timing, tuner.estimated_ms(context.tasks, database)))
-            spent = sum(sum(p) for p in outcome.planned)
-            outcome.stopped = verdict(outcome.rounds, until.patience, context.budget.max_trials_global - spent)
+        tuned = None  # the trials its shards measured: its shards are done; None: judged already
+        if len(outcome.rounds) < number:
+            tuned = max(0, job.trials_done - sum(r.trials for r in outcome.rounds))
+        plan = context.rounds.advance(outcome, planned_so_far(outcome.planned, len(context.rounds.tasks)), tuned)
+        if tuned is not None:
             logger.info("job %s: round %d judged: %s", job.id, number, outcome.summary())
-        slices = round_budgets(context.budget.max_trials_global, until.round_trials)
-        if outcome.stopped is None and number >= len(slices):
-            outcome.stopped = Stop.BUDGET
-        plan = None
-        if outcome.stopped is None:
-            plan = self._round_plan(job, context, slices[number], planned_so_far(outcome.planned, len(context.tasks)))
-            if plan.total == 0:  # every task is at its cap
-                outcome.stopped = Stop.BUDGET
-        if outcome.stopped is not None:
-            self._stop(job, outcome, library)
+        if plan is None:
+            self._stop(job, outcome, context.rounds.library)
             return
-        assert plan is not None
         planned, shards = self._shards(job, context, plan)
-        outcome.planned.append(list(plan.trials))
         added = self._cluster.add_round(job.id, planned, shards, utc_now(),
                                         options=noted(job, until=outcome.to_json(), trial_plan=_summed(job, plan)))
         if added is None:  # cancelled meanwhile
             return
         self._remember_workloads(job.id)
-        logger.info("job %s: round %d of at most %d, %d trials in %d shards", job.id, number + 1, len(slices),
-                    plan.total, len(shards))
+        logger.info("job %s: round %d of at most %d, %d trials in %d shards", job.id, number + 1,
+                    len(context.rounds.slices), plan.total, len(shards))
         self._wake.set()
 
     def _stop(self, job: "Job", outcome: RoundsOutcome, library: bytes | None) -> None:
@@ -215,8 +187,9 @@ class JobRounds:
             outcome, judge = set_up_goal(self._request(job), loaded, target, stored.spec.seed, onnx_file)
         layout_notes = {} if planned.choice is None else {"weights_layout": planned.form,
                                                           "weights_layout_choice": planned.choice.to_json()}
-        context = _RoundsContext(loaded, target, planned.tasks, planned.budget, judge, planned.form, outcome,
-                                 layout_notes)
+        rounds = TuningInRounds(self._request(job), planned.tasks, planned.budget, loaded, target, planned.form, judge,
+                                lambda: self._database(job), TVM_IR_LOCK)
+        context = _RoundsContext(rounds, outcome, layout_notes)
         self._contexts[job.id] = context
         return context
 
@@ -224,14 +197,6 @@ class JobRounds:
         from foundation.meta_schedule.database.registry_database import tvm_database_for
 
         return tvm_database_for(self._store, job.fingerprint_id, job.target, self._tvm_version, {})
-
-    def _round_plan(self, job: "Job", context: _RoundsContext, trials: int, spent: list[int]) -> "TrialPlan":
-        from foundation.meta_schedule import tuner
-        from foundation.meta_schedule.tuner import TuningBudget
-
-        budget = TuningBudget(trials, context.budget.max_trials_per_task, context.budget.num_trials_per_iter)
-        with TVM_IR_LOCK:
-            return tuner.trial_plan(context.tasks, budget, self._database(job), spent=spent)
 
     def _shards(self, job: "Job", context: _RoundsContext, plan: "TrialPlan"):
         import tvm_ffi
@@ -243,7 +208,7 @@ class JobRounds:
             planned = [PlannedTask(name=task.name, weight=task.weight, flop=task.flop,
                                    workload_shash=str(tvm_ffi.structural_hash(task.mod)),
                                    mod_json=workload_json(task.mod), trials_budget=trials)
-                       for task, trials in zip(context.tasks, plan.trials) if trials > 0]
+                       for task, trials in zip(context.rounds.tasks, plan.trials) if trials > 0]
         agents = self._cluster.agents_matching(job.target_kind).get(job.fingerprint_id, 0)
         shards = split_tasks(job.id, [TaskCost(t.name, t.weight, t.flop, t.trials_budget) for t in planned],
                              agents, plan.total)

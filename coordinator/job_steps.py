@@ -14,11 +14,13 @@ from pathlib import Path
 from typing import Any
 
 from coordinator import metrics
+from coordinator.background_worker import BackgroundWorker
 from coordinator.built_untuned import note_built_untuned
 from coordinator.cluster_store import ClusterStore
 from coordinator.hints import WorkloadJson
 from coordinator.job_rounds import JobRounds, tuned_in_rounds
-from coordinator.job_work import BackgroundWorker, ModelCache, build_libraries, plan_tasks
+from coordinator.job_work import build_libraries, plan_tasks
+from coordinator.model_cache import ModelCache
 from foundation.clock import utc_now
 from foundation.domain.job_spec import job_options
 from foundation.domain.jobs import JobState

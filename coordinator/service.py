@@ -37,7 +37,7 @@ from coordinator.fleet import (
 )
 from coordinator.hints import RpcServerFlags, TaskProgress, WorkloadJson
 from coordinator.job_steps import JobSteps
-from coordinator.job_work import ModelCache
+from coordinator.model_cache import ModelCache
 from coordinator.values import TrackerAddress
 from foundation.clock import utc_now
 from foundation.domain.leases import DEFAULT_MAX_ATTEMPTS

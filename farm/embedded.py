@@ -59,6 +59,7 @@ from foundation.job_driver.driver import (
     RegistryJobMoves,
     tuning_failure,
 )
+from foundation.job_driver.rounds_loop import TuningInRounds
 from foundation.job_driver.runners import Heartbeat, fail_dead_jobs, this_runner
 from foundation.job_driver.tuning_lock import ScopeLock, scope_key
 from foundation.job_driver.tuning_rounds import RoundsOutcome, UntilRequest, check_until, set_up_goal
@@ -70,6 +71,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from foundation.domain.reuse import ReusePlan
     from foundation.domain.trial_plan import TrialPlan
     from foundation.registry.entities import Artifact, Job
+    from foundation.runtime.validation import LibraryCheck
 
 
 class JobObserver(ProgressListener, Protocol):
@@ -280,162 +282,227 @@ def _tune_build_commit(ctx: FarmContext, key: ModelKey, request: SubmitRequest, 
 def _run_job(ctx: FarmContext, key: ModelKey, request: SubmitRequest, spec: JobSpec, layout: WeightsLayout,
              lock: ScopeLock, heartbeat: Heartbeat, observer: JobObserver | None, cancellation: Cancellation,
              begin: float) -> SubmitResult:
-    from foundation.meta_schedule import tuner
-    from foundation.meta_schedule.database.registry_database import tvm_database_for
+    """The job's pipeline, here: plan, (seeds and) tune, build, validate, commit; each step ends the job
+    when it is cancelled or fails."""
     from foundation.models.loading import load_model
 
     tell = observer.stage if observer else (lambda state, detail: None)
-    store = ctx.store
     # Nothing is printed or written before the model loads: a broken file is refused cleanly.
     loaded = load_model(str(key.path) if key.path else key.name, key.batch)
     tell("loaded", f"{key.describe()}: {loaded.num_parameters:,} parameters")
-    store.upsert_fingerprint(ctx.fingerprint.id, ctx.fingerprint.kind, ctx.fingerprint.summary,
-                             ctx.fingerprint.details)
-    model = store.upsert_model(
-        model_id=loaded.identity(), name=key.name, source=key.source, source_digest=key.source_digest,
-        batch=key.batch, inputs=[s.to_json() for s in loaded.inputs],
-        weights=[s.to_json() for s in loaded.weights], num_parameters=loaded.num_parameters,
-    )
-    job = store.create_job(model_id=model.id, target=ctx.target_json, fingerprint_id=ctx.fingerprint.id,
-                           trials_budget=0, options=stored_options(spec, JobNotes(layout)),
-                           runner=lock.runner)
-    lock.name_job(job.id)
-    heartbeat.job_id = job.id
-    tally = _TrialTally(observer)
-    heartbeat.count_trials(lambda: tally.trials)
-    driver = JobDriver(RegistryJobMoves(store), job.id, job.state)
-    forget_last_words = cancellation.on_abandon(lambda: _abandon(store, job.id, driver.state, lock))
-    pools = WorkerPools(request.measure)
-    report: TuningReport | None = None
-    reused = None
-    plan: "TrialPlan | None" = None
-    rounds: RoundsOutcome | None = None
-    choice: LayoutChoice | None = None
-
-    def ended(artifact: "Artifact | None" = None) -> SubmitResult:
-        return SubmitResult(store.get_job(job.id), False, ctx.fingerprint.id, key, ctx.target_json, artifact,
-                            layout, report, time.monotonic() - begin, reused.plan if reused else None, plan,
-                            rounds, choice)
-
-    def step(new: JobState, status: str, **fields) -> None:
-        if not driver.advance(new, status, **fields):
-            now = store.get_job(job.id)
-            raise JobFailed(f"job {job.id} was ended by another process ({now.state}: {now.error})",
-                            "see `farm status " + job.id + "`")
-
+    run = _JobRun(ctx, key, request, spec, layout, lock, heartbeat, observer, cancellation, begin, loaded)
     try:
-        tvm_target = ctx.tvm_target()
-        tell("extracting", f"extracting tuning tasks ({layout.value} weights"
-                           + (", or another form the registry covers better)" if spec.weights_layout == AUTO
-                              else ")"))
-        database = tvm_database_for(store, ctx.fingerprint.id, ctx.target_json, ctx.tvm_version,
-                                    ctx.software, job_id=job.id)
-        planned = steps.plan(loaded, tvm_target, database, spec, layout)
-        choice, tasks, layout, budget = planned.choice, planned.tasks, planned.form, planned.budget
-        if choice is not None:
-            tell("layout", f"{layout.value} weights: {choice.why}")
-            job = store.update_job(job.id, options=noted(store.get_job(job.id), weights_layout=layout,
-                                                         weights_layout_choice=choice.to_json()))
-        prepack, blocked = layout.prepacks, layout.blocks_activations
-        library: bytes | None = None
-        untuned: bytes | None = None  # the untuned build, when checking onnxruntime against it made one
-        if planned.reused is not None:
-            reused = planned.reused
-            plan = reused.trial_plan
-            if cancellation.is_set():
-                driver.cancel(cancellation.reason)
-                return ended()
-            tuning = (f"tuning {len(reused.tasks)} of {len(tasks)} tasks ({layout.value} weights), "
-                      f"{reused.budget.max_trials_global} trials")
-            if not reused.tasks:
-                tuning = "nothing to tune"
-            step(JobState.RUNNING, f"running: {tuning}", trials_budget=reused.plan.trials,
-                 options=noted(job, reused=reused.plan.summary(), trial_plan=plan.to_json()))
-            if observer:
-                observer.planned(plan.to_json())
-            tell("reuse", reused.plan.describe())
-            warm = None
-            if spec.warm_start and reused.tasks:
-                tell("warming", "looking for seeds among similar workloads' records")
-                warm = warm_start_for(store, ctx.fingerprint.id, ctx.target_json, ctx.tvm_version, reused.tasks,
-                                      reused.tuned_plan.trials)
-            tell("running", tuning)
-            report = tuner.tune(reused.tasks, tvm_target, database, reused.budget, config.job_work_dir(job.id),
-                                pools=pools, listener=tally, cancelled=cancellation.event, seed=spec.seed,
-                                plan=reused.tuned_plan, warm=warm)
-            if reused.tasks:
-                store.update_job(job.id, options=noted(store.get_job(job.id),
-                                                       warm_start_used={"embedded": warm_start_use(report, warm)}))
-        else:
-            rounds, judge = _goal(spec.until, key, loaded, tvm_target, spec.seed, tell)
-            untuned = judge.reference_library
-            if cancellation.is_set():
-                driver.cancel(cancellation.reason)
-                return ended()
-            step(JobState.RUNNING, f"running: tuning {len(tasks)} tasks in rounds until {rounds.goal.describe()} "
-                                   f"({rounds.goal_ms:.3g} ms), at most {budget.max_trials_global} trials",
-                 trials_budget=budget.max_trials_global)
-            tuned = tune_in_rounds(tasks, tvm_target, database, budget, config.job_work_dir(job.id), rounds,
-                                   spec.until, judge, loaded=loaded, pools=pools, observer=tally,
-                                   cancelled=cancellation.event, seed=spec.seed, tell=tell, prepack=prepack,
-                                   block_activations=blocked,
-                                   on_round=lambda so_far: store.update_job(job.id, trials_done=so_far.trials))
-            report = tuned.report
-            plan = summed_plan(tuned.plans, budget.max_trials_global) if tuned.plans else None
-            store.update_job(job.id, options=noted(job, until=rounds.to_json(),
-                                                   trial_plan=plan.to_json() if plan else None))
-            tell("until", rounds.summary())
-            library = tuned.library
-        heartbeat.count_trials(None)
-        store.update_job(job.id, trials_done=report.trials)
+        run.plan()
+        tuned = run.tune() if run.planned.reused is not None else run.tune_in_rounds()
+        if not tuned or not run.tuning_ended():
+            return run.ended()
+        built = run.build()
+        if built is None:
+            return run.ended()
+        check = run.validate(built)
+        if check is None:
+            return run.ended()
+        return run.commit(built, check)
+    except BaseException as err:
+        run.failed(err)
+        raise
+    finally:
+        run.close()
+
+
+class _JobRun:
+    """One embedded job going through the pipeline's steps (foundation.job_driver.steps), and what the
+    caller is told of it (SubmitResult)."""
+
+    def __init__(self, ctx: FarmContext, key: ModelKey, request: SubmitRequest, spec: JobSpec,
+                 layout: WeightsLayout, lock: ScopeLock, heartbeat: Heartbeat, observer: JobObserver | None,
+                 cancellation: Cancellation, begin: float, loaded):
+        self.ctx, self.key, self.spec, self.layout, self.loaded = ctx, key, spec, layout, loaded
+        self.store = store = ctx.store
+        self.heartbeat, self.observer, self.cancellation, self.begin = heartbeat, observer, cancellation, begin
+        self.tell = observer.stage if observer else (lambda state, detail: None)
+        store.upsert_fingerprint(ctx.fingerprint.id, ctx.fingerprint.kind, ctx.fingerprint.summary,
+                                 ctx.fingerprint.details)
+        model = store.upsert_model(
+            model_id=loaded.identity(), name=key.name, source=key.source, source_digest=key.source_digest,
+            batch=key.batch, inputs=[s.to_json() for s in loaded.inputs],
+            weights=[s.to_json() for s in loaded.weights], num_parameters=loaded.num_parameters,
+        )
+        self.job = job = store.create_job(model_id=model.id, target=ctx.target_json, fingerprint_id=ctx.fingerprint.id,
+                                          trials_budget=0, options=stored_options(spec, JobNotes(layout)),
+                                          runner=lock.runner)
+        lock.name_job(job.id)
+        heartbeat.job_id = job.id
+        self.tally = _TrialTally(observer)
+        heartbeat.count_trials(lambda: self.tally.trials)
+        self.driver = driver = JobDriver(RegistryJobMoves(store), job.id, job.state)
+        self.forget_last_words = cancellation.on_abandon(lambda: _abandon(store, job.id, driver.state, lock))
+        self.pools = WorkerPools(request.measure)
+        self.report: TuningReport | None = None
+        self.reused = None
+        self.trial_plan: "TrialPlan | None" = None
+        self.rounds: RoundsOutcome | None = None
+        self.choice: LayoutChoice | None = None
+        self.library: bytes | None = None  # the last round's build, when tuned in rounds
+        self.untuned: bytes | None = None  # the untuned build, when checking onnxruntime against it made one
+
+    def ended(self, artifact: "Artifact | None" = None) -> SubmitResult:
+        return SubmitResult(self.store.get_job(self.job.id), False, self.ctx.fingerprint.id, self.key,
+                            self.ctx.target_json, artifact, self.layout, self.report, time.monotonic() - self.begin,
+                            self.reused.plan if self.reused else None, self.trial_plan, self.rounds, self.choice)
+
+    def move(self, new: JobState, status: str, **fields) -> None:
+        if not self.driver.advance(new, status, **fields):
+            job_id = self.job.id
+            now = self.store.get_job(job_id)
+            raise JobFailed(f"job {job_id} was ended by another process ({now.state}: {now.error})",
+                            "see `farm status " + job_id + "`")
+
+    def cancelled(self) -> bool:
+        """Whether the job was cancelled (and is now ended so)."""
+        if self.cancellation.is_set():
+            self.driver.cancel(self.cancellation.reason)
+            return True
+        return False
+
+    def plan(self) -> None:
+        from foundation.meta_schedule.database.registry_database import tvm_database_for
+
+        ctx, store, spec, layout = self.ctx, self.store, self.spec, self.layout
+        self.target = ctx.tvm_target()
+        self.tell("extracting", f"extracting tuning tasks ({layout.value} weights"
+                                + (", or another form the registry covers better)"
+                                   if spec.weights_layout == AUTO else ")"))
+        self.database = tvm_database_for(store, ctx.fingerprint.id, ctx.target_json, ctx.tvm_version,
+                                         ctx.software, job_id=self.job.id)
+        self.planned = planned = steps.plan(self.loaded, self.target, self.database, spec, layout)
+        self.choice, self.layout = planned.choice, planned.form
+        if self.choice is not None:
+            self.tell("layout", f"{self.layout.value} weights: {self.choice.why}")
+            self.job = store.update_job(self.job.id, options=noted(store.get_job(self.job.id),
+                                                                   weights_layout=self.layout,
+                                                                   weights_layout_choice=self.choice.to_json()))
+
+    def tune(self) -> bool:
+        """Seeds found and the planned tasks tuned here; False if cancelled first."""
+        from foundation.meta_schedule import tuner
+
+        ctx, store, spec, job, tell = self.ctx, self.store, self.spec, self.job, self.tell
+        self.reused = reused = self.planned.reused
+        self.trial_plan = reused.trial_plan
+        if self.cancelled():
+            return False
+        tuning = (f"tuning {len(reused.tasks)} of {len(self.planned.tasks)} tasks ({self.layout.value} weights), "
+                  f"{reused.budget.max_trials_global} trials")
+        if not reused.tasks:
+            tuning = "nothing to tune"
+        self.move(JobState.RUNNING, f"running: {tuning}", trials_budget=reused.plan.trials,
+                  options=noted(job, reused=reused.plan.summary(), trial_plan=self.trial_plan.to_json()))
+        if self.observer:
+            self.observer.planned(self.trial_plan.to_json())
+        tell("reuse", reused.plan.describe())
+        if spec.warm_start and reused.tasks:
+            tell("warming", "looking for seeds among similar workloads' records")
+        seeds = steps.seeds(store, ctx.fingerprint.id, ctx.target_json, ctx.tvm_version, spec, reused.tasks,
+                            reused.tuned_plan.trials)
+        warm = (warm_start_for(store, ctx.fingerprint.id, ctx.tvm_version, seeds.traces, seeds.per_task)
+                if seeds.per_task else None)
+        tell("running", tuning)
+        self.report = tuner.tune(reused.tasks, self.target, self.database, reused.budget,
+                                 config.job_work_dir(job.id), pools=self.pools, listener=self.tally,
+                                 cancelled=self.cancellation.event, seed=spec.seed, plan=reused.tuned_plan, warm=warm)
+        if reused.tasks:
+            store.update_job(job.id, options=noted(store.get_job(job.id),
+                                                   warm_start_used={"embedded": warm_start_use(self.report, warm)}))
+        return True
+
+    def tune_in_rounds(self) -> bool:
+        """The tasks tuned here in rounds until good enough (`--until`); False if cancelled first."""
+        store, spec, job, tell, planned = self.store, self.spec, self.job, self.tell, self.planned
+        tasks, budget = planned.tasks, planned.budget
+        self.rounds, judge = _goal(spec.until, self.key, self.loaded, self.target, spec.seed, tell)
+        rounds = self.rounds
+        self.untuned = judge.reference_library
+        if self.cancelled():
+            return False
+        self.move(JobState.RUNNING, f"running: tuning {len(tasks)} tasks in rounds until {rounds.goal.describe()} "
+                                    f"({rounds.goal_ms:.3g} ms), at most {budget.max_trials_global} trials",
+                  trials_budget=budget.max_trials_global)
+        database = self.database
+        in_rounds = TuningInRounds(spec.until, tasks, budget, self.loaded, self.target, self.layout, judge,
+                                   lambda: database)
+        tuned = tune_in_rounds(in_rounds, rounds, config.job_work_dir(job.id), pools=self.pools, observer=self.tally,
+                               cancelled=self.cancellation.event, seed=spec.seed, tell=tell,
+                               on_round=lambda so_far: store.update_job(job.id, trials_done=so_far.trials))
+        self.report = tuned.report
+        self.trial_plan = summed_plan(tuned.plans, budget.max_trials_global) if tuned.plans else None
+        store.update_job(job.id, options=noted(job, until=rounds.to_json(),
+                                               trial_plan=self.trial_plan.to_json() if self.trial_plan else None))
+        tell("until", rounds.summary())
+        self.library = tuned.library
+        return True
+
+    def tuning_ended(self) -> bool:
+        """The tuning's trials kept with the job and its workers stopped; False if it was cancelled or every
+        candidate of a task failed."""
+        report = self.report
+        self.heartbeat.count_trials(None)
+        self.store.update_job(self.job.id, trials_done=report.trials)
         # The build wants the CPUs and memory the workers hold, and the library is timed
         # with no worker process about (bench/quiet_timing.py).
-        pools.close()
-        if report.cancelled or cancellation.is_set():
-            driver.cancel(f"{cancellation.reason} after {report.trials} trials")
-            return ended()
+        self.pools.close()
+        if report.cancelled or self.cancellation.is_set():
+            self.driver.cancel(f"{self.cancellation.reason} after {report.trials} trials")
+            return False
         failure = tuning_failure(report.tasks)
         if failure is not None:
-            driver.fail(failure, "failed: its candidates failed")
-            return ended()
-        step(JobState.BUILDING, "building: compiling with the best records, and an untuned reference")
-        tell("building", "compiling with the best records, and an untuned reference")
+            self.driver.fail(failure, "failed: its candidates failed")
+            return False
+        return True
+
+    def build(self) -> "steps.Built | None":
+        self.move(JobState.BUILDING, "building: compiling with the best records, and an untuned reference")
+        self.tell("building", "compiling with the best records, and an untuned reference")
         # Tuning in rounds built the library after its last round, with the same records.
-        built = steps.build(loaded, tvm_target, database, layout, library=library, reference=untuned)
-        _note_built_untuned(store, job.id, tasks, database, tell)
-        if cancellation.is_set():
-            driver.cancel(cancellation.reason)
-            return ended()
-        step(JobState.VALIDATING, "validating: comparing with the untuned build and timing")
-        tell("validating", "comparing with the untuned build and timing")
-        check = steps.validate(built, tvm_target.kind.name, loaded, spec)
+        built = steps.build(self.loaded, self.target, self.database, self.layout, library=self.library,
+                            reference=self.untuned)
+        _note_built_untuned(self.store, self.job.id, self.planned.tasks, self.database, self.tell)
+        return None if self.cancelled() else built
+
+    def validate(self, built: "steps.Built") -> "LibraryCheck | None":
+        self.move(JobState.VALIDATING, "validating: comparing with the untuned build and timing")
+        self.tell("validating", "comparing with the untuned build and timing")
+        check = steps.validate(built, self.target.kind.name, self.loaded, self.spec)
         failure = steps.failed_validation(check)
         if failure is not None:
-            driver.fail(failure, "failed: validation")
-            return ended()
-        if cancellation.is_set():
-            driver.cancel(cancellation.reason)
-            return ended()
-        committed = steps.commit(store, store.get_job(job.id), check,
+            self.driver.fail(failure, "failed: validation")
+            return None
+        return None if self.cancelled() else check
+
+    def commit(self, built: "steps.Built", check: "LibraryCheck") -> SubmitResult:
+        ctx, store = self.ctx, self.store
+        committed = steps.commit(store, store.get_job(self.job.id), check,
                                  lambda untuned: built.reference if untuned else built.library,
                                  tvm_version=ctx.tvm_version, software=ctx.software)
         kept = committed.kept
         if kept.speed is not None:
-            tell("speed" if not kept.speed.slower_than_untuned else "WARNING", kept.speed.describe())
-        step(JobState.SUCCEEDED, kept.status, artifact_id=committed.artifact.id)
-        learn_from_job(store, ctx.fingerprint.id, tvm_target, ctx.tvm_version, tell)
-        return ended(committed.artifact)
-    except BaseException as err:
-        if not driver.state.is_final:
-            done = {"trials_done": report.trials} if report else {}
+            self.tell("speed" if not kept.speed.slower_than_untuned else "WARNING", kept.speed.describe())
+        self.move(JobState.SUCCEEDED, kept.status, artifact_id=committed.artifact.id)
+        learn_from_job(store, ctx.fingerprint.id, self.target, ctx.tvm_version, self.tell)
+        return self.ended(committed.artifact)
+
+    def failed(self, err: BaseException) -> None:
+        """An error (or a Python caller's Ctrl-C) ends a job not ended yet, keeping the trials measured."""
+        if not self.driver.state.is_final:
+            done = {"trials_done": self.report.trials} if self.report else {}
             if isinstance(err, KeyboardInterrupt):  # a Python caller's Ctrl-C (the CLI turns signals into cancels)
-                driver.cancel("interrupted", **done)
+                self.driver.cancel("interrupted", **done)
             else:
-                driver.fail(f"{type(err).__name__}: {err}"[:2000], "failed: an error", **done)
-        raise
-    finally:
-        forget_last_words()
-        pools.close()
+                self.driver.fail(f"{type(err).__name__}: {err}"[:2000], "failed: an error", **done)
+
+    def close(self) -> None:
+        self.forget_last_words()
+        self.pools.close()
 
 
 def _note_built_untuned(store, job_id: str, tasks, database, tell) -> None:

@@ -1,11 +1,8 @@
-"""`farm submit --until`, embedded: tune in rounds, build and time the model after each, stop when good enough.
+"""`farm submit --until`, embedded: each round tuned here, in-process, by the rounds loop written once for both
+modes (foundation.job_driver.rounds_loop).
 
-Each round tunes a slice of the job's budget, planned afresh (foundation.domain.trial_plan)
-from what the registry has measured so far, so later rounds go where the latency now is;
-records accumulate in the registry, so each round starts from the last one's best. After a
-round the model is built with the best records and judged on this box against the goal
-(foundation.job_driver.tuning_rounds), with the tuning's worker processes stopped. When to
-stop is foundation.domain.tuning_rounds' rule.
+Records accumulate in the registry, so each round starts from the last one's best. A round's model is
+built and judged on this box with the tuning's worker processes stopped (bench/quiet_timing.py).
 """
 
 from __future__ import annotations
@@ -16,16 +13,12 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from foundation.domain.tuning_rounds import RoundResult, Stop, round_budgets, verdict
-from foundation.job_driver.tuning_rounds import RoundJudge, RoundsOutcome, UntilRequest
+from foundation.job_driver.rounds_loop import TunedRound, TuningInRounds
+from foundation.job_driver.tuning_rounds import RoundsOutcome
 from foundation.meta_schedule.tuner import TuningBudget, TuningReport, WorkerPools
 
 if TYPE_CHECKING:  # pragma: no cover
-    import tvm
-
-    from foundation.compile import TuningTask
     from foundation.domain.trial_plan import TrialPlan
-    from foundation.models.loaded import LoadedModel
 
 
 @dataclass
@@ -38,66 +31,44 @@ class TunedRounds:
 
 
 def tune_in_rounds(
-    tasks: Sequence["TuningTask"],
-    target: "tvm.target.Target",
-    database,
-    budget: TuningBudget,
-    work_dir: Path,
+    rounds: TuningInRounds,
     outcome: RoundsOutcome,
-    until: UntilRequest,
-    judge: RoundJudge,
+    work_dir: Path,
     *,
-    loaded: "LoadedModel",
     pools: WorkerPools,
     observer,
     cancelled: threading.Event,
     seed: int,
     tell: Callable[[str, str], None],
-    prepack: bool = False,
-    block_activations: bool = False,
     on_round: Callable[[TuningReport], None] = lambda report: None,
 ) -> TunedRounds:
-    """Tune ``tasks`` in rounds until the model beats the goal, patience runs out or the budget
+    """Tune the job's tasks in rounds until the model beats the goal, patience runs out or the budget
     is spent; fills ``outcome`` as it goes."""
-    from foundation.compile import build_library
     from foundation.meta_schedule import tuner
 
     reports: list[TuningReport] = []
-    tuned = TunedRounds(TuningReport(tasks=[], seconds=0.0, cancelled=False))
-    spent = [0] * len(tasks)
-    slices = round_budgets(budget.max_trials_global, until.round_trials)
-    for number, trials in enumerate(slices, start=1):
-        round_budget = TuningBudget(trials, budget.max_trials_per_task, budget.num_trials_per_iter)
-        plan = tuner.trial_plan(tasks, round_budget, database, spent=spent)
-        if plan.total == 0:  # every task is at its cap
-            outcome.stopped = Stop.BUDGET
-            break
-        tell("round", f"round {number} of at most {len(slices)}: {plan.total} trials")
+    plans: list["TrialPlan"] = []
+    database = rounds.database()
+
+    def tune_round(number: int, plan: "TrialPlan") -> TunedRound | None:
+        tell("round", f"round {number} of at most {len(rounds.slices)}: {plan.total} trials")
         if observer:
             observer.planned(plan.to_json())
-        report = tuner.tune(tasks, target, database, round_budget, work_dir, pools=pools, listener=observer,
-                            cancelled=cancelled, seed=seed + number - 1, plan=plan)
+        budget = TuningBudget(plan.budget, rounds.budget.max_trials_per_task, rounds.budget.num_trials_per_iter)
+        report = tuner.tune(rounds.tasks, rounds.target, database, budget, work_dir, pools=pools,
+                            listener=observer, cancelled=cancelled, seed=seed + number - 1, plan=plan)
         reports.append(report)
-        tuned.plans.append(plan)
-        spent = [s + t.trials for s, t in zip(spent, report.tasks)]
+        plans.append(plan)
         on_round(TuningReport.combined(reports))
         if report.cancelled or cancelled.is_set():
-            outcome.stopped, outcome.cancelled = None, True
-            break
+            return None
         pools.close()  # the model is timed with no worker about (bench/quiet_timing.py)
-        tuned.library = build_library(loaded, target, database, prepack=prepack, block_activations=block_activations)
-        timing = judge.judge(tuned.library, target.kind.name)
-        outcome.rounds.append(RoundResult(report.trials, timing, tuner.estimated_ms(tasks, database)))
-        outcome.planned.append(list(plan.trials))
-        tell("timed", round_line(number, outcome))
-        outcome.stopped = verdict(outcome.rounds, until.patience, budget.max_trials_global - sum(spent))
-        if outcome.stopped is not None:
-            break
-    else:
-        outcome.stopped = Stop.BUDGET
-    tuned.report = TuningReport.combined(reports) if reports else TuningReport(tasks=[], seconds=0.0,
-                                                                              cancelled=cancelled.is_set())
-    return tuned
+        return TunedRound(report.trials, [t.trials for t in report.tasks])
+
+    rounds.run(outcome, tune_round, on_judged=lambda number: tell("timed", round_line(number, outcome)))
+    report = TuningReport.combined(reports) if reports else TuningReport(tasks=[], seconds=0.0,
+                                                                        cancelled=cancelled.is_set())
+    return TunedRounds(report, plans, rounds.library)
 
 
 def round_line(number: int, outcome: RoundsOutcome) -> str:

@@ -26,7 +26,7 @@ pytestmark = pytest.mark.slow
 TIMEOUT = 60.0
 # The steps both modes run, in order; the validation itself runs here in embedded mode and on an agent
 # (with validation_settings) in the distributed one, its report read back by reported_check.
-SHARED = ("plan", "build", "validation_settings", "failed_validation", "commit")
+SHARED = ("plan", "seeds", "build", "validation_settings", "failed_validation", "commit")
 
 
 @pytest.fixture

@@ -9,5 +9,5 @@
 What they take and return is in coordinator.values, their errors in coordinator.errors; the
 servicer (coordinator.servicer) calls these parts directly. Each part takes what it needs in
 its constructor; what several parts share lives in small objects of its own (coordinator.hints,
-coordinator.job_work.ModelCache, coordinator.fleet).
+coordinator.model_cache.ModelCache, coordinator.fleet).
 """

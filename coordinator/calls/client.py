@@ -13,9 +13,12 @@ from typing import TYPE_CHECKING
 from coordinator import metrics
 from coordinator.cluster_store import ClusterStore
 from coordinator.errors import InvalidRequest, Unavailable
+from coordinator.fingerprints import registered_fingerprint
 from coordinator.hints import RpcServerFlags, TaskProgress
 from coordinator.ids import validation_id
-from coordinator.job_work import TVM_IR_LOCK, ModelCache, registered_fingerprint, store_onnx
+from coordinator.model_cache import ModelCache
+from coordinator.onnx_uploads import store_onnx
+from coordinator.tvm_ir_lock import TVM_IR_LOCK
 from coordinator.values import AgentView, JobView, SubmitSpec, Submitted
 from foundation.clock import utc_now
 from foundation.domain.job_spec import (

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from coordinator.cluster_store import ClusterStore
 from coordinator.fleet import LiveAgents
 from coordinator.ids import job_of_validation, validation_id
-from coordinator.job_work import ModelCache
+from coordinator.model_cache import ModelCache
 from coordinator.values import ShardOutcome, ValidationOffer, ValidationReport
 from foundation.clock import utc_now
 from foundation.registry.store import RegistryStore

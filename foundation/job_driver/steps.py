@@ -1,26 +1,28 @@
-"""A job's steps, one set of functions for both modes: plan, (tune), build, validate, commit.
+"""A job's steps, one set of functions for both modes: plan, seeds, (tune), build, validate, commit.
 
-    plan ──► tune ──► build ──► validate ──► commit
-    (plan)   (each    (build)   (validate, or an agent   (commit)
-             mode's)            with validation_settings;
-                                reported_check reads its report)
+    plan ──► seeds ──► tune ──► build ──► validate ──► commit
+    (plan)   (seeds)   (each    (build)   (validate, or an agent   (commit)
+                       mode's)            with validation_settings;
+                                          reported_check reads its report)
 
-farm.embedded runs them in-process, one after the other, tuning here. The coordinator runs `plan` and
-`build` on its background worker, spreads the tuning over agents as shards, hands the validation to an
-agent of the job's fingerprint (the same check, foundation.runtime.validation, with
-`validation_settings`), reads the agent's report back as the check `validate` makes (`reported_check`)
-and runs `commit`. A job tuned in rounds (`--until`) plans its tasks and budget here and each round's
-trials afresh (farm.tuning_rounds, coordinator.job_rounds). Each step reads the job's spec and notes
-(foundation.domain.job_spec); the moves between steps, guarded by the state a job was last seen in,
-stay with each mode's JobDriver (foundation.job_driver.driver), as do the verdicts there.
+farm.embedded runs them in-process, one after the other, tuning here (its seeds measured first, with the
+fingerprint's cost model). The coordinator runs `plan`, `seeds` and `build` on its background worker, keeps
+each task's seeds as record ids for the shards that tune it, spreads the tuning over agents as shards,
+hands the validation to an agent of the job's fingerprint (the same check, foundation.runtime.validation,
+with `validation_settings`), reads the agent's report back as the check `validate` makes
+(`reported_check`) and runs `commit`. A job tuned in rounds (`--until`) plans its tasks and budget here
+and runs the rounds loop (foundation.job_driver.rounds_loop), which plans each round's trials afresh and
+judges each round's model built by `tuned_library`. Each step reads the job's
+spec and notes (foundation.domain.job_spec); the moves between steps, guarded by the state a job was
+last seen in, stay with each mode's JobDriver (foundation.job_driver.driver), as do the verdicts there.
 
 Callers call these through the module (`steps.build(...)`), so that a step is one function both
-modes run (tests/foundation/job_driver/test_steps_both_modes.py).
+modes run (tests/test_steps_both_modes.py).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -36,6 +38,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from foundation.domain.weights_layout import LayoutChoice, WeightsLayout
     from foundation.meta_schedule.reuse import ReusedTuning
     from foundation.meta_schedule.tuner import TuningBudget
+    from foundation.meta_schedule.warm import SeedTrace
     from foundation.models.loaded import LoadedModel
     from foundation.registry.entities import Artifact, Job
     from foundation.registry.store import RegistryStore
@@ -79,6 +82,28 @@ def plan(loaded: "LoadedModel", target: "tvm.target.Target", database: Any, spec
 
 
 @dataclass(frozen=True)
+class Seeds:
+    """What a job's seeds step makes: the warm start's donor traces for the tasks it tunes."""
+
+    traces: list[list["SeedTrace"]]  # per task, best first
+    per_task: int  # how many seeds a task may measure; 0: no warm start
+
+
+def seeds(store: "RegistryStore", fingerprint_id: str, target_json: str, tvm_version: str, spec: JobSpec,
+          tasks: Sequence["TuningTask"], planned: Sequence[int]) -> Seeds:
+    """Donor traces for each of ``tasks`` from the registry, similar workloads of this fingerprint's first,
+    then of the nearest others' (foundation.meta_schedule.warm.find_seed_traces): as many as the task
+    planned the most trials may measure (``planned``: each task's trials; the tuner holds every task to
+    its own). No seeds when the spec asks for no warm start or nothing is tuned."""
+    from foundation.meta_schedule.warm import find_seed_traces, seeds_per_task
+
+    if not spec.warm_start or not tasks:
+        return Seeds([[] for _ in tasks], 0)
+    wanted = seeds_per_task(max(planned, default=0))
+    return Seeds(find_seed_traces(store, fingerprint_id, target_json, tvm_version, tasks, wanted), wanted)
+
+
+@dataclass(frozen=True)
 class Built:
     """What a job's build step makes."""
 
@@ -94,11 +119,18 @@ def build(loaded: "LoadedModel", target: "tvm.target.Target", database: Any, for
     from foundation.compile import build_library
 
     if library is None:
-        library = build_library(loaded, target, database, prepack=form.prepacks,
-                                block_activations=form.blocks_activations)
+        library = tuned_library(loaded, target, database, form)
     if reference is None:
         reference = build_library(loaded, target, None)
     return Built(library, reference)
+
+
+def tuned_library(loaded: "LoadedModel", target: "tvm.target.Target", database: Any, form: "WeightsLayout") -> bytes:
+    """The model built with the best records of ``database``, in the form the job tunes: what `build`
+    commits, and what each round of a job tuned in rounds is judged on."""
+    from foundation.compile import build_library
+
+    return build_library(loaded, target, database, prepack=form.prepacks, block_activations=form.blocks_activations)
 
 
 @dataclass(frozen=True)

@@ -468,7 +468,7 @@ def test_concurrent_model_loads_do_not_corrupt_each_other(tmp_path):
     (bench/coordinator_scale.py saw AssertionErrors when Submit and the planner loaded at once)."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from coordinator.job_work import load_stored_model
+    from coordinator.model_cache import load_stored_model
     from foundation.registry.entities import Model
 
     def load(batch: int):

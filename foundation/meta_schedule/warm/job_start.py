@@ -7,27 +7,22 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from . import WarmStart, find_seed_traces, seeds_per_task
+from . import SeedTrace, WarmStart
 from .cost_models import KIND, MIN_SAMPLES, load_cost_model, refresh_cost_model
 
 if TYPE_CHECKING:  # pragma: no cover
     import tvm
 
-    from foundation.compile import TuningTask
     from foundation.meta_schedule.tuner import TuningReport
     from foundation.registry.store import RegistryStore
 
 
-def warm_start_for(store: "RegistryStore", fingerprint_id: str, target_json: str, tvm_version: str,
-                   tasks: Sequence["TuningTask"], planned: Sequence[int]) -> WarmStart:
-    """Donor traces for every task from the registry (this fingerprint's, then the nearest others'),
-    as many as the task planned the most trials may measure (`planned`: each task's trial plan;
-    the tuner holds every task to its own), and the cost model trained on this fingerprint's
-    records, if it has one."""
-    wanted = seeds_per_task(max(planned, default=0))
-    seeds = find_seed_traces(store, fingerprint_id, target_json, tvm_version, tasks, wanted)
+def warm_start_for(store: "RegistryStore", fingerprint_id: str, tvm_version: str,
+                   seeds: Sequence[Sequence[SeedTrace]], max_seeds_per_task: int) -> WarmStart:
+    """The tuning's warm start: the job's seeds (foundation.job_driver.steps.seeds), and the cost model
+    trained on this fingerprint's records, if it has one."""
     loaded = load_cost_model(store, fingerprint_id, tvm_version)
-    return WarmStart(seeds=seeds, max_seeds_per_task=wanted, cost_model=loaded[0] if loaded else None,
+    return WarmStart(seeds=seeds, max_seeds_per_task=max_seeds_per_task, cost_model=loaded[0] if loaded else None,
                      cost_model_sha256=loaded[1].sha256 if loaded else "")
 
 

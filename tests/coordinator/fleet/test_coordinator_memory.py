@@ -302,7 +302,7 @@ def test_progress_events_are_thinned_but_the_last_word_is_kept():
 def test_what_a_plan_or_build_leaves_behind_is_kept_out_of_the_garbage_collector():
     # A full collection walks every tracked object with the GIL held; the models and TVM
     # objects a plan leaves behind made those walks the slowest heartbeats (coordinator.heap).
-    from coordinator.job_work import BackgroundWorker
+    from coordinator.background_worker import BackgroundWorker
 
     gc.unfreeze()
     kept: list[dict] = []

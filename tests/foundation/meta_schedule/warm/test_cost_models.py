@@ -258,7 +258,7 @@ def test_a_coordinator_teaches_the_fingerprints_model_what_its_agents_reported(m
     from coordinator.cluster_store import ClusterStore
     from coordinator.hints import WorkloadJson
     from coordinator.job_steps import JobSteps
-    from coordinator.job_work import ModelCache
+    from coordinator.model_cache import ModelCache
     from foundation.meta_schedule.database.registry_database import canonical_target_json
     from foundation.meta_schedule.warm.cost_models import MIN_SAMPLES
 
