@@ -1,7 +1,10 @@
 """Nothing lost, nothing stuck: `farm submit` interrupted, terminated, killed, cancelled, while it measures.
 
 Real processes and real signals: SIGINT goes to the whole process group, as a terminal's Ctrl-C
-does; SIGTERM and SIGKILL to the farm process, as `kill` and the OOM killer do.
+does; SIGTERM and SIGKILL to the farm process, as `kill` and the OOM killer do. What another shell
+does meanwhile (`farm jobs`, `status`, `cancel`) reads and writes the registry the submit uses, not
+the submit's process: it runs in this process (support.farm_inprocess), sparing a Python and
+import start-up a call, a second of CPU beside the tune it watches.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ import time
 import psutil
 import pytest
 
+from support.farm_inprocess import run_farm_inprocess
 from support.farm_process import FarmProcess, RegistryProbe, json_document, one_error_line, run_farm
 from support.polling import wait_for
 
@@ -45,14 +49,14 @@ def _submit(farm_exe, tmp_path, registry_url, *args) -> FarmProcess:
     return FarmProcess.start(farm_exe, tmp_path / "home", "submit", *args, "--registry", registry_url)
 
 
-def _jobs(farm_exe, tmp_path, registry_url) -> dict[str, dict]:
-    listed = run_farm(farm_exe, tmp_path / "home", "jobs", "--registry", registry_url, "--json")
+def _jobs(tmp_path, registry_url) -> dict[str, dict]:
+    listed = run_farm_inprocess("jobs", "--registry", registry_url, "--json", home=tmp_path / "home")
     assert listed.returncode == 0, listed.stderr
     return {j["id"]: j for j in json_document(listed.stdout)}
 
 
-def _listed_with_trials(farm_exe, tmp_path, registry_url, job_id: str, at_least: int) -> dict | None:
-    job = _jobs(farm_exe, tmp_path, registry_url)[job_id]
+def _listed_with_trials(tmp_path, registry_url, job_id: str, at_least: int) -> dict | None:
+    job = _jobs(tmp_path, registry_url)[job_id]
     return job if job["trials_done"] >= at_least else None
 
 
@@ -75,7 +79,7 @@ def test_ctrl_c_cancels_after_the_batch_in_flight_and_keeps_every_record(farm_ex
     assert job["state"] == "cancelled"
     # Every measured candidate is in the registry: those committed before the signal and the batch in flight.
     assert probe.records_of(job_id) == job["trials_done"] == document["trials"] >= committed
-    assert _jobs(farm_exe, tmp_path, registry_url)[job_id]["state"] == "cancelled"
+    assert _jobs(tmp_path, registry_url)[job_id]["state"] == "cancelled"
     assert probe.scalar("SELECT COUNT(*) FROM tuning_locks") == 0
     assert _all_gone(workers), "worker processes outlived the interrupted submit"
 
@@ -111,7 +115,7 @@ def test_a_second_ctrl_c_stops_at_once_and_leaves_no_running_job(farm_exe, tmp_p
         farm.kill()
     assert code == 130 and took < 10, (code, took, err)
     assert "stopped at once" in one_error_line(err)
-    state = _jobs(farm_exe, tmp_path, registry_url)[job_id]["state"]
+    state = _jobs(tmp_path, registry_url)[job_id]["state"]
     assert state in ("cancelled", "failed"), state  # cancelled by its last words, or found dead
     assert probe.records_of(job_id) >= committed
 
@@ -127,10 +131,10 @@ def test_a_killed_submit_is_failed_on_the_next_read_and_the_next_submit_takes_ov
     finally:
         farm.kill()
     assert probe.job(job_id)["state"] == "running"  # nobody has looked yet
-    listed = _jobs(farm_exe, tmp_path, registry_url)[job_id]
+    listed = _jobs(tmp_path, registry_url)[job_id]
     assert listed["state"] == "failed" and listed["error"].startswith("runner died: its process")
     assert probe.records_of(job_id) >= committed, "the records it committed were lost"
-    status = run_farm(farm_exe, tmp_path / "home", "status", job_id, "--registry", registry_url, "--json")
+    status = run_farm_inprocess("status", job_id, "--registry", registry_url, "--json", home=tmp_path / "home")
     assert status.returncode == 0 and json_document(status.stdout)["state"] == "failed"
     assert _all_gone(workers, timeout=60), "the killed submit's workers stayed behind"
     # Its tuning lock is still in the table; the next submit judges its holder dead and tunes.
@@ -146,9 +150,9 @@ def test_farm_cancel_stops_a_submit_running_in_another_process(farm_exe, tmp_pat
     try:
         job_id, committed = probe.wait_for_records(FIRST_BATCH)
         # Another shell sees the running job's progress: its heartbeat writes the trials measured so far.
-        running = wait_for(lambda: _listed_with_trials(farm_exe, tmp_path, registry_url, job_id, FIRST_BATCH),
+        running = wait_for(lambda: _listed_with_trials(tmp_path, registry_url, job_id, FIRST_BATCH),
                            30, "`farm jobs` to show the trials measured", interval=1)
-        cancelled = run_farm(farm_exe, tmp_path / "home", "cancel", job_id, "--registry", registry_url, "--json")
+        cancelled = run_farm_inprocess("cancel", job_id, "--registry", registry_url, "--json", home=tmp_path / "home")
         code, out, err = farm.finish(timeout=180)
     finally:
         farm.kill()
