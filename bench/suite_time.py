@@ -1,7 +1,9 @@
-"""Where the test suite's time goes: worker-seconds per test file, and the slowest tests.
+"""Where the test suite's time goes: worker-seconds and CPU-seconds per test file, and the slowest tests.
 
 Reads the JUnit XML of a pytest run (setup, call and teardown of each test, as pytest times
-them) and prints each file's worker-seconds, its share and test count, then the slowest tests.
+them; CPU seconds as tests/support/cpu_time.py records them) and prints each file's
+worker-seconds, CPU-seconds, share and test count, then the slowest tests. Worker-seconds are
+what the run's wall time is made of; CPU-seconds are what a test costs, whatever else ran beside it.
 With --write it also stores each test's seconds in tests/durations.json, which the suite's
 conftest reads to hand the longest files to the workers first (the run's tail is then short
 files, not one long file on one worker while the others idle).
@@ -21,6 +23,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 DURATIONS = ROOT / "tests" / "durations.json"
+CPU_PROPERTY = "cpu_s"  # tests/support/cpu_time.py
 
 
 def test_id(classname: str, name: str) -> tuple[str, str]:
@@ -34,12 +37,14 @@ def test_id(classname: str, name: str) -> tuple[str, str]:
     return file, "::".join([file, *classes, name])
 
 
-def read_junit(path: Path) -> list[tuple[str, str, float]]:
-    """(file, node id, seconds) of every test case in the report."""
+def read_junit(path: Path) -> list[tuple[str, str, float, float]]:
+    """(file, node id, seconds, CPU seconds) of every test case in the report; CPU 0 where the
+    run did not record it."""
     cases = []
     for case in ET.parse(path).iter("testcase"):
         file, nodeid = test_id(case.get("classname", ""), case.get("name", ""))
-        cases.append((file, nodeid, float(case.get("time", 0))))
+        cpu = sum(float(prop.get("value", 0)) for prop in case.iter("property") if prop.get("name") == CPU_PROPERTY)
+        cases.append((file, nodeid, float(case.get("time", 0)), cpu))
     return cases
 
 
@@ -54,20 +59,25 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     cases = read_junit(args.junit)
     per_file: Counter[str] = Counter()
+    cpu_per_file: Counter[str] = Counter()
     tests: Counter[str] = Counter()
-    for file, _, seconds in cases:
+    for file, _, seconds, cpu in cases:
         per_file[file] += seconds
+        cpu_per_file[file] += cpu
         tests[file] += 1
     total = sum(per_file.values())
-    print(f"{len(cases)} tests in {len(per_file)} files: {total:.0f} worker-seconds")
-    print(f"{'worker-s':>9} {'share':>6} {'tests':>5}  file")
+    cpu_total = sum(cpu_per_file.values())
+    print(f"{len(cases)} tests in {len(per_file)} files: {total:.0f} worker-seconds, {cpu_total:.0f} CPU-seconds")
+    print(f"{'worker-s':>9} {'share':>6} {'CPU-s':>7} {'share':>6} {'tests':>5}  file")
     for file, seconds in per_file.most_common(args.top):
-        print(f"{seconds:9.1f} {seconds / total:6.1%} {tests[file]:5d}  {file}")
-    print(f"\nslowest {args.top} tests (setup + call + teardown):")
-    for _, nodeid, seconds in sorted(cases, key=lambda c: -c[2])[:args.top]:
-        print(f"{seconds:9.1f}  {nodeid}")
+        cpu = cpu_per_file[file]
+        cpu_share = cpu / (cpu_total or 1)
+        print(f"{seconds:9.1f} {seconds / total:6.1%} {cpu:7.1f} {cpu_share:6.1%} {tests[file]:5d}  {file}")
+    print(f"\nslowest {args.top} tests (setup + call + teardown; worker-s, CPU-s):")
+    for _, nodeid, seconds, cpu in sorted(cases, key=lambda c: -c[2])[:args.top]:
+        print(f"{seconds:9.1f} {cpu:7.1f}  {nodeid}")
     if args.write:
-        recorded = {nodeid: round(seconds, 1) for _, nodeid, seconds in sorted(cases)}
+        recorded = {nodeid: round(seconds, 1) for _, nodeid, seconds, _ in sorted(cases)}
         DURATIONS.write_text(json.dumps(recorded, indent=0) + "\n")
         print(f"\nwrote {DURATIONS.relative_to(ROOT)} ({len(recorded)} tests)")
     return 0

@@ -21,7 +21,9 @@ from support.quiet_box import shared_box
 from support.registry_db import BACKENDS, POSTGRES_URL, admin_url, fresh_postgres_database
 from support.scheduling import LongestFirstFileScheduling, order_longest_first
 
-pytest_plugins = ["pytester"]  # tests/test_suite_scheduling.py collects small suites of its own
+# pytester: tests/test_suite_scheduling.py collects small suites of its own; support.cpu_time: each
+# test's CPU seconds in the JUnit report (bench/suite_time.py).
+pytest_plugins = ["pytester", "support.cpu_time"]
 
 
 def pytest_xdist_make_scheduler(config, log):
