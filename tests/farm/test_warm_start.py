@@ -153,7 +153,10 @@ def test_an_incompatible_seed_is_rejected_and_the_task_still_tunes(donors, tmp_p
     finally:
         store.dispose()
     assert report.seeds.rejected == 2 * len(tasks), report.seeds
-    assert report.seeds.own_fingerprint == 2 * len(tasks), report.seeds
+    # Each task's best seed is measured; its second too, unless the best lost to the task's
+    # untuned form (then it is held back and its trial searched).
+    assert report.seeds.per_task and min(report.seeds.per_task) >= 1, report.seeds
+    assert report.seeds.own_fingerprint + report.seeds.held_back == 2 * len(tasks), report.seeds
     assert report.trials == 8 and all(t.best_sec is not None for t in report.tasks), report.tasks
 
 

@@ -6,8 +6,8 @@ a Tophub-style fallback that trusted another workload's config ran 200x slower, 
 evolutionary search seeds its first population from them through `get_top_k` as it does from
 any record, the build may use the best of them as it may any measured record, and a warm job
 has a tuned schedule for every seeded task after its first round. Each task's best seed goes
-first, across tasks, then the others. The cost model learns from
-them like from any measured batch.
+first, across tasks, then the others of the tasks whose best seed beat their untuned form. The
+cost model learns from them like from any measured batch.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from foundation.meta_schedule.measured_batch import measure_and_commit
+from foundation.meta_schedule.untuned_form import is_untuned_trace
 
 from .seed_metrics import SEEDS_MEASURED
 from .seed_sources import SeedTrace
@@ -39,6 +40,7 @@ class SeedRoundReport:
     other_fingerprints: int = 0  # ... from other fingerprints' records
     rejected: int = 0  # donor traces that did not apply to the task (not measured)
     failed: int = 0  # measured seeds whose build or run failed
+    held_back: int = 0  # seeds not measured: their task's best seed lost to its untuned form
     per_task: list[int] = field(default_factory=list)
     best_sec: list[float | None] = field(default_factory=list)
 
@@ -126,21 +128,35 @@ class SeedRound:
             self.picked(None)
 
     def measure_rest(self) -> None:
+        """The other seeds of each task whose best seed beat everything else measured of it (its
+        untuned form, when measured): where the donor's best does not transfer, its runners-up
+        rarely do, and their trials go to the search instead."""
         for index, seeds in self._rest.items():
             if self._cancelled():
                 break
-            if seeds:
-                self._batch.measure(index, self.contexts[index], seeds)
+            if not seeds:
+                continue
+            if self._best_is_untuned(index):
+                self.report.held_back += len(seeds)
+                continue
+            self._batch.measure(index, self.contexts[index], seeds)
         self._rest.clear()
         if self.picked is not None:
             self.picked(None)
+
+    def _best_is_untuned(self, index: int) -> bool:
+        database, mod = self._batch.database, self.contexts[index].mod
+        if not database.has_workload(mod):
+            return False
+        best = database.get_top_k(database.commit_workload(mod), 1)
+        return bool(best) and is_untuned_trace(best[0].trace)
 
     def finish(self, cost_model=None) -> SeedRoundReport:
         """Teach ``cost_model`` (when given) once per task, as one batch of its seeds would have."""
         if cost_model is not None:
             for index, (candidates, results) in self._batch.measured.items():
                 cost_model.update(self.contexts[index], candidates, results)
-        _LOG.info("seed round: %s", self.report.to_json())
+        _LOG.info("seed round: %s, %d held back", self.report.to_json(), self.report.held_back)
         return self.report
 
 
