@@ -65,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
 
     store = RegistryStore(args.registry, create=False)
     fingerprint = args.fingerprint or store.list_fingerprints()[0].id
-    records = store.all_records(fingerprint_id=fingerprint)
+    records = store.records.all_records(fingerprint_id=fingerprint)
     jobs = sorted({r.job_id for r in records if r.job_id})
     if len(jobs) < 2:
         print(f"error: {fingerprint} has records of {len(jobs)} job(s) (tune at least two models first)",
@@ -73,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
         return 3
     target = tvm.target.Target(json.loads(next(j.target for j in store.list_jobs() if j.id in jobs)))
     modules = {i: Workload.from_json(json.loads(j)).mod
-               for i, (_s, j) in store.get_workloads({r.workload_id for r in records}).items()}
+               for i, (_s, j) in store.records.get_workloads({r.workload_id for r in records}).items()}
     rows = []
     draw = np.random.default_rng(args.seed)
     for held in jobs:

@@ -193,7 +193,7 @@ def _carried_curve(store, job_id: str, tasks, best: dict[int, float], offset: in
 
     weights = {t.workload_id: t.weight for t in tasks if t.workload_id is not None}
     curve = []
-    for count, (workload_id, mean_sec) in enumerate(store.job_measurements(job_id), start=1):
+    for count, (workload_id, mean_sec) in enumerate(store.records.job_measurements(job_id), start=1):
         if mean_sec is not None and math.isfinite(mean_sec) and mean_sec < best.get(workload_id, math.inf):
             best[workload_id] = mean_sec
         if weights and all(w in best for w in weights):

@@ -58,7 +58,7 @@ def _records(workloads: list[int], n: int, scale: float) -> list[NewRecord]:
 def _rate(store: RegistryStore, records: list[NewRecord], batch: int) -> float:
     begin = time.perf_counter()
     for start in range(0, len(records), batch):
-        store.add_tuning_records(records[start:start + batch])
+        store.records.add_tuning_records(records[start:start + batch])
     return len(records) / (time.perf_counter() - begin)
 
 
@@ -75,7 +75,7 @@ def main() -> None:
         store = RegistryStore(url)
         try:
             store.upsert_fingerprint("cpu-bench", "cpu", "bench", {})
-            workloads = [store.commit_workload(str(i), f'["{i}","bW9k"]') for i in range(20)]
+            workloads = [store.records.commit_workload(str(i), f'["{i}","bW9k"]') for i in range(20)]
             new.append(_rate(store, _records(workloads, args.records, 1.0), args.batch))
             again.append(_rate(store, _records(workloads, args.records, 1.5), args.batch))
             counts = store.counts()

@@ -97,7 +97,7 @@ def job_report(store: RegistryStore, job_id: str) -> JobReport:
         artifact = store.get_artifact(job.artifact_id) if job.artifact_id else None
         origin = f"; its artifact came from job {artifact.job_id}: `farm report {artifact.job_id}`" if artifact else ""
         raise NotFound(f"job {job_id} was answered from the registry and tuned nothing", f"nothing to plot{origin}")
-    measurements = store.job_measurements(job_id)
+    measurements = store.records.job_measurements(job_id)
     reused = job_notes(job).reused or {}
     if not measurements and not (reused.get("tasks") and reused.get("skipped") == reused.get("tasks")):
         raise NotFound(f"job {job_id} has no tuning records in the registry at {store.url}",
@@ -141,7 +141,7 @@ def _tasks_of(store: RegistryStore, job_id: str, workload_ids: set[int]) -> tupl
     if task_list.is_file():
         listed = json.loads(task_list.read_text())
         by_shash: dict[str, list[int]] = {}
-        for workload_id, (shash, _) in store.get_workloads(workload_ids).items():
+        for workload_id, (shash, _) in store.records.get_workloads(workload_ids).items():
             by_shash.setdefault(shash, []).append(workload_id)
         tasks = [TaskCurve(t["name"], int(t["weight"]), (by_shash.get(t["workload_shash"]) or [None])[0],
                            float(t.get("flop") or 0.0)) for t in listed]

@@ -75,7 +75,7 @@ class ShardCalls:
         per_task = max(1, min(per_task, lease.shard.trials_budget))
         warm = []
         for task in lease.tasks:
-            for record in self._store.top_k_records(task.workload_id, job.fingerprint_id, job.target,
+            for record in self._store.records.top_k_records(task.workload_id, job.fingerprint_id, job.target,
                                                     self._tvm_version, self._warm_records_per_task):
                 warm.append((task.workload_shash, _record_json(record)))
         stored = job_options(job)

@@ -83,7 +83,7 @@ class PlanStore:
                         flop=task.flop,
                         workload_shash=task.workload_shash,
                         mod_json=task.mod_json,
-                        workload_id=self._registry.commit_workload_in(
+                        workload_id=self._registry.records.commit_workload_in(
                             session, task.workload_shash, task.mod_json
                         ),
                         trials_budget=task.trials_budget,
@@ -140,7 +140,7 @@ class PlanStore:
                 if row is None:
                     row = JobTaskRow(job_id=job_id, index=next_index, name=task.name, weight=task.weight,
                                      flop=task.flop, workload_shash=task.workload_shash, mod_json=task.mod_json,
-                                     workload_id=self._registry.commit_workload_in(session, task.workload_shash,
+                                     workload_id=self._registry.records.commit_workload_in(session, task.workload_shash,
                                                                                    task.mod_json),
                                      trials_budget=task.trials_budget)
                     session.add(row)

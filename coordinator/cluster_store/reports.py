@@ -131,7 +131,7 @@ class ReportStore:
 
     def _insert_kept(self, session: Session, kept: list[tuple[int, list[NewRecord]]]):
         all_records = [record for _, records in kept for record in records]
-        return self._registry.insert_records_keyed_in(session, all_records) if all_records else ([], set())
+        return self._registry.records.insert_records_keyed_in(session, all_records) if all_records else ([], set())
 
 
 def _judged(batches: Sequence[ReportedBatch], leases, job_fingerprint: dict[str, str | None]):

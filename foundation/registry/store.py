@@ -66,7 +66,7 @@ def target_kind_of(target: str) -> str:
     return str(value.get("kind", "")) if isinstance(value, dict) else ""
 
 
-class RegistryStore(TuningRecords):
+class RegistryStore:
     """The registry: fingerprints, models, jobs, artifacts, workloads and tuning records."""
 
     def __init__(self, url: str, *, create: bool = True):
@@ -83,8 +83,9 @@ class RegistryStore(TuningRecords):
             self._engine.dispose()
             raise
         self._unit = UnitOfWork(self._engine, self.url)
-        # Its parts, each over the same unit of work. Heartbeats, cancel requests and tuning
-        # locks of embedded jobs:
+        # Its parts, each over the same unit of work. Workloads and tuning records:
+        self.records = TuningRecords(self._unit, self.insert_statement, self._dialect, self.url)
+        # Heartbeats, cancel requests and tuning locks of embedded jobs:
         self.runners = JobRunners(self._unit, self.insert_statement)
         # Cost models, per fingerprint, TVM version and kind:
         self.cost_models = CostModels(self._unit, self.insert_statement)

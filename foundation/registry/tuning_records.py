@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -16,8 +16,8 @@ from foundation.clock import utc_now
 from foundation.errors import RegistryError
 
 from .entities import Measurement, NewRecord, StoredRecord
-from .schema import TuningMeasurementRow, TuningRecordRow, WorkloadRow
-from .session import Changes
+from .schema import Base, TuningMeasurementRow, TuningRecordRow, WorkloadRow
+from .session import Changes, UnitOfWork
 
 # MetaSchedule's stand-in for "no time measured" (SortTuningRecordByMeanRunSecs::kMaxMeanTime).
 MEASUREMENT_FAILED_SEC = 1e10
@@ -120,8 +120,13 @@ _MERGE_FAILED = (
 
 
 class TuningRecords:
-    """Mixed into RegistryStore: needs ``_unit``, ``insert_statement`` and ``url``."""
+    """Workloads and their tuning records (`RegistryStore.records`), over the store's unit of work."""
 
+    def __init__(self, unit: UnitOfWork, insert_statement: Callable[[type[Base]], Any], dialect: str, url: str):
+        self._unit = unit
+        self.insert_statement = insert_statement  # INSERT ... ON CONFLICT in the registry's dialect
+        self._dialect = dialect
+        self.url = url  # masked: what errors may name
 
     def commit_workload(self, shash: str, mod_json: str) -> int:
         """Store a workload unless its JSON is already stored; returns its id either way."""

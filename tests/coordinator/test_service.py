@@ -133,7 +133,7 @@ def test_two_agents_share_a_job_that_is_built_validated_and_committed(start, fin
     job = _wait_job(channel, job_id, farm_pb2.JOB_STATE_SUCCEEDED)
     assert job.artifact.validated and job.artifact.latency.mean_ms > 0
     assert job.trials_done == 8 and job.trial_errors == 2 and job.shards.done == 2
-    assert server.coordinator.store.count_records(fingerprint_id=fingerprint.id) == 4
+    assert server.coordinator.store.records.count_records(fingerprint_id=fingerprint.id) == 4
 
     # The whole story, replayed from the start: states in order, progress, shard changes.
     client = farm_pb2_grpc.FarmClientStub(channel)
@@ -348,7 +348,7 @@ def test_heartbeats_are_answered_while_more_reports_wait_than_the_server_has_thr
                 assert agent.lease_out_of_turn() is None, "the job's one shard is this agent's already"
             assert not any(report.done() for report in reports)
         assert all(report.result(TIMEOUT).accepted for report in reports)
-    assert server.coordinator.store.count_records() == 4 * len(shard.tasks)
+    assert server.coordinator.store.records.count_records() == 4 * len(shard.tasks)
     agent.close()
 
 

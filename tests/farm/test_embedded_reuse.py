@@ -69,8 +69,8 @@ def test_a_model_sharing_workloads_with_a_tuned_one_tunes_only_its_new_tasks(tmp
             "topped_up": 0, "topup_trials": 0, "planned_trials": 2 * len(shared | new), "trials": 2 * len(new),
             "trials_saved": 2 * len(shared)}
         # The second job measured only its new workloads: none of the first job's.
-        first_workloads = {w for w, _ in store.job_measurements(cold.job.id)}
-        second_workloads = {w for w, _ in store.job_measurements(warm.job.id)}
+        first_workloads = {w for w, _ in store.records.job_measurements(cold.job.id)}
+        second_workloads = {w for w, _ in store.records.job_measurements(warm.job.id)}
         assert second_workloads and not second_workloads & first_workloads
         assert RegistryJobs(store).document(job)["reuse"] == job.options["reused"]
     finally:

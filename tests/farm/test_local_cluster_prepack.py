@@ -41,10 +41,10 @@ def test_a_prepacked_job_through_the_coordinator(local_farm, tmp_path):
     store = RegistryStore(local_farm.registry_url)
     try:
         assert store.get_artifact(done["artifact"]["id"]).weights_layout == "prepacked"
-        records = [r for r in store.all_records() if r.job_id == done["job"]]
+        records = [r for r in store.records.all_records() if r.job_id == done["job"]]
         assert len(records) == done["trials"] > 0
         # What the agent tuned is the layout-free TIR the coordinator planned.
-        for _shash, mod_json in store.get_workloads({r.workload_id for r in records}).values():
+        for _shash, mod_json in store.records.get_workloads({r.workload_id for r in records}).values():
             assert b"layout_free_buffers" in base64.b64decode(json.loads(mod_json)[1])
     finally:
         store.dispose()

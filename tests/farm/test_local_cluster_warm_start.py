@@ -45,9 +45,9 @@ def _donors(registry_url: str, tuned: TunedHome):
     store = RegistryStore(registry_url, create=False)
     try:
         job = store.get_job(submitted["job"])
-        records = [r for r in store.all_records(fingerprint_id=fingerprint) if r.mean_sec is not None]
+        records = [r for r in store.records.all_records(fingerprint_id=fingerprint) if r.mean_sec is not None]
         workloads = {i: Workload.from_json(json.loads(j)).mod
-                     for i, (_, j) in store.get_workloads({r.workload_id for r in records}).items()}
+                     for i, (_, j) in store.records.get_workloads({r.workload_id for r in records}).items()}
         # Fewer records than a refresh waits for (MIN_SAMPLES): trained here, as a refresh would.
         model = new_model()
         assert learn(model, to_tvm_target(json.loads(job.target)), workloads, records) == len(records)
@@ -72,9 +72,9 @@ def _candidates(registry_url: str, job_id: str):
 
     store = RegistryStore(registry_url, create=False)
     try:
-        records = [r for r in store.all_records() if r.job_id == job_id and r.mean_sec is not None]
+        records = [r for r in store.records.all_records() if r.job_id == job_id and r.mean_sec is not None]
         workload_id = max({r.workload_id for r in records}, key=lambda w: sum(r.workload_id == w for r in records))
-        [(_, mod_json)] = store.get_workloads({workload_id}).values()
+        [(_, mod_json)] = store.records.get_workloads({workload_id}).values()
         target = to_tvm_target(json.loads(store.get_job(job_id).target))
     finally:
         store.dispose()
@@ -130,8 +130,8 @@ def test_a_distributed_job_measures_its_seeds_first_and_starts_from_the_stored_c
     # each measured on the agent; no donor trace was stored unmeasured or under a donor workload.
     store = RegistryStore(registry_url, create=False)
     try:
-        mine = [r for r in store.all_records() if r.job_id == job_id]
-        measured = [workload for workload, _ in store.job_measurements(job_id)]
+        mine = [r for r in store.records.all_records() if r.job_id == job_id]
+        measured = [workload for workload, _ in store.records.job_measurements(job_id)]
     finally:
         store.dispose()
     assert mine and all(r.run_secs for r in mine), mine

@@ -36,7 +36,7 @@ def _job(store, flops: list[float]):
 
 def _measure(store, job, workload_id: int, seconds: float, trace: str) -> None:
     """One record of the job, stored after those before it (the report's order)."""
-    store.add_tuning_records([NewRecord(workload_id=workload_id, fingerprint_id=GPU, target=CUDA_TARGET,
+    store.records.add_tuning_records([NewRecord(workload_id=workload_id, fingerprint_id=GPU, target=CUDA_TARGET,
                                         tvm_version="0.27.0", trace=json.dumps(trace), run_secs=[seconds],
                                         job_id=job.id)])
 

@@ -123,7 +123,7 @@ def test_a_task_whose_untuned_form_timed_faster_is_built_untuned(tmp_path):
 
     store = RegistryStore(registry, create=False)
     try:
-        records = store.all_records(fingerprint_id=summary["fingerprint"])
+        records = store.records.all_records(fingerprint_id=summary["fingerprint"])
         mine = [r for r in records if r.job_id == done.job.id]
         assert len(mine) == len(tasks) and all(is_untuned_trace_json(r.trace) for r in mine)
         for record in mine:  # each task's best record: ahead of its slow one
@@ -160,7 +160,7 @@ def test_a_distributed_job_measures_untuned_forms_on_its_agent_and_says_which_ta
     assert status["built_untuned"] == done["built_untuned"]
     store = RegistryStore(local_farm.registry_url)
     try:
-        mine = [r for r in store.all_records() if r.job_id == done["job"]]
+        mine = [r for r in store.records.all_records() if r.job_id == done["job"]]
     finally:
         store.dispose()
     assert len(mine) == len(tasks) and all(is_untuned_trace_json(r.trace) for r in mine)

@@ -33,9 +33,9 @@ def test_a_small_budget_measures_every_task_that_matters_and_no_task_exceeds_its
     assert [t["name"] for t in tasks] == [t.name for t in plan.tasks]
     store = RegistryStore(url)
     shash_of = {workload_id: shash
-                for workload_id, (shash, _) in store.get_workloads(
-                    {w for w, _ in store.job_measurements(result.job.id)}).items()}
-    records = Counter(shash_of[w] for w, _ in store.job_measurements(result.job.id))
+                for workload_id, (shash, _) in store.records.get_workloads(
+                    {w for w, _ in store.records.job_measurements(result.job.id)}).items()}
+    records = Counter(shash_of[w] for w, _ in store.records.job_measurements(result.job.id))
     measured = {t["name"]: records[t["workload_shash"]] for t in tasks}
 
     for line in plan.tasks:

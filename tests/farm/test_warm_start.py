@@ -58,7 +58,7 @@ def _first_measured(url: str, job_id: str, count: int) -> list[tuple[int, bool]]
 
     store = RegistryStore(url, create=False)
     try:
-        mine = [r for r in store.all_records() if r.job_id == job_id]  # in the order stored
+        mine = [r for r in store.records.all_records() if r.job_id == job_id]  # in the order stored
         return [(r.workload_id, is_untuned_trace_json(r.trace)) for r in mine][:count]
     finally:
         store.dispose()
@@ -75,7 +75,7 @@ def test_another_batch_is_seeded_from_this_fingerprint_and_validates_against_the
     # Seeds are measured trials of this job, out of its budget, stored as its own records.
     store = RegistryStore(url, create=False)
     try:
-        mine = [r for r in store.all_records(fingerprint_id=fingerprint) if r.job_id == result.job.id]
+        mine = [r for r in store.records.all_records(fingerprint_id=fingerprint) if r.job_id == result.job.id]
         kept = job_warm_start(store.get_job(result.job.id).options["warm_start_used"])
     finally:
         store.dispose()
@@ -201,7 +201,7 @@ def test_another_fingerprints_records_seed_the_search_but_are_never_hits_or_buil
     # The seeds were measured here: they are this fingerprint's records; the other box's are untouched.
     store = RegistryStore(url, create=False)
     try:
-        records = store.all_records()
+        records = store.records.all_records()
     finally:
         store.dispose()
     assert sum(r.fingerprint_id == ELSEWHERE for r in records) == foreign

@@ -8,4 +8,5 @@ from foundation.registry.store import RegistryStore
 def measurements_by_job(store: RegistryStore, job_id: str) -> int:
     """How many measurements ``job_id`` committed: a trace it measured twice (rounds of one job
     can meet the same schedule again) is one record holding two measurements."""
-    return sum(1 for record in store.all_records() for *_, job in store.measurements_of(record.id) if job == job_id)
+    records = store.records
+    return sum(1 for record in records.all_records() for *_, job in records.measurements_of(record.id) if job == job_id)

@@ -94,7 +94,7 @@ class RegistryDatabase(PyDatabase):
 
     def _load(self, shash: str) -> list[tuple[int, Workload]]:
         candidates = []
-        for workload_id, mod_json in self.store.find_workloads(shash):
+        for workload_id, mod_json in self.store.records.find_workloads(shash):
             if workload_id not in self._by_id:
                 self._by_id[workload_id] = Workload.from_json(json.loads(mod_json))
             candidates.append((workload_id, self._by_id[workload_id]))
@@ -124,7 +124,7 @@ class RegistryDatabase(PyDatabase):
 
     def _commit(self, workload: Workload) -> int:
         shash = str(tvm_ffi.structural_hash(workload.mod))
-        workload_id = self.store.commit_workload(shash, canonical_json(workload.as_json()))
+        workload_id = self.store.records.commit_workload(shash, canonical_json(workload.as_json()))
         self._by_id.setdefault(workload_id, workload)
         candidates = self._by_shash.setdefault(shash, [])
         if all(i != workload_id for i, _ in candidates):
@@ -169,7 +169,7 @@ class RegistryDatabase(PyDatabase):
             return 0
         pending, self._pending = self._pending, []
         try:
-            return self.store.add_tuning_records(pending)
+            return self.store.records.add_tuning_records(pending)
         except BaseException:
             # Kept for the next flush: a registry hiccup must not drop measurements.
             self._pending = pending + self._pending
@@ -180,7 +180,7 @@ class RegistryDatabase(PyDatabase):
         if record is None:
             workload = self._by_id.get(stored.workload_id)
             if workload is None:
-                _shash, mod_json = self.store.get_workloads([stored.workload_id])[
+                _shash, mod_json = self.store.records.get_workloads([stored.workload_id])[
                     stored.workload_id
                 ]
                 workload = self._by_id.setdefault(
@@ -205,20 +205,20 @@ class RegistryDatabase(PyDatabase):
         ids = self._matching_ids(workload.mod)
         if not ids or top_k == 0:
             return []
-        stored = self.store.top_k_records(
+        stored = self.store.records.top_k_records(
             ids, self.fingerprint_id, self.target_json, self.tvm_version, top_k
         )
         return [self._tuning_record(s) for s in stored]
 
     def get_all_tuning_records(self) -> list[TuningRecord]:
         self.flush()
-        stored = self.store.all_records(
+        stored = self.store.records.all_records(
             fingerprint_id=self.fingerprint_id,
             target=self.target_json,
             tvm_version=self.tvm_version,
         )
         missing = {s.workload_id for s in stored} - set(self._by_id)
-        for workload_id, (_shash, mod_json) in self.store.get_workloads(missing).items():
+        for workload_id, (_shash, mod_json) in self.store.records.get_workloads(missing).items():
             self._by_id[workload_id] = Workload.from_json(json.loads(mod_json))
         return [self._tuning_record(s) for s in stored]
 
@@ -229,11 +229,12 @@ class RegistryDatabase(PyDatabase):
         ids = self._matching_ids(mod)
         if not ids:
             return 0
-        return sum(self.store.measured_counts(ids, self.fingerprint_id, self.target_json, self.tvm_version).values())
+        counts = self.store.records.measured_counts(ids, self.fingerprint_id, self.target_json, self.tvm_version)
+        return sum(counts.values())
 
     def __len__(self) -> int:
         self.flush()
-        return self.store.count_records(
+        return self.store.records.count_records(
             fingerprint_id=self.fingerprint_id,
             target=self.target_json,
             tvm_version=self.tvm_version,

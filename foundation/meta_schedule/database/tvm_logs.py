@@ -158,7 +158,7 @@ def import_tvm_logs(
             f"filed under: {foreign_target}; nothing was imported",
             "import a log on a box of the fingerprint it was tuned on, or name that fingerprint with --fingerprint",
         )
-    _ids, inserted, merged = store.import_tuning_log(keyed, records)
+    _ids, inserted, merged = store.records.import_tuning_log(keyed, records)
     return ImportReport(
         workloads=len(workloads), records=inserted, skipped_duplicates=len(records) - inserted - merged,
         measurements=merged, refused_foreign=refused, foreign_target=foreign_target,
@@ -195,7 +195,7 @@ def _stored_spelling(store: RegistryStore, shash: str, workload: Any) -> str | N
     import tvm_ffi
     from tvm.s_tir.meta_schedule.database import Workload
 
-    for _id, mod_json in store.find_workloads(shash):
+    for _id, mod_json in store.records.find_workloads(shash):
         if tvm_ffi.structural_equal(Workload.from_json(json.loads(mod_json)).mod, workload.mod):
             return mod_json
     return None
@@ -218,10 +218,10 @@ def export_tvm_logs(
     Each record carries the target it was measured for, so one file may hold several.
     The files are replaced, not appended to.
     """
-    stored = store.all_records(
+    stored = store.records.all_records(
         fingerprint_id=fingerprint_id, target=target_json, tvm_version=tvm_version
     )
-    workloads = store.get_workloads(r.workload_id for r in stored)
+    workloads = store.records.get_workloads(r.workload_id for r in stored)
     order = sorted(workloads)
     index = {workload_id: i for i, workload_id in enumerate(order)}
     out = Path(out_dir)

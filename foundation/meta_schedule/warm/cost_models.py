@@ -186,7 +186,7 @@ def refresh_cost_model(store: "RegistryStore", fingerprint_id: str, target: "tvm
     if not records or (model.data_size + len(records) < MIN_SAMPLES):
         return stored
     modules = {i: Workload.from_json(json.loads(mod_json)).mod
-               for i, (_shash, mod_json) in store.get_workloads({r.workload_id for r in records}).items()}
+               for i, (_shash, mod_json) in store.records.get_workloads({r.workload_id for r in records}).items()}
     learned = learn(model, target, modules, records)
     if model.booster is None:
         return stored

@@ -88,7 +88,7 @@ def find_seed_traces(store: "RegistryStore", fingerprint_id: str, target_json: s
                 and offered.get(scope, 0) < RECORDS_PER_DONOR):
             offered[scope] = offered.get(scope, 0) + 1
             donors.append(r)
-    stored = store.get_workloads({r.workload_id for r in donors})
+    stored = store.records.get_workloads({r.workload_id for r in donors})
     modules = {i: Workload.from_json(json.loads(mod_json)).mod for i, (_shash, mod_json) in stored.items()}
     keys = {i: structure_key(mod) for i, mod in modules.items()}
     shashes = {i: shash for i, (shash, _) in stored.items()}
@@ -120,7 +120,7 @@ def seed_traces_by_id(store: "RegistryStore", fingerprint_id: str,
     order): how a coordinator keeps a planned job's seeds without keeping their traces twice.
     A record no longer in the registry is left out."""
     records = store.donors.by_id([i for ids in record_ids for i in ids])
-    stored = store.get_workloads({r.workload_id for r in records.values()})
+    stored = store.records.get_workloads({r.workload_id for r in records.values()})
     return [[SeedTrace(stored[records[i].workload_id][1], records[i].trace, records[i].fingerprint_id,
                        records[i].fingerprint_id == fingerprint_id, records[i].mean_sec, i)
              for i in ids if i in records and records[i].workload_id in stored] for ids in record_ids]

@@ -153,8 +153,8 @@ def test_reports_count_once_and_stale_attempts_store_nothing(cluster_store, stor
     assert (first.accepted, first.stored, first.duplicates) == (True, 2, 0)
     again = cluster_store.report_records(lease.shard.id, 1, agent.id, records_of(lease, ["b", "c"]))
     assert (again.accepted, again.stored, again.duplicates) == (True, 1, 1)
-    assert store.count_records() == 3
-    assert all(r.job_id == job.id for r in store.all_records())
+    assert store.records.count_records() == 3
+    assert all(r.job_id == job.id for r in store.records.all_records())
     assert cluster_store.get_shard(lease.shard.id).trials_done == 4
     assert store.get_job(job.id).trials_done == 4
 
@@ -162,7 +162,7 @@ def test_reports_count_once_and_stale_attempts_store_nothing(cluster_store, stor
         stale = cluster_store.report_records(lease.shard.id, attempt, agent_id, records_of(lease, ["x"]))
         assert not stale.accepted and stale.reason and stale.stored == 0
     assert cluster_store.report_records("job-x.s0", 1, agent.id, []).accepted is False
-    assert store.count_records() == 3 and store.get_job(job.id).trials_done == 4
+    assert store.records.count_records() == 3 and store.get_job(job.id).trials_done == 4
 
     done = cluster_store.complete_shard(lease.shard.id, 1, agent.id, at(5))
     assert done.accepted and done.shard.state is ShardState.DONE
@@ -232,7 +232,7 @@ def test_a_group_of_reports_is_judged_report_by_report_in_one_transaction(cluste
     ]
     assert "attempt 2" in verdicts[3].reason and "not " + two.id in verdicts[4].reason
     assert "unknown" in verdicts[5].reason and OTHER_GPU in verdicts[6].reason
-    assert sorted(r.trace for r in store.all_records()) == ['"a"', '"b"', '"c"', '"d"']
+    assert sorted(r.trace for r in store.records.all_records()) == ['"a"', '"b"', '"c"', '"d"']
     assert cluster_store.get_shard(first.shard.id).trials_done == 5
     assert cluster_store.get_shard(second.shard.id).trials_done == 1
     assert store.get_job(job.id).trials_done == 6
@@ -272,7 +272,7 @@ def test_a_lease_that_ends_while_a_groups_records_are_written_keeps_none_of_them
     assert written == [[0, 1], [1]], "written for both, then again for the report that still stands"
     assert not verdicts[0].accepted and "attempt 1" in verdicts[0].reason, verdicts[0]
     assert (verdicts[1].accepted, verdicts[1].stored) == (True, 1)
-    assert [r.trace for r in store.all_records()] == ['"c"']
+    assert [r.trace for r in store.records.all_records()] == ['"c"']
     assert cluster_store.get_shard(first.shard.id).trials_done == 0
     assert cluster_store.get_shard(first.shard.id).state is ShardState.PENDING
     assert store.get_job(job.id).trials_done == 1
@@ -293,7 +293,7 @@ def test_silent_agent_loses_its_lease_and_the_next_attempt_keeps_its_records(clu
 
     second = cluster_store.claim_shard(healthy.id, GPU, ["cuda"], at(60), TTL)
     assert second.shard.id == lease.shard.id and second.attempt == 2
-    assert store.count_records() == 2  # what attempt 1 reported is kept
+    assert store.records.count_records() == 2  # what attempt 1 reported is kept
     assert not cluster_store.report_records(lease.shard.id, 1, silent.id, records_of(lease, ["z"])).accepted
     retry = cluster_store.report_records(second.shard.id, 2, healthy.id, records_of(lease, ["a", "d"]))
     assert (retry.stored, retry.duplicates) == (1, 1)

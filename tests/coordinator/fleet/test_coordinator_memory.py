@@ -246,7 +246,7 @@ def test_reports_that_arrive_during_a_commit_go_in_the_next_one(cluster_store, s
     # Each agent's shard has its own workload: a trace is one record per workload.
     unique = {(n % 2, trace) for n in range(21) for trace in (f"t{n % 7}", f"t{n}")}
     assert len(unique) == 28
-    assert sum(answer.stored for answer in answers.values()) == store.count_records() == len(unique)
+    assert sum(answer.stored for answer in answers.values()) == store.records.count_records() == len(unique)
     assert sum(answer.duplicates for answer in answers.values()) == 42 - len(unique)
     assert store.get_job(job.id).trials_done == 42
 
@@ -282,7 +282,7 @@ def test_a_report_that_cannot_be_written_fails_alone(cluster_store, store):
 
     assert isinstance(results["bad"], RegistryError) and "999999" in str(results["bad"])
     assert results["first"].stored == 1 and results["good"].stored == 1
-    assert store.count_records() == 2
+    assert store.records.count_records() == 2
 
 
 def test_progress_events_are_thinned_but_the_last_word_is_kept():

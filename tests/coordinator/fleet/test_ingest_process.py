@@ -74,7 +74,7 @@ def test_the_child_commits_groups_and_comes_back_after_being_killed(leased, clus
                            _report(lease, agent.id, [8], attempt=2)])
         assert [(v.accepted, v.stored, v.duplicates) for v in verdicts] == [(True, 2, 0), (True, 1, 1), (False, 0, 0)]
         assert "attempt 2" in verdicts[2].reason
-        assert store.count_records() == 3 and cluster_store.get_shard(lease.shard.id).trials_done == 4
+        assert store.records.count_records() == 3 and cluster_store.get_shard(lease.shard.id).trials_done == 4
 
         os.kill(first, signal.SIGKILL)
         wait_for(lambda: not _alive(first), 10, "the killed child to go")
@@ -83,7 +83,7 @@ def test_the_child_commits_groups_and_comes_back_after_being_killed(leased, clus
         wait_for(lambda: ingest.pid not in (None, first), 30, "a new child")
         [again] = ingest([_report(lease, agent.id, [16])])
         assert (again.accepted, again.stored) == (True, 1)
-        assert ingest.pid != first and store.count_records() == 4
+        assert ingest.pid != first and store.records.count_records() == 4
         last = ingest.pid
     finally:
         ingest.close()
@@ -108,7 +108,7 @@ def test_a_failed_group_is_raised_as_the_registry_said_and_the_child_goes_on(
             type(here.value), here.value.problem, here.value.fix)
         [good] = ingest([_report(lease, agent.id, [1])])
         assert (good.accepted, good.stored) == (True, 1) and ingest.pid == child
-        assert store.count_records() == 1
+        assert store.records.count_records() == 1
     finally:
         ingest.close()
 
@@ -161,7 +161,7 @@ def test_groups_sent_while_one_commits_are_read_meanwhile_and_answered_in_order(
         with pytest.raises(RegistryError) as caught:  # the bad group fails alone, as the registry said
             later[1].result(30)
         assert "999999" in caught.value.problem
-        assert store.count_records() == 4 and cluster_store.get_shard(lease.shard.id).trials_done == 6
+        assert store.records.count_records() == 4 and cluster_store.get_shard(lease.shard.id).trials_done == 6
     finally:
         ingest.close()
 
@@ -177,7 +177,7 @@ def test_groups_read_meanwhile_commit_together(leased, cluster_store, store, reg
             time.sleep(0.5)
         assert [[(v.accepted, v.stored, v.duplicates) for v in f.result(30)] for f in [first, *later]] == [
             [(True, 1, 0)], [(True, 2, 0)], [(True, 2, 0)], [(True, 1, 1)]]  # 4 came with [2, 4]
-        assert store.count_records() == 6 and cluster_store.get_shard(lease.shard.id).trials_done == 7
+        assert store.records.count_records() == 6 and cluster_store.get_shard(lease.shard.id).trials_done == 7
     finally:
         ingest.close()
 

@@ -15,8 +15,8 @@ def test_show_lists_what_each_fingerprint_holds(tmp_path):
     try:
         store.upsert_fingerprint("cpu-aaaa", "cpu", "first cpu", {"cores": 2})
         store.upsert_fingerprint("cpu-bbbb", "cpu", "second cpu", {})
-        workload = store.commit_workload("1", '["1","YQ=="]')
-        store.add_tuning_records([
+        workload = store.records.commit_workload("1", '["1","YQ=="]')
+        store.records.add_tuning_records([
             NewRecord(workload_id=workload, fingerprint_id="cpu-aaaa", target='{"kind":"llvm"}',
                       tvm_version="0.27.0", trace=f'"t{i}"', run_secs=[0.001 * (i + 1)])
             for i in range(1200)])

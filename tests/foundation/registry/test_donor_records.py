@@ -14,9 +14,9 @@ def _record(workload_id: int, fingerprint: str, trace: str, secs: list[float] | 
 def test_the_fastest_valid_records_of_each_workload_per_fingerprint_of_one_tvm(store):
     store.upsert_fingerprint("cpu-a", "cpu", "a", {})
     store.upsert_fingerprint("cpu-b", "cpu", "b", {})
-    w1 = store.commit_workload("1", '{"w": 1}')
-    w2 = store.commit_workload("2", '{"w": 2}')
-    store.add_tuning_records([
+    w1 = store.records.commit_workload("1", '{"w": 1}')
+    w2 = store.records.commit_workload("2", '{"w": 2}')
+    store.records.add_tuning_records([
         _record(w1, "cpu-a", "t1", [3.0]), _record(w1, "cpu-a", "t2", [1.0]), _record(w1, "cpu-a", "t3", [2.0]),
         _record(w1, "cpu-a", "failed", [1e10]),  # a failed measurement is never a donor
         _record(w1, "cpu-b", "t1", [5.0]),

@@ -21,12 +21,13 @@ def test_each_fingerprint_counts_its_own_records_workloads_models_and_artifacts(
     store.upsert_fingerprint("cpu-aaaa", "cpu", "first cpu", {})
     store.upsert_fingerprint("cpu-bbbb", "cpu", "second cpu", {})
     store.upsert_fingerprint("cuda-cccc", "cuda", "a gpu", {})
-    w1, w2 = store.commit_workload("1", '["1","YQ=="]'), store.commit_workload("2", '["2","Yg=="]')
-    store.add_tuning_records([
+    w1, w2 = store.records.commit_workload("1", '["1","YQ=="]'), store.records.commit_workload("2", '["2","Yg=="]')
+    store.records.add_tuning_records([
         _record(w1, "cpu-aaaa", '"a"', [0.001]), _record(w1, "cpu-aaaa", '"b"', None),
         _record(w2, "cpu-aaaa", '"c"', [0.002]), _record(w2, "cpu-bbbb", '"a"', [0.003]),
     ])
-    store.add_tuning_records([_record(w1, "cpu-aaaa", '"a"', [0.0012])])  # a second measurement: still one record
+    # A second measurement: still one record.
+    store.records.add_tuning_records([_record(w1, "cpu-aaaa", '"a"', [0.0012])])
     m1, m2 = _model(store, "m1"), _model(store, "m2")
     for model_id in (m1, m2, m1):
         store.create_job(model_id=model_id, target=TARGET, fingerprint_id="cpu-aaaa", trials_budget=1, options={})

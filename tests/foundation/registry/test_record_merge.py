@@ -16,7 +16,7 @@ SCOPE = ("cpu-aaaa", TARGET, "0.27.0")
 @pytest.fixture
 def workload(store) -> int:
     store.upsert_fingerprint("cpu-aaaa", "cpu", "test cpu", {})
-    return store.commit_workload("123", '["123","bW9k"]')
+    return store.records.commit_workload("123", '["123","bW9k"]')
 
 
 def _record(workload_id: int, trace: str, run_secs, job_id=None, **more) -> NewRecord:  # type: ignore[no-untyped-def]
@@ -25,50 +25,51 @@ def _record(workload_id: int, trace: str, run_secs, job_id=None, **more) -> NewR
 
 
 def _only(store, workload):  # type: ignore[no-untyped-def]
-    (record,) = store.all_records(workload, *SCOPE)
+    (record,) = store.records.all_records(workload, *SCOPE)
     return record
 
 
 def test_a_trace_measured_again_is_one_record_with_every_measurement_merged(store, workload):
-    assert store.add_tuning_records([_record(workload, '"a"', [0.002], "job-1")]) == 1
+    assert store.records.add_tuning_records([_record(workload, '"a"', [0.002], "job-1")]) == 1
     # Another job measures the same trace: no new record, a second measurement.
-    assert store.add_tuning_records([_record(workload, '"a"', [0.004, 0.004], "job-2")]) == 0
+    assert store.records.add_tuning_records([_record(workload, '"a"', [0.004, 0.004], "job-2")]) == 0
     a = _only(store, workload)
     assert (a.measurements, a.valid_measurements) == (2, 2) and a.mean_sec == pytest.approx(0.003)
     assert a.run_secs == [0.002] and a.job_id == "job-1"  # the record's own: the first measurement
 
     # The same numbers again (a retried report, a log exported and imported back) change nothing.
-    store.add_tuning_records([_record(workload, '"a"', [0.004, 0.004], "job-3")])
-    store.add_tuning_records([_record(workload, '"a"', [0.002])])
+    store.records.add_tuning_records([_record(workload, '"a"', [0.004, 0.004], "job-3")])
+    store.records.add_tuning_records([_record(workload, '"a"', [0.002])])
     assert (_only(store, workload).measurements, _only(store, workload).mean_sec) == (2, pytest.approx(0.003))
 
     # A failed measurement is kept and counted, and leaves the mean alone.
-    store.add_tuning_records([_record(workload, '"a"', None, "job-4")])
+    store.records.add_tuning_records([_record(workload, '"a"', None, "job-4")])
     a = _only(store, workload)
     assert (a.measurements, a.valid_measurements) == (3, 2) and a.mean_sec == pytest.approx(0.003)
-    assert store.measurements_of(a.id) == [([0.002], 0.002, "job-1"), ([0.004, 0.004], 0.004, "job-2"),
+    assert store.records.measurements_of(a.id) == [([0.002], 0.002, "job-1"), ([0.004, 0.004], 0.004, "job-2"),
                                            (None, None, "job-4")]
 
     # Twice in one batch: one record, both measurements; ranks by the merged mean.
-    assert store.add_tuning_records([_record(workload, '"b"', [0.001]), _record(workload, '"b"', [0.0035])]) == 1
-    top = store.top_k_records(workload, *SCOPE, 10)
+    twice = [_record(workload, '"b"', [0.001]), _record(workload, '"b"', [0.0035])]
+    assert store.records.add_tuning_records(twice) == 1
+    top = store.records.top_k_records(workload, *SCOPE, 10)
     assert [(r.trace, r.measurements) for r in top] == [('"b"', 2), ('"a"', 3)]
     assert top[0].mean_sec == pytest.approx(0.00225)
-    assert store.count_records(workload, *SCOPE) == 2 and store.counts()["tuning_measurements"] == 3
+    assert store.records.count_records(workload, *SCOPE) == 2 and store.counts()["tuning_measurements"] == 3
 
 
 def test_a_record_that_failed_first_becomes_valid_when_it_runs(store, workload):
-    store.add_tuning_records([_record(workload, '"late"', [1e10])])
-    assert store.top_k_records(workload, *SCOPE, 1) == []
-    store.add_tuning_records([_record(workload, '"late"', [0.005])])
-    (late,) = store.top_k_records(workload, *SCOPE, 1)
+    store.records.add_tuning_records([_record(workload, '"late"', [1e10])])
+    assert store.records.top_k_records(workload, *SCOPE, 1) == []
+    store.records.add_tuning_records([_record(workload, '"late"', [0.005])])
+    (late,) = store.records.top_k_records(workload, *SCOPE, 1)
     assert (late.mean_sec, late.measurements, late.valid_measurements) == (pytest.approx(0.005), 2, 1)
     # A trace MetaSchedule rejects never becomes valid.
-    store.add_tuning_records([_record(workload, '"bad"', [0.001], trace_valid=False)])
-    store.add_tuning_records([_record(workload, '"bad"', [0.0005], trace_valid=False)])
-    bad = next(r for r in store.all_records(workload, *SCOPE) if r.trace == '"bad"')
+    store.records.add_tuning_records([_record(workload, '"bad"', [0.001], trace_valid=False)])
+    store.records.add_tuning_records([_record(workload, '"bad"', [0.0005], trace_valid=False)])
+    bad = next(r for r in store.records.all_records(workload, *SCOPE) if r.trace == '"bad"')
     assert (bad.mean_sec, bad.measurements, bad.valid_measurements) == (None, 2, 0)
-    assert [m for _, m, _ in store.measurements_of(bad.id)] == [None, None]
+    assert [m for _, m, _ in store.records.measurements_of(bad.id)] == [None, None]
 
 
 def _plan(store: RegistryStore, registry_url: str, workload: int) -> str:
@@ -78,7 +79,7 @@ def _plan(store: RegistryStore, registry_url: str, workload: int) -> str:
     listener = lambda conn, cursor, sql, params, context, many: statements.append((sql, params))  # noqa: E731
     event.listen(engine, "before_cursor_execute", listener)
     try:
-        store.top_k_records(workload, *SCOPE, 5)
+        store.records.top_k_records(workload, *SCOPE, 5)
     finally:
         event.remove(engine, "before_cursor_execute", listener)
     sql, params = next((s, p) for s, p in statements if "ORDER BY" in s)
@@ -96,14 +97,14 @@ def _plan(store: RegistryStore, registry_url: str, workload: int) -> str:
 
 
 def test_the_best_records_of_a_workload_come_from_the_index_in_order(store, registry_url, workload):
-    store.add_tuning_records([_record(workload, f'"t{i}"', [0.001 * (i % 7 + 1)]) for i in range(50)])
+    store.records.add_tuning_records([_record(workload, f'"t{i}"', [0.001 * (i % 7 + 1)]) for i in range(50)])
     plan = _plan(store, registry_url, workload)
     assert "ix_tuning_records_scope_mean" in plan, plan
     assert "TEMP B-TREE" not in plan and "Sort" not in plan, plan  # ordered by the index, not sorted after
 
 
 def test_the_migration_counts_existing_records_as_one_measurement_each(store, registry_url, workload):
-    store.add_tuning_records([_record(workload, '"ok"', [0.002]), _record(workload, '"failed"', None)])
+    store.records.add_tuning_records([_record(workload, '"ok"', [0.002]), _record(workload, '"failed"', None)])
     store.dispose()
     engine = create_engine(parse_registry_url(registry_url))
     try:
@@ -117,12 +118,12 @@ def test_the_migration_counts_existing_records_as_one_measurement_each(store, re
         engine.dispose()
     again = RegistryStore(registry_url)
     try:
-        by_trace = {r.trace: r for r in again.all_records(workload, *SCOPE)}
+        by_trace = {r.trace: r for r in again.records.all_records(workload, *SCOPE)}
         assert {t: (r.measurements, r.valid_measurements) for t, r in by_trace.items()} == {
             '"ok"': (1, 1), '"failed"': (1, 0)}
         # Their first measurements are known as such: sent again, they are not counted twice.
-        again.add_tuning_records([_record(workload, '"ok"', [0.002]), _record(workload, '"failed"', None)])
-        assert {r.measurements for r in again.all_records(workload, *SCOPE)} == {1}
+        again.records.add_tuning_records([_record(workload, '"ok"', [0.002]), _record(workload, '"failed"', None)])
+        assert {r.measurements for r in again.records.all_records(workload, *SCOPE)} == {1}
         assert again.counts()["tuning_measurements"] == 0
     finally:
         again.dispose()

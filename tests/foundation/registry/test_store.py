@@ -29,7 +29,7 @@ def _raw_engine(url: str):  # type: ignore[no-untyped-def]
 def _seed(store: RegistryStore) -> int:
     store.upsert_fingerprint("cpu-aaaa", "cpu", "test cpu", {"cores": 2})
     store.upsert_fingerprint("cpu-bbbb", "cpu", "other cpu", {"cores": 4})
-    return store.commit_workload("123", '["123","bW9k"]')
+    return store.records.commit_workload("123", '["123","bW9k"]')
 
 
 def _record(workload_id: int, trace: str, run_secs, **scope) -> NewRecord:  # type: ignore[no-untyped-def]
@@ -325,36 +325,36 @@ def test_artifacts_round_trip_and_lookup(store):
 
 
 def test_workload_commit_is_idempotent(store):
-    first = store.commit_workload("42", '["42","AAAA"]')
-    assert store.commit_workload("42", '["42","AAAA"]') == first
-    second = store.commit_workload("42", '["42","BBBB"]')  # a hash collision: kept apart
+    first = store.records.commit_workload("42", '["42","AAAA"]')
+    assert store.records.commit_workload("42", '["42","AAAA"]') == first
+    second = store.records.commit_workload("42", '["42","BBBB"]')  # a hash collision: kept apart
     assert second != first
-    assert store.find_workloads("42") == [(first, '["42","AAAA"]'), (second, '["42","BBBB"]')]
-    assert store.find_workloads("43") == []
+    assert store.records.find_workloads("42") == [(first, '["42","AAAA"]'), (second, '["42","BBBB"]')]
+    assert store.records.find_workloads("43") == []
 
 
 def test_duplicate_records_are_skipped(store):
     workload = _seed(store)
     batch = [_record(workload, f"[{i}]", [0.001 * (i + 1)]) for i in range(5)]
-    assert store.add_tuning_records(batch) == 5
+    assert store.records.add_tuning_records(batch) == 5
     # Same traces, new measurements, and a duplicate inside the batch: only "[9]" is new.
     again = [_record(workload, f"[{i}]", [1.0]) for i in range(5)] + [
         _record(workload, "[9]", [2.0])
     ] * 2
-    assert store.add_tuning_records(again) == 1
-    assert store.count_records() == 6
-    assert {r.trace: r.run_secs for r in store.all_records()}["[0]"] == [0.001]
-    assert store.add_tuning_records([]) == 0
+    assert store.records.add_tuning_records(again) == 1
+    assert store.records.count_records() == 6
+    assert {r.trace: r.run_secs for r in store.records.all_records()}["[0]"] == [0.001]
+    assert store.records.add_tuning_records([]) == 0
 
 
 def test_top_k_is_fastest_valid_first_and_scoped(store):
     workload = _seed(store)
-    other_workload = store.commit_workload("124", '["124","b3RoZXI="]')
+    other_workload = store.records.commit_workload("124", '["124","b3RoZXI="]')
     # One batch is stored in digest order; separate batches keep their order for the tie.
-    store.add_tuning_records([_record(workload, '"slow"', [0.003, 0.005])])
-    store.add_tuning_records([_record(workload, '"fast"', [0.001])])
-    store.add_tuning_records([_record(workload, '"tie"', [0.004])])  # ties "slow", ranks after
-    store.add_tuning_records(
+    store.records.add_tuning_records([_record(workload, '"slow"', [0.003, 0.005])])
+    store.records.add_tuning_records([_record(workload, '"fast"', [0.001])])
+    store.records.add_tuning_records([_record(workload, '"tie"', [0.004])])  # ties "slow", ranks after
+    store.records.add_tuning_records(
         [
             _record(workload, '"failed"', None),
             _record(workload, '"timeout"', [1e10]),
@@ -366,29 +366,29 @@ def test_top_k_is_fastest_valid_first_and_scoped(store):
             _record(other_workload, '"other"', [0.0001]),
         ]
     )
-    top = store.top_k_records(workload, "cpu-aaaa", TARGET, "0.27.0", 10)
+    top = store.records.top_k_records(workload, "cpu-aaaa", TARGET, "0.27.0", 10)
     assert [r.trace for r in top] == ['"fast"', '"slow"', '"tie"']
     assert [r.mean_sec for r in top] == pytest.approx([0.001, 0.004, 0.004])
-    assert [r.trace for r in store.top_k_records(workload, "cpu-aaaa", TARGET, "0.27.0", 1)] == [
+    assert [r.trace for r in store.records.top_k_records(workload, "cpu-aaaa", TARGET, "0.27.0", 1)] == [
         '"fast"'
     ]
-    assert store.top_k_records(workload, "cpu-aaaa", TARGET, "0.27.0", 0) == []
-    assert store.count_records(workload, "cpu-aaaa", TARGET, "0.27.0") == 7
-    scoped = store.all_records(workload, "cpu-aaaa", TARGET, "0.27.0")
+    assert store.records.top_k_records(workload, "cpu-aaaa", TARGET, "0.27.0", 0) == []
+    assert store.records.count_records(workload, "cpu-aaaa", TARGET, "0.27.0") == 7
+    scoped = store.records.all_records(workload, "cpu-aaaa", TARGET, "0.27.0")
     assert [r.trace for r in scoped][:3] == ['"slow"', '"fast"', '"tie"']
     assert {
         r.mean_sec for r in scoped if r.trace in ('"failed"', '"timeout"', '"empty"', '"no-insts"')
     } == {None}
-    both = store.top_k_records([workload, other_workload], "cpu-aaaa", TARGET, "0.27.0", 1)
+    both = store.records.top_k_records([workload, other_workload], "cpu-aaaa", TARGET, "0.27.0", 1)
     assert [r.trace for r in both] == ['"other"']
 
 
 def test_measured_counts_are_valid_records_in_scope_per_workload(store):
     """What exact-workload reuse reads (foundation.meta_schedule.reuse)."""
     workload = _seed(store)
-    other_workload = store.commit_workload("124", '["124","b3RoZXI="]')
-    unmeasured = store.commit_workload("125", '["125","bm9uZQ=="]')
-    store.add_tuning_records([
+    other_workload = store.records.commit_workload("124", '["124","b3RoZXI="]')
+    unmeasured = store.records.commit_workload("125", '["125","bm9uZQ=="]')
+    store.records.add_tuning_records([
         _record(workload, '"a"', [0.001]), _record(workload, '"b"', [0.002]),
         _record(workload, '"failed"', None), _record(workload, '"timeout"', [1e10]),
         _record(workload, '"fp"', [0.001], fingerprint_id="cpu-bbbb"),
@@ -396,10 +396,10 @@ def test_measured_counts_are_valid_records_in_scope_per_workload(store):
         _record(workload, '"tvm"', [0.001], tvm_version="0.26.0"),
         _record(other_workload, '"c"', [0.003]),
     ])
-    counts = store.measured_counts([workload, other_workload, unmeasured], "cpu-aaaa", TARGET, "0.27.0")
+    counts = store.records.measured_counts([workload, other_workload, unmeasured], "cpu-aaaa", TARGET, "0.27.0")
     assert counts == {workload: 2, other_workload: 1}
-    assert store.measured_counts([workload], "cpu-bbbb", TARGET, "0.27.0") == {workload: 1}
-    assert store.measured_counts([], "cpu-aaaa", TARGET, "0.27.0") == {}
+    assert store.records.measured_counts([workload], "cpu-bbbb", TARGET, "0.27.0") == {workload: 1}
+    assert store.records.measured_counts([], "cpu-aaaa", TARGET, "0.27.0") == {}
 
 
 def test_trace_and_args_info_are_stored_as_the_exact_text_given(store):
@@ -409,9 +409,9 @@ def test_trace_and_args_info_are_stored_as_the_exact_text_given(store):
     trace = '[["A", {"b":1,  "a":[1.50,2e3,-0.0]}],"\\u00e9\\"q\\"",null]'
     args_info = '[["TENSOR","float32",[1, 64]]]'
     scope = {"software": {"tvm": "0.27.0", "note": "é"}, "job_id": None}
-    store.add_tuning_records([_record(workload, trace, [0.25, 0.5], args_info=args_info, **scope),
+    store.records.add_tuning_records([_record(workload, trace, [0.25, 0.5], args_info=args_info, **scope),
                               _record(workload, "[]", None, args_info=None)])
-    stored = {r.trace: r for r in store.all_records()}
+    stored = {r.trace: r for r in store.records.all_records()}
     assert set(stored) == {trace, "[]"}
     assert stored[trace].args_info == args_info and stored["[]"].args_info is None
     assert stored[trace].run_secs == [0.25, 0.5] and stored["[]"].run_secs is None
@@ -422,8 +422,8 @@ def test_a_batch_whose_optional_fields_are_all_empty(store):
     # PostgreSQL receives each column as one typed array: a column of nothing but NULLs (no
     # args_info, no run time, no job in the whole batch) still has its type.
     workload = _seed(store)
-    store.add_tuning_records([_record(workload, f"[{i}]", None, args_info=None, job_id=None) for i in range(3)])
-    stored = store.all_records()
+    store.records.add_tuning_records([_record(workload, f"[{i}]", None, args_info=None, job_id=None) for i in range(3)])
+    stored = store.records.all_records()
     assert sorted(r.trace for r in stored) == ["[0]", "[1]", "[2]"]
     assert {(r.args_info, r.job_id, r.mean_sec) for r in stored} == {(None, None, None)}
     assert all(r.run_secs is None for r in stored)
@@ -443,8 +443,8 @@ def test_a_trace_that_is_not_json_cannot_add_rows_or_change_other_fields(store):
     }
     for smuggles in smuggled.values():
         trace, args_info = smuggles if isinstance(smuggles, tuple) else (smuggles, None)
-        store.add_tuning_records([_record(workload, trace, [0.1], args_info=args_info)])
-    stored = store.all_records()
+        store.records.add_tuning_records([_record(workload, trace, [0.1], args_info=args_info)])
+    stored = store.records.all_records()
     assert {r.fingerprint_id for r in stored} == {"cpu-aaaa"}, "a smuggled field took effect"
     assert sorted((r.trace, r.args_info) for r in stored) == sorted(
         s if isinstance(s, tuple) else (s, None) for s in smuggled.values()
@@ -455,13 +455,13 @@ def test_a_bad_record_rolls_back_the_whole_batch(store):
     workload = _seed(store)
     batch = [_record(workload, f"[{i}]", [0.001]) for i in range(3)]
     with pytest.raises(RegistryError, match="refused a write"):
-        store.add_tuning_records(
+        store.records.add_tuning_records(
             batch + [_record(workload, '["x"]', [0.1], fingerprint_id="cpu-unknown")]
         )
     with pytest.raises(RegistryError, match="does not have"):
-        store.add_tuning_records(batch + [_record(workload + 1000, '["y"]', [0.1])])
-    assert store.count_records() == 0
-    assert store.add_tuning_records(batch) == 3
+        store.records.add_tuning_records(batch + [_record(workload + 1000, '["y"]', [0.1])])
+    assert store.records.count_records() == 0
+    assert store.records.add_tuning_records(batch) == 3
 
 
 def test_concurrent_writers_lose_nothing_and_duplicate_nothing(store, registry_url):
@@ -475,7 +475,7 @@ def test_concurrent_writers_lose_nothing_and_duplicate_nothing(store, registry_u
             mine = shared + [_record(workload, f'"own-{index}-{i}"', [0.5]) for i in range(20)]
             random.Random(index).shuffle(mine)
             for start in range(0, len(mine), 10):
-                inserted.append(registry.add_tuning_records(mine[start : start + 10]))
+                inserted.append(registry.records.add_tuning_records(mine[start : start + 10]))
         except Exception as exc:  # reported below; a thread cannot fail the test itself
             errors.append(exc)
         finally:
@@ -489,5 +489,5 @@ def test_concurrent_writers_lose_nothing_and_duplicate_nothing(store, registry_u
     assert errors == []
     expected = len(shared) + writers * 20
     assert sum(inserted) == expected
-    assert store.count_records() == expected
-    assert len({r.record_digest for r in store.all_records()}) == expected
+    assert store.records.count_records() == expected
+    assert len({r.record_digest for r in store.records.all_records()}) == expected

@@ -152,12 +152,12 @@ def test_records_reach_sql_in_batches_and_on_flush(registry):
     workload = database.commit_workload(matmul_module(64))
     database.commit_tuning_record(tuning_record(workload, 2, [1e-3]))
     database.commit_tuning_record(tuning_record(workload, 4, [2e-3]))
-    assert registry.count_records() == 0  # buffered
+    assert registry.records.count_records() == 0  # buffered
     database.commit_tuning_record(tuning_record(workload, 8, [3e-3]))
-    assert registry.count_records() == 3
+    assert registry.records.count_records() == 3
     database.commit_tuning_record(tuning_record(workload, 16, [4e-3]))
     assert database.flush() == 1
-    assert registry.count_records() == 4
+    assert registry.records.count_records() == 4
     database.commit_tuning_record(tuning_record(workload, 16, [9e-3]))  # same trace again
     assert len(database) == 4
 
@@ -175,7 +175,7 @@ def test_a_new_database_starts_warm_but_only_in_its_scope(registry, registry_url
     for factor, secs in [(2, 2e-3), (4, 1e-3)]:
         job_database.commit_tuning_record(tuning_record(workload, factor, [secs]))
     job_database.flush()
-    assert {r.job_id for r in registry.all_records()} == {"job-1"}
+    assert {r.job_id for r in registry.records.all_records()} == {"job-1"}
 
     later = RegistryStore(registry_url)  # another process, in effect
     try:

@@ -179,10 +179,10 @@ def test_on_held_out_records_the_stored_model_ranks_better_than_an_untrained_one
     from foundation.meta_schedule.warm.ranking_quality import ranking_quality
 
     store, _url = measured
-    records = [r for r in store.all_records(fingerprint_id=FINGERPRINT) if r.mean_sec is not None]
+    records = [r for r in store.records.all_records(fingerprint_id=FINGERPRINT) if r.mean_sec is not None]
     workload_id = max({r.workload_id for r in records}, key=lambda w: sum(r.workload_id == w for r in records))
     records = [r for r in records if r.workload_id == workload_id]
-    [(_, mod_json)] = store.get_workloads({workload_id}).values()
+    [(_, mod_json)] = store.records.get_workloads({workload_id}).values()
     modules = {workload_id: Workload.from_json(json.loads(mod_json)).mod}
     order = np.random.default_rng(0).permutation(len(records))
     folds = [[records[i] for i in order[k::3]] for k in range(3)]
@@ -235,7 +235,7 @@ def test_a_tune_starts_from_the_stored_model_and_keeps_teaching_it(measured, tar
     from foundation.meta_schedule.warm.cost_models import _samples
 
     # After the task's untuned form (measured first, not chosen by any model: untuned_form.py).
-    first_batch = [r for r in store.all_records(fingerprint_id=FINGERPRINT)
+    first_batch = [r for r in store.records.all_records(fingerprint_id=FINGERPRINT)
                    if r.id > before.last_record_id and not is_untuned_trace_json(r.trace)][:4]
     picked = _scores(as_stored, task.mod, target, _samples(task.mod, first_batch)[0])
     sampled = _scores(as_stored, task.mod, target, _candidates(_random_schedules(task.mod, target, 64)))
@@ -265,7 +265,7 @@ def test_a_coordinator_teaches_the_fingerprints_model_what_its_agents_reported(m
     _store, url = measured
     fresh = _copy_without_cost_models(url, tmp_path)
     try:
-        records = len(fresh.all_records(fingerprint_id=FINGERPRINT))
+        records = len(fresh.records.all_records(fingerprint_id=FINGERPRINT))
         steps = JobSteps(fresh, ClusterStore(fresh), ModelCache(tmp_path), WorkloadJson(), tvm.__version__,
                          threading.Event(), tmp_path)
         try:
