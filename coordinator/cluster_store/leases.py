@@ -6,7 +6,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
 
-from sqlalchemy import bindparam, or_, select, update
+from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
 
 from foundation.domain import shard_leases
@@ -21,7 +21,7 @@ from foundation.registry.schema import AgentRow, JobRow, ShardRow
 from foundation.registry.session import Changes, UnitOfWork, WriteSession
 
 from .events import EventLog
-from .guarded_update import update_lease
+from .guarded_update import update_lease, update_leases
 from .locking import RowLocks, agent_mismatch
 from .plans import PlanStore
 
@@ -197,26 +197,14 @@ class LeaseStore:
         for row, agent_id in zip(rows, agent_ids):
             old = row.to_entity([tasks[i].name for i in row.task_indexes])
             new = shard_leases.lease(old.as_shard(), agent_id, _seconds(now), ttl).shard
-            changes.append({"shard": old.id, "old_state": old.state.value, "old_attempt": old.attempt,
+            changes.append({"row_id": old.id, "old_state": old.state.value, "old_attempt": old.attempt,
                             "new_state": new.state.value, "new_attempt": new.attempt, "agent": agent_id})
             shards.append(replace(old, state=new.state, attempt=new.attempt, agent_id=agent_id, leased_at=now,
                                   heartbeat_deadline=deadline, updated_at=now))
         # One statement for all: the rows are locked, so the guard (as in `_write_shard`)
         # cannot miss; if it ever did, nothing of this claim is kept.
-        result = session.connection().execute(
-            update(ShardRow)
-            .where(
-                ShardRow.id == bindparam("shard"),
-                ShardRow.state == bindparam("old_state"),
-                ShardRow.attempt == bindparam("old_attempt"),
-            )
-            .values(
-                state=bindparam("new_state"), attempt=bindparam("new_attempt"), agent_id=bindparam("agent"),
-                leased_at=now, heartbeat_deadline=deadline, updated_at=now,
-            ),
-            changes,
-        )
-        if result.rowcount != len(changes):
+        updated = update_leases(session, ShardRow, changes, leased_at=now, heartbeat_deadline=deadline, updated_at=now)
+        if updated != len(changes):
             raise RegistryError(f"shards of job {job.id} changed while they were being leased", "ask again")
         session.changed_leases_of(change["agent"] for change in changes)
         self._events.append_many_in(session, job.id, [("shard_changed", s.changed_event()) for s in shards], now)
