@@ -124,25 +124,35 @@ def test_a_prepacked_kernel_is_timed_without_rearranging_its_weights(tuned_mlp_h
         database = tvm_database_for(ctx.store, ctx.fingerprint.id, ctx.target_json, ctx.tvm_version, ctx.software)
         (task, *_) = [t for t in extract_tuning_tasks(load_model("mlp-tiny", 1), target, prepack=True)
                       if "matmul" in t.name]
-        # The best record with a schedule (the untuned form, measured first, may be the fastest).
+        # The records with a schedule (the untuned form, measured first, may be the fastest), best
+        # first. A schedule whose tiles leave the weight's layout as it was (one tile spanning
+        # each axis) packs nothing, so there is nothing to leave out: the best record that does
+        # repack it is the one checked here (CI, 2026-11-28: the best of 4 trials repacked nothing).
         from tvm.s_tir import Schedule
 
         from foundation.meta_schedule.untuned_form import is_untuned_trace
 
-        [record, *_] = [r for r in database.get_top_k(database.commit_workload(task.mod), 64)
-                        if not is_untuned_trace(r.trace)]
-        schedule = Schedule(task.mod)
-        record.trace.apply_to_schedule(schedule, remove_postproc=False)
-        scheduled = schedule.mod
+        scheduled_records = []
+        for record in database.get_top_k(database.commit_workload(task.mod), 64):
+            if is_untuned_trace(record.trace):
+                continue
+            schedule = Schedule(task.mod)
+            record.trace.apply_to_schedule(schedule, remove_postproc=False)
+            scheduled_records.append(schedule.mod)
     finally:
         ctx.store.dispose()
+
     def argument_shapes(mod):
         from tvm.s_tir.meta_schedule.arg_info import ArgInfo
 
         return [[int(d) for d in info.shape] for info in ArgInfo.from_prim_func(mod["main"])]
 
-    assert "meta_schedule.layout_rewrite_preproc" in scheduled.script()
-    kernel = kernel_of(scheduled)
-    assert argument_shapes(kernel) != argument_shapes(scheduled)
-    # The kernel takes its weight packed: no argument of the plain weight's shape is left.
+    assert scheduled_records, "the tuned matmul has no record with a schedule"
+    for scheduled in scheduled_records:
+        assert "meta_schedule.layout_rewrite_preproc" in scheduled.script()
+    repacked = [(scheduled, kernel_of(scheduled)) for scheduled in scheduled_records]
+    repacked = [(scheduled, kernel) for scheduled, kernel in repacked
+                if argument_shapes(kernel) != argument_shapes(scheduled)]
+    assert repacked, "no tuned schedule of the matmul repacks its weight"
+    scheduled, kernel = repacked[0]
     assert not [shape for shape in argument_shapes(kernel) if shape in ([128, 10], [10, 128])]
