@@ -89,8 +89,10 @@ def test_another_batch_is_seeded_from_this_fingerprint_and_validates_against_the
 def test_each_task_best_seed_is_measured_before_any_task_second(seeded_batch_1):
     url, _, result = seeded_batch_1
     seeded = [n for n in result.report.seeds.per_task if n]
-    # Several tasks seeded, one at least with more than one seed: the order below can fail.
-    assert len(seeded) >= 2 and seeded[0] >= 2, result.report.seeds
+    # Several tasks seeded, and a second seed offered to one at least: measured after every
+    # task's best, or held back where that task's best seed lost to its untuned form.
+    seeds = result.report.seeds
+    assert len(seeded) >= 2 and (max(seeded) >= 2 or seeds.held_back >= 1), seeds
     # The first measurements are the seeded tasks' best seeds, one a task, before any untuned form.
     first = _first_measured(url, result.job.id, len(seeded))
     assert not any(untuned for _, untuned in first), first
