@@ -141,7 +141,9 @@ def test_a_distributed_job_measures_its_seeds_first_and_starts_from_the_stored_c
 
     tasks = len(set(measured))
     first = [(r.workload_id, is_untuned_trace_json(r.trace)) for r in sorted(mine, key=lambda r: r.id)][:tasks]
-    assert warm["seeds_own_fingerprint"] > tasks, warm
+    # One seed a task at least; a second where the task's best seed beat its untuned form (the
+    # others are held back, their trials searched), measured after every task's best.
+    assert warm["seeds_own_fingerprint"] >= tasks, warm
     assert not any(untuned for _, untuned in first) and len({w for w, _ in first}) == tasks, first
     assert not {r.workload_id for r in mine} & donor_workloads
     assert sum(r.mean_sec is not None for r in mine) >= warm["seeds_own_fingerprint"]
