@@ -108,7 +108,15 @@ def tasks_built_untuned(tasks: Sequence[Any], database) -> list[str]:
     compiles untuned: their best record is their untuned form, or they have no valid record."""
     names = []
     for task in tasks:
-        best = database.get_top_k(database.commit_workload(task.mod), 1) if database.has_workload(task.mod) else []
-        if not best or is_untuned_trace(best[0].trace):
+        best = best_record(database, task.mod)
+        if best is None or is_untuned_trace(best.trace):
             names.append(task.name)
     return names
+
+
+def best_record(database, mod: "tvm.IRModule"):  # type: ignore[no-untyped-def]
+    """The fastest valid record of ``mod`` in ``database``, or None."""
+    if not database.has_workload(mod):
+        return None
+    best = database.get_top_k(database.commit_workload(mod), 1)
+    return best[0] if best else None

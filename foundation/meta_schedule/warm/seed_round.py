@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from foundation.meta_schedule.measured_batch import measure_and_commit
-from foundation.meta_schedule.untuned_form import is_untuned_trace
+from foundation.meta_schedule.untuned_form import best_record, is_untuned_trace
 
 from .seed_metrics import SEEDS_MEASURED
 from .seed_sources import SeedTrace
@@ -145,11 +145,8 @@ class SeedRound:
             self.picked(None)
 
     def _best_is_untuned(self, index: int) -> bool:
-        database, mod = self._batch.database, self.contexts[index].mod
-        if not database.has_workload(mod):
-            return False
-        best = database.get_top_k(database.commit_workload(mod), 1)
-        return bool(best) and is_untuned_trace(best[0].trace)
+        best = best_record(self._batch.database, self.contexts[index].mod)
+        return best is not None and is_untuned_trace(best.trace)
 
     def finish(self, cost_model=None) -> SeedRoundReport:
         """Teach ``cost_model`` (when given) once per task, as one batch of its seeds would have."""
