@@ -135,6 +135,9 @@ def check_library(
     # A few calls on every core choose the threads, as a stored latency does at load; one call
     # of each, on those threads, sizes the blocks.
     if target_kind != "cuda":  # a GPU library's kernels do not run on the CPU's pool
+        # The pool is the process's: a library loaded earlier (farm.load, auto) may have left it on
+        # one thread, where a slow library's parallel regions cost little and would choose one.
+        use_threads(cores)
         tuned.threads = threads_for(AUTO, min(mine() for _ in range(3)), cores)
     try:
         mine = tuned.timer(inputs)  # sets the pool to those threads
