@@ -124,9 +124,7 @@ def observed_runner(inner, pools: "WorkerPools", target_kind: str = ""):
     @derived_object
     class _ObservedRunner(PyRunner):
         def shutdown(self) -> None:
-            pool = getattr(inner, "pool", None)  # LocalRunner's; RPCRunner makes one per batch
-            if pool is not None:
-                pool.shutdown()
+            inner.pool.shutdown()
 
         def run(self, runner_inputs):
             live = pools.live
@@ -230,6 +228,8 @@ class WorkerPools:
     def _runner(self, target_kind: str):
         from tvm.s_tir import meta_schedule as ms
 
+        from foundation.meta_schedule.forked_workers import runner_on_forked_workers
+
         s = self.settings
         evaluator = ms.runner.EvaluatorConfig(
             number=s.number,
@@ -238,12 +238,12 @@ class WorkerPools:
             enable_cpu_cache_flush=False,
         )
         if s.rpc is None:
-            inner = ms.runner.LocalRunner(
+            inner = runner_on_forked_workers(
+                ms.runner.LocalRunner, target_kind,
                 timeout_sec=s.run_timeout_sec,
                 evaluator_config=evaluator,
                 initializer=LeanWorkerInit(target_kind),
             )
-            prewarm(inner.pool, 1, "farm-runner-prewarm")  # LocalRunner's pool persists
         else:
             rpc_config = ms.runner.RPCConfig(
                 tracker_host=s.rpc.tracker_host,
@@ -251,10 +251,13 @@ class WorkerPools:
                 tracker_key=s.rpc.key,
                 session_timeout_sec=s.rpc.session_timeout_sec,
             )
-            inner = ms.runner.RPCRunner(
+            inner = runner_on_forked_workers(
+                ms.runner.RPCRunner, target_kind,
                 rpc_config=rpc_config,
                 evaluator_config=evaluator,
                 max_workers=s.rpc.max_workers,
                 initializer=LeanWorkerInit(target_kind),
             )
+        # The runner's pool persists; its workers start now, while the tuner makes its first candidates.
+        prewarm(inner.pool, s.rpc.max_workers if s.rpc else 1, "farm-runner-prewarm")
         return observed_runner(inner, self, target_kind)

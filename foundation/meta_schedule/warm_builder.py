@@ -43,10 +43,13 @@ def warm_builder(max_workers: int | None, timeout_sec: float, initializer):
     from tvm.ir.utils import derived_object
     from tvm.s_tir.meta_schedule.builder import BuilderResult, PyBuilder
     from tvm.s_tir.meta_schedule.builder.local_builder import _serialize_params, _worker_func
-    from tvm.support.popen_pool import PopenPoolExecutor, StatusKind
+    from tvm.support.popen_pool import StatusKind
+
+    from foundation.meta_schedule.forked_workers import worker_pool
 
     workers = max_workers or os.cpu_count() or 1
-    pool = PopenPoolExecutor(
+    pool = worker_pool(
+        initializer.target_kind,
         max_workers=workers,
         timeout=timeout_sec,
         initializer=initializer,

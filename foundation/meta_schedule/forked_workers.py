@@ -1,0 +1,352 @@
+"""TVM's popen workers forked from one process that has imported TVM, instead of each importing it.
+
+TVM starts every builder and runner worker as `python -m tvm.exec.popen_worker`, and each pays
+`import tvm` and the target's intrinsics (1.4-2 CPU-seconds on the 2-core boxes: a third of a small
+tuning run's CPU, and again each time a worker is recycled or killed on a timeout). Here one
+*zygote* per target kind imports all of that once; every worker after it is a fork of the zygote
+that runs TVM's own worker loop on the pipes its pool made. Nothing else changes: the pool, its
+protocol, its timeouts and its recycling are TVM's.
+
+The zygote is single-threaded when it forks (it never runs TVM code, and OpenBLAS is held to one
+thread in it), ignores Ctrl-C like the workers, and ends when the process that started it does
+(its socket reads end-of-file); each worker dies with the zygote (PR_SET_PDEATHSIG). A worker is
+not this process's child, so it is watched through a pidfd (Linux 5.3+); where there is none, or
+FORK_WORKERS_ENV is "0", workers start as TVM starts them.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import pickle
+import select
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import threading
+
+FORK_WORKERS_ENV = "FARM_FORK_WORKERS"
+
+_PID = struct.Struct("<q")
+_MAX_REQUEST = 1 << 20  # the environment and working directory a worker starts with
+
+
+def forking_available() -> bool:
+    """Whether workers are forked here: Linux with pidfds, and not switched off."""
+    if os.environ.get(FORK_WORKERS_ENV, "").strip().lower() in ("0", "false", "no", "off"):
+        return False
+    return sys.platform.startswith("linux") and hasattr(os, "pidfd_open") and hasattr(socket, "send_fds")
+
+
+def worker_pool(target_kind: str, zygote: "Zygote | None" = None, **pool_options):
+    """A TVM PopenPoolExecutor whose workers are forked from ``zygote`` (by default this process's for
+    ``target_kind``), or TVM's own where forking is not available."""
+    from tvm.support.popen_pool import PopenPoolExecutor
+
+    if not forking_available():
+        return PopenPoolExecutor(**pool_options)
+    return _forking_pool_class()(zygote or zygote_for(target_kind), **pool_options)
+
+
+def runner_on_forked_workers(runner_class, target_kind: str, **options):
+    """TVM's LocalRunner or RPCRunner (``runner_class``), its pool's workers forked.
+
+    The runner is TVM's own class, undecorated (``_cls``: MetaSchedule takes it through the
+    farm's PyRunner wrapper, measure.observed_runner). Its constructor makes a pool and checks it
+    by starting a worker and waiting for it (1.5 s a tuning run); here that pool is replaced
+    before any worker starts, and the caller starts the new pool's worker in the background."""
+    if not forking_available():
+        return runner_class(**options)
+
+    class OnForkedWorkers(runner_class._cls):
+        def _sanity_check(self) -> None:  # the constructor's last step, right after it made self.pool
+            self.pool = _forking_pool_like(self.pool, target_kind)
+
+    return OnForkedWorkers(**options)
+
+
+def _forking_pool_like(pool, target_kind: str):
+    """A forking pool with ``pool``'s options (TVM's PopenPoolExecutor, no worker started yet)."""
+    forking = _forking_pool_class()(
+        zygote_for(target_kind), max_workers=pool._threadpool._max_workers, timeout=pool._timeout,
+        initializer=pool._initializer, initargs=pool._initargs, maximum_process_uses=pool._maximum_process_uses,
+        stdout=pool._stdout, stderr=pool._stderr)
+    pool.shutdown()
+    return forking
+
+
+_zygotes: dict[str, "Zygote"] = {}
+_zygotes_lock = threading.Lock()
+
+
+def zygote_for(target_kind: str) -> "Zygote":
+    """This process's zygote for ``target_kind`` (the lean intrinsics differ by kind); started on
+    first use, and again if it has died."""
+    with _zygotes_lock:
+        if not _zygotes:
+            atexit.register(close_zygotes)
+        if target_kind not in _zygotes:
+            _zygotes[target_kind] = Zygote(target_kind)
+        return _zygotes[target_kind]
+
+
+def close_zygotes() -> None:
+    """Stop this process's zygotes (and any worker still running), and reap them."""
+    with _zygotes_lock:
+        for zygote in _zygotes.values():
+            zygote.close()
+
+
+class Zygote:
+    """The parent's handle on one zygote process: asks it for workers, one at a time."""
+
+    def __init__(self, target_kind: str):
+        self.target_kind = target_kind
+        self._lock = threading.Lock()
+        self._sock: socket.socket | None = None
+        self.process: subprocess.Popen | None = None
+
+    def spawn(self, worker_read: int, worker_write: int, stdout: int = 1, stderr: int = 2) -> "ForkedProcess":
+        """A new worker reading its tasks from ``worker_read`` and answering on ``worker_write``,
+        writing to ``stdout`` and ``stderr``, with this process's environment and working directory
+        as they are now."""
+        request = pickle.dumps((dict(os.environ), os.getcwd()))
+        with self._lock:
+            for _attempt in (1, 2):  # a zygote that died (killed, out of memory) is started again once
+                if self._sock is None:
+                    self._start()
+                try:
+                    socket.send_fds(self._sock, [request], [worker_read, worker_write, stdout, stderr])
+                    reply = self._sock.recv(_PID.size)
+                except OSError:
+                    reply = b""
+                if len(reply) == _PID.size:
+                    return ForkedProcess(_PID.unpack(reply)[0])
+                self._stop()
+            raise ChildProcessError(f"the {self.target_kind} worker zygote did not start a worker")
+
+    def close(self) -> None:
+        with self._lock:
+            self._stop()
+
+    def _start(self) -> None:
+        mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        env = dict(os.environ, OPENBLAS_NUM_THREADS="1")  # threads would not survive its forks
+        # Started with Ctrl-C and SIGTERM blocked, as the workers were (WorkerPools.get): a signal to
+        # the terminal's process group is for the farm process, which then stops the workers.
+        masked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+        try:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", __name__, self.target_kind, str(theirs.fileno())],
+                pass_fds=(theirs.fileno(),), env=env)
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, masked)
+            theirs.close()
+        self._sock = mine
+
+    def _stop(self) -> None:
+        if self._sock is not None:
+            self._sock.close()  # the zygote reads end-of-file and exits; its workers die with it
+            self._sock = None
+        if self.process is not None:
+            try:
+                self.process.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+            self.process = None
+
+
+class ForkedProcess:
+    """What TVM's PopenWorker uses of its subprocess.Popen (pid, poll, wait, kill), for a worker that
+    is the zygote's child, not ours: watched and signalled through a pidfd, so a reused pid is never
+    mistaken for it. Its exit status belongs to the zygote, which lets the kernel reap it."""
+
+    def __init__(self, pid: int):
+        self.pid = pid
+        self.returncode: int | None = None
+        try:
+            self._pidfd: int | None = os.pidfd_open(pid)
+        except ProcessLookupError:  # already gone
+            self._pidfd = None
+            self.returncode = -signal.SIGKILL
+
+    def poll(self) -> int | None:
+        return self.returncode if self._ended(0) else None
+
+    def wait(self, timeout: float | None = None) -> int:
+        if not self._ended(timeout):
+            raise subprocess.TimeoutExpired(f"forked worker {self.pid}", timeout or 0)
+        return self.returncode  # type: ignore[return-value]
+
+    def kill(self) -> None:
+        if self._pidfd is not None:
+            try:
+                signal.pidfd_send_signal(self._pidfd, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+    def _ended(self, timeout: float | None) -> bool:
+        if self._pidfd is None:
+            return True
+        readable, _, _ = select.select([self._pidfd], [], [], timeout)
+        if not readable:
+            return False
+        os.close(self._pidfd)
+        self._pidfd = None
+        self.returncode = -signal.SIGKILL  # unknown here; TVM's pool only asks whether it ended
+        return True
+
+    def __del__(self) -> None:
+        if self._pidfd is not None:
+            os.close(self._pidfd)
+
+
+_forking_pool: type | None = None
+
+
+def _forking_pool_class() -> type:
+    """TVM's PopenPoolExecutor, its workers made by a zygote (classes made on first use: defining
+    them imports TVM)."""
+    global _forking_pool
+    if _forking_pool is not None:
+        return _forking_pool
+    from tvm.support.popen_pool import PopenPoolExecutor, PopenWorker
+
+    class ForkedPopenWorker(PopenWorker):
+        def __init__(self, zygote: Zygote, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self._zygote = zygote
+
+        def _start(self) -> None:
+            if self._proc is not None:
+                return
+            main_read, worker_write = os.pipe()
+            worker_read, main_write = os.pipe()
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            try:
+                stdout = _stream_fd(self._stdout, 1, devnull)
+                stderr = stdout if self._stderr == subprocess.STDOUT else _stream_fd(self._stderr, 2, devnull)
+                self._proc = self._zygote.spawn(worker_read, worker_write, stdout, stderr)
+            finally:
+                for fd in (worker_read, worker_write, devnull):
+                    os.close(fd)
+            self._reader = os.fdopen(main_read, "rb")
+            self._writer = os.fdopen(main_write, "wb")
+
+    class ForkingPopenPool(PopenPoolExecutor):
+        def __init__(self, zygote: Zygote, **options):
+            super().__init__(**options)
+            self._zygote = zygote
+
+        def _worker_run(self, fn, args, kwargs):
+            # TVM's pool makes a PopenWorker for each of its threads on first use; one made here first
+            # is the one it uses.
+            tid = threading.get_ident()
+            with self._lock:
+                if tid not in self._worker_map:
+                    self._worker_map[tid] = ForkedPopenWorker(
+                        self._zygote, self._initializer, self._initargs, self._maximum_process_uses,
+                        self._stdout, self._stderr)
+            return super()._worker_run(fn, args, kwargs)
+
+    _forking_pool = ForkingPopenPool
+    return _forking_pool
+
+
+def _stream_fd(spec, default: int, devnull: int) -> int:
+    """The descriptor a worker writes a stream to, from what subprocess.Popen would take."""
+    if spec is None:
+        return default
+    if spec == subprocess.DEVNULL:
+        return devnull
+    return spec if isinstance(spec, int) else spec.fileno()
+
+
+def _serve(target_kind: str, sock: socket.socket) -> None:
+    """The zygote: import once, then fork a worker for each request until the parent goes."""
+    # Workers are reaped as they end, here, so that their CPU time adds to the zygote's and, once the
+    # farm process reaps the zygote, to the farm process's (what `time` and the suite's accounting see).
+    workers: set[int] = set()
+
+    def reap(_signum=None, _frame=None) -> None:
+        for pid in list(workers):
+            try:
+                done, _status = os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                done = pid
+            if done:
+                workers.discard(pid)
+
+    signal.signal(signal.SIGCHLD, reap)
+    import cloudpickle  # noqa: F401  (what the worker loop needs, imported before the forks)
+    import tvm.exec.popen_worker
+    from tvm.s_tir import meta_schedule  # noqa: F401
+    from tvm.s_tir.meta_schedule.builder import local_builder  # noqa: F401
+    from tvm.s_tir.meta_schedule.runner import local_runner, rpc_runner  # noqa: F401
+
+    from foundation.hardware.tvm_startup import install_lean_tensor_intrinsics
+
+    install_lean_tensor_intrinsics(target_kind)
+    try:
+        while True:
+            try:
+                request, fds, _flags, _address = socket.recv_fds(sock, _MAX_REQUEST, 4)
+            except OSError:
+                return
+            if not request:  # the parent closed its end, or ended
+                return
+            pid = os.fork()
+            if pid == 0:
+                sock.close()
+                _become_worker(request, fds, tvm.exec.popen_worker.main)
+            workers.add(pid)
+            for fd in fds:
+                os.close(fd)
+            try:
+                sock.send(_PID.pack(pid))
+            except OSError:
+                return
+    finally:  # workers left running when the parent went are stopped, and reaped
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        for pid in workers:
+            try:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+            except (ProcessLookupError, ChildProcessError):
+                pass
+
+
+def _become_worker(request: bytes, fds: list[int], worker_loop) -> None:
+    """In the forked child: the parent's environment and streams, then TVM's worker loop."""
+    code = 0
+    try:
+        # Its initializer (LeanWorkerInit) ties it to the zygote's life, which ends with the farm process's.
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        env, cwd = pickle.loads(request)
+        worker_read, worker_write, stdout, stderr = fds
+        os.dup2(stdout, 1)
+        os.dup2(stderr, 2)
+        os.close(stdout)
+        os.close(stderr)
+        os.environ.clear()
+        os.environ.update(env)
+        os.chdir(cwd)
+        sys.argv = ["tvm.exec.popen_worker", str(worker_read), str(worker_write)]
+        worker_loop()
+    except BaseException:  # a worker never returns into the zygote's loop
+        code = 1
+    finally:
+        os._exit(code)
+
+
+def main(argv: list[str]) -> None:
+    target_kind, fd = argv
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _serve(target_kind, socket.socket(fileno=int(fd)))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

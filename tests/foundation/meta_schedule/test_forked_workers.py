@@ -1,0 +1,167 @@
+"""Builder and runner workers forked from one zygote that imported TVM: they build and time real
+candidates, see the environment of their own start, are killed on a timeout and replaced, and
+end with the process that made them."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import psutil
+import pytest
+
+from foundation.hardware.tvm_startup import LeanWorkerInit
+from foundation.meta_schedule.forked_workers import (
+    FORK_WORKERS_ENV,
+    Zygote,
+    forking_available,
+    worker_pool,
+    zygote_for,
+)
+from foundation.meta_schedule.measure import MeasureSettings, WorkerPools
+
+pytestmark = pytest.mark.skipif(not forking_available(), reason="forked workers need Linux with pidfds")
+
+
+def _gone(pid: int, within: float = 10.0) -> bool:
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        try:
+            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+                return True
+        except psutil.NoSuchProcess:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def _pid() -> int:
+    return os.getpid()
+
+
+def test_tuning_workers_are_forks_of_the_zygote_and_build_and_time_a_candidate():
+    import tvm
+    from tvm.s_tir import meta_schedule as ms
+
+    from foundation.compile import extract_tuning_tasks
+    from foundation.hardware.tvm_startup import install_lean_tensor_intrinsics
+    from foundation.models.loading import load_model
+
+    install_lean_tensor_intrinsics("llvm")
+    target = tvm.target.Target({"kind": "llvm", "num-cores": 2})
+    task = next(t for t in extract_tuning_tasks(load_model("mlp-tiny", 1), target) if "matmul" in t.name)
+    with WorkerPools(MeasureSettings(min_repeat_ms=1, build_workers=2)) as pools:
+        builder, runner = pools.get("llvm")
+        (built,) = builder.build([ms.builder.BuilderInput(task.mod, target)])
+        assert built.error_msg is None, built.error_msg
+        args = ms.arg_info.ArgInfo.from_prim_func(task.mod["main"])
+        (future,) = runner.run([ms.runner.RunnerInput(built.artifact_path, "cpu", args)])
+        result = future.result()
+        assert result.error_msg is None, result.error_msg
+        assert len(result.run_secs) == 1 and float(result.run_secs[0]) > 0
+
+        zygote = zygote_for("llvm").process
+        assert zygote is not None and zygote.poll() is None
+        workers = psutil.Process(zygote.pid).children()
+        # The builder's two workers (both started by prewarm) and the runner's one.
+        assert len(workers) >= 3, [w.cmdline() for w in workers]
+        mine = {c.pid for c in psutil.Process().children(recursive=True)}
+        assert {w.pid for w in workers} <= mine
+        assert not [c for c in psutil.Process().children() if "tvm.exec.popen_worker" in " ".join(c.cmdline())]
+    # Closed pools leave no worker behind; the zygote waits for the next pools.
+    assert all(_gone(w.pid) for w in workers)
+    assert zygote.poll() is None
+
+
+def test_a_worker_starts_with_the_environment_and_directory_of_its_start(tmp_path, monkeypatch):
+    zygote = Zygote("llvm")
+    first = worker_pool("llvm", zygote=zygote, max_workers=1, timeout=30)
+    second = worker_pool("llvm", zygote=zygote, max_workers=1, timeout=30)
+    try:
+        assert first.submit(_pid).result() > 0  # the zygote exists now, started with the old environment
+        monkeypatch.setenv("FARM_TEST_WORKER_ENV", "set-after-the-zygote")
+        monkeypatch.chdir(tmp_path)
+        env, cwd = second.submit(lambda: (os.environ.get("FARM_TEST_WORKER_ENV"), os.getcwd())).result()
+        assert (env, cwd) == ("set-after-the-zygote", str(tmp_path))
+    finally:
+        first.shutdown()
+        second.shutdown()
+        zygote.close()
+
+
+def test_a_timed_out_worker_is_killed_and_the_next_task_gets_a_new_one():
+    zygote = Zygote("llvm")
+    pool = worker_pool("llvm", zygote=zygote, max_workers=1, timeout=1, initializer=LeanWorkerInit("llvm"))
+    try:
+        first = pool.submit(_pid).result()
+        with pytest.raises(TimeoutError):
+            pool.submit(time.sleep, 60).result()
+        assert _gone(first)
+        second = pool.submit(_pid).result()
+        assert second != first and psutil.Process(second).ppid() == zygote.process.pid
+    finally:
+        pool.shutdown()
+        zygote.close()
+
+
+def test_a_killed_zygote_takes_its_workers_and_is_started_again():
+    zygote = Zygote("llvm")
+    pool = worker_pool("llvm", zygote=zygote, max_workers=1, timeout=30, initializer=LeanWorkerInit("llvm"))
+    try:
+        worker = pool.submit(_pid).result()
+        old = zygote.process.pid
+        os.kill(old, signal.SIGKILL)
+        assert _gone(worker)  # PR_SET_PDEATHSIG, set by the worker's initializer
+        with pytest.raises(ChildProcessError):  # the task that was on the dead worker's pipe
+            pool.submit(_pid).result()
+        again = pool.submit(_pid).result()
+        assert again != worker and zygote.process.pid != old
+        assert psutil.Process(again).ppid() == zygote.process.pid
+    finally:
+        pool.shutdown()
+        zygote.close()
+
+
+def test_the_zygote_and_its_workers_end_with_the_process_that_made_them(tmp_path):
+    script = textwrap.dedent("""
+        import os, signal
+        from foundation.hardware.tvm_startup import LeanWorkerInit
+        from foundation.meta_schedule.forked_workers import worker_pool, zygote_for
+        pool = worker_pool("llvm", max_workers=1, timeout=30, initializer=LeanWorkerInit("llvm"))
+        worker = pool.submit(os.getpid).result()
+        print(zygote_for("llvm").process.pid, worker, flush=True)
+        os.kill(os.getpid(), signal.SIGKILL)
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+                          cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(__file__)))))
+    assert done.returncode == -signal.SIGKILL, done.stderr
+    zygote, worker = (int(x) for x in done.stdout.split())
+    assert _gone(zygote) and _gone(worker)
+
+
+def test_a_stream_the_pool_discards_is_discarded_by_its_workers(capfd):
+    def shout() -> None:
+        os.write(2, b"a worker wrote this to stderr\n")
+
+    for stderr, seen in ((subprocess.DEVNULL, False), (None, True)):
+        pool = worker_pool("llvm", max_workers=1, timeout=30, stderr=stderr)
+        try:
+            pool.submit(shout).result()
+        finally:
+            pool.shutdown()
+        assert ("a worker wrote this to stderr" in capfd.readouterr().err) is seen
+
+
+def test_switched_off_the_workers_are_tvms_own_processes(monkeypatch):
+    monkeypatch.setenv(FORK_WORKERS_ENV, "0")
+    pool = worker_pool("llvm", max_workers=1, timeout=30)
+    try:
+        worker = pool.submit(_pid).result()
+        assert psutil.Process(worker).ppid() == os.getpid()
+        assert "tvm.exec.popen_worker" in " ".join(psutil.Process(worker).cmdline())
+    finally:
+        pool.shutdown()
