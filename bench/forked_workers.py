@@ -8,6 +8,12 @@ pairwise ratios; the figures go in docs/benchmarks.md ("Workers forked from one 
 
     .venv/bin/python bench/forked_workers.py [--model mlp-tiny --batch 1 --trials 16 --pairs 5] [--json]
 
+With --timings instead: the same candidates (the untuned forms of resnet-tiny's first three tasks)
+built and timed by forked workers and by TVM's own, alternating, three rounds: a forked runner
+must time a kernel as TVM's own does.
+
+    .venv/bin/python bench/forked_workers.py --timings
+
 Run it on a quiet box.
 """
 
@@ -52,6 +58,37 @@ def one_submit(fork: str, model: str, batch: int, trials: int) -> dict:
             "trials": summary["trials"]}
 
 
+def same_timings(rounds: int = 3) -> None:
+    """Each candidate's median time (us) as each kind of worker measured it."""
+    from foundation.hardware.tvm_startup import install_lean_tensor_intrinsics
+
+    install_lean_tensor_intrinsics("llvm")
+    import tvm
+    from tvm.s_tir import meta_schedule as ms
+
+    from foundation.compile import extract_tuning_tasks
+    from foundation.meta_schedule.measure import MeasureSettings, WorkerPools
+    from foundation.models.loading import load_model
+
+    target = tvm.target.Target({"kind": "llvm", "num-cores": os.cpu_count() or 1})
+    tasks = [t for t in extract_tuning_tasks(load_model("resnet-tiny", 1), target) if t.flop > 0][:3]
+    timings: dict[str, list[list[float]]] = {name: [] for name in VARIANTS}
+    for _ in range(rounds):
+        for name, fork in VARIANTS.items():
+            os.environ["FARM_FORK_WORKERS"] = fork
+            with WorkerPools(MeasureSettings()) as pools:
+                builder, runner = pools.get("llvm")
+                built = builder.build([ms.builder.BuilderInput(t.mod, target) for t in tasks])
+                args = [ms.arg_info.ArgInfo.from_prim_func(t.mod["main"]) for t in tasks]
+                inputs = [ms.runner.RunnerInput(b.artifact_path, "cpu", a) for b, a in zip(built, args)]
+                timings[name].append([float(f.result().run_secs[0]) * 1e6 for f in runner.run(inputs)])
+    print(f"{cpu_model()}, {time.strftime('%Y-%m-%d')}: median of {rounds} rounds, us")
+    print(f"{'workers':<8} " + " ".join(f"{t.name[:24]:>26}" for t in tasks))
+    for name in VARIANTS:
+        print(f"{name:<8} " + " ".join(f"{statistics.median(r[i] for r in timings[name]):>26.2f}"
+                                         for i in range(len(tasks))))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="mlp-tiny")
@@ -59,7 +96,11 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=16)
     parser.add_argument("--pairs", type=int, default=5)
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--timings", action="store_true", help="compare what each kind of worker times, then stop")
     args = parser.parse_args()
+    if args.timings:
+        same_timings()
+        return
 
     runs: dict[str, list[dict]] = {name: [] for name in VARIANTS}
     for pair in range(args.pairs + 1):  # the first pair warms the page cache, not counted
