@@ -12,6 +12,8 @@ from farm.embedded import SubmitRequest, submit
 from foundation.config import KEEP_SLOWER_ENV
 from foundation.meta_schedule.measure import MeasureSettings
 
+from support.tvm_records import build_and_time
+
 pytestmark = pytest.mark.slow
 
 
@@ -35,20 +37,12 @@ def _slow_trace(mod):  # type: ignore[no-untyped-def]
 
 def _measure(sch, target):  # type: ignore[no-untyped-def]
     """The schedule built and timed by the farm's own builder and runner, as tuning measures a candidate."""
-    from tvm.s_tir import meta_schedule as ms
-
     from foundation.meta_schedule.measure import WorkerPools
 
     pools = WorkerPools(MeasureSettings(min_repeat_ms=5))
     try:
         builder, runner = pools.get("llvm")
-        (built,) = builder.build([ms.builder.BuilderInput(sch.mod, target)])
-        assert built.error_msg is None, built.error_msg
-        args = ms.arg_info.ArgInfo.from_prim_func(sch.mod["main"])
-        (future,) = runner.run([ms.runner.RunnerInput(built.artifact_path, "cpu", args)])
-        result = future.result()
-        assert result.error_msg is None, result.error_msg
-        return [float(s) for s in result.run_secs], args
+        return build_and_time(builder, runner, sch.mod, target)
     finally:
         pools.close()
 

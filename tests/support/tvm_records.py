@@ -50,3 +50,17 @@ def layout_rewrite_record(workload, block: int, run_secs, target="llvm"):  # typ
     sch = tvm.s_tir.Schedule(workload.mod)
     sch.transform_layout(sch.get_sblock("matmul"), ("read", 1), lambda k, j: (k // block, j, k % block))
     return TuningRecord(sch.trace, workload, run_secs, Target(target), ArgInfo.from_prim_func(workload.mod["main"]))
+
+
+def build_and_time(builder, runner, mod, target):  # type: ignore[no-untyped-def]
+    """``mod`` built and timed once by a MetaSchedule builder and runner, as tuning measures a
+    candidate: (its run seconds, its arguments' infos); a build or run error fails the test."""
+    from tvm.s_tir import meta_schedule as ms
+
+    (built,) = builder.build([ms.builder.BuilderInput(mod, target)])
+    assert built.error_msg is None, built.error_msg
+    args = ms.arg_info.ArgInfo.from_prim_func(mod["main"])
+    (future,) = runner.run([ms.runner.RunnerInput(built.artifact_path, "cpu", args)])
+    result = future.result()
+    assert result.error_msg is None, result.error_msg
+    return [float(s) for s in result.run_secs], args

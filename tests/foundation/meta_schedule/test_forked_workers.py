@@ -45,11 +45,12 @@ def _pid() -> int:
 
 def test_tuning_workers_are_forks_of_the_zygote_and_build_and_time_a_candidate():
     import tvm
-    from tvm.s_tir import meta_schedule as ms
 
     from foundation.compile import extract_tuning_tasks
     from foundation.hardware.tvm_startup import install_lean_tensor_intrinsics
     from foundation.models.loading import load_model
+
+    from support.tvm_records import build_and_time  # here: workers import this module to run _pid
 
     install_lean_tensor_intrinsics("llvm")
     target = tvm.target.Target({"kind": "llvm", "num-cores": 2})
@@ -59,13 +60,8 @@ def test_tuning_workers_are_forks_of_the_zygote_and_build_and_time_a_candidate()
     others = {w.pid for w in psutil.Process(zygote.process.pid).children()} if zygote.process else set()
     with WorkerPools(MeasureSettings(min_repeat_ms=1, build_workers=2)) as pools:
         builder, runner = pools.get("llvm")
-        (built,) = builder.build([ms.builder.BuilderInput(task.mod, target)])
-        assert built.error_msg is None, built.error_msg
-        args = ms.arg_info.ArgInfo.from_prim_func(task.mod["main"])
-        (future,) = runner.run([ms.runner.RunnerInput(built.artifact_path, "cpu", args)])
-        result = future.result()
-        assert result.error_msg is None, result.error_msg
-        assert len(result.run_secs) == 1 and float(result.run_secs[0]) > 0
+        run_secs, _args = build_and_time(builder, runner, task.mod, target)
+        assert len(run_secs) == 1 and run_secs[0] > 0
 
         zygote = zygote_for("llvm").process
         assert zygote is not None and zygote.poll() is None
