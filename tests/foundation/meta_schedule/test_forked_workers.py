@@ -76,53 +76,56 @@ def test_tuning_workers_are_forks_of_the_zygote_and_build_and_time_a_candidate()
     assert zygote.poll() is None
 
 
-def test_a_worker_starts_with_the_environment_and_directory_of_its_start(tmp_path, monkeypatch):
-    zygote = Zygote("llvm")
-    first = worker_pool("llvm", zygote=zygote, max_workers=1, timeout=30)
-    second = worker_pool("llvm", zygote=zygote, max_workers=1, timeout=30)
-    try:
-        assert first.submit(_pid).result() > 0  # the zygote exists now, started with the old environment
-        monkeypatch.setenv("FARM_TEST_WORKER_ENV", "set-after-the-zygote")
-        monkeypatch.chdir(tmp_path)
-        env, cwd = second.submit(lambda: (os.environ.get("FARM_TEST_WORKER_ENV"), os.getcwd())).result()
-        assert (env, cwd) == ("set-after-the-zygote", str(tmp_path))
-    finally:
-        first.shutdown()
-        second.shutdown()
-        zygote.close()
+@pytest.fixture
+def own_zygote():
+    """A zygote of the test's own (not the process's, which other tests' pools share), and a maker of
+    one-worker pools on it; all stopped at the end."""
+    zygote, pools = Zygote("llvm"), []
+
+    def pool(timeout: float = 30):  # type: ignore[no-untyped-def]
+        pools.append(worker_pool("llvm", zygote=zygote, max_workers=1, timeout=timeout,
+                                 initializer=LeanWorkerInit("llvm")))
+        return pools[-1]
+
+    yield zygote, pool
+    for made in pools:
+        made.shutdown()
+    zygote.close()
 
 
-def test_a_timed_out_worker_is_killed_and_the_next_task_gets_a_new_one():
-    zygote = Zygote("llvm")
-    pool = worker_pool("llvm", zygote=zygote, max_workers=1, timeout=1, initializer=LeanWorkerInit("llvm"))
-    try:
-        first = pool.submit(_pid).result()
-        with pytest.raises(TimeoutError):
-            pool.submit(time.sleep, 60).result()
-        assert _gone(first)
-        second = pool.submit(_pid).result()
-        assert second != first and psutil.Process(second).ppid() == zygote.process.pid
-    finally:
-        pool.shutdown()
-        zygote.close()
+def test_a_worker_starts_with_the_environment_and_directory_of_its_start(own_zygote, tmp_path, monkeypatch):
+    _zygote, pool = own_zygote
+    first, second = pool(), pool()
+    assert first.submit(_pid).result() > 0  # the zygote exists now, started with the old environment
+    monkeypatch.setenv("FARM_TEST_WORKER_ENV", "set-after-the-zygote")
+    monkeypatch.chdir(tmp_path)
+    env, cwd = second.submit(lambda: (os.environ.get("FARM_TEST_WORKER_ENV"), os.getcwd())).result()
+    assert (env, cwd) == ("set-after-the-zygote", str(tmp_path))
 
 
-def test_a_killed_zygote_takes_its_workers_and_is_started_again():
-    zygote = Zygote("llvm")
-    pool = worker_pool("llvm", zygote=zygote, max_workers=1, timeout=30, initializer=LeanWorkerInit("llvm"))
-    try:
-        worker = pool.submit(_pid).result()
-        old = zygote.process.pid
-        os.kill(old, signal.SIGKILL)
-        assert _gone(worker)  # PR_SET_PDEATHSIG, set by the worker's initializer
-        with pytest.raises(ChildProcessError):  # the task that was on the dead worker's pipe
-            pool.submit(_pid).result()
-        again = pool.submit(_pid).result()
-        assert again != worker and zygote.process.pid != old
-        assert psutil.Process(again).ppid() == zygote.process.pid
-    finally:
-        pool.shutdown()
-        zygote.close()
+def test_a_timed_out_worker_is_killed_and_the_next_task_gets_a_new_one(own_zygote):
+    zygote, pool = own_zygote
+    timing_out = pool(timeout=1)
+    first = timing_out.submit(_pid).result()
+    with pytest.raises(TimeoutError):
+        timing_out.submit(time.sleep, 60).result()
+    assert _gone(first)
+    second = timing_out.submit(_pid).result()
+    assert second != first and psutil.Process(second).ppid() == zygote.process.pid
+
+
+def test_a_killed_zygote_takes_its_workers_and_is_started_again(own_zygote):
+    zygote, pool = own_zygote
+    workers = pool()
+    worker = workers.submit(_pid).result()
+    old = zygote.process.pid
+    os.kill(old, signal.SIGKILL)
+    assert _gone(worker)  # PR_SET_PDEATHSIG, set by the worker's initializer
+    with pytest.raises(ChildProcessError):  # the task that was on the dead worker's pipe
+        workers.submit(_pid).result()
+    again = workers.submit(_pid).result()
+    assert again != worker and zygote.process.pid != old
+    assert psutil.Process(again).ppid() == zygote.process.pid
 
 
 def test_the_zygote_and_its_workers_end_with_the_process_that_made_them(tmp_path):
