@@ -10,13 +10,14 @@ protocol, its timeouts and its recycling are TVM's.
 The zygote is single-threaded when it forks (it never runs TVM code, and OpenBLAS is held to one
 thread in it), ignores Ctrl-C like the workers, and ends when the process that started it does
 (its socket reads end-of-file); each worker dies with the zygote (PR_SET_PDEATHSIG). A worker is
-not this process's child, so it is watched through a pidfd (Linux 5.3+); where there is none, or
-FORK_WORKERS_ENV is "0", workers start as TVM starts them.
+not this process's child, so it is watched through a pidfd (Linux 5.3+); where there is none,
+FORK_WORKERS_ENV is "0", or the zygote cannot start, workers start as TVM starts them.
 """
 
 from __future__ import annotations
 
 import atexit
+import logging
 import os
 import pickle
 import select
@@ -28,6 +29,9 @@ import sys
 import threading
 
 FORK_WORKERS_ENV = "FARM_FORK_WORKERS"
+ZYGOTE_MODULE = __name__  # what the zygote runs (`python -m`)
+
+log = logging.getLogger(__name__)
 
 _PID = struct.Struct("<q")
 _MAX_REQUEST = 1 << 20  # the environment and working directory a worker starts with
@@ -107,6 +111,7 @@ class Zygote:
         self._lock = threading.Lock()
         self._sock: socket.socket | None = None
         self.process: subprocess.Popen | None = None
+        self.failed = False  # it could not start a worker twice in a row: not asked again
 
     def spawn(self, worker_read: int, worker_write: int, stdout: int = 1, stderr: int = 2) -> "ForkedProcess":
         """A new worker reading its tasks from ``worker_read`` and answering on ``worker_write``,
@@ -125,6 +130,10 @@ class Zygote:
                 if len(reply) == _PID.size:
                     return ForkedProcess(_PID.unpack(reply)[0])
                 self._stop()
+            # Twice in a row: it cannot start here (the farm not importable by sys.executable, say).
+            self.failed = True
+            log.warning("the %s worker zygote did not start a worker twice: this process's workers start as "
+                        "TVM starts them, each importing TVM", self.target_kind)
             raise ChildProcessError(f"the {self.target_kind} worker zygote did not start a worker")
 
     def close(self) -> None:
@@ -139,7 +148,7 @@ class Zygote:
         masked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
         try:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", __name__, self.target_kind, str(theirs.fileno())],
+                [sys.executable, "-m", ZYGOTE_MODULE, self.target_kind, str(theirs.fileno())],
                 pass_fds=(theirs.fileno(),), env=env)
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, masked)
@@ -223,6 +232,9 @@ def _forking_pool_class() -> type:
         def _start(self) -> None:
             if self._proc is not None:
                 return
+            if self._zygote.failed:
+                super()._start()
+                return
             main_read, worker_write = os.pipe()
             worker_read, main_write = os.pipe()
             devnull = os.open(os.devnull, os.O_WRONLY)
@@ -230,6 +242,11 @@ def _forking_pool_class() -> type:
                 stdout = _stream_fd(self._stdout, 1, devnull)
                 stderr = stdout if self._stderr == subprocess.STDOUT else _stream_fd(self._stderr, 2, devnull)
                 self._proc = self._zygote.spawn(worker_read, worker_write, stdout, stderr)
+            except ChildProcessError:  # no zygote here: this process's workers start as TVM starts them
+                os.close(main_read)
+                os.close(main_write)
+                super()._start()
+                return
             finally:
                 for fd in (worker_read, worker_write, devnull):
                     os.close(fd)

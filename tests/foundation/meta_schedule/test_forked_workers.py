@@ -158,6 +158,22 @@ def test_a_stream_the_pool_discards_is_discarded_by_its_workers(capfd):
         assert ("a worker wrote this to stderr" in capfd.readouterr().err) is seen
 
 
+def test_where_the_zygote_cannot_start_the_workers_are_tvms_own(monkeypatch, caplog):
+    from foundation.meta_schedule import forked_workers
+
+    monkeypatch.setattr(forked_workers, "ZYGOTE_MODULE", "foundation.no_such_module")
+    zygote = Zygote("llvm")
+    pool = worker_pool("llvm", zygote=zygote, max_workers=1, timeout=30)
+    try:
+        worker = pool.submit(_pid).result()
+        assert zygote.failed and "did not start a worker twice" in caplog.text
+        assert psutil.Process(worker).ppid() == os.getpid()
+        assert "tvm.exec.popen_worker" in " ".join(psutil.Process(worker).cmdline())
+    finally:
+        pool.shutdown()
+        zygote.close()
+
+
 def test_switched_off_the_workers_are_tvms_own_processes(monkeypatch):
     monkeypatch.setenv(FORK_WORKERS_ENV, "0")
     pool = worker_pool("llvm", max_workers=1, timeout=30)
