@@ -11,6 +11,9 @@ COORDINATOR_ENV = "FARM_COORDINATOR"
 # Set (to anything but 0/false/no), a job stores its tuned library even when the validation timed it
 # slower than the untuned build (still flagged slower_than_untuned); unset, it keeps the untuned build.
 KEEP_SLOWER_ENV = "FARM_KEEP_SLOWER_TUNED"
+# 0/false/no: builder and runner workers start as TVM starts them, each importing TVM, instead of
+# forked from one process per target kind that imported it once (foundation.meta_schedule.forked_workers).
+FORK_WORKERS_ENV = "FARM_FORK_WORKERS"
 
 
 def data_dir() -> Path:
@@ -30,9 +33,23 @@ def registry_url(option: str | None) -> str:
     return option or os.environ.get(REGISTRY_ENV) or default_registry_url()
 
 
+def env_flag(name: str, default: bool) -> bool:
+    """A yes/no environment variable, as the CLI's flags read them: 1/true/yes or 0/false/no;
+    unset or empty is ``default``."""
+    value = os.environ.get(name, "").strip().lower()
+    if not value:
+        return default
+    return value not in ("0", "false", "no")
+
+
 def keep_slower_tuned() -> bool:
     """Whether a job stores a tuned library timed slower than the untuned build (KEEP_SLOWER_ENV)."""
-    return os.environ.get(KEEP_SLOWER_ENV, "").strip().lower() not in ("", "0", "false", "no")
+    return env_flag(KEEP_SLOWER_ENV, False)
+
+
+def fork_workers() -> bool:
+    """Whether builder and runner workers are forked from one process that imported TVM (FORK_WORKERS_ENV)."""
+    return env_flag(FORK_WORKERS_ENV, True)
 
 
 def job_work_dir(job_id: str) -> Path:

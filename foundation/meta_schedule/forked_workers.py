@@ -28,7 +28,8 @@ import subprocess
 import sys
 import threading
 
-FORK_WORKERS_ENV = "FARM_FORK_WORKERS"
+from foundation.config import fork_workers
+
 ZYGOTE_MODULE = __name__  # what the zygote runs (`python -m`)
 
 log = logging.getLogger(__name__)
@@ -39,7 +40,7 @@ _MAX_REQUEST = 1 << 20  # the environment and working directory a worker starts 
 
 def forking_available() -> bool:
     """Whether workers are forked here: Linux with pidfds, and not switched off."""
-    if os.environ.get(FORK_WORKERS_ENV, "").strip().lower() in ("0", "false", "no", "off"):
+    if not fork_workers():
         return False
     return sys.platform.startswith("linux") and hasattr(os, "pidfd_open") and hasattr(socket, "send_fds")
 

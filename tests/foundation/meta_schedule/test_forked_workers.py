@@ -14,9 +14,9 @@ import time
 import psutil
 import pytest
 
+from foundation.config import FORK_WORKERS_ENV
 from foundation.hardware.tvm_startup import LeanWorkerInit
 from foundation.meta_schedule.forked_workers import (
-    FORK_WORKERS_ENV,
     Zygote,
     forking_available,
     worker_pool,
