@@ -32,6 +32,7 @@ from foundation.meta_schedule.progress import (
 )
 from foundation.meta_schedule.task_scheduler import LatencyHistory, joined_gradient
 from foundation.meta_schedule.untuned_form import measure_untuned_forms, measures_untuned_form
+from foundation.meta_schedule.warm.cost_models import new_model
 from foundation.processes.native_stderr import native_stderr_to
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -189,7 +190,9 @@ def tune(
     batch_end = _BatchEnd(history, database)
     if listener:
         listener.started(progress)
-    cost_model = warm.cost_model if warm is not None and warm.cost_model is not None else "xgb"
+    pretrained = warm.cost_model if warm is not None else None
+    # A cold search's model is MetaSchedule's "xgb" (adaptive training), on the farm's threads.
+    cost_model = pretrained if pretrained is not None else new_model(adaptive_training=True)
     seeds = None
     try:
         with native_stderr_to(work_dir / "logs" / NATIVE_LOG):
@@ -211,7 +214,7 @@ def tune(
                                             live.picked)
             if seed_round is not None:
                 seed_round.measure_rest()
-                seeds = seed_round.finish(cost_model if cost_model != "xgb" else None)
+                seeds = seed_round.finish(pretrained)
             for i, measured in enumerate(untuned):  # the untuned form and the seeds come out of the plan
                 search_plan[i] = max(0, search_plan[i] - measured - (seeds.per_task[i] if seeds else 0))
             if sum(search_plan) <= 0 or (cancelled is not None and cancelled.is_set()):

@@ -39,16 +39,23 @@ FORMAT = 1
 MIN_SAMPLES = 50
 # Records added per refresh, oldest first; the rest come with the next one.
 MAX_RECORDS_PER_REFRESH = 20_000
+# XGBoost trains and predicts on one thread. A training is up to thousands of boosting rounds of a
+# few short OpenMP regions each, after every measured batch; with every core busy (agents sharing a
+# box, the next batch's builds) each region waits for a descheduled thread: 14 s of wall and 4.3 s
+# of CPU for two trainings of 4-14 samples on two threads beside other work, 0.7 s and 0.4 s on one
+# (docs/benchmarks.md, "The cost model's threads").
+THREADS = 1
 # MetaSchedule's stand-in for "no time measured": a failed candidate is a very slow one.
 _FAILED_SEC = 1e10
 _LOG = logging.getLogger(__name__)
 
 
-def new_model(num_tuning_cores: int | None = None):
-    """An untrained XGBModel as the farm uses it."""
+def new_model(adaptive_training: bool = False):
+    """An untrained XGBModel as the farm uses it (``adaptive_training``: it retrains only when its
+    samples grew by a fifth, as MetaSchedule's own "xgb" model does)."""
     from tvm.s_tir.meta_schedule.cost_model import XGBModel
 
-    return XGBModel(num_tuning_cores=num_tuning_cores, adaptive_training=False)
+    return XGBModel(num_tuning_cores=THREADS, adaptive_training=adaptive_training)
 
 
 def model_bytes(model) -> bytes:
@@ -74,7 +81,7 @@ def model_bytes(model) -> bytes:
     return buffer.getvalue()
 
 
-def model_from_bytes(blob: bytes, num_tuning_cores: int | None = None):
+def model_from_bytes(blob: bytes):
     """The XGBModel ``model_bytes`` wrote, ready to predict and to keep learning."""
     import numpy as np
     import xgboost as xgb
@@ -83,7 +90,7 @@ def model_from_bytes(blob: bytes, num_tuning_cores: int | None = None):
     arrays = np.load(io.BytesIO(blob), allow_pickle=False)
     if int(arrays["format"][0]) != FORMAT:
         raise ValueError(f"cost model format {int(arrays['format'][0])}, this farm reads {FORMAT}")
-    model = new_model(num_tuning_cores)
+    model = new_model()
     ends = np.cumsum(arrays["feature_rows"])
     features = np.split(arrays["features"], ends[:-1]) if len(ends) else []
     costs = arrays["costs"]
@@ -105,14 +112,14 @@ def model_from_bytes(blob: bytes, num_tuning_cores: int | None = None):
     return model
 
 
-def load_cost_model(store: "RegistryStore", fingerprint_id: str, tvm_version: str,
-                    num_tuning_cores: int | None = None) -> tuple[Any, StoredCostModel] | None:
+def load_cost_model(store: "RegistryStore", fingerprint_id: str,
+                    tvm_version: str) -> tuple[Any, StoredCostModel] | None:
     """The fingerprint's stored model, or None (none stored, or a blob that fails its checks)."""
     stored = store.cost_models.find(fingerprint_id, tvm_version, KIND)
     if stored is None:
         return None
     try:
-        return model_from_bytes(store.cost_models.blob(stored), num_tuning_cores), stored
+        return model_from_bytes(store.cost_models.blob(stored)), stored
     except (RegistryError, ValueError, KeyError, OSError) as err:
         _LOG.warning("not using the stored cost model of %s: %s", fingerprint_id, err)
         return None
