@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from packaging.utils import canonicalize_name, parse_wheel_filename
 
 from support.bundles import THIS_PYTHON, offline_env, tiny_wheel_bundle, write_manifest
 
@@ -29,6 +30,23 @@ def one_error_line(done: subprocess.CompletedProcess) -> str:
     assert len(lines) == 1, done.stderr
     assert lines[0].startswith("error: ")
     return lines[0]
+
+
+def bundle_script():
+    """scripts/bundle, imported (it has no .py suffix)."""
+    from importlib.machinery import SourceFileLoader
+    from importlib.util import module_from_spec, spec_from_loader
+
+    loader = SourceFileLoader("scripts_bundle", str(BUNDLE))
+    module = module_from_spec(spec_from_loader(loader.name, loader))
+    loader.exec_module(module)
+    return module
+
+
+def locked_versions(lock: Path) -> dict[str, str]:
+    """{normalized name: version} of an image lock (deploy/docker/requirements-pyXY.txt)."""
+    pins = (line.split()[0].split("==") for line in lock.read_text().splitlines() if line and not line.startswith("#"))
+    return {canonicalize_name(name): version for name, version in pins}
 
 
 @pytest.fixture
@@ -100,6 +118,19 @@ def test_bundle_refuses_bad_arguments_before_fetching(small_bundle):
     assert not (small_bundle.parent / "new").exists()
 
 
+def test_the_images_lock_pins_a_bundle_whose_platform_takes_its_wheels():
+    """The lock was resolved for glibc 2.28 on x86_64: a bundle for that platform or a newer glibc
+    is pinned by it; one for an older glibc, another architecture or a Python with no lock is not."""
+    bundle = bundle_script()
+    lock = REPO / "deploy" / "docker" / "requirements-py312.txt"
+    for platform in ("manylinux_2_28_x86_64", "manylinux_2_34_x86_64"):
+        assert bundle.image_lock("3.12", bundle.platform_tags(platform)) == lock, platform
+    for python, platform in (("3.12", "manylinux_2_17_x86_64"), ("3.12", "manylinux_2_28_aarch64"),
+                             ("3.99", "manylinux_2_28_x86_64")):
+        assert bundle.image_lock(python, bundle.platform_tags(platform)) is None, (python, platform)
+    assert locked_versions(lock)["apache-tvm"] == "0.27.0.post1"
+
+
 def test_setup_offline_installs_into_a_venv_without_pip(tmp_path):
     """Where the Python has no ensurepip, the venv has no pip of its own: the Python's pip installs into it."""
     bundle = tiny_wheel_bundle(tmp_path / "made")
@@ -127,6 +158,17 @@ def test_a_bundle_installs_into_a_fresh_venv_with_pip_offline(tmp_path):
     assert not {n for n in names if n.startswith("nvidia")} and "pytest" not in names
     assert manifest["install"] == "tvm-farm==0.1.0"
     assert f"{manifest['total_size'] / 1e6:.1f} MB" in built.stdout
+    # The images' lock of this Python pins every version: what the tests ran with, not the index's newest.
+    lock = bundle_script().image_lock(THIS_PYTHON, manifest["platforms"])
+    assert lock is not None and manifest["pinned_by"] == lock.relative_to(REPO).as_posix()
+    assert f"(pinned by {manifest['pinned_by']})" in built.stdout
+    bundled = {name: str(version) for name, version, _, _ in
+               (parse_wheel_filename(entry["file"]) for entry in manifest["files"])}
+    locked = locked_versions(lock)
+    assert bundled["xgboost-cpu"] == locked["xgboost"] and bundled["xgboost"] == locked["xgboost"] + "+cpu"
+    differ = {name: (version, bundled.get(name)) for name, version in locked.items()
+              if name not in ("xgboost", "nvidia-nccl-cu12") and bundled.get(name) != version}
+    assert not differ, differ
 
     venv = tmp_path / "venv"
     installed = run("bash", SETUP, "--offline", bundle, env=offline_env(venv), timeout=900)
