@@ -1,10 +1,13 @@
-"""A real `farm coordinator` told FARM_LOG_FORMAT=json writes nothing but JSON lines, and no library chatter."""
+"""Real `farm coordinator` and `farm agent` processes told FARM_LOG_FORMAT=json write nothing but JSON lines,
+no library chatter, and name the work each record is about."""
 
 from __future__ import annotations
 
 import json
 
 import pytest
+
+from foundation.logs import LIBRARIES
 
 from support.polling import wait_for
 
@@ -32,3 +35,46 @@ def test_coordinator_logs_json_lines(make_cluster, monkeypatch):
     assert any(r["logger"] == "farm.coordinator" and r["message"].startswith("coordinator on ") for r in records)
     chatter = [r for r in records if not r["logger"].startswith("farm") and r["level"] in ("debug", "info")]
     assert not chatter, chatter
+
+
+@pytest.mark.slow  # a coordinator and an agent start, and a 2-trial job runs: ~20-40 s
+@pytest.mark.parametrize("registry_url", ["sqlite"], indirect=True)
+def test_agent_json_lines_name_the_agent_job_and_shard(make_cluster, monkeypatch):
+    """An agent told FARM_LOG_FORMAT=json writes only JSON lines, none of a library below warning
+    (alembic's seven at every start, once), and each record names what it is about: the agent
+    once it has registered, the job and shard it tunes, the job it validates."""
+    monkeypatch.setenv("FARM_LOG_FORMAT", "json")
+    cluster = make_cluster()
+    cluster.start_coordinator()
+    cluster.start_agent("agent-1")
+    [agent] = cluster.wait_agents(1)
+    submitted = json.loads(cluster.farm("submit", "mlp-tiny", "llvm", "1", "--trials", "2", "--runs", "2",
+                                        "--json", "--timeout", "300").stdout)
+    assert submitted["state"] == "succeeded", submitted
+    job_id = submitted["job"]
+    shard_id = f"{job_id}.s0"
+    wait_for(lambda: f"validated {job_id}" in cluster.log("agent-1"), 30, "the agent's validation record")
+    cluster.close()
+
+    records = []
+    for line in cluster.log("agent-1").splitlines():
+        if line.strip():
+            try:
+                records.append(json.loads(line))
+            except ValueError:
+                pytest.fail(f"not a JSON line: {line!r}")
+    libraries = [r for r in records if r["logger"].split(".")[0] in LIBRARIES and r["level"] in ("debug", "info")]
+    assert not libraries, libraries
+    registered = next(i for i, r in enumerate(records) if r["message"].startswith("registered as "))
+    assert all(r.get("agent_id") == agent["id"] for r in records[registered:]), records[registered:]
+
+    def about(prefix: str) -> dict:
+        return next(r for r in records if r["message"].startswith(prefix))
+
+    for record in (about(f"tuning {shard_id} "), about(f"{shard_id} done: ")):
+        assert (record.get("job_id"), record.get("shard_id")) == (job_id, shard_id), record
+    for record in (about(f"validating the library of {job_id}"), about(f"validated {job_id}")):
+        assert record.get("job_id") == job_id, record
+    planned = next(json.loads(line) for line in cluster.log("coordinator").splitlines()
+                   if line.strip() and json.loads(line)["message"].startswith(f"job {job_id}: "))
+    assert planned.get("job_id") == job_id, planned
