@@ -4,6 +4,7 @@ no library chatter, and name the work each record is about."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -17,7 +18,8 @@ from support.polling import wait_for
 def test_coordinator_logs_json_lines(make_cluster, monkeypatch):
     monkeypatch.setenv("FARM_LOG_FORMAT", "json")
     monkeypatch.setenv("FARM_LOG_LEVEL", "debug")  # the farm's debug records, and still no library's INFO
-    cluster = make_cluster()
+    # Metrics beyond loopback on a farm without a token: a warning, which is a record too.
+    cluster = make_cluster(coordinator_options=("--metrics-listen", "0.0.0.0:0"))
     cluster.start_coordinator()  # a fresh registry: alembic migrates it, chattily at INFO
     # Health says SERVING a moment before the start-up line is written.
     wait_for(lambda: "coordinator on " in cluster.log("coordinator"), 60, "the coordinator's start-up record")
@@ -33,8 +35,30 @@ def test_coordinator_logs_json_lines(make_cluster, monkeypatch):
     for record in records:
         assert {"time", "level", "logger", "message"} <= set(record), record
     assert any(r["logger"] == "farm.coordinator" and r["message"].startswith("coordinator on ") for r in records)
+    assert any(r["level"] == "warning" and "metrics listens on 0.0.0.0:0, beyond loopback" in r["message"]
+               for r in records), records
     chatter = [r for r in records if not r["logger"].startswith("farm") and r["level"] in ("debug", "info")]
     assert not chatter, chatter
+
+
+@pytest.mark.slow  # a real coordinator and its tracker start: ~10-25 s
+@pytest.mark.parametrize("registry_url", ["sqlite"], indirect=True)
+def test_coordinator_text_lines_share_one_layout(make_cluster, monkeypatch):
+    """In text, every line the coordinator writes is a record in the one layout, its start-up line
+    and its open-port warning too; no library's INFO (alembic migrates the fresh registry)."""
+    monkeypatch.setenv("FARM_LOG_FORMAT", "text")
+    cluster = make_cluster(coordinator_options=("--metrics-listen", "0.0.0.0:0"))
+    cluster.start_coordinator()
+    wait_for(lambda: "coordinator on " in cluster.log("coordinator"), 60, "the coordinator's start-up record")
+    cluster.stop_coordinator()
+    lines = [line for line in cluster.log("coordinator").splitlines() if line.strip()]
+    layout = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} (DEBUG|INFO|WARNING|ERROR|CRITICAL) ([\w.]+): .*")
+    others = [line for line in lines if not layout.fullmatch(line)]
+    assert not others, others
+    records = [layout.fullmatch(line).groups() for line in lines]
+    assert ("INFO", "farm.coordinator") in records and ("WARNING", "farm.coordinator") in records, lines
+    assert not [line for (level, logger), line in zip(records, lines)
+                if not logger.startswith("farm") and level in ("DEBUG", "INFO")]
 
 
 @pytest.mark.slow  # a coordinator and an agent start, and a 2-trial job runs: ~20-40 s
@@ -46,7 +70,8 @@ def test_agent_json_lines_name_the_agent_job_and_shard(make_cluster, monkeypatch
     monkeypatch.setenv("FARM_LOG_FORMAT", "json")
     cluster = make_cluster()
     cluster.start_coordinator()
-    cluster.start_agent("agent-1")
+    # Metrics beyond loopback on a farm without a token: its warning is a JSON line too.
+    cluster.start_agent("agent-1", options=("--metrics-listen", "0.0.0.0:0"))
     [agent] = cluster.wait_agents(1)
     submitted = json.loads(cluster.farm("submit", "mlp-tiny", "llvm", "1", "--trials", "2", "--runs", "2",
                                         "--json", "--timeout", "300").stdout)
@@ -63,6 +88,8 @@ def test_agent_json_lines_name_the_agent_job_and_shard(make_cluster, monkeypatch
                 records.append(json.loads(line))
             except ValueError:
                 pytest.fail(f"not a JSON line: {line!r}")
+    assert any(r["level"] == "warning" and "metrics listens on 0.0.0.0:0, beyond loopback" in r["message"]
+               for r in records), records
     libraries = [r for r in records if r["logger"].split(".")[0] in LIBRARIES and r["level"] in ("debug", "info")]
     assert not libraries, libraries
     registered = next(i for i, r in enumerate(records) if r["message"].startswith("registered as "))
