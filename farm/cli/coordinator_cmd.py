@@ -17,7 +17,7 @@ from farm.cli.options import (
     REGISTRY_OPTION,
     env_option,
 )
-from farm.cli.output import emit_json
+from farm.cli.output import emit_json, write_error
 from foundation.errors import FarmError
 from foundation.logs import LogFormat, LogLevel, configure_logging
 
@@ -126,6 +126,6 @@ def coordinator(
     except FarmError as err:  # it could not go on (its registry's schema is gone): said as main() says errors
         if json_output:
             emit_json(err.to_json())
-        sys.stderr.write(f"error: {' '.join(str(err).split())}\n")
+        write_error(" ".join(str(err).split()))
         leave_process(err.exit_code)
     leave_process(0)  # not through the interpreter's teardown (coordinator.server.leave_process)

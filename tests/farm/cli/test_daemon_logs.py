@@ -4,7 +4,10 @@ no library chatter, and name the work each record is about."""
 from __future__ import annotations
 
 import json
+import os
 import re
+import sqlite3
+import subprocess
 
 import pytest
 
@@ -105,3 +108,26 @@ def test_agent_json_lines_name_the_agent_job_and_shard(make_cluster, monkeypatch
     planned = next(json.loads(line) for line in cluster.log("coordinator").splitlines()
                    if line.strip() and json.loads(line)["message"].startswith(f"job {job_id}: "))
     assert planned.get("job_id") == job_id, planned
+
+
+def test_a_daemon_that_cannot_start_says_why_in_a_json_line(farm_exe, tmp_path):
+    """Its last word, `error: <what> (<what to do>)` in text, is a JSON record like the rest."""
+    other = tmp_path / "other.db"
+    with sqlite3.connect(other) as connection:
+        connection.execute("CREATE TABLE foo (x)")
+    command = [farm_exe, "coordinator", "--registry", f"sqlite:///{other}", "--listen", "127.0.0.1:0",
+               "--tracker-listen", "127.0.0.1:0"]
+    env = {**os.environ, "FARM_HOME": str(tmp_path / "home"), "FARM_LOG_FORMAT": "json"}
+    refused = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
+    assert refused.returncode == 4, refused.stderr
+    records = []
+    for line in refused.stderr.splitlines():
+        try:
+            records.append(json.loads(line))
+        except ValueError:
+            pytest.fail(f"not a JSON line: {line!r}")
+    last = records[-1]
+    assert last["level"] == "error" and "is not a farm registry: it holds other tables (foo)" in last["message"]
+    assert "point --registry at a farm registry" in last["message"], last
+    text = subprocess.run(command, env={**env, "FARM_LOG_FORMAT": "text"}, capture_output=True, text=True, timeout=120)
+    assert text.returncode == 4 and text.stderr.splitlines()[-1].startswith("error: "), text.stderr
