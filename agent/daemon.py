@@ -114,6 +114,11 @@ def coordinator_channel(address: str, access: ChannelAccess | None = None) -> gr
     return open_channel(address, access, options=[*CHANNEL_OPTIONS, *RECONNECT_BACKOFF_OPTIONS])
 
 
+def _about(lease):
+    """Records logged in this block (or decorated function) name the lease's job and shard."""
+    return log_ids(job_id=lease.job_id, shard_id=lease.shard_id)
+
+
 @dataclass(frozen=True)
 class _Crashed:
     """A thread of the agent raised what no event covers (a bug, or a broken TVM): the agent ends."""
@@ -349,7 +354,7 @@ class Agent:
 
         def tune():
             try:
-                with log_ids(job_id=instruction.lease.job_id, shard_id=instruction.lease.shard_id):
+                with _about(instruction.lease):
                     self.post(tune_shard(self, instruction.shard, cancelled))
             finally:
                 self._cancelled.pop(instruction.lease.shard_id, None)
@@ -358,7 +363,8 @@ class Agent:
 
     @_carry_out.register
     def _(self, instruction: CancelShard) -> None:
-        logger.info("cancelling %s: %s", instruction.lease.shard_id, instruction.reason)
+        with _about(instruction.lease):
+            logger.info("cancelling %s: %s", instruction.lease.shard_id, instruction.reason)
         cancelled = self._cancelled.get(instruction.lease.shard_id)
         if cancelled is not None:
             cancelled.set()
@@ -372,6 +378,7 @@ class Agent:
                                                 attempt=lease.attempt, tasks=list(instruction.tasks),
                                                 warm_start=instruction.warm_start)
 
+        @_about(lease)
         def complete():
             # Tried again while the coordinator is away (restarting, or without its registry), as
             # reports are: a completion it never hears lets the lease lapse, and the shard is
@@ -401,6 +408,7 @@ class Agent:
                                             attempt=lease.attempt, reason=instruction.reason,
                                             tasks=list(instruction.tasks))
 
+        @_about(lease)
         def report():
             try:
                 self.stub.FailShard(request, timeout=CALL_TIMEOUT_S)

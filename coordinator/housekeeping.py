@@ -62,7 +62,7 @@ class Housekeeping:
         if judges_silence(now.timestamp(), (heard_since or self._started).timestamp(), ttl):
             for agent in self._cluster.mark_lost_agents(now, ttl):
                 logger.info("agent %s (%s) missed its heartbeat TTL; its leases are re-queued",
-                            agent.id, agent.hostname)
+                            agent.id, agent.hostname, extra={"agent_id": agent.id})
             metrics.leases_expired("shard", self._cluster.expire_leases(now, ttl, attempts))
             metrics.leases_expired("validation", self._cluster.expire_validations(now, ttl, attempts))
         self._bind_waiting_jobs(now)

@@ -66,6 +66,7 @@ from foundation.job_driver.tuning_rounds import RoundsOutcome, UntilRequest, che
 from foundation.meta_schedule.tuner import MeasureSettings, ProgressListener, TuningReport, WorkerPools
 from foundation.meta_schedule.warm.job_start import learn_from_job, warm_start_for, warm_start_json, warm_start_use
 from foundation.models.model_key import ModelKey, model_key
+from foundation.units import milliseconds
 
 if TYPE_CHECKING:  # pragma: no cover
     from foundation.domain.reuse import ReusePlan
@@ -426,7 +427,7 @@ class _JobRun:
         if self.cancelled():
             return False
         self.move(JobState.RUNNING, f"running: tuning {len(tasks)} tasks in rounds until {rounds.goal.describe()} "
-                                    f"({rounds.goal_ms:.3g} ms), at most {budget.max_trials_global} trials",
+                                    f"({milliseconds(rounds.goal_ms)}), at most {budget.max_trials_global} trials",
                   trials_budget=budget.max_trials_global)
         database = self.database
         in_rounds = TuningInRounds(spec.until, tasks, budget, self.loaded, self.target, self.layout, judge,
@@ -523,8 +524,9 @@ def _goal(until: UntilRequest, key: ModelKey, loaded, target, seed: int, tell):
     onnx_file = key.path.read_bytes() if key.source == "onnx" and key.path else None
     outcome, judge = set_up_goal(until, loaded, target, seed, onnx_file)
     if outcome.reference is not None:
-        tell("reference", f"onnxruntime: {outcome.reference.median_ms:.3g} ms median of {outcome.reference.runs} "
-                          f"runs; its outputs agree with TVM's (max abs err {outcome.reference_check.max_abs_err:.3g})")
+        tell("reference", f"onnxruntime: {milliseconds(outcome.reference.median_ms)} median of "
+                          f"{outcome.reference.runs} runs; its outputs agree with TVM's "
+                          f"(max abs err {outcome.reference_check.max_abs_err:.3g})")
     return outcome, judge
 
 

@@ -151,12 +151,14 @@ class Cluster:
             time.sleep(0.3)
         raise AssertionError(f"coordinator not serving after {timeout} s:\n{self.log('coordinator')}")
 
-    def start_agent(self, name: str, affinity: set[int] | None = None, grace: float | None = None) -> subprocess.Popen:
+    def start_agent(self, name: str, affinity: set[int] | None = None, grace: float | None = None,
+                    options: tuple[str, ...] = ()) -> subprocess.Popen:
         """An agent; ``affinity`` (CPU numbers) limits the CPUs it and its children may use,
-        which changes its fingerprint (the cores it can use are part of it); ``grace``: its --grace."""
+        which changes its fingerprint (the cores it can use are part of it); ``grace``: its --grace;
+        ``options``: more `farm agent` options, as given on its command line."""
         proc = self._spawn(name, ["agent", "--coordinator", self.address, "--build-workers", "1",
                                   *([] if grace is None else ["--grace", str(grace)]),
-                                  *self._served(name)], name, affinity)
+                                  *self._served(name), *options], name, affinity)
         self.agents[name] = proc
         return proc
 

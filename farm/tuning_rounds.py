@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from foundation.job_driver.rounds_loop import TunedRound, TuningInRounds
 from foundation.job_driver.tuning_rounds import RoundsOutcome
 from foundation.meta_schedule.tuner import TuningBudget, TuningReport, WorkerPools
+from foundation.units import milliseconds
 
 if TYPE_CHECKING:  # pragma: no cover
     from foundation.domain.trial_plan import TrialPlan
@@ -75,11 +76,11 @@ def round_line(number: int, outcome: RoundsOutcome) -> str:
     """What a round's timing said, in one line."""
     last = outcome.rounds[-1]
     timing, estimate = last.timing, last.estimated_ms
-    against = (f"onnxruntime {_ms(timing.goal_ms)} median, faster in {timing.blocks_won} of {timing.blocks} "
+    against = (f"onnxruntime {milliseconds(timing.goal_ms)} median, faster in {timing.blocks_won} of {timing.blocks} "
                "blocks" if timing.blocks_won is not None else f"goal {outcome.goal.describe()}")
-    return (f"round {number}: the model runs in {_ms(timing.candidate_ms)} here (median; upper quartile "
-            f"{_ms(timing.candidate_upper_ms)}; {against}: {'beaten' if timing.beats else 'not beaten'})"
-            + (f", estimated from records {_ms(estimate)}" if estimate is not None else ""))
+    return (f"round {number}: the model runs in {milliseconds(timing.candidate_ms)} here (median; upper quartile "
+            f"{milliseconds(timing.candidate_upper_ms)}; {against}: {'beaten' if timing.beats else 'not beaten'})"
+            + (f", estimated from records {milliseconds(estimate)}" if estimate is not None else ""))
 
 
 def summed_plan(plans: Sequence["TrialPlan"], budget: int) -> "TrialPlan":
@@ -91,6 +92,3 @@ def summed_plan(plans: Sequence["TrialPlan"], budget: int) -> "TrialPlan":
                   for i, line in enumerate(last.tasks))
     return TrialPlan(tasks, budget, last.per_task_cap)
 
-
-def _ms(value: float) -> str:
-    return f"{value:.3g} ms"

@@ -40,6 +40,10 @@ ID_FIELDS = ("job_id", "shard_id", "agent_id")
 # (Not TVM's: the tuner reads MetaSchedule's INFO records to follow the search.)
 LIBRARIES = ("alembic", "sqlalchemy", "grpc", "urllib3", "asyncio", "filelock", "matplotlib", "PIL")
 
+# What configure_logging last installed in this process: the processes a daemon starts
+# (the coordinator's ingest process) log the same way.
+_configured: tuple[LogFormat, LogLevel] | None = None
+
 # Pairs, not a dict: a context variable's default is shared by every context, so it must not change.
 _scoped_ids: contextvars.ContextVar[tuple[tuple[str, str], ...]] = contextvars.ContextVar("farm_log_ids", default=())
 _process_ids: dict[str, str] = {}
@@ -120,6 +124,7 @@ class JsonLines(logging.Formatter):
 def configure_logging(log_format: LogFormat | str, level: LogLevel | str, stream: IO[str]) -> logging.Handler:
     """Send every record at ``level`` or above to ``stream`` in ``log_format``; called again, it
     replaces the handler it installed before (and no other)."""
+    global _configured
     log_format, level = LogFormat(_word(log_format)), LogLevel(_word(level))
     handler = logging.StreamHandler(stream)
     handler.setFormatter(JsonLines() if log_format is LogFormat.JSON else logging.Formatter(TEXT_LAYOUT))
@@ -133,7 +138,13 @@ def configure_logging(log_format: LogFormat | str, level: LogLevel | str, stream
     root.setLevel(numeric)
     for library in LIBRARIES:
         logging.getLogger(library).setLevel(max(numeric, logging.WARNING))
+    _configured = (log_format, level)
     return handler
+
+
+def configured() -> tuple[LogFormat, LogLevel] | None:
+    """The format and level configure_logging last installed in this process; None before it ran."""
+    return _configured
 
 
 def _word(choice: Enum | str) -> str:

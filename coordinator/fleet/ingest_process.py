@@ -18,6 +18,7 @@ import logging
 import multiprocessing
 import queue
 import signal
+import sys
 import threading
 import time
 from collections import deque
@@ -27,8 +28,11 @@ from concurrent.futures import Future
 from coordinator.fleet.group_commit import COMMIT_TIMEOUT_S
 from coordinator.fleet.report_ingest import UnreadReport
 from foundation.errors import FarmError, RegistryError
+from foundation.logs import LogFormat, LogLevel, configure_logging, configured
 
 logger = logging.getLogger("farm.coordinator")
+# The child's own records (a bug while it reads or commits a group).
+CHILD_LOGGER = "farm.coordinator.ingest"
 
 # How long the child may take to open the registry before the coordinator gives up on it.
 START_TIMEOUT_S = 60.0
@@ -44,9 +48,13 @@ class IngestProcess:
     work and the database's overlap.
     """
 
-    def __init__(self, registry_url: str, timeout: float = COMMIT_TIMEOUT_S):
+    def __init__(self, registry_url: str, timeout: float = COMMIT_TIMEOUT_S,
+                 log: tuple[LogFormat, LogLevel] | None = None):
+        """``log``: the child's log format and level; by default the coordinator's own
+        (foundation.logs.configured), else text from warning up."""
         self._url = registry_url
         self._timeout = timeout
+        self._log = log or configured() or (LogFormat.TEXT, LogLevel.WARNING)
         self._lock = threading.Lock()  # the child, its pipe and what was sent to it
         self._process = None
         self._conn = None
@@ -65,7 +73,8 @@ class IngestProcess:
         # copy half-made.
         context = multiprocessing.get_context("spawn")
         parent, child = context.Pipe()
-        process = context.Process(target=_child_main, args=(child, self._url), name="farm-ingest", daemon=True)
+        process = context.Process(target=_child_main, args=(child, self._url, self._log), name="farm-ingest",
+                                  daemon=True)
         process.start()
         child.close()
         try:
@@ -201,12 +210,12 @@ def _error(answer) -> FarmError:
     return kind(problem, fix) if isinstance(kind, type) and issubclass(kind, FarmError) else RegistryError(problem, fix)
 
 
-def _child_main(conn, registry_url: str) -> None:
+def _child_main(conn, registry_url: str, log: tuple[LogFormat, LogLevel]) -> None:
     # Ctrl-C reaches the terminal's whole process group, and the coordinator drains on it
     # and still needs this process meanwhile: it ends when told, or when the coordinator's
     # end of the pipe closes. (SIGTERM stays fatal: multiprocessing's exit handler sends it.)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s farm-ingest: %(message)s")
+    configure_logging(*log, sys.stderr)  # the coordinator's layout: its stderr carries one format
     from coordinator.cluster_store import ClusterStore
     from coordinator.heap import freeze_long_lived, tune_collector
     from foundation.registry.store import RegistryStore
@@ -297,5 +306,5 @@ def _failure(err: Exception, doing: str) -> tuple:
     if isinstance(err, FarmError):
         return ("error", type(err), err.problem, err.fix)
     # A bug: answered, logged, and the next group goes on.
-    logging.getLogger("farm.coordinator").error("%s failed", doing, exc_info=err)
+    logging.getLogger(CHILD_LOGGER).error("%s failed", doing, exc_info=err)
     return ("error", RegistryError, f"{doing} failed: {type(err).__name__}: {err}", None)

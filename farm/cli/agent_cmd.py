@@ -49,11 +49,12 @@ def agent(
     access = coordinator.access()
     from foundation.wire.access import open_port_warnings
 
-    for warning in open_port_warnings(access.token, metrics=metrics_listen):
-        os.write(2, warning.encode())
     # On a copy of stderr: while a shard tunes, stderr itself carries TVM's C++ warnings into the
     # shard's log file (foundation.processes.native_stderr), and the agent's log must go on.
     configure_logging(log_format, log_level, terminal_stderr())
+    # The daemon's stderr is its log: every line a record, in the one text layout or JSON.
+    for warning in open_port_warnings(access.token, metrics=metrics_listen):
+        logging.getLogger("farm.agent").warning(warning.removeprefix("warning: ").rstrip())
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())

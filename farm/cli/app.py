@@ -4,7 +4,8 @@ Whatever goes wrong, a command ends with one line on stderr, `error: <what> (<wh
 and an exit code of foundation.errors (1 job failed, 2 bad input, 3 not found, 4 unreachable,
 5 timed out, 70 internal error, 130/143 interrupted); with --json it also prints
 `{"error": ..., "hint": ..., "exit_code": ...}` on stdout, so a script reading stdout always
-gets a document. click's own usage errors are bad input like any other.
+gets a document. click's own usage errors are bad input like any other. A daemon that logs JSON
+lines (`--log-format json`) writes that line as one more JSON record, at level error.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import typer
 from typer.utils import parse_boolean_env_var
 
 from farm.cli import agent_cmd, cluster, coordinator_cmd, info, registry, report_cmd, submit
+from farm.cli.output import write_error
 from foundation.errors import EXIT_INTERNAL, BadInput, FarmError, Interrupted, path_error
 
 # rich_markup_mode=None: typer's rich help and usage errors import rich.markdown and pygments,
@@ -96,9 +98,7 @@ def _fail(err: FarmError, json_output: bool, exit_code: int | None = None) -> No
     if json_output:
         sys.stdout.write(json.dumps({**err.to_json(), "exit_code": code}, indent=2, default=str) + "\n")
         sys.stdout.flush()
-    line = " ".join(str(err).split())  # one line, whatever the message held
-    sys.stderr.write(f"error: {line}\n")
-    sys.stderr.flush()
+    write_error(" ".join(str(err).split()))  # one line, whatever the message held
     if isinstance(err, Interrupted):
         # Everything is committed and said: skip the interpreter's teardown, which would put the
         # signals back to their defaults while worker pools wind down, so another Ctrl-C then

@@ -17,7 +17,7 @@ from farm.cli.options import (
     REGISTRY_OPTION,
     env_option,
 )
-from farm.cli.output import emit_json
+from farm.cli.output import emit_json, write_error
 from foundation.errors import FarmError
 from foundation.logs import LogFormat, LogLevel, configure_logging
 
@@ -96,12 +96,11 @@ def coordinator(
                         "make the TTL a few intervals, e.g. 6x")
     access = ServerAccess.from_files(token_file, tls_cert, tls_key, tls_client_ca)
     configure_logging(log_format, log_level, sys.stderr)
+    # The daemon's stderr is its log: every line a record, in the one text layout or JSON.
+    log = logging.getLogger("farm.coordinator")
     for warning in open_port_warnings(access.token, tracker=None if tracker else tracker_listen,
                                       metrics=metrics_listen):
-        if log_format is LogFormat.JSON:  # a log pipeline reads stderr: every line one JSON record
-            logging.getLogger("farm.coordinator").warning(warning.removeprefix("warning: ").rstrip())
-        else:
-            sys.stderr.write(warning)
+        log.warning(warning.removeprefix("warning: ").rstrip())
     server = serve(listen, registry, tracker, tracker_listen=tracker_listen,
                    heartbeat_interval=heartbeat_interval, lease_ttl=lease_ttl, max_attempts=max_attempts,
                    report_policy=ReportPolicy(records_per_report, report_rate, report_within, report_jitter),
@@ -121,15 +120,12 @@ def coordinator(
                   f"tracker {document['tracker']}"
                   + (f", metrics {document['metrics']}" if document["metrics"] else "")
                   + "; Ctrl-C or SIGTERM stops it")
-        if log_format is LogFormat.JSON:  # a log pipeline reads stderr: every line one JSON record
-            logging.getLogger("farm.coordinator").info(banner)
-        else:
-            sys.stderr.write(banner + "\n")
+        log.info(banner)
     try:
         run_until_signalled(server, grace)
     except FarmError as err:  # it could not go on (its registry's schema is gone): said as main() says errors
         if json_output:
             emit_json(err.to_json())
-        sys.stderr.write(f"error: {' '.join(str(err).split())}\n")
+        write_error(" ".join(str(err).split()))
         leave_process(err.exit_code)
     leave_process(0)  # not through the interpreter's teardown (coordinator.server.leave_process)

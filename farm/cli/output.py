@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import sys
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -13,6 +14,22 @@ COLUMN_GAP = "   "
 def emit_json(document: Any) -> None:
     sys.stdout.write(json.dumps(document, indent=2, default=str, sort_keys=False) + "\n")
     sys.stdout.flush()
+
+
+def write_error(line: str) -> None:
+    """A command's last word on stderr, `error: <what> (<what to do>)`; a daemon logging JSON
+    lines (--log-format json) says it as one more record, at error, so that every line of its
+    stderr stays one JSON object for the log pipeline."""
+    from foundation.logs import LogFormat, configured
+
+    settings = configured()
+    if settings is not None and settings[0] is LogFormat.JSON:
+        logging.getLogger("farm").error(line)
+        for handler in logging.getLogger().handlers:
+            handler.flush()
+        return
+    sys.stderr.write(f"error: {line}\n")
+    sys.stderr.flush()
 
 
 def print_table(headers: Sequence[str], rows: Iterable[Sequence[Any]], *, empty: str = "nothing to show") -> None:

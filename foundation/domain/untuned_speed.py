@@ -21,6 +21,8 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from foundation.units import milliseconds
+
 BLOCKS = 5
 MIN_SIDE_MS = 200.0
 MAX_RUNS_PER_BLOCK = 5000  # 25,000 calls a side: 0.25 s at 10 us a call, Python's overhead included
@@ -58,8 +60,8 @@ class SpeedCheck:
         verdict = (f"{self.ratio:.2f}x the untuned build's time: SLOWER" if self.slower_than_untuned
                    else f"{1 / self.ratio:.2f}x faster than the untuned build" if self.ratio > 0 else "")
         threads = f" on {self.threads} thread{'s' * (self.threads != 1)}" if self.threads else ""
-        return (f"tuned {self.tuned_median_ms:.4g} ms median of {self.runs} runs{threads}, "
-                f"untuned {self.untuned_median_ms:.4g} ms of {self.untuned_runs}, "
+        return (f"tuned {milliseconds(self.tuned_median_ms)} median of {self.runs} runs{threads}, "
+                f"untuned {milliseconds(self.untuned_median_ms)} of {self.untuned_runs}, "
                 f"interleaved in {self.blocks} blocks: {verdict}"
                 + ("; the untuned build was kept" if self.kept_untuned else ""))
 

@@ -19,6 +19,7 @@ from foundation.clock import utc_now
 from foundation.domain.jobs import JobState
 from foundation.domain.weights_layout import WeightsLayout
 from foundation.models.model_key import ModelKey
+from foundation.units import milliseconds
 
 if TYPE_CHECKING:  # pragma: no cover
     from foundation.domain.untuned_speed import SpeedCheck
@@ -95,8 +96,9 @@ def hit_form_why(artifact: "Artifact", default: WeightsLayout) -> str:
     """Why an `auto` submit was answered by ``artifact``'s form (LayoutChoice.why)."""
     if artifact.weights_layout == default.value:
         return "the fastest library the registry holds for this model, in auto's default form"
-    return (f"the fastest library the registry holds for this model ({artifact.latency_median_ms:.3g} ms median) "
-            f"is of the {artifact.weights_layout} form, not auto's default {default.value}")
+    return (f"the fastest library the registry holds for this model "
+            f"({milliseconds(artifact.latency_median_ms)} median) is of the {artifact.weights_layout} form, "
+            f"not auto's default {default.value}")
 
 
 def library_problem(artifact: "Artifact", library: bytes) -> str | None:

@@ -26,6 +26,7 @@ from foundation.domain.tuning_rounds import (
     stored_goal,
 )
 from foundation.errors import BadInput
+from foundation.units import milliseconds
 
 if TYPE_CHECKING:  # pragma: no cover
     import tvm
@@ -71,7 +72,7 @@ class RoundsOutcome:
         if self.goal.reference != ONNXRUNTIME:
             return self.goal.describe()
         last = self.rounds[-1].timing.goal_ms if self.rounds else self.goal_ms
-        return f"onnxruntime's {_ms(last)}"
+        return f"onnxruntime's {milliseconds(last)}"
 
     def summary(self) -> str:
         """One line: how it ended, with the figures."""
@@ -85,8 +86,8 @@ class RoundsOutcome:
         if not self.rounds:
             return f"{STOP_TEXT[self.stopped]}: no round was tuned; goal {goal}"
         timing = self.rounds[-1].timing
-        ran = (f"the tuned model ran in {_ms(timing.candidate_ms)} here (upper quartile "
-               f"{_ms(timing.candidate_upper_ms)}" + (f", faster in {timing.blocks_won} of {timing.blocks} "
+        ran = (f"the tuned model ran in {milliseconds(timing.candidate_ms)} here (upper quartile "
+               f"{milliseconds(timing.candidate_upper_ms)}" + (f", faster in {timing.blocks_won} of {timing.blocks} "
                                                       "interleaved blocks" if timing.blocks_won is not None else "")
                + ")")
         if self.stopped is Stop.REACHED:
@@ -216,6 +217,3 @@ def planned_so_far(planned: Sequence[Sequence[int]], tasks: int) -> list[int]:
         spent = [s + t for s, t in zip(spent, trials)]
     return spent
 
-
-def _ms(value: float) -> str:
-    return f"{value:.3g} ms"

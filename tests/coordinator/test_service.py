@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import logging
 import math
 import sqlite3
 import threading
@@ -201,7 +202,8 @@ def test_held_polls_end_early_by_a_random_share_so_idle_agents_do_not_poll_in_st
     assert all(_hold_seconds(request, _CallerDeadline(5.0)) <= 5.0 - LEASE_WAIT_MARGIN_S for _ in range(100))
 
 
-def test_waiting_job_binds_then_stale_attempts_and_cancel_are_refused(start, fingerprint):
+def test_waiting_job_binds_then_stale_attempts_and_cancel_are_refused(start, fingerprint, caplog):
+    caplog.set_level(logging.INFO, logger="farm.coordinator")
     server, channel = start(lease_ttl=1.0)
     (submitted,) = _submit(channel)
     job_id = submitted.job.id
@@ -222,6 +224,9 @@ def test_waiting_job_binds_then_stale_attempts_and_cancel_are_refused(start, fin
     # Silence past the TTL: the lease is re-queued, and the old attempt is stale.
     agent.keep_beating(False)
     _wait_for(lambda: client.GetJob(farm_pb2.GetJobRequest(job_id=job_id)).shards.pending == 1, "re-queue")
+    # The record says which agent went silent, as a field too (--log-format json's agent_id).
+    [lost] = [r for r in caplog.records if "missed its heartbeat TTL" in r.getMessage()]
+    assert lost.agent_id == agent.agent_id
     instructions = agent.heartbeat()
     assert [i.cancel_lease.lease.attempt for i in instructions] == [1]
     stale = agent.report(shard)

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from prometheus_client import CollectorRegistry, generate_latest
+from sqlalchemy import text
+
 from coordinator.state_metrics import FarmStateCollector
+from foundation.registry.session import Changes
 
 from support.cluster_rows import GPU, TTL, agent_of, at, planned_job
 
@@ -45,3 +49,22 @@ def test_states_agents_and_the_running_job_latency(store, cluster_store):
     store.update_job(job.id, expect_state="running", state="building")
     after = scrape(collector)
     assert after["farm_job_best_latency_seconds"] == {} and after["farm_jobs"][("building",)] == 1
+
+
+def test_a_registry_that_fails_leaves_the_sql_gauges_out_of_the_scrape(store, caplog):
+    """What the FarmRegistryErrors alert (deploy/prometheus/rules.yml) stands on: while the
+    registry fails, the coordinator still answers scrapes but without farm_jobs, and it says why."""
+    registry = CollectorRegistry()
+    registry.register(FarmStateCollector(store))
+    assert 'farm_jobs{state="queued"} 0.0' in generate_latest(registry).decode()
+    with store.unit_of_work.write(Changes.STATE) as session:
+        session.execute(text("ALTER TABLE jobs RENAME TO jobs_away"))
+    try:
+        scraped = generate_latest(registry).decode()
+        assert "farm_jobs" not in scraped and "farm_shards" not in scraped and "farm_agents" not in scraped
+        assert any(r.levelname == "WARNING" and "metrics: cannot read the farm's state" in r.getMessage()
+                   for r in caplog.records)
+    finally:
+        with store.unit_of_work.write(Changes.STATE) as session:
+            session.execute(text("ALTER TABLE jobs_away RENAME TO jobs"))
+    assert 'farm_jobs{state="queued"} 0.0' in generate_latest(registry).decode()

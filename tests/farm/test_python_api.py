@@ -3,6 +3,8 @@ coordinator, and farm.load with the weights given by name."""
 
 from __future__ import annotations
 
+import datetime as dt
+
 import numpy as np
 import pytest
 
@@ -11,6 +13,8 @@ from farm.api import matched_weights
 from foundation.domain.jobs import JobState
 from foundation.errors import BadInput, NotFound
 from foundation.models.model_key import model_key
+
+from support.polling import wait_for
 
 SPECS = [{"name": "fc1.weight", "shape": [4, 3], "dtype": "float32"},
          {"name": "fc1.bias", "shape": [4], "dtype": "float32"}]
@@ -96,13 +100,27 @@ def test_submit_status_jobs_and_load_by_name_embedded(tmp_path):
 @pytest.mark.slow
 @pytest.mark.parametrize("registry_url", ["sqlite"], indirect=True)
 def test_submit_status_jobs_through_a_coordinator(make_cluster):
-    """A coordinator without agents keeps the job queued: submit, status and jobs see it so."""
+    """A coordinator without agents keeps the job queued: submit, status and jobs see it so.
+    Once an agent joins, the job runs on it, and the same calls return it succeeded, with its
+    artifact; a second submit that waits is answered from the registry."""
     cluster = make_cluster()
     cluster.start_coordinator()
-    job = farm.submit("mlp-tiny", "llvm", 1, trials=4, coordinator=cluster.address, wait=False)
+    job = farm.submit("mlp-tiny", "llvm", 1, trials=2, runs=2, coordinator=cluster.address, wait=False)
     assert job.state is JobState.QUEUED and not job.done, job
     assert job.model == "mlp-tiny" and job.artifact is None
     assert farm.status(job.id, coordinator=farm.Coordinator(cluster.address)).id == job.id
     assert [j.id for j in farm.jobs(coordinator=cluster.address)] == [job.id]
     with pytest.raises(NotFound):
         farm.status("job-none", coordinator=cluster.address)
+
+    cluster.start_agent("agent-1")
+    wait_for(lambda: farm.status(job.id, coordinator=cluster.address).done, 300, "the job to end on the agent")
+    done = farm.status(job.id, coordinator=cluster.address)
+    assert done.succeeded and done.error is None, done
+    assert isinstance(done.artifact, farm.JobArtifact) and done.artifact.validated
+    assert done.artifact.latency.mean_ms > 0 and done.trials == 2 and done.fingerprint is not None
+    assert isinstance(done.finished_at, dt.datetime) and done.document["job"] == job.id
+
+    again = farm.submit("mlp-tiny", "llvm", 1, trials=2, runs=2, coordinator=cluster.address, timeout=120)
+    assert again.succeeded and again.cache_hit and again.artifact.id == done.artifact.id, again
+    assert [j.id for j in farm.jobs(coordinator=cluster.address)] == [again.id, job.id]

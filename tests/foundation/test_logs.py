@@ -10,14 +10,16 @@ import threading
 
 import pytest
 
-from foundation.logs import LIBRARIES, configure_logging, log_ids, set_process_ids
+import foundation.logs
+from foundation.logs import LIBRARIES, LogFormat, LogLevel, configure_logging, log_ids, set_process_ids
 
 
 @pytest.fixture
 def configured():
     """configure_logging into a buffer; the root logger and the libraries' levels put back after."""
     root = logging.getLogger()
-    saved = (root.level, list(root.handlers), {name: logging.getLogger(name).level for name in LIBRARIES})
+    saved = (root.level, list(root.handlers), {name: logging.getLogger(name).level for name in LIBRARIES},
+             foundation.logs.configured())
     stream = io.StringIO()
 
     def configure(log_format: str, level: str = "info") -> io.StringIO:
@@ -32,6 +34,7 @@ def configured():
         root.setLevel(saved[0])
         for name, level in saved[2].items():
             logging.getLogger(name).setLevel(level)
+        foundation.logs._configured = saved[3]
 
 
 def _lines(stream: io.StringIO) -> list[str]:
@@ -119,6 +122,13 @@ def test_configuring_again_replaces_only_its_own_handler(configured):
     logging.getLogger("farm.agent").warning("once")
     assert len(_lines(first)) == 1  # one handler wrote it, as JSON
     json.loads(_lines(first)[0])
+
+
+def test_the_settings_installed_are_remembered_for_child_processes(configured):
+    configured("JSON", "Warning")
+    assert foundation.logs.configured() == (LogFormat.JSON, LogLevel.WARNING)
+    configured("text", "debug")
+    assert foundation.logs.configured() == (LogFormat.TEXT, LogLevel.DEBUG)
 
 
 def test_unknown_ids_and_choices_are_refused():

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -14,9 +15,10 @@ import time
 import pytest
 from sqlalchemy import text
 
-from coordinator.fleet.ingest_process import IngestProcess
+from coordinator.fleet.ingest_process import CHILD_LOGGER, IngestProcess
 from coordinator.fleet.report_ingest import UnreadReport, read_report
 from foundation.errors import RegistryError
+from foundation.logs import LogFormat, LogLevel
 from foundation.registry.session import Changes
 
 from support.cluster_rows import GPU, TTL, agent_of, at, planned_job
@@ -195,6 +197,27 @@ def test_a_stuck_child_is_replaced_and_its_group_fails_with_a_reason(leased, clu
         assert (verdict.accepted, verdict.stored) == (True, 1)
     finally:
         ingest.close()
+
+
+@pytest.mark.parametrize("log_format", [LogFormat.JSON, LogFormat.TEXT])
+def test_the_child_logs_in_the_coordinators_format(store, registry_url, capfd, log_format):
+    """The coordinator's stderr carries one format: a bug the child hits while it reads a group
+    (a report that is not one) is a JSON line under --log-format json, the text layout else."""
+    ingest = IngestProcess(registry_url, log=(log_format, LogLevel.INFO))
+    try:
+        with pytest.raises(RegistryError, match="reading a group of reports failed: AttributeError"):
+            ingest([42])
+    finally:
+        ingest.close()
+    lines = [line for line in capfd.readouterr().err.splitlines() if line.strip()]
+    if log_format is LogFormat.JSON:
+        [record] = [json.loads(line) for line in lines]
+        assert (record["level"], record["logger"], record["message"]) == (
+            "error", CHILD_LOGGER, "reading a group of reports failed")
+        assert "AttributeError" in record["exception"]
+    else:
+        assert re.fullmatch(r"\S+ \S+ ERROR farm\.coordinator\.ingest: reading a group of reports failed", lines[0])
+        assert lines[-1].startswith("AttributeError"), lines
 
 
 def test_the_child_ends_when_the_coordinator_is_killed(registry_url):

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
 
 import pytest
 from typer.main import get_command
@@ -169,6 +171,21 @@ def test_shell_completion_is_offered(monkeypatch):
     assert result.exit_code == 0, result.output
     assert "_FARM_COMPLETE=complete_bash" in result.output
     assert "complete -o default -F _farm_completion farm" in result.output
+
+
+@pytest.mark.parametrize(("words", "expected"), [
+    ("farm sub", ["submit"]),
+    ("farm registry up", ["upgrade"]),
+    ("farm submit mlp-tiny llvm 1 --reuse ", ["auto", "full", "topup", "off"]),
+    ("farm agent --log-format ", ["text", "json"]),
+])
+def test_the_installed_script_completes_commands_options_and_choices(farm_exe, tmp_path, words, expected):
+    """What the script `farm --install-completion` installs asks of the real `farm` on every Tab."""
+    env = {**os.environ, "_FARM_COMPLETE": "complete_bash", "COMP_WORDS": words,
+           "COMP_CWORD": str(len(words.split(" ")) - 1), "FARM_HOME": str(tmp_path)}
+    done = subprocess.run([farm_exe], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == expected
 
 
 def test_the_coordinator_options_are_declared_once_and_the_same_everywhere():

@@ -40,3 +40,10 @@ def test_the_medians_over_every_block_decide():
     assert not faster.slower_than_untuned and "10.00x faster" in faster.describe()
     with pytest.raises(ValueError):
         speed_check([], [[1.0]])
+
+
+def test_the_description_says_latencies_in_the_unit_that_fits():
+    """`farm status`'s "Against untuned" line: microseconds as us, not 0.005932 ms."""
+    check = speed_check([[0.005932] * 3], [[0.005951] * 3])
+    assert check.describe().startswith("tuned 5.93 us median of 3 runs, untuned 5.95 us of 3, ")
+    assert speed_check([[1523.0]], [[2100.0]]).describe().startswith("tuned 1.52 s median of 1 runs, untuned 2.1 s")

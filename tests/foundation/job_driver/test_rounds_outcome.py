@@ -25,3 +25,12 @@ def test_a_request_round_trips_with_its_exact_latency():
     assert UntilRequest.from_json(request.to_json()) == request
     onnx = UntilRequest(parse_goal("onnxruntime"))
     assert UntilRequest.from_json(onnx.to_json()) == onnx
+
+
+def test_the_summary_says_latencies_in_the_unit_that_fits():
+    """A microsecond model's rounds, as `farm status` shows them: 38 us, not 0.038 ms."""
+    outcome = RoundsOutcome(parse_goal("onnxruntime"), 0.045)
+    outcome.rounds.append(RoundResult(8, compare([[0.038] * 4] * 5, [[0.045] * 4] * 5), 0.04))
+    outcome.stopped = Stop.REACHED
+    assert outcome.summary() == ("reached: the tuned model ran in 38 us here (upper quartile 38 us, faster in 5 of "
+                                 "5 interleaved blocks), beating onnxruntime's 45 us, after 1 round (8 trials)")
