@@ -188,7 +188,7 @@ def _warm_start_use(shard, seeds, model_used):
         seeds_other_fingerprints=seeds.other_fingerprints if seeds else 0,
         seeds_rejected=seeds.rejected if seeds else 0,
         seeds_failed=seeds.failed if seeds else 0,
-        cost_model_note=note,
+        cost_model_note=note[:2000],  # the coordinator takes notes of up to 4,096 characters
     )
     if ref is not None:
         use.cost_model.CopyFrom(ref)

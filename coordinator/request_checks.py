@@ -36,6 +36,13 @@ class Finite:
 
 
 @dataclass(frozen=True)
+class OutputErrors:
+    """A validation's OutputCheck: its tolerances finite, its errors never NaN, and infinite only in
+    a check that failed (foundation.runtime.validation says so of an output that is not finite):
+    a check that passed is shown with its errors, and kept with the artifact."""
+
+
+@dataclass(frozen=True)
 class Moment:
     """A google.protobuf.Timestamp: one Python's datetime can hold."""
 
@@ -67,13 +74,18 @@ _REASON = Text(MAX_TEXT_LENGTH)
 _AGENT = {"agent_id": _REQUIRED_ID}
 _LEASE = {**_AGENT, "shard_id": _REQUIRED_ID}
 _TARGET_KINDS = {"target_kinds": Items(8), "target_kinds[]": _KIND}
-_TASK_FIGURES = {"tasks[].best_us": Finite(), "tasks[].elapsed_s": Finite()}
+# A tuning task's name (TVM's, of its fused operators); agents' error samples are cut at 500.
+_TASK_NAME = Text(MAX_TEXT_LENGTH)
+# Per task of a shard: a job's tasks are some hundreds at most, each with a few error samples.
+_TASKS = Items(10_000)
+_TASK_FIGURES = {"tasks": _TASKS, "tasks[].task_name": _TASK_NAME, "tasks[].best_us": Finite(),
+                 "tasks[].elapsed_s": Finite(), "tasks[].sample_errors": Items(64), "tasks[].sample_errors[]": _REASON}
 _LATENCY = {f"{stats}.{figure}": Finite() for stats in ("latency", "untuned_latency")
             for figure in ("mean_ms", "median_ms", "std_ms")}
 
 # Per request message: its fields (a dotted path into nested messages, `[]` for each entry of a
 # repeated field) and what each may hold. A field not named here carries no text a call quotes.
-RULES: dict[str, dict[str, Text | Number | Finite | Moment | Span | Items]] = {
+RULES: dict[str, dict[str, Text | Number | Finite | OutputErrors | Moment | Span | Items]] = {
     "SubmitRequest": {
         "zoo_name": _ID, "target": Text(MAX_TEXT_LENGTH, required=True), "fingerprint_id": _ID,
         "batch": Number(limits.BATCH), "trials": _or_default(limits.TRIALS),
@@ -84,7 +96,7 @@ RULES: dict[str, dict[str, Text | Number | Finite | Moment | Span | Items]] = {
         "until.round_trials": _or_default(limits.TRIALS),
     },
     "GetJobRequest": {"job_id": _REQUIRED_ID},
-    "WatchJobRequest": {"job_id": _REQUIRED_ID},
+    "WatchJobRequest": {"job_id": _REQUIRED_ID, "after_sequence": Number(limits.ROW_ID)},
     "CancelJobRequest": {"job_id": _REQUIRED_ID, "reason": _REASON},
     "ListJobsRequest": {"limit": _or_default(limits.LIST_LIMIT),
                         "states": Items(16), "model_name": _ID},
@@ -101,12 +113,17 @@ RULES: dict[str, dict[str, Text | Number | Finite | Moment | Span | Items]] = {
     "LeaseShardRequest": {**_AGENT, "fingerprint_id": _REQUIRED_ID, **_TARGET_KINDS, "max_wait": Span(3600.0)},
     "LeaseValidationRequest": {**_AGENT, "fingerprint_id": _REQUIRED_ID, **_TARGET_KINDS},
     # A record's own times are read where its group is committed: one not finite drops that record
-    # (coordinator.fleet.report_ingest), not the report.
-    "ReportRecordsRequest": {**_LEASE, "progress[].best_us": Finite(), "progress[].best_gflops": Finite()},
-    "CompleteShardRequest": {**_LEASE, "tasks": Items(10_000), **_TASK_FIGURES},
-    "FailShardRequest": {**_LEASE, "reason": _REASON, "tasks": Items(10_000), **_TASK_FIGURES},
-    "ReportValidationRequest": {**_AGENT, "validation_id": _REQUIRED_ID, "error": _REASON, **_LATENCY},
-    "GetCostModelRequest": {**_AGENT, "sha256": _SHA256},
+    # (coordinator.fleet.report_ingest), not the report. At most the trials a shard may measure (an
+    # agent sends what failed to go before with what follows); progress is kept per task name, in
+    # memory until the shard ends (coordinator.fleet.progress_events) and then in the job's events.
+    "ReportRecordsRequest": {**_LEASE, "records": Items(limits.TRIALS.high), "records[].workload_shash": _ID,
+                             "progress": _TASKS, "progress[].task_name": _TASK_NAME,
+                             "progress[].best_us": Finite(), "progress[].best_gflops": Finite()},
+    "CompleteShardRequest": {**_LEASE, **_TASK_FIGURES, "warm_start.cost_model_note": _REASON},
+    "FailShardRequest": {**_LEASE, "reason": _REASON, **_TASK_FIGURES},
+    "ReportValidationRequest": {**_AGENT, "validation_id": _REQUIRED_ID, "error": _REASON, **_LATENCY,
+                                "check": OutputErrors(), "check.reason": _REASON},
+    "GetCostModelRequest": {**_AGENT, "id": Number(limits.ROW_ID), "sha256": _SHA256},
 }
 
 
@@ -120,6 +137,8 @@ def check_request(request) -> None:
                 limits.check_number(path, int(value), rule.bound)
             elif isinstance(rule, Finite):
                 _check_finite(path, value)
+            elif isinstance(rule, OutputErrors):
+                _check_output_errors(path, value)
             elif isinstance(rule, Moment):
                 _check_moment(path, value)
             elif isinstance(rule, Span):
@@ -133,6 +152,19 @@ def _check_finite(path: str, value) -> None:
     numbers = [value] if isinstance(value, float) else list(value)
     if not all(math.isfinite(n) for n in numbers):
         raise BadInput(f"{path} holds a number that is not finite (NaN or infinity)", "send finite numbers")
+
+
+def _check_output_errors(path: str, check) -> None:
+    for name in ("rtol", "atol"):
+        _check_finite(f"{path}.{name}", getattr(check, name))
+    for name in ("max_abs_err", "max_rel_err"):
+        value = getattr(check, name)
+        if math.isnan(value):
+            raise BadInput(f"{path}.{name} is NaN", "send the largest error measured (infinity where an output "
+                                                    "was not finite)")
+        if math.isinf(value) and check.passed:
+            raise BadInput(f"{path}.{name} is infinite in a check that passed",
+                           "send passed=false for outputs that are not finite")
 
 
 def _check_moment(path: str, stamp) -> None:

@@ -169,6 +169,37 @@ OUT_OF_BOUNDS = [
         agent_id="a", shard_id="s", progress=[farm_pb2.TaskProgress(best_us=math.inf)]), "progress[].best_us holds"),
     ("agent", "CompleteShard", farm_pb2.CompleteShardRequest(
         agent_id="a", shard_id="s", tasks=[farm_pb2.TaskSummary(elapsed_s=-math.inf)]), "tasks[].elapsed_s holds"),
+    # Text an agent sends that the job's events and log keep, and what the coordinator keeps per task name.
+    ("agent", "ReportRecords", farm_pb2.ReportRecordsRequest(
+        agent_id="a", shard_id="s", progress=[farm_pb2.TaskProgress(task_name=HUGE)]), "progress[].task_name is 100,000"),
+    ("agent", "ReportRecords", farm_pb2.ReportRecordsRequest(
+        agent_id="a", shard_id="s", progress=[farm_pb2.TaskProgress(task_name=f"t{i}") for i in range(10_001)]),
+     "progress has 10,001 entries, more than the 10,000 allowed"),
+    ("agent", "ReportRecords", farm_pb2.ReportRecordsRequest(
+        agent_id="a", shard_id="s", records=[farm_pb2.MeasuredRecord(workload_shash=HUGE)]),
+     "records[].workload_shash is 100,000"),
+    ("agent", "CompleteShard", farm_pb2.CompleteShardRequest(
+        agent_id="a", shard_id="s", tasks=[farm_pb2.TaskSummary(task_name=HUGE)]), "tasks[].task_name is 100,000"),
+    ("agent", "FailShard", farm_pb2.FailShardRequest(
+        agent_id="a", shard_id="s", tasks=[farm_pb2.TaskSummary(sample_errors=["x", HUGE])]),
+     "tasks[].sample_errors[] is 100,000"),
+    ("agent", "CompleteShard", farm_pb2.CompleteShardRequest(
+        agent_id="a", shard_id="s", warm_start=farm_pb2.WarmStartUse(cost_model_note=HUGE)),
+     "warm_start.cost_model_note is 100,000"),
+    # A failed check may say its error is infinite (an output that is not finite); nothing says NaN.
+    ("agent", "ReportValidation", farm_pb2.ReportValidationRequest(
+        agent_id="a", validation_id="v", check=farm_pb2.OutputCheck(max_abs_err=math.nan)), "check.max_abs_err is NaN"),
+    ("agent", "ReportValidation", farm_pb2.ReportValidationRequest(
+        agent_id="a", validation_id="v", check=farm_pb2.OutputCheck(passed=True, max_rel_err=math.inf)),
+     "check.max_rel_err is infinite in a check that passed"),
+    ("agent", "ReportValidation", farm_pb2.ReportValidationRequest(
+        agent_id="a", validation_id="v", check=farm_pb2.OutputCheck(rtol=math.inf)), "check.rtol holds"),
+    ("agent", "ReportValidation", farm_pb2.ReportValidationRequest(
+        agent_id="a", validation_id="v", check=farm_pb2.OutputCheck(reason=HUGE)), "check.reason is 100,000"),
+    # Numbers that reach the registry as row ids: beyond 63 bits they failed its query (INTERNAL on
+    # SQLite, "the registry failed" on PostgreSQL).
+    ("agent", "GetCostModel", farm_pb2.GetCostModelRequest(agent_id="a", id=2**64 - 1, sha256="ab"),
+     "id must be 0 to 9,223,372,036,854,775,807, got 18446744073709551615"),
 ]
 
 
@@ -185,12 +216,16 @@ def test_every_field_out_of_bounds_is_refused_by_name(coordinator, service, meth
     assert not [j for j in jobs if j.state == farm_pb2.JOB_STATE_QUEUED], "a refused submit queued a job"
 
 
-def test_a_watch_out_of_bounds_is_refused_by_name(coordinator):
+@pytest.mark.parametrize(("request_message", "named"), [
+    (farm_pb2.WatchJobRequest(job_id=HUGE), "job_id is 100,000 characters long"),
+    (farm_pb2.WatchJobRequest(job_id="job-x", after_sequence=2**64 - 1), "after_sequence must be 0 to"),
+], ids=["job_id", "after_sequence"])
+def test_a_watch_out_of_bounds_is_refused_by_name(coordinator, request_message, named):
     server, channel = coordinator
     with pytest.raises(grpc.RpcError) as raised:
-        list(farm_pb2_grpc.FarmClientStub(channel).WatchJob(farm_pb2.WatchJobRequest(job_id=HUGE), timeout=30))
+        list(farm_pb2_grpc.FarmClientStub(channel).WatchJob(request_message, timeout=30))
     assert raised.value.code() == grpc.StatusCode.INVALID_ARGUMENT
-    assert "job_id is 100,000 characters long" in raised.value.details()
+    assert named in raised.value.details()
 
 
 def test_a_reported_record_of_any_shape_is_dropped_not_the_group():
