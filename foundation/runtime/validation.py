@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
@@ -23,22 +24,28 @@ ATOL_SCALE = 1e-4
 @dataclass(frozen=True)
 class ValidationResult:
     passed: bool
-    max_abs_err: float
-    max_rel_err: float
+    max_abs_err: float | None  # None: read back from JSON where it was infinite (see to_json)
+    max_rel_err: float | None
     rtol: float
     atol: float
     reason: str | None = None
 
     def to_json(self) -> dict:
+        """As the registry keeps it. An error is infinite where an output was not finite (the check
+        failed, and its reason says so); PostgreSQL's JSON holds no infinity, so it is null."""
         return {
             "passed": self.passed,
-            "max_abs_err": self.max_abs_err,
-            "max_rel_err": self.max_rel_err,
+            "max_abs_err": _json_number(self.max_abs_err),
+            "max_rel_err": _json_number(self.max_rel_err),
             "rtol": self.rtol,
             "atol": self.atol,
             "rule": "|tuned-untuned| <= atol + rtol*|untuned| elementwise, atol = 1e-4*max(1, max|untuned|)",
             "reason": self.reason,
         }
+
+
+def _json_number(value: float | None) -> float | None:
+    return value if value is not None and math.isfinite(value) else None
 
 
 @dataclass(frozen=True)

@@ -154,6 +154,29 @@ def test_two_agents_share_a_job_that_is_built_validated_and_committed(start, fin
         agent.close()
 
 
+def test_a_validation_of_outputs_that_are_not_finite_fails_its_job(start, fingerprint):
+    """An agent says a tuned library's error is infinite where its outputs are not finite
+    (foundation.runtime.validation.compare_outputs). PostgreSQL's JSON holds no infinity: the
+    registry refused the report ("the database server" was blamed) and the agent retried it
+    while the job waited; the job fails, saying why."""
+    server, channel = start()
+    agent = FakeAgent(channel, fingerprint)
+    agent.register()
+    agent.keep_beating()
+    (submitted,) = _submit(channel)
+    shard = _wait_for(agent.lease, "the job's shard")
+    assert agent.report(shard).accepted and agent.complete(shard).accepted
+    _wait_job(channel, submitted.job.id, farm_pb2.JOB_STATE_VALIDATING, what="built")
+    reason = "tuned output 0 contains NaN or Inf"
+    outcome = farm_pb2.OutputCheck(passed=False, max_abs_err=math.inf, max_rel_err=math.inf, rtol=1e-3,
+                                   atol=1e-4, reason=reason)
+    _lease, reply = _wait_for(lambda: agent.validate(outcome), "a validation lease")
+    assert reply.accepted, reply
+    job = _wait_job(channel, submitted.job.id, farm_pb2.JOB_STATE_FAILED)
+    assert reason in job.error and not job.HasField("artifact"), job
+    agent.close()
+
+
 def test_a_held_lease_poll_ends_inside_its_deadline_and_when_the_coordinator_stops(start, fingerprint):
     server, channel = start()
     agent = FakeAgent(channel, fingerprint)

@@ -263,8 +263,9 @@ class FakeAgent:
 
     # ------------------------------------------------------------------ validations
 
-    def validate(self):
-        """Lease a validation and do what agents do with it (foundation.runtime.validation.check_library)."""
+    def validate(self, outcome=None):
+        """Lease a validation and do what agents do with it (foundation.runtime.validation.check_library);
+        with ``outcome`` (an OutputCheck), report that instead, as of a library that computes it."""
         from foundation.models.loaded import Fill, TensorSpec, random_inputs, random_weights
         from foundation.runtime.validation import check_library
 
@@ -279,18 +280,21 @@ class FakeAgent:
             return TensorSpec(s.name, tuple(s.shape), s.dtype,
                               Fill.from_json(json.loads(s.fill_json)) if s.fill_json else None)
 
-        check = check_library(
-            lease.library, lease.reference_library, "llvm",
-            random_inputs([spec(s) for s in lease.inputs], lease.seed),
-            random_weights([spec(s) for s in lease.weight_specs], lease.seed), runs=lease.runs,
-        )
-        v = check.validation
-        stats = farm_pb2.LatencyStats(mean_ms=check.latency.mean_ms, median_ms=check.latency.median_ms,
-                                      std_ms=check.latency.std_ms, runs=check.latency.runs)
+        if outcome is None:
+            check = check_library(
+                lease.library, lease.reference_library, "llvm",
+                random_inputs([spec(s) for s in lease.inputs], lease.seed),
+                random_weights([spec(s) for s in lease.weight_specs], lease.seed), runs=lease.runs,
+            )
+            v = check.validation
+            outcome = farm_pb2.OutputCheck(passed=v.passed, max_abs_err=v.max_abs_err, max_rel_err=v.max_rel_err,
+                                           rtol=v.rtol, atol=v.atol, reason=v.reason or "")
+            stats = farm_pb2.LatencyStats(mean_ms=check.latency.mean_ms, median_ms=check.latency.median_ms,
+                                          std_ms=check.latency.std_ms, runs=check.latency.runs)
+        else:
+            stats = farm_pb2.LatencyStats(mean_ms=1.0, median_ms=1.0, std_ms=0.0, runs=lease.runs)
         reported = self.stub.ReportValidation(farm_pb2.ReportValidationRequest(
-            agent_id=self.agent_id, validation_id=lease.validation_id, attempt=lease.attempt,
-            check=farm_pb2.OutputCheck(passed=v.passed, max_abs_err=v.max_abs_err, max_rel_err=v.max_rel_err,
-                                       rtol=v.rtol, atol=v.atol, reason=v.reason or ""),
+            agent_id=self.agent_id, validation_id=lease.validation_id, attempt=lease.attempt, check=outcome,
             latency=stats), timeout=30)
         self._handle(ValidationDone())
         return lease, reported
