@@ -142,11 +142,17 @@ class RegistryGate(grpc.aio.ServerInterceptor):
         return _refusal(error)
 
 
+def registry_failing(error: str) -> tuple[str, tuple[tuple[str, str], ...]]:
+    """What a call the registry failed ends with (UNAVAILABLE): its message, and the trailing
+    metadata that tells callers it is the registry (farm.client), not a coordinator out of reach.
+    The gate's refusals and a call that met the failure itself (coordinator.servicer) say the same."""
+    return f"the coordinator's registry is failing: {one_line(error)}", ((UNAVAILABLE_CAUSE_KEY, UNAVAILABLE_REGISTRY),)
+
+
 def _refusal(error: str) -> grpc.RpcMethodHandler:
-    message = f"the coordinator's registry is failing: {error}"
+    message, cause = registry_failing(error)
 
     async def refuse(request, context):
-        await context.abort(grpc.StatusCode.UNAVAILABLE, message,
-                            trailing_metadata=((UNAVAILABLE_CAUSE_KEY, UNAVAILABLE_REGISTRY),))
+        await context.abort(grpc.StatusCode.UNAVAILABLE, message, trailing_metadata=cause)
 
     return grpc.unary_unary_rpc_method_handler(refuse)

@@ -44,6 +44,7 @@ from coordinator.messages import (
     timestamp,
     warm_start_use,
 )
+from coordinator.registry_health import registry_failing
 from coordinator.request_checks import check_request
 from coordinator.values import CancelLease, LeaseRef, OnnxUpload, ReRegister, SubmitSpec, UntilSpec, ValidationReport
 from foundation.clock import utc_now
@@ -85,6 +86,16 @@ def _details(message: str) -> str:
     return message if len(message) <= MAX_DETAILS else message[: MAX_DETAILS - 1] + "…"
 
 
+def _ending(err: FarmError) -> tuple[grpc.StatusCode, str, tuple]:
+    """How a call that raised ``err`` ends: its status code, message and trailing metadata. A
+    registry that failed it is said as the gate says it (coordinator.registry_health), before
+    the next tick has noticed, so that callers do not take it for a coordinator out of reach."""
+    if isinstance(err, RegistryError):
+        message, cause = registry_failing(err.problem)
+        return grpc.StatusCode.UNAVAILABLE, _details(message), cause
+    return _status_code(err), _details(str(err)), ()
+
+
 def _rpc(method: Callable) -> Callable:
     """Check the request (coordinator.request_checks), run the handler; a raised error ends the
     call with its status code and message."""
@@ -95,7 +106,8 @@ def _rpc(method: Callable) -> Callable:
             check_request(request)
             return method(self, request, context)
         except FarmError as err:
-            context.abort(_status_code(err), _details(str(err)))
+            code, details, trailing = _ending(err)
+            context.abort(code, details, trailing_metadata=trailing)
         except Exception as err:
             logger.exception("%s failed", method.__name__)
             context.abort(grpc.StatusCode.INTERNAL, _details(f"{type(err).__name__}: {err}"))
@@ -112,7 +124,8 @@ def _rpc_async(method: Callable) -> Callable:
             check_request(request)
             return await method(self, request, context)
         except FarmError as err:
-            await context.abort(_status_code(err), _details(str(err)))
+            code, details, trailing = _ending(err)
+            await context.abort(code, details, trailing_metadata=trailing)
         except Exception as err:
             logger.exception("%s failed", method.__name__)
             await context.abort(grpc.StatusCode.INTERNAL, _details(f"{type(err).__name__}: {err}"))
@@ -179,15 +192,24 @@ class FarmClientServicer(farm_pb2_grpc.FarmClientServicer):
         return farm_pb2.ListAgentsResponse(agents=[agent_message(v) for v in views])
 
     async def WatchJob(self, request, context):
-        # An async generator: errors before the first event end the stream with a status, and
-        # a client that goes away cancels it at its next await.
+        # An async generator: an error, before the first event or while it polls (a registry
+        # lost mid-watch), ends the stream with its status; a client that goes away cancels it
+        # at its next await.
         try:
-            check_request(request)
-            snapshot = await _in_pool(self._executor, self.calls.get_job, request.job_id)
-            after = request.after_sequence or await _in_pool(
-                self._executor, self.calls.last_event_sequence, request.job_id)
+            async for event in self._watch(request):
+                yield event
         except FarmError as err:
-            await context.abort(_status_code(err), _details(str(err)))
+            code, details, trailing = _ending(err)
+            await context.abort(code, details, trailing_metadata=trailing)
+        except Exception as err:
+            logger.exception("WatchJob failed")
+            await context.abort(grpc.StatusCode.INTERNAL, _details(f"{type(err).__name__}: {err}"))
+
+    async def _watch(self, request):
+        check_request(request)
+        snapshot = await _in_pool(self._executor, self.calls.get_job, request.job_id)
+        after = request.after_sequence or await _in_pool(
+            self._executor, self.calls.last_event_sequence, request.job_id)
         yield farm_pb2.JobEvent(job_id=request.job_id, sequence=after, time=timestamp(utc_now()),
                                 snapshot=job_message(snapshot))
         while True:

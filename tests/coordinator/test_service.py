@@ -177,6 +177,49 @@ def test_a_validation_of_outputs_that_are_not_finite_fails_its_job(start, finger
     agent.close()
 
 
+@pytest.mark.parametrize("registry_url", [pytest.param("postgres", marks=pytest.mark.postgres)], indirect=True)
+def test_a_watch_that_loses_the_registry_ends_saying_so(start, fingerprint, registry_url, postgres_admin):
+    """A WatchJob stream polls the registry: lost mid-watch (before the tick notices, and after),
+    the stream ends UNAVAILABLE saying the registry fails, as calls refused by the gate do, and
+    the CLI says so (exit 4). It ended UNKNOWN ('Unexpected RegistryError'), which the CLI took
+    for a bug in the coordinator (exit 70)."""
+    from sqlalchemy.engine import make_url
+
+    from farm.client import coordinator_error
+    from foundation.wire import UNAVAILABLE_CAUSE_KEY, UNAVAILABLE_REGISTRY
+
+    from support.registry_db import cut_off, restore
+
+    server, channel = start()
+    agent = FakeAgent(channel, fingerprint)
+    agent.register()
+    (submitted,) = _submit(channel)
+    # Planned first: the planner's TVM work is not left in flight when the server stops at teardown.
+    _wait_job(channel, submitted.job.id, farm_pb2.JOB_STATE_RUNNING, what="planned")
+    client = farm_pb2_grpc.FarmClientStub(channel)
+    watch = client.WatchJob(farm_pb2.WatchJobRequest(job_id=submitted.job.id), timeout=60)
+    assert next(watch).WhichOneof("event") == "snapshot"
+    database = make_url(registry_url).database
+    cut_off(postgres_admin, database)
+    try:
+        with pytest.raises(grpc.RpcError) as lost:
+            for _event in watch:
+                pass
+        err = lost.value
+        assert err.code() == grpc.StatusCode.UNAVAILABLE, err
+        assert (UNAVAILABLE_CAUSE_KEY, UNAVAILABLE_REGISTRY) in tuple(err.trailing_metadata()), err
+        said = coordinator_error(err, server.address)
+        assert said.exit_code == 4 and "is up, but its registry is failing" in said.problem, said
+        # A watch begun while the registry is away is refused the same way.
+        with pytest.raises(grpc.RpcError) as refused:
+            next(client.WatchJob(farm_pb2.WatchJobRequest(job_id=submitted.job.id), timeout=10))
+        assert refused.value.code() == grpc.StatusCode.UNAVAILABLE
+        assert (UNAVAILABLE_CAUSE_KEY, UNAVAILABLE_REGISTRY) in tuple(refused.value.trailing_metadata())
+    finally:
+        restore(postgres_admin, database)
+    agent.close()
+
+
 def test_a_held_lease_poll_ends_inside_its_deadline_and_when_the_coordinator_stops(start, fingerprint):
     server, channel = start()
     agent = FakeAgent(channel, fingerprint)

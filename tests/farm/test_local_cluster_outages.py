@@ -19,6 +19,7 @@ from foundation.wire import CHANNEL_OPTIONS, UNAVAILABLE_CAUSE_KEY, UNAVAILABLE_
 
 from support.cluster_rows import registry_of
 from support.polling import wait_for
+from support.registry_db import cut_off, restore
 
 pytestmark = pytest.mark.slow
 
@@ -82,19 +83,6 @@ def test_a_coordinator_restart_mid_shard_costs_no_attempt_and_its_stop_while_it_
 
 def database_of(url: str) -> str:
     return make_url(url).database
-
-
-def cut_off(admin, database: str) -> None:
-    """The database stops taking connections, and loses the ones it had: as if its server died."""
-    with admin.connect() as connection:
-        connection.execute(text(f'ALTER DATABASE "{database}" ALLOW_CONNECTIONS false'))
-        connection.execute(text("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = :db"),
-                           {"db": database})
-
-
-def restore(admin, database: str) -> None:
-    with admin.connect() as connection:
-        connection.execute(text(f'ALTER DATABASE "{database}" ALLOW_CONNECTIONS true'))
 
 
 def health_status(address: str) -> int | None:

@@ -34,3 +34,16 @@ def fresh_postgres_database(admin: Any) -> tuple[str, Callable[[], None]]:
             connection.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
 
     return url, drop
+
+
+def cut_off(admin: Any, database: str) -> None:
+    """The database stops taking connections, and loses the ones it had: as if its server died."""
+    with admin.connect() as connection:
+        connection.execute(text(f'ALTER DATABASE "{database}" ALLOW_CONNECTIONS false'))
+        connection.execute(text("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = :db"),
+                           {"db": database})
+
+
+def restore(admin: Any, database: str) -> None:
+    with admin.connect() as connection:
+        connection.execute(text(f'ALTER DATABASE "{database}" ALLOW_CONNECTIONS true'))
