@@ -171,7 +171,8 @@ OUT_OF_BOUNDS = [
         agent_id="a", shard_id="s", tasks=[farm_pb2.TaskSummary(elapsed_s=-math.inf)]), "tasks[].elapsed_s holds"),
     # Text an agent sends that the job's events and log keep, and what the coordinator keeps per task name.
     ("agent", "ReportRecords", farm_pb2.ReportRecordsRequest(
-        agent_id="a", shard_id="s", progress=[farm_pb2.TaskProgress(task_name=HUGE)]), "progress[].task_name is 100,000"),
+        agent_id="a", shard_id="s", progress=[farm_pb2.TaskProgress(task_name=HUGE)]),
+     "progress[].task_name is 100,000"),
     ("agent", "ReportRecords", farm_pb2.ReportRecordsRequest(
         agent_id="a", shard_id="s", progress=[farm_pb2.TaskProgress(task_name=f"t{i}") for i in range(10_001)]),
      "progress has 10,001 entries, more than the 10,000 allowed"),
