@@ -28,7 +28,7 @@ from foundation import config
 from foundation.domain.job_spec import job_notes
 from foundation.domain.model_estimate import model_estimate
 from foundation.domain.trial_plan import TaskDemand
-from foundation.errors import FarmError, NotFound
+from foundation.errors import NotFound, path_error
 from foundation.registry.store import RegistryStore
 
 
@@ -158,8 +158,7 @@ def write_report(report: JobReport, out_dir: Path) -> tuple[Path, Path]:
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
     except OSError as err:
-        raise FarmError(f"cannot create the report directory {out_dir}: {err.strerror or err}",
-                        "choose a directory you can write to") from None
+        raise path_error(err, err.filename or out_dir, doing="create the report directory") from None
     png = out_dir / f"{report.job.id}.png"
     page = out_dir / f"{report.job.id}.md"
     plot(report, png)

@@ -11,7 +11,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from foundation.errors import BadInput, FarmError, NotFound
+from foundation.errors import BadInput, NotFound, path_error
 from foundation.models.loaded import check_batch
 
 
@@ -50,7 +50,7 @@ def model_key(name_or_path: str, batch: int) -> ModelKey:
         try:
             digest = hashlib.sha256(path.read_bytes()).hexdigest()
         except OSError as err:
-            raise FarmError(f"cannot read {name_or_path}: {err.strerror}", "check the file's permissions") from None
+            raise path_error(err, name_or_path, doing="read") from None
         return ModelKey(path.stem, batch, "onnx", digest, path.resolve())
     if name_or_path not in known_models():
         raise BadInput(

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import grpc
 
-from foundation.errors import BadInput, FarmError
+from foundation.errors import BadInput, FarmError, path_error
 
 TOKEN_METADATA_KEY = "authorization"
 TOKEN_SCHEME = "Bearer "
@@ -36,9 +36,11 @@ def read_token(token_file: Path | str | None, environ: Mapping[str, str] = os.en
         path = Path(token_file).expanduser()
         try:
             text = path.read_text()
-        except (OSError, UnicodeDecodeError) as err:
-            raise FarmError(f"cannot read the token file {path}: {getattr(err, 'strerror', None) or err}",
-                            "check the path and that this user may read it") from None
+        except OSError as err:
+            raise path_error(err, path, doing="read the token file") from None
+        except UnicodeDecodeError:
+            raise BadInput(f"the token file {path} is not text", "put the token in it, e.g. `openssl rand -hex 32`") \
+                from None
         return _checked_token(text, f"the token file {path}")
     if environ.get(TOKEN_ENV):
         return _checked_token(environ[TOKEN_ENV], TOKEN_ENV)
@@ -63,8 +65,7 @@ def read_pem(path: Path | str | None, what: str) -> bytes | None:
     try:
         data = path.read_bytes()
     except OSError as err:
-        raise FarmError(f"cannot read the {what} {path}: {err.strerror or err}",
-                        "check the path and that this user may read it") from None
+        raise path_error(err, path, doing=f"read the {what}") from None
     if b"-----BEGIN " not in data:
         raise FarmError(f"the {what} {path} is not a PEM file", "give the PEM-encoded file (-----BEGIN ...)")
     return data

@@ -47,6 +47,20 @@ def test_paths_the_os_refuses_are_bad_input_with_the_path(farm, tmp_path):
     assert "internal error" not in line
 
 
+def test_files_a_farm_reads_its_secrets_from_map_like_every_user_path(farm, tmp_path):
+    # Refused before any call: no coordinator listens at this address.
+    missing = tmp_path / "no-such-token"
+    refused(farm("jobs", "--coordinator", "127.0.0.1:9", "--token-file", str(missing)), 3, str(missing),
+            "does not exist")
+    refused(farm("jobs", "--coordinator", "127.0.0.1:9", "--tls-ca", str(tmp_path / "ca.pem")), 3,
+            str(tmp_path / "ca.pem"))
+    refused(farm("jobs", "--coordinator", "127.0.0.1:9", "--tls-ca", str(tmp_path)), 2, str(tmp_path),
+            "not a directory")
+    (tmp_path / "binary-token").write_bytes(b"\xff\xfe")
+    refused(farm("agent", "--coordinator", "127.0.0.1:9", "--token-file", str(tmp_path / "binary-token")), 2,
+            "is not text")
+
+
 def test_an_unwritable_report_directory_is_bad_input_with_the_path(farm, tmp_path):
     from foundation.registry import RegistryStore
 
@@ -62,6 +76,8 @@ def test_an_unwritable_report_directory_is_bad_input_with_the_path(farm, tmp_pat
     finally:
         store.dispose()
     refused(farm("report", job.id, "--out", "/proc", "--registry", registry), 2, "/proc/")
+    refused(farm("report", job.id, "--out", "/proc/farm/reports", "--registry", registry), 2,
+            "cannot create the report directory /proc/farm:", "nothing can be created there")
 
 
 def test_numbers_are_bounded_before_anything_is_written(farm):
