@@ -24,9 +24,10 @@ def agent(
                                            help="Builder processes (default: all CPUs)."),
     rpc_host: str = env_option("127.0.0.1", "--rpc-host", command="agent", metavar="HOST",
                                help="Address this box's TVM RPC server listens on (reachable by the tracker)."),
-    rpc_port: int = env_option(0, "--rpc-port", command="agent", metavar="PORT", help="0: pick a free port."),
+    rpc_port: int = env_option(0, "--rpc-port", command="agent", min=0, max=65535, metavar="PORT",
+                               help="0: pick a free port."),
     metrics_listen: str | None = METRICS_LISTEN_OPTION,
-    grace: float = env_option(15.0, "--grace", command="agent", min=0, metavar="SECONDS",
+    grace: float = env_option(15.0, "--grace", command="agent", min=0, max=3600, metavar="SECONDS",
                               help="Seconds work under way gets to end after SIGTERM/Ctrl-C; then the agent "
                                    "leaves without it and the shard's lease lapses."),
     log_format: LogFormat = LOG_FORMAT_OPTION,
@@ -39,13 +40,17 @@ def agent(
     import threading
 
     from agent.daemon import Agent, AgentSettings
+    from foundation.domain.request_limits import BUILD_WORKERS, check_number
     from foundation.logs import configure_logging
     from foundation.processes.native_stderr import terminal_stderr
 
+    # Checked before anything starts: the builder count goes to the coordinator as a uint32 (a
+    # larger one was a ValueError, exit 70), and `cuda:x` was an int() of 'x'.
+    check_number("--build-workers", build_workers, BUILD_WORKERS)
+    kind, index = _device(device)
     kinds = tuple(dict.fromkeys(target))
-    if device.startswith("cuda") and "cuda" not in kinds:
+    if kind == "cuda" and "cuda" not in kinds:
         kinds = ("cuda", *[k for k in kinds if k != "llvm"])
-    index = int(device.split(":", 1)[1]) if ":" in device else 0
     access = coordinator.access()
     from foundation.wire.access import open_port_warnings
 
@@ -76,3 +81,17 @@ def agent(
     if abandoned:  # threads of the work left behind would hold up an ordinary exit
         logging.shutdown()
         os._exit(0)
+
+
+def _device(text: str) -> tuple[str, int]:
+    """--device as (kind, index): cpu, cuda (the first GPU) or cuda:N."""
+    import re
+
+    from foundation.errors import BadInput
+
+    match = re.fullmatch(r"(cpu|cuda)(?::(\d{1,4}))?", text.strip().lower())
+    if match is None or (match[1] == "cpu" and match[2] is not None):
+        shown = text if len(text) <= 40 else text[:40] + "…"
+        raise BadInput(f"--device {shown!r} is neither cpu nor cuda:N",
+                       "give --device cpu, or cuda:0 for the first GPU")
+    return match[1], int(match[2] or 0)

@@ -35,9 +35,12 @@ def coordinator(
     tracker_listen: str = env_option(
         "127.0.0.1:9190", "--tracker-listen", command="coordinator", metavar="HOST:PORT",
         help="Where the coordinator's own tracker listens (without --tracker)."),
-    heartbeat_interval: float = env_option(5.0, "--heartbeat-interval", command="coordinator", min=0.1,
+    # Bounded above as well: these go to agents as durations, and an infinite or huge one failed
+    # every registration (INTERNAL) with the coordinator up.
+    heartbeat_interval: float = env_option(5.0, "--heartbeat-interval", command="coordinator", min=0.1, max=3600,
                                            metavar="SECONDS", help="Seconds between agent heartbeats."),
-    lease_ttl: float = env_option(30.0, "--lease-ttl", command="coordinator", min=0.5, metavar="SECONDS",
+    lease_ttl: float = env_option(30.0, "--lease-ttl", command="coordinator", min=0.5, max=86400,
+                                  metavar="SECONDS",
                                   help="Seconds of silence after which an agent's leases are re-queued."),
     max_attempts: int = env_option(3, "--max-attempts", command="coordinator", min=1, metavar="N",
                                    help="Attempts of a shard before it, and its job, fail."),
@@ -45,17 +48,17 @@ def coordinator(
         16, "--records-per-report", command="coordinator", min=1, metavar="N",
         help="The fewest records agents put in one report (more when records come faster, see --report-rate)."),
     report_rate: float = env_option(
-        100.0, "--report-rate", command="coordinator", min=0.1, metavar="PER_SECOND",
+        100.0, "--report-rate", command="coordinator", min=0.1, max=1e6, metavar="PER_SECOND",
         help="Reports a second the whole fleet is asked to keep to: agents batch more records per report "
              "as the fleet measures faster, so the coordinator's calls do not grow with it."),
     report_within: float = env_option(
-        10.0, "--report-within", command="coordinator", min=0.1, metavar="SECONDS",
+        10.0, "--report-within", command="coordinator", min=0.1, max=3600, metavar="SECONDS",
         help="Seconds an agent may keep a measured record before reporting it (longer in a large fleet)."),
     report_jitter: float = env_option(
         0.25, "--report-jitter", command="coordinator", min=0.0, max=0.9, metavar="FRACTION",
         help="How far the report size told to each agent strays from the fleet's (0.25: up to 25% either "
              "way), so that agents measuring at one rate do not report in step."),
-    grace: float = env_option(10.0, "--grace", command="coordinator", min=0, metavar="SECONDS",
+    grace: float = env_option(10.0, "--grace", command="coordinator", min=0, max=3600, metavar="SECONDS",
                               help="Seconds in-flight calls get on shutdown."),
     ingest_process: bool | None = env_option(
         None, "--ingest-process/--no-ingest-process", command="coordinator",

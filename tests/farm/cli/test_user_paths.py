@@ -93,6 +93,21 @@ def test_numbers_are_bounded_before_anything_is_written(farm):
     assert not farm.home.exists() or not (farm.home / "registry.db").exists(), "bad input created a registry"
 
 
+def test_the_daemons_numbers_are_bounded_before_they_start(farm):
+    # Refused before any call (no coordinator listens at this address) and before anything listens.
+    refused(farm("agent", "--coordinator", "127.0.0.1:9", "--build-workers", "99999999999"), 2,
+            "--build-workers must be 1 to 1,024, got 99999999999")
+    refused(farm("agent", "--coordinator", "127.0.0.1:9", "--device", "cuda:x"), 2,
+            "--device 'cuda:x' is neither cpu nor cuda:N")
+    refused(farm("agent", "--coordinator", "127.0.0.1:9", "--device", "tpu"), 2, "--device 'tpu'")
+    refused(farm("agent", "--coordinator", "127.0.0.1:9", "--rpc-port", "99999"), 2, "--rpc-port")
+    # Durations agents are told: infinite or huge, every registration failed (INTERNAL).
+    for option in ("--lease-ttl", "--heartbeat-interval", "--report-within", "--grace"):
+        refused(farm("coordinator", "--listen", "127.0.0.1:9", option, "inf"), 2, option)
+    refused(farm("coordinator", "--listen", "127.0.0.1:9", "--heartbeat-interval", "1e300", "--lease-ttl", "1e301"),
+            2, "--heartbeat-interval")
+
+
 def test_bad_files_say_what_they_are(farm, tmp_path):
     (tmp_path / "x.onnx").mkdir()
     refused(farm("submit", str(tmp_path / "x.onnx"), "llvm", "1"), 2, "x.onnx is a directory, not an ONNX file")
