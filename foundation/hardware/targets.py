@@ -241,3 +241,11 @@ def _check_attributes(user: str, parsed: dict[str, Any]) -> None:
     if mattr is not None and (not isinstance(mattr, list) or not all(isinstance(a, str) and a for a in mattr)):
         raise BadInput(f"target attribute mattr must be a list of strings such as [\"+avx2\"], got "
                        f"{json.dumps(mattr)[:40]} in {shown}", "fix or leave out mattr")
+    # A CUDA target's host is a target too: its attributes are held to the same values (a host
+    # given as text is parsed, and so checked, where canonical_target reads it).
+    host = parsed.get("host")
+    if isinstance(host, dict):
+        _check_attributes(user, host)
+    elif host is not None and not isinstance(host, str):
+        raise BadInput(f"target attribute host must be a target (a JSON object or its text), got "
+                       f"{json.dumps(host)[:40]} in {shown}", "fix or leave out host (the farm fills it in)")

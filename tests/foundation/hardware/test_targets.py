@@ -48,6 +48,20 @@ def test_unknown_targets_are_refused_with_a_fix(user, says):
     assert says in str(caught.value)
 
 
+@pytest.mark.parametrize("user, says", [
+    ('{"kind": "llvm", "num-cores": -4}', "num-cores must be an integer from 1 to 4096, got -4"),
+    ('{"kind": "cuda", "host": {"kind": "llvm", "num-cores": -4}}', "num-cores must be an integer from 1 to 4096"),
+    ('{"kind": "cuda", "host": {"kind": "llvm", "mcpu": ""}}', "mcpu must be a non-empty string"),
+    ('{"kind": "cuda", "host": 5}', "host must be a target"),
+])
+def test_attributes_no_device_has_are_refused_on_the_target_and_its_host(user, says):
+    """A CUDA target's host was not checked: num-cores -4 there went into the registry key, and a
+    host that is a number failed canonical_target with TypeError (INTERNAL at the coordinator)."""
+    with pytest.raises(FarmError) as caught:
+        canonical_target(user, A100 if '"cuda"' in user else CPU)
+    assert caught.value.exit_code == 2 and says in caught.value.problem
+
+
 def test_llvm_canonical_fills_in_the_cpu_and_user_keys_win():
     assert canonical_target("llvm", CPU) == {
         "kind": "llvm", "mtriple": "x86_64-unknown-linux-gnu", "mcpu": "znver4", "num-cores": 2,
