@@ -68,9 +68,7 @@ class ClientCalls:
         """Start (or attach to, or answer from the registry) one job per fingerprint."""
         from foundation.hardware.targets import (
             FINGERPRINT_KIND,
-            canonical_target,
             parse_target_kind,
-            target_json,
             unusable_fingerprint,
         )
 
@@ -122,9 +120,7 @@ class ClientCalls:
 
         submitted = []
         model: Model | None = None
-        for fp_id in fingerprint_ids:
-            fingerprint = registered_fingerprint(self._store, fp_id)
-            target = target_json(canonical_target(spec.target, fingerprint))
+        for fp_id, target in self._targets(spec.target, fingerprint_ids, named=bool(spec.fingerprint_id)).items():
             if not spec.retune:
                 if spec.weights_layout == AUTO:  # the fastest library of any form auto may take
                     hit = look_up_fastest_hit(self._store, key, target, fp_id, self._tvm_version,
@@ -164,6 +160,42 @@ class ClientCalls:
             submitted.append(Submitted(job, False))
         self._wake.set()
         return submitted
+
+    def _targets(self, user_target: str, fingerprint_ids: list[str], *, named: bool) -> dict[str, str]:
+        """Each fingerprint's canonical target (JSON), for those whose agents can measure it.
+
+        A target they cannot (an mcpu LLVM does not know, whose code falls back to a generic CPU
+        under a key of its own; instructions or an architecture their CPU lacks) is refused, as
+        `farm submit` refuses it on its own box (farm.session.open_context). Fingerprints that
+        cannot are left out where others can; a named one, or none left, is a refusal.
+        """
+        from foundation.hardware.targets import (
+            canonical_target,
+            check_llvm_cpu,
+            check_runs_here,
+            parse_target,
+            target_json,
+        )
+
+        requested = parse_target(user_target)
+        targets: dict[str, str] = {}
+        refusal = None
+        for fp_id in fingerprint_ids:
+            fingerprint = registered_fingerprint(self._store, fp_id)
+            target = canonical_target(user_target, fingerprint)
+            try:
+                check_llvm_cpu(requested, target)
+                check_runs_here(requested, target, fingerprint)
+            except FarmError as err:
+                refusal = refusal or InvalidRequest(f"fingerprint {fp_id} cannot tune it: {err.problem}", err.fix)
+                if named:
+                    raise refusal from None
+                logger.info("fingerprint %s is left out of a submit: %s", fp_id, err.problem)
+                continue
+            targets[fp_id] = target_json(target)
+        if refusal is not None and not targets:
+            raise refusal
+        return targets
 
     def _own_fingerprint(self, kind: str) -> str:
         """This box's fingerprint for ``kind``, in the registry (it tunes jobs timed here)."""

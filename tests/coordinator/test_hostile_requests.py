@@ -124,6 +124,26 @@ def test_no_stored_agent_fails_another_callers_submit(coordinator, fingerprint):
     client.CancelJob(farm_pb2.CancelJobRequest(job_id=job_id), timeout=30)
 
 
+def test_a_target_no_agent_can_measure_is_refused_at_submit(coordinator, fingerprint):
+    """`farm submit` refuses such targets on its own box; through a coordinator they were queued
+    and tuned: an mcpu LLVM does not know (code for a generic CPU, filed under a key of its own)
+    or code for another architecture, measured on agents that cannot run it."""
+    import platform
+
+    server, channel = coordinator
+    FakeAgent(channel, fingerprint).register()
+    client = farm_pb2_grpc.FarmClientStub(channel)
+    other_arch = "x86_64-linux-gnu" if platform.machine().lower() in ("aarch64", "arm64") else "aarch64-linux-gnu"
+    for target, named in (('{"kind": "llvm", "mcpu": "nosuchcpu"}', "LLVM does not know the CPU 'nosuchcpu'"),
+                          (f'{{"kind": "llvm", "mtriple": "{other_arch}"}}', "cannot run on this")):
+        for fields in ({}, {"fingerprint_id": fingerprint.id}):
+            err = refused(client.Submit, _submit(target=target, **fields))
+            assert err.code() == grpc.StatusCode.INVALID_ARGUMENT, err
+            assert f"fingerprint {fingerprint.id} cannot tune it" in err.details() and named in err.details(), err
+    jobs = client.ListJobs(farm_pb2.ListJobsRequest(), timeout=30).jobs
+    assert not [j for j in jobs if "nosuchcpu" in j.target or other_arch in j.target], jobs
+
+
 def _now():
     from datetime import datetime, timezone
 
