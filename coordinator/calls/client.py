@@ -257,8 +257,9 @@ class ClientCalls:
             with TVM_IR_LOCK:
                 loaded = load_model(str(key.path) if key.path else key.name, key.batch)
                 loaded.identity()  # printed from the IR: under the same lock
-        except NotFound as err:
-            raise InvalidRequest(err.problem, err.fix) from None
+        except FarmError as err:  # a broken upload: named as the caller knows it, not by where it is kept here
+            problem = err.problem.replace(str(key.path), f"the uploaded {key.name}.onnx") if key.path else err.problem
+            raise InvalidRequest(problem, err.fix) from None
         model = self._store.upsert_model(
             model_id=loaded.identity(), name=key.name, source=key.source, source_digest=key.source_digest,
             batch=key.batch, inputs=[s.to_json() for s in loaded.inputs],

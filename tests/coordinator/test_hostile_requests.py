@@ -144,6 +144,19 @@ def test_a_target_no_agent_can_measure_is_refused_at_submit(coordinator, fingerp
     assert not [j for j in jobs if "nosuchcpu" in j.target or other_arch in j.target], jobs
 
 
+def test_a_broken_upload_is_named_as_the_caller_sent_it(coordinator):
+    import hashlib
+
+    server, channel = coordinator
+    content = b"\x08\x01 not a model at all" * 8
+    err = refused(farm_pb2_grpc.FarmClientStub(channel).Submit, farm_pb2.SubmitRequest(
+        onnx=farm_pb2.OnnxModel(file_name="mine.onnx", content=content, sha256=hashlib.sha256(content).hexdigest()),
+        batch=1, target="llvm"))
+    assert err.code() == grpc.StatusCode.INVALID_ARGUMENT, err
+    assert err.details().startswith("the uploaded mine.onnx is not a valid ONNX model"), err.details()
+    assert "/models/" not in err.details()  # where the coordinator keeps uploads is its own business
+
+
 def _now():
     from datetime import datetime, timezone
 
