@@ -84,7 +84,7 @@ class Housekeeping:
                 self._steps.settle_validation(job.id)
 
     def _bind_waiting_jobs(self, now: dt.datetime) -> None:
-        from foundation.hardware.targets import TUNABLE_KINDS, canonical_target, target_json
+        from foundation.hardware.targets import TUNABLE_KINDS, measurable_target, target_json
 
         for kind in TUNABLE_KINDS:
             waiting = self._cluster.queued_jobs_without_fingerprint(kind)
@@ -97,8 +97,8 @@ class Housekeeping:
             fp_id = max(sorted(matching), key=lambda f: matching[f])
             fingerprint = registered_fingerprint(self._store, fp_id)
             for job in waiting:
-                try:
-                    target = target_json(canonical_target(job.target_request, fingerprint))
+                try:  # as a submit with agents there checks it (coordinator.calls.client)
+                    target = target_json(measurable_target(job.target_request, fingerprint))
                 except FarmError as err:
                     self._steps.move(job.id, JobState.QUEUED, JobState.FAILED, "failed: bad target", error=str(err))
                     continue

@@ -169,23 +169,13 @@ class ClientCalls:
         `farm submit` refuses it on its own box (farm.session.open_context). Fingerprints that
         cannot are left out where others can; a named one, or none left, is a refusal.
         """
-        from foundation.hardware.targets import (
-            canonical_target,
-            check_llvm_cpu,
-            check_runs_here,
-            parse_target,
-            target_json,
-        )
+        from foundation.hardware.targets import measurable_target, target_json
 
-        requested = parse_target(user_target)
         targets: dict[str, str] = {}
         refusal = None
         for fp_id in fingerprint_ids:
-            fingerprint = registered_fingerprint(self._store, fp_id)
-            target = canonical_target(user_target, fingerprint)
             try:
-                check_llvm_cpu(requested, target)
-                check_runs_here(requested, target, fingerprint)
+                target = measurable_target(user_target, registered_fingerprint(self._store, fp_id))
             except FarmError as err:
                 refusal = refusal or InvalidRequest(f"fingerprint {fp_id} cannot tune it: {err.problem}", err.fix)
                 if named:

@@ -125,6 +125,17 @@ def canonical_target(user: str, fp: "Fingerprint") -> dict:
     return {"kind": "cuda", "arch": f"sm_{major}{minor}", **CUDA_LIMITS, **given, "host": host}
 
 
+def measurable_target(user: str, fp: "Fingerprint") -> dict:
+    """canonical_target, refused (BadInput) where agents of ``fp`` cannot measure it: an mcpu
+    LLVM does not know (check_llvm_cpu), or code their CPU cannot run (check_runs_here). What a
+    coordinator tunes for a fingerprint; `farm submit` on its own box checks the same."""
+    target = canonical_target(user, fp)
+    requested = _parse(user)
+    check_llvm_cpu(requested, target)
+    check_runs_here(requested, target, fp)
+    return target
+
+
 def unusable_fingerprint(fp: "Fingerprint", kind: str) -> str | None:
     """Why a stored fingerprint cannot give a ``kind`` target (its kind, or details it lacks), or None.
 

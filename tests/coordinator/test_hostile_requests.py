@@ -144,6 +144,25 @@ def test_a_target_no_agent_can_measure_is_refused_at_submit(coordinator, fingerp
     assert not [j for j in jobs if "nosuchcpu" in j.target or other_arch in j.target], jobs
 
 
+def test_a_waiting_job_for_a_target_no_agent_can_measure_fails_when_one_comes(tmp_path, fingerprint):
+    """Submitted before any agent, a job waits for one: bound then to its fingerprint, the same
+    check fails it, saying why, instead of tuning it."""
+    server = serve(listen="127.0.0.1:0", registry_url=f"sqlite:///{tmp_path / 'registry.db'}",
+                   tracker="127.0.0.1:9190", heartbeat_interval=0.5, tick_interval=0.1, data_dir=tmp_path / "c")
+    channel = grpc.insecure_channel(server.address)
+    try:
+        client = farm_pb2_grpc.FarmClientStub(channel)
+        (waiting,) = client.Submit(_submit(target='{"kind": "llvm", "mcpu": "nosuchcpu"}'), timeout=60).jobs
+        assert waiting.job.state == farm_pb2.JOB_STATE_QUEUED and not waiting.job.fingerprint_id
+        FakeAgent(channel, fingerprint).register()
+        job = wait_for(lambda: (j := client.GetJob(farm_pb2.GetJobRequest(job_id=waiting.job.id), timeout=30))
+                       .state == farm_pb2.JOB_STATE_FAILED and j, 30, "the job to fail", interval=0.1)
+        assert "LLVM does not know the CPU 'nosuchcpu'" in job.error, job
+    finally:
+        channel.close()
+        server.stop(grace=1)
+
+
 def test_a_broken_upload_is_named_as_the_caller_sent_it(coordinator):
     import hashlib
 
