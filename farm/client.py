@@ -297,8 +297,9 @@ def coordinator_error(err, address: str) -> FarmError:
     if code == grpc.StatusCode.UNAUTHENTICATED:
         problem, _, fix = details.partition(" (")
         return BadInput(f"the coordinator at {address} refused the call: {problem}", fix.rstrip(")") or None)
-    if code == grpc.StatusCode.NOT_FOUND:
-        return NotFound(details, "see `farm jobs` or `farm models`")
+    if code == grpc.StatusCode.NOT_FOUND:  # the coordinator's message has its own hint, as every FarmError's
+        problem, _, fix = details.partition(" (")
+        return NotFound(problem, fix.rstrip(")") or "see `farm jobs` or `farm models`")
     if code == grpc.StatusCode.DEADLINE_EXCEEDED:
         return Unreachable(f"the coordinator at {address} did not answer in time", "retry, or check its load")
     if code in (grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN):

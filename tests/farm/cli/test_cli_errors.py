@@ -202,3 +202,17 @@ def test_until_onnxruntime_without_onnxruntime_is_one_line(farm_exe, home, tmp_p
     assert proc.returncode == 2
     assert_refused(proc, "--until onnxruntime needs onnxruntime, which is not installed", "tvm-farm[reference]")
     assert not (home / "registry.db").exists()
+
+
+def test_what_a_coordinator_does_not_have_is_one_line_with_one_hint(home, tmp_path):
+    from coordinator.server import serve
+
+    server = serve(listen="127.0.0.1:0", registry_url=f"sqlite:///{tmp_path / 'registry.db'}",
+                   tracker="127.0.0.1:9190", data_dir=tmp_path / "coordinator")
+    try:
+        for command in ("status", "cancel"):
+            proc = farm(home, command, "job-nope", "--coordinator", server.address)
+            assert_refused(proc, "no job 'job-nope'", "`farm jobs`")
+            assert proc.returncode == 3 and proc.stderr.count("(see ") == 1, proc.stderr
+    finally:
+        server.stop(grace=1)
