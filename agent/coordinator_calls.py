@@ -30,6 +30,7 @@ from agent.state.events import (
 from agent.state.instructions import LeaseShard, LeaseValidation, SendHeartbeat
 from agent.state.policy import TRANSIENT_CODES, Backoff
 from foundation.wire import farm_pb2
+from foundation.wire.access import TLS_FIX, tls_trouble
 
 logger = logging.getLogger("farm.agent")
 
@@ -94,7 +95,15 @@ def shard_answer(reply: farm_pb2.LeaseShardResponse) -> ShardLeased | NothingToL
 
 
 def call_failed(call, err: grpc.RpcError) -> CallFailed:
-    return CallFailed(call, err.code().name, err.details() or "")
+    return CallFailed(call, err.code().name, failure_details(err))
+
+
+def failure_details(err: grpc.RpcError) -> str:
+    """What a failed call's log line says: a failed TLS handshake in words, with what to check
+    (it is retried, as the coordinator may be restarting, but only a fix of --tls-ca ends it)."""
+    details = err.details() or ""
+    tls = tls_trouble(details)
+    return details if tls is None else f"no TLS connection: {tls}; {TLS_FIX}"
 
 
 # ---------------------------------------------------------------------- calls
@@ -125,6 +134,6 @@ def retry_unavailable(call: Callable, stop: threading.Event, what: str, patience
             if patience is not None and time.monotonic() - begin > patience:
                 raise
             wait = backoff.next()
-            logger.warning("%s: coordinator unavailable (%s); retrying in %.1f s", what, err.details(), wait)
+            logger.warning("%s: coordinator unavailable (%s); retrying in %.1f s", what, failure_details(err), wait)
             stop.wait(wait)
     return None

@@ -18,12 +18,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from foundation.wire.access import ChannelAccess
 
 _FINAL = {"succeeded", "failed", "cancelled"}
-# What gRPC says when the two ends disagree about TLS or its certificates.
-_TLS_TROUBLE = re.compile(r"ssl|tls|handshake|certificate", re.IGNORECASE)
 # What gRPC says when DNS knows no such host (a well-formed address naming nothing).
 _NO_SUCH_HOST = re.compile(r"Domain name not found|Name or service not known|NXDOMAIN", re.IGNORECASE)
-_TLS_FIX = ("a coordinator serving TLS needs --tls-ca (FARM_TLS_CA) naming the CA of its certificate, and with "
-            "mutual TLS --tls-cert and --tls-key; a plaintext one needs none of them")
 
 
 def job_state_name(value: int) -> str:
@@ -278,21 +274,23 @@ def coordinator_error(err, address: str) -> FarmError:
     """A coordinator's gRPC error as the FarmError a person can act on."""
     import grpc
 
+    from foundation.wire.access import TLS_FIX, tls_trouble
+
     code, details = err.code(), err.details() or ""
     if code == grpc.StatusCode.UNAVAILABLE and _registry_failing(err):
         problem = details.removeprefix("the coordinator's registry is failing: ")
         return Unreachable(f"the coordinator at {address} is up, but its registry is failing: {problem}",
                            "it serves again once its registry answers: check the registry's database server")
     if code == grpc.StatusCode.UNAVAILABLE:
-        if _TLS_TROUBLE.search(details):
-            return Unreachable(f"no TLS connection to the coordinator at {address}: {_tls_reason(details)}",
-                               _TLS_FIX)
+        tls = tls_trouble(details)
+        if tls is not None:
+            return Unreachable(f"no TLS connection to the coordinator at {address}: {tls}", TLS_FIX)
         if _NO_SUCH_HOST.search(details):
             return BadInput(f"no host is named {address.rsplit(':', 1)[0]} (--coordinator {address})",
                             "check the host name in --coordinator / FARM_COORDINATOR")
         fix = "check --coordinator / FARM_COORDINATOR and that `farm coordinator` runs there"
         if "Socket closed" in details:  # what a plaintext call to a TLS port sees
-            fix += f"; {_TLS_FIX}"
+            fix += f"; {TLS_FIX}"
         return Unreachable(f"cannot reach the coordinator at {address}: {details}", fix)
     if code == grpc.StatusCode.UNAUTHENTICATED:
         problem, _, fix = details.partition(" (")
@@ -321,17 +319,6 @@ class _CoordinatorBug(FarmError):
     """The coordinator failed on a request it should have answered (INTERNAL): exit 70, as a bug here is."""
 
     exit_code = EXIT_INTERNAL
-
-
-def _tls_reason(details: str) -> str:
-    """What a failed TLS handshake came to, without gRPC's wrapping ("failed to connect to all
-    addresses; last error: UNKNOWN: ipv4:...: Ssl handshake failed (...): ..."): its last
-    OpenSSL reason, in words."""
-    reasons = re.findall(r"OPENSSL_internal:([A-Z0-9_]+)", details)
-    if reasons:
-        return reasons[-1].replace("_", " ").lower()
-    text = details.split("last error: ", 1)[-1]
-    return text if len(text) <= 200 else text[:200] + "…"
 
 
 def final(state: str) -> bool:

@@ -224,6 +224,27 @@ def open_port_warnings(token: str | None, **listens: str | None) -> list[str]:
     return warnings
 
 
+# What gRPC says when the two ends disagree about TLS or its certificates.
+_TLS_TROUBLE = re.compile(r"ssl|tls|handshake|certificate", re.IGNORECASE)
+TLS_FIX = ("a coordinator serving TLS needs --tls-ca (FARM_TLS_CA) naming the CA of its certificate, and with "
+           "mutual TLS --tls-cert and --tls-key; a plaintext one needs none of them")
+
+
+def tls_trouble(details: str) -> str | None:
+    """What a failed TLS handshake came to, in words (OpenSSL's last reason: "certificate verify
+    failed"), or None for a call that failed otherwise. gRPC wraps it in "failed to connect to all
+    addresses; last error: UNKNOWN: ipv4:...: Tls handshake failed (...): ...: OK", which is
+    neither one line a person reads nor what is wrong (bug 9 of issue 27); the CLI's errors and
+    an agent's log say it this way."""
+    if not _TLS_TROUBLE.search(details):
+        return None
+    reasons = re.findall(r"OPENSSL_internal:([A-Z0-9_]+)", details)
+    if reasons:
+        return reasons[-1].replace("_", " ").lower()
+    text = details.split("last error: ", 1)[-1]
+    return text if len(text) <= 200 else text[:200] + "…"
+
+
 # Target schemes gRPC resolves itself (dns:///host:port, unix:/path, ...): passed on unchecked.
 _GRPC_SCHEMES = ("dns:", "ipv4:", "ipv6:", "unix:", "unix-abstract:", "vsock:")
 _HOST_PORT = re.compile(r"(\[[0-9A-Fa-f:.%]+\]|[A-Za-z0-9_](?:[A-Za-z0-9._-]*[A-Za-z0-9_])?):(\d{1,5})")
