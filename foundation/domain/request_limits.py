@@ -62,12 +62,15 @@ def check_number(name: str, value: int | None, bound: Bound, fix: str | None = N
 
 
 def check_text(name: str, value: str, limit: int, *, required: bool = False) -> None:
-    """Refuse a string longer than ``limit`` characters (or empty, when ``required``), never quoting it."""
+    """Refuse a string longer than ``limit`` characters (or empty, when ``required``), or holding a
+    NUL character, which PostgreSQL's text cannot (the call failed as if the registry were down)."""
     if required and not value:
         raise BadInput(f"{name} is required", f"send a {name}")
     if len(value) > limit:
         raise BadInput(f"{name} is {len(value):,} characters long, more than the {limit:,} allowed",
                        f"send a {name} of at most {limit:,} characters")
+    if "\x00" in value:
+        raise BadInput(f"{name} holds a NUL character", f"send a {name} without one")
 
 
 def shown_number(value: int) -> str:

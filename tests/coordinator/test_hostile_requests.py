@@ -79,6 +79,7 @@ def _without(key):
     ({"fingerprint_id": "cpu-000000000000"}, "fingerprint_id is not the hash of fingerprint_json's details"),
     ({"fingerprint_id": HUGE}, "fingerprint_id is 100,000 characters long"),
     ({"hostname": HUGE}, "hostname is 100,000 characters long"),
+    ({"hostname": "rogue\x00"}, "hostname holds a NUL character"),
     ({"target_kinds": ["cuda"]}, "a cpu fingerprint cannot tune target kinds ['cuda']"),
     ({"build_workers": UINT32_MAX}, "build_workers must be 0 (the default) or 1 to 1,024"),
 ], ids=lambda v: v if isinstance(v, str) else None)
@@ -249,6 +250,11 @@ OUT_OF_BOUNDS = [
         agent_id="a", validation_id="v", check=farm_pb2.OutputCheck(rtol=math.inf)), "check.rtol holds"),
     ("agent", "ReportValidation", farm_pb2.ReportValidationRequest(
         agent_id="a", validation_id="v", check=farm_pb2.OutputCheck(reason=HUGE)), "check.reason is 100,000"),
+    # PostgreSQL's text holds no NUL: each call failed UNAVAILABLE, as if its registry were down.
+    ("client", "GetJob", farm_pb2.GetJobRequest(job_id="job-\x00"), "job_id holds a NUL character"),
+    ("client", "CancelJob", farm_pb2.CancelJobRequest(job_id="job-x", reason="why\x00"), "reason holds a NUL"),
+    ("agent", "Heartbeat", farm_pb2.HeartbeatRequest(agent_id="agent-\x00"), "agent_id holds a NUL character"),
+    ("agent", "FailShard", farm_pb2.FailShardRequest(agent_id="a", shard_id="s", reason="\x00"), "reason holds a NUL"),
     # Numbers that reach the registry as row ids: beyond 63 bits they failed its query (INTERNAL on
     # SQLite, "the registry failed" on PostgreSQL).
     ("agent", "GetCostModel", farm_pb2.GetCostModelRequest(agent_id="a", id=2**64 - 1, sha256="ab"),
