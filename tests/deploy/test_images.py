@@ -36,8 +36,9 @@ def build_context(patterns: list[str]) -> set[str]:
 
 
 def required_context_files() -> set[str]:
-    """What the images install from the checkout: their locks, the project files and every file
-    under the top-level packages pyproject.toml's packages.find includes (modules and package data)."""
+    """What the images install from the checkout: their locks and the wheels they name that the
+    index lacks, the project files and every file under the top-level packages pyproject.toml's
+    packages.find includes (modules and package data)."""
     tomllib = pytest.importorskip("tomllib")  # Python 3.11+
 
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())
@@ -45,6 +46,7 @@ def required_context_files() -> set[str]:
     required = {"pyproject.toml", project["project"]["readme"]}
     locks = (ROOT / "deploy" / "docker").glob("requirements-py*.txt")
     required |= {path.relative_to(ROOT).as_posix() for path in locks}
+    required |= {path.relative_to(ROOT).as_posix() for path in (ROOT / "deploy" / "docker" / "wheels").glob("*.whl")}
     tops = [path for path in ROOT.iterdir() if (path / "__init__.py").is_file()
             and any(fnmatch.fnmatchcase(path.name, pattern) for pattern in include)]
     assert tops, f"no package matches {include}"
@@ -109,16 +111,31 @@ def check_image_installs(commands, kind: str) -> None:
     lock = lock_path(python)
     source_copy = next(i for i, c in enumerate(commands) if c.cmd == "COPY" and list(c.value[:-1]) == ["."])
     before, after = commands[:source_copy], commands[source_copy + 1:]
+    # Besides the lock, only the folder of the wheels it names that the index lacks (the
+    # metadata-only xgboost), each copied to the same relative path that pip is given.
+    wheels = WHEELS.relative_to(ROOT).as_posix()
+    inputs = [str(lock.relative_to(ROOT))] + ([wheels] if local_wheels(read_lock(lock)[1]) else [])
     lock_copies = [c for c in before if c.cmd in ("COPY", "ADD")]
-    assert lock_copies and all(list(c.value[:-1]) == [str(lock.relative_to(ROOT))] for c in lock_copies), \
-        "only the lock is copied before the dependencies are installed"
+    assert sorted(list(c.value[:-1]) for c in lock_copies) == sorted([i] for i in inputs), \
+        f"only the lock is copied before the dependencies are installed (and {wheels}, which it needs)"
+    assert all(c.value[-1].rstrip("/") == c.value[0].rstrip("/") for c in lock_copies), \
+        "the lock and its wheels are copied to the paths pip is given"
     pip_before = [r for r in (c.value[0] for c in before if c.cmd == "RUN") if "pip install" in r]
     lock_option = rf"pip install\b.*\s-r {re.escape(str(lock.relative_to(ROOT)))}(\s|$)"
     assert any(re.search(lock_option, r) for r in pip_before), \
         f"the dependencies are installed from {lock.name} before `COPY . .`"
+    if wheels in inputs:
+        lock_file = re.escape(str(lock.relative_to(ROOT)))
+        find_links = rf"pip install\b.*\s--find-links[ =]{re.escape(wheels)}/?\s.*-r {lock_file}(\s|$)"
+        assert any(re.search(find_links, r) for r in pip_before), \
+            f"{lock.name} names wheels of {wheels}: pip installs it with --find-links {wheels}"
     pip_after = [r for r in (c.value[0] for c in after if c.cmd == "RUN") if "pip install" in r]
     assert pip_after and all(re.search(r"pip install\b.*--no-deps \.(\s|$)", r) for r in pip_after), \
         "after `COPY . .` only the farm itself is installed, without dependencies"
+    # --no-deps checks nothing: `pip check` fails the build where what is installed does not meet
+    # the farm's requirements (say, its xgboost) or those of a locked package.
+    assert any(re.search(r"pip install\b.*--no-deps \.\s.*&&\s*\S*pip check\b", r) for r in pip_after), \
+        "`pip check` follows the farm's install"
     workdir = [c.value[0] for c in before if c.cmd == "WORKDIR"][-1]
     assert commands[source_copy].value[-1] in (".", "./", workdir, workdir + "/")
 
@@ -162,6 +179,25 @@ def pip_install_targets(runs: list[str]) -> set[str]:
     return targets
 
 
+def test_dockerfile_check_rejects_an_image_without_the_metadata_only_xgboost(tmp_path):
+    """Without the wheels folder, without --find-links (pip finds no xgboost==V+cpu), with the
+    whole of deploy/docker copied first, or without `pip check` after the farm's install."""
+    text = DOCKERFILES["cpu"].read_text()
+    breakages = {
+        "no wheels": text.replace("COPY deploy/docker/wheels deploy/docker/wheels\n", ""),
+        "no --find-links": text.replace("--find-links deploy/docker/wheels ", ""),
+        "deploy/docker whole": text.replace("COPY deploy/docker/wheels deploy/docker/wheels",
+                                            "COPY deploy/docker deploy/docker"),
+        "no pip check": text.replace(" \\\n && .venv/bin/pip check --disable-pip-version-check", ""),
+    }
+    for name, broken_text in breakages.items():
+        assert broken_text != text, name
+        broken = tmp_path / re.sub(r"\W+", "-", name)
+        broken.write_text(broken_text)
+        with pytest.raises(AssertionError):
+            check_image_installs(parse_dockerfile(broken), "cpu")
+
+
 def test_pip_install_targets_name_what_is_installed():
     assert pip_install_targets([
         "python3.11 -m venv .venv && .venv/bin/pip install --no-cache-dir -r a.txt -c c.txt",
@@ -182,8 +218,16 @@ def test_dockerfile_check_rejects_an_image_with_the_test_suite(tmp_path):
 
 
 # --------------------------------------------------------------------------- the images' locks
+WHEELS = ROOT / "deploy" / "docker" / "wheels"
+
+
 def lock_path(python: str) -> Path:
     return ROOT / "deploy" / "docker" / f"requirements-py{python.replace('.', '')}.txt"
+
+
+def local_wheels(pins: dict[str, tuple[str, str]]) -> set[str]:
+    """The wheels a lock names that deploy/docker/wheels holds: the index has not got them."""
+    return {wheel for _, wheel in pins.values() if (WHEELS / wheel).is_file()}
 
 
 def read_lock(path: Path) -> tuple[str, dict[str, tuple[str, str]]]:
