@@ -36,8 +36,9 @@ def build_context(patterns: list[str]) -> set[str]:
 
 
 def required_context_files() -> set[str]:
-    """What the images install from the checkout: their locks, the project files and every file
-    under the top-level packages pyproject.toml's packages.find includes (modules and package data)."""
+    """What the images install from the checkout: their locks and the wheels they name that the
+    index lacks, the project files and every file under the top-level packages pyproject.toml's
+    packages.find includes (modules and package data)."""
     tomllib = pytest.importorskip("tomllib")  # Python 3.11+
 
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())
@@ -45,6 +46,7 @@ def required_context_files() -> set[str]:
     required = {"pyproject.toml", project["project"]["readme"]}
     locks = (ROOT / "deploy" / "docker").glob("requirements-py*.txt")
     required |= {path.relative_to(ROOT).as_posix() for path in locks}
+    required |= {path.relative_to(ROOT).as_posix() for path in (ROOT / "deploy" / "docker" / "wheels").glob("*.whl")}
     tops = [path for path in ROOT.iterdir() if (path / "__init__.py").is_file()
             and any(fnmatch.fnmatchcase(path.name, pattern) for pattern in include)]
     assert tops, f"no package matches {include}"
@@ -109,16 +111,31 @@ def check_image_installs(commands, kind: str) -> None:
     lock = lock_path(python)
     source_copy = next(i for i, c in enumerate(commands) if c.cmd == "COPY" and list(c.value[:-1]) == ["."])
     before, after = commands[:source_copy], commands[source_copy + 1:]
+    # Besides the lock, only the folder of the wheels it names that the index lacks (the
+    # metadata-only xgboost), each copied to the same relative path that pip is given.
+    wheels = WHEELS.relative_to(ROOT).as_posix()
+    inputs = [str(lock.relative_to(ROOT))] + ([wheels] if local_wheels(read_lock(lock)[1]) else [])
     lock_copies = [c for c in before if c.cmd in ("COPY", "ADD")]
-    assert lock_copies and all(list(c.value[:-1]) == [str(lock.relative_to(ROOT))] for c in lock_copies), \
-        "only the lock is copied before the dependencies are installed"
+    assert sorted(list(c.value[:-1]) for c in lock_copies) == sorted([i] for i in inputs), \
+        f"only the lock is copied before the dependencies are installed (and {wheels}, which it needs)"
+    assert all(c.value[-1].rstrip("/") == c.value[0].rstrip("/") for c in lock_copies), \
+        "the lock and its wheels are copied to the paths pip is given"
     pip_before = [r for r in (c.value[0] for c in before if c.cmd == "RUN") if "pip install" in r]
     lock_option = rf"pip install\b.*\s-r {re.escape(str(lock.relative_to(ROOT)))}(\s|$)"
     assert any(re.search(lock_option, r) for r in pip_before), \
         f"the dependencies are installed from {lock.name} before `COPY . .`"
+    if wheels in inputs:
+        lock_file = re.escape(str(lock.relative_to(ROOT)))
+        find_links = rf"pip install\b.*\s--find-links[ =]{re.escape(wheels)}/?\s.*-r {lock_file}(\s|$)"
+        assert any(re.search(find_links, r) for r in pip_before), \
+            f"{lock.name} names wheels of {wheels}: pip installs it with --find-links {wheels}"
     pip_after = [r for r in (c.value[0] for c in after if c.cmd == "RUN") if "pip install" in r]
     assert pip_after and all(re.search(r"pip install\b.*--no-deps \.(\s|$)", r) for r in pip_after), \
         "after `COPY . .` only the farm itself is installed, without dependencies"
+    # --no-deps checks nothing: `pip check` fails the build where what is installed does not meet
+    # the farm's requirements (say, its xgboost) or those of a locked package.
+    assert any(re.search(r"pip install\b.*--no-deps \.\s.*&&\s*\S*pip check\b", r) for r in pip_after), \
+        "`pip check` follows the farm's install"
     workdir = [c.value[0] for c in before if c.cmd == "WORKDIR"][-1]
     assert commands[source_copy].value[-1] in (".", "./", workdir, workdir + "/")
 
@@ -162,6 +179,25 @@ def pip_install_targets(runs: list[str]) -> set[str]:
     return targets
 
 
+def test_dockerfile_check_rejects_an_image_without_the_metadata_only_xgboost(tmp_path):
+    """Without the wheels folder, without --find-links (pip finds no xgboost==V+cpu), with the
+    whole of deploy/docker copied first, or without `pip check` after the farm's install."""
+    text = DOCKERFILES["cpu"].read_text()
+    breakages = {
+        "no wheels": text.replace("COPY deploy/docker/wheels deploy/docker/wheels\n", ""),
+        "no --find-links": text.replace("--find-links deploy/docker/wheels ", ""),
+        "deploy/docker whole": text.replace("COPY deploy/docker/wheels deploy/docker/wheels",
+                                            "COPY deploy/docker deploy/docker"),
+        "no pip check": text.replace(" \\\n && .venv/bin/pip check --disable-pip-version-check", ""),
+    }
+    for name, broken_text in breakages.items():
+        assert broken_text != text, name
+        broken = tmp_path / re.sub(r"\W+", "-", name)
+        broken.write_text(broken_text)
+        with pytest.raises(AssertionError):
+            check_image_installs(parse_dockerfile(broken), "cpu")
+
+
 def test_pip_install_targets_name_what_is_installed():
     assert pip_install_targets([
         "python3.11 -m venv .venv && .venv/bin/pip install --no-cache-dir -r a.txt -c c.txt",
@@ -182,8 +218,20 @@ def test_dockerfile_check_rejects_an_image_with_the_test_suite(tmp_path):
 
 
 # --------------------------------------------------------------------------- the images' locks
+WHEELS = ROOT / "deploy" / "docker" / "wheels"
+
+
 def lock_path(python: str) -> Path:
     return ROOT / "deploy" / "docker" / f"requirements-py{python.replace('.', '')}.txt"
+
+
+def every_lock() -> list[Path]:
+    return sorted((ROOT / "deploy" / "docker").glob("requirements-py*.txt"))
+
+
+def local_wheels(pins: dict[str, tuple[str, str]]) -> set[str]:
+    """The wheels a lock names that deploy/docker/wheels holds: the index has not got them."""
+    return {wheel for _, wheel in pins.values() if (WHEELS / wheel).is_file()}
 
 
 def read_lock(path: Path) -> tuple[str, dict[str, tuple[str, str]]]:
@@ -250,6 +298,108 @@ def test_image_lock_holds_the_runtime_dependencies_only(kind):
         assert needed <= set(pins), (sorted(needed - set(pins)), "rerun deploy/docker/lock")
         if complete:  # nothing left over either: a dependency dropped makes it stale too
             assert set(pins) == needed, (sorted(set(pins) - needed), "rerun deploy/docker/lock")
+
+
+# --------------------------------------------------------------------------- xgboost, CPU only
+def cpu_xgboost_version() -> str:
+    """V of this venv's xgboost (its public part: a venv installed from a bundle has V+cpu)."""
+    import importlib.metadata
+
+    from packaging.version import Version
+
+    return Version(importlib.metadata.version("xgboost")).public
+
+
+def xgboost_lock_problems(pins: dict[str, tuple[str, str]], cpu_version: str) -> list[str]:
+    """Where a lock brings more than the CPU-only xgboost: anything from nvidia, the full
+    xgboost (its CUDA build), or an xgboost-cpu at another version than this venv's xgboost."""
+    shim = f"{cpu_version}+cpu"
+    problems = [f"{name}=={pins[name][0]} is locked: the images install nothing from nvidia"
+                for name in sorted(pins) if name.startswith("nvidia")]
+    if pins.get("xgboost") != (shim, f"xgboost-{shim}-py3-none-any.whl"):
+        problems.append(f"xgboost is locked as {pins.get('xgboost')}, not the metadata-only xgboost=={shim}")
+    cpu = pins.get("xgboost-cpu")
+    if cpu is None or cpu[0] != cpu_version or not cpu[1].startswith(f"xgboost_cpu-{cpu_version}-"):
+        problems.append(f"xgboost-cpu is locked as {cpu}, not at {cpu_version}, this venv's xgboost")
+    return problems
+
+
+@pytest.mark.parametrize("lock", every_lock(), ids=lambda path: path.name)
+def test_image_lock_has_the_cpu_only_xgboost_and_nothing_from_nvidia(lock):
+    _, pins = read_lock(lock)
+    assert xgboost_lock_problems(pins, cpu_xgboost_version()) == [], "rerun deploy/docker/lock"
+    shim = pins["xgboost"][1]
+    assert local_wheels(pins) == {shim}, f"{shim} is in {WHEELS.relative_to(ROOT)}, and no other wheel the lock names"
+
+
+def test_xgboost_lock_check_rejects_the_full_xgboost():
+    """The locks as they were (xgboost with nvidia-nccl-cu12), and an xgboost-cpu of another version."""
+    old = {"numpy": ("2.4.6", "numpy-2.4.6-cp312-cp312-manylinux_2_27_x86_64.manylinux_2_28_x86_64.whl"),
+           "nvidia-nccl-cu12": ("2.32.3", "nvidia_nccl_cu12-2.32.3-py3-none-manylinux_2_27_x86_64.whl"),
+           "xgboost": ("3.2.0", "xgboost-3.2.0-py3-none-manylinux_2_28_x86_64.whl")}
+    assert len(xgboost_lock_problems(old, "3.2.0")) == 3
+    cpu = {"xgboost": ("3.2.0+cpu", "xgboost-3.2.0+cpu-py3-none-any.whl"),
+           "xgboost-cpu": ("3.2.0", "xgboost_cpu-3.2.0-py3-none-manylinux_2_28_x86_64.whl")}
+    assert xgboost_lock_problems(cpu, "3.2.0") == []
+    assert xgboost_lock_problems(cpu, "3.1.3") == [
+        "xgboost is locked as ('3.2.0+cpu', 'xgboost-3.2.0+cpu-py3-none-any.whl'), "
+        "not the metadata-only xgboost==3.1.3+cpu",
+        "xgboost-cpu is locked as ('3.2.0', 'xgboost_cpu-3.2.0-py3-none-manylinux_2_28_x86_64.whl'), "
+        "not at 3.1.3, this venv's xgboost"]
+
+
+def test_wheels_folder_holds_only_what_the_locks_name():
+    named = set().union(*(local_wheels(read_lock(lock)[1]) for lock in every_lock()))
+    assert {path.name for path in WHEELS.iterdir()} == named
+
+
+def test_metadata_only_xgboost_is_what_deploy_docker_lock_writes():
+    """The committed wheel is the script's (not stale, not edited): dist-info alone, requiring
+    xgboost-cpu==V, each file as its RECORD says."""
+    import base64
+    import hashlib
+    import zipfile
+    from email.parser import Parser
+
+    cpu_version = cpu_xgboost_version()
+    name, data = lock_script().xgboost_shim(cpu_version)
+    path = WHEELS / name
+    assert path.is_file() and path.read_bytes() == data, "rerun deploy/docker/lock"
+    info = f"xgboost-{cpu_version}+cpu.dist-info"
+    with zipfile.ZipFile(path) as archive:
+        assert sorted(archive.namelist()) == [f"{info}/METADATA", f"{info}/RECORD", f"{info}/WHEEL"]
+        metadata = Parser().parsestr(archive.read(f"{info}/METADATA").decode())
+        record = [line.split(",") for line in archive.read(f"{info}/RECORD").decode().splitlines()]
+        for file, digest, size in record:
+            if file != f"{info}/RECORD":
+                content = archive.read(file)
+                expected = base64.urlsafe_b64encode(hashlib.sha256(content).digest()).rstrip(b"=").decode()
+                assert (digest, size) == (f"sha256={expected}", str(len(content))), file
+    assert (metadata["Name"], metadata["Version"]) == ("xgboost", f"{cpu_version}+cpu")
+    assert metadata.get_all("Requires-Dist") == [f"xgboost-cpu=={cpu_version}"]
+
+
+def test_pip_takes_the_metadata_only_xgboost_for_the_farms_requirement(tmp_path):
+    """pip itself (no index, no configuration) resolves pyproject.toml's xgboost requirement to
+    the wheel in deploy/docker/wheels, which asks for xgboost-cpu: `pip check` in the image
+    finds the farm's requirement met."""
+    import json
+
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    [requirement] = [r for r in project()["project"]["dependencies"]
+                     if canonicalize_name(Requirement(r).name) == "xgboost"]
+    report = tmp_path / "report.json"
+    done = subprocess.run(
+        [sys.executable, "-m", "pip", "--isolated", "install", "--quiet", "--dry-run", "--ignore-installed",
+         "--no-index", "--no-deps", "--find-links", str(WHEELS), "--report", str(report), requirement],
+        capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    [installed] = json.loads(report.read_text())["install"]
+    cpu_version = cpu_xgboost_version()
+    assert (installed["metadata"]["name"], installed["metadata"]["version"]) == ("xgboost", f"{cpu_version}+cpu")
+    assert installed["metadata"]["requires_dist"] == [f"xgboost-cpu=={cpu_version}"]
 
 
 def locked_closure(pins: dict[str, tuple[str, str]]) -> tuple[set[str], bool]:
