@@ -102,13 +102,19 @@ def test_sigterm_cancels_the_same_way_with_143(farm_exe, tmp_path, registry_url,
 
 
 def test_a_second_ctrl_c_stops_at_once_and_leaves_no_running_job(farm_exe, tmp_path, registry_url, probe):
-    farm = _submit(farm_exe, tmp_path, registry_url, *LONG_TUNE, "--json")
+    # One builder: the next batch's 16 builds take seconds, one after another. The first signal is
+    # sent half a second after a batch was committed, so that it lands in the next batch's search
+    # or builds: landed in the moment between two batches (the cost model's update, tens of
+    # milliseconds), the tuner's check for a cancel comes at once and the job ends before the
+    # second signal (CI, 2026-11-28: "cancelled ... after 18 trials", no "stopped at once").
+    farm = _submit(farm_exe, tmp_path, registry_url, *LONG_TUNE, "--build-workers", "1", "--json")
     try:
         job_id, committed = probe.wait_for_records(FIRST_BATCH)
+        time.sleep(0.5)
         farm.interrupt_group(signal.SIGINT)
         # Long enough for the first signal to be taken apart from the second (the kernel merges
-        # a signal sent while the same one is pending), short enough that mlp-tiny's batch in
-        # flight, a fraction of a second, has not ended the job yet.
+        # a signal sent while the same one is pending), short enough that the batch in flight
+        # has not ended the job yet.
         time.sleep(0.05)
         begin = time.monotonic()
         farm.interrupt_group(signal.SIGINT)
