@@ -4,7 +4,10 @@ Wall seconds on a box with more test workers than cores say how long a test wait
 CPU as much as what it cost; CPU seconds say what it cost. Counted: the worker's own CPU and
 that of every child process reaped during the test (its `farm` commands, clusters, builder
 pools, their children when they in turn were reaped), from setup to teardown. Not counted: a
-server outside the test's process tree (PostgreSQL).
+server outside the test's process tree (PostgreSQL), and the builder and runner workers of a
+tune run in the test's own process: they are forked from that pytest worker's zygote
+(foundation.meta_schedule.forked_workers), which reaps them and is reaped only when the pytest
+worker exits, so their CPU counts in the run's total, not the test's.
 """
 
 from __future__ import annotations
