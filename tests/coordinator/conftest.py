@@ -7,6 +7,7 @@ import pytest
 from coordinator.cluster_store import ClusterStore
 
 from support.cluster_rows import GPU, OTHER_GPU
+from support.coordinator_service import fingerprint, start  # noqa: F401  (the service tests' coordinator)
 
 
 @pytest.fixture

@@ -7,80 +7,19 @@ hand-made TuningRecords and validate with foundation.runtime.validation.
 
 from __future__ import annotations
 
-import concurrent.futures
-import contextlib
 import logging
 import math
-import sqlite3
-import threading
 import time
-from datetime import timedelta
 
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from coordinator.fleet import ReportPolicy
-from coordinator.server import SERVICE_NAMES, serve
+from coordinator.server import SERVICE_NAMES
 from foundation.wire import farm_pb2, farm_pb2_grpc
 
+from support.coordinator_service import submit_job, wait_job, wait_until
 from support.fake_agent import FakeAgent
-from support.polling import wait_for
-
-TIMEOUT = 60.0  # per wait; the whole file stays well under two minutes
-
-
-@pytest.fixture(scope="module")
-def fingerprint():
-    from foundation.hardware.fingerprint import local_fingerprint
-
-    return local_fingerprint("llvm")
-
-
-@pytest.fixture
-def start(tmp_path, registry_url):
-    """Start coordinators on loopback, on SQLite and on PostgreSQL; all stopped at teardown."""
-    servers = []
-
-    def started(**overrides):
-        options = dict(
-            listen="127.0.0.1:0", registry_url=registry_url,
-            tracker="127.0.0.1:9190", heartbeat_interval=0.5, lease_ttl=30.0, tick_interval=0.1,
-            data_dir=tmp_path / "coordinator",
-        )
-        server = serve(**(options | overrides))
-        servers.append(server)
-        channel = grpc.insecure_channel(server.address)
-        return server, channel
-
-    yield started
-    for server in servers:
-        server.stop(grace=1)
-
-
-def _submit(channel, model="mlp-tiny", **kw):
-    stub = farm_pb2_grpc.FarmClientStub(channel)
-    # Plain weights: the tests name the plain tasks (prepacked ones are renamed by TVM's layout pass).
-    request = farm_pb2.SubmitRequest(zoo_name=model, batch=1, target="llvm", validation_runs=3, seed=7,
-                                     **({"trials_per_task": 4, "weights_layout": "plain"} | kw))
-    return stub.Submit(request, timeout=60).jobs
-
-
-def _wait_job(channel, job_id, *states, what=""):
-    stub = farm_pb2_grpc.FarmClientStub(channel)
-    deadline = time.monotonic() + TIMEOUT
-    while time.monotonic() < deadline:
-        job = stub.GetJob(farm_pb2.GetJobRequest(job_id=job_id), timeout=10)
-        if job.state in states:
-            return job
-        if job.state in (farm_pb2.JOB_STATE_FAILED, farm_pb2.JOB_STATE_CANCELLED) and job.state not in states:
-            pytest.fail(f"job {job_id} ended {farm_pb2.JobState.Name(job.state)}: {job.error}")
-        time.sleep(0.1)
-    pytest.fail(f"job {job_id} not {what or states} within {TIMEOUT} s: {job}")
-
-
-def _wait_for(condition, what):
-    return wait_for(condition, TIMEOUT, what, interval=0.1)
 
 
 def test_two_agents_share_a_job_that_is_built_validated_and_committed(start, fingerprint):
@@ -96,14 +35,14 @@ def test_two_agents_share_a_job_that_is_built_validated_and_committed(start, fin
     held = agents[0].held_lease(max_wait=30, timeout=45)
     time.sleep(1.0)
     assert not held.done(), f"an idle long poll was answered with no work: {held.result()}"
-    (first,) = _submit(channel)
+    (first,) = submit_job(channel)
     job_id = first.job.id
     assert not first.attached and first.job.state == farm_pb2.JOB_STATE_QUEUED
-    (again,) = _submit(channel)
+    (again,) = submit_job(channel)
     assert again.attached and again.job.id == job_id
 
     shards = [agents[0].leased(held.result()), agents[1].lease()]
-    job = _wait_job(channel, job_id, farm_pb2.JOB_STATE_RUNNING)
+    job = wait_job(channel, job_id, farm_pb2.JOB_STATE_RUNNING)
     assert job.shards.leased == 2 and job.trials_budget == 8
     assert all(shards) and shards[0].shard_id != shards[1].shard_id
     assert {t.name for s in shards for t in s.tasks} == {"fused_matmul1_add1", "fused_matmul_add_relu"}
@@ -127,11 +66,11 @@ def test_two_agents_share_a_job_that_is_built_validated_and_committed(start, fin
         assert agent.complete(shard).accepted
     reply = held.result()
     assert not reply.HasField("shard") and reply.retry_after.ToTimedelta().total_seconds() == 0, reply
-    _wait_job(channel, job_id, farm_pb2.JOB_STATE_VALIDATING, what="built")
-    outcome = _wait_for(agents[1].validate, "a validation lease")
+    wait_job(channel, job_id, farm_pb2.JOB_STATE_VALIDATING, what="built")
+    outcome = wait_until(agents[1].validate, "a validation lease")
     lease, reply = outcome
     assert reply.accepted and lease.reference_library and lease.library_sha256
-    job = _wait_job(channel, job_id, farm_pb2.JOB_STATE_SUCCEEDED)
+    job = wait_job(channel, job_id, farm_pb2.JOB_STATE_SUCCEEDED)
     assert job.artifact.validated and job.artifact.latency.mean_ms > 0
     assert job.trials_done == 8 and job.trial_errors == 2 and job.shards.done == 2
     assert server.coordinator.store.records.count_records(fingerprint_id=fingerprint.id) == 4
@@ -145,7 +84,7 @@ def test_two_agents_share_a_job_that_is_built_validated_and_committed(start, fin
     assert states[-3:] == [farm_pb2.JOB_STATE_BUILDING, farm_pb2.JOB_STATE_VALIDATING, farm_pb2.JOB_STATE_SUCCEEDED]
     assert any(e.WhichOneof("event") == "task_progress" for e in events)
 
-    (hit,) = _submit(channel)
+    (hit,) = submit_job(channel)
     assert hit.job.cache_hit and hit.job.state == farm_pb2.JOB_STATE_SUCCEEDED and hit.job.id != job_id
     assert hit.job.artifact.id == job.artifact.id
     listed = client.ListAgents(farm_pb2.ListAgentsRequest(), timeout=10).agents
@@ -163,16 +102,16 @@ def test_a_validation_of_outputs_that_are_not_finite_fails_its_job(start, finger
     agent = FakeAgent(channel, fingerprint)
     agent.register()
     agent.keep_beating()
-    (submitted,) = _submit(channel)
-    shard = _wait_for(agent.lease, "the job's shard")
+    (submitted,) = submit_job(channel)
+    shard = wait_until(agent.lease, "the job's shard")
     assert agent.report(shard).accepted and agent.complete(shard).accepted
-    _wait_job(channel, submitted.job.id, farm_pb2.JOB_STATE_VALIDATING, what="built")
+    wait_job(channel, submitted.job.id, farm_pb2.JOB_STATE_VALIDATING, what="built")
     reason = "tuned output 0 contains NaN or Inf"
     outcome = farm_pb2.OutputCheck(passed=False, max_abs_err=math.inf, max_rel_err=math.inf, rtol=1e-3,
                                    atol=1e-4, reason=reason)
-    _lease, reply = _wait_for(lambda: agent.validate(outcome), "a validation lease")
+    _lease, reply = wait_until(lambda: agent.validate(outcome), "a validation lease")
     assert reply.accepted, reply
-    job = _wait_job(channel, submitted.job.id, farm_pb2.JOB_STATE_FAILED)
+    job = wait_job(channel, submitted.job.id, farm_pb2.JOB_STATE_FAILED)
     assert reason in job.error and not job.HasField("artifact"), job
     agent.close()
 
@@ -193,9 +132,9 @@ def test_a_watch_that_loses_the_registry_ends_saying_so(start, fingerprint, regi
     server, channel = start()
     agent = FakeAgent(channel, fingerprint)
     agent.register()
-    (submitted,) = _submit(channel)
+    (submitted,) = submit_job(channel)
     # Planned first: the planner's TVM work is not left in flight when the server stops at teardown.
-    _wait_job(channel, submitted.job.id, farm_pb2.JOB_STATE_RUNNING, what="planned")
+    wait_job(channel, submitted.job.id, farm_pb2.JOB_STATE_RUNNING, what="planned")
     client = farm_pb2_grpc.FarmClientStub(channel)
     watch = client.WatchJob(farm_pb2.WatchJobRequest(job_id=submitted.job.id), timeout=60)
     assert next(watch).WhichOneof("event") == "snapshot"
@@ -220,58 +159,10 @@ def test_a_watch_that_loses_the_registry_ends_saying_so(start, fingerprint, regi
     agent.close()
 
 
-def test_a_held_lease_poll_ends_inside_its_deadline_and_when_the_coordinator_stops(start, fingerprint):
-    server, channel = start()
-    agent = FakeAgent(channel, fingerprint)
-    agent.register()
-    # Held for less than the caller's deadline: it hears "no work", never DEADLINE_EXCEEDED.
-    reply = agent.held_lease(max_wait=30, timeout=3).result()
-    assert not reply.HasField("shard") and reply.retry_after.ToTimedelta().total_seconds() == 1.0, reply
-    # An agent told to stop does not wait for its held poll: the call is cancelled.
-    from agent.coordinator_calls import answer_unless_stopped
-
-    stop = threading.Event()
-    held = agent.held_lease(max_wait=30, timeout=45)
-    threading.Timer(0.3, stop.set).start()
-    assert answer_unless_stopped(held, stop) is None and held.cancelled()
-    # A draining coordinator answers its held polls within the grace rather than cutting them off.
-    held = agent.held_lease(max_wait=30, timeout=45)
-    time.sleep(0.5)
-    assert not held.done(), "an idle long poll was answered with no work at once"
-    server.stop(grace=10)
-    reply = held.result()  # raises if the call was cut off (CANCELLED or UNAVAILABLE)
-    assert not reply.HasField("shard"), reply
-
-
-class _CallerDeadline:
-    """The one thing `_hold_seconds` asks of a call's context: the time left before its deadline."""
-
-    def __init__(self, remaining):
-        self.remaining = remaining
-
-    def time_remaining(self):
-        return self.remaining
-
-
-def test_held_polls_end_early_by_a_random_share_so_idle_agents_do_not_poll_in_step():
-    from coordinator.servicer import LEASE_WAIT_MARGIN_S, LEASE_WAIT_SPREAD, MAX_LEASE_WAIT_S, _hold_seconds
-
-    request = farm_pb2.LeaseShardRequest(agent_id="a")
-    assert _hold_seconds(request, _CallerDeadline(None)) == 0.0, "no max_wait: answered at once"
-    request.max_wait.FromTimedelta(timedelta(seconds=20))
-    holds = [_hold_seconds(request, _CallerDeadline(None)) for _ in range(500)]
-    assert all(20 * (1 - LEASE_WAIT_SPREAD) <= hold <= 20 for hold in holds), "never longer than asked"
-    assert max(holds) - min(holds) > 20 * LEASE_WAIT_SPREAD / 2, "spread over the band"
-    request.max_wait.FromTimedelta(timedelta(seconds=600))
-    assert max(_hold_seconds(request, _CallerDeadline(None)) for _ in range(100)) <= MAX_LEASE_WAIT_S
-    # Inside the caller's deadline whatever the draw, so that it hears "no work" in time.
-    assert all(_hold_seconds(request, _CallerDeadline(5.0)) <= 5.0 - LEASE_WAIT_MARGIN_S for _ in range(100))
-
-
 def test_waiting_job_binds_then_stale_attempts_and_cancel_are_refused(start, fingerprint, caplog):
     caplog.set_level(logging.INFO, logger="farm.coordinator")
     server, channel = start(lease_ttl=1.0)
-    (submitted,) = _submit(channel)
+    (submitted,) = submit_job(channel)
     job_id = submitted.job.id
     assert submitted.job.state == farm_pb2.JOB_STATE_QUEUED
     assert "waiting for an agent with target kind llvm (none registered)" in submitted.job.status
@@ -282,14 +173,14 @@ def test_waiting_job_binds_then_stale_attempts_and_cancel_are_refused(start, fin
     agent = FakeAgent(channel, fingerprint)
     agent.register()
     agent.keep_beating()
-    job = _wait_job(channel, job_id, farm_pb2.JOB_STATE_RUNNING)
+    job = wait_job(channel, job_id, farm_pb2.JOB_STATE_RUNNING)
     assert job.fingerprint_id == fingerprint.id
     shard = agent.lease()
     assert shard.attempt == 1
 
     # Silence past the TTL: the lease is re-queued, and the old attempt is stale.
     agent.keep_beating(False)
-    _wait_for(lambda: client.GetJob(farm_pb2.GetJobRequest(job_id=job_id)).shards.pending == 1, "re-queue")
+    wait_until(lambda: client.GetJob(farm_pb2.GetJobRequest(job_id=job_id)).shards.pending == 1, "re-queue")
     # The record says which agent went silent, as a field too (--log-format json's agent_id).
     [lost] = [r for r in caplog.records if "missed its heartbeat TTL" in r.getMessage()]
     assert lost.agent_id == agent.agent_id
@@ -303,7 +194,7 @@ def test_waiting_job_binds_then_stale_attempts_and_cancel_are_refused(start, fin
     # Asked until granted, as a real agent polls: the coordinator answers an idle agent from what
     # it knows of its fingerprint's work, which learns of the re-queued shard at its next look
     # (a busy CI box once asked before it had: None).
-    retry = _wait_for(agent.lease, "the re-queued shard to be leased again")
+    retry = wait_until(agent.lease, "the re-queued shard to be leased again")
     assert retry.shard_id == shard.shard_id and retry.attempt == 2
     assert agent.report(retry).accepted
     # Reports alone keep it alive past the TTL: an accepted report is a sign of life (busy
@@ -335,7 +226,7 @@ def test_errors_health_and_an_owned_tracker(start, fingerprint):
 
     client = farm_pb2_grpc.FarmClientStub(channel)
     with pytest.raises(grpc.RpcError) as err:
-        _submit(channel, model="no-such-net")
+        submit_job(channel, model="no-such-net")
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "known models" in err.value.details()
     with pytest.raises(grpc.RpcError) as err:
         client.GetJob(farm_pb2.GetJobRequest(job_id="job-nope"), timeout=10)
@@ -364,156 +255,13 @@ def test_errors_health_and_an_owned_tracker(start, fingerprint):
     assert not tracker.running, "the coordinator stops the tracker it started"
 
 
-def _agent_leasing_a_shard(start, fingerprint, **options):
-    """A coordinator started with ``options``, a running job, and an agent holding its shard."""
-    server, channel = start(**options)
-    agent = FakeAgent(channel, fingerprint)
-    agent.register()
-    (submitted,) = _submit(channel)
-    _wait_job(channel, submitted.job.id, farm_pb2.JOB_STATE_RUNNING)
-    return server, channel, agent, agent.lease()
-
-
-@contextlib.contextmanager
-def _ingestion_held(registry_url, shard_id):
-    """Make the coordinator's report commits wait: hold the lock they need, in another connection."""
-    if registry_url.startswith("sqlite:///"):
-        connection = sqlite3.connect(registry_url.removeprefix("sqlite:///"), isolation_level=None)
-        connection.execute("BEGIN IMMEDIATE")  # the database's one write lock
-        try:
-            yield
-        finally:
-            connection.execute("ROLLBACK")
-            connection.close()
-        return
-    from sqlalchemy import create_engine, text
-
-    from foundation.registry.engine import parse_registry_url
-
-    engine = create_engine(parse_registry_url(registry_url))
-    try:
-        with engine.connect() as connection, connection.begin():
-            # A report locks its shard's row (coordinator.cluster_store.reports).
-            connection.execute(text("SELECT id FROM shards WHERE id = :id FOR UPDATE"), {"id": shard_id})
-            yield
-    finally:
-        engine.dispose()
-
-
-def test_heartbeats_are_answered_while_more_reports_wait_than_the_server_has_threads(
-        start, fingerprint, registry_url):
-    # Reports and claims wait for their group's commit without holding one of the server's
-    # threads (coordinator.servicer): with two threads and four reports stuck behind a lock,
-    # a heartbeat (and, on PostgreSQL, a lease poll) is still answered. The synchronous
-    # server answered neither until the lock was gone.
-    server, channel, agent, shard = _agent_leasing_a_shard(start, fingerprint, max_workers=2)
-    assert agent.heartbeat() == []
-    ingest = server.coordinator.report_commits
-    with concurrent.futures.ThreadPoolExecutor(4) as pool:
-        with _ingestion_held(registry_url, shard.shard_id):
-            reports = [pool.submit(agent.report, shard, (factor,)) for factor in (2, 3, 4, 5)]
-            # The first group is in its transaction, stuck on the lock; the rest queue behind it.
-            _wait_for(lambda: ingest.pending() == 4, "four reports waiting for their commit")
-            assert agent.heartbeat() == []
-            if not registry_url.startswith("sqlite"):  # a claim needs SQLite's one write lock
-                assert agent.lease_out_of_turn() is None, "the job's one shard is this agent's already"
-            assert not any(report.done() for report in reports)
-        assert all(report.result(TIMEOUT).accepted for report in reports)
-    assert server.coordinator.store.records.count_records() == 4 * len(shard.tasks)
-    agent.close()
-
-
-def test_report_sizes_go_out_with_the_lease_and_follow_the_fleets_rate(start, fingerprint):
-    # coordinator.fleet.report_sizing: at least records_per_report a report, more when the fleet's
-    # records would otherwise take more than report_rate reports a second; every answer
-    # carries the sizes, so agents follow them while they tune.
-    from coordinator.fleet.report_sizing import RECOMPUTE_EVERY_S
-
-    # Without the spread each agent's size gets (the next test), so the rule is seen exactly.
-    server, channel, agent, shard = _agent_leasing_a_shard(
-        start, fingerprint, report_policy=ReportPolicy(min_records=3, report_rate=0.05, min_within_s=2.0, jitter=0.0))
-    # Sized before any record came: the configured minimum and bound.
-    assert shard.records_per_report == 3 and shard.report_within.ToTimedelta().total_seconds() == 2.0
-    factors = (2, 3, 4, 5, 6, 7)
-    began = time.monotonic()
-    assert agent.report(shard, factors).accepted
-    time.sleep(RECOMPUTE_EVERY_S + 0.1)
-    second = agent.report(shard, factors)
-    took = time.monotonic() - began
-    # 2 x 6 records per task over the seconds between the reports (at least RECOMPUTE_EVERY_S),
-    # for a fleet asked for one report every 20 s; and one reporting agent, so a bound of 20 s.
-    reported = 2 * len(factors) * len(shard.tasks)
-    assert second.accepted
-    assert math.ceil(reported / took / 0.05) <= second.records_per_report <= math.ceil(
-        reported / RECOMPUTE_EVERY_S / 0.05)
-    assert second.report_within.ToTimedelta().total_seconds() == 1 / 0.05
-    stale = agent.report(shard, factors, attempt=shard.attempt + 1)
-    assert not stale.accepted and stale.records_per_report == 0, "a refused report says nothing more"
-    agent.close()
-
-
-def test_each_answer_carries_the_fleets_size_spread(start, fingerprint):
-    # coordinator.fleet.report_sizing.offer: every answer tells its agent the fleet's size spread by
-    # up to a quarter either way, and a time bound no longer than the fleet's, so that agents
-    # measuring at one rate do not report in step.
-    from coordinator.fleet.report_sizing import RECOMPUTE_EVERY_S
-
-    server, channel, agent, shard = _agent_leasing_a_shard(
-        start, fingerprint, report_policy=ReportPolicy(min_records=3, report_rate=0.05, min_within_s=2.0, jitter=0.25))
-    sizing = server.coordinator.report_sizing
-    assert 3 <= shard.records_per_report <= 4, "the minimum of 3, spread up but never down"
-    assert 1.5 <= shard.report_within.ToTimedelta().total_seconds() <= 2.0
-    factors = (2, 3, 4, 5, 6, 7)
-    assert agent.report(shard, factors).accepted
-    time.sleep(RECOMPUTE_EVERY_S + 0.1)
-    told = []
-    for _ in range(8):
-        before = sizing.size()
-        reply = agent.report(shard, factors)
-        after = sizing.size()
-        assert reply.accepted
-        low, high = min(before.records, after.records), max(before.records, after.records)
-        assert round(0.75 * low) <= reply.records_per_report <= round(1.25 * high), (reply, before, after)
-        within = reply.report_within.ToTimedelta().total_seconds()
-        assert 0.75 * min(before.within_s, after.within_s) <= within <= max(before.within_s, after.within_s)
-        told.append(reply.records_per_report)
-    assert min(before.records, after.records) > 40, "a fleet size large enough to spread"
-    assert len(set(told)) > 1, f"every answer told the same size: {told}"
-    agent.close()
-
-
-def test_a_settled_heartbeat_needs_no_thread_of_the_server(start, fingerprint):
-    # A heartbeat listing exactly what the registry says the agent holds is answered on the
-    # server's event loop (coordinator.servicer); only one that must read the registry
-    # waits for a thread. Every thread of the pool is taken here.
-    server, channel, agent, shard = _agent_leasing_a_shard(start, fingerprint, max_workers=2)
-    other = FakeAgent(channel, fingerprint)
-    other.register()
-    # Read from the registry: settled from now on, until some state changes (a registration would).
-    assert agent.heartbeat() == []
-    # A lease the other agent was never given: its beat must be read against the registry.
-    other.pretend_leased(shard, attempt=shard.attempt + 1)
-    release = threading.Event()
-    taken = [server._pool.submit(release.wait, TIMEOUT) for _ in range(2)]
-    try:
-        unsettled = other.heartbeat_future(timeout=TIMEOUT)
-        assert agent.heartbeat() == []
-        assert not unsettled.done(), "a heartbeat that must read the registry waited for a thread"
-    finally:
-        release.set()
-    assert [i.WhichOneof("instruction") for i in unsettled.result().instructions] == ["cancel_lease"]
-    assert all(t.result(TIMEOUT) for t in taken)
-    agent.close()
-    other.close()
-
-
 def test_a_restarted_coordinator_carries_on(start, fingerprint, tmp_path):
     server, channel = start()
     agent = FakeAgent(channel, fingerprint)
     agent.register()
-    (submitted,) = _submit(channel)
+    (submitted,) = submit_job(channel)
     job_id = submitted.job.id
-    _wait_job(channel, job_id, farm_pb2.JOB_STATE_RUNNING)
+    wait_job(channel, job_id, farm_pb2.JOB_STATE_RUNNING)
     shard = agent.lease()
     assert agent.report(shard).accepted
     server.stop(grace=1)
@@ -527,9 +275,9 @@ def test_a_restarted_coordinator_carries_on(start, fingerprint, tmp_path):
     agent.keep_beating()
     assert agent.report(shard, factors=(8,)).accepted
     assert agent.complete(shard).accepted
-    _wait_job(channel, job_id, farm_pb2.JOB_STATE_VALIDATING)
-    _wait_for(agent.validate, "a validation lease")
-    job = _wait_job(channel, job_id, farm_pb2.JOB_STATE_SUCCEEDED)
+    wait_job(channel, job_id, farm_pb2.JOB_STATE_VALIDATING)
+    wait_until(agent.validate, "a validation lease")
+    job = wait_job(channel, job_id, farm_pb2.JOB_STATE_SUCCEEDED)
     assert job.trials_done == 6 and job.artifact.validated
     agent.close()
 
@@ -565,12 +313,12 @@ def test_reused_tasks_are_not_sharded_and_the_job_says_what_it_reused(start, fin
     def run_to_the_end(job_id, shard=None, reported=None):
         if shard is not None:
             assert agent.report(reported or shard).accepted and agent.complete(shard).accepted
-        _wait_job(channel, job_id, farm_pb2.JOB_STATE_VALIDATING, what="built")
-        _wait_for(agent.validate, "a validation lease")
-        return _wait_job(channel, job_id, farm_pb2.JOB_STATE_SUCCEEDED)
+        wait_job(channel, job_id, farm_pb2.JOB_STATE_VALIDATING, what="built")
+        wait_until(agent.validate, "a validation lease")
+        return wait_job(channel, job_id, farm_pb2.JOB_STATE_SUCCEEDED)
 
-    (first,) = _submit(channel)  # nothing measured yet: every task is tuned
-    shard = _wait_for(agent.lease, "a shard")
+    (first,) = submit_job(channel)  # nothing measured yet: every task is tuned
+    shard = wait_until(agent.lease, "a shard")
     assert {t.name for t in shard.tasks} == {"fused_matmul_add_relu", "fused_matmul1_add1"}
     assert [t.max_trials for t in shard.tasks] == [4, 4]  # each task's plan: the 8 trials split
     only_the_first = farm_pb2.Shard()
@@ -580,10 +328,10 @@ def test_reused_tasks_are_not_sharded_and_the_job_says_what_it_reused(start, fin
     assert (job.reuse.mode, job.reuse.skipped, job.reuse.topped_up, job.reuse.trials) == ("auto", 0, 0, 8)
 
     # Told to top up, the measured task gets one batch (16 of the 32 per task), as its own cap.
-    (topup,) = _submit(channel, retune=True, reuse="topup", trials_per_task=32)
-    shard = _wait_for(agent.lease, "a shard with a top-up")
+    (topup,) = submit_job(channel, retune=True, reuse="topup", trials_per_task=32)
+    shard = wait_until(agent.lease, "a shard with a top-up")
     assert [t.max_trials for t in shard.tasks] == [16, 32] and shard.budget.max_trials_per_task == 32
-    job = _wait_job(channel, topup.job.id, farm_pb2.JOB_STATE_RUNNING)
+    job = wait_job(channel, topup.job.id, farm_pb2.JOB_STATE_RUNNING)
     assert (job.reuse.topped_up, job.reuse.topup_trials, job.reuse.planned_trials, job.trials_budget) == (
         1, 16, 64, 48)
     assert job_json(job)["reuse"] | {"tasks": 2} == {
@@ -592,7 +340,7 @@ def test_reused_tasks_are_not_sharded_and_the_job_says_what_it_reused(start, fin
     run_to_the_end(topup.job.id, shard)
 
     # Both workloads measured now: reused fully, the job has no shard and is built from them at once.
-    (full,) = _submit(channel, retune=True, reuse="full")
+    (full,) = submit_job(channel, retune=True, reuse="full")
     job = run_to_the_end(full.job.id)
     assert job.shards.done == 0 and job.trials_budget == 0 and job.trials_done == 0
     assert (job.reuse.mode, job.reuse.tasks, job.reuse.skipped, job.reuse.planned_trials, job.reuse.trials) == (
@@ -600,7 +348,7 @@ def test_reused_tasks_are_not_sharded_and_the_job_says_what_it_reused(start, fin
     assert agent.lease_out_of_turn() is None
 
     with pytest.raises(grpc.RpcError) as refused:
-        _submit(channel, reuse="sometimes")
+        submit_job(channel, reuse="sometimes")
     assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "reuse" in refused.value.details()
     agent.close()
 
@@ -624,15 +372,15 @@ def test_a_cold_job_is_offered_no_cost_model_and_a_warm_one_names_the_stored_one
         store.dispose()
 
     stub = farm_pb2_grpc.FarmClientStub(channel)
-    (cold,) = _submit(channel, cold=True)
-    shard = _wait_for(agent.lease, "the cold job's shard")
+    (cold,) = submit_job(channel, cold=True)
+    shard = wait_until(agent.lease, "the cold job's shard")
     assert not shard.HasField("cost_model") and shard.max_seeds_per_task == 0, shard
     assert not any(t.seeds for t in shard.tasks)
     stub.CancelJob(farm_pb2.CancelJobRequest(job_id=cold.job.id), timeout=10)
-    _wait_job(channel, cold.job.id, farm_pb2.JOB_STATE_CANCELLED)
+    wait_job(channel, cold.job.id, farm_pb2.JOB_STATE_CANCELLED)
 
-    (warm,) = _submit(channel, retune=True)
+    (warm,) = submit_job(channel, retune=True)
     assert warm.job.id != cold.job.id
-    shard = _wait_for(agent.lease_out_of_turn, "the warm job's shard")
+    shard = wait_until(agent.lease_out_of_turn, "the warm job's shard")
     assert shard.cost_model.id == stored.id and shard.cost_model.sha256 == stored.sha256, shard.cost_model
     agent.close()
