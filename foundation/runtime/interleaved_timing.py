@@ -8,12 +8,17 @@ from collections.abc import Callable
 Timer = Callable[[], float]
 
 
+# Given both sides' runs by block so far: whether the blocks still to come can be skipped.
+Enough = Callable[[list[list[float]], list[list[float]]], bool]
+
+
 def time_interleaved(candidate: Timer, reference: Timer | None, blocks: int, runs: int,
-                     warmup: int = 2, reference_runs: int | None = None) -> tuple[list[list[float]],
-                                                                                  list[list[float]] | None]:
+                     warmup: int = 2, reference_runs: int | None = None,
+                     enough: Enough | None = None) -> tuple[list[list[float]], list[list[float]] | None]:
     """``blocks`` blocks of ``runs`` calls of each (of the reference ``reference_runs``, when its calls take
     another time), the one going first alternating per block (A B, B A, ...) so neither always runs on
-    the other's heels; returns each one's runs by block."""
+    the other's heels; returns each one's runs by block. With ``enough``, asked after every block,
+    the timing ends early once it says the runs so far decide."""
     for _ in range(warmup):
         candidate()
         if reference is not None:
@@ -27,4 +32,6 @@ def time_interleaved(candidate: Timer, reference: Timer | None, blocks: int, run
         for timer, into, count in order:
             if timer is not None and into is not None:
                 into.append([timer() for _ in range(count)])
+        if enough is not None and theirs is not None and enough(mine, theirs):
+            break
     return mine, theirs

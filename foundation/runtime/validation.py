@@ -8,7 +8,14 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from foundation.domain.untuned_speed import BLOCKS, SpeedCheck, runs_per_block, speed_check
+from foundation.domain.untuned_speed import (
+    BLOCKS,
+    WARM_ENOUGH_MS,
+    SpeedCheck,
+    decided,
+    runs_per_block,
+    speed_check,
+)
 from foundation.runtime.interleaved_timing import time_interleaved
 from foundation.runtime.library_runner import Latency, LoadedLibrary, latency_of
 
@@ -109,14 +116,14 @@ def check_library(
     """Run both libraries on the same inputs, compare outputs, time them.
 
     With the untuned library the two are timed in alternating blocks, each for at least ``runs``
-    (the untuned one ``reference_runs``) and MIN_SIDE_MS in all (foundation.domain.untuned_speed),
-    and the check says whether the tuned one is slower. The tuned library is timed on the threads
-    `farm.load` runs it on (foundation.runtime.threads: one for a library under 1 ms on every
-    core), since that is how it will run: on a busy box a microsecond model on every core waits
-    at each parallel region for a descheduled thread, and would read slower than the untuned
-    (serial) build for that alone. ``reference_outputs`` may be given
-    instead of ``reference_library`` (the untuned outputs computed earlier), in which case the
-    untuned latency is not measured.
+    (the untuned one ``reference_runs``) and MIN_SIDE_MS in all, in fewer blocks once the verdict
+    is decided (foundation.domain.untuned_speed), and the check says whether the tuned one is
+    slower. The tuned library is timed on the threads `farm.load` runs it on
+    (foundation.runtime.threads: one for a library under 1 ms on every core), since that is how it
+    will run: on a busy box a microsecond model on every core waits at each parallel region for a
+    descheduled thread, and would read slower than the untuned (serial) build for that alone.
+    ``reference_outputs`` may be given instead of ``reference_library`` (the untuned outputs
+    computed earlier), in which case the untuned latency is not measured.
     """
     tuned = LoadedLibrary(tuned_library, target_kind)
     tuned.set_weights(weights)
@@ -136,11 +143,15 @@ def check_library(
 
     cores = available_cores()
     mine, theirs = tuned.timer(inputs), reference.timer(inputs)
+    untuned_warm_ms = untuned_ms = 0.0
     for _ in range(warmup):
         mine()
-        theirs()
+        if untuned_warm_ms < WARM_ENOUGH_MS:  # a build of seconds is warm after one call
+            untuned_ms = theirs()
+            untuned_warm_ms += untuned_ms
     # A few calls on every core choose the threads, as a stored latency does at load; one call
-    # of each, on those threads, sizes the blocks.
+    # of each, on those threads, sizes the blocks (an untuned build warmed by WARM_ENOUGH_MS of
+    # calls, by its last warm-up call: a call of seconds is timed once a block on any threads).
     if target_kind != "cuda":  # a GPU library's kernels do not run on the CPU's pool
         # The pool is the process's: a library loaded earlier (farm.load, auto) may have left it on
         # one thread, where a slow library's parallel regions cost little and would choose one.
@@ -151,9 +162,11 @@ def check_library(
         for _ in range(warmup):
             mine()
         per_block = runs_per_block(min(mine() for _ in range(3)), runs)
-        reference_per_block = runs_per_block(theirs(), reference_runs)
+        if untuned_warm_ms < WARM_ENOUGH_MS:
+            untuned_ms = theirs()
+        reference_per_block = runs_per_block(untuned_ms, reference_runs)
         tuned_runs, untuned_runs = time_interleaved(mine, theirs, BLOCKS, per_block, warmup=0,
-                                                    reference_runs=reference_per_block)
+                                                    reference_runs=reference_per_block, enough=decided)
     finally:
         if target_kind != "cuda":
             use_threads(cores)  # validation and tuning keep every core

@@ -6,10 +6,12 @@ import pytest
 
 from foundation.domain.untuned_speed import (
     BLOCKS,
+    DECISIVE,
     MAX_RUNS_PER_BLOCK,
     MIN_SIDE_MS,
     SLOWER_MARGIN,
     SpeedCheck,
+    decided,
     runs_per_block,
     speed_check,
 )
@@ -47,3 +49,20 @@ def test_the_description_says_latencies_in_the_unit_that_fits():
     check = speed_check([[0.005932] * 3], [[0.005951] * 3])
     assert check.describe().startswith("tuned 5.93 us median of 3 runs, untuned 5.95 us of 3, ")
     assert speed_check([[1523.0]], [[2100.0]]).describe().startswith("tuned 1.52 s median of 1 runs, untuned 2.1 s")
+
+
+def test_the_timing_stops_early_only_when_the_rest_cannot_change_the_verdict():
+    # An untuned bert (33 s a call) against its tuned build (0.2 s): two blocks decide.
+    tuned, untuned = [[200.0] * 4, [210.0] * 4], [[33_000.0], [32_500.0]]
+    assert not decided(tuned[:1], untuned[:1])  # one block: not yet both orders
+    assert decided(tuned, untuned)
+    # The other way round (a tuned library far slower) decides as well.
+    assert decided(untuned, tuned)
+    # A gap under DECISIVE: every block is timed.
+    assert not decided([[100.0] * 4] * 2, [[DECISIVE * 100.0 - 1.0]] * 2)
+    # One slow run of the tuned side within DECISIVE of the untuned's fastest: not decided.
+    assert not decided([[200.0] * 3 + [20_000.0], [200.0] * 4], untuned)
+    # A microsecond model 100x apart has neither side's MIN_SIDE_MS after two blocks of its runs.
+    per_block = runs_per_block(0.010, 20)
+    assert not decided([[0.010] * per_block] * 2, [[1.0] * runs_per_block(1.0, 3)] * 2)
+    assert 2 * per_block * 0.010 < MIN_SIDE_MS
