@@ -19,8 +19,8 @@ run of the other. That is the case that costs: an untuned bert takes 33 s a call
 against 0.2 s tuned, and five blocks of it were minutes of a job spent confirming a 150x gap. A
 microsecond model never stops early (its blocks are sized to MIN_SIDE_MS / BLOCKS, so a side has
 its MIN_SIDE_MS after two blocks only where its calls take tens of milliseconds), nor does a
-library within DECISIVE of its untuned build. Warm-up likewise: a side is warm once its
-warm-up calls took WARM_ENOUGH_MS, so a build of seconds is warmed by one call, not three.
+library within DECISIVE of its untuned build. Warm-up likewise: an untuned build whose call
+takes WARM_ENOUGH_MS is warm after one call, not three.
 """
 
 from __future__ import annotations
@@ -50,8 +50,7 @@ def decided(tuned: Sequence[Sequence[float]], untuned: Sequence[Sequence[float]]
     """Whether blocks still to come could not change the verdict (see the module's docstring)."""
     if min(len(tuned), len(untuned)) < 2:
         return False
-    mine = [x for block in tuned for x in block]
-    theirs = [x for block in untuned for x in block]
+    mine, theirs = _runs(tuned), _runs(untuned)
     if sum(mine) < MIN_SIDE_MS or sum(theirs) < MIN_SIDE_MS:
         return False
     return min(theirs) >= DECISIVE * max(mine) or min(mine) >= DECISIVE * max(theirs)
@@ -102,8 +101,11 @@ class SpeedCheck:
 
 def speed_check(tuned: Sequence[Sequence[float]], untuned: Sequence[Sequence[float]]) -> SpeedCheck:
     """The check from both sides' runs in ms, block by block (interleaved)."""
-    mine = [x for block in tuned for x in block]
-    theirs = [x for block in untuned for x in block]
+    mine, theirs = _runs(tuned), _runs(untuned)
     if not mine or not theirs:
         raise ValueError("both libraries must be timed")
     return SpeedCheck(statistics.median(mine), statistics.median(theirs), len(mine), len(theirs), len(tuned))
+
+
+def _runs(blocks: Sequence[Sequence[float]]) -> list[float]:
+    return [x for block in blocks for x in block]

@@ -143,15 +143,14 @@ def check_library(
 
     cores = available_cores()
     mine, theirs = tuned.timer(inputs), reference.timer(inputs)
-    untuned_warm_ms = untuned_ms = 0.0
+    untuned_ms = 0.0
     for _ in range(warmup):
         mine()
-        if untuned_warm_ms < WARM_ENOUGH_MS:  # a build of seconds is warm after one call
+        if untuned_ms < WARM_ENOUGH_MS:  # a build of a second a call is warm after one
             untuned_ms = theirs()
-            untuned_warm_ms += untuned_ms
     # A few calls on every core choose the threads, as a stored latency does at load; one call
-    # of each, on those threads, sizes the blocks (an untuned build warmed by WARM_ENOUGH_MS of
-    # calls, by its last warm-up call: a call of seconds is timed once a block on any threads).
+    # of each, on those threads, sizes the blocks (an untuned build of a second a call, its
+    # warm-up call: it is timed once a block on any threads).
     if target_kind != "cuda":  # a GPU library's kernels do not run on the CPU's pool
         # The pool is the process's: a library loaded earlier (farm.load, auto) may have left it on
         # one thread, where a slow library's parallel regions cost little and would choose one.
@@ -162,7 +161,7 @@ def check_library(
         for _ in range(warmup):
             mine()
         per_block = runs_per_block(min(mine() for _ in range(3)), runs)
-        if untuned_warm_ms < WARM_ENOUGH_MS:
+        if untuned_ms < WARM_ENOUGH_MS:
             untuned_ms = theirs()
         reference_per_block = runs_per_block(untuned_ms, reference_runs)
         tuned_runs, untuned_runs = time_interleaved(mine, theirs, BLOCKS, per_block, warmup=0,
