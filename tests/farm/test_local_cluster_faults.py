@@ -167,7 +167,11 @@ def test_draining_coordinator_is_not_serving(make_cluster):
     def next_of(name: str, timeout: float):
         deadline = time.monotonic() + timeout
         while True:
-            item = seen.get(timeout=max(0.01, deadline - time.monotonic()))
+            try:
+                item = seen.get(timeout=max(0.01, deadline - time.monotonic()))
+            except queue.Empty:  # what the coordinator was doing meanwhile tells why
+                raise AssertionError(f"nothing on {name} for {timeout} s; passed over: {others}\n"
+                                     f"{cluster.log('coordinator')}") from None
             if item[0] == name:
                 return item[1:]
             others.append(item)
