@@ -81,9 +81,10 @@ def load(model: str, target: str = "llvm", batch: int = 1, *, registry: str | No
     unknown or misshapen weight is refused (BadInput) by name. Weights are always plain: a
     prepacked library rearranges them once, here. ``weights_layout`` ("plain", "prepacked" or
     "prepacked-nchwc") loads only an artifact of that form; by default the newest of any.
-    ``threads``: how many threads its kernels run on, or "auto": one for a library whose
-    validated latency is under a millisecond (robust on a box whose cores are busy), else every
-    core (foundation.runtime.threads).
+    ``threads``: how many threads its kernels run on, or "auto": what its validation chose, one
+    thread for a library under a millisecond on one thread that costs at most 1.5x its time on
+    every core (robust on a box whose cores are busy), else every core
+    (foundation.runtime.threads).
     """
     from foundation.registry.engine import RegistryMissing
     from foundation.runtime.library_runner import LoadedLibrary
@@ -121,7 +122,8 @@ def load(model: str, target: str = "llvm", batch: int = 1, *, registry: str | No
     weights = _weights_for(key, stored, seed) if weights is None else matched_weights(key, stored.weights, weights)
     try:
         loaded = LoadedLibrary(library, ctx.target["kind"], threads=threads,
-                               stored_latency_ms=artifact.latency_median_ms)
+                               stored_latency_ms=artifact.latency_median_ms,
+                               stored_threads=((artifact.validation or {}).get("speed") or {}).get("threads"))
     except Exception as err:  # a library that passes sha256 but not the loader
         raise RegistryError(f"artifact {artifact.id} cannot be loaded: {err}",
                         f"re-tune it with `farm submit {model} {target} {batch} --retune`") from None

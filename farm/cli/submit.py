@@ -192,8 +192,8 @@ def run(
              "any (all take plain weights)."),
     threads: str = env_option(
         "auto", "--threads", command="run", metavar="N|auto",
-        help="CPU threads its kernels run on; auto: one for a library validated under 1 ms (robust where other "
-             "work holds the cores), else every core."),
+        help="CPU threads its kernels run on; auto: what validation chose, one for a library under 1 ms on one "
+             "thread at most 1.5x its time on every core (robust where other work holds the cores), else every core."),
     registry: str | None = REGISTRY_OPTION,
     json_output: bool = JSON_OPTION,
 ) -> None:

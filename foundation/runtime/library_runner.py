@@ -60,10 +60,12 @@ class LoadedLibrary:
     """
 
     def __init__(self, library: bytes, target_kind: str, device_index: int = 0, *,
-                 threads: int | str | None = None, stored_latency_ms: float | None = None):
+                 threads: int | str | None = None, stored_latency_ms: float | None = None,
+                 stored_threads: int | None = None):
         """``threads``: the CPU threads its kernels run on, "auto" (foundation.runtime.threads,
-        from ``stored_latency_ms``), or None to leave this process's pool as it is (validation
-        and tuning time libraries on every core, as they were tuned)."""
+        from ``stored_threads``, validation's choice, else ``stored_latency_ms``), or None to leave
+        this process's pool as it is (validation and tuning time libraries on every core, as they
+        were tuned)."""
         from foundation.hardware.tvm_startup import pin_tvm_threads
 
         pin_tvm_threads()
@@ -83,7 +85,7 @@ class LoadedLibrary:
         if threads is not None and target_kind != "cuda":
             from foundation.hardware.fingerprint import available_cores
 
-            self.threads = threads_for(threads, stored_latency_ms, available_cores())
+            self.threads = threads_for(threads, stored_latency_ms, available_cores(), stored_threads)
         self.prepacked = bool(self.vm.module.implements_function(TRANSFORM_PARAMS_FUNCTION))
         self._weights: list | None = None
 

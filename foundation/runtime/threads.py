@@ -5,9 +5,11 @@ for all of them. Where other work holds the cores, each wait lasts until the sch
 pinned thread its core back: a model of microsecond kernels ran at 20 ms instead of 0.03 ms
 beside two CPU-bound processes on a 2-core box, while on one thread it ran as fast as quiet
 (docs/benchmarks.md, "Latency when the cores are shared"). A model of millisecond kernels
-amortises the wait and needs every core. So by default ("auto") a library whose validated
-latency is under SERIAL_BELOW_MS runs on one thread and any other on every core this process
-may use; a number asks for exactly that many.
+amortises the wait and needs every core. So by default ("auto") validation times a library
+under SERIAL_BELOW_MS on every core on one thread too, and runs it serially where that costs at
+most SERIAL_COSTS_AT_MOST its time on every core (``timed_threads``); the choice is stored with
+the library and `farm.load` follows it. A library stored without one runs serially under
+SERIAL_BELOW_MS. A number asks for exactly that many.
 """
 
 from __future__ import annotations
@@ -19,6 +21,10 @@ AUTO = "auto"
 # library runs serially: its kernels are microseconds long, where a barrier waiting for a
 # descheduled thread costs more than a second thread can save.
 SERIAL_BELOW_MS = 1.0
+# How much slower than on every core a library may run on one thread and still be run serially:
+# serial is what keeps a small model fast beside other work, but a millisecond model can lose
+# half its speed on a quiet box to it (bert-tiny b1 on 2 cores: 1.25 ms, on one 2.2 ms).
+SERIAL_COSTS_AT_MOST = 1.5
 MAX_THREADS = 1024
 
 
@@ -37,12 +43,24 @@ def parse_threads(value: int | str | None) -> int | str:
     return count
 
 
-def threads_for(requested: int | str | None, stored_latency_ms: float | None, cores: int) -> int:
-    """The thread count a library runs on: the one asked for, or auto's choice from the
-    latency its validation stored (None: unknown, every core)."""
+def timed_threads(every_core_ms: float, one_thread_ms: float | None, cores: int) -> int:
+    """Auto's choice for a library timed on every core and (under SERIAL_BELOW_MS) on one thread."""
+    if (one_thread_ms is not None and one_thread_ms < SERIAL_BELOW_MS
+            and one_thread_ms <= SERIAL_COSTS_AT_MOST * every_core_ms):
+        return 1
+    return max(1, cores)
+
+
+def threads_for(requested: int | str | None, stored_latency_ms: float | None, cores: int,
+                stored_threads: int | None = None) -> int:
+    """The thread count a library runs on: the one asked for, or auto's choice: the one its
+    validation made and stored (one thread, or every core), else from the latency it stored
+    (None: unknown, every core)."""
     choice = parse_threads(requested)
     if choice != AUTO:
         return int(choice)
+    if stored_threads is not None:
+        return 1 if stored_threads == 1 else max(1, cores)
     if stored_latency_ms is not None and stored_latency_ms < SERIAL_BELOW_MS:
         return 1
     return max(1, cores)

@@ -119,9 +119,10 @@ def check_library(
     (the untuned one ``reference_runs``) and MIN_SIDE_MS in all, in fewer blocks once the verdict
     is decided (foundation.domain.untuned_speed), and the check says whether the tuned one is
     slower. The tuned library is timed on the threads `farm.load` runs it on
-    (foundation.runtime.threads: one for a library under 1 ms on every core), since that is how it
-    will run: on a busy box a microsecond model on every core waits at each parallel region for a
-    descheduled thread, and would read slower than the untuned (serial) build for that alone.
+    (foundation.runtime.threads.timed_threads: one for a library under 1 ms on one thread that
+    costs at most 1.5x its time on every core), since that is how it will run: on a busy box a
+    microsecond model on every core waits at each parallel region for a descheduled thread, and
+    would read slower than the untuned (serial) build for that alone.
     ``reference_outputs`` may be given instead of ``reference_library`` (the untuned outputs
     computed earlier), in which case the untuned latency is not measured.
     """
@@ -139,7 +140,7 @@ def check_library(
         return LibraryCheck(validation=validation, latency=tuned.time(inputs, runs=runs, warmup=warmup),
                             untuned_latency=None)
     from foundation.hardware.fingerprint import available_cores
-    from foundation.runtime.threads import AUTO, threads_for, use_threads
+    from foundation.runtime.threads import SERIAL_BELOW_MS, timed_threads, use_threads
 
     cores = available_cores()
     mine, theirs = tuned.timer(inputs), reference.timer(inputs)
@@ -148,14 +149,19 @@ def check_library(
         mine()
         if untuned_ms < WARM_ENOUGH_MS:  # a build of a second a call is warm after one
             untuned_ms = theirs()
-    # A few calls on every core choose the threads, as a stored latency does at load; one call
-    # of each, on those threads, sizes the blocks (an untuned build of a second a call, its
+    # A few calls on every core, and on one thread where it may be enough, choose the threads
+    # (stored with the speed check: `farm.load` runs the library on them); one call of each, on
+    # those threads, sizes the blocks (an untuned build of a second a call, its
     # warm-up call: it is timed once a block on any threads).
     if target_kind != "cuda":  # a GPU library's kernels do not run on the CPU's pool
         # The pool is the process's: a library loaded earlier (farm.load, auto) may have left it on
         # one thread, where a slow library's parallel regions cost little and would choose one.
         use_threads(cores)
-        tuned.threads = threads_for(AUTO, min(mine() for _ in range(3)), cores)
+        every_core_ms, one_thread_ms = min(mine() for _ in range(3)), None
+        if every_core_ms < SERIAL_BELOW_MS:
+            use_threads(1)
+            one_thread_ms = min(mine() for _ in range(3))
+        tuned.threads = timed_threads(every_core_ms, one_thread_ms, cores)
     try:
         mine = tuned.timer(inputs)  # sets the pool to those threads
         for _ in range(warmup):

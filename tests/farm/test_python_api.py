@@ -4,6 +4,8 @@ coordinator, and farm.load with the weights given by name."""
 from __future__ import annotations
 
 import datetime as dt
+import json
+import sqlite3
 
 import numpy as np
 import pytest
@@ -12,6 +14,7 @@ import farm
 from farm.api import matched_weights
 from foundation.domain.jobs import JobState
 from foundation.errors import BadInput, NotFound
+from foundation.hardware.fingerprint import available_cores
 from foundation.models.model_key import model_key
 
 from support.polling import wait_for
@@ -24,6 +27,15 @@ KEY = model_key("mlp-tiny", 1)
 def _weights(specs, seed=1) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(seed)
     return {s["name"]: rng.standard_normal(s["shape"]).astype(s["dtype"]) for s in specs}
+
+
+def _store_speed_threads(registry: str, artifact_id: str, threads: int) -> None:
+    """Rewrite the threads an artifact's validation chose, as another validation could have."""
+    with sqlite3.connect(registry.removeprefix("sqlite:///")) as connection:
+        (validation,) = connection.execute("SELECT validation FROM artifacts WHERE id = ?", (artifact_id,)).fetchone()
+        validation = json.loads(validation)
+        validation["speed"]["threads"] = threads
+        connection.execute("UPDATE artifacts SET validation = ? WHERE id = ?", (json.dumps(validation), artifact_id))
 
 
 def test_weights_by_name_come_out_in_the_specs_order():
@@ -87,6 +99,13 @@ def test_submit_status_jobs_and_load_by_name_embedded(tmp_path):
     (named_out,) = by_name(inputs)
     assert np.array_equal(named_out, by_position(inputs)[0])
     assert not np.allclose(named_out, seeded(inputs)[0])  # the weights given, not the seeded ones
+
+    # auto runs it on the threads its validation chose and stored: a microsecond library, one.
+    assert seeded.artifact.validation["speed"]["threads"] == 1 and seeded.library.threads == 1
+    assert farm.load("mlp-tiny", "llvm", 1, registry=registry, threads=2).library.threads == 2
+    # Had it found every core worth their wait, load follows that, whatever the latency stored.
+    _store_speed_threads(registry, job.artifact.id, 2)
+    assert farm.load("mlp-tiny", "llvm", 1, registry=registry).library.threads == available_cores()
 
     with pytest.raises(BadInput, match=f"weight '{names[-1]}' of mlp-tiny is missing"):
         farm.load("mlp-tiny", "llvm", 1, registry=registry, weights={n: mine[n] for n in names[:-1]})

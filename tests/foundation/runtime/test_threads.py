@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from foundation.errors import BadInput
-from foundation.runtime.threads import SERIAL_BELOW_MS, parse_threads, threads_for
+from foundation.runtime.threads import SERIAL_BELOW_MS, SERIAL_COSTS_AT_MOST, parse_threads, threads_for, timed_threads
 
 
 def test_auto_runs_a_microsecond_library_serially_and_a_larger_one_on_every_core():
@@ -14,6 +14,25 @@ def test_auto_runs_a_microsecond_library_serially_and_a_larger_one_on_every_core
     assert threads_for("auto", SERIAL_BELOW_MS, cores=8) == 8
     assert threads_for("auto", 30.0, cores=2) == 2
     assert threads_for("auto", None, cores=4) == 4  # nothing stored: every core, as tuned
+
+
+def test_validation_runs_serially_only_what_one_thread_runs_fast_and_at_little_cost():
+    # Microseconds, a second thread buying nothing or little: serial.
+    assert timed_threads(0.033, 0.029, cores=2) == 1
+    assert timed_threads(0.4, 0.4 * SERIAL_COSTS_AT_MOST, cores=2) == 1
+    # Under SERIAL_BELOW_MS on every core, but one thread would cost 1.9x: every core.
+    assert timed_threads(0.97, 1.84, cores=2) == 2
+    assert timed_threads(0.3, 0.3 * SERIAL_COSTS_AT_MOST * 1.01, cores=8) == 8
+    # Serial only under SERIAL_BELOW_MS on one thread, however little every core buys.
+    assert timed_threads(0.9, SERIAL_BELOW_MS, cores=2) == 2
+    assert timed_threads(30.0, None, cores=2) == 2  # not timed on one thread: every core
+
+
+def test_auto_follows_the_threads_validation_stored_over_the_latency():
+    assert threads_for("auto", 0.5, cores=8, stored_threads=8) == 8
+    assert threads_for("auto", 0.5, cores=4, stored_threads=2) == 4  # "every core" on the box it loads on
+    assert threads_for("auto", 30.0, cores=8, stored_threads=1) == 1
+    assert threads_for(3, 0.5, cores=8, stored_threads=1) == 3  # a count asked for wins
 
 
 def test_an_explicit_count_wins_whatever_was_stored():
