@@ -134,26 +134,37 @@ def task_kind(name: str) -> str:
     return "conv" if "conv2d" in name else "matmul"
 
 
+# Rounds after a step's first that make up the trials it lost to failed or repeated candidates.
+TOPUP_ROUNDS = 3
+
+
 def measured_trials(database, mod) -> int:
     """How many valid records the registry holds for ``mod``: the trials it has measured."""
     return len(database.get_top_k(database.commit_workload(mod), 1 << 30))
 
 
 def tune_to(tasks, step: int, target, database, pools, work_dir: Path) -> float:
-    """Tune ``tasks`` until each has measured ``step`` trials in all; the seconds it took."""
+    """Tune ``tasks`` until each has ``step`` valid records in all; the seconds it took.
+
+    A candidate that fails to build or run, or a schedule measured again (stored once), leaves a
+    round short of its trials: up to TOPUP_ROUNDS more rounds make up the difference."""
     from foundation.domain.trial_plan import PlannedTrials, TrialPlan
     from foundation.meta_schedule.tuner import TuningBudget, tune
 
-    more = [max(0, step - measured_trials(database, t.mod)) for t in tasks]
-    if not any(more):
-        return 0.0
-    plan = TrialPlan(tasks=tuple(PlannedTrials(t.name, n, 1.0 / len(tasks), False, False) for t, n in zip(tasks, more)),
-                     budget=sum(more), per_task_cap=max(more))
-    budget = TuningBudget(max_trials_global=sum(more), max_trials_per_task=max(more),
-                          num_trials_per_iter=max(1, min(16, max(more))))
-    begin = time.monotonic()
-    tune(tasks, target, database, budget, work_dir / f"step-{step}", pools=pools, plan=plan)
-    return time.monotonic() - begin
+    seconds = 0.0
+    for attempt in range(1 + TOPUP_ROUNDS):
+        more = [max(0, step - measured_trials(database, t.mod)) for t in tasks]
+        if not any(more):
+            break
+        plan = TrialPlan(tasks=tuple(PlannedTrials(t.name, n, 1.0 / len(tasks), False, False)
+                                     for t, n in zip(tasks, more)),
+                         budget=sum(more), per_task_cap=max(more))
+        budget = TuningBudget(max_trials_global=sum(more), max_trials_per_task=max(more),
+                              num_trials_per_iter=max(1, min(16, max(more))))
+        begin = time.monotonic()
+        tune(tasks, target, database, budget, work_dir / f"step-{step}-{attempt}", pools=pools, plan=plan)
+        seconds += time.monotonic() - begin
+    return seconds
 
 
 def main(argv: list[str] | None = None) -> int:
