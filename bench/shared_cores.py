@@ -54,29 +54,24 @@ def engines_for(model: str, batch: int, registry: str | None, cores: int):
     from foundation.job_driver.tuning_rounds import exported_onnx
     from foundation.models.loading import load_model
     from foundation.runtime.onnx_reference import OnnxRuntimeModel
-    from foundation.runtime.threads import threads_for
 
-    deployed = farm.load(model, TARGET, batch=batch, registry=registry)
     loaded = load_model(model, batch)
     weights, inputs = loaded.make_weights(0), loaded.make_inputs(0)
+    # One load per engine, each with its own count: auto is farm.load's default (its count, and on
+    # every core the step back to one thread while the cores are taken, LoadedLibrary.busy_backoff).
+    # Each resizes the process's pool before its runs, only when the count changes: each block of
+    # interleaved runs starts with an untimed call, which pays for it.
+    deployed = {threads: farm.load(model, TARGET, batch=batch, registry=registry, threads=threads)
+                for threads in ("auto", 1, cores)}
+    for one in deployed.values():
+        one.library.set_weights(weights)
     onnx_bytes = Path(model).read_bytes() if model.endswith(".onnx") else exported_onnx(loaded, 0)
     ort = OnnxRuntimeModel(onnx_bytes, [s.name for s in loaded.inputs], f"{model} as ONNX")
-    library = deployed.library
-    library.set_weights(weights)
-    stored_ms = deployed.artifact.latency_median_ms
-    auto = threads_for("auto", stored_ms, cores)
-
-    def on(count: int):
-        """Runs on ``count`` threads. The library resizes the pool before each run to its own
-        count (LoadedLibrary.threads), and only when that changes: each block of interleaved
-        runs starts with an untimed call, which pays for it."""
-        def run(xs):
-            library.threads = count
-            return library(xs)
-        return run
-
-    engines = [Engine(f"farm auto ({auto})", on(auto)), Engine("farm 1 thread", on(1)),
-               Engine(f"farm {cores} threads", on(cores)), Engine("onnxruntime", ort)]
+    stored_ms = deployed["auto"].artifact.latency_median_ms
+    auto = deployed["auto"].library.threads
+    auto_name = f"farm auto ({auto}{', 1 when busy' if deployed['auto'].library.busy_backoff else ''})"
+    engines = [Engine(auto_name, deployed["auto"].library), Engine("farm 1 thread", deployed[1].library),
+               Engine(f"farm {cores} threads", deployed[cores].library), Engine("onnxruntime", ort)]
     reference = ort(inputs)
     for engine in engines[:3]:
         agreed = check_outputs(engine.run(inputs), reference, engine.name)

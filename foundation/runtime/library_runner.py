@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from foundation.domain.weights_layout import TRANSFORM_PARAMS_FUNCTION
-from foundation.runtime.threads import threads_for, use_threads
+from foundation.runtime.busy_backoff import BusyBackoff
+from foundation.runtime.threads import AUTO, parse_threads, threads_for, use_threads
 
 if TYPE_CHECKING:  # pragma: no cover
     import tvm
@@ -82,10 +83,15 @@ class LoadedLibrary:
         self.module = module  # for a second VM over the same code (bench/prepack.py times kernels on one)
         self.vm = relax.VirtualMachine(module, self.device)
         self.threads: int | None = None
+        # auto on every core: one thread while calls say other work holds the cores.
+        self.busy_backoff: BusyBackoff | None = None
         if threads is not None and target_kind != "cuda":
             from foundation.hardware.fingerprint import available_cores
 
-            self.threads = threads_for(threads, stored_latency_ms, available_cores(), stored_threads)
+            cores = available_cores()
+            self.threads = threads_for(threads, stored_latency_ms, cores, stored_threads)
+            if parse_threads(threads) == AUTO and self.threads > 1 and stored_latency_ms:
+                self.busy_backoff = BusyBackoff(self.threads, stored_latency_ms)
         self.prepacked = bool(self.vm.module.implements_function(TRANSFORM_PARAMS_FUNCTION))
         self._weights: list | None = None
 
@@ -100,8 +106,14 @@ class LoadedLibrary:
         self._weights = tensors
 
     def __call__(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
-        args = self.device_arguments(inputs)
-        return _to_numpy(self.vm["main"](*args))
+        if self.busy_backoff is None:
+            return _to_numpy(self.vm["main"](*self.device_arguments(inputs)))
+        self.threads = self.busy_backoff.threads()
+        args = self.device_arguments(inputs)  # resizes the pool if the count changed: not timed
+        begin = time.perf_counter()
+        result = self.vm["main"](*args)
+        self.busy_backoff.ran(self.threads, (time.perf_counter() - begin) * 1e3)
+        return _to_numpy(result)
 
     def time(self, inputs: Sequence[np.ndarray], runs: int = 20, warmup: int = 3) -> Latency:
         """Wall-clock latency of ``main`` on device-resident arguments, synchronised."""

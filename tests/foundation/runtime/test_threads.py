@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 from foundation.errors import BadInput
+from foundation.runtime.busy_backoff import SLOW_IN_A_ROW
 from foundation.runtime.threads import SERIAL_BELOW_MS, SERIAL_COSTS_AT_MOST, parse_threads, threads_for, timed_threads
 
 
@@ -84,3 +85,31 @@ def test_each_library_runs_on_its_own_count_in_one_process(mlp_tiny_library, mon
     serial.time(inputs, runs=2, warmup=0)
     assert pool_size() == 1
     np.testing.assert_array_equal(first[0], second[0])  # same kernels, same sums per element
+
+
+def test_auto_on_every_core_steps_back_to_one_thread_after_a_slow_call(mlp_tiny_library, monkeypatch):
+    import tvm
+
+    from foundation.runtime.library_runner import LoadedLibrary
+
+    monkeypatch.setenv("TVM_NUM_THREADS", "2")
+    monkeypatch.setattr("foundation.hardware.fingerprint.available_cores", lambda: 2)
+    loaded, library = mlp_tiny_library
+    inputs, weights = loaded.make_inputs(0), loaded.make_weights(0)
+    # Stored on every core at a latency no call can meet: every call after the first reads as a
+    # box whose cores are taken.
+    auto = LoadedLibrary(library, "llvm", threads="auto", stored_threads=2, stored_latency_ms=1e-9)
+    asked = LoadedLibrary(library, "llvm", threads=2, stored_latency_ms=1e-9)
+    for model in (auto, asked):
+        model.set_weights(weights)
+    assert auto.threads == 2 and auto.busy_backoff is not None and asked.busy_backoff is None
+    first = auto(inputs)  # the first call is not judged
+    for _ in range(SLOW_IN_A_ROW):
+        assert auto.threads == 2
+        auto(inputs)
+    again = auto(inputs)
+    assert auto.threads == 1 and tvm.get_global_func("runtime.NumThreads")() == 1
+    asked(inputs)
+    asked(inputs)
+    assert asked.threads == 2 and tvm.get_global_func("runtime.NumThreads")() == 2
+    np.testing.assert_array_equal(first[0], again[0])
