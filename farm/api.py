@@ -83,8 +83,9 @@ def load(model: str, target: str = "llvm", batch: int = 1, *, registry: str | No
     "prepacked-nchwc") loads only an artifact of that form; by default the newest of any.
     ``threads``: how many threads its kernels run on, or "auto": what its validation chose, one
     thread for a library under a millisecond on one thread that costs at most 1.5x its time on
-    every core (robust on a box whose cores are busy), else every core
-    (foundation.runtime.threads).
+    every core (robust on a box whose cores are busy), else every core, stepping back to one
+    thread while its calls say other work holds the cores (foundation.runtime.threads,
+    foundation.runtime.busy_backoff).
     """
     from foundation.registry.engine import RegistryMissing
     from foundation.runtime.library_runner import LoadedLibrary
