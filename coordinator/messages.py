@@ -82,7 +82,7 @@ def job_message(view: JobView) -> farm_pb2.Job:
                                           std_ms=a.latency_std_ms),
             untuned_latency=farm_pb2.LatencyStats(mean_ms=a.untuned_latency_mean_ms or 0.0),
             validated=bool(validation.get("passed"))))
-        speed = validation.get("speed")
+        speed = a.speed
         if speed:
             message.artifact.speed.CopyFrom(farm_pb2.UntunedSpeed(
                 tuned_median_ms=speed["tuned_median_ms"], untuned_median_ms=speed["untuned_median_ms"],

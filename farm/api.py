@@ -124,7 +124,7 @@ def load(model: str, target: str = "llvm", batch: int = 1, *, registry: str | No
     try:
         loaded = LoadedLibrary(library, ctx.target["kind"], threads=threads,
                                stored_latency_ms=artifact.latency_median_ms,
-                               stored_threads=((artifact.validation or {}).get("speed") or {}).get("threads"))
+                               stored_threads=(artifact.speed or {}).get("threads"))
     except Exception as err:  # a library that passes sha256 but not the loader
         raise RegistryError(f"artifact {artifact.id} cannot be loaded: {err}",
                         f"re-tune it with `farm submit {model} {target} {batch} --retune`") from None

@@ -169,8 +169,8 @@ def artifact_json(artifact: "Artifact") -> dict:
         "untuned_latency_ms": artifact.untuned_latency_mean_ms,
         "validation": artifact.validation,
         # Loud on purpose: a stored library slower than the untuned build, or the untuned build kept instead.
-        "slower_than_untuned": bool((artifact.validation or {}).get("speed", {}).get("slower_than_untuned")),
-        "speed": (artifact.validation or {}).get("speed"),
+        "slower_than_untuned": bool((artifact.speed or {}).get("slower_than_untuned")),
+        "speed": artifact.speed,
         "tvm_version": artifact.tvm_version,
         "weights_layout": artifact.weights_layout,
         "created_at": artifact.created_at.isoformat() if artifact.created_at else None,

@@ -88,6 +88,12 @@ class Artifact:
     invalid_reason: str | None = None
     weights_layout: str = "plain"  # or "prepacked", "prepacked-nchwc": the library rearranges plain weights at load
 
+    @property
+    def speed(self) -> dict[str, Any] | None:
+        """Its validation's timing against the untuned build (foundation.domain.untuned_speed), with
+        the threads it chose; None where the untuned build was not timed."""
+        return (self.validation or {}).get("speed")
+
 
 @dataclass(frozen=True)
 class TuningLock:

@@ -88,9 +88,9 @@ class LoadedLibrary:
         if threads is not None and target_kind != "cuda":
             from foundation.hardware.fingerprint import available_cores
 
-            cores = available_cores()
-            self.threads = threads_for(threads, stored_latency_ms, cores, stored_threads)
-            if parse_threads(threads) == AUTO and self.threads > 1 and stored_latency_ms:
+            choice = parse_threads(threads)
+            self.threads = threads_for(choice, stored_latency_ms, available_cores(), stored_threads)
+            if choice == AUTO and self.threads > 1 and stored_latency_ms:
                 self.busy_backoff = BusyBackoff(self.threads, stored_latency_ms)
         self.prepacked = bool(self.vm.module.implements_function(TRANSFORM_PARAMS_FUNCTION))
         self._weights: list | None = None

@@ -6,11 +6,11 @@ pinned thread its core back: a model of microsecond kernels ran at 20 ms instead
 beside two CPU-bound processes on a 2-core box, while on one thread it ran as fast as quiet
 (docs/benchmarks.md, "Latency when the cores are shared"). A larger model gains from every
 core on a quiet box (bert-tiny b1: 1.8x) and still waits at each barrier on a busy one (170x its
-quiet time there): no count is right for both, and which the box will be is not known here. So
-by default ("auto") validation times a library
-under SERIAL_BELOW_MS on every core on one thread too, and runs it serially where that costs at
-most SERIAL_COSTS_AT_MOST its time on every core (``timed_threads``); the choice is stored with
-the library and `farm.load` follows it. A library stored without one runs serially under
+quiet time there): no count is right for both, and which the box will be is only known call by
+call (foundation.runtime.busy_backoff). So by default ("auto") validation times a library under
+SERIAL_BELOW_MS on every core on one thread too, and runs it serially where that costs at most
+SERIAL_COSTS_AT_MOST its time on every core (``timed_threads``); the choice is stored with the
+library and `farm.load` follows it. A library stored without one runs serially under
 SERIAL_BELOW_MS. A number asks for exactly that many.
 """
 
