@@ -246,6 +246,10 @@ def main(argv: list[str] | None = None) -> int:
     if min(args.donor_batch, args.batch, args.trials_per_task, args.donor_trials_per_task) < 1:
         print("error: batches and trial budgets must be positive (pass numbers >= 1)", file=sys.stderr)
         return 2
+    if args.donor_registry is not None and not args.donor_registry.is_file():
+        print(f"error: no registry file at {args.donor_registry} (pass a SQLite file where the donor is tuned, "
+              "or leave --donor-registry out to tune the donor)", file=sys.stderr)
+        return 2
 
     work = Path(tempfile.mkdtemp(prefix="farm-warm-bench-"))
     os.environ["FARM_HOME"] = str(work / "home")

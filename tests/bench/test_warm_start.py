@@ -25,6 +25,15 @@ def test_a_budget_of_nothing_is_refused_with_exit_2(tmp_path):
     assert done.stderr.strip().splitlines() == ["error: batches and trial budgets must be positive (pass numbers >= 1)"]
 
 
+def test_a_missing_donor_registry_is_refused_with_exit_2_and_nothing_tuned(tmp_path):
+    missing = tmp_path / "donors.db"
+    done = warm_start("--donor-registry", str(missing), home=tmp_path)
+    assert done.returncode == 2, done.stderr
+    [line] = done.stderr.strip().splitlines()
+    assert line.startswith(f"error: no registry file at {missing} (")
+    assert not missing.exists() and not any(tmp_path.iterdir())
+
+
 @pytest.mark.slow
 def test_a_similar_model_is_seeded_and_timed_against_cold_at_the_same_budget(tmp_path):
     plot = tmp_path / "warm-start.png"
