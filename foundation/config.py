@@ -14,6 +14,9 @@ KEEP_SLOWER_ENV = "FARM_KEEP_SLOWER_TUNED"
 # 0/false/no: builder and runner workers start as TVM starts them, each importing TVM, instead of
 # forked from one process per target kind that imported it once (foundation.meta_schedule.forked_workers).
 FORK_WORKERS_ENV = "FARM_FORK_WORKERS"
+# 0/false/no: float32 exp on CPUs compiles to libm's expf call per element, as TVM does, instead of a
+# polynomial the loop vectorises (foundation.hardware.polynomial_exp).
+POLYNOMIAL_EXP_ENV = "FARM_POLYNOMIAL_EXP"
 
 
 def data_dir() -> Path:
@@ -50,6 +53,11 @@ def keep_slower_tuned() -> bool:
 def fork_workers() -> bool:
     """Whether builder and runner workers are forked from one process that imported TVM (FORK_WORKERS_ENV)."""
     return env_flag(FORK_WORKERS_ENV, True)
+
+
+def polynomial_exp() -> bool:
+    """Whether float32 exp compiles to a vectorisable polynomial on CPUs (POLYNOMIAL_EXP_ENV)."""
+    return env_flag(POLYNOMIAL_EXP_ENV, True)
 
 
 def job_work_dir(job_id: str) -> Path:

@@ -1,0 +1,97 @@
+"""float32 exp as libm's expf call against the farm's polynomial: a tuned model built twice from the
+same records, timed in one process, interleaved.
+
+The farm lowers float32 exp on CPUs to a polynomial the loops vectorise
+(foundation.hardware.polynomial_exp); TVM's own lowering calls libm's scalar expf per element.
+Same records, weights and inputs; the first build runs with FARM_POLYNOMIAL_EXP=0 (the rule is
+registered only after it), the second with the rule. Prints the whole model's median for both,
+the kernels that changed most, and how far the outputs moved. The ratio is polynomial / libm:
+below 1 the polynomial is faster.
+
+    FARM_HOME=... .venv/bin/python bench/polynomial_exp.py bert [--batch 1] [--registry URL]
+        [--rounds 8] [--runs 5] [--json OUT]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from prepack import cpu_name, load_average, spread, time_interleaved
+
+TARGET = "llvm"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("model")
+    parser.add_argument("--batch", type=int, default=1)
+    parser.add_argument("--registry", default=None, help="registry URL (default: $FARM_REGISTRY, else FARM_HOME's)")
+    parser.add_argument("--rounds", type=int, default=8)
+    parser.add_argument("--runs", type=int, default=5, help="runs per library per round")
+    parser.add_argument("--top", type=int, default=8, help="kernels listed")
+    parser.add_argument("--json", type=Path, default=None)
+    args = parser.parse_args()
+
+    from foundation.config import POLYNOMIAL_EXP_ENV
+
+    os.environ[POLYNOMIAL_EXP_ENV] = "0"  # the libm build first: a registered rule stays for the process
+    from farm.session import open_context
+    from foundation.compile import build_library
+    from foundation.hardware.tvm_startup import install_lean_tensor_intrinsics, pin_tvm_threads
+
+    pin_tvm_threads()
+    install_lean_tensor_intrinsics(TARGET)
+    from foundation.meta_schedule.database.registry_database import tvm_database_for
+    from foundation.models.loading import load_model
+    from foundation.runtime.library_runner import LoadedLibrary
+    from foundation.runtime.validation import compare_outputs
+
+    header = {"command": " ".join([Path(sys.executable).name, *sys.argv]), "cpu": cpu_name(),
+              "cores": os.cpu_count(), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+              "load_before": load_average(), "tvm_num_threads": os.environ.get("TVM_NUM_THREADS"),
+              "model": args.model, "batch": args.batch}
+    print(f"{header['cpu']}, {header['cores']} CPUs, {header['date']}, load {header['load_before']}, "
+          f"TVM_NUM_THREADS={header['tvm_num_threads']}", flush=True)
+    ctx = open_context(args.registry, TARGET)
+    model = load_model(args.model, args.batch)
+    target = ctx.tvm_target()
+    database = tvm_database_for(ctx.store, ctx.fingerprint.id, ctx.target_json, ctx.tvm_version, ctx.software)
+    built = {"libm": build_library(model, target, database, prepack=True, block_activations=True)}
+    os.environ[POLYNOMIAL_EXP_ENV] = "1"
+    built["polynomial"] = build_library(model, target, database, prepack=True, block_activations=True)
+    weights, inputs = model.make_weights(0), model.make_inputs(0)
+    libraries = {}
+    for form, library in built.items():
+        libraries[form] = LoadedLibrary(library, TARGET)
+        libraries[form].set_weights(weights)
+    agreement = compare_outputs(libraries["polynomial"](inputs), libraries["libm"](inputs))
+    print(f"outputs: {'agree' if agreement.passed else 'DISAGREE'} (max abs err {agreement.max_abs_err:.2e})",
+          flush=True)
+    whole, kernels = time_interleaved(libraries, inputs, args.rounds, args.runs)
+    whole_ms = {f: spread(s) for f, s in whole.items()}
+    kernel_us = {f: {name: spread(samples) for name, samples in kernels[f].items()} for f in libraries}
+    common = [n for n in kernel_us["libm"] if n in kernel_us["polynomial"]]
+    moved = sorted(common, key=lambda n: kernel_us["polynomial"][n]["median"] - kernel_us["libm"][n]["median"])
+    for name in moved[:args.top]:
+        print(f"  {name:<44} libm {kernel_us['libm'][name]['median']:9.1f} us, polynomial "
+              f"{kernel_us['polynomial'][name]['median']:9.1f} us")
+    ratio = whole_ms["polynomial"]["median"] / whole_ms["libm"]["median"]
+    print(f"whole model: libm {whole_ms['libm']['median']:.2f} ms (p10 {whole_ms['libm']['p10']:.2f}, "
+          f"p90 {whole_ms['libm']['p90']:.2f}), polynomial {whole_ms['polynomial']['median']:.2f} ms "
+          f"(p10 {whole_ms['polynomial']['p10']:.2f}, p90 {whole_ms['polynomial']['p90']:.2f}): ratio "
+          f"{ratio:.3f}; load at the end {load_average()}")
+    if args.json:
+        args.json.write_text(json.dumps({**header, "load_after": load_average(), "max_abs_err": agreement.max_abs_err,
+                                         "whole_ms": whole_ms, "kernels_us": kernel_us, "ratio": ratio}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
