@@ -8,7 +8,8 @@ numpy's float32 matmul of two 2048x2048 matrices, on the same threads, is the ya
 timed again right before each kernel, and each ratio is against that neighbouring figure, so a
 burst of load on a shared box moves both sides of a ratio rather than one.
 
-    FARM_HOME=... .venv/bin/python bench/kernels.py resnet-18|MODEL.onnx [--batch 1] [--registry URL] [--json]
+    FARM_HOME=... .venv/bin/python bench/kernels.py resnet-18|MODEL.onnx [--batch 1] [--registry URL]
+        [--cache-flush] [--json]
 
 Exit codes: 0 done; 2 bad arguments; 3 no registry, or no record in it for any such task; 4 a
 registry that cannot be read.
@@ -67,8 +68,13 @@ def kernel_of(mod):
     return RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(mod)
 
 
-def time_kernel(mod, target, number: int, repeat: int) -> float:
-    """Median seconds of one call of the scheduled PrimFunc ``mod['main']`` (its kernel_of)."""
+def time_kernel(mod, target, number: int, repeat: int, cache_flush: bool = False) -> float:
+    """Median seconds of one call of the scheduled PrimFunc ``mod['main']`` (its kernel_of).
+
+    With ``cache_flush`` every call is one repeat, after TVM flushes the CPU caches of all its
+    arguments but the first (`cache_flush_cpu_non_first_arg`, as MetaSchedule's runner does
+    with `enable_cpu_cache_flush`): the weights come from memory, as in a model whose other
+    kernels have run in between, instead of from a cache the previous call left warm."""
     import tvm
     from tvm.s_tir import meta_schedule as ms
 
@@ -77,7 +83,11 @@ def time_kernel(mod, target, number: int, repeat: int) -> float:
     device = tvm.cpu()
     args = [tvm.runtime.tensor(np.zeros([int(d) for d in info.shape], str(info.dtype)), device)
             for info in ms.arg_info.ArgInfo.from_prim_func(mod["main"])]
-    evaluator = executable.mod.time_evaluator("main", device, number=number, repeat=repeat, min_repeat_ms=50)
+    if cache_flush:
+        evaluator = executable.mod.time_evaluator("main", device, number=1, repeat=max(repeat, 20),
+                                                  f_preproc="cache_flush_cpu_non_first_arg")
+    else:
+        evaluator = executable.mod.time_evaluator("main", device, number=number, repeat=repeat, min_repeat_ms=50)
     return float(np.median(evaluator(*args).results))
 
 
@@ -92,6 +102,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=None, help="also write the results as JSON here")
     parser.add_argument("--weights-layout", default="auto", choices=["auto", *(form.value for form in WeightsLayout)],
                         help="which form's kernels (auto: the form `farm submit` tunes by default)")
+    parser.add_argument("--cache-flush", action="store_true",
+                        help="time each call after flushing the caches of its weights (at least 20 calls)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
 
@@ -133,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
             continue
         neighbour = numpy_sgemm_gflops(repeats=3)["gflops"]
         sgemm_samples.append(neighbour)
-        seconds = time_kernel(schedule.mod, target, number=1, repeat=args.repeat)
+        seconds = time_kernel(schedule.mod, target, number=1, repeat=args.repeat, cache_flush=args.cache_flush)
         gflops = task.flop / seconds / 1e9
         rows.append({"task": task.name, "weight": task.weight, "gflop": task.flop / 1e9, "tuned": True,
                      "ms": seconds * 1e3, "gflops": gflops, "numpy_sgemm_gflops": neighbour,
@@ -154,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
     seconds = sum(r["ms"] / 1e3 * r["weight"] for r in tuned)
     report = {
         "model": args.model, "batch": args.batch, "fingerprint": ctx.fingerprint.id,
-        "weights_layout": layout.value,
+        "weights_layout": layout.value, "cache_flush": args.cache_flush,
         "date_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "cpu": cpu_model(), "loadavg_before": load_before, "loadavg_after": load_average(),
         "tvm_threads": __import__("os").environ.get("TVM_NUM_THREADS"),

@@ -55,6 +55,14 @@ def test_kernels_of_a_tuned_model_against_numpy_sgemm(tuned_mlp_home, tmp_path):
     assert "x numpy sgemm" in done.stdout
 
 
+def test_kernels_timed_after_a_cache_flush_say_so_and_time_every_tuned_kernel(tuned_mlp_home, tmp_path):
+    _, report = bench_report("kernels.py", "--cache-flush", home=tuned_mlp_home, out=tmp_path / "flushed.json")
+    assert report["cache_flush"] is True
+    kernels = [k for k in report["kernels"] if k["tuned"]]
+    assert {k["task"] for k in kernels} == {"fused_matmul_add_relu1", "fused_matmul1_add11"}
+    assert all(k["ms"] > 0 and k["gflops"] > 0 for k in kernels)
+
+
 def _built_untuned(home: Path) -> set[str]:
     """The tasks the fixture's job built untuned (foundation.job_driver.built_untuned)."""
     from foundation.domain.job_spec import job_notes
