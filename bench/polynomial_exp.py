@@ -18,15 +18,13 @@ import argparse
 import json
 import os
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from prepack import cpu_name, load_average, spread, time_interleaved
-
-TARGET = "llvm"
+from _same_records import build_default_form, loaded_and_compared, model_and_records, report_header
+from prepack import load_average, spread, time_interleaved
 
 
 def main() -> None:
@@ -43,36 +41,12 @@ def main() -> None:
     from foundation.config import POLYNOMIAL_EXP_ENV
 
     os.environ[POLYNOMIAL_EXP_ENV] = "0"  # the libm build first: a registered rule stays for the process
-    from farm.session import open_context
-    from foundation.compile import build_library
-    from foundation.hardware.tvm_startup import install_lean_tensor_intrinsics, pin_tvm_threads
-
-    pin_tvm_threads()
-    install_lean_tensor_intrinsics(TARGET)
-    from foundation.meta_schedule.database.registry_database import tvm_database_for
-    from foundation.models.loading import load_model
-    from foundation.runtime.library_runner import LoadedLibrary
-    from foundation.runtime.validation import compare_outputs
-
-    header = {"command": " ".join([Path(sys.executable).name, *sys.argv]), "cpu": cpu_name(),
-              "cores": os.cpu_count(), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-              "load_before": load_average(), "tvm_num_threads": os.environ.get("TVM_NUM_THREADS"),
-              "model": args.model, "batch": args.batch}
-    print(f"{header['cpu']}, {header['cores']} CPUs, {header['date']}, load {header['load_before']}, "
-          f"TVM_NUM_THREADS={header['tvm_num_threads']}", flush=True)
-    ctx = open_context(args.registry, TARGET)
-    model = load_model(args.model, args.batch)
-    target = ctx.tvm_target()
-    database = tvm_database_for(ctx.store, ctx.fingerprint.id, ctx.target_json, ctx.tvm_version, ctx.software)
-    built = {"libm": build_library(model, target, database, prepack=True, block_activations=True)}
+    header = report_header(args.model, args.batch)
+    model, target, database = model_and_records(args.registry, args.model, args.batch)
+    built = {"libm": build_default_form(model, target, database)}
     os.environ[POLYNOMIAL_EXP_ENV] = "1"
-    built["polynomial"] = build_library(model, target, database, prepack=True, block_activations=True)
-    weights, inputs = model.make_weights(0), model.make_inputs(0)
-    libraries = {}
-    for form, library in built.items():
-        libraries[form] = LoadedLibrary(library, TARGET)
-        libraries[form].set_weights(weights)
-    agreement = compare_outputs(libraries["polynomial"](inputs), libraries["libm"](inputs))
+    built["polynomial"] = build_default_form(model, target, database)
+    libraries, inputs, agreement = loaded_and_compared(built, model)
     print(f"outputs: {'agree' if agreement.passed else 'DISAGREE'} (max abs err {agreement.max_abs_err:.2e})",
           flush=True)
     whole, kernels = time_interleaved(libraries, inputs, args.rounds, args.runs)

@@ -17,17 +17,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from prepack import cpu_name, load_average, spread, time_interleaved
-
-TARGET = "llvm"
+from _same_records import build_default_form, loaded_and_compared, model_and_records, report_header
+from prepack import load_average, spread, time_interleaved
 
 
 def serial_small(mod, max_flop: float):
@@ -56,10 +53,8 @@ def serial_small(mod, max_flop: float):
 
 
 def build(model, target, database, max_flop: float | None) -> tuple[bytes, list[str]]:
-    """The farm's prepacked build (foundation.compile.build_library), small kernels made serial
-    just before compiling when ``max_flop`` is given."""
-    from foundation.compile import build_library
-
+    """The farm's build of the default form, small kernels made serial just before compiling
+    when ``max_flop`` is given."""
     changed: list[str] = []
 
     def serial(lowered):
@@ -69,7 +64,7 @@ def build(model, target, database, max_flop: float | None) -> tuple[bytes, list[
         changed.extend(names)
         return lowered
 
-    return build_library(model, target, database, prepack=True, before_compile=serial), changed
+    return build_default_form(model, target, database, before_compile=serial), changed
 
 
 def main() -> None:
@@ -83,35 +78,12 @@ def main() -> None:
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
 
-    from farm.session import open_context
-    from foundation.hardware.tvm_startup import install_lean_tensor_intrinsics, pin_tvm_threads
-
-    pin_tvm_threads()
-    install_lean_tensor_intrinsics(TARGET)
-    from foundation.meta_schedule.database.registry_database import tvm_database_for
-    from foundation.models.loading import load_model
-    from foundation.runtime.library_runner import LoadedLibrary
-    from foundation.runtime.validation import compare_outputs
-
-    header = {"command": " ".join([Path(sys.executable).name, *sys.argv]), "cpu": cpu_name(),
-              "cores": os.cpu_count(), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-              "load_before": load_average(), "tvm_num_threads": os.environ.get("TVM_NUM_THREADS"),
-              "model": args.model, "batch": args.batch, "max_mflop": args.max_mflop}
-    print(f"{header['cpu']}, {header['cores']} CPUs, {header['date']}, load {header['load_before']}, "
-          f"TVM_NUM_THREADS={header['tvm_num_threads']}", flush=True)
-    ctx = open_context(args.registry, TARGET)
-    model = load_model(args.model, args.batch)
-    target = ctx.tvm_target()
-    database = tvm_database_for(ctx.store, ctx.fingerprint.id, ctx.target_json, ctx.tvm_version, ctx.software)
+    header = report_header(args.model, args.batch, max_mflop=args.max_mflop)
+    model, target, database = model_and_records(args.registry, args.model, args.batch)
     as_built, _ = build(model, target, database, None)
     serial, changed = build(model, target, database, args.max_mflop * 1e6)
     print(f"serial kernels (< {args.max_mflop} MFLOP): {', '.join(changed) or 'none'}", flush=True)
-    weights, inputs = model.make_weights(0), model.make_inputs(0)
-    libraries = {}
-    for form, library in (("as-built", as_built), ("serial-small", serial)):
-        libraries[form] = LoadedLibrary(library, TARGET)
-        libraries[form].set_weights(weights)
-    agreement = compare_outputs(libraries["serial-small"](inputs), libraries["as-built"](inputs))
+    libraries, inputs, agreement = loaded_and_compared({"as-built": as_built, "serial-small": serial}, model)
     if not agreement.passed:
         raise SystemExit(f"error: the two builds disagree: {agreement.reason}")
     whole, kernels = time_interleaved(libraries, inputs, args.rounds, args.runs)

@@ -1,0 +1,67 @@
+"""A tuned model built two ways from one registry's records, both loaded in one process: the set-up of
+bench/serial_small_kernels.py and bench/polynomial_exp.py, which then time the two interleaved."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+
+from prepack import cpu_name, load_average
+
+TARGET = "llvm"
+
+
+def report_header(model: str, batch: int, **extra) -> dict:
+    """The command, CPU, date, load and TVM's threads (as the farm sets them) a report starts
+    with; printed as one line."""
+    from foundation.hardware.tvm_startup import pin_tvm_threads
+
+    pin_tvm_threads()
+    header = {"command": " ".join([Path(sys.executable).name, *sys.argv]), "cpu": cpu_name(),
+              "cores": os.cpu_count(), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+              "load_before": load_average(), "tvm_num_threads": os.environ.get("TVM_NUM_THREADS"),
+              "model": model, "batch": batch, **extra}
+    print(f"{header['cpu']}, {header['cores']} CPUs, {header['date']}, load {header['load_before']}, "
+          f"TVM_NUM_THREADS={header['tvm_num_threads']}", flush=True)
+    return header
+
+
+def model_and_records(registry: str | None, model_name: str, batch: int):
+    """The model, this box's TVM target and the registry's records for it, as a MetaSchedule database."""
+    from farm.session import open_context
+    from foundation.hardware.tvm_startup import install_lean_tensor_intrinsics
+
+    install_lean_tensor_intrinsics(TARGET)
+    from foundation.meta_schedule.database.registry_database import tvm_database_for
+    from foundation.models.loading import load_model
+
+    ctx = open_context(registry, TARGET)
+    database = tvm_database_for(ctx.store, ctx.fingerprint.id, ctx.target_json, ctx.tvm_version, ctx.software)
+    return load_model(model_name, batch), ctx.tvm_target(), database
+
+
+def build_default_form(model, target, database, before_compile=None) -> bytes:
+    """The library a job builds from these records: the CPU's default form (`auto`'s)."""
+    from foundation.compile import build_library
+    from foundation.domain.weights_layout import weights_layout_for
+
+    form = weights_layout_for("auto", TARGET)
+    return build_library(model, target, database, prepack=form.prepacks, block_activations=form.blocks_activations,
+                         before_compile=before_compile)
+
+
+def loaded_and_compared(built: dict[str, bytes], model):
+    """Each build loaded with the model's seed-0 weights; the inputs; how the second build's outputs
+    compare with the first's (foundation.runtime.validation)."""
+    from foundation.runtime.library_runner import LoadedLibrary
+    from foundation.runtime.validation import compare_outputs
+
+    weights, inputs = model.make_weights(0), model.make_inputs(0)
+    libraries = {}
+    for form, library in built.items():
+        libraries[form] = LoadedLibrary(library, TARGET)
+        libraries[form].set_weights(weights)
+    first, second = libraries.values()
+    return libraries, inputs, compare_outputs(second(inputs), first(inputs))
