@@ -65,3 +65,13 @@ def loaded_and_compared(built: dict[str, bytes], model):
         libraries[form].set_weights(weights)
     first, second = libraries.values()
     return libraries, inputs, compare_outputs(second(inputs), first(inputs))
+
+
+def print_whole_model(whole_ms: dict[str, dict], labels: dict[str, str]) -> float:
+    """Prints both builds' whole-model medians (p10, p90) on one line; returns second / first."""
+    (first, _), (second, _) = labels.items()
+    ratio = whole_ms[second]["median"] / whole_ms[first]["median"]
+    sides = ", ".join(f"{label} {whole_ms[form]['median']:.2f} ms (p10 {whole_ms[form]['p10']:.2f}, "
+                      f"p90 {whole_ms[form]['p90']:.2f})" for form, label in labels.items())
+    print(f"whole model: {sides}: ratio {ratio:.3f}; load at the end {load_average()}")
+    return ratio

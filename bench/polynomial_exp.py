@@ -23,7 +23,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _same_records import build_default_form, loaded_and_compared, model_and_records, report_header
+from _same_records import build_default_form, loaded_and_compared, model_and_records, print_whole_model, report_header
 from prepack import load_average, spread, time_interleaved
 
 
@@ -57,11 +57,7 @@ def main() -> None:
     for name in moved[:args.top]:
         print(f"  {name:<44} libm {kernel_us['libm'][name]['median']:9.1f} us, polynomial "
               f"{kernel_us['polynomial'][name]['median']:9.1f} us")
-    ratio = whole_ms["polynomial"]["median"] / whole_ms["libm"]["median"]
-    print(f"whole model: libm {whole_ms['libm']['median']:.2f} ms (p10 {whole_ms['libm']['p10']:.2f}, "
-          f"p90 {whole_ms['libm']['p90']:.2f}), polynomial {whole_ms['polynomial']['median']:.2f} ms "
-          f"(p10 {whole_ms['polynomial']['p10']:.2f}, p90 {whole_ms['polynomial']['p90']:.2f}): ratio "
-          f"{ratio:.3f}; load at the end {load_average()}")
+    ratio = print_whole_model(whole_ms, {"libm": "libm", "polynomial": "polynomial"})
     if args.json:
         args.json.write_text(json.dumps({**header, "load_after": load_average(), "max_abs_err": agreement.max_abs_err,
                                          "whole_ms": whole_ms, "kernels_us": kernel_us, "ratio": ratio}, indent=1))

@@ -23,7 +23,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _same_records import build_default_form, loaded_and_compared, model_and_records, report_header
+from _same_records import build_default_form, loaded_and_compared, model_and_records, print_whole_model, report_header
 from prepack import load_average, spread, time_interleaved
 
 
@@ -93,11 +93,7 @@ def main() -> None:
         if all(name in small[f] for f in libraries):
             print(f"  {name:<44} as built {small['as-built'][name]['median']:9.1f} us, serial "
                   f"{small['serial-small'][name]['median']:9.1f} us")
-    ratio = whole_ms["serial-small"]["median"] / whole_ms["as-built"]["median"]
-    print(f"whole model: as built {whole_ms['as-built']['median']:.2f} ms (p10 {whole_ms['as-built']['p10']:.2f}, "
-          f"p90 {whole_ms['as-built']['p90']:.2f}), small kernels serial {whole_ms['serial-small']['median']:.2f} ms "
-          f"(p10 {whole_ms['serial-small']['p10']:.2f}, p90 {whole_ms['serial-small']['p90']:.2f}): ratio "
-          f"{ratio:.3f}; load at the end {load_average()}")
+    ratio = print_whole_model(whole_ms, {"as-built": "as built", "serial-small": "small kernels serial"})
     if args.json:
         args.json.write_text(json.dumps({**header, "load_after": load_average(), "serial_kernels": changed,
                                          "whole_ms": whole_ms, "small_kernels_us": small, "ratio": ratio}, indent=1))
