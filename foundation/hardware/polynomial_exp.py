@@ -59,16 +59,20 @@ def polynomial_exp(call):
 
 
 def use_polynomial_exp() -> bool:
-    """Register the rule in this process (once), unless FARM_POLYNOMIAL_EXP=0; whether it is on."""
+    """Register the rule in this process unless FARM_POLYNOMIAL_EXP=0; whether builds here use it.
+
+    Once registered it stays for the process's life (TVM has no way to take a rule back), so a
+    later FARM_POLYNOMIAL_EXP=0 changes nothing and this still says True."""
     global _registered
     from foundation.config import polynomial_exp as wanted
 
+    if _registered:
+        return True
     if not wanted():
         return False
-    if not _registered:
-        from tvm.tirx import register_intrin_lowering
+    from tvm.tirx import register_intrin_lowering
 
-        # Above TVM's own LLVM rule for exp (level 10), which it replaces for every LLVM target.
-        register_intrin_lowering("tirx.exp", target="llvm", f=polynomial_exp, level=99)
-        _registered = True
+    # Above TVM's own LLVM rule for exp (level 10), which it replaces for every LLVM target.
+    register_intrin_lowering("tirx.exp", target="llvm", f=polynomial_exp, level=99)
+    _registered = True
     return True

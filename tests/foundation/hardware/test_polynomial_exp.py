@@ -74,6 +74,16 @@ def test_float32_exp_is_libms_within_two_ulps_with_libms_edges_and_no_expf_call(
     assert "expf" not in asm and asm.count("\n") > 10, asm[:400]
 
 
+def test_a_registered_rule_stays_and_says_so_when_the_switch_is_turned_off_later(exp_builds, monkeypatch):
+    from foundation.hardware.polynomial_exp import use_polynomial_exp
+
+    build_exp, _run = exp_builds
+    monkeypatch.setenv(POLYNOMIAL_EXP_ENV, "0")
+    assert use_polynomial_exp() is True
+    _lib, asm = build_exp(64, "float32", 16)
+    assert "expf" not in asm
+
+
 def test_float64_exp_stays_tvms_llvm_exp(exp_builds):
     build_exp, run = exp_builds
     x = np.linspace(-700, 700, 4001)
