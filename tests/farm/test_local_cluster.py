@@ -138,8 +138,7 @@ def test_cancel_releases_leases(local_farm):
     assert cancelled["state"] == "cancelled"
     # The agent stops promptly: its record count stops growing and it holds no lease.
     def idle():
-        agents = json.loads(local_farm.farm("agents", "--json").stdout)
-        return all(not a.get("running_leases") for a in agents)
+        return all(not a.get("running_leases") for a in local_farm.agents_now())
 
     wait_for(idle, 60, "the agent to drop the cancelled lease")
     settled = registry_records(local_farm.registry_url, job_id)

@@ -237,7 +237,7 @@ def test_an_agent_stopped_with_its_coordinator_mid_tune_leaves_within_its_grace(
                                      "--json").stdout)["job"]
 
     def leased():
-        return any(a.get("running_leases") for a in json.loads(cluster.farm("agents", "--json").stdout))
+        return any(a.get("running_leases") for a in cluster.agents_now())
 
     wait_for(leased, 120, f"the agent to lease a shard of {job_id}")
     time.sleep(3)  # into its first batch
