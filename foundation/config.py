@@ -17,6 +17,9 @@ FORK_WORKERS_ENV = "FARM_FORK_WORKERS"
 # 0/false/no: float32 exp on CPUs compiles to libm's expf call per element, as TVM does, instead of a
 # polynomial the loop vectorises (foundation.hardware.polynomial_exp).
 POLYNOMIAL_EXP_ENV = "FARM_POLYNOMIAL_EXP"
+# 1/true/yes: CPU candidates are timed after their weights are flushed from the caches, one call a
+# repeat (foundation.meta_schedule.measure.MeasureSettings.cache_flush).
+CPU_CACHE_FLUSH_ENV = "FARM_CPU_CACHE_FLUSH"
 
 
 def data_dir() -> Path:
@@ -58,6 +61,11 @@ def fork_workers() -> bool:
 def polynomial_exp() -> bool:
     """Whether float32 exp compiles to a vectorisable polynomial on CPUs (POLYNOMIAL_EXP_ENV)."""
     return env_flag(POLYNOMIAL_EXP_ENV, True)
+
+
+def cpu_cache_flush() -> bool:
+    """Whether CPU candidates are timed with their weights flushed from the caches (CPU_CACHE_FLUSH_ENV)."""
+    return env_flag(CPU_CACHE_FLUSH_ENV, False)
 
 
 def job_work_dir(job_id: str) -> Path:

@@ -7,9 +7,10 @@ import signal
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
+from foundation.config import cpu_cache_flush
 from foundation.hardware.tvm_startup import LeanWorkerInit
 from foundation.meta_schedule.warm_builder import prewarm
 
@@ -52,9 +53,18 @@ class RPCMeasure:
     max_workers: int = 1
 
 
+# Timed with the caches flushed, a CPU candidate runs once a repeat, this many repeats.
+CACHE_FLUSH_REPEATS = 10
+
+
 @dataclass(frozen=True)
 class MeasureSettings:
-    """How candidates are built and timed. ``rpc`` is None for the local device."""
+    """How candidates are built and timed. ``rpc`` is None for the local device.
+
+    ``cache_flush``: each CPU candidate is timed one call at a time, after TVM flushes its arguments
+    but the first (the weights, the output) from the caches, as a layer of a model meets weights
+    that the layers before it evicted; otherwise calls repeat back to back for ``min_repeat_ms``
+    with everything cached."""
 
     build_workers: int | None = None
     build_timeout_sec: float = 120.0
@@ -63,6 +73,17 @@ class MeasureSettings:
     repeat: int = 1
     min_repeat_ms: int = 40
     rpc: RPCMeasure | None = None
+    cache_flush: bool = field(default_factory=cpu_cache_flush)
+
+    def evaluator_config(self, target_kind: str):
+        """MetaSchedule's EvaluatorConfig for candidates of ``target_kind``."""
+        from tvm.s_tir import meta_schedule as ms
+
+        if self.cache_flush and target_kind == "llvm":
+            return ms.runner.EvaluatorConfig(number=1, repeat=CACHE_FLUSH_REPEATS, min_repeat_ms=0,
+                                             enable_cpu_cache_flush=True)
+        return ms.runner.EvaluatorConfig(number=self.number, repeat=self.repeat, min_repeat_ms=self.min_repeat_ms,
+                                         enable_cpu_cache_flush=False)
 
 
 class BuildClock:
@@ -231,12 +252,7 @@ class WorkerPools:
         from foundation.meta_schedule.forked_workers import runner_on_forked_workers
 
         s = self.settings
-        evaluator = ms.runner.EvaluatorConfig(
-            number=s.number,
-            repeat=s.repeat,
-            min_repeat_ms=s.min_repeat_ms,
-            enable_cpu_cache_flush=False,
-        )
+        evaluator = s.evaluator_config(target_kind)
         if s.rpc is None:
             inner = runner_on_forked_workers(
                 ms.runner.LocalRunner, target_kind,
