@@ -126,7 +126,7 @@ def measured(tmp_path_factory, target, box_locks):
     # the box (CI, 2026-11-28) reordered enough pairs to take the accuracy under the bar. The
     # other workers wait while these are timed: 9 s here against 34 s for three 40 ms repeats
     # averaged, at the same accuracy (0.65 both, Zen 5, 2026-11-29).
-    with WorkerPools(MeasureSettings(repeat=5, min_repeat_ms=5)) as pools:
+    with WorkerPools(MeasureSettings(repeat=5, min_repeat_ms=5, cache_flush=False)) as pools:
         built = _build(matmul_module(96), target, schedules, pools)
         # Timed alone on the box (built beside other tests: a build's speed does not matter): a
         # busy box reorders the schedules (a parallel kernel waiting for a core loses more than a
