@@ -28,7 +28,7 @@ from agent.state.events import (
     ValidationLeased,
 )
 from agent.state.instructions import LeaseShard, LeaseValidation, SendHeartbeat
-from agent.state.policy import TRANSIENT_CODES, Backoff
+from agent.state.policy import TRANSIENT_CODES, Backoff, retry_said
 from foundation.wire import farm_pb2
 from foundation.wire.access import TLS_FIX, tls_trouble
 
@@ -122,18 +122,28 @@ def answer_unless_stopped(call, stop: threading.Event, poll: float = 0.25):
     return call.result()
 
 
-def retry_unavailable(call: Callable, stop: threading.Event, what: str, patience: float | None = None):
-    """Call until it succeeds; UNAVAILABLE/DEADLINE_EXCEEDED are retried with backoff."""
-    backoff, begin = Backoff(0.5, 5.0), time.monotonic()
+def retry_unavailable(call: Callable, stop: threading.Event, what: str, patience: float | None = None,
+                      backoff: Backoff | None = None):
+    """Call until it succeeds; UNAVAILABLE/DEADLINE_EXCEEDED are retried with ``backoff`` (0.5 s
+    doubling to 5 s), said as policy.retry_said says, and the answer after failed tries is said too."""
+    backoff, begin, failed = backoff or Backoff(0.5, 5.0), time.monotonic(), 0
     while not stop.is_set():
         try:
-            return call()
+            reply = call()
         except grpc.RpcError as err:
             if err.code().name not in TRANSIENT_CODES:
                 raise
             if patience is not None and time.monotonic() - begin > patience:
                 raise
             wait = backoff.next()
-            logger.warning("%s: coordinator unavailable (%s); retrying in %.1f s", what, failure_details(err), wait)
+            failed += 1
+            said = retry_said(failed)
+            if said is not None:
+                logger.warning("%s: coordinator unavailable (%s); retrying in %.1f s%s", what, failure_details(err),
+                               wait, said)
             stop.wait(wait)
+            continue
+        if failed:
+            logger.info("%s: the coordinator answered after %d failed tries", what, failed)
+        return reply
     return None

@@ -92,6 +92,7 @@ from agent.state.policy import (
     TRANSIENT_CODES,
     Backoff,
     heartbeat_due,
+    retry_said,
 )
 
 
@@ -194,6 +195,8 @@ class AgentState:
         self._last_said: tuple | None = None  # what it said
         self._last_report_at = float("-inf")  # when a report was last accepted
         self._beats_failed = 0  # heartbeats failed in a row
+        self._registers_failed = 0  # registrations failed in a row
+        self._work_calls_failed = 0  # calls for work failed in a row
         self.validate = validate
         # What happened, newest last: a Stimulus per event, a Transition per change of state.
         self.log: deque[Stimulus | Transition] = deque(maxlen=log_length)
@@ -355,12 +358,15 @@ class AgentState:
         if forgotten:
             return self._transition(Work.AWAITING_REGISTRATION) + self._forgotten()
         wait = self._work_backoff.next()
-        return self._transition(Work.WAITING, seconds=wait,
-                                why=f"coordinator call failed ({event.code}: {event.details}); "
-                                    f"retrying in {wait:.1f} s")
+        self._work_calls_failed += 1
+        said = retry_said(self._work_calls_failed)
+        why = "" if said is None else (f"coordinator call failed ({event.code}: {event.details}); "
+                                       f"retrying in {wait:.1f} s{said}")
+        return self._transition(Work.WAITING, seconds=wait, why=why)
 
     @_handle.register
     def _(self, event: ValidationLeased) -> list[Instruction]:
+        self._work_calls_failed = 0
         return self._transition(Work.VALIDATING, lease=event.lease)
 
     @_handle.register
@@ -369,12 +375,14 @@ class AgentState:
 
     @_handle.register
     def _(self, event: ShardLeased) -> list[Instruction]:
+        self._work_calls_failed = 0
         return self._transition(Work.TUNING, lease=event.lease, shard=event.shard)
 
     @_handle.register
     def _(self, event: NothingToLease) -> list[Instruction]:
         self._expect(self.work is Work.ASKING_SHARD, event)
         self._work_backoff.reset()
+        self._work_calls_failed = 0
         asked = 1.0 if event.retry_after is None else event.retry_after
         return self._transition(Work.WAITING, seconds=min(max(asked, 0.0), MAX_RETRY_AFTER_S))
 
@@ -495,15 +503,19 @@ class AgentState:
 
     def _register_again(self) -> list[Instruction]:
         self._register_backoff.reset()
+        self._registers_failed = 0
         return [Register(self.agent_id)]
 
     def _retry_registration(self, details: str) -> list[Instruction]:
         after = self._register_backoff.next()
-        return [Register(self.agent_id, after,
-                         why=f"register: coordinator unavailable ({details}); retrying in {after:.1f} s")]
+        self._registers_failed += 1
+        said = retry_said(self._registers_failed)
+        why = "" if said is None else f"register: coordinator unavailable ({details}); retrying in {after:.1f} s{said}"
+        return [Register(self.agent_id, after, why=why)]
 
     def _registered(self) -> list[Instruction]:
         self._register_backoff.reset()
+        self._registers_failed = 0
         return []
 
     # Work

@@ -29,10 +29,25 @@ TRANSIENT_CODES = frozenset({"UNAVAILABLE", "DEADLINE_EXCEEDED"})
 FORGOTTEN_CODES = frozenset({"NOT_FOUND", "FAILED_PRECONDITION"})
 # A heartbeat that keeps failing is said once, then once per this many failed beats.
 BEATS_FAILED_SAID_EVERY = 60
+# A call retried through an outage (registering, asking for work, reporting) is said on each of its
+# first RETRIES_SAID_FIRST failed tries, then once per RETRIES_SAID_EVERY (about a minute at the
+# backoffs' 5-10 s caps): an hour without a coordinator is not a warning every few seconds.
+RETRIES_SAID_FIRST = 3
+RETRIES_SAID_EVERY = 12
 # Each wait of a backoff is drawn from its upper half: a fleet whose calls failed together (a
 # coordinator restart, a coordinator without its registry) would otherwise retry in step, every
 # agent at the same moment, for as long as the outage lasts.
 BACKOFF_JITTER = 0.5
+
+
+def retry_said(failed: int) -> str | None:
+    """What the warning of a call's ``failed``-th failed try in a row ends with ("" for the first
+    few), or None when that try is not said."""
+    if failed < RETRIES_SAID_FIRST:
+        return ""
+    if failed == RETRIES_SAID_FIRST:
+        return f" (try {failed}; said every {RETRIES_SAID_EVERY} tries from now on)"
+    return f" (try {failed})" if failed % RETRIES_SAID_EVERY == 0 else None
 
 
 def heartbeat_due(now: float, last_sent_at: float, unchanged: bool, last_report_at: float,
