@@ -9,10 +9,8 @@ import pytest
 
 from farm.local_cluster import Cluster
 
+from support.shared_cluster import HARD_LIMIT_S
 from support.tuned_registry import TunedHome, run_directory, tuned_home
-
-# A cluster test that runs longer than this fails, whatever it waited for.
-HARD_LIMIT_S = 600
 
 
 @pytest.fixture

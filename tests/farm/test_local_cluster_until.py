@@ -1,4 +1,8 @@
-"""`farm submit --until` through a coordinator: agents tune each round's shards, the coordinator times the model."""
+"""`farm submit --until` through a coordinator: agents tune each round's shards, the coordinator times the model.
+
+The tests share one cluster (a coordinator and two agents on a SQLite registry): each submits a
+job of its own, or is refused before a job is made, and none stops a process.
+"""
 
 from __future__ import annotations
 
@@ -6,24 +10,25 @@ import json
 
 import pytest
 
+from farm.local_cluster import Cluster
 from foundation.domain.tuning_rounds import BLOCKS
 
 from support.job_records import measurements_by_job
+from support.shared_cluster import module_cluster
 
 pytestmark = pytest.mark.slow
 
-ON_SQLITE = pytest.mark.parametrize("registry_url", ["sqlite"], indirect=True)
+
+@pytest.fixture(scope="module")
+def local_farm(tmp_path_factory) -> Cluster:
+    root = tmp_path_factory.mktemp("until-cluster")
+    with module_cluster(root, f"sqlite:///{root / 'registry' / 'registry.db'}", agents=("a1", "a2")) as cluster:
+        yield cluster
 
 
-@ON_SQLITE
 def test_rounds_are_sharded_to_agents_judged_here_and_the_stop_is_stored(local_farm, tmp_path):
     from coordinator.cluster_store import ClusterStore
     from foundation.registry.store import RegistryStore
-
-    local_farm.start_coordinator()
-    local_farm.start_agent("a1")
-    local_farm.start_agent("a2")
-    local_farm.wait_agents(2)
 
     # An unreachable goal: the rounds go on until patience or the budget ends them.
     done = json.loads(local_farm.farm("submit", "mlp-tiny", "llvm", "2", "--trials", "12", "--round-trials", "4",
@@ -78,9 +83,7 @@ def test_rounds_are_sharded_to_agents_judged_here_and_the_stop_is_stored(local_f
     assert last["blocks_won"] is not None and (zoo["until"]["stopped"] == "reached") == last["beats"]
 
 
-@ON_SQLITE
 def test_until_for_a_gpu_through_a_coordinator_is_refused_in_one_line(local_farm):
-    local_farm.start_coordinator()
     proc = local_farm.farm("submit", "mlp-tiny", "cuda", "1", "--until", "20ms", check=False)
     assert proc.returncode == 2, proc
     lines = [line for line in proc.stderr.splitlines() if line.strip()]

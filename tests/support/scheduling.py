@@ -30,7 +30,6 @@ SPREAD_FILES = frozenset({
     "tests/farm/cli/test_interrupts.py",
     "tests/farm/test_local_cluster.py",
     "tests/farm/test_local_cluster_faults.py",
-    "tests/farm/test_local_cluster_until.py",
     "tests/farm/test_until.py",
     "tests/farm/test_metrics_scrape.py",
     "tests/coordinator/test_server_ports.py",
