@@ -1,5 +1,5 @@
 """A tuned model built two ways from one registry's records, both loaded in one process: the set-up of
-bench/serial_small_kernels.py and bench/polynomial_exp.py, which then time the two interleaved."""
+bench/serial_small_kernels.py and bench/polynomial_math.py, which then time the two interleaved."""
 
 from __future__ import annotations
 

@@ -113,9 +113,9 @@ def build_library(model: "LoadedModel", target: "tvm.target.Target", database=No
     from tvm import relax
 
     if target.kind.name == "llvm":
-        from foundation.hardware.polynomial_exp import use_polynomial_exp
+        from foundation.hardware.llvm_rules import use_farm_llvm_rules
 
-        use_polynomial_exp()  # as the candidates were built (foundation.hardware.tvm_startup)
+        use_farm_llvm_rules()  # as the candidates were built (foundation.hardware.tvm_startup)
     lowered = lower_for_tuning(_weights_marked(model) if prepack else model.mod, target, prepack=prepack,
                                block_activations=block_activations)
     if database is not None:

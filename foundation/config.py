@@ -17,6 +17,9 @@ FORK_WORKERS_ENV = "FARM_FORK_WORKERS"
 # 0/false/no: float32 exp on CPUs compiles to libm's expf call per element, as TVM does, instead of a
 # polynomial the loop vectorises (foundation.hardware.polynomial_exp).
 POLYNOMIAL_EXP_ENV = "FARM_POLYNOMIAL_EXP"
+# 0/false/no: float32 erf on CPUs compiles to libm's erff call per element, as TVM does, instead of a
+# rational polynomial the loop vectorises (foundation.hardware.polynomial_erf).
+POLYNOMIAL_ERF_ENV = "FARM_POLYNOMIAL_ERF"
 # 1/true/yes: CPU candidates are timed after their weights are flushed from the caches, one call a
 # repeat (foundation.meta_schedule.measure.MeasureSettings.cache_flush).
 CPU_CACHE_FLUSH_ENV = "FARM_CPU_CACHE_FLUSH"
@@ -61,6 +64,11 @@ def fork_workers() -> bool:
 def polynomial_exp() -> bool:
     """Whether float32 exp compiles to a vectorisable polynomial on CPUs (POLYNOMIAL_EXP_ENV)."""
     return env_flag(POLYNOMIAL_EXP_ENV, True)
+
+
+def polynomial_erf() -> bool:
+    """Whether float32 erf compiles to a vectorisable rational polynomial on CPUs (POLYNOMIAL_ERF_ENV)."""
+    return env_flag(POLYNOMIAL_ERF_ENV, True)
 
 
 def cpu_cache_flush() -> bool:

@@ -27,9 +27,6 @@ UNDERFLOW = -87.33654022216797  # ln(FLT_MIN): below it e^x is subnormal, given 
 # 2^n is built from n's bits; n stays where its biased exponent is a normal float's.
 N_LOWEST, N_HIGHEST = -126, 127
 
-_registered = False
-
-
 def polynomial_exp(call):
     """TVM's lowering rule for ``tirx.exp``: float32 (scalar or vector) as the polynomial, any
     other type as TVM's own `llvm.exp`."""
@@ -59,20 +56,9 @@ def polynomial_exp(call):
 
 
 def use_polynomial_exp() -> bool:
-    """Register the rule in this process unless FARM_POLYNOMIAL_EXP=0; whether builds here use it.
-
-    Once registered it stays for the process's life (TVM has no way to take a rule back), so a
-    later FARM_POLYNOMIAL_EXP=0 changes nothing and this still says True."""
-    global _registered
+    """Register the rule in this process unless FARM_POLYNOMIAL_EXP=0; whether builds here use it
+    (once registered, for the process's life: foundation.hardware.llvm_rules)."""
     from foundation.config import polynomial_exp as wanted
+    from foundation.hardware.llvm_rules import register_llvm_rule
 
-    if _registered:
-        return True
-    if not wanted():
-        return False
-    from tvm.tirx import register_intrin_lowering
-
-    # Above TVM's own LLVM rule for exp (level 10), which it replaces for every LLVM target.
-    register_intrin_lowering("tirx.exp", target="llvm", f=polynomial_exp, level=99)
-    _registered = True
-    return True
+    return register_llvm_rule("tirx.exp", polynomial_exp, wanted)

@@ -57,14 +57,14 @@ def install_lean_tensor_intrinsics(target_kind: str) -> tuple[str, ...]:
 
     Idempotent. If the full package was already imported, nothing changes. Returns the
     submodules registered by this call. For LLVM targets it also registers the farm's float32
-    exp (foundation.hardware.polynomial_exp): every process that builds for a CPU comes here
+    exp and erf (foundation.hardware.llvm_rules): every process that builds for a CPU comes here
     first, the builder workers included, so candidates are measured as the library is built.
     """
     pin_tvm_threads()
     if target_kind == "llvm":
-        from foundation.hardware.polynomial_exp import use_polynomial_exp
+        from foundation.hardware.llvm_rules import use_farm_llvm_rules
 
-        use_polynomial_exp()
+        use_farm_llvm_rules()
     if _PACKAGE in sys.modules:
         return ()
     import tvm.s_tir  # noqa: F401  (the parent package must exist first)

@@ -1,15 +1,16 @@
-"""float32 exp as libm's expf call against the farm's polynomial: a tuned model built twice from the
+"""float32 exp or erf as libm's call against the farm's polynomial: a tuned model built twice from the
 same records, timed in one process, interleaved.
 
-The farm lowers float32 exp on CPUs to a polynomial the loops vectorise
-(foundation.hardware.polynomial_exp); TVM's own lowering calls libm's scalar expf per element.
-Same records, weights and inputs; the first build runs with FARM_POLYNOMIAL_EXP=0 (the rule is
-registered only after it), the second with the rule. Prints the whole model's median for both,
-the kernels that changed most, and how far the outputs moved. The ratio is polynomial / libm:
-below 1 the polynomial is faster.
+The farm lowers float32 exp and erf on CPUs to polynomials the loops vectorise
+(foundation.hardware.polynomial_exp, polynomial_erf); TVM's own lowering calls libm's scalar expf
+or erff per element. Same records, weights and inputs; the first build runs with the function's
+switch at 0 (FARM_POLYNOMIAL_EXP or FARM_POLYNOMIAL_ERF; the rule is registered only after it),
+the second with the rule; the other function's rule is as its switch says in both. Prints the
+whole model's median for both, the kernels that changed most, and how far the outputs moved. The
+ratio is polynomial / libm: below 1 the polynomial is faster.
 
-    FARM_HOME=... .venv/bin/python bench/polynomial_exp.py bert [--batch 1] [--registry URL]
-        [--rounds 8] [--runs 5] [--json OUT]
+    FARM_HOME=... .venv/bin/python bench/polynomial_math.py bert [--function exp|erf] [--batch 1]
+        [--registry URL] [--rounds 8] [--runs 5] [--json OUT]
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from prepack import load_average, spread, time_interleaved
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("model")
+    parser.add_argument("--function", choices=("exp", "erf"), default="exp")
     parser.add_argument("--batch", type=int, default=1)
     parser.add_argument("--registry", default=None, help="registry URL (default: $FARM_REGISTRY, else FARM_HOME's)")
     parser.add_argument("--rounds", type=int, default=8)
@@ -38,13 +40,14 @@ def main() -> None:
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
 
-    from foundation.config import POLYNOMIAL_EXP_ENV
+    from foundation.config import POLYNOMIAL_ERF_ENV, POLYNOMIAL_EXP_ENV
 
-    os.environ[POLYNOMIAL_EXP_ENV] = "0"  # the libm build first: a registered rule stays for the process
-    header = report_header(args.model, args.batch)
+    switch = {"exp": POLYNOMIAL_EXP_ENV, "erf": POLYNOMIAL_ERF_ENV}[args.function]
+    os.environ[switch] = "0"  # the libm build first: a registered rule stays for the process
+    header = report_header(args.model, args.batch, function=args.function)
     model, target, database = model_and_records(args.registry, args.model, args.batch)
     built = {"libm": build_default_form(model, target, database)}
-    os.environ[POLYNOMIAL_EXP_ENV] = "1"
+    os.environ[switch] = "1"
     built["polynomial"] = build_default_form(model, target, database)
     libraries, inputs, agreement = loaded_and_compared(built, model)
     print(f"outputs: {'agree' if agreement.passed else 'DISAGREE'} (max abs err {agreement.max_abs_err:.2e})",
