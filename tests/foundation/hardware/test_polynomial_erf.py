@@ -3,60 +3,29 @@ float64 and FARM_POLYNOMIAL_ERF=0 as TVM lowers them."""
 
 from __future__ import annotations
 
+import functools
 import math
-import os
-import subprocess
-import sys
-import textwrap
 
 import numpy as np
 import pytest
 
 from foundation.config import POLYNOMIAL_ERF_ENV
 
+from support.llvm_rule_builds import builds_with_rule, run_with_switch_off
+
 SWEEP = np.concatenate([np.linspace(-6, 6, 24001), np.random.default_rng(0).normal(0, 2, 4000),
                         [0.0, -0.0, 1e-8, -1e-8, 1e-30, 3.9999, -4.0001]]).astype("float32")
 EDGES = np.array([np.inf, -np.inf, np.nan, 1e30, -1e30], dtype="float32")
 EDGES_EXPECTED = [1.0, -1.0, np.nan, 1.0, -1.0]
 
-BUILD_ERF = textwrap.dedent("""
-    import numpy as np
-    import tvm
-    from tvm import te
-
-    def build_erf(size, dtype, vector_lanes=None):
-        a = te.placeholder((size,), dtype, name="a")
-        b = te.compute((size,), lambda i: te.erf(a[i]), name="b")
-        mod = tvm.IRModule({"main": te.create_prim_func([a, b])})
-        if vector_lanes:
-            sch = tvm.s_tir.Schedule(mod)
-            (loop,) = sch.get_loops(sch.get_sblock("b"))
-            sch.vectorize(sch.split(loop, [None, vector_lanes])[1])
-            mod = sch.mod
-        lib = tvm.compile(mod, target=tvm.target.Target({"kind": "llvm", "num-cores": 1}))
-        return lib, lib.mod.inspect_source("asm")
-
-    def run(lib, x):
-        a, b = tvm.runtime.tensor(x), tvm.runtime.tensor(np.zeros_like(x))
-        lib["main"](a, b)
-        return b.numpy()
-""")
-
 
 @pytest.fixture(scope="module")
 def erf_builds():
-    """``build_erf`` and ``run`` in this process, with the farm's rule registered."""
-    previous = os.environ.pop(POLYNOMIAL_ERF_ENV, None)
-    try:
-        from foundation.hardware.polynomial_erf import use_polynomial_erf
+    """``build_erf(size, dtype, lanes)`` and ``run`` in this process, with the farm's rule registered."""
+    from foundation.hardware.polynomial_erf import use_polynomial_erf
 
-        assert use_polynomial_erf() is True
-        scope: dict = {}
-        exec(BUILD_ERF, scope)  # the same helper the off-switch test runs in a fresh process
-        yield scope["build_erf"], scope["run"]
-    finally:
-        if previous is not None:
-            os.environ[POLYNOMIAL_ERF_ENV] = previous
+    with builds_with_rule(POLYNOMIAL_ERF_ENV, use_polynomial_erf) as (build, run):
+        yield functools.partial(build, "erf"), run
 
 
 @pytest.mark.parametrize("lanes", [None, 16], ids=["scalar", "vectorised"])
@@ -84,19 +53,17 @@ def test_float64_erf_stays_libms(erf_builds):
 
 
 def test_farm_polynomial_erf_0_keeps_tvms_libm_call():
-    code = BUILD_ERF + textwrap.dedent("""
+    done = run_with_switch_off(POLYNOMIAL_ERF_ENV, """
         import math
         from foundation.hardware.tvm_startup import install_lean_tensor_intrinsics
         from foundation.hardware.polynomial_erf import use_polynomial_erf
         install_lean_tensor_intrinsics("llvm")
         assert use_polynomial_erf() is False
         x = np.linspace(-5, 5, 1024).astype("float32")
-        lib, asm = build_erf(len(x), "float32", 16)
+        lib, asm = build("erf", len(x), "float32", 16)
         np.testing.assert_allclose(run(lib, x), [math.erf(v) for v in x.astype("float64")], atol=1.2e-7)
         print("erff calls", asm.count("erff"))
     """)
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
-                          env={**os.environ, POLYNOMIAL_ERF_ENV: "0"})
     assert done.returncode == 0, done.stderr[-3000:]
     calls = int(done.stdout.strip().splitlines()[-1].split()[-1])
     assert calls > 0, done.stdout

@@ -3,15 +3,14 @@ float64 and FARM_POLYNOMIAL_EXP=0 as TVM lowers them."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-import textwrap
+import functools
 
 import numpy as np
 import pytest
 
 from foundation.config import POLYNOMIAL_EXP_ENV
+
+from support.llvm_rule_builds import builds_with_rule, run_with_switch_off
 
 # Every finite float32 exp whose result is a normal float, a dense sweep and random points.
 SWEEP = np.concatenate([np.linspace(-87.3, 88.7, 20001), np.random.default_rng(0).normal(0, 20, 4000),
@@ -19,44 +18,14 @@ SWEEP = np.concatenate([np.linspace(-87.3, 88.7, 20001), np.random.default_rng(0
 EDGES = np.array([np.inf, -np.inf, np.nan, 88.73, 100.0, -87.34, -100.0, -1e30, 1e30], dtype="float32")
 EDGES_EXPECTED = [np.inf, 0.0, np.nan, np.inf, np.inf, 0.0, 0.0, 0.0, np.inf]
 
-BUILD_EXP = textwrap.dedent("""
-    import numpy as np
-    import tvm
-    from tvm import te
-
-    def build_exp(size, dtype, vector_lanes=None):
-        a = te.placeholder((size,), dtype, name="a")
-        b = te.compute((size,), lambda i: te.exp(a[i]), name="b")
-        mod = tvm.IRModule({"main": te.create_prim_func([a, b])})
-        if vector_lanes:
-            sch = tvm.s_tir.Schedule(mod)
-            (loop,) = sch.get_loops(sch.get_sblock("b"))
-            sch.vectorize(sch.split(loop, [None, vector_lanes])[1])
-            mod = sch.mod
-        lib = tvm.compile(mod, target=tvm.target.Target({"kind": "llvm", "num-cores": 1}))
-        return lib, lib.mod.inspect_source("asm")
-
-    def run(lib, x):
-        a, b = tvm.runtime.tensor(x), tvm.runtime.tensor(np.zeros_like(x))
-        lib["main"](a, b)
-        return b.numpy()
-""")
-
 
 @pytest.fixture(scope="module")
 def exp_builds():
-    """``build_exp`` and ``run`` in this process, with the farm's rule registered."""
-    previous = os.environ.pop(POLYNOMIAL_EXP_ENV, None)
-    try:
-        from foundation.hardware.polynomial_exp import use_polynomial_exp
+    """``build_exp(size, dtype, lanes)`` and ``run`` in this process, with the farm's rule registered."""
+    from foundation.hardware.polynomial_exp import use_polynomial_exp
 
-        assert use_polynomial_exp() is True
-        scope: dict = {}
-        exec(BUILD_EXP, scope)  # the same helper the off-switch test runs in a fresh process
-        yield scope["build_exp"], scope["run"]
-    finally:
-        if previous is not None:
-            os.environ[POLYNOMIAL_EXP_ENV] = previous
+    with builds_with_rule(POLYNOMIAL_EXP_ENV, use_polynomial_exp) as (build, run):
+        yield functools.partial(build, "exp"), run
 
 
 @pytest.mark.parametrize("lanes", [None, 16], ids=["scalar", "vectorised"])
@@ -92,18 +61,16 @@ def test_float64_exp_stays_tvms_llvm_exp(exp_builds):
 
 
 def test_farm_polynomial_exp_0_keeps_tvms_libm_call():
-    code = BUILD_EXP + textwrap.dedent("""
+    done = run_with_switch_off(POLYNOMIAL_EXP_ENV, """
         from foundation.hardware.tvm_startup import install_lean_tensor_intrinsics
         from foundation.hardware.polynomial_exp import use_polynomial_exp
         install_lean_tensor_intrinsics("llvm")
         assert use_polynomial_exp() is False
         x = np.linspace(-80, 80, 1024).astype("float32")
-        lib, asm = build_exp(len(x), "float32", 16)
+        lib, asm = build("exp", len(x), "float32", 16)
         np.testing.assert_allclose(run(lib, x), np.exp(x.astype("float64")), rtol=1.2e-7)
         print("expf calls", asm.count("expf"))
     """)
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
-                          env={**os.environ, POLYNOMIAL_EXP_ENV: "0"})
     assert done.returncode == 0, done.stderr[-3000:]
     calls = int(done.stdout.strip().splitlines()[-1].split()[-1])
     assert calls > 0, done.stdout
