@@ -113,7 +113,7 @@ def build_library(model: "LoadedModel", target: "tvm.target.Target", database=No
     from tvm import relax
 
     if target.kind.name == "llvm":
-        from foundation.hardware.llvm_rules import use_farm_llvm_rules
+        from foundation.hardware.tvm_startup import use_farm_llvm_rules
 
         use_farm_llvm_rules()  # as the candidates were built (foundation.hardware.tvm_startup)
     lowered = lower_for_tuning(_weights_marked(model) if prepack else model.mod, target, prepack=prepack,

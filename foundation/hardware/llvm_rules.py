@@ -1,5 +1,5 @@
-"""The farm's lowering rules for TVM intrinsics on LLVM targets (polynomial_exp, polynomial_erf),
-registered once per process."""
+"""Registering the farm's lowering rules for TVM intrinsics on LLVM targets (polynomial_exp,
+polynomial_erf) once per process; foundation.hardware.tvm_startup.use_farm_llvm_rules registers them all."""
 
 from __future__ import annotations
 
@@ -25,12 +25,3 @@ def register_llvm_rule(op: str, rule: Callable, wanted: Callable[[], bool]) -> b
     _registered.add(op)
     return True
 
-
-def use_farm_llvm_rules() -> None:
-    """Register every rule its switch allows: each process that builds for a CPU calls this before
-    it builds, the builder workers included, so candidates are measured as the library is built."""
-    from foundation.hardware.polynomial_erf import use_polynomial_erf
-    from foundation.hardware.polynomial_exp import use_polynomial_exp
-
-    use_polynomial_exp()
-    use_polynomial_erf()

@@ -52,6 +52,16 @@ def pin_tvm_threads() -> str:
     return os.environ.setdefault("TVM_NUM_THREADS", str(available_cores()))
 
 
+def use_farm_llvm_rules() -> None:
+    """Register every lowering rule of the farm for LLVM targets that its switch allows
+    (foundation.hardware.llvm_rules): float32 exp and erf as polynomials."""
+    from foundation.hardware.polynomial_erf import use_polynomial_erf
+    from foundation.hardware.polynomial_exp import use_polynomial_exp
+
+    use_polynomial_exp()
+    use_polynomial_erf()
+
+
 def install_lean_tensor_intrinsics(target_kind: str) -> tuple[str, ...]:
     """Make ``tvm.s_tir.tensor_intrin`` an importable package holding only what we need.
 
@@ -62,8 +72,6 @@ def install_lean_tensor_intrinsics(target_kind: str) -> tuple[str, ...]:
     """
     pin_tvm_threads()
     if target_kind == "llvm":
-        from foundation.hardware.llvm_rules import use_farm_llvm_rules
-
         use_farm_llvm_rules()
     if _PACKAGE in sys.modules:
         return ()
