@@ -32,12 +32,11 @@ regions, and with ``validate=True`` (the tests') runs after every event.
 
 from __future__ import annotations
 
-import enum
 import random
 from collections import deque
 from collections.abc import Callable
 from functools import singledispatchmethod
-from typing import ClassVar, NamedTuple
+from typing import ClassVar
 
 from agent.state.events import (
     AgentStarted,
@@ -94,74 +93,21 @@ from agent.state.policy import (
     heartbeat_due,
     retry_said,
 )
+from agent.state.states import (
+    REGION,
+    Beat,
+    InvalidState,
+    InvalidTransition,
+    Registration,
+    State,
+    Work,
+    broken_invariants,
+)
+from agent.state.story import LOG_LENGTH, Stimulus, Transition, shard_of, story
 
-
-class Registration(enum.Enum):
-    UNREGISTERED = "unregistered"
-    REGISTERING = "registering"  # a Register in flight, or waiting to be retried
-    REGISTERED = "registered"
-    REFUSED = "refused"
-
-
-class Work(enum.Enum):
-    NOT_STARTED = "not started"
-    STARTING = "starting"  # the first registration
-    STARTING_RPC_SERVER = "starting the RPC server"
-    ASKING_VALIDATION = "asking for a validation"
-    ASKING_SHARD = "asking for a shard"  # a LeaseShard held by the coordinator
-    WAITING = "waiting"  # as the coordinator asked, or backing off after a failed call
-    TUNING = "tuning"
-    CLOSING_SHARD = "closing the shard"  # CompleteShard or FailShard in flight
-    VALIDATING = "validating"
-    AWAITING_REGISTRATION = "awaiting registration"  # a work call found this agent forgotten
-    STOPPED = "stopped"
-
-
-class Beat(enum.Enum):
-    OFF = "off"
-    SCHEDULED = "scheduled"
-    IN_FLIGHT = "in flight"
-    STOPPED = "stopped"
-
-
-State = Registration | Work | Beat
-_REGION = {Registration: "registration", Work: "work", Beat: "beat"}
 # The work loop's calls, and where the loop is while each is in flight.
 _ASKING = {"LeaseValidation": Work.ASKING_VALIDATION, "LeaseShard": Work.ASKING_SHARD,
            "CompleteShard": Work.CLOSING_SHARD, "FailShard": Work.CLOSING_SHARD}
-
-
-class InvalidTransition(RuntimeError):
-    """The agent was asked to move between states the table does not link, or got an event its
-    state does not expect."""
-
-
-class InvalidState(RuntimeError):
-    """`AgentState.validate_state` found the regions in a combination no run of events makes."""
-
-
-# Entries the log keeps (the oldest go first): days of an agent's beats would fill any memory.
-LOG_LENGTH = 1000
-
-
-class Stimulus(NamedTuple):
-    """The log's entry for an event handled: its kind, the shard it names (if any), its id."""
-
-    event: str
-    shard: str | None
-    stimulus_id: str
-
-
-class Transition(NamedTuple):
-    """The log's entry for a change of state: the region, from and to, the shard held then (if
-    any), the event that caused it, and the names of the instructions it returned."""
-
-    region: str
-    start: str
-    finish: str
-    shard: str | None
-    stimulus_id: str
-    instructions: tuple[str, ...]
 
 
 class AgentState:
@@ -212,7 +158,7 @@ class AgentState:
         for event in events:
             if self.work is not Work.STOPPED:
                 self._stimulus_id = event.stimulus_id
-                self.log.append(Stimulus(type(event).__name__, _shard_of(event), event.stimulus_id))
+                self.log.append(Stimulus(type(event).__name__, shard_of(event), event.stimulus_id))
                 instructions += self._handle(event)
                 if self.validate:
                     self.validate_state()
@@ -221,36 +167,13 @@ class AgentState:
     # ------------------------------------------------------------------ debugging aids
 
     def story(self, *keys: str) -> list[Stimulus | Transition]:
-        """The log's entries that name any of ``keys`` (a shard id, a stimulus id, a region, a
-        state's value, an event's or an instruction's name), oldest first."""
-        wanted = set(keys)
-        return [entry for entry in self.log
-                if wanted.intersection(entry) or (isinstance(entry, Transition)
-                                                  and wanted.intersection(entry.instructions))]
+        """The log's entries that name any of ``keys`` (agent.state.story.story), oldest first."""
+        return story(self.log, *keys)
 
     def validate_state(self) -> None:
         """Raise InvalidState unless the three regions and the lease agree, as every run of
         events leaves them; the message names what broke, and the log's last entries."""
-        broken = []
-        if not (isinstance(self.registration, Registration) and isinstance(self.work, Work)
-                and isinstance(self.beat, Beat)):
-            broken.append("a region holds a value that is not one of its states")
-        if self.registration is Registration.REGISTERED and not self.agent_id:
-            broken.append("registered without an agent id")
-        if self.registration is Registration.REFUSED and not (
-                self.stopping and self.work is Work.STOPPED and self.beat is Beat.STOPPED):
-            broken.append("refused, but not stopped")
-        if self.stopping and self.beat is not Beat.STOPPED:
-            broken.append("stopping, but still beating")
-        if self.work is Work.STOPPED and not self.stopping:
-            broken.append("work stopped without a stop")
-        if self.work in (Work.TUNING, Work.CLOSING_SHARD) and self.lease is None:
-            broken.append(f"{self.work.value} without a lease")
-        if self.lease is not None and self.work not in (Work.TUNING, Work.CLOSING_SHARD, Work.STOPPED):
-            broken.append(f"a lease held while {self.work.value}")
-        if self.beat in (Beat.SCHEDULED, Beat.IN_FLIGHT) and self.work in (
-                Work.NOT_STARTED, Work.STARTING, Work.STARTING_RPC_SERVER):
-            broken.append(f"beating while {self.work.value}: the RPC server is not started yet")
+        broken = broken_invariants(self)
         if broken:
             recent = "; ".join(repr(entry) for entry in list(self.log)[-5:])
             raise InvalidState(f"{self!r}: {', '.join(broken)} (last: {recent})")
@@ -482,7 +405,7 @@ class AgentState:
     # ------------------------------------------------------------------ transitions
 
     def _transition(self, to: State, **details) -> list[Instruction]:
-        region = _REGION[type(to)]
+        region = REGION[type(to)]
         current = getattr(self, region)
         enter = self.TRANSITIONS.get((current, to))
         if enter is None:
@@ -595,15 +518,3 @@ class AgentState:
         (Beat.IN_FLIGHT, Beat.SCHEDULED): _schedule_beat,
         (Beat.IN_FLIGHT, Beat.STOPPED): _quiet,
     }
-
-
-def _shard_of(event: Event) -> str | None:
-    """The shard an event names, for the log: its lease's, or a cancelled lease's."""
-    lease = getattr(event, "lease", None)
-    if isinstance(lease, Lease):
-        return lease.shard_id
-    for order in getattr(event, "orders", ()):
-        if isinstance(order, CancelLeaseOrder):
-            return order.lease.shard_id
-    return None
-

@@ -58,8 +58,8 @@ from agent.state.instructions import (
     ValidateLibrary,
     Wait,
 )
-from agent.state.machine import Stimulus, Transition
 from agent.state.policy import BEATS_FAILED_SAID_EVERY, RETRIES_SAID_EVERY, RETRIES_SAID_FIRST, retry_said
+from agent.state.story import Stimulus, Transition
 
 INTERVAL = 5.0
 NEVER = float("-inf")
