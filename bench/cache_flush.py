@@ -29,8 +29,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _same_records import build_default_form, loaded_and_compared, model_and_records, report_header
-from prepack import load_average, spread, time_interleaved
-from timing import cpu_model
+from prepack import load_average, time_interleaved
+from timing import Engine, cpu_model, interleaved
 
 SIDES = {"warm": "0", "flushed": "1"}  # FARM_CPU_CACHE_FLUSH of each tune
 
@@ -56,27 +56,16 @@ def tune(side: str, args) -> dict:
     return {"registry": registry, "wall_s": wall, "trials": trials, "trials_per_s": trials / wall}
 
 
-def time_with_onnxruntime(libraries: dict, model, inputs, rounds: int, runs: int) -> dict[str, list[float]]:
-    """Whole-model samples (ms) of each library and of onnxruntime, the order rotated per round."""
+def time_with_onnxruntime(libraries: dict, model, inputs, rounds: int, runs: int) -> dict[str, dict]:
+    """Each library and onnxruntime timed in rotated rounds (timing.interleaved): their summaries."""
     from evaluate import ort_engine
 
-    engine, why = ort_engine(model, model.make_weights(0), "llvm")
-    if engine is None:
+    ort, why = ort_engine(model, model.make_weights(0), "llvm")
+    if ort is None:
         raise SystemExit(f"error: {why}")
-    calls = {name: (lambda lib=lib: lib(inputs)) for name, lib in libraries.items()}
-    calls["onnxruntime"] = lambda: engine.run(inputs)
-    samples: dict[str, list[float]] = {name: [] for name in calls}
-    for call in calls.values():  # warm-up
-        call()
-        call()
-    order = list(calls)
-    for r in range(rounds):
-        for name in order[r % len(order):] + order[:r % len(order)]:
-            for _ in range(runs):
-                begin = time.perf_counter()
-                calls[name]()
-                samples[name].append((time.perf_counter() - begin) * 1e3)
-    return samples
+    engines = [*(Engine(name, run=library) for name, library in libraries.items()), ort]
+    samples = interleaved(engines, inputs, runs=rounds * runs, warmup=2, rounds=rounds)
+    return {name: s.summary() for name, s in samples.items()}
 
 
 def main() -> None:
@@ -109,19 +98,18 @@ def main() -> None:
     libraries, inputs, agreement = loaded_and_compared(built, model)
     print(f"outputs: {'agree' if agreement.passed else 'DISAGREE'} (max abs err {agreement.max_abs_err:.2e})",
           flush=True)
-    whole = time_with_onnxruntime(libraries, model, inputs, args.rounds, args.runs)
-    whole_ms = {name: spread(s) for name, s in whole.items()}
+    whole_ms = time_with_onnxruntime(libraries, model, inputs, args.rounds, args.runs)
     _, kernels = time_interleaved(libraries, inputs, max(2, args.rounds // 2), args.runs)
     kernel_us = {f: {name: statistics.median(s) for name, s in kernels[f].items()} for f in libraries}
     common = [n for n in kernel_us["warm"] if n in kernel_us["flushed"]]
     moved = sorted(common, key=lambda n: kernel_us["flushed"][n] - kernel_us["warm"][n])
     for name in [*moved[:args.top // 2], *moved[-(args.top // 2):]]:
         print(f"  {name:<44} warm {kernel_us['warm'][name]:9.1f} us, flushed {kernel_us['flushed'][name]:9.1f} us")
-    ort = whole_ms["onnxruntime"]["median"]
+    ort = whole_ms["onnxruntime"]["median_ms"]
     for name, s in whole_ms.items():
-        print(f"{name:<12} {s['median']:8.2f} ms (p10 {s['p10']:.2f}, p90 {s['p90']:.2f})  {s['median'] / ort:.3f}x "
-              "onnxruntime")
-    ratio = whole_ms["flushed"]["median"] / whole_ms["warm"]["median"]
+        print(f"{name:<12} {s['median_ms']:8.2f} ms (p10 {s['p10_ms']:.2f}, p90 {s['p90_ms']:.2f})  "
+              f"{s['median_ms'] / ort:.3f}x onnxruntime")
+    ratio = whole_ms["flushed"]["median_ms"] / whole_ms["warm"]["median_ms"]
     print(f"flushed / warm: {ratio:.3f}; load at the end {load_average()}")
     if args.json:
         args.json.write_text(json.dumps({**header, "tunes": tunes, "whole_ms": whole_ms, "flushed_over_warm": ratio,

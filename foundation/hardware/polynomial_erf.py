@@ -5,10 +5,9 @@ TVM lowers `erf` for LLVM to a call of libm's scalar `erff` for every element, s
 vectorise the GELU after a transformer's dense layer: bert's 768->3072 matmul with its GELU ran
 3.2 ms a call on activations against 1.4 on zeros (where erff returns at once) on a Zen 5, and
 the polynomial took bert b1 from 76.9 to 61.8 ms (docs/benchmarks.md, "erf as a polynomial").
-This registers, as TVM's
-lowering of float32 `erf` for LLVM, the odd/even rational approximation that Eigen, XLA and TVM's
-own `topi.fast_erf` use, on x clamped to [-4, 4] (beyond it erf is +-1 in float32), the result
-kept within [-1, 1]; within 3.4e-7 of erf (libm's erff: about 1e-7). Like
+This registers, as TVM's lowering of float32 `erf` for LLVM, the odd/even rational approximation
+that Eigen, XLA and TVM's own `topi.fast_erf` use, on x clamped to [-4, 4] (beyond it erf is
++-1 in float32), the result kept within [-1, 1]; within 3.4e-7 of erf (libm's erff: about 1e-7). Like
 foundation.hardware.polynomial_exp it acts at code generation: workloads and records are
 unchanged. NaN stays NaN.
 

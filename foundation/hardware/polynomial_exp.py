@@ -27,6 +27,7 @@ UNDERFLOW = -87.33654022216797  # ln(FLT_MIN): below it e^x is subnormal, given 
 # 2^n is built from n's bits; n stays where its biased exponent is a normal float's.
 N_LOWEST, N_HIGHEST = -126, 127
 
+
 def polynomial_exp(call):
     """TVM's lowering rule for ``tirx.exp``: float32 (scalar or vector) as the polynomial, any
     other type as TVM's own `llvm.exp`."""
