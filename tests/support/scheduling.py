@@ -40,10 +40,12 @@ SPREAD_FILES = frozenset({
 UNKNOWN_SLOW_S = 30.0
 UNKNOWN_S = 0.5
 
-# Units this long or longer are handed out before a quiet_box unit. At 30 s, 511 of the suite's
-# 4,141 worker-seconds were left after it (tests/durations.json, 2026-11-27): more than twice
-# the 191 s of the one such unit.
-QUIET_AFTER_S = 30.0
+# Units this long or longer are handed out before a quiet_box unit. The quiet unit waits for the
+# tests under way in the other workers to end (the drain), so what runs beside it when it asks
+# should be short: at 30 s a drain took 25-50 s of its wait (Zen 5, 2026-11-29: the test charged
+# 37-62 worker-seconds for 1.4 CPU-seconds). At 10 s, 208 worker-seconds of shorter units are
+# left after it (tests/durations.json), several times the ~25 s it holds a worker.
+QUIET_AFTER_S = 10.0
 
 
 def work_unit(nodeid: str) -> str:
