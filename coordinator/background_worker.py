@@ -7,7 +7,7 @@ import queue
 import threading
 from collections.abc import Callable
 
-from coordinator.heap import freeze_long_lived
+from foundation.processes.heap import freeze_long_lived
 
 logger = logging.getLogger("farm.coordinator")
 

@@ -1,15 +1,11 @@
 """Python's cyclic garbage collector, kept from stalling the coordinator's event loop.
 
-A collection holds the GIL while it walks what it tracks, and every call in flight waits. So:
-
-- `freeze_long_lived`, after start-up and after each plan or build: what is alive then (TVM,
-  Relax, the models planned) is exempt from later collections; reference counting still
-  frees whatever of it is let go.
-- `tune_collector`: a young generation of THRESHOLDS[0] allocations, so that a call's objects
-  (alive for milliseconds to seconds) die young instead of reaching the old generation.
-- `PacedCollector`: the serving process collects on its event loop, a little at a time (the
-  young generation every PACE_S, the middle one and all of it every MIDDLE_EVERY and
-  FULL_EVERY passes); the thresholds stay as a backstop for a loop that is held up.
+A collection holds the GIL while it walks what it tracks, and every call in flight waits. The
+coordinator freezes what it keeps after start-up and after each plan or build, and keeps a
+large young generation (foundation.processes.heap); on top of that, `PacedCollector`: the
+serving process collects on its event loop, a little at a time (the young generation every
+PACE_S, the middle one and all of it every MIDDLE_EVERY and FULL_EVERY passes); the thresholds
+stay as a backstop for a loop that is held up.
 
 What each was measured to give: docs/benchmarks.md, "Why the fleet path exists".
 """
@@ -18,21 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import gc
-
-# Allocations between young collections, then young collections between middle ones, and
-# middle ones between full ones (gc.set_threshold). Python's default is (700, 10, 10).
-THRESHOLDS = (50_000, 20, 10)
-
-
-def tune_collector() -> None:
-    gc.set_threshold(*THRESHOLDS)
-
-
-def freeze_long_lived() -> None:
-    """Collect what is garbage now, then exempt everything still alive from later collections."""
-    gc.collect()
-    gc.freeze()
-
 
 # The serving loop's collection passes (PacedCollector): seconds between young passes, and
 # young passes per middle and per full one.

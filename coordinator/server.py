@@ -25,7 +25,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from coordinator.access import TokenCheck
 from coordinator.cluster_store import ClusterStore
 from coordinator.fleet import IngestProcess, ReportPolicy
-from coordinator.heap import PacedCollector, freeze_long_lived, tune_collector
+from coordinator.heap import PacedCollector
 from coordinator.housekeeping import Housekeeping
 from coordinator.registry_health import (
     SUMMARY_EVERY_S,
@@ -39,6 +39,7 @@ from coordinator.service import Coordinator, CoordinatorSettings
 from coordinator.servicer import FarmAgentServicer, FarmClientServicer
 from foundation.errors import FarmError, RegistryError
 from foundation.metrics_http import MetricsServer
+from foundation.processes.heap import freeze_long_lived, tune_collector
 from foundation.registry.store import RegistryStore
 from foundation.wire import CHANNEL_OPTIONS, farm_pb2
 from foundation.wire.access import ServerAccess

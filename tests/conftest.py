@@ -15,6 +15,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import OperationalError
 
 from foundation.config import KEEP_SLOWER_ENV
+from foundation.processes.heap import tune_collector
 from foundation.registry import RegistryStore
 
 from support.quiet_box import shared_box
@@ -24,6 +25,10 @@ from support.scheduling import LongestFirstFileScheduling, order_longest_first
 # pytester: tests/test_suite_scheduling.py collects small suites of its own; support.cpu_time: each
 # test's CPU seconds in the JUnit report (bench/suite_time.py).
 pytest_plugins = ["pytester", "support.cpu_time"]
+
+# The test processes hold TVM, Relax and every test module for the whole run, like a farm
+# process holds TVM: the farm's collector thresholds, not Python's (foundation.processes.heap).
+tune_collector()
 
 
 def pytest_xdist_make_scheduler(config, log):

@@ -217,7 +217,7 @@ def _child_main(conn, registry_url: str, log: tuple[LogFormat, LogLevel]) -> Non
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     configure_logging(*log, sys.stderr)  # the coordinator's layout: its stderr carries one format
     from coordinator.cluster_store import ClusterStore
-    from coordinator.heap import freeze_long_lived, tune_collector
+    from foundation.processes.heap import freeze_long_lived, tune_collector
     from foundation.registry.store import RegistryStore
 
     try:

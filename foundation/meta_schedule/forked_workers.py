@@ -29,6 +29,7 @@ import sys
 import threading
 
 from foundation.config import fork_workers
+from foundation.processes.heap import freeze_long_lived, tune_collector
 
 ZYGOTE_MODULE = __name__  # what the zygote runs (`python -m`)
 
@@ -308,6 +309,9 @@ def _serve(target_kind: str, sock: socket.socket) -> None:
     from foundation.hardware.tvm_startup import install_lean_tensor_intrinsics
 
     install_lean_tensor_intrinsics(target_kind)
+    # Frozen before the first fork, a worker's collections skip the zygote's heap instead of
+    # walking it (and copying every page of it: the walk writes to each object).
+    freeze_long_lived()
     try:
         while True:
             try:
@@ -363,6 +367,7 @@ def _become_worker(request: bytes, fds: list[int], worker_loop) -> None:
 def main(argv: list[str]) -> None:
     target_kind, fd = argv
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    tune_collector()  # before its imports (foundation.processes.heap)
     _serve(target_kind, socket.socket(fileno=int(fd)))
 
 

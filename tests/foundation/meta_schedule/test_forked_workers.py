@@ -103,6 +103,23 @@ def test_a_worker_starts_with_the_environment_and_directory_of_its_start(own_zyg
     assert (env, cwd) == ("set-after-the-zygote", str(tmp_path))
 
 
+def _collector_state() -> tuple[int, tuple[int, int, int], bool]:
+    import gc
+
+    return gc.get_freeze_count(), gc.get_threshold(), "tvm" in sys.modules
+
+
+def test_a_worker_inherits_the_zygotes_heap_frozen_and_collects_young_objects_rarely(own_zygote):
+    # What the zygote imported (TVM, ~200,000 objects) is frozen before it forks: a worker's
+    # collections skip it, instead of walking it and copying each page of it.
+    from foundation.processes.heap import THRESHOLDS
+
+    _zygote, pool = own_zygote
+    frozen, thresholds, imported = pool().submit(_collector_state).result()
+    assert imported and frozen > 100_000, frozen
+    assert thresholds == THRESHOLDS
+
+
 def test_a_timed_out_worker_is_killed_and_the_next_task_gets_a_new_one(own_zygote):
     zygote, pool = own_zygote
     timing_out = pool(timeout=1)
