@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -60,13 +61,24 @@ class DeployedModel:
         if len(inputs) != len(specs):
             raise FarmError(f"{self.key.name} takes {len(specs)} input(s), got {len(inputs)}",
                             "pass one array per model input")
-        for given, spec in zip(inputs, specs):
-            if tuple(given.shape) != tuple(spec["shape"]) or str(given.dtype) != spec["dtype"]:
+        for given, (shape, dtype), spec in zip(inputs, self._input_layout, specs):
+            if getattr(given, "shape", None) != shape or getattr(given, "dtype", None) != dtype:
                 raise FarmError(
                     f"input '{spec['name']}' must be {spec['dtype']}{list(spec['shape'])}, "
-                    f"got {given.dtype}{list(given.shape)}",
+                    f"got {_described(given)}",
                     "reshape/cast the array, or submit the model with the batch you need",
                 )
+
+    @functools.cached_property
+    def _input_layout(self) -> list[tuple[tuple[int, ...], np.dtype]]:
+        """Each input's shape and dtype as numpy spells them: a call compares, never converts."""
+        return [(tuple(spec["shape"]), np.dtype(spec["dtype"])) for spec in self.model.inputs]
+
+
+def _described(given) -> str:
+    if hasattr(given, "shape") and hasattr(given, "dtype"):
+        return f"{given.dtype}{list(given.shape)}"
+    return f"a {type(given).__name__}, not a numpy array"
 
 
 def load(model: str, target: str = "llvm", batch: int = 1, *, registry: str | None = None,

@@ -1,0 +1,84 @@
+"""Calls of a loaded model: its inputs copied into tensors kept on the device
+(foundation.runtime.resident_inputs), its outputs arrays of their own, one call at a time."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+import farm
+from foundation.errors import FarmError
+from foundation.runtime.resident_inputs import host_arrays
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def model(tuned_mlp_tiny, tmp_path_factory):
+    """mlp-tiny batch 2 as `farm.load` gives it, from a copy of the run's tuned home."""
+    home = tuned_mlp_tiny.copy_to(tmp_path_factory.mktemp("load-calls") / "home")
+    return farm.load("mlp-tiny", "llvm", 2, registry=f"sqlite:///{home / 'registry.db'}")
+
+
+def _inputs(model, seed: int) -> list[np.ndarray]:
+    return model.example_inputs(seed)
+
+
+def _reference(model, inputs) -> list[np.ndarray]:
+    """The same call on tensors made for it alone, as every call was made before the kept ones."""
+    library = model.library
+    return host_arrays(library.vm["main"](*library.device_arguments(inputs)), True)
+
+
+def test_each_call_answers_its_own_inputs_and_keeps_no_view_of_the_devices_memory(model):
+    first_in, second_in = _inputs(model, 1), _inputs(model, 2)
+    (first,) = model(first_in)
+    kept = first.copy()
+    (second,) = model(second_in)
+    assert np.array_equal(first, kept), "a later call changed an earlier call's result"
+    assert not np.array_equal(first, second)
+    assert np.array_equal(first, _reference(model, first_in)[0])
+    assert np.array_equal(second, _reference(model, second_in)[0])
+    assert first.flags.owndata and second.flags.owndata
+
+
+def test_a_strided_input_is_copied_in_as_its_values(model):
+    (given,) = _inputs(model, 3)
+    strided = np.asfortranarray(given) if given.ndim > 1 else given[::-1].copy()[::-1]
+    assert not strided.flags.c_contiguous or given.ndim == 1
+    assert np.array_equal(model([strided])[0], _reference(model, [given])[0])
+
+
+def test_a_wrong_input_is_refused_in_one_line_and_the_next_call_still_answers(model):
+    (given,) = _inputs(model, 4)
+    with pytest.raises(FarmError, match=r"input '.*' must be float32\[.*\], got float64\[.*\]"):
+        model([given.astype("float64")])
+    with pytest.raises(FarmError, match=r"got a list, not a numpy array"):
+        model([given.tolist()])
+    with pytest.raises(FarmError, match=r"must be float32\[.*\], got float32\[1, "):
+        model([given[:1]])
+    # Past the API's check, the library itself: a float64 array makes float64 tensors, which the
+    # model refuses as it did when every call made its own; the kept float32 ones come back after.
+    with pytest.raises(ValueError, match="expect Tensor with dtype float32 but get float64"):
+        model.library([given.astype("float64")])
+    assert np.array_equal(model([given])[0], _reference(model, [given])[0])
+
+
+def test_calls_from_several_threads_each_get_their_own_answer(model):
+    inputs = [_inputs(model, seed) for seed in range(4)]
+    expected = [_reference(model, x)[0] for x in inputs]
+    wrong: list[int] = []
+
+    def calls(index: int) -> None:
+        for _ in range(200):
+            if not np.array_equal(model(inputs[index])[0], expected[index]):
+                wrong.append(index)
+
+    threads = [threading.Thread(target=calls, args=(i,)) for i in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert not wrong, f"{len(wrong)} calls answered another thread's inputs"
