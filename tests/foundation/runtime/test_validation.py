@@ -40,3 +40,21 @@ def test_budget_defaults_to_per_task_times_tasks():
     assert (b.max_trials_global, b.max_trials_per_task) == (80, 8)
     b = TuningBudget.for_tasks(3, 12, 8)
     assert (b.max_trials_global, b.max_trials_per_task, b.num_trials_per_iter) == (12, 8, 8)
+
+
+def test_the_threads_are_chosen_from_calls_spanning_a_window_not_three_calls():
+    from foundation.runtime.validation import THREADS_WINDOW_MS, fastest_call
+
+    # A microsecond library whose first three calls a time slice given to another process covered.
+    times = iter([4.0, 4.0, 4.0] + [0.005] * 100_000)
+    made = []
+
+    def call() -> float:
+        made.append(next(times))
+        return made[-1]
+
+    assert fastest_call(call) == 0.005
+    assert sum(made) >= THREADS_WINDOW_MS and len(made) > 3
+    # A library slower than the window is called three times, as before.
+    slow = iter([30.0, 31.0, 29.0, 1.0])
+    assert fastest_call(lambda: next(slow)) == 29.0
