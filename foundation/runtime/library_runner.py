@@ -88,7 +88,7 @@ class LoadedLibrary:
         # A call's inputs are copied into tensors kept on the device (foundation.runtime.resident_inputs),
         # under a lock: they and the VM serve one call at a time.
         self._inputs = ResidentInputs(self.device)
-        self._on_cpu = target_kind != "cuda"
+        self._on_cpu = self.device.dlpack_device_type() == 1  # kDLCPU: outputs copied out through DLPack
         self._call_lock = threading.Lock()
         self.threads: int | None = None
         # auto on every core: one thread while calls say other work holds the cores.
