@@ -251,9 +251,10 @@ def _alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     # A zombie is not serving: the coordinator reaps its child with join(), and may do so
-    # between the signal and this read (then the file is gone).
+    # between the signal and this read (then the file is gone, or goes between its open and
+    # its read: ESRCH).
     try:
         with open(f"/proc/{pid}/stat") as stat:
             return stat.read().split(") ", 1)[1][0] != "Z"
-    except FileNotFoundError:
+    except (FileNotFoundError, ProcessLookupError):
         return False
