@@ -88,7 +88,6 @@ class LoadedLibrary:
         # A call's inputs are copied into tensors kept on the device (foundation.runtime.resident_inputs),
         # under a lock: they and the VM serve one call at a time.
         self._inputs = ResidentInputs(self.device)
-        self._on_cpu = self.device.dlpack_device_type() == 1  # kDLCPU: outputs copied out through DLPack
         self._call_lock = threading.Lock()
         self.threads: int | None = None
         # auto on every core: one thread while calls say other work holds the cores.
@@ -116,13 +115,13 @@ class LoadedLibrary:
     def __call__(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
         with self._call_lock:
             if self.busy_backoff is None:
-                return host_arrays(self._main(*self._call_arguments(inputs)), self._on_cpu)
+                return host_arrays(self._main(*self._call_arguments(inputs)), self._inputs.on_cpu)
             self.threads = self.busy_backoff.threads()
             args = self._call_arguments(inputs)  # resizes the pool if the count changed: not timed
             begin = time.perf_counter()
             result = self._main(*args)
             self.busy_backoff.ran(self.threads, (time.perf_counter() - begin) * 1e3)
-            return host_arrays(result, self._on_cpu)
+            return host_arrays(result, self._inputs.on_cpu)
 
     def time(self, inputs: Sequence[np.ndarray], runs: int = 20, warmup: int = 3) -> Latency:
         """Wall-clock latency of ``main`` on device-resident arguments, synchronised."""

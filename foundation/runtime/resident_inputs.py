@@ -20,7 +20,7 @@ import numpy as np
 class ResidentInputs:
     def __init__(self, device):
         self.device = device
-        self._on_cpu = device.dlpack_device_type() == 1  # kDLCPU
+        self.on_cpu = device.dlpack_device_type() == 1  # kDLCPU: numpy can view its memory
         self._layout: tuple | None = None
         self._tensors: list = []
         self._views: list[np.ndarray] | None = None
@@ -44,11 +44,11 @@ class ResidentInputs:
 
         self._tensors = [tvm.runtime.empty(x.shape, str(x.dtype), self.device) for x in inputs]
         self._views = None
-        if self._on_cpu:
+        if self.on_cpu:
             try:
                 self._views = [np.from_dlpack(t) for t in self._tensors]
             except (TypeError, BufferError, RuntimeError):  # a dtype numpy's DLPack does not take
-                self._views = None
+                pass
 
 
 def host_arrays(result, on_cpu: bool) -> list[np.ndarray]:
