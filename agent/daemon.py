@@ -89,7 +89,7 @@ class AgentSettings:
     rpc_port: int = 0
     work_dir: Path | None = None
     session_timeout_sec: float = 60.0
-    min_repeat_ms: int = 40
+    min_repeat_ms: int | None = None  # None: the farm's (FARM_MIN_REPEAT_MS, else 40)
     # How long a report may wait for an unreachable coordinator before the shard gives up.
     report_patience_sec: float = 120.0
     access: ChannelAccess | None = None  # token and TLS to present (foundation.wire.access)
@@ -441,9 +441,10 @@ class Agent:
 
         key = (self.tracker.host, self.tracker.port, self.tracker.key)
         if key not in self._pools:
+            timing = {} if self.settings.min_repeat_ms is None else {"min_repeat_ms": self.settings.min_repeat_ms}
             self._pools[key] = WorkerPools(MeasureSettings(
                 build_workers=self.settings.build_workers,
-                min_repeat_ms=self.settings.min_repeat_ms,
+                **timing,
                 rpc=RPCMeasure(self.tracker.host, self.tracker.port, self.tracker.key,
                                session_timeout_sec=self.settings.session_timeout_sec),
             ), observer=MeasureMetrics(self.fingerprint.id, self.settings.target_kinds))

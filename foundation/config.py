@@ -23,6 +23,9 @@ POLYNOMIAL_ERF_ENV = "FARM_POLYNOMIAL_ERF"
 # 1/true/yes: CPU candidates are timed after their weights are flushed from the caches, one call a
 # repeat (foundation.meta_schedule.measure.MeasureSettings.cache_flush).
 CPU_CACHE_FLUSH_ENV = "FARM_CPU_CACHE_FLUSH"
+# Milliseconds a candidate's calls repeat back to back for one timing (TVM's min_repeat_ms; 40 unset):
+# shorter trials cost less and time noisier (foundation.meta_schedule.measure.min_repeat_ms_setting).
+MIN_REPEAT_MS_ENV = "FARM_MIN_REPEAT_MS"
 
 
 def data_dir() -> Path:

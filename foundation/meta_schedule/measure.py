@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import signal
 import threading
@@ -10,7 +11,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
-from foundation.config import cpu_cache_flush
+from foundation.config import MIN_REPEAT_MS_ENV, cpu_cache_flush
+from foundation.errors import BadInput
 from foundation.hardware.tvm_startup import LeanWorkerInit
 from foundation.meta_schedule.warm_builder import prewarm
 
@@ -55,6 +57,20 @@ class RPCMeasure:
 
 # Timed with the caches flushed, a CPU candidate runs once a repeat, this many repeats.
 CACHE_FLUSH_REPEATS = 10
+DEFAULT_MIN_REPEAT_MS = 40
+MAX_MIN_REPEAT_MS = 60_000
+
+
+def min_repeat_ms_setting() -> int:
+    """How long a candidate's calls repeat for one timing: MIN_REPEAT_MS_ENV, else 40 ms."""
+    raw = os.environ.get(MIN_REPEAT_MS_ENV, "").strip()
+    if not raw:
+        return DEFAULT_MIN_REPEAT_MS
+    if not re.fullmatch(r"[0-9]{1,6}", raw) or int(raw) > MAX_MIN_REPEAT_MS:
+        name, default = MIN_REPEAT_MS_ENV, DEFAULT_MIN_REPEAT_MS
+        raise BadInput(f"{name}={raw!r} is not a whole number of milliseconds from 0 to {MAX_MIN_REPEAT_MS}",
+                       f"set it to e.g. {name}={default}, or unset it for {default}")
+    return int(raw)
 
 
 @dataclass(frozen=True)
@@ -71,7 +87,7 @@ class MeasureSettings:
     run_timeout_sec: float = 60.0
     number: int = 3
     repeat: int = 1
-    min_repeat_ms: int = 40
+    min_repeat_ms: int = field(default_factory=min_repeat_ms_setting)
     rpc: RPCMeasure | None = None
     cache_flush: bool = field(default_factory=cpu_cache_flush)
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from foundation.config import CPU_CACHE_FLUSH_ENV
+from foundation.config import CPU_CACHE_FLUSH_ENV, MIN_REPEAT_MS_ENV
 from foundation.meta_schedule.measure import CACHE_FLUSH_REPEATS, MeasureSettings, RPCMeasure, WorkerPools
 
 from support.tvm_records import build_and_time, matmul_module
@@ -15,7 +15,8 @@ HOST = "127.0.0.1"
 KEY = "cpu-cache-flush-test"
 
 
-def test_flushed_cpu_candidates_run_once_a_repeat_and_gpus_are_never_flushed():
+def test_flushed_cpu_candidates_run_once_a_repeat_and_gpus_are_never_flushed(monkeypatch):
+    monkeypatch.delenv(MIN_REPEAT_MS_ENV, raising=False)  # the suite's own (tests/conftest.py), not the default
     flushed = MeasureSettings(cache_flush=True).evaluator_config("llvm")
     assert (flushed.number, flushed.repeat, flushed.min_repeat_ms, flushed.enable_cpu_cache_flush) == (
         1, CACHE_FLUSH_REPEATS, 0, True)
