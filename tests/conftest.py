@@ -14,7 +14,7 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import OperationalError
 
-from foundation.config import KEEP_SLOWER_ENV
+from foundation.config import KEEP_SLOWER_ENV, MIN_REPEAT_MS_ENV
 from foundation.processes.heap import tune_collector
 from foundation.registry import RegistryStore
 
@@ -29,6 +29,22 @@ pytest_plugins = ["pytester", "support.cpu_time"]
 # The test processes hold TVM, Relax and every test module for the whole run, like a farm
 # process holds TVM: the farm's collector thresholds, not Python's (foundation.processes.heap).
 tune_collector()
+
+# What every process of the run inherits (the farm commands, daemons and workers its tests start).
+# The suite runs one more worker than the box has cores, and each tune adds builder and runner
+# processes: the cores are always taken, and a thread pool that spins while it waits for work takes
+# the CPU another test's process needs. No test asserts a timing, so the run's processes wait
+# without spinning, and time candidates for 5 ms a repeat, as the tests that tune in-process do
+# (MeasureSettings(min_repeat_ms=5)). What each saves: docs/benchmarks.md, "The test suite's time".
+# Set already, the caller's value stands.
+_SUITE_ENVIRONMENT = {
+    "TVM_THREAD_POOL_SPIN_COUNT": "0",  # TVM's pool: sleep between parallel kernels, no sched_yield loop
+    "OMP_WAIT_POLICY": "PASSIVE",  # xgboost's OpenMP threads (the cost model), likewise
+    "OPENBLAS_NUM_THREADS": "1",  # NumPy's BLAS: no idle server threads polling beside the tests
+    MIN_REPEAT_MS_ENV: "5",
+}
+for _name, _value in _SUITE_ENVIRONMENT.items():
+    os.environ.setdefault(_name, _value)
 
 
 def pytest_xdist_make_scheduler(config, log):
