@@ -44,7 +44,7 @@ class RegistrationWatch:
     """Pure decision of when to restart the server, from a sequence of observations.
 
     Being unlisted only counts while the tracker answers, and only after a delay: a server
-    that just started registers after ``start_timeout`` at most (two imports of tvm, ~3 s on
+    that just started registers after ``start_timeout`` at most (an import of tvm, ~1.5 s on
     a 2-core box), and one whose tracker just came back reconnects within TVM's 5 s retry
     period, so ``grace`` should exceed that.
     """
@@ -146,7 +146,7 @@ def answers_handshake(host: str, port: int, timeout: float) -> bool:
 
 
 class SupervisedRPCServer:
-    """`python -m tvm.exec.rpc_server` registered under ``key``, kept registered by a watchdog.
+    """TVM's RPC server (foundation.rpc.single_process) registered under ``key``, kept registered by a watchdog.
 
     Every ``check_interval`` seconds the watchdog asks the tracker (with a deadline) whether it
     lists this server. The server is killed and started again when its process exits, when it
@@ -194,7 +194,7 @@ class SupervisedRPCServer:
 
     @property
     def pid(self) -> int | None:
-        """The pid of the current `tvm.exec.rpc_server` process (it changes on restart)."""
+        """The pid of the current RPC server process (it changes on restart)."""
         group = self._group
         return None if group is None else group.command_pid
 
@@ -266,7 +266,7 @@ class SupervisedRPCServer:
     # ----------------------------------------------------------------------- the process
 
     def _argv(self) -> list[str]:
-        argv = [sys.executable, "-m", "tvm.exec.rpc_server", "--host", self.host,
+        argv = [sys.executable, "-m", "foundation.rpc.single_process", "server", "--host", self.host,
                 # --port-end is exclusive; port+1 makes TVM bind exactly the port we watch for
                 # in the tracker's list instead of silently moving to the next one.
                 "--port", str(self.port), "--port-end", str(self.port + 1),
@@ -362,18 +362,11 @@ class SupervisedRPCServer:
 
     @staticmethod
     def _in_session(group: ProcessGroup) -> bool:
-        """Whether a session child is alive: server -> TVM PopenWorker -> one child per session."""
+        """Whether a session child is alive: the server forks one child per session."""
         server_pid = group.command_pid
         if server_pid is None:
             return False
         try:
-            workers = psutil.Process(server_pid).children()
+            return any(is_live(child) for child in psutil.Process(server_pid).children())
         except psutil.Error:
             return False
-        for worker in workers:
-            try:
-                if any(is_live(child) for child in worker.children()):
-                    return True
-            except Exception:
-                continue
-        return False

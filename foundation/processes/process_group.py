@@ -14,10 +14,10 @@ import weakref
 
 import psutil
 
-# TVM's tracker and RPC server are trees: `python -m tvm.exec.rpc_server` starts a PopenWorker
-# process that holds the listen thread (a non-daemon thread, so it outlives its parent) and
-# forks one child per session. Signalling only the leader leaves the rest running; signalling
-# the group reaches all of them.
+# TVM's RPC server is a tree: it forks one child per session, and `python -m tvm.exec.rpc_server`
+# puts the listen thread in a PopenWorker process of its own (a non-daemon thread, so it
+# outlives its parent). Signalling only the leader leaves the rest running; signalling the group
+# reaches all of them.
 
 _OUTPUT_LINES_KEPT = 40
 

@@ -315,7 +315,7 @@ def _error_line(output: str) -> str:
 
 
 class TrackerProcess:
-    """A TVM RPC tracker run as a subprocess (python -m tvm.exec.rpc_tracker).
+    """A TVM RPC tracker run as a subprocess (foundation.rpc.single_process: TVM's tracker, one process).
 
     ``port=0`` picks a free port. The tracker itself would move on to the next free port up to
     its --port-end (default 9199) when the one asked for is taken, so we pass port+1: it binds
@@ -355,7 +355,7 @@ class TrackerProcess:
         for _attempt in range(3 if pick_port else 1):
             port = _free_port(self.host) if pick_port else self.port
             group = ProcessGroup(
-                [sys.executable, "-m", "tvm.exec.rpc_tracker", "--host", self.host,
+                [sys.executable, "-m", "foundation.rpc.single_process", "tracker", "--host", self.host,
                  "--port", str(port), "--port-end", str(port + 1)],
                 output_logger=logging.getLogger("farm.coordinator.tracker.output"))
             self._group = group.start()

@@ -124,10 +124,8 @@ def _assert_session_works(tracker: TrackerProcess) -> None:
 
 
 def _session_children(server: SupervisedRPCServer) -> list[psutil.Process]:
-    # tvm.exec.rpc_server -> its PopenWorker (the listen loop) -> one forked child per session
-    leader = psutil.Process(server.pid)
-    return [p for p in leader.children(recursive=True)
-            if p.ppid() != leader.pid and p.status() != psutil.STATUS_ZOMBIE]
+    # the server (foundation.rpc.single_process) -> one forked child per session
+    return [p for p in psutil.Process(server.pid).children() if p.status() != psutil.STATUS_ZOMBIE]
 
 
 # --------------------------------------------------------------------------- the tests
@@ -163,7 +161,8 @@ def test_killed_session_child_is_restarted(tracker, server):
 
     _wait_for(lambda: server.restarts > restarts_before, RECOVERY_S, "a restart")
     assert server.pid != pid_before
-    assert "listed" in server.last_restart_reason
+    # TVM's listen loop dies with the session's child, and the server process ends with it.
+    assert "exited with code 1" in server.last_restart_reason
     server.wait_until_serving(timeout=RECOVERY_S)
     _assert_session_works(tracker)
 
@@ -188,8 +187,8 @@ def test_server_is_listed_again_after_tracker_restart(tracker, server):
 @pytest.mark.slow
 def test_server_the_new_tracker_does_not_list_is_restarted(tracker, server):
     # TVM's server stops reconnecting after ~60 s without a tracker; a frozen listen loop
-    # stands in for that here, without the minute of waiting.
-    listen_loop = psutil.Process(server.pid).children()[0]
+    # stands in for that here, without the minute of waiting (the loop is a thread of the server's process).
+    listen_loop = psutil.Process(server.pid)
     restarts_before = server.restarts
     tracker.stop()
     listen_loop.suspend()
