@@ -193,6 +193,10 @@ def serve(
     store = RegistryStore(url)
     owned = ingest = metrics = None
     try:
+        if metrics_listen:  # a malformed or taken address ends it here, before a tracker process starts
+            from coordinator.metrics import serve_metrics
+
+            metrics = serve_metrics(metrics_listen, store)
         if tracker is None:
             # Port 0 (any free port) is fine here, unlike in an address agents are given.
             host, _, port_text = tracker_listen.rpartition(":")
@@ -221,10 +225,6 @@ def serve(
             server, port, health_servicer = loop.run(_start_grpc(coordinator, listen, pool, access, registry))
             if health_listen:
                 health_server, health_port = loop.run(_start_health(health_servicer, health_listen))
-            if metrics_listen:
-                from coordinator.metrics import serve_metrics
-
-                metrics = serve_metrics(metrics_listen, store)
         except BaseException:
             for started in (server, health_server):
                 if started is not None:
@@ -233,6 +233,8 @@ def serve(
             pool.shutdown(wait=False)
             raise
     except BaseException:
+        if metrics is not None:
+            metrics.stop()
         if ingest is not None:
             ingest.close()
         if owned is not None:

@@ -100,3 +100,24 @@ def test_a_taken_tracker_port_fails_the_coordinator(farm_exe, tmp_path):
 def test_a_bad_listen_address_is_one_line(farm_exe, tmp_path, listen):
     proc = _coordinator(farm_exe, tmp_path, "--listen", listen, "--registry", f"sqlite:///{tmp_path / 'r.db'}")
     assert f"cannot listen on {listen}" in _refused(proc)
+
+
+def test_a_tracker_that_fails_after_the_metrics_started_frees_their_port(tmp_path):
+    """The metrics address is served first (a bad one ends the start before a tracker process is
+    made); a later failure stops it again, so the port and the collectors are free for a retry."""
+    from coordinator.metrics import serve_metrics
+    from coordinator.server import serve
+    from foundation.errors import FarmError
+    from foundation.registry import RegistryStore
+
+    metrics_port = free_port()
+    registry = f"sqlite:///{tmp_path / 'r.db'}"
+    with TrackerProcess("127.0.0.1", 0) as other_farms, pytest.raises(FarmError, match="did not start"):
+        serve("127.0.0.1:0", registry, tracker_listen=f"127.0.0.1:{other_farms.port}",
+              metrics_listen=f"127.0.0.1:{metrics_port}")
+    store = RegistryStore(registry)
+    try:
+        again = serve_metrics(f"127.0.0.1:{metrics_port}", store)  # the port bound and the collector registered anew
+        again.stop()
+    finally:
+        store.dispose()
