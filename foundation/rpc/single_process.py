@@ -39,6 +39,9 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from foundation.processes.heap import freeze_long_lived, tune_collector
+
+    tune_collector()  # TVM's import makes ~200,000 objects: the farm's collector, not Python's
     args = _arguments(argv)
     logging.basicConfig(level=logging.INFO)  # as TVM's own entry points: "bind to ...", sessions
     try:
@@ -55,6 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, ValueError) as err:
         print(f"{type(err).__name__}: {err}", file=sys.stderr, flush=True)
         return 1
+    freeze_long_lived()  # before a server forks its sessions: they inherit the heap without walking it
     state.thread.join()
     if args.role == "tracker":
         return 0  # a STOP message ended it
