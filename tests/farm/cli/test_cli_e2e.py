@@ -1,4 +1,9 @@
-"""End to end through the real `farm` executable: tune, hit, run; an ONNX file; bad input."""
+"""End to end through the real `farm` executable: tune, hit, run; an ONNX file; bad input.
+
+Tuning and running are real `farm` processes. Listings, registry hits, exports and reports are
+the same entry point run in the test's process (support.farm_inprocess): what they print and
+return is the point, not the process, which would cost a Python and import start-up each.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +16,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from support.farm_inprocess import run_farm_inprocess
+
 pytestmark = pytest.mark.slow
 
 TUNE = ["--trials", "12", "--trials-per-task", "8", "--runs", "3"]
@@ -20,6 +27,15 @@ def farm(exe: str, home: Path, *args: str, check: bool = True, timeout: float = 
     env = {**os.environ, "FARM_HOME": str(home)}
     env.pop("FARM_REGISTRY", None)
     proc = subprocess.run([exe, *args], env=env, capture_output=True, text=True, timeout=timeout)
+    return _checked(proc, args, check)
+
+
+def farm_here(home: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+    """`farm *args` in this process, as ``farm`` returns it."""
+    return _checked(run_farm_inprocess(*args, home=home), args, check)
+
+
+def _checked(proc: subprocess.CompletedProcess, args, check: bool) -> subprocess.CompletedProcess:
     if check and proc.returncode != 0:
         raise AssertionError(f"farm {' '.join(args)} exited {proc.returncode}\n"
                              f"stdout:\n{proc.stdout}\nstderr:\n{proc.stderr}")
@@ -53,8 +69,8 @@ def test_submit_tunes_validates_and_commits(tuned):
     assert {t["task"] for t in tuned["tasks"]}, "per-task progress is reported"
 
 
-def test_second_submit_is_a_registry_hit(farm_exe, home, tuned):
-    proc = farm(farm_exe, home, "submit", "mlp-tiny", "llvm", "2", "--json")
+def test_second_submit_is_a_registry_hit(home, tuned):
+    proc = farm_here(home, "submit", "mlp-tiny", "llvm", "2", "--json")
     hit = json.loads(proc.stdout)
     assert hit["cache_hit"] is True
     assert hit["state"] == "succeeded"
@@ -95,15 +111,15 @@ def test_retune_merges_records(farm_exe, home, tuned):
     assert again["artifact"]["id"] != tuned["artifact"]["id"]
 
 
-def test_human_output_and_listing(farm_exe, home, tuned):
-    newest = json.loads(farm(farm_exe, home, "submit", "mlp-tiny", "llvm", "2", "--json").stdout)["artifact"]
-    proc = farm(farm_exe, home, "submit", "mlp-tiny", "llvm", "2")
+def test_human_output_and_listing(home, tuned):
+    newest = json.loads(farm_here(home, "submit", "mlp-tiny", "llvm", "2", "--json").stdout)["artifact"]
+    proc = farm_here(home, "submit", "mlp-tiny", "llvm", "2")
     assert "registry hit" in proc.stdout and newest["id"] in proc.stdout
-    ls = json.loads(farm(farm_exe, home, "registry", "ls", "--json").stdout)
+    ls = json.loads(farm_here(home, "registry", "ls", "--json").stdout)
     assert ls["counts"]["artifacts"] >= 1
-    shown = json.loads(farm(farm_exe, home, "registry", "show", tuned["artifact"]["id"], "--json").stdout)
+    shown = json.loads(farm_here(home, "registry", "show", tuned["artifact"]["id"], "--json").stdout)
     assert shown["sha256"] == tuned["artifact"]["sha256"]
-    jobs = json.loads(farm(farm_exe, home, "jobs", "--json").stdout)
+    jobs = json.loads(farm_here(home, "jobs", "--json").stdout)
     assert tuned["job"] in {j["id"] for j in jobs}
 
 
@@ -154,23 +170,23 @@ def test_hit_path_never_imports_tvm(home, tuned):
     assert proc.stdout.strip().endswith("NO_TVM")
 
 
-def test_registry_export_and_import_tvm_logs(farm_exe, home, tuned, tmp_path):
+def test_registry_export_and_import_tvm_logs(home, tuned, tmp_path):
     """TVM's JSON database format out of one registry and into a fresh one, via the CLI."""
     out = tmp_path / "logs"
-    exported = json.loads(farm(farm_exe, home, "registry", "export", str(out), "--json").stdout)
+    exported = json.loads(farm_here(home, "registry", "export", str(out), "--json").stdout)
     assert exported["records"] >= tuned["trials"] and exported["workloads"] >= 2
     assert (out / "database_workload.json").exists() and (out / "database_tuning_record.json").exists()
     fresh = tmp_path / "fresh-home"
-    imported = json.loads(farm(farm_exe, fresh, "registry", "import", str(out), "--json").stdout)
+    imported = json.loads(farm_here(fresh, "registry", "import", str(out), "--json").stdout)
     assert imported["records"] == exported["records"] and imported["skipped_duplicates"] == 0
-    again = json.loads(farm(farm_exe, fresh, "registry", "import", str(out), "--json").stdout)
+    again = json.loads(farm_here(fresh, "registry", "import", str(out), "--json").stdout)
     assert again["records"] == 0 and again["skipped_duplicates"] == exported["records"]
     # A broken log is refused whole: nothing is written.
     bad = tmp_path / "bad"
     bad.mkdir()
     (bad / "database_workload.json").write_text((out / "database_workload.json").read_text())
     (bad / "database_tuning_record.json").write_text("[0, not json\n")
-    proc = farm(farm_exe, fresh, "registry", "import", str(bad), check=False)
+    proc = farm_here(fresh, "registry", "import", str(bad), check=False)
     assert proc.returncode != 0 and "database_tuning_record.json" in proc.stderr
     assert _count(fresh, "tuning_records") == exported["records"]
 
@@ -212,7 +228,7 @@ def test_a_corrupt_artifact_is_never_a_hit_again(farm_exe, home, tuned):
     assert all("does not match the one validated" in row[1] for row in invalid)
     ran = json.loads(farm(farm_exe, home, "run", "mlp-tiny", "llvm", "2", "--runs", "2", "--json").stdout)
     assert ran["artifact"] == again["artifact"]["id"]
-    hit = json.loads(farm(farm_exe, home, "submit", "mlp-tiny", "llvm", "2", "--json").stdout)
+    hit = json.loads(farm_here(home, "submit", "mlp-tiny", "llvm", "2", "--json").stdout)
     assert hit["cache_hit"] is True and hit["artifact"]["id"] == again["artifact"]["id"]
 
 
@@ -221,9 +237,9 @@ def _rows(home: Path, sql: str) -> list:
         return db.execute(sql).fetchall()
 
 
-def test_report_plots_the_tuned_job(farm_exe, home, tuned, tmp_path):
+def test_report_plots_the_tuned_job(home, tuned, tmp_path):
     out = tmp_path / "report"
-    made = json.loads(farm(farm_exe, home, "report", tuned["job"], "--out", str(out), "--json").stdout)
+    made = json.loads(farm_here(home, "report", tuned["job"], "--out", str(out), "--json").stdout)
     png, page = Path(made["png"]), Path(made["markdown"])
     assert png.parent == out and png.read_bytes().startswith(b"\x89PNG\r\n\x1a\n") and png.stat().st_size > 10_000
     assert made["trials"] == tuned["trials"]
@@ -240,32 +256,32 @@ def test_report_plots_the_tuned_job(farm_exe, home, tuned, tmp_path):
     assert (home / "jobs" / tuned["job"] / "logs" / "tvm.log").is_file()
 
     # A registry hit tuned nothing: its report points at the job that did; --report follows it.
-    hit = json.loads(farm(farm_exe, home, "submit", "mlp-tiny", "llvm", "2", "--json").stdout)
-    refused = farm(farm_exe, home, "report", hit["job"], "--out", str(out), check=False)
+    hit = json.loads(farm_here(home, "submit", "mlp-tiny", "llvm", "2", "--json").stdout)
+    refused = farm_here(home, "report", hit["job"], "--out", str(out), check=False)
     assert refused.returncode == 3 and refused.stderr.count("\n") == 1
     assert "answered from the registry" in refused.stderr and "farm report" in refused.stderr
-    again = json.loads(farm(farm_exe, home, "submit", "mlp-tiny", "llvm", "2", "--report", str(tmp_path / "r2"),
-                            "--json").stdout)
+    again = json.loads(farm_here(home, "submit", "mlp-tiny", "llvm", "2", "--report", str(tmp_path / "r2"),
+                                 "--json").stdout)
     assert again["cache_hit"] and Path(again["report"]["png"]).is_file()
     assert again["report"]["job"] == again["artifact"]["job_id"]
 
 
-def test_listings_read_like_kubectl(farm_exe, home, tuned):
-    jobs = farm(farm_exe, home, "jobs").stdout.splitlines()
+def test_listings_read_like_kubectl(home, tuned):
+    jobs = farm_here(home, "jobs").stdout.splitlines()
     assert jobs[0].split() == ["JOB", "STATE", "MODEL", "BATCH", "TARGET", "TRIALS", "FINGERPRINT", "AGE", "STATUS"]
     row = next(line for line in jobs if line.startswith(tuned["job"]))
     assert "mlp-tiny" in row and "llvm" in row and f"{tuned['trials']}/" in row
     # Columns line up: each header starts where its values start.
     starts = [jobs[0].index(word) for word in ("STATE", "MODEL", "FINGERPRINT")]
     assert all(row[start - 1] == " " and row[start] != " " for start in starts)
-    listing = farm(farm_exe, home, "registry", "ls").stdout
+    listing = farm_here(home, "registry", "ls").stdout
     assert tuned["artifact"]["id"] in listing and "VALIDATED" in listing
     for text in ("\n".join(jobs), listing):
         assert "None" not in text and "{'" not in text
 
 
-def test_version(farm_exe, tmp_path):
-    lines = farm(farm_exe, tmp_path / "home", "--version").stdout.splitlines()
+def test_version(tmp_path):
+    lines = farm_here(tmp_path / "home", "--version").stdout.splitlines()
     names = [line.split()[0] for line in lines]
     assert names[:3] == ["farm", "TVM", "LLVM"] and "Python" in names
     assert lines[0].split()[1] == "0.1.0" and "0.27" in lines[1]
