@@ -18,7 +18,7 @@ import queue
 import socket
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import singledispatchmethod
 from pathlib import Path
 
@@ -69,6 +69,7 @@ from agent.state.instructions import (
 )
 from foundation.errors import FarmError
 from foundation.logs import log_ids, set_process_ids
+from foundation.meta_schedule.measure import min_repeat_ms_setting
 from foundation.wire.access import ChannelAccess, open_channel
 
 logger = logging.getLogger("farm.agent")
@@ -89,7 +90,7 @@ class AgentSettings:
     rpc_port: int = 0
     work_dir: Path | None = None
     session_timeout_sec: float = 60.0
-    min_repeat_ms: int | None = None  # None: the farm's (FARM_MIN_REPEAT_MS, else 40)
+    min_repeat_ms: int = field(default_factory=min_repeat_ms_setting)  # FARM_MIN_REPEAT_MS, else 40
     # How long a report may wait for an unreachable coordinator before the shard gives up.
     report_patience_sec: float = 120.0
     access: ChannelAccess | None = None  # token and TLS to present (foundation.wire.access)
@@ -441,10 +442,9 @@ class Agent:
 
         key = (self.tracker.host, self.tracker.port, self.tracker.key)
         if key not in self._pools:
-            timing = {} if self.settings.min_repeat_ms is None else {"min_repeat_ms": self.settings.min_repeat_ms}
             self._pools[key] = WorkerPools(MeasureSettings(
                 build_workers=self.settings.build_workers,
-                **timing,
+                min_repeat_ms=self.settings.min_repeat_ms,
                 rpc=RPCMeasure(self.tracker.host, self.tracker.port, self.tracker.key,
                                session_timeout_sec=self.settings.session_timeout_sec),
             ), observer=MeasureMetrics(self.fingerprint.id, self.settings.target_kinds))

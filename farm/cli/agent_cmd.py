@@ -42,13 +42,11 @@ def agent(
     from agent.daemon import Agent, AgentSettings
     from foundation.domain.request_limits import BUILD_WORKERS, check_number
     from foundation.logs import configure_logging
-    from foundation.meta_schedule.measure import min_repeat_ms_setting
     from foundation.processes.native_stderr import terminal_stderr
 
     # Checked before anything starts: the builder count goes to the coordinator as a uint32 (a
     # larger one was a ValueError, exit 70), and `cuda:x` was an int() of 'x'.
     check_number("--build-workers", build_workers, BUILD_WORKERS)
-    min_repeat_ms = min_repeat_ms_setting()  # a bad FARM_MIN_REPEAT_MS stops the agent now, not its first shard
     kind, index = _device(device)
     kinds = tuple(dict.fromkeys(target))
     if kind == "cuda" and "cuda" not in kinds:
@@ -67,7 +65,7 @@ def agent(
         signal.signal(sig, lambda *_: stop.set())
     settings = AgentSettings(coordinator=coordinator.address, target_kinds=kinds, device=index,
                              build_workers=build_workers, rpc_host=rpc_host, rpc_port=rpc_port, access=access,
-                             stop_grace_sec=grace, min_repeat_ms=min_repeat_ms)
+                             stop_grace_sec=grace)  # reads FARM_MIN_REPEAT_MS: a bad one stops it here
     agent = Agent(settings)
     metrics = None
     if metrics_listen:

@@ -22,6 +22,8 @@ import argparse
 import logging
 import sys
 
+from foundation.processes.heap import freeze_long_lived, tune_collector
+
 
 def _arguments(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m foundation.rpc.single_process")
@@ -39,8 +41,6 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from foundation.processes.heap import freeze_long_lived, tune_collector
-
     tune_collector()  # TVM's import makes ~200,000 objects: the farm's collector, not Python's
     args = _arguments(argv)
     logging.basicConfig(level=logging.INFO)  # as TVM's own entry points: "bind to ...", sessions
