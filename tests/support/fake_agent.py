@@ -184,7 +184,11 @@ class FakeAgent:
         (self._beating.set if on else self._beating.clear)()
 
     def close(self):
+        """Stop the background heartbeats, waiting for one in flight: it would otherwise fail
+        against a coordinator stopped right after, in a thread no test reads."""
         self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=15)
 
     # ------------------------------------------------------------------ shards
 
