@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import random
 import shutil
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -86,6 +88,45 @@ def test_outdated_schema_is_refused_until_upgraded(registry_url, tmp_path, monke
     assert upgrade_registry(registry_url) == "9000"
     assert upgrade_registry(registry_url) == "9000"  # already there: nothing to do
     RegistryStore(registry_url).dispose()
+
+
+def test_the_migrations_plain_head_is_alembics_head(tmp_path, monkeypatch):
+    assert migrate.plain_head_revision() == migrate.head_revision()
+    _add_probe_revision(tmp_path, monkeypatch)
+    assert migrate.plain_head_revision() == migrate.head_revision() == "9000"
+
+
+def _write_revision(versions: Path, revision: str, down_revision: str) -> None:
+    (versions / f"{revision}.py").write_text(
+        f'revision = "{revision}"\ndown_revision = {down_revision}\nbranch_labels = None\ndepends_on = None\n'
+        "def upgrade():\n    pass\n")
+
+
+@pytest.mark.parametrize("shape", ["branch", "merge", "annotated"])
+def test_migrations_other_than_one_plain_chain_are_left_to_alembic(shape, tmp_path, monkeypatch):
+    head = _add_probe_revision(tmp_path, monkeypatch)
+    versions = migrate.MIGRATIONS_DIR / "versions"
+    if shape == "branch":  # two heads on the same parent
+        _write_revision(versions, "9001", f'"{head}"')
+    elif shape == "merge":  # one revision with two parents
+        _write_revision(versions, "9001", f'"{head}"')
+        _write_revision(versions, "9002", '("9000", "9001")')
+    else:  # annotated, as newer Alembic templates write it: read the same
+        (versions / "9000_probe.py").write_text((versions / "9000_probe.py").read_text().replace(
+            'revision = "9000"', 'revision: str = "9000"'))
+    expected = "9000" if shape == "annotated" else None
+    assert migrate.plain_head_revision() == expected
+
+
+def test_opening_a_registry_at_the_head_imports_no_alembic(registry_url):
+    # Alembic is a third of a `farm` command's start; a registry already at the head needs none of it.
+    RegistryStore(registry_url).dispose()
+    probe = ("import sys\nfrom foundation.registry import RegistryStore\n"
+             "RegistryStore(sys.argv[1]).dispose()\n"
+             "print(sorted(m for m in sys.modules if m.partition('.')[0] == 'alembic'))")
+    opened = subprocess.run([sys.executable, "-c", probe, registry_url], capture_output=True, text=True, timeout=60)
+    assert opened.returncode == 0, opened.stderr
+    assert opened.stdout.strip() == "[]"
 
 
 def test_newer_or_unmanaged_schema_is_refused(registry_url):
