@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from support.farm_inprocess import run_farm_inprocess
 from support.farm_process import one_error_line, run_farm
 from support.onnx_models import write_small_cnn
 
@@ -24,7 +25,16 @@ TUNE = ["--trials", "8", "--trials-per-task", "4", "--runs", "3"]
 
 
 def farm(exe: str, home: Path, *args: str) -> dict:
-    proc = run_farm(exe, home, *args)
+    """A real `farm` process: what tunes or runs a library."""
+    return _document(run_farm(exe, home, *args), args)
+
+
+def farm_here(home: Path, *args: str) -> dict:
+    """`farm` in this process (support.farm_inprocess): what only reads the registry, a hit say."""
+    return _document(run_farm_inprocess(*args, home=home), args)
+
+
+def _document(proc, args) -> dict:
     assert proc.returncode == 0, f"farm {' '.join(args)} exited {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
     return json.loads(proc.stdout)
 
@@ -59,9 +69,9 @@ def test_a_prepacked_job_tunes_validates_and_stores_a_prepacked_library(prepacke
     assert prepacked["weights_layout"] == "prepacked"
     assert prepacked["artifact"]["weights_layout"] == "prepacked"
     assert prepacked["artifact"]["validation"]["passed"] is True
-    status = farm(farm_exe, home, "status", prepacked["job"], "--json")
+    status = farm_here(home, "status", prepacked["job"], "--json")
     assert status["weights_layout"] == "prepacked"
-    shown = run_farm(farm_exe, home, "status", prepacked["job"]).stdout
+    shown = run_farm_inprocess("status", prepacked["job"], home=home).stdout
     assert "Weights:" in shown and "prepacked" in shown
     # The tuned workloads are the layout-free TIR, not the plain model's.
     tuned = _rows(home, "SELECT w.mod_json FROM tuning_records r JOIN workloads w ON w.id = r.workload_id "
@@ -102,8 +112,8 @@ def test_plain_and_prepacked_forms_coexist_and_each_hits_its_own(plain, prepacke
     assert plain["state"] == "succeeded" and plain["cache_hit"] is False, "a prepacked artifact is no plain hit"
     assert plain["weights_layout"] == plain["artifact"]["weights_layout"] == "plain"
     assert plain["artifact"]["id"] != prepacked["artifact"]["id"]
-    again_packed = farm(farm_exe, home, "submit", str(model), "llvm", "1", "--weights-layout", "prepacked", "--json")
-    again_plain = farm(farm_exe, home, "submit", str(model), "llvm", "1", "--weights-layout", "plain", "--json")
+    again_packed = farm_here(home, "submit", str(model), "llvm", "1", "--weights-layout", "prepacked", "--json")
+    again_plain = farm_here(home, "submit", str(model), "llvm", "1", "--weights-layout", "plain", "--json")
     assert again_packed["cache_hit"] and again_packed["artifact"]["id"] == prepacked["artifact"]["id"]
     assert again_plain["cache_hit"] and again_plain["artifact"]["id"] == plain["artifact"]["id"]
     assert again_packed["weights_layout"] == "prepacked" and again_plain["weights_layout"] == "plain"
@@ -139,8 +149,8 @@ def test_blocked_activations_tune_validate_and_run_with_the_files_plain_weights(
     np.testing.assert_allclose(np.load(tmp_path / "y.npy"), want, rtol=1e-4, atol=1e-5)
 
 
-def test_an_unknown_weights_layout_is_bad_input(farm_exe, home, model):
-    proc = run_farm(farm_exe, home, "submit", str(model), "llvm", "1", "--weights-layout", "packed")
+def test_an_unknown_weights_layout_is_bad_input(home, model):
+    proc = run_farm_inprocess("submit", str(model), "llvm", "1", "--weights-layout", "packed", home=home)
     assert proc.returncode == 2
     assert one_error_line(proc.stderr) == ("error: unknown weights layout 'packed' "
                                            "(use one of auto, plain, prepacked, prepacked-nchwc)")
