@@ -1,0 +1,83 @@
+"""scripts/setup run again on a venv it made: pip runs only where pyproject.toml or the extras changed.
+
+The script runs on a stand-in project (its own pyproject.toml, empty packages, no dependencies: pip
+fetches only what builds it, as scripts/setup does for the farm). Whether pip ran is told by taking
+pip out of the venv after the first run: a re-run that calls pip fails, one that skips it passes.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow  # a venv made and a package built and installed: 14 s
+
+REPO = Path(__file__).resolve().parents[2]
+SETUP = REPO / "scripts" / "setup"
+PACKAGES = ("agent", "coordinator", "farm", "foundation")  # what scripts/setup byte-compiles
+
+PYPROJECT = """\
+[build-system]
+requires = ["setuptools>=77"]
+build-backend = "setuptools.build_meta"
+
+[project]
+name = "stand-in"
+version = "0"
+
+[project.optional-dependencies]
+test = []
+other = []
+
+[tool.setuptools.packages.find]
+include = ["agent*", "coordinator*", "farm*", "foundation*"]
+"""
+
+
+@pytest.fixture
+def project(tmp_path) -> Path:
+    root = tmp_path / "project"
+    (root / "scripts").mkdir(parents=True)
+    shutil.copy(SETUP, root / "scripts" / "setup")
+    for package in PACKAGES:
+        (root / package).mkdir()
+        (root / package / "__init__.py").write_text("")
+    (root / "pyproject.toml").write_text(PYPROJECT)
+    return root
+
+
+def setup(project: Path, **env: str) -> subprocess.CompletedProcess:
+    return subprocess.run([str(project / "scripts" / "setup")], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHON": sys.executable, "INSTALL_PROMTOOL": "0", **env}, cwd=project)
+
+
+def without_pip(project: Path) -> None:
+    """Take pip out of the venv: from now on a run that calls pip fails."""
+    venv_python = project / ".venv" / "bin" / "python"
+    packages = subprocess.run([str(venv_python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+                              capture_output=True, text=True, check=True).stdout.strip()
+    shutil.rmtree(Path(packages) / "pip")
+
+
+def test_a_rerun_skips_pip_until_the_project_or_the_extras_change(project):
+    first = setup(project)
+    assert first.returncode == 0, first.stderr
+    assert (project / ".venv" / ".tvm-farm-installed").is_file()
+    without_pip(project)
+
+    again = setup(project)
+    assert again.returncode == 0, f"pip ran again for the same project:\n{again.stderr}"
+    assert (project / "farm" / "__pycache__").is_dir(), "the project is still byte-compiled"
+
+    other_extras = setup(project, EXTRAS="test,other")
+    assert other_extras.returncode != 0 and "No module named pip" in other_extras.stderr, other_extras.stderr
+
+    (project / "pyproject.toml").write_text(PYPROJECT.replace('version = "0"', 'version = "1"'))
+    changed = setup(project)
+    assert changed.returncode != 0 and "No module named pip" in changed.stderr, changed.stderr
+    assert not (project / ".venv" / ".tvm-farm-installed").exists(), "a failed install leaves no stamp"
