@@ -14,10 +14,9 @@ import weakref
 
 import psutil
 
-# TVM's RPC server is a tree: it forks one child per session, and `python -m tvm.exec.rpc_server`
-# puts the listen thread in a PopenWorker process of its own (a non-daemon thread, so it
-# outlives its parent). Signalling only the leader leaves the rest running; signalling the group
-# reaches all of them.
+# TVM's RPC server is a tree: it forks one child per session (TVM's own entry points,
+# `python -m tvm.exec.rpc_server` and `rpc_tracker`, add a PopenWorker process holding the listen
+# thread). Signalling only the leader leaves the rest running; signalling the group reaches all of them.
 
 _OUTPUT_LINES_KEPT = 40
 
