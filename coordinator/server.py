@@ -66,10 +66,25 @@ class _EventLoopThread:
         return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result(timeout)
 
     def close(self) -> None:
+        # A handler still waiting on its thread when the server stopped (its grace ran out) is
+        # cancelled and let finish here: a loop closed under it prints "Task was destroyed but
+        # it is pending!" and a traceback when the task is collected.
+        try:
+            self.run(_cancel_the_rest(), timeout=5)
+        except (RuntimeError, TimeoutError):
+            pass  # the loop is not running, or a task would not end: the loop closes anyway
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join(timeout=10)
         if not self._thread.is_alive():
             self.loop.close()
+
+
+async def _cancel_the_rest() -> None:
+    """Cancel every other task on the running loop and wait until each has ended."""
+    tasks = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
 
 
 @dataclass

@@ -5,16 +5,21 @@ registry, and report sizes follow the fleet's rate and spread (the sizes go out 
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
 import contextlib
+import gc
 import math
 import sqlite3
 import threading
 import time
 from datetime import timedelta
 
+import grpc
+import pytest
+
 from coordinator.fleet import ReportPolicy
-from foundation.wire import farm_pb2
+from foundation.wire import farm_pb2, farm_pb2_grpc
 
 from support.coordinator_service import TIMEOUT, submit_job, wait_job, wait_until
 from support.fake_agent import FakeAgent
@@ -41,6 +46,85 @@ def test_a_held_lease_poll_ends_inside_its_deadline_and_when_the_coordinator_sto
     server.stop(grace=10)
     reply = held.result()  # raises if the call was cut off (CANCELLED or UNAVAILABLE)
     assert not reply.HasField("shard"), reply
+
+
+def test_a_call_still_running_when_the_coordinator_stops_is_cancelled_not_left_pending(
+        start, fingerprint, registry_url, caplog):
+    # A CancelJob stuck behind a lock on the job outlives the stop's grace: the caller hears an
+    # error, and the handler's task has ended before the event loop closes. So has any other task
+    # on the loop still waiting on a thread: left pending, a task is destroyed with the closed
+    # loop later and prints "Task was destroyed but it is pending!" and a traceback (CI,
+    # 2026-11-29, a CancelJob's).
+    server, channel = start()
+    (submitted,) = submit_job(channel)
+    stub = farm_pb2_grpc.FarmClientStub(channel)
+    released = threading.Event()
+    try:
+        with _job_row_held(registry_url, submitted.job.id):
+            call = stub.CancelJob.future(farm_pb2.CancelJobRequest(job_id=submitted.job.id), timeout=TIMEOUT)
+            [handler] = wait_until(lambda: _tasks_named(server, "CancelJob"), "the CancelJob handler running")
+            straggler = _task_waiting_on_a_thread(server, released)
+            server.stop(grace=0)
+            assert handler.done() and straggler.cancelled(), (handler, straggler)
+            with pytest.raises(grpc.RpcError):
+                call.result()
+    finally:
+        released.set()  # else the pool's thread holds the test process open at its exit
+    server._pool.shutdown(wait=True)  # the threads, which ran on after the lock went
+    del handler, straggler
+    gc.collect()
+    assert not [r for r in caplog.records if "destroyed but it is pending" in r.getMessage()]
+
+
+def _task_waiting_on_a_thread(server, released: threading.Event) -> asyncio.Task:
+    """A task on ``server``'s event loop awaiting a call in its thread pool that returns once
+    ``released`` is set."""
+
+    async def started():
+        loop = asyncio.get_running_loop()
+        return asyncio.ensure_future(loop.run_in_executor(server._pool, released.wait))
+
+    async def waiting(future):
+        return await future
+
+    async def create():
+        return asyncio.create_task(waiting(await started()))
+
+    return server._loop.run(create(), timeout=10)
+
+
+def _tasks_named(server, rpc: str) -> list:
+    """The tasks on ``server``'s event loop whose names mention ``rpc``."""
+
+    async def named():
+        return [task for task in asyncio.all_tasks() if rpc in task.get_name()]
+
+    return server._loop.run(named(), timeout=10)
+
+
+@contextlib.contextmanager
+def _job_row_held(registry_url, job_id):
+    """Make writes of the job ``job_id`` wait: hold the lock they need, in another connection."""
+    if registry_url.startswith("sqlite:///"):
+        connection = sqlite3.connect(registry_url.removeprefix("sqlite:///"), isolation_level=None)
+        connection.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+        finally:
+            connection.execute("ROLLBACK")
+            connection.close()
+        return
+    from sqlalchemy import create_engine, text
+
+    from foundation.registry.engine import parse_registry_url
+
+    engine = create_engine(parse_registry_url(registry_url))
+    try:
+        with engine.connect() as connection, connection.begin():
+            connection.execute(text("SELECT id FROM jobs WHERE id = :id FOR UPDATE"), {"id": job_id})
+            yield
+    finally:
+        engine.dispose()
 
 
 class _CallerDeadline:
