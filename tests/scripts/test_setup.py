@@ -1,8 +1,10 @@
-"""scripts/setup run again on a venv it made: pip runs only where pyproject.toml or the extras changed.
+"""scripts/setup run again on a venv it made: the install runs only where pyproject.toml or the
+extras changed; it installs with uv, or with pip where asked.
 
-The script runs on a stand-in project (its own pyproject.toml, empty packages, no dependencies: pip
-fetches only what builds it, as scripts/setup does for the farm). Whether pip ran is told by taking
-pip out of the venv after the first run: a re-run that calls pip fails, one that skips it passes.
+The script runs on a stand-in project (its own pyproject.toml, empty packages, no dependencies: the
+installer fetches only what builds it, as scripts/setup does for the farm). Whether an install ran
+is told by taking pip and uv out of the venv after the first run: a re-run that installs fails, one
+that skips it passes.
 """
 
 from __future__ import annotations
@@ -18,7 +20,6 @@ import pytest
 pytestmark = pytest.mark.slow  # a venv made and a package built and installed: 14 s
 
 REPO = Path(__file__).resolve().parents[2]
-SETUP = REPO / "scripts" / "setup"
 PACKAGES = ("agent", "coordinator", "farm", "foundation")  # what scripts/setup byte-compiles
 
 PYPROJECT = """\
@@ -43,7 +44,8 @@ include = ["agent*", "coordinator*", "farm*", "foundation*"]
 def project(tmp_path) -> Path:
     root = tmp_path / "project"
     (root / "scripts").mkdir(parents=True)
-    shutil.copy(SETUP, root / "scripts" / "setup")
+    for script in ("setup", "install_with_uv"):
+        shutil.copy(REPO / "scripts" / script, root / "scripts" / script)
     for package in PACKAGES:
         (root / package).mkdir()
         (root / package / "__init__.py").write_text("")
@@ -56,19 +58,21 @@ def setup(project: Path, **env: str) -> subprocess.CompletedProcess:
                           env={**os.environ, "PYTHON": sys.executable, "INSTALL_PROMTOOL": "0", **env}, cwd=project)
 
 
-def without_pip(project: Path) -> None:
-    """Take pip out of the venv: from now on a run that calls pip fails."""
+def without_installers(project: Path) -> None:
+    """Take pip and uv out of the venv: from now on a run that installs fails."""
     venv_python = project / ".venv" / "bin" / "python"
     packages = subprocess.run([str(venv_python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
                               capture_output=True, text=True, check=True).stdout.strip()
     shutil.rmtree(Path(packages) / "pip")
+    (project / ".venv" / "bin" / "uv").unlink()
 
 
-def test_a_rerun_skips_pip_until_the_project_or_the_extras_change(project):
+def test_a_rerun_skips_the_install_until_the_project_or_the_extras_change(project):
     first = setup(project)
     assert first.returncode == 0, first.stderr
     assert (project / ".venv" / ".tvm-farm-installed").is_file()
-    without_pip(project)
+    assert (project / ".venv" / "bin" / "uv").is_file(), "uv installed the project"
+    without_installers(project)
 
     again = setup(project)
     assert again.returncode == 0, f"pip ran again for the same project:\n{again.stderr}"
@@ -81,3 +85,9 @@ def test_a_rerun_skips_pip_until_the_project_or_the_extras_change(project):
     changed = setup(project)
     assert changed.returncode != 0 and "No module named pip" in changed.stderr, changed.stderr
     assert not (project / ".venv" / ".tvm-farm-installed").exists(), "a failed install leaves no stamp"
+
+
+def test_installer_pip_installs_with_pip(project):
+    assert setup(project, INSTALLER="pip").returncode == 0
+    assert not (project / ".venv" / "bin" / "uv").exists(), "uv was installed"
+    assert (project / ".venv" / ".tvm-farm-installed").is_file()
