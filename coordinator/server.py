@@ -71,7 +71,7 @@ class _EventLoopThread:
         # it is pending!" and a traceback when the task is collected.
         try:
             self.run(_cancel_the_rest(), timeout=5)
-        except (RuntimeError, TimeoutError):
+        except (RuntimeError, futures.TimeoutError):  # futures': not the builtin before Python 3.11
             pass  # the loop is not running, or a task would not end: the loop closes anyway
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join(timeout=10)
