@@ -179,7 +179,7 @@ def test_on_held_out_records_the_stored_model_ranks_better_than_an_untrained_one
     # loads it, orders the third (pairs of schedules put in the right order); untrained models
     # (random scores) order the same records. A random order puts half the pairs right, give or
     # take 0.02 over the three folds (Kendall's tau of 120 records has a spread of 0.06 per fold),
-    # so the untrained side is ten models' average: one draw scored 0.54 in CI (2026-11-29).
+    # so the untrained side is ten models' average: one draw scored 0.54 in a suite run (2026-11-29).
     import json
 
     from tvm.s_tir.meta_schedule.database import Workload
