@@ -60,7 +60,7 @@ def test_a_call_still_running_when_the_coordinator_stops_is_cancelled_not_left_p
     stub = farm_pb2_grpc.FarmClientStub(channel)
     released = threading.Event()
     try:
-        with _job_row_held(registry_url, submitted.job.id):
+        with _row_held(registry_url, "jobs", submitted.job.id):
             call = stub.CancelJob.future(farm_pb2.CancelJobRequest(job_id=submitted.job.id), timeout=TIMEOUT)
             [handler] = wait_until(lambda: _tasks_named(server, "CancelJob"), "the CancelJob handler running")
             straggler = _task_waiting_on_a_thread(server, released)
@@ -102,31 +102,6 @@ def _tasks_named(server, rpc: str) -> list:
     return server._loop.run(named(), timeout=10)
 
 
-@contextlib.contextmanager
-def _job_row_held(registry_url, job_id):
-    """Make writes of the job ``job_id`` wait: hold the lock they need, in another connection."""
-    if registry_url.startswith("sqlite:///"):
-        connection = sqlite3.connect(registry_url.removeprefix("sqlite:///"), isolation_level=None)
-        connection.execute("BEGIN IMMEDIATE")
-        try:
-            yield
-        finally:
-            connection.execute("ROLLBACK")
-            connection.close()
-        return
-    from sqlalchemy import create_engine, text
-
-    from foundation.registry.engine import parse_registry_url
-
-    engine = create_engine(parse_registry_url(registry_url))
-    try:
-        with engine.connect() as connection, connection.begin():
-            connection.execute(text("SELECT id FROM jobs WHERE id = :id FOR UPDATE"), {"id": job_id})
-            yield
-    finally:
-        engine.dispose()
-
-
 class _CallerDeadline:
     """The one thing `_hold_seconds` asks of a call's context: the time left before its deadline."""
 
@@ -163,11 +138,12 @@ def _agent_leasing_a_shard(start, fingerprint, **options):
 
 
 @contextlib.contextmanager
-def _ingestion_held(registry_url, shard_id):
-    """Make the coordinator's report commits wait: hold the lock they need, in another connection."""
+def _row_held(registry_url, table: str, row_id: str):
+    """Make writes of the row ``row_id`` of ``table`` wait: hold the lock they need, in another
+    connection (on SQLite the database's one write lock)."""
     if registry_url.startswith("sqlite:///"):
         connection = sqlite3.connect(registry_url.removeprefix("sqlite:///"), isolation_level=None)
-        connection.execute("BEGIN IMMEDIATE")  # the database's one write lock
+        connection.execute("BEGIN IMMEDIATE")
         try:
             yield
         finally:
@@ -181,8 +157,7 @@ def _ingestion_held(registry_url, shard_id):
     engine = create_engine(parse_registry_url(registry_url))
     try:
         with engine.connect() as connection, connection.begin():
-            # A report locks its shard's row (coordinator.cluster_store.reports).
-            connection.execute(text("SELECT id FROM shards WHERE id = :id FOR UPDATE"), {"id": shard_id})
+            connection.execute(text(f"SELECT id FROM {table} WHERE id = :id FOR UPDATE"), {"id": row_id})
             yield
     finally:
         engine.dispose()
@@ -198,7 +173,8 @@ def test_heartbeats_are_answered_while_more_reports_wait_than_the_server_has_thr
     assert agent.heartbeat() == []
     ingest = server.coordinator.report_commits
     with concurrent.futures.ThreadPoolExecutor(4) as pool:
-        with _ingestion_held(registry_url, shard.shard_id):
+        # A report locks its shard's row (coordinator.cluster_store.reports).
+        with _row_held(registry_url, "shards", shard.shard_id):
             reports = [pool.submit(agent.report, shard, (factor,)) for factor in (2, 3, 4, 5)]
             # The first group is in its transaction, stuck on the lock; the rest queue behind it.
             wait_until(lambda: ingest.pending() == 4, "four reports waiting for their commit")
