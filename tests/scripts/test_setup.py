@@ -58,12 +58,21 @@ def setup(project: Path, **env: str) -> subprocess.CompletedProcess:
                           env={**os.environ, "PYTHON": sys.executable, "INSTALL_PROMTOOL": "0", **env}, cwd=project)
 
 
+def site_packages(project: Path) -> Path:
+    venv_python = project / ".venv" / "bin" / "python"
+    return Path(subprocess.run([str(venv_python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+                               capture_output=True, text=True, check=True).stdout.strip())
+
+
+def installed_by(project: Path) -> str:
+    """What installed the stand-in project: the INSTALLER file pip and uv write beside it."""
+    [record] = site_packages(project).glob("stand_in-*.dist-info")
+    return (record / "INSTALLER").read_text().strip()
+
+
 def without_installers(project: Path) -> None:
     """Take pip and uv out of the venv: from now on a run that installs fails."""
-    venv_python = project / ".venv" / "bin" / "python"
-    packages = subprocess.run([str(venv_python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
-                              capture_output=True, text=True, check=True).stdout.strip()
-    shutil.rmtree(Path(packages) / "pip")
+    shutil.rmtree(site_packages(project) / "pip")
     (project / ".venv" / "bin" / "uv").unlink()
 
 
@@ -71,11 +80,11 @@ def test_a_rerun_skips_the_install_until_the_project_or_the_extras_change(projec
     first = setup(project)
     assert first.returncode == 0, first.stderr
     assert (project / ".venv" / ".tvm-farm-installed").is_file()
-    assert (project / ".venv" / "bin" / "uv").is_file(), "uv installed the project"
+    assert installed_by(project) == "uv", first.stderr
     without_installers(project)
 
     again = setup(project)
-    assert again.returncode == 0, f"pip ran again for the same project:\n{again.stderr}"
+    assert again.returncode == 0, f"an installer ran again for the same project:\n{again.stderr}"
     assert (project / "farm" / "__pycache__").is_dir(), "the project is still byte-compiled"
 
     other_extras = setup(project, EXTRAS="test,other")
@@ -89,5 +98,6 @@ def test_a_rerun_skips_the_install_until_the_project_or_the_extras_change(projec
 
 def test_installer_pip_installs_with_pip(project):
     assert setup(project, INSTALLER="pip").returncode == 0
+    assert installed_by(project) == "pip"
     assert not (project / ".venv" / "bin" / "uv").exists(), "uv was installed"
     assert (project / ".venv" / ".tvm-farm-installed").is_file()

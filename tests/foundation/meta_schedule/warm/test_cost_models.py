@@ -128,7 +128,7 @@ def measured(tmp_path_factory, target, box_locks):
     schedules = _random_schedules(matmul_module(96), target, 360)
     # Five 5 ms repeats a schedule, the fastest stored: with one 40 ms repeat, a stray pause on
     # the box (CI, 2026-11-28) reordered enough pairs to take the accuracy under the bar. Two
-    # such timings of the same schedules order 92% of their pairs alike (Zen 4): the model, not
+    # such timings of the same schedules order 90-92% of their pairs alike (Zen 4): the model, not
     # the timing, limits the accuracy. The other workers wait while these are timed (21 s).
     with WorkerPools(MeasureSettings(repeat=5, min_repeat_ms=5, cache_flush=False)) as pools:
         built = _build(matmul_module(96), target, schedules, pools)
