@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 import xml.etree.ElementTree as ET
 from collections import Counter
@@ -84,4 +85,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    # A report piped into `head` ends quietly when head has read enough, as other filters do.
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     sys.exit(main())
