@@ -18,13 +18,13 @@ from foundation.config import KEEP_SLOWER_ENV, MIN_REPEAT_MS_ENV
 from foundation.processes.heap import tune_collector
 from foundation.registry import RegistryStore
 
-from support.quiet_box import shared_box
 from support.registry_db import BACKENDS, POSTGRES_URL, admin_url, fresh_postgres_database
 from support.scheduling import LongestFirstFileScheduling, order_longest_first
 
 # pytester: tests/test_suite_scheduling.py collects small suites of its own; support.cpu_time: each
-# test's CPU seconds in the JUnit report (bench/suite_time.py).
-pytest_plugins = ["pytester", "support.cpu_time"]
+# test's CPU seconds in the JUnit report (bench/suite_time.py); support.quiet_box: each test holds
+# the box shared while a measurement a test ranks is taken, and the box_locks fixture.
+pytest_plugins = ["pytester", "support.cpu_time", "support.quiet_box"]
 
 # The test processes hold TVM, Relax and every test module for the whole run, like a farm
 # process holds TVM: the farm's collector thresholds, not Python's (foundation.processes.heap).
@@ -75,21 +75,6 @@ def farm_home(tmp_path_factory) -> Path:
         os.environ.pop("FARM_HOME", None)
     else:
         os.environ["FARM_HOME"] = old
-
-
-@pytest.fixture(scope="session")
-def box_locks(tmp_path_factory) -> Path:
-    """Where test processes share the box's lock: the parent of this process's temporary
-    directory, the run's own under pytest-xdist (its workers' directories are in it)."""
-    return tmp_path_factory.getbasetemp().parent
-
-
-@pytest.fixture(autouse=True)
-def _shares_the_box(box_locks) -> Iterator[None]:
-    """Each test holds the box shared; a module-scoped fixture that measures takes it alone
-    (support.quiet_box.quiet_box), before this is set up for its first test."""
-    with shared_box(box_locks):
-        yield
 
 
 @pytest.fixture(scope="session")
