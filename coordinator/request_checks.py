@@ -32,14 +32,17 @@ class Number:
 @dataclass(frozen=True)
 class Finite:
     """A double (or each of a repeated double): no NaN or infinity, which the registry's JSON cannot
-    hold on PostgreSQL. In a report it would fail the group commit, every other agent's report with it."""
+    hold on PostgreSQL. In a report it would fail the group commit, every other agent's report with it.
+    With ``at_least``, a figure that cannot be smaller (a latency, its spread)."""
+
+    at_least: float | None = None
 
 
 @dataclass(frozen=True)
 class OutputErrors:
     """A validation's OutputCheck: its tolerances finite, its errors never NaN, and infinite only in
     a check that failed (foundation.runtime.validation says so of an output that is not finite):
-    a check that passed is shown with its errors, and kept with the artifact."""
+    a check that passed is shown with its errors, and kept with the artifact. None is negative."""
 
 
 @dataclass(frozen=True)
@@ -80,8 +83,22 @@ _TASK_NAME = Text(MAX_TEXT_LENGTH)
 _TASKS = Items(10_000)
 _TASK_FIGURES = {"tasks": _TASKS, "tasks[].task_name": _TASK_NAME, "tasks[].best_us": Finite(),
                  "tasks[].elapsed_s": Finite(), "tasks[].sample_errors": Items(64), "tasks[].sample_errors[]": _REASON}
-_LATENCY = {f"{stats}.{figure}": Finite() for stats in ("latency", "untuned_latency")
-            for figure in ("mean_ms", "median_ms", "std_ms")}
+# A validated library's latency is kept with its artifact and ranks it among the hits
+# (look_up_fastest_hit): no negative time, and runs within what a lease may ask for.
+_LATENCY = {
+    **{f"{stats}.{figure}": Finite(at_least=0.0) for stats in ("latency", "untuned_latency")
+       for figure in ("mean_ms", "median_ms", "std_ms")},
+    **{f"{stats}.runs": Number(limits.VALIDATION_RUNS) for stats in ("latency", "untuned_latency")},
+    **{f"{stats}.warmup": Number(limits.WARMUP_RUNS) for stats in ("latency", "untuned_latency")},
+}
+# The cost model a shard's search started from, as the agent names it: kept with the job and
+# shown in every snapshot of it.
+_COST_MODEL_USED = {
+    "warm_start.cost_model.id": Number(limits.ROW_ID), "warm_start.cost_model.kind": _KIND,
+    "warm_start.cost_model.sha256": _SHA256, "warm_start.cost_model.size_bytes": Number(limits.ROW_ID),
+    "warm_start.cost_model.samples": Number(limits.ROW_ID), "warm_start.cost_model.fingerprint_id": _ID,
+    "warm_start.cost_model.tvm_version": Text(64),
+}
 
 # Per request message: its fields (a dotted path into nested messages, `[]` for each entry of a
 # repeated field) and what each may hold. A field not named here carries no text a call quotes.
@@ -119,7 +136,7 @@ RULES: dict[str, dict[str, Text | Number | Finite | OutputErrors | Moment | Span
     "ReportRecordsRequest": {**_LEASE, "records": Items(limits.TRIALS.high), "records[].workload_shash": _ID,
                              "progress": _TASKS, "progress[].task_name": _TASK_NAME,
                              "progress[].best_us": Finite(), "progress[].best_gflops": Finite()},
-    "CompleteShardRequest": {**_LEASE, **_TASK_FIGURES, "warm_start.cost_model_note": _REASON},
+    "CompleteShardRequest": {**_LEASE, **_TASK_FIGURES, "warm_start.cost_model_note": _REASON, **_COST_MODEL_USED},
     "FailShardRequest": {**_LEASE, "reason": _REASON, **_TASK_FIGURES},
     "ReportValidationRequest": {**_AGENT, "validation_id": _REQUIRED_ID, "error": _REASON, **_LATENCY,
                                 "check": OutputErrors(), "check.reason": _REASON},
@@ -136,7 +153,7 @@ def check_request(request) -> None:
             elif isinstance(rule, Number):
                 limits.check_number(path, int(value), rule.bound)
             elif isinstance(rule, Finite):
-                _check_finite(path, value)
+                _check_finite(path, value, rule.at_least)
             elif isinstance(rule, OutputErrors):
                 _check_output_errors(path, value)
             elif isinstance(rule, Moment):
@@ -148,17 +165,22 @@ def check_request(request) -> None:
                                f"send at most {rule.limit:,}")
 
 
-def _check_finite(path: str, value) -> None:
+def _check_finite(path: str, value, at_least: float | None = None) -> None:
     numbers = [value] if isinstance(value, float) else list(value)
     if not all(math.isfinite(n) for n in numbers):
         raise BadInput(f"{path} holds a number that is not finite (NaN or infinity)", "send finite numbers")
+    if at_least is not None and any(n < at_least for n in numbers):
+        raise BadInput(f"{path} is below {at_least:g} ({min(numbers):.6g})",
+                       f"send what was measured, {at_least:g} or more")
 
 
 def _check_output_errors(path: str, check) -> None:
     for name in ("rtol", "atol"):
-        _check_finite(f"{path}.{name}", getattr(check, name))
+        _check_finite(f"{path}.{name}", getattr(check, name), at_least=0.0)
     for name in ("max_abs_err", "max_rel_err"):
         value = getattr(check, name)
+        if value < 0:
+            raise BadInput(f"{path}.{name} is negative ({value:.6g})", "send the largest error measured, 0 or more")
         if math.isnan(value):
             raise BadInput(f"{path}.{name} is NaN", "send the largest error measured (infinity where an output "
                                                     "was not finite)")

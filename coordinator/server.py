@@ -35,6 +35,7 @@ from coordinator.registry_health import (
     check_registry,
     one_line,
 )
+from coordinator.request_decoding import DecodeRequests
 from coordinator.service import Coordinator, CoordinatorSettings
 from coordinator.servicer import FarmAgentServicer, FarmClientServicer
 from foundation.errors import FarmError, RegistryError
@@ -281,7 +282,7 @@ async def _start_grpc(coordinator: Coordinator, listen: str, pool: futures.Threa
     from foundation.wire import farm_pb2_grpc
 
     # The token first: a caller without it learns nothing, not even that the registry fails.
-    interceptors = [*([TokenCheck(access.token)] if access.token else []), RegistryGate(registry)]
+    interceptors = [*([TokenCheck(access.token)] if access.token else []), RegistryGate(registry), DecodeRequests()]
     # so_reuseport off: gRPC sets it by default on Linux, and a second coordinator on a taken port
     # then started and shared the port with the first, clients and agents split between them.
     server = grpc.aio.server(migration_thread_pool=pool, options=[*CHANNEL_OPTIONS, ("grpc.so_reuseport", 0)],

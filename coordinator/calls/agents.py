@@ -154,7 +154,7 @@ def agent_fingerprint(fingerprint_id: str, fingerprint_json: str, target_kinds: 
     Its id must be the hash of its details, as the agent's own detection derives it.
     """
     from foundation.hardware.fingerprint import KINDS, fingerprint_from_details
-    from foundation.hardware.targets import FINGERPRINT_KIND
+    from foundation.hardware.targets import FINGERPRINT_KIND, unusable_fingerprint
 
     try:
         described = json.loads(fingerprint_json)
@@ -183,4 +183,9 @@ def agent_fingerprint(fingerprint_id: str, fingerprint_json: str, target_kinds: 
         raise InvalidRequest(
             f"fingerprint_id is not the hash of fingerprint_json's details (they give {fingerprint.id})",
             "send the id the details give, as foundation.hardware.fingerprint derives it")
+    for target_kind in sorted({k for k in target_kinds if FINGERPRINT_KIND[k] == kind}):
+        problem = unusable_fingerprint(fingerprint, target_kind)
+        if problem:
+            raise InvalidRequest(f"fingerprint_json.details give no {target_kind} target: {problem}",
+                                 _FINGERPRINT_FIX)
     return fingerprint

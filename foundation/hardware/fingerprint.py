@@ -56,6 +56,10 @@ _REQUIRED = {
 _INT_FIELDS = {
     "cores", "l2_kib", "l3_kib", "x86_family", "x86_model", "sve_vector_bytes", "sm_count", "memory_gib",
 }
+# What a box can report: cores become a target's num-cores (which takes 1 to 4,096), the others
+# are sizes and model numbers. A value beyond these is no hardware's, and a key of its own.
+_INT_BOUNDS = {"cores": (1, 4096)}
+_INT_DEFAULT_BOUNDS = (0, 2**31 - 1)
 
 _CPUINFO = Path("/proc/cpuinfo")
 _CACHE_SYSFS = Path("/sys/devices/system/cpu/cpu0/cache")
@@ -104,19 +108,43 @@ def fingerprint_from_details(kind: str, details: dict) -> Fingerprint:
 
 def _canonical_field(key: str, value: Any) -> Any:
     try:
+        _refuse_nul(key, value)
         if key == "features":
             names = {FEATURE_ALIASES.get(str(f).strip().lower(), str(f).strip().lower()) for f in value}
             return sorted(names & CODEGEN_FEATURES)
         if key == "compute_capability":
             return _compute_capability(value)
         if key in _INT_FIELDS:
-            return int(value)
+            number = int(value)
+            low, high = _INT_BOUNDS.get(key, _INT_DEFAULT_BOUNDS)
+            if not low <= number <= high:
+                raise ValueError(f"expected {low:,} to {high:,}")
+            return number
         if isinstance(value, str):
             return " ".join(value.split())
         return json.loads(_canonical_json(value))
-    except (TypeError, ValueError) as err:
-        raise FarmError(f"fingerprint field {key}={value!r} is malformed ({err})",
+    except (TypeError, ValueError, OverflowError, RecursionError) as err:
+        shown = repr(value) if len(repr(value)) <= 80 else repr(value)[:80] + "…"
+        raise FarmError(f"fingerprint field {key}={shown} is malformed ({err})",
                         "report JSON values as the agent's detection produces them") from None
+
+
+def _refuse_nul(key: str, value: Any) -> None:
+    """No NUL in any text of the details: PostgreSQL's JSON holds none, so a registration
+    carrying one failed as if the registry were down."""
+    texts = [key]
+    pending = [value]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, str):
+            texts.append(item)
+        elif isinstance(item, dict):
+            texts.extend(str(k) for k in item)
+            pending.extend(item.values())
+        elif isinstance(item, (list, tuple)):
+            pending.extend(item)
+    if any("\x00" in text for text in texts):
+        raise ValueError("it holds a NUL character")
 
 
 def _compute_capability(value: Any) -> str:
@@ -134,7 +162,8 @@ def _compute_capability(value: Any) -> str:
 
 
 def _canonical_json(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"))
+    # No NaN or infinity: standard JSON has neither, and PostgreSQL refuses both.
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), allow_nan=False)
 
 
 def _cpu_summary(d: dict) -> str:

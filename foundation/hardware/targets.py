@@ -143,12 +143,28 @@ def unusable_fingerprint(fp: "Fingerprint", kind: str) -> str | None:
     left out, so that no registration can fail another caller's submit.
     """
     try:
-        canonical_target(kind, fp)
+        target = canonical_target(kind, fp)
+        _check_attributes(target_json(target), target)
     except FarmError as err:
         return err.problem
     except (KeyError, TypeError, ValueError, AttributeError) as err:
         return f"its details do not give a {kind} target ({type(err).__name__}: {str(err)[:80]})"
-    return None
+    return _llvm_refuses(target)
+
+
+def _llvm_refuses(target: dict) -> str | None:
+    """Why LLVM cannot compile for ``target``'s CPU (a CUDA target's host), or None (imports TVM).
+
+    A fingerprint's mcpu and triple come from LLVM on the agent's box; one that LLVM here does not
+    take (a triple that names no architecture) crashed the coordinator's planning, on every restart.
+    """
+    from tvm.target import codegen
+
+    cpu = target if target["kind"] == "llvm" else target.get("host", {})
+    mcpu, triple = str(cpu.get("mcpu") or "generic"), cpu.get("mtriple")
+    if triple is None or codegen.llvm_is_valid_cpu(mcpu, str(triple)):
+        return None
+    return f"LLVM here does not take the CPU {mcpu!r} with the triple {triple!r}"
 
 
 def llvm_target(cpu_details: dict) -> dict:

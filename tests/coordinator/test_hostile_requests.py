@@ -64,6 +64,20 @@ def _details(fingerprint, change) -> str:
     return json.dumps(document)
 
 
+def _matching_id(fingerprint, change: dict) -> dict:
+    """Register fields for ``fingerprint``'s details changed by ``change``, under the id they hash
+    to where they have one (details refused before their id is compared have none)."""
+    from foundation.errors import FarmError
+    from foundation.hardware.fingerprint import fingerprint_from_details
+
+    details = {**fingerprint.details, **change}
+    try:
+        fingerprint_id = fingerprint_from_details("cpu", details).id
+    except FarmError:
+        fingerprint_id = fingerprint.id
+    return {"fingerprint_id": fingerprint_id, "fingerprint_json": json.dumps({"kind": "cpu", "details": details})}
+
+
 def _without(key):
     return lambda details: details.pop(key)
 
@@ -77,6 +91,16 @@ def _without(key):
     ("no llvm_triple", "lack llvm_triple"),
     ("cores are words", "fingerprint field cores='many' is malformed"),
     ({"fingerprint_id": "cpu-000000000000"}, "fingerprint_id is not the hash of fingerprint_json's details"),
+    # Details whose id matches but whose target no device has: a triple naming no architecture
+    # crashed the coordinator's planning of the next submit, and again on every restart.
+    ({"llvm_triple": "garbage"}, "give no llvm target: LLVM here does not take the CPU"),
+    ({"llvm_mcpu": "znver5 -mattr=+foo"}, "give no llvm target: LLVM here does not take the CPU 'znver5 -mattr=+foo'"),
+    ({"cores": -4}, "fingerprint field cores=-4 is malformed (expected 1 to 4,096)"),
+    ({"cores": 10**30}, "fingerprint field cores=1000000000000000000000000000000 is malformed"),
+    ({"cores": math.inf}, "fingerprint field cores=inf is malformed"),
+    ({"l2_kib": 1e400}, "fingerprint field l2_kib=inf is malformed"),
+    ({"zzz": math.nan}, "fingerprint field zzz=nan is malformed"),
+    ({"model": "EPYC\x00"}, "fingerprint field model='EPYC\\x00' is malformed (it holds a NUL character)"),
     ({"fingerprint_id": HUGE}, "fingerprint_id is 100,000 characters long"),
     ({"hostname": HUGE}, "hostname is 100,000 characters long"),
     ({"hostname": "rogue\x00"}, "hostname holds a NUL character"),
@@ -89,6 +113,8 @@ def test_a_registration_must_carry_a_whole_fingerprint(coordinator, fingerprint,
         fields = {"fingerprint_json": _details(fingerprint, _without("llvm_triple"))}
     elif fields == "cores are words":
         fields = {"fingerprint_json": _details(fingerprint, lambda d: d.update(cores="many"))}
+    elif set(fields) <= set(fingerprint.details) | {"zzz"}:  # a change to the details, under the id they hash to
+        fields = _matching_id(fingerprint, fields)
     err = refused(farm_pb2_grpc.FarmAgentStub(channel).Register, registration(fingerprint, **fields))
     assert err.code() == grpc.StatusCode.INVALID_ARGUMENT, err
     assert named in err.details() and len(err.details()) < 2000
@@ -103,9 +129,13 @@ def test_no_stored_agent_fails_another_callers_submit(coordinator, fingerprint):
     store = RegistryStore(server.coordinator.store.url)
     try:
         store.upsert_fingerprint("cpu-0badfeed0bad", "cpu", "half a fingerprint", {"arch": "x86_64"})
-        ClusterStore(store).register_agent(
-            fingerprint_id="cpu-0badfeed0bad", target_kinds=["llvm"], hostname="old", address="10.0.0.9:1",
-            tvm_version="0.27.0", rpc_key="farm-cpu-0badfeed0bad", details={}, now=_now())
+        # Whole, but with a triple LLVM takes for no architecture: planning for it crashed the coordinator.
+        store.upsert_fingerprint("cpu-0badfeed0bae", "cpu", "no architecture",
+                                 {**fingerprint.details, "llvm_triple": "garbage"})
+        for bad in ("cpu-0badfeed0bad", "cpu-0badfeed0bae"):
+            ClusterStore(store).register_agent(
+                fingerprint_id=bad, target_kinds=["llvm"], hostname="old", address="10.0.0.9:1",
+                tvm_version="0.27.0", rpc_key=f"farm-{bad}", details={}, now=_now())
     finally:
         store.dispose()
     good = FakeAgent(channel, fingerprint)
@@ -250,6 +280,35 @@ OUT_OF_BOUNDS = [
         agent_id="a", validation_id="v", check=farm_pb2.OutputCheck(rtol=math.inf)), "check.rtol holds"),
     ("agent", "ReportValidation", farm_pb2.ReportValidationRequest(
         agent_id="a", validation_id="v", check=farm_pb2.OutputCheck(reason=HUGE)), "check.reason is 100,000"),
+    # A validated library's figures rank it among the hits: a negative latency or error, or runs
+    # no lease asks for, were kept with the artifact.
+    ("agent", "ReportValidation", farm_pb2.ReportValidationRequest(
+        agent_id="a", validation_id="v", latency=farm_pb2.LatencyStats(mean_ms=-5, runs=20)),
+     "latency.mean_ms is below 0 (-5)"),
+    ("agent", "ReportValidation", farm_pb2.ReportValidationRequest(
+        agent_id="a", validation_id="v", untuned_latency=farm_pb2.LatencyStats(std_ms=-1, runs=20)),
+     "untuned_latency.std_ms is below 0"),
+    ("agent", "ReportValidation", farm_pb2.ReportValidationRequest(
+        agent_id="a", validation_id="v", latency=farm_pb2.LatencyStats(mean_ms=1, runs=UINT32_MAX)),
+     "latency.runs must be 1 to 1,000,000"),
+    ("agent", "ReportValidation", farm_pb2.ReportValidationRequest(
+        agent_id="a", validation_id="v", latency=farm_pb2.LatencyStats(mean_ms=1, runs=20, warmup=UINT32_MAX)),
+     "latency.warmup must be 0 to 1,000"),
+    ("agent", "ReportValidation", farm_pb2.ReportValidationRequest(
+        agent_id="a", validation_id="v", check=farm_pb2.OutputCheck(passed=True, max_abs_err=-1)),
+     "check.max_abs_err is negative"),
+    ("agent", "ReportValidation", farm_pb2.ReportValidationRequest(
+        agent_id="a", validation_id="v", check=farm_pb2.OutputCheck(atol=-1)), "check.atol is below 0"),
+    # The cost model a shard started from is kept with the job and shown in its every snapshot.
+    ("agent", "CompleteShard", farm_pb2.CompleteShardRequest(
+        agent_id="a", shard_id="s", warm_start=farm_pb2.WarmStartUse(cost_model=farm_pb2.CostModelRef(sha256=HUGE))),
+     "warm_start.cost_model.sha256 is 100,000"),
+    ("agent", "CompleteShard", farm_pb2.CompleteShardRequest(
+        agent_id="a", shard_id="s", warm_start=farm_pb2.WarmStartUse(cost_model=farm_pb2.CostModelRef(kind="x\x00"))),
+     "warm_start.cost_model.kind holds a NUL"),
+    ("agent", "CompleteShard", farm_pb2.CompleteShardRequest(
+        agent_id="a", shard_id="s", warm_start=farm_pb2.WarmStartUse(cost_model=farm_pb2.CostModelRef(id=2**64 - 1))),
+     "warm_start.cost_model.id must be 0 to 9,223,372,036,854,775,807"),
     # PostgreSQL's text holds no NUL: each call failed UNAVAILABLE, as if its registry were down.
     ("client", "GetJob", farm_pb2.GetJobRequest(job_id="job-\x00"), "job_id holds a NUL character"),
     ("client", "CancelJob", farm_pb2.CancelJobRequest(job_id="job-x", reason="why\x00"), "reason holds a NUL"),
@@ -302,3 +361,28 @@ def test_a_reported_record_of_any_shape_is_dropped_not_the_group():
     batch = read_report(report)
     assert [r.run_secs for r in batch.records] == [[0.5]]
     assert batch.events[-1][1]["message"].startswith(f"{len(hostile)} reported record(s) were not kept")
+
+
+@pytest.mark.parametrize(("method", "payload"), [
+    ("/tvmfarm.v1.FarmClient/GetJob", b"\x0a\x02\xed\xb0"),  # job_id: two bytes that are not UTF-8
+    ("/tvmfarm.v1.FarmClient/Submit", b"\xff" * 5),  # no wire format at all
+    ("/tvmfarm.v1.FarmAgent/Heartbeat", b"\x0a\x02\xed\xb0"),  # a coroutine handler
+    ("/tvmfarm.v1.FarmAgent/Register", b"\x0a\x02\xed\xb0"),
+], ids=["sync", "corrupt", "coroutine", "register"])
+def test_bytes_that_are_no_request_are_refused_by_name_not_unknown(coordinator, caplog, method, payload):
+    server, channel = coordinator
+    call = channel.unary_unary(method, request_serializer=None, response_deserializer=None)
+    err = refused(call, payload)
+    assert err.code() == grpc.StatusCode.INVALID_ARGUMENT, err
+    assert err.details().startswith("the request cannot be decoded (Error parsing message"), err.details()
+    assert not [r for r in caplog.records if r.levelname == "ERROR"], "the refusal logged an error"
+    assert farm_pb2_grpc.FarmClientStub(channel).ListJobs(farm_pb2.ListJobsRequest(), timeout=30) is not None
+
+
+def test_a_watch_of_bytes_that_are_no_request_is_refused_by_name(coordinator):
+    server, channel = coordinator
+    call = channel.unary_stream("/tvmfarm.v1.FarmClient/WatchJob", request_serializer=None, response_deserializer=None)
+    with pytest.raises(grpc.RpcError) as raised:
+        list(call(b"\x0a\x02\xed\xb0", timeout=30))
+    assert raised.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "cannot be decoded" in raised.value.details()
