@@ -248,6 +248,32 @@ _COUNT_ATTRIBUTES = {
 }
 _TEXT_ATTRIBUTES = ("mcpu", "mtriple", "mabi", "arch", "model")
 
+# The attributes TVM 0.27's target kinds take, and their types (TargetKind.options_from_name;
+# tests/foundation/hardware/test_targets.py compares them with the installed TVM's). Known without
+# importing TVM, so that `farm submit` and the coordinator refuse one TVM would reject before
+# anything is written: TVM itself refused it only when the job had started.
+_COMMON_OPTIONS = {
+    "kind": "str", "keys": "Array<str>", "tag": "str", "device": "str", "model": "str", "libs": "Array<str>",
+    "host": "target.Target", "from_device": "int", "target_device_type": "int",
+}
+TARGET_OPTIONS = {
+    "llvm": {**_COMMON_OPTIONS, "mattr": "Array<str>", "mcpu": "str", "mtriple": "str", "mfloat-abi": "str",
+             "mabi": "str", "num-cores": "int", "fast-math": "bool", "fast-math-nnan": "bool",
+             "fast-math-ninf": "bool", "fast-math-nsz": "bool", "fast-math-arcp": "bool",
+             "fast-math-contract": "bool", "fast-math-reassoc": "bool", "opt-level": "int",
+             "cl-opt": "Array<str>", "jit": "str", "vector-width": "int"},
+    "cuda": {**_COMMON_OPTIONS, "mcpu": "str", "arch": "str", "max_shared_memory_per_block": "int",
+             "max_threads_per_block": "int", "thread_warp_size": "int", "registers_per_block": "int",
+             "l2_cache_size_bytes": "int", "max_num_threads": "int"},
+}
+_OPTION_TYPES = {
+    "str": (lambda v: isinstance(v, str), "a string"),
+    "int": (lambda v: isinstance(v, int) and not isinstance(v, bool), "an integer"),
+    "bool": (lambda v: isinstance(v, bool), "true or false"),
+    "Array<str>": (lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v), "a list of strings"),
+    "target.Target": (lambda v: isinstance(v, (str, dict)), "a target (a JSON object or its text)"),
+}
+
 
 def _check_attributes(user: str, parsed: dict[str, Any]) -> None:
     """Refuse attribute values no device has, in one line, before anything uses the target."""
@@ -270,6 +296,15 @@ def _check_attributes(user: str, parsed: dict[str, Any]) -> None:
                        f"{json.dumps(mattr)[:40]} in {shown}", "fix or leave out mattr")
     # A CUDA target's host is a target too: its attributes are held to the same values (a host
     # given as text is parsed, and so checked, where canonical_target reads it).
+    options = TARGET_OPTIONS.get(parsed.get("kind"), {})
+    for name, value in parsed.items() if options else ():
+        if name not in options:
+            raise BadInput(f"target attribute {name!r} is not one TVM's {parsed['kind']} targets take, in {shown}",
+                           f"use one of {', '.join(sorted(options))}")
+        fits, what = _OPTION_TYPES[options[name]]
+        if not fits(value):
+            raise BadInput(f"target attribute {name} must be {what}, got {json.dumps(value)[:40]} in {shown}",
+                           f"fix or leave out {name}")
     host = parsed.get("host")
     if isinstance(host, dict):
         _check_attributes(user, host)

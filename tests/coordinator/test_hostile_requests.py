@@ -229,6 +229,9 @@ OUT_OF_BOUNDS = [
     ("client", "Submit", _submit(zoo_name=HUGE), "zoo_name is 100,000 characters long"),
     ("client", "Submit", _submit(target=""), "target is required"),
     ("client", "Submit", _submit(target=HUGE), "target is 100,000 characters long"),
+    # Attributes TVM rejects: the job was queued, and failed with a traceback in the log as it was planned.
+    ("client", "Submit", _submit(target='{"kind":"llvm","foo":"bar"}'), "target attribute 'foo' is not one TVM's"),
+    ("client", "Submit", _submit(target='{"kind":"llvm","keys":[1,2]}'), "keys must be a list of strings"),
     ("client", "Submit", _submit(until=farm_pb2.Until(goal="20ms", patience=UINT32_MAX)), "until.patience must be"),
     ("client", "Submit", _submit(until=farm_pb2.Until(goal=HUGE)), "until.goal is 100,000 characters long"),
     ("client", "GetJob", farm_pb2.GetJobRequest(job_id=HUGE), "job_id is 100,000 characters long"),

@@ -105,6 +105,8 @@ BAD_INPUT = [
     (["submit", "mlp-tiny", "tpu", "1"], 2, "unknown target 'tpu'"),
     (["submit", "mlp-tiny", '{"kind":"llvm"', "1"], 2, "malformed JSON"),
     (["submit", "mlp-tiny", '{"kind":"llvm","mcpu":"bogus9"}', "1"], 2, "LLVM does not know the CPU 'bogus9'"),
+    # TVM rejected it once the job had started: a failed job was stored for a typo.
+    (["submit", "mlp-tiny", '{"kind":"llvm","foo":"bar"}', "1"], 2, "target attribute 'foo' is not one TVM's"),
     (["submit", "mlp-tiny", "llvm", "0"], 2, "batch must be at least 1"),
     (["submit", "mlp-tiny", "llvm", "x"], 2, "invalid value for 'BATCH'"),
     (["submit"], 2, "missing argument 'MODEL'"),

@@ -8,7 +8,13 @@ import pytest
 
 from foundation.errors import FarmError
 from foundation.hardware.fingerprint import fingerprint_from_details
-from foundation.hardware.targets import canonical_target, parse_target_kind, target_json, to_tvm_target
+from foundation.hardware.targets import (
+    TARGET_OPTIONS,
+    canonical_target,
+    parse_target_kind,
+    target_json,
+    to_tvm_target,
+)
 
 CPU = fingerprint_from_details("cpu", {
     "arch": "x86_64", "vendor": "AuthenticAMD", "model": "AMD EPYC 9654", "features": ["avx2", "avx512f"],
@@ -53,6 +59,13 @@ def test_unknown_targets_are_refused_with_a_fix(user, says):
     ('{"kind": "cuda", "host": {"kind": "llvm", "num-cores": -4}}', "num-cores must be an integer from 1 to 4096"),
     ('{"kind": "cuda", "host": {"kind": "llvm", "mcpu": ""}}', "mcpu must be a non-empty string"),
     ('{"kind": "cuda", "host": 5}', "host must be a target"),
+    # Attributes TVM rejects, refused before a job is written (it failed once started).
+    ('{"kind": "llvm", "foo": "bar"}', "target attribute 'foo' is not one TVM's llvm targets take"),
+    ('{"kind": "cuda", "mattr": ["+avx2"]}', "target attribute 'mattr' is not one TVM's cuda targets take"),
+    ('{"kind": "llvm", "keys": [1, 2]}', "keys must be a list of strings, got [1, 2]"),
+    ('{"kind": "llvm", "libs": {"a": {}}}', "libs must be a list of strings"),
+    ('{"kind": "llvm", "fast-math": 1}', "fast-math must be true or false"),
+    ('{"kind": "cuda", "host": {"kind": "llvm", "arch": "sm_80"}}', "'arch' is not one TVM's llvm targets take"),
 ])
 def test_attributes_no_device_has_are_refused_on_the_target_and_its_host(user, says):
     """A CUDA target's host was not checked: num-cores -4 there went into the registry key, and a
@@ -117,6 +130,13 @@ def test_cuda_target_builds_without_a_gpu():
     assert int(target.attrs["max_shared_memory_per_block"]) == 49152
     assert target.host is not None and target.host.kind.name == "llvm"
     assert str(target.host.attrs["mtriple"]) == "x86_64-unknown-linux-gnu"
+
+
+@pytest.mark.parametrize("kind", sorted(TARGET_OPTIONS))
+def test_the_attributes_checked_are_those_the_installed_tvm_takes(kind):
+    from tvm.target import TargetKind
+
+    assert TARGET_OPTIONS[kind] == dict(TargetKind.options_from_name(kind))
 
 
 def test_tvm_rejection_becomes_a_farm_error():
