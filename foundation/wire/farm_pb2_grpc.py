@@ -330,8 +330,11 @@ class FarmClient:
 class FarmAgentStub:
     """What device agents call. Every call but Register names the agent by the id Register gave;
     an id the coordinator does not know (it restarted without its database, or forgot a lost
-    agent) is FAILED_PRECONDITION, except in Heartbeat, which answers with a ReRegister
-    instruction instead.
+    agent) is FAILED_PRECONDITION in the calls that ask for something (LeaseShard,
+    LeaseValidation, GetCostModel). Heartbeat answers it with a ReRegister instruction instead,
+    and the calls that report on a lease (ReportRecords, CompleteShard, FailShard,
+    ReportValidation) with accepted = false, as for any stale lease: the next heartbeat
+    registers the agent again.
     """
 
     def __init__(self, channel):
@@ -390,8 +393,11 @@ class FarmAgentStub:
 class FarmAgentServicer:
     """What device agents call. Every call but Register names the agent by the id Register gave;
     an id the coordinator does not know (it restarted without its database, or forgot a lost
-    agent) is FAILED_PRECONDITION, except in Heartbeat, which answers with a ReRegister
-    instruction instead.
+    agent) is FAILED_PRECONDITION in the calls that ask for something (LeaseShard,
+    LeaseValidation, GetCostModel). Heartbeat answers it with a ReRegister instruction instead,
+    and the calls that report on a lease (ReportRecords, CompleteShard, FailShard,
+    ReportValidation) with accepted = false, as for any stale lease: the next heartbeat
+    registers the agent again.
     """
 
     def Register(self, request, context):
@@ -528,8 +534,11 @@ def add_FarmAgentServicer_to_server(servicer, server):
 class FarmAgent:
     """What device agents call. Every call but Register names the agent by the id Register gave;
     an id the coordinator does not know (it restarted without its database, or forgot a lost
-    agent) is FAILED_PRECONDITION, except in Heartbeat, which answers with a ReRegister
-    instruction instead.
+    agent) is FAILED_PRECONDITION in the calls that ask for something (LeaseShard,
+    LeaseValidation, GetCostModel). Heartbeat answers it with a ReRegister instruction instead,
+    and the calls that report on a lease (ReportRecords, CompleteShard, FailShard,
+    ReportValidation) with accepted = false, as for any stale lease: the next heartbeat
+    registers the agent again.
     """
 
     @staticmethod

@@ -389,3 +389,22 @@ def test_a_watch_of_bytes_that_are_no_request_is_refused_by_name(coordinator):
         list(call(b"\x0a\x02\xed\xb0", timeout=30))
     assert raised.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert "cannot be decoded" in raised.value.details()
+
+
+def test_an_agent_the_coordinator_does_not_know_is_told_so_as_its_proto_says(coordinator, fingerprint):
+    """Asking for something: FAILED_PRECONDITION. Reporting on a lease: not accepted, as a stale
+    lease is (the proto's FarmAgent comment); nothing of the report is kept."""
+    server, channel = coordinator
+    agent = farm_pb2_grpc.FarmAgentStub(channel)
+    err = refused(agent.LeaseShard, farm_pb2.LeaseShardRequest(agent_id="agent-nope", fingerprint_id=fingerprint.id,
+                                                                target_kinds=["llvm"]))
+    assert err.code() == grpc.StatusCode.FAILED_PRECONDITION, err
+    lease = {"agent_id": "agent-nope", "shard_id": "job-nope.s0", "attempt": 1}
+    replies = [
+        agent.ReportRecords(farm_pb2.ReportRecordsRequest(**lease), timeout=30),
+        agent.CompleteShard(farm_pb2.CompleteShardRequest(**lease), timeout=30),
+        agent.FailShard(farm_pb2.FailShardRequest(**lease, reason="x"), timeout=30),
+        agent.ReportValidation(farm_pb2.ReportValidationRequest(agent_id="agent-nope", validation_id="job-nope.v",
+                                                                attempt=1, error="x"), timeout=30),
+    ]
+    assert [reply.accepted for reply in replies] == [False] * 4 and all(reply.reason for reply in replies), replies
