@@ -32,6 +32,33 @@ def report(
         stdout_console().print(f"report       {document['markdown']} and {document['png']}")
 
 
+def check_report_dir(out: Path) -> None:
+    """Refuse a --report directory that cannot be made or written before the job, not after it:
+    the job's result would be lost behind the error. Creates nothing that is not there."""
+    import os
+
+    from foundation.errors import BadInput, path_error
+
+    if out.exists():
+        if not out.is_dir():
+            raise BadInput(f"--report {out} is not a directory", "give a directory, or a path where one can be made")
+        if not os.access(out, os.W_OK | os.X_OK):
+            raise BadInput(f"cannot write the report into {out}: permission denied", "choose a directory you can write")
+        return
+    missing = out
+    while not missing.parent.exists() and missing.parent != missing:
+        missing = missing.parent
+    try:
+        out.mkdir(parents=True)
+    except OSError as err:
+        raise path_error(err, err.filename or out, doing="create the report directory") from None
+    # Made only to try: the job's end makes it again.
+    for made in [out, *out.parents]:
+        made.rmdir()
+        if made == missing:
+            break
+
+
 def write_job_report(job_id: str, out: Path, registry: str | None) -> dict:
     """Write the report of ``job_id`` into ``out``; return what was written, as JSON."""
     from farm.report import job_report, write_report

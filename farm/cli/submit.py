@@ -100,6 +100,10 @@ def submit(
                     "--seed": (seed, limits.SEED), "--patience": (patience, limits.PATIENCE),
                     "--round-trials": (round_trials, limits.TRIALS)})
     until_request = _until(until, patience, round_trials)
+    if report_dir is not None:
+        from farm.cli.report_cmd import check_report_dir
+
+        check_report_dir(report_dir)
     if coordinator.address:
         from farm.cli.cluster import remote_submit
 

@@ -124,6 +124,9 @@ BAD_INPUT = [
     (["registry", "import", "{tmp}/missing"], 3, "no such directory"),
     (["run", "mlp-tiny", "llvm", "2", "--output", "{tmp}/missing/y.npy"], 3, "the directory of --output"),
     (["run", "mlp-tiny", "llvm", "2", "--output", "{tmp}/y.txt"], 2, "must end in .npy"),
+    # Checked after the job had tuned, built and stored its library: the result was lost behind the error.
+    (["submit", "mlp-tiny", "llvm", "1", "--report", "/proc/x"], 2, "cannot create the report directory /proc/x"),
+    (["submit", "mlp-tiny", "llvm", "1", "--report", "/dev/null"], 2, "--report /dev/null is not a directory"),
     (["run", "mlp-tiny", "llvm", "2", "--input", "{tmp}/x.npy"], 3, "no such input file"),
     (["status", "job-nope"], 3, "no registry at"),
     (["cancel", "job-nope"], 3, "no registry at"),
