@@ -44,6 +44,7 @@ app.add_typer(report_cmd.app)
 app.add_typer(registry.app, name="registry", help="Create, inspect, import into, export from and upgrade the registry.")
 
 DEBUG_ENV = "FARM_DEBUG"
+INTERRUPTED_BY_TYPER = 130
 
 
 def _print_version(asked: bool) -> None:
@@ -87,6 +88,10 @@ def main() -> None:
         _fail(path_error(err), json_output)
     except Exception as err:
         _raise_or_fail(err, json_output)
+    if code == INTERRUPTED_BY_TYPER:
+        # typer turns a KeyboardInterrupt inside a command into this code, silently; no command
+        # returns it itself (farm submit's own interruption is an Interrupted error).
+        _fail(Interrupted("interrupted", "nothing was left half-written"), json_output)
     sys.exit(code if isinstance(code, int) else 0)
 
 
