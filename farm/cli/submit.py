@@ -215,6 +215,9 @@ def run(
                     "--warmup": (warmup, limits.WARMUP_RUNS), "--seed": (seed, limits.SEED)})
     if input_path is not None and input_path.is_dir():
         raise BadInput(f"--input {input_path} is a directory", "pass a .npy file written by numpy.save")
+    if input_path is not None and input_path.exists() and not input_path.is_file():
+        raise BadInput(f"--input {input_path} is not a regular file (a device, FIFO or socket)",
+                       "pass a .npy file written by numpy.save")
     if input_path is not None and not input_path.is_file():
         raise NotFound(f"no such input file: {input_path}", "pass a .npy file written by numpy.save")
     if output_path is not None:
@@ -267,6 +270,9 @@ def _check_output_path(path: Path) -> None:
         raise BadInput(f"--output {path} must end in .npy (one output) or .npz", "e.g. --output y.npy")
     if path.is_dir():
         raise BadInput(f"--output {path} is a directory", f"give a file in it, such as {path / 'y.npy'}")
+    if path.exists() and not path.is_file():  # a FIFO: writing to it waits for a reader forever
+        raise BadInput(f"--output {path} is not a regular file (a device, FIFO or socket)",
+                       "give a path for a new .npy file, or of one to replace")
     parent = path.parent if str(path.parent) else Path(".")
     if not parent.is_dir():
         raise NotFound(f"the directory of --output {path} does not exist", f"create {parent} first")

@@ -35,6 +35,9 @@ def check_onnx_path(path: Path, given: str) -> None:
     """Refuse an ONNX path that names no file: a directory is bad input (2), nothing there is NotFound (3)."""
     if path.is_dir():
         raise BadInput(f"{given} is a directory, not an ONNX file", "give the path of the .onnx file in it")
+    if path.exists() and not path.is_file():  # a device or a FIFO: reading it never ends
+        raise BadInput(f"{given} is not a regular file (a device, FIFO or socket), not an ONNX file",
+                       "give the path of an .onnx file")
     if not path.is_file():
         raise NotFound(f"no such ONNX file: {given}", "check the path, or name a zoo model (see `farm models`)")
 

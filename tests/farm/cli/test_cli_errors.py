@@ -99,7 +99,8 @@ def test_cuda_without_a_gpu(farm_exe, home):
 
 # -- every malformed input: its exit code, one line on stderr, and with --json a JSON document ---------
 
-# (arguments, exit code, what the line says); {tmp} is the test's directory, where nothing exists.
+# (arguments, exit code, what the line says); {tmp} is the test's directory, where nothing exists but
+# the FIFO a case names fifo.npy.
 BAD_INPUT = [
     (["submit", "resnet-19", "llvm", "1"], 2, "unknown model 'resnet-19'"),
     (["submit", "mlp-tiny", "tpu", "1"], 2, "unknown target 'tpu'"),
@@ -128,6 +129,10 @@ BAD_INPUT = [
     (["submit", "mlp-tiny", "llvm", "1", "--report", "/proc/x"], 2, "cannot create the report directory /proc/x"),
     (["submit", "mlp-tiny", "llvm", "1", "--report", "/dev/null"], 2, "--report /dev/null is not a directory"),
     (["run", "mlp-tiny", "llvm", "2", "--input", "{tmp}/x.npy"], 3, "no such input file"),
+    # A device or a FIFO was "no such file" (3); a FIFO as --output hung once the model had run.
+    (["run", "mlp-tiny", "llvm", "2", "--input", "/dev/null"], 2, "--input /dev/null is not a regular file"),
+    (["run", "mlp-tiny", "llvm", "2", "--output", "{tmp}/fifo.npy"], 2, "fifo.npy is not a regular file"),
+    (["submit", "/dev/null", "llvm", "1"], 2, "/dev/null is not a regular file (a device, FIFO or socket)"),
     (["status", "job-nope"], 3, "no registry at"),
     (["cancel", "job-nope"], 3, "no registry at"),
     (["jobs", "--limit", "0"], 2, "invalid value for '--limit'"),
@@ -141,6 +146,8 @@ BAD_INPUT = [
 @pytest.mark.parametrize("args, code, needle", BAD_INPUT, ids=[" ".join(a)[:60] for a, _, _ in BAD_INPUT])
 def test_bad_input_is_one_line_with_its_exit_code(home, tmp_path, args, code, needle):
     args = [a.replace("{tmp}", str(tmp_path)) for a in args]
+    if any(a.endswith("fifo.npy") for a in args):
+        os.mkfifo(tmp_path / "fifo.npy")
     proc = farm(home, *args)
     assert proc.returncode == code, (proc.returncode, proc.stderr)
     assert_refused(proc, needle)
