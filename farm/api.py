@@ -53,6 +53,10 @@ class DeployedModel:
         return random_inputs([TensorSpec.from_json(s) for s in self.model.inputs], seed)
 
     def time(self, inputs: Sequence[np.ndarray], runs: int = 20, warmup: int = 3) -> "Latency":
+        from foundation.domain import request_limits as limits
+
+        limits.check_number("runs", runs, limits.VALIDATION_RUNS)
+        limits.check_number("warmup", warmup, limits.WARMUP_RUNS)
         self._check_inputs(inputs)
         return self.library.time(inputs, runs=runs, warmup=warmup)
 
@@ -81,10 +85,11 @@ def _described(given) -> str:
     return f"a {type(given).__name__}, not a numpy array"
 
 
-def load(model: str, target: str = "llvm", batch: int = 1, *, registry: str | None = None,
+def load(model: str, target: str | Mapping = "llvm", batch: int = 1, *, registry: str | None = None,
          weights: Mapping[str, np.ndarray] | Sequence[np.ndarray] | None = None, seed: int = 0,
          weights_layout: str | None = None, threads: int | str = "auto") -> DeployedModel:
     """Load the newest valid artifact for (model, target, batch) on this box's fingerprint.
+    ``target`` is what `farm submit` takes: llvm, cuda, or a TVM target as JSON text or a dict.
 
     No compilation happens: the stored library is checked against its sha256 and loaded.
     Zoo models get seeded random weights unless ``weights`` is given; ONNX models get the
@@ -103,6 +108,16 @@ def load(model: str, target: str = "llvm", batch: int = 1, *, registry: str | No
     from foundation.runtime.library_runner import LoadedLibrary
     from foundation.runtime.threads import parse_threads
 
+    if not isinstance(model, str):
+        raise BadInput(f"model must be a zoo model's name or an ONNX file's path, got {type(model).__name__}",
+                       "e.g. farm.load('resnet-18', 'llvm', 1)")
+    if isinstance(target, Mapping):  # a TVM target as a dict: the JSON object the CLI takes
+        import json
+
+        target = json.dumps(target)
+    if not isinstance(target, str):
+        raise BadInput(f"target must be llvm, cuda or a TVM target (its JSON text or a dict), got "
+                       f"{type(target).__name__}", "e.g. farm.load('resnet-18', 'llvm', 1)")
     key = model_key(model, batch)
     threads = parse_threads(threads)
     forms = [form.value for form in WeightsLayout]
@@ -168,6 +183,9 @@ def matched_weights(key: ModelKey, specs: Sequence[dict], weights: Mapping[str, 
         if missing:
             raise BadInput(f"weight {_some(missing)} of {key.name} is missing", f"pass every weight by name; {listed}")
         ordered = [weights[name] for name in names]
+    elif isinstance(weights, (str, bytes)) or not isinstance(weights, Sequence):
+        raise BadInput(f"weights must map each weight's name to its array, or list them in order, got "
+                       f"{type(weights).__name__}", f"pass weights={{name: array}}; {listed}")
     else:
         ordered = list(weights)
         if len(ordered) != len(names):

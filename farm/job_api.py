@@ -163,8 +163,9 @@ def status(job_id: str, *, registry: str | None = None, coordinator: str | Coord
 
 def jobs(limit: int = 20, *, registry: str | None = None, coordinator: str | Coordinator | None = None) -> list[Job]:
     """The newest ``limit`` jobs, newest first: a coordinator's, or the registry's."""
-    if limit < 1:
-        raise BadInput(f"limit must be at least 1, not {limit}", "e.g. farm.jobs(limit=20)")
+    from foundation.domain import request_limits as limits
+
+    limits.check_number("limit", limit, limits.LIST_LIMIT, "e.g. farm.jobs(limit=20)")
     remote = _coordinator(coordinator)
     if remote is not None:
         from farm.client import job_json

@@ -59,6 +59,10 @@ def test_a_missing_unknown_or_misshapen_weight_is_refused_by_name():
         matched_weights(KEY, SPECS, {**given, "fc1.bias": given["fc1.bias"].astype("float64")})
     with pytest.raises(BadInput, match="mlp-tiny takes 2 weights, got 1"):
         matched_weights(KEY, SPECS, [given["fc1.weight"]])
+    # A string is a sequence too: its characters were counted as weights ("takes 2 weights, got 3").
+    for wrong in ("abc", 5):
+        with pytest.raises(BadInput, match="weights must map each weight's name to its array, or list them"):
+            matched_weights(KEY, SPECS, wrong)
 
 
 def test_status_and_jobs_of_a_registry_without_jobs(store):
@@ -66,8 +70,17 @@ def test_status_and_jobs_of_a_registry_without_jobs(store):
     assert farm.jobs(registry=url) == []
     with pytest.raises(NotFound, match="no job 'job-none'"):
         farm.status("job-none", registry=url)
-    with pytest.raises(BadInput, match="limit must be at least 1"):
+    with pytest.raises(BadInput, match="limit must be 1 to 10,000, got 0"):
         farm.jobs(0, registry=url)
+    with pytest.raises(BadInput, match="limit must be an integer, got str"):
+        farm.jobs("x", registry=url)
+    for model, target, named in ((None, "llvm", "model must be a zoo model's name or an ONNX file's path"),
+                                 ("mlp-tiny", 5, "target must be llvm, cuda or a TVM target")):
+        with pytest.raises(BadInput, match=named):
+            farm.load(model, target, 1, registry=url)
+    # A target given as a dict is the JSON object the CLI takes.
+    with pytest.raises(NotFound, match="no tuned library for mlp-tiny batch 1"):
+        farm.load("mlp-tiny", {"kind": "llvm"}, 1, registry=url)
     with pytest.raises(BadInput, match="patience and round_trials only apply with until"):
         farm.submit("mlp-tiny", "llvm", 1, patience=2, registry=url)
 
@@ -107,6 +120,9 @@ def test_submit_status_jobs_and_load_by_name_embedded(tmp_path):
     _store_speed_threads(registry, job.artifact.id, 2)
     assert farm.load("mlp-tiny", "llvm", 1, registry=registry).library.threads == available_cores()
 
+    for runs, warmup, named in ((0, 3, "runs must be 1 to 1,000,000, got 0"), (2, -1, "warmup must be 0 to 1,000")):
+        with pytest.raises(BadInput, match=named):
+            seeded.time(inputs, runs=runs, warmup=warmup)
     with pytest.raises(BadInput, match=f"weight '{names[-1]}' of mlp-tiny is missing"):
         farm.load("mlp-tiny", "llvm", 1, registry=registry, weights={n: mine[n] for n in names[:-1]})
     with pytest.raises(BadInput, match="mlp-tiny has no weight named 'head.weight'"):
