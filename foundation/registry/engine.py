@@ -39,6 +39,13 @@ SQLITE_BUSY_TIMEOUT_MS = 30000
 WRITE_OPTION = "farm_registry_write"
 
 
+# The drivers the farm installs (psycopg 3, Python's own sqlite3), by backend; None is a URL naming
+# none. Any other (psycopg2, asyncpg, a typo) would fail inside SQLAlchemy as an import error.
+_DRIVERS = {"postgresql": (None, "psycopg"), "postgres": (None, "psycopg"), "sqlite": (None, "pysqlite")}
+DRIVER_FIX = ("write postgresql:// or postgresql+psycopg:// for PostgreSQL (psycopg 3), "
+              "sqlite:/// or sqlite+pysqlite:/// for SQLite")
+
+
 def parse_registry_url(url: str) -> URL:
     """Parse a registry URL, steering every PostgreSQL spelling to the psycopg 3 driver."""
     try:
@@ -47,16 +54,19 @@ def parse_registry_url(url: str) -> URL:
     except (ArgumentError, ValueError) as exc:
         raise BadRegistryURL(f"{url!r} is not a registry URL", URL_FIX) from exc
     backend = parsed.get_backend_name()
+    if backend not in _DRIVERS:
+        raise BadRegistryURL(
+            f"unsupported registry URL scheme {parsed.drivername!r} in {masked(parsed)}",
+            URL_FIX,
+        )
+    driver = parsed.drivername.partition("+")[2] or None
+    if driver not in _DRIVERS[backend]:
+        raise BadRegistryURL(f"the registry URL {masked(parsed)} names the driver {driver!r}, "
+                             "which the farm does not install", DRIVER_FIX)
     if backend in ("postgresql", "postgres"):
-        if parsed.drivername in ("postgresql", "postgres"):
-            parsed = parsed.set(drivername="postgresql+psycopg")
-        return parsed
-    if backend == "sqlite":
-        return parsed
-    raise BadRegistryURL(
-        f"unsupported registry URL scheme {parsed.drivername!r} in {masked(parsed)}",
-        URL_FIX,
-    )
+        # SQLAlchemy knows no "postgres" dialect, and without a driver it would pick psycopg2.
+        return parsed.set(drivername="postgresql+psycopg")
+    return parsed
 
 
 def masked(url: URL) -> str:
@@ -87,6 +97,11 @@ def check_sqlite_file(url: URL, *, create: bool) -> None:
         if not create:
             raise RegistryMissing(f"no registry at {path}", CREATE_FIX)
         return
+    # Before sqlite3 opens it: a FIFO would block the open forever, and a device such as /dev/null
+    # opens fine and then fails as "unreachable", leaving a journal file beside it.
+    if not path.is_file():
+        raise BadRegistryURL(f"the registry path {path} is not a regular file",
+                             "give the path of a SQLite file, or of a new one to create")
     try:
         # Read-only, by URI: nothing about the file changes, not even its journal mode.
         with sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True) as probe:

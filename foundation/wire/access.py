@@ -16,6 +16,7 @@ import collections
 import ipaddress
 import os
 import re
+import stat
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +29,37 @@ TOKEN_METADATA_KEY = "authorization"
 TOKEN_SCHEME = "Bearer "
 TOKEN_ENV = "FARM_TOKEN"
 TOKEN_HELP = "set FARM_TOKEN to the token, or --token-file / FARM_TOKEN_FILE to a file holding it"
+# Far above any real token or PEM bundle (a CA bundle is some hundreds of KiB), far below what
+# /dev/zero or a wrong multi-GB file would take of memory if read whole.
+TOKEN_MAX_BYTES = 64 * 1024
+PEM_MAX_BYTES = 1024 * 1024
+
+
+def _read_small_file(path: Path, option: str, what: str, max_bytes: int) -> bytes:
+    """The bytes of the regular file ``path`` that ``option`` names (``what`` it is, in messages:
+    "token file"), refused (exit 2) when it is anything else or larger than ``max_bytes``."""
+    try:
+        # stat before open: opening a FIFO waits for a writer, and opening a device can act on it.
+        mode = os.stat(path).st_mode
+        if stat.S_ISREG(mode):
+            # O_NONBLOCK in case a FIFO took the file's place since the stat; fstat tells.
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+            with os.fdopen(fd, "rb") as file:
+                mode = os.fstat(file.fileno()).st_mode
+                # Read, not the stat's size: /proc files report 0 bytes, and a file may grow.
+                data = file.read(max_bytes + 1) if stat.S_ISREG(mode) else b""
+    except OSError as err:
+        raise path_error(err, path, doing=f"read the {what}") from None
+    if stat.S_ISDIR(mode):
+        raise BadInput(f"{option} {path} is a directory, not the {what}", "give a file there, not a directory")
+    if not stat.S_ISREG(mode):
+        raise BadInput(f"{option} {path} is not a regular file",
+                       "give the path of an ordinary file: a FIFO, socket or device is not read")
+    if len(data) > max_bytes:
+        limit = f"{max_bytes >> 20} MiB" if max_bytes >= 1 << 20 else f"{max_bytes >> 10} KiB"
+        raise BadInput(f"{option} {path} is larger than {limit}, more than any {what} holds",
+                       f"check {option}: it names another file")
+    return data
 
 
 def read_token(token_file: Path | str | None, environ: Mapping[str, str] = os.environ) -> str | None:
@@ -35,9 +67,7 @@ def read_token(token_file: Path | str | None, environ: Mapping[str, str] = os.en
     if token_file:
         path = Path(token_file).expanduser()
         try:
-            text = path.read_text()
-        except OSError as err:
-            raise path_error(err, path, doing="read the token file") from None
+            text = _read_small_file(path, "--token-file", "token file", TOKEN_MAX_BYTES).decode()
         except UnicodeDecodeError:
             raise BadInput(f"the token file {path} is not text", "put the token in it, e.g. `openssl rand -hex 32`") \
                 from None
@@ -58,14 +88,11 @@ def _checked_token(text: str, source: str) -> str:
     return token
 
 
-def read_pem(path: Path | str | None, what: str) -> bytes | None:
+def read_pem(path: Path | str | None, option: str, what: str) -> bytes | None:
     if not path:
         return None
     path = Path(path).expanduser()
-    try:
-        data = path.read_bytes()
-    except OSError as err:
-        raise path_error(err, path, doing=f"read the {what}") from None
+    data = _read_small_file(path, option, what, PEM_MAX_BYTES)
     if b"-----BEGIN " not in data:
         raise FarmError(f"the {what} {path} is not a PEM file", "give the PEM-encoded file (-----BEGIN ...)")
     return data
@@ -73,7 +100,7 @@ def read_pem(path: Path | str | None, what: str) -> bytes | None:
 
 def read_certificate(cert_path, key_path) -> tuple[bytes | None, bytes | None]:
     """A certificate and its key (PEM), both or neither."""
-    cert, key = read_pem(cert_path, "TLS certificate"), read_pem(key_path, "TLS key")
+    cert, key = read_pem(cert_path, "--tls-cert", "TLS certificate"), read_pem(key_path, "--tls-key", "TLS key")
     if (cert is None) != (key is None):
         raise FarmError("a TLS certificate needs its key, and a key its certificate",
                         "give both --tls-cert and --tls-key (FARM_TLS_CERT, FARM_TLS_KEY), or neither")
@@ -109,7 +136,7 @@ class ChannelAccess:
                    environ: Mapping[str, str] = os.environ) -> "ChannelAccess":
         """From the options every command that calls a coordinator takes. Any TLS file means TLS."""
         cert, key = read_certificate(tls_cert, tls_key)
-        ca = read_pem(tls_ca, "TLS CA certificate")
+        ca = read_pem(tls_ca, "--tls-ca", "TLS CA certificate")
         return cls(read_token(token_file, environ), tls=bool(ca or cert), ca=ca, cert=cert, key=key)
 
 
@@ -177,7 +204,7 @@ class ServerAccess:
     def from_files(cls, token_file=None, tls_cert=None, tls_key=None, tls_client_ca=None,
                    environ: Mapping[str, str] = os.environ) -> "ServerAccess":
         cert, key = read_certificate(tls_cert, tls_key)
-        client_ca = read_pem(tls_client_ca, "client CA certificate")
+        client_ca = read_pem(tls_client_ca, "--tls-client-ca", "client CA certificate")
         if client_ca is not None and cert is None:
             raise FarmError("--tls-client-ca asks for mutual TLS, which needs TLS",
                             "give the coordinator's --tls-cert and --tls-key too")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import os
 import sqlite3
 from pathlib import Path
 
@@ -89,6 +90,45 @@ def test_malformed_urls_are_bad_input(url):
     with pytest.raises(BadRegistryURL, match="is not a registry URL") as raised:
         RegistryStore(url)
     assert raised.value.exit_code == 2
+
+
+@pytest.mark.parametrize("url", ["postgresql+psycopg2://u@h/db", "postgresql+asyncpg://u@h/db",
+                                 "postgresql+pg8000://u@h/db", "postgres+asyncpg://u@h/db",
+                                 "postgresql+bogus://u@h/db", "sqlite+bogus:///registry.db"])
+def test_drivers_the_farm_does_not_install_are_bad_input(url):
+    driver = url.split("+")[1].split(":")[0]
+    with pytest.raises(BadRegistryURL, match=f"names the driver '{driver}'") as raised:
+        parse_registry_url(url)
+    assert raised.value.exit_code == 2
+    assert "postgresql+psycopg://" in raised.value.fix and "sqlite+pysqlite:///" in raised.value.fix
+
+
+@pytest.mark.parametrize(("url", "driver"), [
+    ("postgresql://u@h/db", "postgresql+psycopg"), ("postgres://u@h/db", "postgresql+psycopg"),
+    ("postgresql+psycopg://u@h/db", "postgresql+psycopg"), ("postgres+psycopg://u@h/db", "postgresql+psycopg"),
+    ("sqlite:///registry.db", "sqlite"), ("sqlite+pysqlite:///registry.db", "sqlite+pysqlite"),
+])
+def test_every_spelling_of_the_installed_drivers_is_taken(url, driver):
+    assert parse_registry_url(url).drivername == driver
+
+
+def test_a_sqlite_path_that_is_no_regular_file_is_refused_before_it_is_opened(tmp_path, monkeypatch):
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+
+    def no_open(*args, **kwargs):
+        raise AssertionError(f"sqlite3 opened {args}")
+
+    # Opening a FIFO would block the test; opening /dev/null would leave /dev/null-journal behind.
+    monkeypatch.setattr(sqlite3, "connect", no_open)
+    for path in (fifo, Path("/dev/null")):
+        for create in (False, True):
+            with pytest.raises(BadRegistryURL, match=f"the registry path {path} is not a regular file") as raised:
+                RegistryStore(f"sqlite:///{path}", create=create)
+            assert raised.value.exit_code == 2
+        with pytest.raises(BadRegistryURL, match="is not a regular file"):
+            upgrade_registry(f"sqlite:///{path}", create=True)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fifo"]
 
 
 def test_an_uncreatable_directory_is_a_clear_error(tmp_path):

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import threading
+
 import pytest
 
 from foundation.errors import FarmError
@@ -30,6 +33,88 @@ def test_unreadable_token_file(tmp_path):
     with pytest.raises(FarmError, match="cannot read the token file") as err:
         read_token(tmp_path / "missing", {})
     assert "check the path" in err.value.fix
+
+
+# Each option's file, read as every command that takes it reads it (ChannelAccess for callers,
+# ServerAccess for the coordinator).
+FILE_OPTIONS = {
+    "--token-file": lambda path: read_token(path, {}),
+    "--tls-ca": lambda path: ChannelAccess.from_files(tls_ca=path, environ={}),
+    "--tls-cert": lambda path: ChannelAccess.from_files(tls_cert=path, tls_key=path, environ={}),
+    "--tls-key": lambda path: ServerAccess.from_files(tls_key=path, environ={}),
+    "--tls-client-ca": lambda path: ServerAccess.from_files(tls_client_ca=path, environ={}),
+}
+
+
+@pytest.fixture
+def fifo(tmp_path):
+    path = tmp_path / "fifo"
+    os.mkfifo(path)
+    yield path
+    # A reader still blocked in open() (the bug) is let go: a writer that opens and closes ends its wait.
+    try:
+        os.close(os.open(path, os.O_WRONLY | os.O_NONBLOCK))
+    except OSError:
+        pass
+
+
+def refused_in_time(read, path) -> FarmError:
+    """The error ``read(path)`` raises, failing the test if it blocks instead."""
+    raised: list[BaseException] = []
+
+    def attempt():
+        try:
+            read(path)
+        except BaseException as exc:  # handed to the test below
+            raised.append(exc)
+
+    thread = threading.Thread(target=attempt, daemon=True)
+    thread.start()
+    thread.join(10)
+    assert not thread.is_alive(), f"reading {path} blocked"
+    assert raised and isinstance(raised[0], FarmError), raised
+    return raised[0]
+
+
+@pytest.mark.parametrize("option", FILE_OPTIONS)
+def test_a_fifo_is_refused_without_waiting_for_a_writer(fifo, option):
+    refused = refused_in_time(FILE_OPTIONS[option], fifo)
+    assert refused.exit_code == 2
+    assert f"{option} {fifo} is not a regular file" in refused.problem
+
+
+@pytest.mark.parametrize("option", FILE_OPTIONS)
+def test_a_device_is_refused_unread(option):
+    # /dev/null, not /dev/zero: were it read after all, it ends at once instead of filling memory.
+    refused = refused_in_time(FILE_OPTIONS[option], "/dev/null")
+    assert refused.exit_code == 2
+    assert f"{option} /dev/null is not a regular file" in refused.problem
+
+
+@pytest.mark.parametrize(("option", "limit"), [("--token-file", "64 KiB"), ("--tls-ca", "1 MiB"),
+                                               ("--tls-cert", "1 MiB"), ("--tls-key", "1 MiB"),
+                                               ("--tls-client-ca", "1 MiB")])
+def test_a_file_larger_than_its_kind_can_be_is_refused(tmp_path, option, limit):
+    huge = tmp_path / "huge"
+    with huge.open("wb") as file:
+        file.write(b"-----BEGIN CERTIFICATE-----\n")
+        file.truncate(2 << 20)
+    refused = refused_in_time(FILE_OPTIONS[option], huge)
+    assert refused.exit_code == 2
+    assert f"{option} {huge} is larger than {limit}" in refused.problem
+
+
+def test_a_large_ca_bundle_is_read(tmp_path):
+    block = "-----BEGIN CERTIFICATE-----\n" + "M" * 1500 + "\n-----END CERTIFICATE-----\n"
+    bundle = tmp_path / "bundle.pem"
+    bundle.write_text(block * 400)  # some 600 KiB, as big as system CA bundles come
+    assert ChannelAccess.from_files(tls_ca=bundle, environ={}).ca == bundle.read_bytes()
+
+
+def test_a_directory_is_refused_with_its_option(tmp_path):
+    with pytest.raises(FarmError, match="--tls-ca .* is a directory") as refused:
+        ChannelAccess.from_files(tls_ca=tmp_path, environ={})
+    assert refused.value.exit_code == 2
 
 
 @pytest.mark.parametrize(("listen", "loopback"), [
