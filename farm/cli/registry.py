@@ -136,12 +136,21 @@ def import_logs(
     json_output: bool = JSON_OPTION,
 ) -> None:
     """Import a TVM MetaSchedule JSON database (all or nothing) for a fingerprint."""
-    from foundation.meta_schedule.database.tvm_logs import import_tvm_logs
+    from farm.session import open_store
+    from foundation.meta_schedule.database.tvm_logs import read_tvm_logs, store_tvm_logs
 
     if not path.exists():  # before the registry is opened, and maybe created
         raise NotFound(f"no such directory: {path}", "give the work_dir of a TVM JSONDatabase")
-    ctx, fp_id = _context_for(registry, target, fingerprint, create=True)
-    report = import_tvm_logs(ctx.store, path, fp_id, ctx.target_json, ctx.tvm_version, ctx.software)
+    # All or nothing: the log is read and checked whole before the registry is created or the
+    # fingerprint row written, so a refused import leaves no registry, and no row, behind.
+    ctx, fp_id = _import_context(registry, target, fingerprint)
+    log = read_tvm_logs(path, fp_id, ctx.target_json, ctx.tvm_version, ctx.software)
+    if ctx.store is None:
+        ctx.store = open_store(registry, create=True)
+    if fp_id == ctx.fingerprint.id:  # imported records need their fingerprint row, also in a fresh registry
+        fp = ctx.fingerprint
+        ctx.store.upsert_fingerprint(fp.id, fp.kind, fp.summary, fp.details)
+    report = store_tvm_logs(ctx.store, log)
     document = {"fingerprint": fp_id, "target": ctx.target_json, **dataclasses.asdict(report)}
     if json_output:
         emit_json(document)
@@ -217,26 +226,49 @@ def _check_writable_directory(path: Path) -> None:
                        "choose a directory you can write to")
 
 
-def _context_for(registry: str | None, target: str, fingerprint: str | None, *, create: bool = False):
-    """The context and fingerprint id records are imported for or exported from: this box's,
-    registered first when importing (a fresh registry knows no fingerprint yet), or another
-    one the registry knows already (its details, not this box's, give the target)."""
+def _import_context(registry: str | None, target: str, fingerprint: str | None):
+    """`_context_for` an import, creating nothing: where there is no registry yet, the context's
+    store is None (the import creates it once the log is read), and only this box's fingerprint
+    can be imported for (a fresh registry knows no other)."""
+    from farm.session import FarmContext
+    from foundation.registry.engine import RegistryMissing
+
+    try:
+        return _context_for(registry, target, fingerprint)
+    except RegistryMissing as missing:
+        # open_context checked the target and found this box's fingerprint before it opened the
+        # registry: what it computed then, again without one.
+        from foundation.hardware.fingerprint import local_fingerprint
+        from foundation.hardware.targets import canonical_target, parse_target, target_json
+        from foundation.hardware.versions import tvm_version
+
+        local = local_fingerprint(parse_target(target)["kind"])
+        if fingerprint is not None and fingerprint != local.id:
+            raise _unknown_fingerprint(fingerprint, parse_target(target)["kind"], local.id,
+                                       f": {missing.problem} yet") from None
+        chosen = canonical_target(target, local)
+        return FarmContext(None, local, chosen, target_json(chosen), tvm_version()), local.id
+
+
+def _unknown_fingerprint(fingerprint: str, kind: str, local_id: str, why: str = "") -> NotFound:
+    return NotFound(
+        f"fingerprint '{fingerprint}' is not in the registry{why} (this box's, for target {kind}, is {local_id})",
+        "import on a box of that fingerprint, or let one of its agents register with this registry "
+        "first; `farm registry show` lists the fingerprints it knows",
+    )
+
+
+def _context_for(registry: str | None, target: str, fingerprint: str | None):
+    """The context and fingerprint id records are imported for or exported from: this box's, or
+    another one the registry knows already (its details, not this box's, give the target)."""
     from farm.session import open_context
 
-    ctx = open_context(registry, target, create=create)
+    ctx = open_context(registry, target)
     if fingerprint is None or fingerprint == ctx.fingerprint.id:
-        fp = ctx.fingerprint
-        if create:  # imported records need their fingerprint row, also in a fresh registry
-            ctx.store.upsert_fingerprint(fp.id, fp.kind, fp.summary, fp.details)
-        return ctx, fp.id
+        return ctx, ctx.fingerprint.id
     stored = ctx.store.get_fingerprint(fingerprint)
     if stored is None:
-        raise NotFound(
-            f"fingerprint '{fingerprint}' is not in the registry (this box's, for target {ctx.target['kind']}, "
-            f"is {ctx.fingerprint.id})",
-            "import on a box of that fingerprint, or let one of its agents register with this registry "
-            "first; `farm registry show` lists the fingerprints it knows",
-        )
+        raise _unknown_fingerprint(fingerprint, ctx.target["kind"], ctx.fingerprint.id)
     # The target's details (mcpu, cores, arch) come from that fingerprint, not from this box.
     from foundation.hardware.fingerprint import Fingerprint
     from foundation.hardware.targets import canonical_target, target_json

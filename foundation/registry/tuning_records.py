@@ -80,6 +80,8 @@ def mean_run_sec(run_secs: Sequence[float | None] | None, trace_valid: bool = Tr
     measured = [float(v) for v in run_secs if v is not None]
     if not measured or min(measured) == max(measured) == MEASUREMENT_FAILED_SEC:
         return None
+    if not all(0 < v < math.inf for v in measured):  # no run takes no, negative, NaN or infinite time
+        return None
     return sum(measured) / len(measured)
 
 

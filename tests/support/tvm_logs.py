@@ -26,3 +26,41 @@ def tvm_tuned_log(work_dir, target, tasks):  # type: ignore[no-untyped-def]
     finally:
         pools.close()
     return database
+
+
+def this_box_llvm_target() -> dict:
+    """The llvm target `farm registry import` files records under on this box (its mcpu, cores)."""
+    from foundation.hardware.fingerprint import local_fingerprint
+    from foundation.hardware.targets import canonical_target
+
+    return canonical_target("llvm", local_fingerprint("llvm"))
+
+
+def small_tvm_log(work_dir, run_secs=((1e-3,), (2e-3,)), target="llvm"):  # type: ignore[no-untyped-def]
+    """A JSONDatabase of one small matmul workload, a record per entry of ``run_secs`` (split factors 2, 4,
+    ...) tuned for ``target`` (None: this box's llvm target), written by TVM itself; returns ``work_dir``."""
+    from tvm.s_tir import meta_schedule as ms
+
+    from support.tvm_records import matmul_module, tuning_record
+
+    target = this_box_llvm_target() if target is None else target
+    work_dir.mkdir(parents=True)
+    database = ms.database.JSONDatabase(work_dir=str(work_dir))
+    workload = database.commit_workload(matmul_module(32))
+    for i, secs in enumerate(run_secs):
+        database.commit_tuning_record(
+            tuning_record(workload, 2 << i, None if secs is None else list(secs), target=target))
+    return work_dir
+
+
+def with_run_secs(record_file, line: int, run_secs: str) -> None:
+    """Rewrite the run_secs of ``record_file``'s line ``line`` (from 1) to the JSON text ``run_secs``, as a
+    hand-edited or corrupt log would have them (NaN and Infinity spelled as Python's json reads them)."""
+    import json
+
+    lines = record_file.read_text().splitlines()
+    index, record = json.loads(lines[line - 1])
+    head = json.dumps([index, [record[0]]], separators=(",", ":"))[:-2]  # `[index,[trace`
+    tail = json.dumps(record[2:], separators=(",", ":"))[1:]  # `target,args_info]`
+    lines[line - 1] = f"{head},{run_secs},{tail}]"
+    record_file.write_text("\n".join(lines) + "\n")

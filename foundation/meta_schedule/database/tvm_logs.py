@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import errno
 import json
+import math
 import os
+import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -48,14 +53,20 @@ def _lines(path: Path) -> list[tuple[int, Any]]:
             f"expected {WORKLOAD_FILE} and {RECORD_FILE} from a JSONDatabase work_dir",
         )
     parsed = []
-    with path.open(encoding="utf-8") as lines:
-        for number, line in enumerate(lines, start=1):
+    with path.open("rb") as lines:  # decoded line by line: a line that is not UTF-8 names itself too
+        for number, raw in enumerate(lines, start=1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise _broken(path, number, f"not UTF-8 text ({exc.reason} at byte {exc.start})") from exc
             if not line.strip():
                 continue
             try:
                 parsed.append((number, json.loads(line)))
             except json.JSONDecodeError as exc:
                 raise _broken(path, number, f"not JSON ({exc.msg})") from exc
+            except RecursionError as exc:
+                raise _broken(path, number, "not JSON the farm reads (nested too deeply)") from exc
     return parsed
 
 
@@ -64,6 +75,19 @@ def _broken(path: Path, number: int, reason: str) -> FarmError:
         f"{path}:{number}: {reason}; nothing was imported",
         "fix or delete that line, then import again",
     )
+
+
+@dataclass(frozen=True)
+class TvmLog:
+    """A JSONDatabase log read whole and checked, before anything is written: its workloads (TVM's),
+    each with its structural hash, the records to store (``workload_id`` an index into ``workloads``),
+    and the records refused as another target's."""
+
+    workloads: list[Any]
+    shashes: list[str]
+    records: list[NewRecord]
+    refused_foreign: int = 0
+    foreign_target: str | None = None
 
 
 def import_tvm_logs(
@@ -84,6 +108,21 @@ def import_tvm_logs(
     hardware: it is refused and counted, never filed as this fingerprint's; when every record
     is refused, nothing is written and FarmError says why.
     """
+    log = read_tvm_logs(path, fingerprint_id, target_json, tvm_version, software, job_id)
+    return store_tvm_logs(store, log)
+
+
+def read_tvm_logs(
+    path: str | os.PathLike[str] | tuple[str | os.PathLike[str], str | os.PathLike[str]],
+    fingerprint_id: str,
+    target_json: str | None,
+    tvm_version: str,
+    software: dict[str, Any],
+    job_id: str | None = None,
+) -> TvmLog:
+    """`import_tvm_logs`' first half, which needs no registry: the log read and checked whole.
+    Whatever would refuse the import (a broken line, impossible run times, a log of another
+    target only) is raised here, so a caller can create the registry only for a log it will take."""
     # TVM only here: the rest of the registry must import without it.
     import tvm_ffi
     from tvm.s_tir.meta_schedule.database import TuningRecord, Workload
@@ -100,7 +139,7 @@ def import_tvm_logs(
     wanted = None if target_json is None else _code_attributes(to_tvm_target(json.loads(target_json)))
     refused, foreign_target = 0, None
     workloads: list[Workload] = []
-    keyed: list[tuple[str, str]] = []
+    shashes: list[str] = []
     for number, line in _lines(workload_path):
         try:
             workload = Workload.from_json(line)
@@ -109,18 +148,20 @@ def import_tvm_logs(
                 workload_path, number, f"not a TVM workload ({_first_line(exc)})"
             ) from exc
         workloads.append(workload)
-        shash = str(tvm_ffi.structural_hash(workload.mod))
-        keyed.append(
-            (shash, _stored_spelling(store, shash, workload) or canonical_json(workload.as_json()))
-        )
+        shashes.append(str(tvm_ffi.structural_hash(workload.mod)))
 
     records: list[NewRecord] = []
     for number, line in _lines(record_path):
         try:
             index, record_json = line
-            if not isinstance(index, int) or not 0 <= index < len(workloads):
+            if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < len(workloads):
                 raise ValueError(f"workload index {index!r} is not a line of {workload_path.name}")
+            # Checked before TVM reads them: its from_json ends the process on a null time ([null]).
+            if isinstance(record_json, list) and len(record_json) > 1:
+                _check_run_secs(record_path, number, record_json[1])
             record = TuningRecord.from_json(record_json, workloads[index])
+        except FarmError:
+            raise
         except Exception as exc:
             raise _broken(
                 record_path, number, f"not a TVM tuning record ({_first_line(exc)})"
@@ -158,10 +199,36 @@ def import_tvm_logs(
             f"filed under: {foreign_target}; nothing was imported",
             "import a log on a box of the fingerprint it was tuned on, or name that fingerprint with --fingerprint",
         )
-    _ids, inserted, merged = store.records.import_tuning_log(keyed, records)
+    return TvmLog(workloads, shashes, records, refused, foreign_target)
+
+
+def store_tvm_logs(store: RegistryStore, log: TvmLog) -> ImportReport:
+    """`import_tvm_logs`' second half: a log `read_tvm_logs` read, written in one transaction."""
+    from foundation.meta_schedule.database.registry_database import canonical_json
+
+    keyed = [
+        (shash, _stored_spelling(store, shash, workload) or canonical_json(workload.as_json()))
+        for shash, workload in zip(log.shashes, log.workloads, strict=True)
+    ]
+    _ids, inserted, merged = store.records.import_tuning_log(keyed, log.records)
     return ImportReport(
-        workloads=len(workloads), records=inserted, skipped_duplicates=len(records) - inserted - merged,
-        measurements=merged, refused_foreign=refused, foreign_target=foreign_target,
+        workloads=len(log.workloads), records=inserted, skipped_duplicates=len(log.records) - inserted - merged,
+        measurements=merged, refused_foreign=log.refused_foreign, foreign_target=log.foreign_target,
+    )
+
+
+def _check_run_secs(path: Path, number: int, run_secs: Any) -> None:
+    """Refuse times no run gives: a record's run_secs are null (not measured yet, as TVM writes it)
+    or seconds, each positive and finite (TVM writes 1e10 for a run that failed)."""
+    if run_secs is None:
+        return
+    if isinstance(run_secs, list) and run_secs and all(
+        isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v < math.inf for v in run_secs
+    ):
+        return
+    raise _broken(
+        path, number,
+        f"its run_secs {_shown(run_secs)} are not run times (null, or a list of positive, finite seconds)",
     )
 
 
@@ -226,10 +293,9 @@ def export_tvm_logs(
     index = {workload_id: i for i, workload_id in enumerate(order)}
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    _write_lines(out / WORKLOAD_FILE, [workloads[w][1] for w in order])
-    _write_lines(
-        out / RECORD_FILE,
-        [
+    _write_logs({
+        out / WORKLOAD_FILE: [workloads[w][1] for w in order],
+        out / RECORD_FILE: [
             json.dumps(
                 [
                     index[r.workload_id],
@@ -244,7 +310,7 @@ def export_tvm_logs(
             )
             for r in stored
         ],
-    )
+    })
     return {"workloads": len(order), "records": len(stored)}
 
 
@@ -256,8 +322,59 @@ def _run_secs(record) -> list[float] | None:
     return record.run_secs
 
 
-def _write_lines(path: Path, lines: list[str]) -> None:
-    # Written aside and renamed: a reader (or a crash) never sees half a log.
-    partial = path.with_name(path.name + ".partial")
-    partial.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
-    os.replace(partial, path)
+def _write_logs(logs: dict[Path, list[str]]) -> None:
+    """Write the logs as a pair: each aside (``.partial``), then renamed into place once all are
+    written, so a reader never sees half a log, nor a workload file and a record file of two
+    exports. On a failure, the files that were there stay as they were and no ``.partial`` is
+    left; the OSError names the log that could not be written."""
+    for path in logs:
+        if path.is_dir():  # os.replace would fail only after the other log was replaced
+            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
+    aside = {path: path.with_name(path.name + ".partial") for path in logs}
+    replaced: list[tuple[Path, Path | None]] = []  # each log replaced so far, and a copy of what it was
+    copies: list[Path] = []
+    try:
+        for path, lines in logs.items():
+            with _naming(path):
+                aside[path].write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+        for path in logs:
+            previous = _keep(path)
+            if previous is not None:
+                copies.append(previous)
+            with _naming(path):
+                os.replace(aside[path], path)
+            replaced.append((path, previous))
+    except BaseException:
+        for path, previous in reversed(replaced):  # put back what the logs were
+            if previous is not None:
+                os.replace(previous, path)
+            else:
+                path.unlink(missing_ok=True)
+        raise
+    finally:
+        for leftover in [*aside.values(), *copies]:
+            leftover.unlink(missing_ok=True)
+
+
+def _keep(path: Path) -> Path | None:
+    """A copy of ``path`` beside it (a hard link where the file system has them), or None when there
+    is no such file: what undoes its replacement."""
+    if not path.exists():
+        return None
+    previous = path.with_name(path.name + ".previous")
+    with _naming(path):
+        previous.unlink(missing_ok=True)
+        try:
+            os.link(path, previous)
+        except OSError:
+            shutil.copy2(path, previous)
+    return previous
+
+
+@contextmanager
+def _naming(path: Path) -> Iterator[None]:
+    """An OSError raised inside names ``path``, the log, not the file beside it that was at fault."""
+    try:
+        yield
+    except OSError as err:
+        raise type(err)(err.errno, err.strerror, str(path)) from err

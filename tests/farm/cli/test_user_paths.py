@@ -12,6 +12,8 @@ import pytest
 
 from farm.cli.app import main
 
+from support.tvm_logs import small_tvm_log
+
 
 @pytest.fixture
 def farm(monkeypatch, capsys, tmp_path):
@@ -135,7 +137,9 @@ def test_a_read_only_sqlite_registry_says_so(farm, tmp_path):
     db = tmp_path / "registry.db"
     assert farm("registry", "init", "--registry", f"sqlite:///{db}")[0] == 0
     # Opened read-only (root ignores file modes): every write is refused the way a read-only file refuses it.
-    line = refused(farm("registry", "import", str(tmp_path), "--registry", f"sqlite:///file:{db}?mode=ro&uri=true"),
+    # A log the import takes: one it refuses is refused before anything is written.
+    log = small_tvm_log(tmp_path / "log", target=None)
+    line = refused(farm("registry", "import", str(log), "--registry", f"sqlite:///file:{db}?mode=ro&uri=true"),
                    4, "readonly")
     assert "database server" not in line and "permissions" in line
 

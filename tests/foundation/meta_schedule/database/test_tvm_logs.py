@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -156,3 +157,110 @@ def test_layout_rewrites_go_out_to_tvm_and_back_in(store, tmp_path):
     target = tvm.target.Target("llvm")
     tvm.ir.assert_structural_equal(back.query_ir_module(matmul_module(64), target, "main"),
                                    log.query_ir_module(matmul_module(64), target, "main"))
+
+
+# Times no run gives, as a hand-edited or corrupt log may hold them: refused by line, nothing stored.
+# ([null] crashed the process in TVM's from_json.)
+IMPOSSIBLE_RUN_SECS = ["[-1.0]", "[NaN]", "[Infinity]", "[-Infinity]", "[]", "[null]", "[0.0]", "[true]",
+                       "[1e-3,-1e-3]", "0.5"]
+
+
+@pytest.mark.parametrize("run_secs", IMPOSSIBLE_RUN_SECS)
+def test_a_record_with_impossible_run_times_is_refused_by_line(store, tmp_path, run_secs):
+    from support.tvm_logs import small_tvm_log, with_run_secs
+
+    log = small_tvm_log(tmp_path / "log", run_secs=[(1e-3,), (2e-3,), (1e10,)])
+    with_run_secs(log / RECORD_FILE, 2, run_secs)
+    with pytest.raises(FarmError, match=rf"{RECORD_FILE}:2: its run_secs .* are not run times"):
+        import_tvm_logs(store, log, "cpu-aaaa", TARGET, VERSION, {})
+    assert store.counts()["tuning_records"] == store.counts()["workloads"] == 0
+
+
+def test_unmeasured_and_failed_records_still_import(store, tmp_path):
+    """TVM writes null for a record not measured yet and 1e10 for a failed run: both are kept, neither ranks."""
+    from support.tvm_logs import small_tvm_log
+
+    log = small_tvm_log(tmp_path / "log", run_secs=[(1e-3,), None, (1e10,), (1e10, 2e-3)])
+    assert import_tvm_logs(store, log, "cpu-aaaa", TARGET, VERSION, {}).records == 4
+    assert sorted((r.mean_sec is None) for r in store.records.all_records()) == [False, False, True, True]
+
+
+def test_the_registry_never_ranks_an_impossible_time(store, tmp_path):
+    """Under the import's check, the registry's own: a time no run gives is no valid measurement."""
+    from foundation.registry import NewRecord
+    from foundation.registry.store import mean_run_sec
+
+    assert [mean_run_sec(s) for s in ([2e-3, 4e-3], [1e10], [-1.0], [float("nan")], [float("inf")], [0.0],
+                                       [1e-3, -1e-3], [], None)] == [3e-3] + [None] * 8
+    workload = {"shash": "1", "mod": json.dumps({"a": 1})}
+    records = [NewRecord(workload_id=0, fingerprint_id="cpu-aaaa", target=TARGET, tvm_version=VERSION,
+                         trace=json.dumps([i]), run_secs=secs, args_info=None, software={})
+               for i, secs in enumerate([[-1.0], [0.0], [1e-3]])]  # (PostgreSQL's json holds no infinity)
+    store.records.import_tuning_log([(workload["shash"], workload["mod"])], records)
+    stored = sorted(store.records.all_records(), key=lambda r: r.trace)
+    assert [(r.mean_sec, r.valid_measurements) for r in stored] == [(None, 0), (None, 0), (1e-3, 1)]
+
+
+@pytest.mark.parametrize(("name", "content", "reason"), [
+    (WORKLOAD_FILE, b"\xff\xfe\n", "not UTF-8 text"),
+    (RECORD_FILE, b"\n\n" + b"[" * 100_000 + b"]" * 100_000 + b"\n", r"not JSON .*\(nested too deeply\)"),
+    (RECORD_FILE, "[0, \u00e9\n".encode("latin-1"), "not UTF-8 text"),
+])
+def test_a_line_python_cannot_read_names_itself(store, tmp_path, name, content, reason):
+    from support.tvm_logs import small_tvm_log
+
+    log = small_tvm_log(tmp_path / "log")
+    (log / name).write_bytes(content)
+    line = 3 if content.startswith(b"\n\n") else 1
+    with pytest.raises(FarmError, match=rf"{name}:{line}: {reason}"):
+        import_tvm_logs(store, log, "cpu-aaaa", TARGET, VERSION, {})
+    assert store.counts()["tuning_records"] == store.counts()["workloads"] == 0
+
+
+def _logs_in(directory):  # type: ignore[no-untyped-def]
+    return {p.name: (p.read_text() if p.is_file() else "<dir>") for p in directory.iterdir()}
+
+
+def test_export_over_a_directory_replaces_neither_log(store, tmp_path):
+    out = tmp_path / "out"
+    (out / RECORD_FILE).mkdir(parents=True)
+    (out / WORKLOAD_FILE).write_text("old\n")
+    with pytest.raises(IsADirectoryError) as raised:
+        export_tvm_logs(store, out, "cpu-aaaa", TARGET, VERSION)
+    assert raised.value.filename == str(out / RECORD_FILE)
+    assert _logs_in(out) == {WORKLOAD_FILE: "old\n", RECORD_FILE: "<dir>"}
+
+
+@pytest.mark.parametrize("failing", ["write", "replace"])
+def test_a_failed_export_leaves_both_logs_as_they_were(store, tmp_path, monkeypatch, failing):
+    """The second log failing, once the first is written aside or even replaced, undoes the first."""
+    import pathlib
+
+    from foundation.meta_schedule.database import tvm_logs
+
+    _tvm_log(tmp_path / "log")
+    import_tvm_logs(store, tmp_path / "log", "cpu-aaaa", TARGET, VERSION, {})
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / WORKLOAD_FILE).write_text("old workloads\n")
+    (out / RECORD_FILE).write_text("old records\n")
+    before = _logs_in(out)
+
+    def refused(real):  # type: ignore[no-untyped-def]
+        def call(partial, *args, **kwargs):  # type: ignore[no-untyped-def]
+            if str(partial) == f"{out / RECORD_FILE}.partial":  # writing it aside, or renaming it into place
+                raise PermissionError(13, "Permission denied", str(partial))
+            return real(partial, *args, **kwargs)
+        return call
+
+    if failing == "write":
+        monkeypatch.setattr(pathlib.Path, "write_text", refused(pathlib.Path.write_text))
+    else:
+        monkeypatch.setattr(tvm_logs.os, "replace", refused(os.replace))
+    with pytest.raises(PermissionError) as raised:
+        export_tvm_logs(store, out, "cpu-aaaa", TARGET, VERSION)
+    assert raised.value.filename == str(out / RECORD_FILE)  # the log, not its .partial
+    assert _logs_in(out) == before
+    monkeypatch.undo()
+    assert export_tvm_logs(store, out, "cpu-aaaa", TARGET, VERSION) == {"workloads": 2, "records": 6}
+    assert sorted(_logs_in(out)) == [RECORD_FILE, WORKLOAD_FILE]
