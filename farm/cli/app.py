@@ -2,7 +2,7 @@
 
 Whatever goes wrong, a command ends with one line on stderr, `error: <what> (<what to do>)`,
 and an exit code of foundation.errors (1 job failed, 2 bad input, 3 not found, 4 unreachable,
-5 timed out, 70 internal error, 130/143 interrupted); with --json it also prints
+5 timed out, 70 internal error, 130/143 interrupted; 141, silently, for a closed stdout); with --json it also prints
 `{"error": ..., "hint": ..., "exit_code": ...}` on stdout, so a script reading stdout always
 gets a document. click's own usage errors are bad input like any other. A daemon that logs JSON
 lines (`--log-format json`) writes that line as one more JSON record, at level error.
@@ -45,6 +45,22 @@ app.add_typer(registry.app, name="registry", help="Create, inspect, import into,
 
 DEBUG_ENV = "FARM_DEBUG"
 INTERRUPTED_BY_TYPER = 130
+EXIT_STDOUT_CLOSED = 128 + 13  # SIGPIPE
+
+
+def _stdout_identity() -> tuple[int, int] | None:
+    try:
+        status = os.fstat(1)
+    except OSError:
+        return None
+    return status.st_dev, status.st_ino
+
+
+def _stdout_closed(identity_before: tuple[int, int] | None) -> bool:
+    """Whether a write met a closed stdout and typer or rich ended the command for it: typer
+    swaps in click's wrapper that ignores the broken pipe at exit (typer.core, on EPIPE), rich
+    points fd 1 at /dev/null (Console.on_broken_pipe). No command exits by itself."""
+    return type(sys.stdout).__name__ == "PacifyFlushWrapper" or _stdout_identity() != identity_before
 
 
 def _print_version(asked: bool) -> None:
@@ -71,8 +87,15 @@ def main() -> None:
     tune_collector()
     json_output = "--json" in sys.argv[1:sys.argv.index("--")] if "--" in sys.argv else "--json" in sys.argv[1:]
     json_output = json_output or parse_boolean_env_var(os.environ.get("FARM_JSON"), False)
+    stdout_before = _stdout_identity()
     try:
         code = app(standalone_mode=False)
+    except SystemExit:
+        if _stdout_closed(stdout_before):
+            # typer ends a write to a closed pipe (`farm registry ls | head -1`) with 1, the code
+            # of a failed job; it is the reader's choice, said as a shell says SIGPIPE's end.
+            sys.exit(EXIT_STDOUT_CLOSED)
+        raise
     except FarmError as err:
         _fail(err, json_output)
     except typer.TyperException as err:  # click's usage errors (typer's copy of click)

@@ -228,3 +228,15 @@ def test_what_a_coordinator_does_not_have_is_one_line_with_one_hint(home, tmp_pa
             assert proc.returncode == 3 and proc.stderr.count("(see ") == 1, proc.stderr
     finally:
         server.stop(grace=1)
+
+
+@pytest.mark.parametrize("args", [["models"], ["fingerprint"], ["fingerprint", "--json"]], ids=" ".join)
+def test_a_reader_that_closed_stdout_ends_the_command_with_141_not_the_failed_jobs_1(farm_exe, home, args):
+    """`farm ... | head -1`: the reader's choice, not a failure; typer and rich ended it with 1."""
+    env = {**os.environ, "FARM_HOME": str(home)}
+    env.pop("FARM_REGISTRY", None)
+    proc = subprocess.Popen([farm_exe, *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc.stdout.close()  # before the command writes: its first write meets a closed pipe
+    err = proc.stderr.read()
+    assert proc.wait(timeout=60) == 141, err
+    assert "Traceback" not in err and "Exception ignored" not in err, err
