@@ -77,6 +77,10 @@ def _broken(path: Path, number: int, reason: str) -> FarmError:
     )
 
 
+# A JSONDatabase work_dir, or its (workload file, record file) pair.
+LogLocation = str | os.PathLike[str] | tuple[str | os.PathLike[str], str | os.PathLike[str]]
+
+
 @dataclass(frozen=True)
 class TvmLog:
     """A JSONDatabase log read whole and checked, before anything is written: its workloads (TVM's),
@@ -92,11 +96,7 @@ class TvmLog:
 
 def import_tvm_logs(
     store: RegistryStore,
-    path: str | os.PathLike[str] | tuple[str | os.PathLike[str], str | os.PathLike[str]],
-    fingerprint_id: str,
-    target_json: str | None,
-    tvm_version: str,
-    software: dict[str, Any],
+    path: LogLocation, fingerprint_id: str, target_json: str | None, tvm_version: str, software: dict[str, Any],
     job_id: str | None = None,
 ) -> ImportReport:
     """Load a JSONDatabase log (a work_dir, or a (workload file, record file) pair).
@@ -113,11 +113,7 @@ def import_tvm_logs(
 
 
 def read_tvm_logs(
-    path: str | os.PathLike[str] | tuple[str | os.PathLike[str], str | os.PathLike[str]],
-    fingerprint_id: str,
-    target_json: str | None,
-    tvm_version: str,
-    software: dict[str, Any],
+    path: LogLocation, fingerprint_id: str, target_json: str | None, tvm_version: str, software: dict[str, Any],
     job_id: str | None = None,
 ) -> TvmLog:
     """`import_tvm_logs`' first half, which needs no registry: the log read and checked whole.
