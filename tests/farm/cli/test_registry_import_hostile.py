@@ -15,8 +15,6 @@ from support.farm_inprocess import run_farm_inprocess
 from support.farm_process import one_error_line
 from support.tvm_logs import small_tvm_log, with_run_secs
 
-pytest.importorskip("tvm")
-
 
 def farm(tmp_path, *args):  # type: ignore[no-untyped-def]
     return run_farm_inprocess(*map(str, args), home=tmp_path / "home")
