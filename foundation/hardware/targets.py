@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import TYPE_CHECKING, Any
 
 from foundation.errors import BadInput, FarmError
@@ -149,22 +150,40 @@ def unusable_fingerprint(fp: "Fingerprint", kind: str) -> str | None:
         return err.problem
     except (KeyError, TypeError, ValueError, AttributeError) as err:
         return f"its details do not give a {kind} target ({type(err).__name__}: {str(err)[:80]})"
-    return _llvm_refuses(target)
+    return _cpu_naming_problem(target)
 
 
-def _llvm_refuses(target: dict) -> str | None:
-    """Why LLVM cannot compile for ``target``'s CPU (a CUDA target's host), or None (imports TVM).
+# How LLVM spells a target triple (arch-vendor-os[-environment]) and a CPU name. A fingerprint's
+# come from LLVM on the agent's box; one of another shape (a triple that names no architecture)
+# crashed the coordinator's planning, on every restart. Checked without TVM: an agent registers
+# before the coordinator has any reason to import it; whether LLVM takes a well-formed pair is
+# asked where the job's TVM target is made (to_tvm_target).
+_TRIPLE = re.compile(r"[A-Za-z0-9_.]+(-[A-Za-z0-9_.]+){2,3}")
+_CPU_NAME = re.compile(r"[A-Za-z0-9_.+-]+")
 
-    A fingerprint's mcpu and triple come from LLVM on the agent's box; one that LLVM here does not
-    take (a triple that names no architecture) crashed the coordinator's planning, on every restart.
-    """
+
+def _cpu_naming_problem(target: dict) -> str | None:
+    """Why ``target``'s CPU (a CUDA target's host) is named as LLVM never names one, or None."""
+    cpu = target if target["kind"] == "llvm" else target.get("host", {})
+    if not isinstance(cpu, dict):
+        return None
+    triple, mcpu = cpu.get("mtriple"), cpu.get("mcpu")
+    if triple is not None and not _TRIPLE.fullmatch(str(triple)):
+        return f"the triple {triple!r} is not one LLVM names (arch-vendor-os, such as x86_64-unknown-linux-gnu)"
+    if mcpu is not None and not _CPU_NAME.fullmatch(str(mcpu)):
+        return f"the CPU {mcpu!r} is not a name LLVM gives one (one word, such as znver4)"
+    return None
+
+
+def _llvm_refusal(config: dict) -> str | None:
+    """Why LLVM here does not take the CPU and triple of ``config`` (an llvm target, or a CUDA
+    target's host), or None: given one it does not, LLVM falls back to a generic CPU, or crashes."""
     from tvm.target import codegen
 
-    cpu = target if target["kind"] == "llvm" else target.get("host", {})
-    mcpu, triple = str(cpu.get("mcpu") or "generic"), cpu.get("mtriple")
-    if triple is None or codegen.llvm_is_valid_cpu(mcpu, str(triple)):
+    triple = config.get("mtriple") if config.get("kind") == "llvm" else None
+    if triple is None or codegen.llvm_is_valid_cpu(str(config.get("mcpu") or "generic"), str(triple)):
         return None
-    return f"LLVM here does not take the CPU {mcpu!r} with the triple {triple!r}"
+    return f"LLVM here does not take the CPU {config.get('mcpu')!r} with the triple {triple!r}"
 
 
 def llvm_target(cpu_details: dict) -> dict:
@@ -190,6 +209,11 @@ def to_tvm_target(d: dict) -> "tvm.target.Target":
 
     config = dict(d)
     host = config.pop("host", None)
+    refusal = _llvm_refusal(config) or (_llvm_refusal(host) if isinstance(host, dict) else None)
+    if refusal:
+        raise FarmError(f"TVM cannot make the target {target_json(d)}: {refusal}",
+                        "give an mcpu and mtriple LLVM knows (`farm fingerprint` shows this box's; an agent's "
+                        "are what LLVM detected on it)")
     try:
         return Target(config, host=host) if host is not None else Target(config)
     except Exception as err:

@@ -93,8 +93,8 @@ def _without(key):
     ({"fingerprint_id": "cpu-000000000000"}, "fingerprint_id is not the hash of fingerprint_json's details"),
     # Details whose id matches but whose target no device has: a triple naming no architecture
     # crashed the coordinator's planning of the next submit, and again on every restart.
-    ({"llvm_triple": "garbage"}, "give no llvm target: LLVM here does not take the CPU"),
-    ({"llvm_mcpu": "znver5 -mattr=+foo"}, "give no llvm target: LLVM here does not take the CPU 'znver5 -mattr=+foo'"),
+    ({"llvm_triple": "garbage"}, "give no llvm target: the triple 'garbage' is not one LLVM names"),
+    ({"llvm_mcpu": "znver5 -mattr=+foo"}, "give no llvm target: the CPU 'znver5 -mattr=+foo' is not a name LLVM gives"),
     ({"cores": -4}, "fingerprint field cores=-4 is malformed (expected 1 to 4,096)"),
     ({"cores": 10**30}, "fingerprint field cores=1000000000000000000000000000000 is malformed"),
     ({"cores": math.inf}, "fingerprint field cores=inf is malformed"),

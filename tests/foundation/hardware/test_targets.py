@@ -139,6 +139,17 @@ def test_the_attributes_checked_are_those_the_installed_tvm_takes(kind):
     assert TARGET_OPTIONS[kind] == dict(TargetKind.options_from_name(kind))
 
 
+@pytest.mark.parametrize("target", [
+    {"kind": "llvm", "mtriple": "x86_64-unknown-linux-gnu", "mcpu": "nonsense-cpu"},
+    {"kind": "cuda", "arch": "sm_80", "host": {"kind": "llvm", "mtriple": "x86_64-unknown-linux-gnu", "mcpu": "no9"}},
+], ids=["llvm", "cuda-host"])
+def test_a_cpu_llvm_does_not_take_is_refused_before_tvm_makes_the_target(target):
+    """Well formed, so a registration carrying it is taken (without TVM); TVM itself would fall
+    back to a generic CPU, or crash on a triple LLVM cannot place."""
+    with pytest.raises(FarmError, match="LLVM here does not take the CPU"):
+        to_tvm_target(target)
+
+
 def test_tvm_rejection_becomes_a_farm_error():
     with pytest.raises(FarmError, match="TVM rejects the target"):
         to_tvm_target({"kind": "llvm", "no-such-attribute": 1})
