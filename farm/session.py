@@ -58,8 +58,18 @@ def open_context(registry_option: str | None, user_target: str, *, create: bool 
     """Validate the target, detect the fingerprint, then open the registry (in that order,
     so that bad input is refused before anything is created). ``tuning_here``: also refuse a
     target whose instructions this CPU lacks (`FarmContext.check_local_tuning`)."""
-    from foundation.hardware.targets import canonical_target, check_llvm_cpu, check_runs_here, parse_target, target_json
+    from foundation.hardware.targets import target_json
     from foundation.hardware.versions import tvm_version
+
+    fingerprint, target = local_target(user_target, tuning_here=tuning_here)
+    store = open_store(registry_option, create=create)
+    return FarmContext(store, fingerprint, target, target_json(target), tvm_version())
+
+
+def local_target(user_target: str, *, tuning_here: bool = False) -> tuple["Fingerprint", dict]:
+    """This box's fingerprint for the target's kind, and the canonical target, checked as
+    `open_context` checks it; no registry is opened."""
+    from foundation.hardware.targets import canonical_target, check_llvm_cpu, check_runs_here, parse_target
 
     requested = parse_target(user_target)
     fingerprint = local_fingerprint(requested["kind"])
@@ -67,5 +77,4 @@ def open_context(registry_option: str | None, user_target: str, *, create: bool 
     check_llvm_cpu(requested, target)
     if tuning_here:
         check_runs_here(requested, target, fingerprint)
-    store = open_store(registry_option, create=create)
-    return FarmContext(store, fingerprint, target, target_json(target), tvm_version())
+    return fingerprint, target

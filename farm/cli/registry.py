@@ -146,7 +146,7 @@ def import_logs(
     ctx, fp_id = _import_context(registry, target, fingerprint)
     log = read_tvm_logs(path, fp_id, ctx.target_json, ctx.tvm_version, ctx.software)
     if ctx.store is None:
-        ctx.store = open_store(registry, create=True)
+        ctx = dataclasses.replace(ctx, store=open_store(registry, create=True))
     if fp_id == ctx.fingerprint.id:  # imported records need their fingerprint row, also in a fresh registry
         fp = ctx.fingerprint
         ctx.store.upsert_fingerprint(fp.id, fp.kind, fp.summary, fp.details)
@@ -230,23 +230,18 @@ def _import_context(registry: str | None, target: str, fingerprint: str | None):
     """`_context_for` an import, creating nothing: where there is no registry yet, the context's
     store is None (the import creates it once the log is read), and only this box's fingerprint
     can be imported for (a fresh registry knows no other)."""
-    from farm.session import FarmContext
+    from farm.session import FarmContext, local_target
     from foundation.registry.engine import RegistryMissing
 
     try:
         return _context_for(registry, target, fingerprint)
     except RegistryMissing as missing:
-        # open_context checked the target and found this box's fingerprint before it opened the
-        # registry: what it computed then, again without one.
-        from foundation.hardware.fingerprint import local_fingerprint
-        from foundation.hardware.targets import canonical_target, parse_target, target_json
+        from foundation.hardware.targets import target_json
         from foundation.hardware.versions import tvm_version
 
-        local = local_fingerprint(parse_target(target)["kind"])
+        local, chosen = local_target(target)
         if fingerprint is not None and fingerprint != local.id:
-            raise _unknown_fingerprint(fingerprint, parse_target(target)["kind"], local.id,
-                                       f": {missing.problem} yet") from None
-        chosen = canonical_target(target, local)
+            raise _unknown_fingerprint(fingerprint, chosen["kind"], local.id, f": {missing.problem} yet") from None
         return FarmContext(None, local, chosen, target_json(chosen), tvm_version()), local.id
 
 
