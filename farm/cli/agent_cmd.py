@@ -66,6 +66,11 @@ def agent(
     settings = AgentSettings(coordinator=coordinator.address, target_kinds=kinds, device=index,
                              build_workers=build_workers, rpc_host=rpc_host, rpc_port=rpc_port, access=access,
                              stop_grace_sec=grace)  # reads FARM_MIN_REPEAT_MS: a bad one stops it here
+    # Forked now, while this process has no thread but this one: the agent's channel starts gRPC's.
+    from foundation.meta_schedule.forked_workers import fork_zygote_here
+
+    for target_kind in kinds:
+        fork_zygote_here(target_kind)
     agent = Agent(settings)
     metrics = None
     if metrics_listen:

@@ -5,12 +5,17 @@ during a command does (farm.cli.app), not with the import's traceback."""
 from __future__ import annotations
 
 import json
+import os
 import sys
 
 EXIT_INTERRUPTED = 130  # foundation.errors.Interrupted for SIGINT, not imported: it may be what was cut short
 
 
 def main() -> None:
+    # numpy's OpenBLAS starts a thread for each further core as it is imported; a farm process does
+    # no BLAS work worth one, and one whose threads are all Python's can fork its workers' zygote
+    # (foundation.meta_schedule.forked_workers). A user's own setting wins.
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     try:
         from farm.cli.app import main as run
     except KeyboardInterrupt:

@@ -122,7 +122,8 @@ def submit(
         model=model, target=target, batch=batch, registry=registry, trials=trials,
         trials_per_task=trials_per_task, retune=retune, seed=seed, reuse=reuse.value if reuse else None,
         warm_start=warm_start,
-        measure=MeasureSettings(build_workers=build_workers), validation_runs=runs,
+        # This process's threads are the command's own: its workers' zygote can be a fork of it.
+        measure=MeasureSettings(build_workers=build_workers, zygote_forked_here=True), validation_runs=runs,
         weights_layout=weights_layout, until=until_request,
     )
     observer = None

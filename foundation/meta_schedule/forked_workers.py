@@ -12,11 +12,20 @@ thread in it), ignores Ctrl-C like the workers, and ends when the process that s
 (its socket reads end-of-file); each worker dies with the zygote (PR_SET_PDEATHSIG). A worker is
 not this process's child, so it is watched through a pidfd (Linux 5.3+); where there is none,
 FORK_WORKERS_ENV is "0", or the zygote cannot start, workers start as TVM starts them.
+
+A process that has imported TVM itself can give its zygote that import (`fork_zygote_here`): the
+zygote is then a fork of the process, not a new Python (about a CPU-second less on the 2-core
+boxes, each `farm submit` that tunes and each agent). Only where the caller knows every thread of
+its process and none can be inside TVM, LLVM or gRPC (the child keeps only the forking thread, and
+a lock another thread held stays held in it), and only while every thread of the process is a
+Python thread: TVM's thread pool, gRPC's, OpenMP's and OpenBLAS's are not, and whichever of them
+runs, the zygote starts as a new Python. CPU targets only: a CUDA context does not survive a fork.
 """
 
 from __future__ import annotations
 
 import atexit
+import gc
 import logging
 import os
 import pickle
@@ -34,6 +43,9 @@ from foundation.processes.heap import freeze_long_lived, tune_collector
 ZYGOTE_MODULE = __name__  # what the zygote runs (`python -m`)
 
 log = logging.getLogger(__name__)
+
+# Target kinds whose zygote may be a fork of the process: nothing of theirs lives in a device driver.
+FORKABLE_FROM_HERE = frozenset({"llvm"})
 
 _PID = struct.Struct("<q")
 _MAX_REQUEST = 1 << 20  # the environment and working directory a worker starts with
@@ -98,6 +110,30 @@ def zygote_for(target_kind: str) -> "Zygote":
         return _zygotes[target_kind]
 
 
+def fork_zygote_here(target_kind: str) -> bool:
+    """Start this process's zygote for ``target_kind`` now, as a fork of this process (TVM and the
+    target's intrinsics imported here first); whether it did. The caller vouches that no thread of
+    this process but the calling one can be inside TVM, LLVM or gRPC; a thread that is not Python's
+    (TVM's pool, gRPC's, OpenMP's, OpenBLAS's), a zygote already started, a kind outside
+    FORKABLE_FROM_HERE or forking switched off leave the zygote to start as a new Python on first use."""
+    if target_kind not in FORKABLE_FROM_HERE or not forking_available():
+        return False
+    from foundation.hardware.tvm_startup import install_lean_tensor_intrinsics
+
+    install_lean_tensor_intrinsics(target_kind)  # imports TVM: what the zygote is spared
+    return zygote_for(target_kind).fork_here()
+
+
+def only_python_threads() -> bool:
+    """Whether every thread of this process is one Python's threading knows (none started by a
+    native library: TVM's thread pool, gRPC, OpenMP, OpenBLAS)."""
+    known = {t.native_id for t in threading.enumerate()}
+    try:
+        return all(int(tid) in known for tid in os.listdir("/proc/self/task"))
+    except OSError:
+        return False
+
+
 def close_zygotes() -> None:
     """Stop this process's zygotes (and any worker still running), and reap them."""
     with _zygotes_lock:
@@ -112,7 +148,7 @@ class Zygote:
         self.target_kind = target_kind
         self._lock = threading.Lock()
         self._sock: socket.socket | None = None
-        self.process: subprocess.Popen | None = None
+        self.process: "subprocess.Popen | ForkedChild | None" = None
         self.failed = False  # it could not start a worker twice in a row: not asked again
 
     def spawn(self, worker_read: int, worker_write: int, stdout: int = 1, stderr: int = 2) -> "ForkedProcess":
@@ -141,6 +177,31 @@ class Zygote:
     def close(self) -> None:
         with self._lock:
             self._stop()
+
+    def fork_here(self) -> bool:
+        """Start the zygote as a fork of this process, unless it is running or a thread not
+        Python's is (see fork_zygote_here); whether it did."""
+        with self._lock:
+            if self._sock is not None or self.failed or not only_python_threads():
+                return False
+            mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+            for stream in (sys.stdout, sys.stderr):  # or the child holds a copy of what is buffered
+                try:
+                    stream.flush()
+                except (AttributeError, OSError, ValueError):
+                    pass
+            # Forked with Ctrl-C and SIGTERM blocked, as _start's zygote starts (the mask is inherited).
+            masked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+            try:
+                pid = os.fork()
+                if pid == 0:
+                    _serve_forked(self.target_kind, theirs, mine)  # never returns
+            finally:
+                signal.pthread_sigmask(signal.SIG_SETMASK, masked)
+                theirs.close()
+            self.process = ForkedChild(pid)
+            self._sock = mine
+            return True
 
     def _start(self) -> None:
         mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -207,12 +268,27 @@ class ForkedProcess:
             return False
         os.close(self._pidfd)
         self._pidfd = None
-        self.returncode = -signal.SIGKILL  # unknown here; TVM's pool only asks whether it ended
+        self.returncode = self._exit_status()
         return True
+
+    def _exit_status(self) -> int:
+        return -signal.SIGKILL  # unknown here; TVM's pool only asks whether it ended
 
     def __del__(self) -> None:
         if self._pidfd is not None:
             os.close(self._pidfd)
+
+
+class ForkedChild(ForkedProcess):
+    """A process this one forked (its zygote, Zygote.fork_here): watched as a ForkedProcess, and
+    reaped here, where its exit status is known."""
+
+    def _exit_status(self) -> int:
+        try:
+            _pid, status = os.waitpid(self.pid, 0)
+        except ChildProcessError:  # reaped elsewhere
+            return -signal.SIGKILL
+        return os.waitstatus_to_exitcode(status)
 
 
 _forking_pool: type | None = None
@@ -339,6 +415,30 @@ def _serve(target_kind: str, sock: socket.socket) -> None:
                 os.waitpid(pid, 0)
             except (ProcessLookupError, ChildProcessError):
                 pass
+
+
+def _serve_forked(target_kind: str, sock: socket.socket, parents_end: socket.socket) -> None:
+    """In the child Zygote.fork_here made: let go of what is the parent's, then serve as a zygote."""
+    code = 0
+    try:
+        parents_end.close()
+        # The parent's signal handling is not the zygote's: a signal here (SIGCHLD, as each worker
+        # ends) must not reach the parent's wakeup fd (farm.cli.interrupts reads it as a Ctrl-C).
+        signal.set_wakeup_fd(-1)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        # Workers log as a new Python would (to stderr, warnings up), not into the parent's handlers.
+        for logger in [logging.getLogger(), *logging.Logger.manager.loggerDict.values()]:
+            if isinstance(logger, logging.Logger):
+                logger.handlers.clear()
+        # The parent's heap, as it was, stays for good; frozen without a collection, which would
+        # walk it and so copy every page of it.
+        gc.freeze()
+        _serve(target_kind, sock)
+    except BaseException:  # never back into the parent's code
+        code = 1
+    finally:
+        os._exit(code)
 
 
 def _become_worker(request: bytes, fds: list[int], worker_loop) -> None:

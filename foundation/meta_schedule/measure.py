@@ -80,7 +80,11 @@ class MeasureSettings:
     ``cache_flush``: each CPU candidate is timed one call at a time, after TVM flushes its arguments
     but the first (the weights, the output) from the caches, as a layer of a model meets weights
     that the layers before it evicted; otherwise calls repeat back to back for ``min_repeat_ms``
-    with everything cached."""
+    with everything cached.
+
+    ``zygote_forked_here``: the workers' zygote is a fork of this process, started as the pools are
+    (forked_workers.fork_zygote_here), for a process whose every thread its caller knows: the
+    `farm submit` command's, not a library caller's."""
 
     build_workers: int | None = None
     build_timeout_sec: float = 120.0
@@ -90,6 +94,7 @@ class MeasureSettings:
     min_repeat_ms: int = field(default_factory=min_repeat_ms_setting)
     rpc: RPCMeasure | None = None
     cache_flush: bool = field(default_factory=cpu_cache_flush)
+    zygote_forked_here: bool = False
 
     def evaluator_config(self, target_kind: str):
         """MetaSchedule's EvaluatorConfig for candidates of ``target_kind``."""
@@ -230,6 +235,10 @@ class WorkerPools:
 
     def get(self, target_kind: str):
         if target_kind not in self._pools:
+            if self.settings.zygote_forked_here:  # before the pools' threads start
+                from foundation.meta_schedule.forked_workers import fork_zygote_here
+
+                fork_zygote_here(target_kind)
             # The pools' threads are started here (prewarm), and start the worker processes:
             # with SIGINT and SIGTERM blocked, the workers inherit the mask, so a Ctrl-C sent
             # to the terminal's process group reaches the farm process (which stops tuning

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 
+import psutil
 import pytest
 
 from support.polling import wait_for
@@ -69,6 +70,14 @@ def test_two_agents_share_a_job(local_farm):
     for task, trials in plan.items():
         assert 0 < sum(1 for r in records if workloads[r.workload_id] == shash_of[task]) <= trials, (task, plan)
     store.dispose()
+
+    # Each agent's workers' zygote is a fork of the agent (made before its gRPC channel started
+    # gRPC's threads), not a new Python that imports TVM again.
+    for name in ("a1", "a2"):
+        agent = psutil.Process(local_farm.agents[name].pid)
+        assert [c for c in agent.children() if c.cmdline() == agent.cmdline()], name
+        assert not [p.cmdline() for p in agent.children(recursive=True)
+                    if {"foundation.meta_schedule.forked_workers", "tvm.exec.popen_worker"} & set(p.cmdline())]
 
     # TVM's own tracker query lists the agents' RPC servers under the fingerprint key.
     query = subprocess.run([sys.executable, "-m", "tvm.exec.query_rpc_tracker", "--host", "127.0.0.1",

@@ -48,6 +48,18 @@ def _all_gone(pids: list[int], timeout: float = 30) -> bool:
     return not [p for p in alive if p.status() != psutil.STATUS_ZOMBIE]
 
 
+def _started_as_new_pythons(pids: list[int]) -> list[list[str]]:
+    found = []
+    for pid in pids:
+        try:
+            cmdline = psutil.Process(pid).cmdline()
+        except psutil.NoSuchProcess:
+            continue
+        if {"foundation.meta_schedule.forked_workers", "tvm.exec.popen_worker"} & set(cmdline):
+            found.append(cmdline)
+    return found
+
+
 def _submit(farm_exe, tmp_path, registry_url, *args) -> FarmProcess:
     return FarmProcess.start(farm_exe, tmp_path / "home", "submit", *args, "--registry", registry_url)
 
@@ -69,6 +81,8 @@ def test_ctrl_c_cancels_after_the_batch_in_flight_and_keeps_every_record(farm_ex
         job_id, committed = probe.wait_for_records(FIRST_BATCH)
         workers = farm.descendants()
         assert workers, "the tune runs builder and runner workers"
+        # Their zygote is a fork of the farm process (forked_workers.fork_zygote_here), not a new Python.
+        assert _started_as_new_pythons(workers) == []
         farm.interrupt_group(signal.SIGINT)
         code, out, err = farm.finish(timeout=180)
     finally:
