@@ -14,6 +14,7 @@ import psutil
 
 from foundation.errors import FarmError
 from foundation.processes.process_group import ProcessGroup, is_live
+from foundation.rpc.protocol import RPC_MAGIC
 from foundation.rpc.tracker import TrackerSummary, TrackerUnreachable, tracker_summary
 
 logger = logging.getLogger("farm.agent.rpc")
@@ -133,8 +134,6 @@ def answers_handshake(host: str, port: int, timeout: float) -> bool:
     (and logs a warning); a dead one leaves the connection in the kernel's backlog, unanswered.
     A server in a session does not accept either, so only ask one that has no session.
     """
-    from tvm.rpc.base import RPC_MAGIC
-
     key = b"client:farm-liveness-probe"
     try:
         with socket.create_connection((_local_address(host), port), timeout=timeout) as sock:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from foundation.errors import FarmError, Unreachable
 from foundation.processes.process_group import ProcessGroup
+from foundation.rpc.protocol import RPC_TRACKER_MAGIC, TrackerCode
 
 if TYPE_CHECKING:
     from tvm.rpc.client import RPCSession
@@ -22,10 +23,9 @@ if TYPE_CHECKING:
 logger = logging.getLogger("farm.coordinator.tracker")
 
 # TVM's tracker keeps everything in memory and its clients block without deadlines; every
-# call here talks its protocol (tvm.rpc.base: magic handshake, then [int32 size][json]
-# frames) over a socket whose timeout is re-armed from one deadline, so none blocks past it.
-# tvm.rpc.base is imported inside the functions: `import tvm` costs ~1.4 s, which the CLI
-# should not pay just to import this module.
+# call here talks its protocol (magic handshake, then [int32 size][json] frames; the constants
+# are foundation.rpc.protocol's, TVM's own without importing TVM) over a socket whose timeout
+# is re-armed from one deadline, so none blocks past it.
 
 
 class TrackerUnreachable(Unreachable):
@@ -128,8 +128,6 @@ def _recv_json(sock: socket.socket, deadline: _Deadline):
 
 def _open(host: str, port: int, deadline: _Deadline) -> socket.socket:
     """A socket past the tracker's magic handshake."""
-    from tvm.rpc.base import RPC_TRACKER_MAGIC
-
     sock = socket.create_connection((host, port), timeout=deadline.remaining())
     try:
         sock.settimeout(deadline.remaining())
@@ -154,8 +152,6 @@ def _unreachable(host: str, port: int, timeout: float, err: BaseException) -> Tr
 
 def tracker_summary(host: str, port: int, timeout: float = 5.0) -> TrackerSummary:
     """Ask the tracker for its servers and queues; raises TrackerUnreachable after ``timeout``."""
-    from tvm.rpc.base import TrackerCode
-
     deadline = _Deadline(timeout)
     try:
         with _open(host, port, deadline) as sock:
@@ -196,8 +192,6 @@ def request_session(host: str, port: int, key: str, timeout: float, *,
     free. ``session_timeout`` (s, 0 = none) is passed on: the server ends longer sessions.
     Raises TrackerUnreachable when the tracker refuses or does not complete its handshake.
     """
-    from tvm.rpc.base import TrackerCode
-
     overall = _Deadline(timeout)
     # The last part of the budget is kept for asking the tracker how many servers the key has,
     # so that the error can say so and still arrive by the deadline.
