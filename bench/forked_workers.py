@@ -1,12 +1,14 @@
-"""What forking the builder and runner workers saves: whole `farm submit` processes, forked workers
-(the default) against TVM's own (`FARM_FORK_WORKERS=0`), in alternating pairs.
+"""What forking the builder and runner workers saves: whole `farm submit` processes, in rotating
+rounds of three: workers forked from a zygote that is itself a fork of the farm process (the
+default), from a zygote started as a new Python (`FARM_FORK_ZYGOTE=0`), and TVM's own workers
+(`FARM_FORK_WORKERS=0`).
 
 Each run is a fresh `farm submit MODEL llvm BATCH --trials N` into a fresh FARM_HOME (so never a
 registry hit), timed from outside: wall time, and CPU time of the process and everything it reaped
 (its workers, or its zygote, which reaps its forks). Prints each variant's medians and the
-pairwise ratios; the figures go in docs/benchmarks.md ("Workers forked from one import").
+ratios round by round; the figures go in docs/benchmarks.md ("Workers forked from one import").
 
-    .venv/bin/python bench/forked_workers.py [--model mlp-tiny --batch 1 --trials 16 --pairs 5] [--json]
+    .venv/bin/python bench/forked_workers.py [--model mlp-tiny --batch 1 --trials 16 --rounds 5] [--json]
 
 With --timings instead: the same candidates (the untuned forms of resnet-tiny's first three tasks)
 built and timed by forked workers and by TVM's own, alternating, three rounds: a forked runner
@@ -32,7 +34,9 @@ import time
 from pathlib import Path
 
 FARM = str(Path(sys.executable).with_name("farm"))
-VARIANTS = {"forked": "1", "tvm": "0"}
+# Each variant's environment for `farm submit`.
+VARIANTS = {"forked": {}, "zygote": {"FARM_FORK_ZYGOTE": "0"}, "tvm": {"FARM_FORK_WORKERS": "0"}}
+TIMING_VARIANTS = {"forked": "1", "tvm": "0"}  # FARM_FORK_WORKERS, in this process
 
 
 def cpu_model() -> str:
@@ -42,9 +46,11 @@ def cpu_model() -> str:
     return platform.processor() or "unknown"
 
 
-def one_submit(fork: str, model: str, batch: int, trials: int) -> dict:
+def one_submit(variant: dict[str, str], model: str, batch: int, trials: int) -> dict:
     with tempfile.TemporaryDirectory(prefix="farm-bench-fork-") as home:
-        env = dict(os.environ, FARM_HOME=home, FARM_FORK_WORKERS=fork)
+        switches = ("FARM_FORK_WORKERS", "FARM_FORK_ZYGOTE")
+        env = {name: value for name, value in os.environ.items() if name not in switches}
+        env.update(variant, FARM_HOME=home)
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         begin = time.perf_counter()
         done = subprocess.run([FARM, "submit", model, "llvm", str(batch), "--trials", str(trials), "--json"],
@@ -72,9 +78,9 @@ def same_timings(rounds: int = 3) -> None:
 
     target = tvm.target.Target({"kind": "llvm", "num-cores": os.cpu_count() or 1})
     tasks = [t for t in extract_tuning_tasks(load_model("resnet-tiny", 1), target) if t.flop > 0][:3]
-    timings: dict[str, list[list[float]]] = {name: [] for name in VARIANTS}
+    timings: dict[str, list[list[float]]] = {name: [] for name in TIMING_VARIANTS}
     for _ in range(rounds):
-        for name, fork in VARIANTS.items():
+        for name, fork in TIMING_VARIANTS.items():
             os.environ["FARM_FORK_WORKERS"] = fork
             with WorkerPools(MeasureSettings()) as pools:
                 builder, runner = pools.get("llvm")
@@ -84,7 +90,7 @@ def same_timings(rounds: int = 3) -> None:
                 timings[name].append([float(f.result().run_secs[0]) * 1e6 for f in runner.run(inputs)])
     print(f"{cpu_model()}, {time.strftime('%Y-%m-%d')}: median of {rounds} rounds, us")
     print(f"{'workers':<8} " + " ".join(f"{t.name[:24]:>26}" for t in tasks))
-    for name in VARIANTS:
+    for name in TIMING_VARIANTS:
         print(f"{name:<8} " + " ".join(f"{statistics.median(r[i] for r in timings[name]):>26.2f}"
                                          for i in range(len(tasks))))
 
@@ -94,7 +100,7 @@ def main() -> None:
     parser.add_argument("--model", default="mlp-tiny")
     parser.add_argument("--batch", type=int, default=1)
     parser.add_argument("--trials", type=int, default=16)
-    parser.add_argument("--pairs", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--timings", action="store_true", help="compare what each kind of worker times, then stop")
     args = parser.parse_args()
@@ -103,32 +109,34 @@ def main() -> None:
         return
 
     runs: dict[str, list[dict]] = {name: [] for name in VARIANTS}
-    for pair in range(args.pairs + 1):  # the first pair warms the page cache, not counted
-        order = list(VARIANTS) if pair % 2 else list(reversed(VARIANTS))
-        for name in order:
+    names = list(VARIANTS)
+    for round_ in range(args.rounds + 1):  # the first round warms the page cache, not counted
+        for name in names[round_ % len(names):] + names[:round_ % len(names)]:  # each goes first in turn
             result = one_submit(VARIANTS[name], args.model, args.batch, args.trials)
-            if pair:
+            if round_:
                 runs[name].append(result)
-            print(f"pair {pair}{' (warm-up)' if not pair else ''} {name}: {result['wall_s']:.2f} s wall, "
+            print(f"round {round_}{' (warm-up)' if not round_ else ''} {name}: {result['wall_s']:.2f} s wall, "
                   f"{result['cpu_s']:.2f} CPU-s", file=sys.stderr)
 
     def median(name: str, key: str) -> float:
         return statistics.median(r[key] for r in runs[name])
 
-    ratios = {key: statistics.median(f[key] / t[key] for f, t in zip(runs["forked"], runs["tvm"]))
-              for key in ("wall_s", "cpu_s")}
+    ratios = {f"forked/{other}": {key: statistics.median(f[key] / o[key] for f, o in zip(runs["forked"], runs[other]))
+                                  for key in ("wall_s", "cpu_s")}
+              for other in ("zygote", "tvm")}
     out = {"cpu": cpu_model(), "cores": os.cpu_count(), "date": time.strftime("%Y-%m-%d"),
-           "command": f"farm submit {args.model} llvm {args.batch} --trials {args.trials}", "pairs": args.pairs,
+           "command": f"farm submit {args.model} llvm {args.batch} --trials {args.trials}", "rounds": args.rounds,
            "median": {name: {"wall_s": median(name, "wall_s"), "cpu_s": median(name, "cpu_s")} for name in VARIANTS},
-           "ratio_forked_over_tvm": ratios, "runs": runs}
+           "ratios": ratios, "runs": runs}
     if args.json:
         print(json.dumps(out, indent=2))
         return
-    print(f"{out['command']}, {args.pairs} pairs, {out['cpu']} ({out['cores']} cores), {out['date']}")
+    print(f"{out['command']}, {args.rounds} rounds, {out['cpu']} ({out['cores']} cores), {out['date']}")
     print(f"{'workers':<8} {'wall s':>8} {'CPU s':>8}")
     for name in VARIANTS:
         print(f"{name:<8} {median(name, 'wall_s'):>8.2f} {median(name, 'cpu_s'):>8.2f}")
-    print(f"forked/tvm (median of pairs): wall {ratios['wall_s']:.2f}, CPU {ratios['cpu_s']:.2f}")
+    for pair, ratio in ratios.items():
+        print(f"{pair} (median of rounds): wall {ratio['wall_s']:.2f}, CPU {ratio['cpu_s']:.2f}")
 
 
 if __name__ == "__main__":

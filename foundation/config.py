@@ -14,6 +14,9 @@ KEEP_SLOWER_ENV = "FARM_KEEP_SLOWER_TUNED"
 # 0/false/no: builder and runner workers start as TVM starts them, each importing TVM, instead of
 # forked from one process per target kind that imported it once (foundation.meta_schedule.forked_workers).
 FORK_WORKERS_ENV = "FARM_FORK_WORKERS"
+# 0/false/no: that process (the zygote) starts as a new Python importing TVM, instead of a fork of the
+# `farm submit` or `farm agent` that has imported it already (forked_workers.fork_zygote_here).
+FORK_ZYGOTE_ENV = "FARM_FORK_ZYGOTE"
 # 0/false/no: float32 exp on CPUs compiles to libm's expf call per element, as TVM does, instead of a
 # polynomial the loop vectorises (foundation.hardware.polynomial_exp).
 POLYNOMIAL_EXP_ENV = "FARM_POLYNOMIAL_EXP"
@@ -62,6 +65,11 @@ def keep_slower_tuned() -> bool:
 def fork_workers() -> bool:
     """Whether builder and runner workers are forked from one process that imported TVM (FORK_WORKERS_ENV)."""
     return env_flag(FORK_WORKERS_ENV, True)
+
+
+def fork_zygote() -> bool:
+    """Whether the workers' zygote may be a fork of the farm process that made it (FORK_ZYGOTE_ENV)."""
+    return env_flag(FORK_ZYGOTE_ENV, True)
 
 
 def polynomial_exp() -> bool:

@@ -37,7 +37,7 @@ import subprocess
 import sys
 import threading
 
-from foundation.config import fork_workers
+from foundation.config import fork_workers, fork_zygote
 from foundation.processes.heap import freeze_long_lived, tune_collector
 
 ZYGOTE_MODULE = __name__  # what the zygote runs (`python -m`)
@@ -115,8 +115,9 @@ def fork_zygote_here(target_kind: str) -> bool:
     target's intrinsics imported here first); whether it did. The caller vouches that no thread of
     this process but the calling one can be inside TVM, LLVM or gRPC; a thread that is not Python's
     (TVM's pool, gRPC's, OpenMP's, OpenBLAS's), a zygote already started, a kind outside
-    FORKABLE_FROM_HERE or forking switched off leave the zygote to start as a new Python on first use."""
-    if target_kind not in FORKABLE_FROM_HERE or not forking_available():
+    FORKABLE_FROM_HERE or either switched off (FORK_WORKERS_ENV, FORK_ZYGOTE_ENV) leave the zygote to start
+    as a new Python on first use."""
+    if target_kind not in FORKABLE_FROM_HERE or not forking_available() or not fork_zygote():
         return False
     from foundation.hardware.tvm_startup import install_lean_tensor_intrinsics
 
@@ -127,7 +128,8 @@ def fork_zygote_here(target_kind: str) -> bool:
 def only_python_threads() -> bool:
     """Whether every thread of this process is one Python's threading knows (none started by a
     native library: TVM's thread pool, gRPC, OpenMP, OpenBLAS)."""
-    known = {t.native_id for t in threading.enumerate()}
+    # A native thread that has called into Python is listed too, as a _DummyThread: not one of Python's.
+    known = {t.native_id for t in threading.enumerate() if not isinstance(t, threading._DummyThread)}
     try:
         return all(int(tid) in known for tid in os.listdir("/proc/self/task"))
     except OSError:
@@ -196,6 +198,9 @@ class Zygote:
                 pid = os.fork()
                 if pid == 0:
                     _serve_forked(self.target_kind, theirs, mine)  # never returns
+            except OSError:  # no memory or processes left for a fork: started as a new Python on first use
+                mine.close()
+                return False
             finally:
                 signal.pthread_sigmask(signal.SIG_SETMASK, masked)
                 theirs.close()

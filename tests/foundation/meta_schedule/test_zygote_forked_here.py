@@ -138,10 +138,17 @@ def test_beside_a_thread_not_pythons_the_zygote_starts_as_a_new_python():
     assert seen["worker_parent"] == seen["zygote_pid"]
 
 
-def test_only_cpu_targets_fork_their_zygote_here():
-    done = _python("""
+def test_only_cpu_targets_fork_their_zygote_here_and_a_user_can_say_no():
+    script = """
+        import sys
         from foundation.meta_schedule.forked_workers import fork_zygote_here, zygote_for
-        print(fork_zygote_here("cuda"), zygote_for("cuda").process)
-    """)
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.split() == ["False", "None"]
+        kind = sys.argv[1]
+        print(fork_zygote_here(kind), zygote_for(kind).process, "tvm" in sys.modules)
+    """
+    gpu = subprocess.run([sys.executable, "-c", textwrap.dedent(script), "cuda"], capture_output=True, text=True,
+                         timeout=60, cwd=ROOT)
+    refused = subprocess.run([sys.executable, "-c", textwrap.dedent(script), "llvm"], capture_output=True,
+                             text=True, timeout=60, cwd=ROOT, env=dict(os.environ, FARM_FORK_ZYGOTE="0"))
+    for done in (gpu, refused):
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.split() == ["False", "None", "False"]  # nothing forked, nor TVM imported for it
