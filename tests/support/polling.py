@@ -20,3 +20,18 @@ def wait_for(predicate: Callable[[], T], timeout: float, what: str, interval: fl
             return value
         time.sleep(interval)
     pytest.fail(f"timed out after {timeout:g} s waiting for {what}")
+
+
+def process_gone(pid: int, within: float = 10.0) -> bool:
+    """Whether process ``pid`` has ended (or is a zombie waiting to be reaped) within ``within`` seconds."""
+    import psutil
+
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        try:
+            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+                return True
+        except psutil.NoSuchProcess:
+            return True
+        time.sleep(0.05)
+    return False

@@ -27,16 +27,10 @@ from foundation.meta_schedule.measure import MeasureSettings, WorkerPools
 pytestmark = pytest.mark.skipif(not forking_available(), reason="forked workers need Linux with pidfds")
 
 
-def _gone(pid: int, within: float = 10.0) -> bool:
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        try:
-            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
-                return True
-        except psutil.NoSuchProcess:
-            return True
-        time.sleep(0.05)
-    return False
+def process_gone(pid: int, within: float = 10.0) -> bool:
+    from support.polling import process_gone  # here, not at the top: workers import this module (_pid)
+
+    return process_gone(pid, within)
 
 
 def _pid() -> int:
@@ -72,7 +66,7 @@ def test_tuning_workers_are_forks_of_the_zygote_and_build_and_time_a_candidate()
         assert {w.pid for w in workers} <= mine
         assert not [c for c in psutil.Process().children() if "tvm.exec.popen_worker" in " ".join(c.cmdline())]
     # Closed pools leave no worker behind; the zygote waits for the next pools.
-    assert all(_gone(w.pid) for w in workers)
+    assert all(process_gone(w.pid) for w in workers)
     assert zygote.poll() is None
 
 
@@ -126,7 +120,7 @@ def test_a_timed_out_worker_is_killed_and_the_next_task_gets_a_new_one(own_zygot
     first = timing_out.submit(_pid).result()
     with pytest.raises(TimeoutError):
         timing_out.submit(time.sleep, 60).result()
-    assert _gone(first)
+    assert process_gone(first)
     second = timing_out.submit(_pid).result()
     assert second != first and psutil.Process(second).ppid() == zygote.process.pid
 
@@ -137,7 +131,7 @@ def test_a_killed_zygote_takes_its_workers_and_is_started_again(own_zygote):
     worker = workers.submit(_pid).result()
     old = zygote.process.pid
     os.kill(old, signal.SIGKILL)
-    assert _gone(worker)  # PR_SET_PDEATHSIG, set by the worker's initializer
+    assert process_gone(worker)  # PR_SET_PDEATHSIG, set by the worker's initializer
     with pytest.raises(ChildProcessError):  # the task that was on the dead worker's pipe
         workers.submit(_pid).result()
     again = workers.submit(_pid).result()
@@ -159,7 +153,7 @@ def test_the_zygote_and_its_workers_end_with_the_process_that_made_them(tmp_path
                           cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(__file__)))))
     assert done.returncode == -signal.SIGKILL, done.stderr
     zygote, worker = (int(x) for x in done.stdout.split())
-    assert _gone(zygote) and _gone(worker)
+    assert process_gone(zygote) and process_gone(worker)
 
 
 def test_a_stream_the_pool_discards_is_discarded_by_its_workers(capfd):

@@ -14,13 +14,13 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
-import psutil
 import pytest
 
 from foundation.meta_schedule.forked_workers import forking_available
+
+from support.polling import process_gone
 
 pytestmark = pytest.mark.skipif(not forking_available(), reason="forked workers need Linux with pidfds")
 
@@ -81,18 +81,6 @@ os.kill(os.getpid(), signal.SIGKILL)
 """
 
 
-def _gone(pid: int, within: float = 10.0) -> bool:
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        try:
-            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
-                return True
-        except psutil.NoSuchProcess:
-            return True
-        time.sleep(0.05)
-    return False
-
-
 def _python(script: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-c", textwrap.dedent(script)], capture_output=True, text=True,
                           timeout=180, cwd=ROOT, env=dict(os.environ, OPENBLAS_NUM_THREADS="1"))
@@ -109,7 +97,7 @@ def test_a_zygote_forked_from_the_process_builds_and_times_and_leaves_its_signal
     assert seen["new_pythons"] == []
     # Its workers' ends did not reach the parent as signals.
     assert seen["wakeup_bytes"] == []
-    assert _gone(seen["zygote"]) and _gone(seen["worker"])
+    assert process_gone(seen["zygote"]) and process_gone(seen["worker"])
 
 
 def test_beside_a_thread_not_pythons_the_zygote_starts_as_a_new_python():
