@@ -296,11 +296,15 @@ class Agent:
     @_carry_out.register
     def _(self, instruction: StartRPCServer) -> None:
         from agent.rpc_server import SupervisedRPCServer
+        from foundation.meta_schedule.forked_workers import launcher_forked_here
 
         # Here, not in a thread: a server started after the agent shut down would outlive it.
         tracker = instruction.tracker
         self.rpc_server = SupervisedRPCServer(
             tracker.host, tracker.port, tracker.key, host=self.settings.rpc_host, port=self.settings.rpc_port,
+            # Where the agent forked its workers' zygote (farm agent on a CPU), the zygote forks the
+            # server too: it has imported TVM, which a new Python would spend a CPU-second on.
+            launcher=launcher_forked_here(self.settings.target_kinds[0]),
         ).start()
         try:
             self.rpc_server.wait_until_serving(timeout=RPC_SERVER_START_TIMEOUT_S, stop=self._stop)

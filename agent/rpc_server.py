@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import psutil
 
 from foundation.errors import FarmError
-from foundation.processes.process_group import ProcessGroup, is_live
+from foundation.processes.process_group import Launcher, ProcessGroup, is_live
 from foundation.rpc.protocol import RPC_MAGIC
 from foundation.rpc.tracker import TrackerSummary, TrackerUnreachable, tracker_summary
 
@@ -156,12 +156,14 @@ class SupervisedRPCServer:
 
     ``port=0`` picks a free port (kept across restarts while it stays free). ``custom_addr`` is
     the address the tracker gives clients, for servers bound to 0.0.0.0 behind another name.
+    ``launcher`` starts each server process (ProcessGroup's: an agent's zygote forks it, sparing it
+    the import of TVM); without one, or where it cannot, the server is a new Python.
     """
 
     def __init__(self, tracker_host: str, tracker_port: int, key: str, host: str = "127.0.0.1",
                  port: int = 0, *, custom_addr: str | None = None, check_interval: float = 5.0,
                  restart_grace: float = 15.0, start_timeout: float = 30.0, stop_grace: float = 5.0,
-                 tracker_timeout: float | None = None):
+                 tracker_timeout: float | None = None, launcher: Launcher | None = None):
         if not key or any(c.isspace() for c in key):
             raise FarmError(f"RPC key {key!r} is empty or has spaces", "use a key like cpu-<fingerprint id>")
         self.tracker_host = tracker_host
@@ -176,6 +178,7 @@ class SupervisedRPCServer:
         self._stop_grace = stop_grace
         self._tracker_timeout = tracker_timeout if tracker_timeout is not None else min(5.0, check_interval)
         self._pick_port = port == 0
+        self._launcher = launcher
         self._group: ProcessGroup | None = None
         self._lock = threading.RLock()
         self._stopping = threading.Event()
@@ -277,7 +280,8 @@ class SupervisedRPCServer:
     def _launch(self) -> None:
         if self._pick_port and (self.port == 0 or not self._port_free()):
             self.port = _free_port(self.host)
-        self._group = ProcessGroup(self._argv(), output_logger=logging.getLogger("farm.agent.rpc.output")).start()
+        self._group = ProcessGroup(self._argv(), output_logger=logging.getLogger("farm.agent.rpc.output"),
+                                   launcher=self._launcher).start()
         logger.info("RPC server started on %s (key %s, tracker %s, pid %d)",
                     self._where(), self.key, self.tracker_address, self._group.pid)
 

@@ -23,8 +23,9 @@ from support.scheduling import LongestFirstFileScheduling, order_longest_first
 
 # pytester: tests/test_suite_scheduling.py collects small suites of its own; support.cpu_time: each
 # test's CPU seconds in the JUnit report (bench/suite_time.py); support.quiet_box: each test holds
-# the box shared while a measurement a test ranks is taken, and the box_locks fixture.
-pytest_plugins = ["pytester", "support.cpu_time", "support.quiet_box"]
+# the box shared while a measurement a test ranks is taken, and the box_locks fixture;
+# support.descendants: the leaves_no_process fixture.
+pytest_plugins = ["pytester", "support.cpu_time", "support.quiet_box", "support.descendants"]
 
 # The test processes hold TVM, Relax and every test module for the whole run, like a farm
 # process holds TVM: the farm's collector thresholds, not Python's (foundation.processes.heap).

@@ -20,6 +20,11 @@ its process and none can be inside TVM, LLVM or gRPC (the child keeps only the f
 a lock another thread held stays held in it), and only while every thread of the process is a
 Python thread: TVM's thread pool, gRPC's, OpenMP's and OpenBLAS's are not, and whichever of them
 runs, the zygote starts as a new Python. CPU targets only: a CUDA context does not survive a fork.
+
+A zygote forks commands too (`Zygote.start_group`, a ProcessGroup's launcher): `python -m` modules
+that would import TVM again, such as an agent's RPC server, run in a fork of it under a guard that
+leads their process group (foundation.processes.group_guard). In `ps` they show the command line of
+the process the zygote was forked from.
 """
 
 from __future__ import annotations
@@ -29,7 +34,6 @@ import gc
 import logging
 import os
 import pickle
-import select
 import signal
 import socket
 import struct
@@ -38,7 +42,9 @@ import sys
 import threading
 
 from foundation.config import fork_workers, fork_zygote
+from foundation.processes.forked_process import ForkedChild, ForkedGroupLeader, ForkedProcess
 from foundation.processes.heap import freeze_long_lived, tune_collector
+from foundation.processes.process_group import Launcher
 
 ZYGOTE_MODULE = __name__  # what the zygote runs (`python -m`)
 
@@ -125,6 +131,16 @@ def fork_zygote_here(target_kind: str) -> bool:
     return zygote_for(target_kind).fork_here()
 
 
+def launcher_forked_here(target_kind: str) -> "Launcher | None":
+    """This process's zygote for ``target_kind`` as a ProcessGroup launcher (Zygote.start_group),
+    where fork_zygote_here made it; None where it did not."""
+    with _zygotes_lock:
+        zygote = _zygotes.get(target_kind)
+    if zygote is None or not isinstance(zygote.process, ForkedChild):
+        return None
+    return zygote.start_group
+
+
 def only_python_threads() -> bool:
     """Whether every thread of this process is one Python's threading knows (none started by a
     native library: TVM's thread pool, gRPC, OpenMP, OpenBLAS)."""
@@ -153,28 +169,52 @@ class Zygote:
         self.process: "subprocess.Popen | ForkedChild | None" = None
         self.failed = False  # it could not start a worker twice in a row: not asked again
 
-    def spawn(self, worker_read: int, worker_write: int, stdout: int = 1, stderr: int = 2) -> "ForkedProcess":
+    def spawn(self, worker_read: int, worker_write: int, stdout: int = 1, stderr: int = 2) -> ForkedProcess:
         """A new worker reading its tasks from ``worker_read`` and answering on ``worker_write``,
         writing to ``stdout`` and ``stderr``, with this process's environment and working directory
         as they are now."""
-        request = pickle.dumps((dict(os.environ), os.getcwd()))
+        request = pickle.dumps(("worker", dict(os.environ), os.getcwd(), None))
+        return ForkedProcess(self._fork(request, [worker_read, worker_write, stdout, stderr], "a worker"))
+
+    def start_group(self, argv: list[str], output: int, env: dict[str, str]) -> ForkedGroupLeader:
+        """``argv`` (``python -m module ...``, as ProcessGroup runs it) in a fork of the zygote, under a
+        guard that leads a process group of its own and takes it down when the zygote ends
+        (group_guard.lead_forked_group); both write to ``output``. A ProcessGroup's launcher: the
+        command is spared the import of TVM the zygote has made (TVM's RPC server, say)."""
+        if len(argv) < 3 or argv[1] != "-m":
+            raise ValueError(f"a zygote runs `python -m` commands, not {argv!r}")
+        if self.failed:
+            raise ChildProcessError(f"the {self.target_kind} worker zygote could not start")
+        status_read, status_write = os.pipe()
+        request = pickle.dumps(("group", env, os.getcwd(), argv[2:]))
+        try:
+            pid = self._fork(request, [output, status_write], f"`{' '.join(argv[1:3])}`")
+        except BaseException:
+            os.close(status_read)
+            raise
+        finally:
+            os.close(status_write)
+        return ForkedGroupLeader(pid, status_read)
+
+    def _fork(self, request: bytes, fds: list[int], what: str) -> int:
+        """The pid of the process the zygote forked for ``request``, handed ``fds``."""
         with self._lock:
             for _attempt in (1, 2):  # a zygote that died (killed, out of memory) is started again once
                 if self._sock is None:
                     self._start()
                 try:
-                    socket.send_fds(self._sock, [request], [worker_read, worker_write, stdout, stderr])
+                    socket.send_fds(self._sock, [request], fds)
                     reply = self._sock.recv(_PID.size)
                 except OSError:
                     reply = b""
                 if len(reply) == _PID.size:
-                    return ForkedProcess(_PID.unpack(reply)[0])
+                    return _PID.unpack(reply)[0]
                 self._stop()
             # Twice in a row: it cannot start here (the farm not importable by sys.executable, say).
             self.failed = True
-            log.warning("the %s worker zygote did not start a worker twice: this process's workers start as "
-                        "TVM starts them, each importing TVM", self.target_kind)
-            raise ChildProcessError(f"the {self.target_kind} worker zygote did not start a worker")
+            log.warning("the %s worker zygote did not start %s twice: this process's workers and commands start "
+                        "as new processes, each importing TVM", self.target_kind, what)
+            raise ChildProcessError(f"the {self.target_kind} worker zygote did not start {what}")
 
     def close(self) -> None:
         with self._lock:
@@ -234,66 +274,6 @@ class Zygote:
                 self.process.kill()
                 self.process.wait()
             self.process = None
-
-
-class ForkedProcess:
-    """What TVM's PopenWorker uses of its subprocess.Popen (pid, poll, wait, kill), for a worker that
-    is the zygote's child, not ours: watched and signalled through a pidfd, so a reused pid is never
-    mistaken for it. Its exit status belongs to the zygote, which lets the kernel reap it."""
-
-    def __init__(self, pid: int):
-        self.pid = pid
-        self.returncode: int | None = None
-        try:
-            self._pidfd: int | None = os.pidfd_open(pid)
-        except ProcessLookupError:  # already gone
-            self._pidfd = None
-            self.returncode = -signal.SIGKILL
-
-    def poll(self) -> int | None:
-        return self.returncode if self._ended(0) else None
-
-    def wait(self, timeout: float | None = None) -> int:
-        if not self._ended(timeout):
-            raise subprocess.TimeoutExpired(f"forked worker {self.pid}", timeout or 0)
-        return self.returncode  # type: ignore[return-value]
-
-    def kill(self) -> None:
-        if self._pidfd is not None:
-            try:
-                signal.pidfd_send_signal(self._pidfd, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-
-    def _ended(self, timeout: float | None) -> bool:
-        if self._pidfd is None:
-            return True
-        readable, _, _ = select.select([self._pidfd], [], [], timeout)
-        if not readable:
-            return False
-        os.close(self._pidfd)
-        self._pidfd = None
-        self.returncode = self._exit_status()
-        return True
-
-    def _exit_status(self) -> int:
-        return -signal.SIGKILL  # unknown here; TVM's pool only asks whether it ended
-
-    def __del__(self) -> None:
-        if self._pidfd is not None:
-            os.close(self._pidfd)
-
-
-class ForkedChild(ForkedProcess):
-    """A process this one forked (its zygote, Zygote.fork_here): watched as a ForkedProcess, and
-    reaped here, where its exit status is known."""
-
-    def _exit_status(self) -> int:
-        try:
-            _pid, status = os.waitpid(self.pid, 0)
-        except ChildProcessError:  # reaped elsewhere
-            return -signal.SIGKILL
-        return os.waitstatus_to_exitcode(status)
 
 
 _forking_pool: type | None = None
@@ -366,19 +346,22 @@ def _stream_fd(spec, default: int, devnull: int) -> int:
 
 
 def _serve(target_kind: str, sock: socket.socket) -> None:
-    """The zygote: import once, then fork a worker for each request until the parent goes."""
-    # Workers are reaped as they end, here, so that their CPU time adds to the zygote's and, once the
+    """The zygote: import once, then fork a worker (or a group's guard) for each request until the
+    parent goes."""
+    # Children are reaped as they end, here, so that their CPU time adds to the zygote's and, once the
     # farm process reaps the zygote, to the farm process's (what `time` and the suite's accounting see).
     workers: set[int] = set()
+    groups: set[int] = set()  # each the leader of a process group (Zygote.start_group)
 
     def reap(_signum=None, _frame=None) -> None:
-        for pid in list(workers):
-            try:
-                done, _status = os.waitpid(pid, os.WNOHANG)
-            except ChildProcessError:
-                done = pid
-            if done:
-                workers.discard(pid)
+        for children in (workers, groups):
+            for pid in list(children):
+                try:
+                    done, _status = os.waitpid(pid, os.WNOHANG)
+                except ChildProcessError:
+                    done = pid
+                if done:
+                    children.discard(pid)
 
     signal.signal(signal.SIGCHLD, reap)
     import cloudpickle  # noqa: F401  (what the worker loop needs, imported before the forks)
@@ -388,11 +371,13 @@ def _serve(target_kind: str, sock: socket.socket) -> None:
     from tvm.s_tir.meta_schedule.runner import local_runner, rpc_runner  # noqa: F401
 
     from foundation.hardware.tvm_startup import install_lean_tensor_intrinsics
+    from foundation.processes.group_guard import lead_forked_group
 
     install_lean_tensor_intrinsics(target_kind)
     # Frozen before the first fork, a worker's collections skip the zygote's heap instead of
     # walking it (and copying every page of it: the walk writes to each object).
     freeze_long_lived()
+    zygote = os.getpid()
     try:
         while True:
             try:
@@ -401,22 +386,30 @@ def _serve(target_kind: str, sock: socket.socket) -> None:
                 return
             if not request:  # the parent closed its end, or ended
                 return
+            kind, env, cwd, module_argv = pickle.loads(request)
             pid = os.fork()
             if pid == 0:
                 sock.close()
-                _become_worker(request, fds, tvm.exec.popen_worker.main)
-            workers.add(pid)
+                if kind == "group":
+                    _in_child(env, cwd, lead_forked_group, zygote, module_argv, *fds)
+                _in_child(env, cwd, _become_worker, *fds, tvm.exec.popen_worker.main)
+            if kind == "group":
+                try:  # as the child does too: whichever runs first, the group exists when we answer
+                    os.setpgid(pid, pid)
+                except OSError:
+                    pass
+            (groups if kind == "group" else workers).add(pid)
             for fd in fds:
                 os.close(fd)
             try:
                 sock.send(_PID.pack(pid))
             except OSError:
                 return
-    finally:  # workers left running when the parent went are stopped, and reaped
+    finally:  # workers and groups left running when the parent went are stopped, and reaped
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-        for pid in workers:
+        for pid in groups | workers:
             try:
-                os.kill(pid, signal.SIGKILL)
+                (os.killpg if pid in groups else os.kill)(pid, signal.SIGKILL)
                 os.waitpid(pid, 0)
             except (ProcessLookupError, ChildProcessError):
                 pass
@@ -446,21 +439,28 @@ def _serve_forked(target_kind: str, sock: socket.socket, parents_end: socket.soc
         os._exit(code)
 
 
-def _become_worker(request: bytes, fds: list[int], worker_loop) -> None:
-    """In the forked child: the parent's environment and streams, then TVM's worker loop."""
+def _in_child(env: dict[str, str], cwd: str, run, *args) -> None:
+    """In a child the zygote forked: the requester's environment and working directory, then
+    ``run(*args)``, which ends the process; never returns into the zygote's loop."""
+    try:
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        os.environ.clear()
+        os.environ.update(env)
+        os.chdir(cwd)
+        run(*args)
+    finally:
+        os._exit(1)
+
+
+def _become_worker(worker_read: int, worker_write: int, stdout: int, stderr: int, worker_loop) -> None:
+    """In a forked child: the parent's streams, then TVM's worker loop."""
     code = 0
     try:
         # Its initializer (LeanWorkerInit) ties it to the zygote's life, which ends with the farm process's.
-        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-        env, cwd = pickle.loads(request)
-        worker_read, worker_write, stdout, stderr = fds
         os.dup2(stdout, 1)
         os.dup2(stderr, 2)
         os.close(stdout)
         os.close(stderr)
-        os.environ.clear()
-        os.environ.update(env)
-        os.chdir(cwd)
         sys.argv = ["tvm.exec.popen_worker", str(worker_read), str(worker_write)]
         worker_loop()
     except BaseException:  # a worker never returns into the zygote's loop

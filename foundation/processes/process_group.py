@@ -11,6 +11,8 @@ import subprocess
 import sys
 import threading
 import weakref
+from collections.abc import Callable
+from typing import Protocol, TextIO
 
 import psutil
 
@@ -23,38 +25,74 @@ _OUTPUT_LINES_KEPT = 40
 _running: "weakref.WeakSet[ProcessGroup]" = weakref.WeakSet()
 
 
+class Launched(Protocol):
+    """What a launcher hands back of the group's leader: subprocess.Popen's pid, poll and wait."""
+
+    pid: int
+
+    def poll(self) -> int | None: ...
+
+    def wait(self, timeout: float | None = None) -> int: ...
+
+
+# A launcher: (the command, a descriptor for its output, its environment) -> its guard, leading a
+# group of its own; ChildProcessError where it cannot start it.
+Launcher = Callable[[list[str], int, dict[str, str]], Launched]
+
+
 class ProcessGroup:
     """One started command and every process it forks, with its output forwarded to logging."""
 
     def __init__(self, argv: list[str], output_logger: logging.Logger, env: dict[str, str] | None = None,
-                 *, die_with_parent: bool = True):
+                 *, die_with_parent: bool = True, launcher: Launcher | None = None):
         # With die_with_parent the group is led by foundation.processes.group_guard, which kills the group if
-        # this process dies without stopping it (SIGKILL leaves no chance to clean up).
+        # this process dies without stopping it (SIGKILL leaves no chance to clean up). A launcher starts
+        # the command under such a guard in its own way (a fork of a zygote that has imported what the
+        # command imports: Zygote.start_group); where it cannot, the command starts as a new process.
         self.command = list(argv)
-        self.guarded = die_with_parent
-        if die_with_parent:
+        self.guarded = die_with_parent or launcher is not None
+        self._launcher = launcher
+        if self.guarded:
             argv = [sys.executable, "-m", "foundation.processes.group_guard", str(os.getpid()), "--", *argv]
         self.argv = list(argv)
         self._output_logger = output_logger
         self._env = env
-        self._proc: subprocess.Popen | None = None
+        self._proc: subprocess.Popen | Launched | None = None
         self._tail: collections.deque[str] = collections.deque(maxlen=_OUTPUT_LINES_KEPT)
         self._reader: threading.Thread | None = None
 
     def start(self) -> "ProcessGroup":
         env = dict(os.environ if self._env is None else self._env)
         env.setdefault("PYTHONUNBUFFERED", "1")  # so a crash's last lines reach output_tail()
-        self._proc = subprocess.Popen(
-            self.argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-            start_new_session=True, env=env, text=True, errors="replace",
-        )
+        launched = self._launch(env) if self._launcher is not None else None
+        if launched is not None:
+            self._proc, output = launched
+        else:
+            self._proc = subprocess.Popen(
+                self.argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                start_new_session=True, env=env, text=True, errors="replace",
+            )
+            output = self._proc.stdout
         _running.add(self)
         # A reader thread instead of a file or an unread pipe: an unread pipe fills up and
         # blocks TVM's logging, which blocks its listen loop.
-        self._reader = threading.Thread(target=self._forward_output, args=(self._proc.stdout,),
+        self._reader = threading.Thread(target=self._forward_output, args=(output,),
                                         name=f"output-{self._proc.pid}", daemon=True)
         self._reader.start()
         return self
+
+    def _launch(self, env: dict[str, str]) -> "tuple[Launched, TextIO] | None":
+        """The command started by the launcher, and the read end of its output; None where the
+        launcher cannot start it."""
+        read, write = os.pipe()
+        try:
+            launched = self._launcher(self.command, write, env)
+        except ChildProcessError:
+            os.close(read)
+            return None
+        finally:
+            os.close(write)  # the group holds the only write ends: its end is the output's end
+        return launched, open(read, encoding="utf-8", errors="replace")
 
     @property
     def pid(self) -> int:

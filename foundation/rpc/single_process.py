@@ -40,17 +40,35 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def _log_to_this_stderr(tvm_module) -> None:
+    """TVM's tracker and server modules give their logger a console handler as they are imported.
+    Run in a fork of a process that had imported them (a zygote: foundation.processes.group_guard),
+    that handler is gone with the parent's handlers, or writes to the parent's stderr object: the
+    logger is given it back, on this process's stderr."""
+    handler = getattr(tvm_module, "console_handler", None)
+    logger = getattr(tvm_module, "logger", None)
+    if isinstance(handler, logging.StreamHandler) and isinstance(logger, logging.Logger):
+        handler.setStream(sys.stderr)
+        if handler not in logger.handlers:
+            logger.addHandler(handler)
+
+
 def main(argv: list[str] | None = None) -> int:
     tune_collector()  # TVM's import makes ~200,000 objects: the farm's collector, not Python's
     args = _arguments(argv)
     logging.basicConfig(level=logging.INFO)  # as TVM's own entry points: "bind to ...", sessions
     try:
         if args.role == "tracker":
+            from tvm.rpc import tracker as tvm_module
             from tvm.rpc.tracker import PopenTrackerServerState
 
+            _log_to_this_stderr(tvm_module)
             state = PopenTrackerServerState(args.host, args.port, args.port_end)
         else:
+            from tvm.rpc import server as tvm_module
             from tvm.rpc.server import PopenRPCServerState
+
+            _log_to_this_stderr(tvm_module)
 
             host, _, port = args.tracker.rpartition(":")
             state = PopenRPCServerState(args.host, args.port, args.port_end, tracker_addr=(host, int(port)),

@@ -72,12 +72,14 @@ def test_two_agents_share_a_job(local_farm):
     store.dispose()
 
     # Each agent's workers' zygote is a fork of the agent (made before its gRPC channel started
-    # gRPC's threads), not a new Python that imports TVM again.
+    # gRPC's threads), not a new Python that imports TVM again; so are its RPC server and the
+    # server's guard, forked by the zygote.
+    new_pythons = {"foundation.meta_schedule.forked_workers", "tvm.exec.popen_worker",
+                   "foundation.rpc.single_process", "foundation.processes.group_guard"}
     for name in ("a1", "a2"):
         agent = psutil.Process(local_farm.agents[name].pid)
         assert [c for c in agent.children() if c.cmdline() == agent.cmdline()], name
-        assert not [p.cmdline() for p in agent.children(recursive=True)
-                    if {"foundation.meta_schedule.forked_workers", "tvm.exec.popen_worker"} & set(p.cmdline())]
+        assert not [p.cmdline() for p in agent.children(recursive=True) if new_pythons & set(p.cmdline())]
 
     # TVM's own tracker query lists the agents' RPC servers under the fingerprint key.
     query = subprocess.run([sys.executable, "-m", "tvm.exec.query_rpc_tracker", "--host", "127.0.0.1",
