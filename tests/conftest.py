@@ -18,7 +18,7 @@ from foundation.config import KEEP_SLOWER_ENV, MIN_REPEAT_MS_ENV
 from foundation.processes.heap import tune_collector
 from foundation.registry import RegistryStore
 
-from support.registry_db import BACKENDS, POSTGRES_URL, admin_url, fresh_postgres_database
+from support.registry_db import BACKENDS, POSTGRES_URL, admin_url, database_name, fresh_postgres_database
 from support.scheduling import LongestFirstFileScheduling, order_longest_first
 
 # pytester: tests/test_suite_scheduling.py collects small suites of its own; support.cpu_time: each
@@ -107,14 +107,29 @@ def postgres_admin() -> Iterator[Any]:
     engine.dispose()
 
 
+@pytest.fixture(scope="session")
+def postgres_registry_template(postgres_admin) -> Iterator[str]:
+    """The name of a PostgreSQL database holding the registry's schema and no rows, made once per test
+    process: the databases of tests that open a `store` are copies of it, not built table by table
+    each time (0.25 CPU-s a database on a Zen 3, a copy 0.1)."""
+    url, drop = fresh_postgres_database(postgres_admin)
+    RegistryStore(url).dispose()  # no connection left to it: a template copies only when none is open
+    try:
+        yield database_name(url)
+    finally:
+        drop()
+
+
 @pytest.fixture(params=BACKENDS)
 def registry_url(request, tmp_path) -> Iterator[str]:
-    """The URL of an empty database (no schema yet) on each backend."""
+    """The URL of an empty database (no schema yet) on each backend; with the schema on PostgreSQL
+    where the test opens a `store` (which would create it before the test ran)."""
     if request.param == "sqlite":
         yield f"sqlite:///{tmp_path / 'registry' / 'registry.db'}"
         return
     admin = request.getfixturevalue("postgres_admin")
-    url, drop = fresh_postgres_database(admin)
+    template = request.getfixturevalue("postgres_registry_template") if "store" in request.fixturenames else None
+    url, drop = fresh_postgres_database(admin, template)
     try:
         yield url
     finally:

@@ -22,11 +22,12 @@ def admin_url() -> str:
     return url.render_as_string(hide_password=False)
 
 
-def fresh_postgres_database(admin: Any) -> tuple[str, Callable[[], None]]:
-    """CREATE a uniquely named database; returns its URL and a function that drops it."""
+def fresh_postgres_database(admin: Any, template: str | None = None) -> tuple[str, Callable[[], None]]:
+    """CREATE a uniquely named database, empty or a copy of the database ``template`` (which nothing
+    may be connected to); returns its URL and a function that drops it."""
     name = f"farm_test_{secrets.token_hex(6)}"
     with admin.connect() as connection:
-        connection.execute(text(f'CREATE DATABASE "{name}"'))
+        connection.execute(text(f'CREATE DATABASE "{name}"' + (f' TEMPLATE "{template}"' if template else "")))
     url = make_url(admin_url()).set(database=name).render_as_string(hide_password=False)
 
     def drop() -> None:
@@ -34,6 +35,10 @@ def fresh_postgres_database(admin: Any) -> tuple[str, Callable[[], None]]:
             connection.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
 
     return url, drop
+
+
+def database_name(url: str) -> str:
+    return make_url(url).database
 
 
 def cut_off(admin: Any, database: str) -> None:
