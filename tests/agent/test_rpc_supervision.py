@@ -8,6 +8,7 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import psutil
 import pytest
@@ -97,6 +98,14 @@ def test_server_registers_and_serves_sessions(tracker, server):
     assert answers_handshake(HOST, server.port, timeout=3)
     _assert_session_works(tracker)
     assert server.restarts == 0 and server.serving
+
+
+def test_the_tracker_loads_tvms_runtime_library_not_its_compiler(tracker):
+    # TrackerProcess starts it with TVM_USE_RUNTIME_LIB=1: the tracker is Python and sockets.
+    (command,) = psutil.Process(tracker.pid).children()  # under its group's guard
+    maps = Path(f"/proc/{command.pid}/maps").read_text()
+    assert "libtvm_runtime.so" in maps and "libtvm_compiler.so" not in maps
+    assert tracker_summary(HOST, tracker.port, timeout=5).servers == ()
 
 
 @pytest.mark.slow
