@@ -26,7 +26,7 @@ class ForkedProcess:
             self._pidfd: int | None = os.pidfd_open(pid)
         except ProcessLookupError:  # already gone
             self._pidfd = None
-            self.returncode = -signal.SIGKILL
+            self.returncode = self._exit_status()
 
     def poll(self) -> int | None:
         return self.returncode if self._ended(0) else None

@@ -7,8 +7,9 @@ parent dies (PR_SET_PDEATHSIG), and it then kills every process of the group.
 
     python -m foundation.processes.group_guard PARENT_PID -- COMMAND ...
 
-A zygote that has imported what the command needs forks the guard instead
-(foundation.meta_schedule.forked_workers: `lead_forked_group`), and the guard forks the command.
+A zygote that has imported what the command needs forks the guard instead (`Zygote.start_group`
+in foundation.meta_schedule.forked_workers), which runs `lead_forked_group`: the guard forks the
+command.
 """
 
 from __future__ import annotations
@@ -64,8 +65,8 @@ def lead_forked_group(parent: int, module_argv: list[str], output: int, status: 
             os.close(fd)
         os.set_inheritable(status, False)
         code = lead(parent, lambda: _run_forked(module_argv, status))
-        write_exit_code(status, code)
     finally:
+        write_exit_code(status, code)
         os._exit(code & 0xFF)
 
 
