@@ -25,12 +25,6 @@ pytestmark = pytest.mark.skipif(not forking_available(), reason="forked workers 
 
 
 @pytest.fixture
-def tracker(leaves_no_process):
-    with TrackerProcess(host=HOST, port=0) as tracker:
-        yield tracker
-
-
-@pytest.fixture
 def zygote(leaves_no_process):
     zygote = Zygote("llvm")  # this test's own: the worker's would be shared with its in-process tuning
     yield zygote

@@ -49,12 +49,6 @@ def hard_timeout():
 
 
 @pytest.fixture
-def tracker(leaves_no_process):
-    with TrackerProcess(host=HOST, port=0) as tracker:
-        yield tracker
-
-
-@pytest.fixture
 def server(tracker):
     supervised = SupervisedRPCServer(HOST, tracker.port, KEY, host=HOST, port=0,
                                      check_interval=1.0, restart_grace=4.0, start_timeout=20.0)
