@@ -89,8 +89,8 @@ class ForkedGroupLeader(ForkedProcess):
         try:
             os.set_blocking(fd, False)
             written = os.read(fd, _EXIT_CODE.size)
-        except OSError:  # BlockingIOError: its end is closed without a word, or still held by its group
-            written = b""
+        except OSError:  # BlockingIOError: a process of its group still holds the write end
+            written = b""  # as when it ended without a word (killed)
         finally:
             os.close(fd)
         return _EXIT_CODE.unpack(written)[0] if len(written) == _EXIT_CODE.size else -signal.SIGKILL
