@@ -8,7 +8,6 @@ runs out of memory, which would take an in-process test run down with it."""
 from __future__ import annotations
 
 import os
-import resource
 import subprocess
 from pathlib import Path
 
@@ -18,16 +17,18 @@ import pytest
 MEMORY_CAP_BYTES = 1 << 30
 
 
-def _cap_memory() -> None:
-    resource.setrlimit(resource.RLIMIT_DATA, (MEMORY_CAP_BYTES, MEMORY_CAP_BYTES))
+# prlimit sets the cap and execs the command (same pid). A preexec_fn would fork this threaded
+# test process (its tests hold gRPC channels): gRPC's fork handler then started a poller in the
+# child, whose epoll file close_fds had closed, and its "epoll_wait error: Bad file descriptor"
+# reached the command's stderr before the exec.
+CAPPED = ["prlimit", f"--data={MEMORY_CAP_BYTES}"]
 
 
 def refused(farm_exe: str, home: Path, *args: str, code: int = 2) -> str:
     """Run `farm ARGS`; assert it refused them with one line on stderr and ``code``; that line."""
     env = {**os.environ, "FARM_HOME": str(home)}
     env.pop("FARM_REGISTRY", None)
-    proc = subprocess.run([farm_exe, *args], env=env, capture_output=True, text=True, timeout=60,
-                          preexec_fn=_cap_memory)
+    proc = subprocess.run([*CAPPED, farm_exe, *args], env=env, capture_output=True, text=True, timeout=60)
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert proc.returncode == code, (proc.returncode, proc.stderr)
     assert len(lines) == 1 and lines[0].startswith("error: "), proc.stderr
