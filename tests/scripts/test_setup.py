@@ -54,8 +54,11 @@ def project(tmp_path) -> Path:
 
 
 def setup(project: Path, **env: str) -> subprocess.CompletedProcess:
+    # PYTHONDONTWRITEBYTECODE as these machines set it (scripts/test unsets it for the suite): only
+    # scripts/setup's own byte-compiling then leaves a __pycache__ in the project.
     return subprocess.run([str(project / "scripts" / "setup")], capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "PYTHON": sys.executable, "INSTALL_PROMTOOL": "0", **env}, cwd=project)
+                          env={**os.environ, "PYTHON": sys.executable, "INSTALL_PROMTOOL": "0",
+                               "PYTHONDONTWRITEBYTECODE": "1", **env}, cwd=project)
 
 
 def site_packages(project: Path) -> Path:
