@@ -17,7 +17,6 @@ Run it on a quiet box.
 from __future__ import annotations
 
 import argparse
-import ctypes
 import json
 import os
 import resource
@@ -30,12 +29,12 @@ import tempfile
 import time
 from pathlib import Path
 
+from _subreaper import become_subreaper, reap_orphans
 from timing import cpu_model
 
 from foundation.rpc.tracker import TrackerUnreachable, tracker_summary
 
 FARM = str(Path(sys.executable).with_name("farm"))
-PR_SET_CHILD_SUBREAPER = 36
 
 
 def free_port() -> int:
@@ -49,17 +48,6 @@ def listed_servers(tracker_port: int) -> int:
         return len(tracker_summary("127.0.0.1", tracker_port, timeout=1.0).servers)
     except TrackerUnreachable:
         return 0
-
-
-def reap_orphans() -> None:
-    """Reap what was left to this subreaper (its CPU then counts in RUSAGE_CHILDREN)."""
-    while True:
-        try:
-            pid, _status = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            return
-        if pid == 0:
-            return
 
 
 def one_agent(variant: tuple[str, dict[str, str]], coordinator: str, tracker_port: int, home: str) -> dict:
@@ -96,8 +84,7 @@ def main() -> None:
     variants = {"forked": (FARM, {}), "new-python": (FARM, {"FARM_FORK_ZYGOTE": "0"})}
     if args.against:
         variants["against"] = (args.against, {})
-    if ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
-        sys.exit("cannot become a child subreaper: orphans' CPU would go uncounted")
+    become_subreaper()
     with tempfile.TemporaryDirectory(prefix="farm-bench-agent-") as home:
         listen, tracker_port = f"127.0.0.1:{free_port()}", free_port()
         coordinator = subprocess.Popen(
