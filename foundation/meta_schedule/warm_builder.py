@@ -4,7 +4,9 @@ TVM's LocalBuilder starts a fresh process pool for every batch (to contain a mem
 in long-lived workers), so each batch of 16 candidates pays every worker's start-up again:
 `import tvm` plus the target's intrinsics. The farm keeps one pool and recycles each worker
 after a bounded number of builds instead, which contains the leak just as well, and starts
-the workers in the background as soon as the builder exists.
+the workers in the background as soon as the builder exists. Each candidate is built as
+LocalBuilder builds it and exported as a shared library linked by `ld` alone
+(foundation.meta_schedule.candidate_export).
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ def warm_builder(max_workers: int | None, timeout_sec: float, initializer):
     from tvm.s_tir.meta_schedule.builder.local_builder import _serialize_params, _worker_func
     from tvm.support.popen_pool import StatusKind
 
+    from foundation.meta_schedule.candidate_export import export_candidate
     from foundation.meta_schedule.forked_workers import worker_pool
 
     workers = max_workers or os.cpu_count() or 1
@@ -63,7 +66,7 @@ def warm_builder(max_workers: int | None, timeout_sec: float, initializer):
         def build(self, build_inputs):
             results = []
             jobs = [
-                (None, None, b.mod, b.target, _serialize_params(b.params)) for b in build_inputs
+                (None, export_candidate, b.mod, b.target, _serialize_params(b.params)) for b in build_inputs
             ]
             for outcome in pool.map_with_error_catching(lambda job: _worker_func(*job), jobs):
                 if outcome.status == StatusKind.COMPLETE:
