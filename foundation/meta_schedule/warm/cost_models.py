@@ -24,11 +24,13 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from foundation.errors import RegistryError
-from foundation.registry.cost_models import StoredCostModel
 
+# The registry's modules only where a store is at hand: an agent's tuning builds its cost model
+# from bytes its coordinator sent, and is spared SQLAlchemy's import.
 if TYPE_CHECKING:  # pragma: no cover
     import tvm
 
+    from foundation.registry.cost_models import StoredCostModel
     from foundation.registry.entities import StoredRecord
     from foundation.registry.store import RegistryStore
 

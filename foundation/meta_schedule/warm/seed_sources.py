@@ -18,13 +18,14 @@ from typing import TYPE_CHECKING
 
 from foundation.domain.fingerprint_nearness import nearest_first
 from foundation.meta_schedule.untuned_form import is_untuned_trace_json
-from foundation.registry.donor_records import DonorRecord
-from foundation.registry.store import target_kind_of
 
 from .structure import shape_distance, structure_key
 
+# The registry (SQLAlchemy, 0.2-0.3 s to import) only where a store is at hand: an agent's
+# tuning transplants the seeds its coordinator sent without one.
 if TYPE_CHECKING:  # pragma: no cover
     from foundation.compile import TuningTask
+    from foundation.registry.donor_records import DonorRecord
     from foundation.registry.store import RegistryStore
 
 # The fastest records of each donor workload that are offered: the best is what transfers;
@@ -70,6 +71,8 @@ def find_seed_traces(store: "RegistryStore", fingerprint_id: str, target_json: s
     """Donor traces for each task, best first (up to ``CANDIDATES_PER_SEED`` per seed wanted)."""
     import tvm_ffi
     from tvm.s_tir.meta_schedule.database import Workload
+
+    from foundation.registry.store import target_kind_of
 
     if seeds_per_task <= 0 or not tasks:
         return [[] for _ in tasks]
