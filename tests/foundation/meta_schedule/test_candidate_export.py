@@ -21,9 +21,8 @@ ET_DYN = 3  # a shared object, in the ELF header's e_type
 
 def _built(target: dict):
     import tvm
-    from tvm.driver import build
 
-    return build(matmul_module(N), target=tvm.target.Target(target))
+    return tvm.tirx.build(matmul_module(N), target=tvm.target.Target(target))
 
 
 def _is_shared_object(path: Path) -> bool:
