@@ -10,6 +10,7 @@ import os
 import platform
 import re
 import shutil
+import struct
 import subprocess
 from pathlib import Path
 
@@ -65,7 +66,7 @@ def llvm_version() -> str | None:
     package = _tvm_package_dir()
     for name in ("lib/libtvm_compiler.so", "lib/libtvm.so", "libtvm.so"):
         if package and (package / name).is_file():
-            found = _search_binary(package / name, rb"LLVM version (\d+\.\d+\.\d+)")
+            found = _search_binary(package / name, rb"LLVM version (\d+\.\d+\.\d+)", section=b".rodata")
             if found:
                 return found
     try:
@@ -154,14 +155,38 @@ def _tvm_package_dir() -> Path | None:
     return Path(list(spec.submodule_search_locations)[0])
 
 
-def _search_binary(path: Path, pattern: bytes) -> str | None:
+def _search_binary(path: Path, pattern: bytes, section: bytes | None = None) -> str | None:
+    """The first group of ``pattern`` in the file, searched in its ELF ``section`` where it has one:
+    the banner sits in the 13 MB of libtvm_compiler.so's read-only data past 169 MB of code, a
+    scan of 0.1-0.3 s from the start of the file and of ~0.02 s from the start of the section."""
     try:
         with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
-            match = re.search(pattern, data)
+            start, end = (_elf_section(data, section) if section else None) or (0, len(data))
+            match = re.compile(pattern).search(data, start, end)
             # Copied out while the mapping is open: a match refers into it.
             return match.group(1).decode() if match else None
-    except (OSError, ValueError):
+    except (OSError, ValueError, struct.error):
         return None
+
+
+def _elf_section(data, name: bytes) -> tuple[int, int] | None:
+    """Where section ``name`` lies in a 64-bit little-endian ELF file (start, end); None where the
+    file is not one or has no such section."""
+    if data[:6] != b"\x7fELF\x02\x01":
+        return None
+    (table,) = struct.unpack_from("<Q", data, 0x28)  # e_shoff
+    entry_size, count, names_index = struct.unpack_from("<HHH", data, 0x3A)  # e_shentsize, e_shnum, e_shstrndx
+
+    def header(index: int) -> tuple[int, int, int]:  # sh_name, sh_offset, sh_size
+        sh_name, _type, _flags, _addr, offset, size = struct.unpack_from("<IIQQQQ", data, table + index * entry_size)
+        return sh_name, offset, size
+
+    names = header(names_index)[1]
+    for index in range(count):
+        sh_name, offset, size = header(index)
+        if data[names + sh_name:data.find(b"\0", names + sh_name)] == name:
+            return offset, offset + size
+    return None
 
 
 def _run(argv: list[str]) -> str:

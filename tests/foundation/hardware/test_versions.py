@@ -30,3 +30,16 @@ def test_software_versions_by_target_kind():
     # TVM's wheel links a CUDA runtime whatever the machine; the GPU driver may be absent.
     assert re.fullmatch(r"\d+", cuda["cuda_build"])
     assert all(isinstance(v, str) and v for v in cuda.values())
+
+
+def test_the_llvm_banner_is_found_in_the_librarys_read_only_data_as_in_the_whole_file(tmp_path):
+    from foundation.hardware import versions
+
+    pattern = rb"LLVM version (\d+\.\d+\.\d+)"
+    library = versions._tvm_package_dir() / "lib" / "libtvm_compiler.so"
+    assert versions._search_binary(library, pattern, section=b".rodata") == versions._search_binary(library, pattern)
+    # A file that is not ELF, or an ELF file without the section, is searched whole.
+    text = tmp_path / "banner.txt"
+    text.write_bytes(b"\0" * 4096 + b"LLVM version 1.2.3\0")
+    assert versions._search_binary(text, pattern, section=b".rodata") == "1.2.3"
+    assert versions._search_binary(library, pattern, section=b".no_such_section") == versions.llvm_version()
