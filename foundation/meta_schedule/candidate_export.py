@@ -1,9 +1,9 @@
 """Candidates exported as shared libraries that `ld` links alone.
 
 MetaSchedule's builder exports each candidate as a gzipped tar of its object file, and the runner
-untars it and links it with g++ before loading it: seven processes a candidate (tar, gzip, tar,
-gzip, g++, collect2, ld), whose linking alone is ~14 CPU-ms, most of it ld reading libstdc++'s
-symbols for an object that uses none of them. The object LLVM emits for a CPU needs nothing of
+untars it and links it with g++ before loading it: eight processes a candidate (tar, sh, gzip,
+tar, gzip, g++, collect2, ld), whose linking alone is ~14 CPU-ms, most of it ld reading
+libstdc++'s symbols for an object that uses none of them. The object LLVM emits for a CPU needs nothing of
 g++'s start files or C++ runtime: `ld -shared` links it against libm and libc, which is all it
 can call, in ~6 ms, and the runner (or the RPC server it is uploaded to) loads the library as it is.
 
