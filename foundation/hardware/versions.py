@@ -158,7 +158,7 @@ def _tvm_package_dir() -> Path | None:
 def _search_binary(path: Path, pattern: bytes, section: bytes | None = None) -> str | None:
     """The first group of ``pattern`` in the file, searched in its ELF ``section`` where it has one:
     the banner sits in the 13 MB of libtvm_compiler.so's read-only data past 169 MB of code, a
-    scan of 0.1-0.3 s from the start of the file and of ~0.02 s from the start of the section."""
+    scan of 0.1-0.3 s from the start of the file and of ~0.01 s from the start of the section."""
     try:
         with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
             start, end = (_elf_section(data, section) if section else None) or (0, len(data))

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 import os
 import platform
 import shutil
@@ -27,6 +28,8 @@ import tempfile
 LINKED_LIBRARIES = ("-lm", "-lc")
 
 _ARCH_ALIASES = {"amd64": "x86_64", "arm64": "aarch64"}
+
+log = logging.getLogger(__name__)
 
 
 def export_candidate(mod) -> str:
@@ -51,12 +54,13 @@ def link_shared(output: str, objects, options=None, **kwargs) -> None:
     done = subprocess.run([ld, "-shared", "--as-needed", "-o", output, *map(str, objects), *LINKED_LIBRARIES],
                           capture_output=True, text=True, check=False)
     if done.returncode != 0:
+        log.debug("ld could not link %s alone (%s); TVM's linker links it", output, done.stderr.strip()[:200])
         cc.create_shared(output, objects, options)
 
 
 @functools.lru_cache(maxsize=1)
 def linker() -> str | None:
-    if not platform.system() == "Linux":
+    if platform.system() != "Linux":
         return None
     return shutil.which("ld")
 

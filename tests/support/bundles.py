@@ -43,8 +43,8 @@ def offline_env(venv: Path) -> dict:
     listens on, and none of this box's pip configuration (its find-links and extra indexes).
 
     pip installs without byte-compiling what it installs: compiling is pip's step, not the
-    bundle's, and TVM's, NumPy's and the rest's 6,000 files cost 20-27 CPU-s, most of the
-    whole-bundle test's CPU. PIP_NO_COMPILE=0 is how pip reads `--no-compile` from the
+    bundle's, and TVM's, NumPy's and the rest's files were 8 of the whole-bundle test's 47 CPU-s.
+    PIP_NO_COMPILE=0 is how pip reads `--no-compile` from the
     environment (an option that stores False takes the variable's value as the option's)."""
     dead_proxy = "http://127.0.0.1:9"
     return {"VENV": str(venv), "PYTHON": sys.executable, "PIP_NO_INDEX": "1", "PIP_CONFIG_FILE": os.devnull,
