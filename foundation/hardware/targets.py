@@ -81,7 +81,7 @@ def check_runs_here(requested: dict, target: dict, fp: "Fingerprint") -> None:
     """
     if target["kind"] != "llvm" or not ({"mcpu", "mattr", "mtriple"} & set(requested)):
         return
-    here, wanted_arch = _arch(fp.details.get("llvm_triple", "")), _arch(str(target.get("mtriple", "")))
+    here, wanted_arch = triple_arch(fp.details.get("llvm_triple", "")), triple_arch(str(target.get("mtriple", "")))
     if wanted_arch and here and wanted_arch != here:
         raise BadInput(f"code for {wanted_arch} (mtriple {target['mtriple']}) cannot run on this {here} CPU: "
                        "its candidates cannot be measured here",
@@ -222,7 +222,8 @@ def to_tvm_target(d: dict) -> "tvm.target.Target":
                         "check the attribute names and values against TVM's target kinds") from None
 
 
-def _arch(triple: str) -> str:
+def triple_arch(triple: str) -> str:
+    """The architecture a target triple (or a bare `platform.machine()` name) names, one spelling each."""
     arch = triple.split("-", 1)[0].lower()
     return {"amd64": "x86_64", "arm64": "aarch64"}.get(arch, arch)
 

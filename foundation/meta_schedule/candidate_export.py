@@ -27,8 +27,6 @@ import tempfile
 # linked only if it does (--as-needed), as g++ links them.
 LINKED_LIBRARIES = ("-lm", "-lc")
 
-_ARCH_ALIASES = {"amd64": "x86_64", "arm64": "aarch64"}
-
 log = logging.getLogger(__name__)
 
 
@@ -65,14 +63,11 @@ def linker() -> str | None:
     return shutil.which("ld")
 
 
-def _arch(name: str) -> str:
-    name = name.lower()
-    return _ARCH_ALIASES.get(name, name)
-
-
 def _built_for_this_machine(mod) -> bool:
     """Whether ``mod``'s host code is LLVM's for this machine's architecture (a target without a
     triple is built for the machine that builds it)."""
+    from foundation.hardware.targets import triple_arch
+
     if mod.kind != "llvm":
         return False
     try:
@@ -80,4 +75,4 @@ def _built_for_this_machine(mod) -> bool:
     except (AttributeError, ValueError, TypeError):
         return False
     triple = str(target.get("mtriple", "") or "") if isinstance(target, dict) else ""
-    return not triple or (_arch(triple.split("-")[0]) == _arch(platform.machine()) and "linux" in triple)
+    return not triple or (triple_arch(triple) == triple_arch(platform.machine()) and "linux" in triple)
