@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -46,6 +47,17 @@ _SUITE_ENVIRONMENT = {
 }
 for _name, _value in _SUITE_ENVIRONMENT.items():
     os.environ.setdefault(_name, _value)
+
+# Ctrl-C as a terminal's foreground job has it. A shell that starts the run in the background
+# (`scripts/test &` in a script, nohup, a runner without job control) starts it with SIGINT and
+# SIGQUIT ignored, an ignored signal stays ignored across fork and exec, and every `farm` command a
+# test starts would inherit that: the tests that press Ctrl-C in one (tests/farm/cli/
+# test_command_interrupts.py) then waited out their timeouts and failed. Set here, in each worker,
+# so the processes the tests start begin with both at their defaults (tests/test_suite_signals.py).
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+if signal.getsignal(signal.SIGQUIT) == signal.SIG_IGN:
+    signal.signal(signal.SIGQUIT, signal.SIG_DFL)
 
 
 def pytest_xdist_make_scheduler(config, log):
