@@ -17,6 +17,10 @@ def main() -> None:
     # (foundation.meta_schedule.forked_workers). A user's own setting wins.
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     try:
+        # Before anything else registers an exit handler, so that it runs after all of them.
+        from foundation.processes.heap import freeze_at_exit
+
+        freeze_at_exit()
         from farm.cli.app import main as run
     except KeyboardInterrupt:
         hint = "nothing had started"

@@ -43,7 +43,7 @@ import threading
 
 from foundation.config import fork_workers, fork_zygote
 from foundation.processes.forked_process import ForkedChild, ForkedGroupLeader, ForkedProcess
-from foundation.processes.heap import freeze_long_lived, tune_collector
+from foundation.processes.heap import freeze_at_exit, freeze_long_lived, tune_collector
 from foundation.processes.process_group import Launcher
 
 ZYGOTE_MODULE = __name__  # what the zygote runs (`python -m`)
@@ -473,6 +473,7 @@ def main(argv: list[str]) -> None:
     target_kind, fd = argv
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     tune_collector()  # before its imports (foundation.processes.heap)
+    freeze_at_exit()
     _serve(target_kind, socket.socket(fileno=int(fd)))
 
 
