@@ -15,7 +15,7 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import OperationalError
 
-from foundation.config import KEEP_SLOWER_ENV, MIN_REPEAT_MS_ENV
+from foundation.config import MIN_REPEAT_MS_ENV
 from foundation.processes.heap import tune_collector
 from foundation.registry import RegistryStore
 
@@ -25,8 +25,9 @@ from support.scheduling import LongestFirstFileScheduling, order_longest_first
 # pytester: tests/test_suite_scheduling.py collects small suites of its own; support.cpu_time: each
 # test's CPU seconds in the JUnit report (bench/suite_time.py); support.quiet_box: each test holds
 # the box shared while a measurement a test ranks is taken, and the box_locks fixture;
-# support.descendants: the leaves_no_process fixture.
-pytest_plugins = ["pytester", "support.cpu_time", "support.quiet_box", "support.descendants"]
+# support.descendants: the leaves_no_process fixture; support.farm_home: the run's FARM_HOME, kept
+# by every test.
+pytest_plugins = ["pytester", "support.cpu_time", "support.quiet_box", "support.descendants", "support.farm_home"]
 
 # The test processes hold TVM, Relax and every test module for the whole run, like a farm
 # process holds TVM: the farm's collector thresholds, not Python's (foundation.processes.heap).
@@ -70,24 +71,6 @@ def pytest_xdist_make_scheduler(config, log):
 def pytest_collection_modifyitems(config, items):
     if hasattr(config, "workerinput"):  # a pytest-xdist worker: its order is the run's work queue
         order_longest_first(items)
-
-
-@pytest.fixture(scope="session", autouse=True)
-def farm_home(tmp_path_factory) -> Path:
-    """Point FARM_HOME (data dir, default SQLite registry, caches) at a per-run directory."""
-    home = tmp_path_factory.mktemp("farm-home")
-    old = os.environ.get("FARM_HOME")
-    os.environ["FARM_HOME"] = str(home)
-    os.environ.pop("FARM_REGISTRY", None)
-    # The suite's budgets are a few trials: whether such a library beats the untuned build is the
-    # search's luck, so jobs store what they tuned (still flagged slower_than_untuned). The tests of
-    # keeping the untuned build (tests/farm/test_slower_than_untuned.py) unset it.
-    os.environ[KEEP_SLOWER_ENV] = "1"
-    yield home
-    if old is None:
-        os.environ.pop("FARM_HOME", None)
-    else:
-        os.environ["FARM_HOME"] = old
 
 
 @pytest.fixture(scope="session")

@@ -80,7 +80,7 @@ def test_second_submit_is_a_registry_hit(home, tuned):
     assert hit["artifact"]["sha256"] == tuned["artifact"]["sha256"]
 
 
-def test_run_loads_the_stored_library(farm_exe, home, tuned, tmp_path):
+def test_run_loads_the_stored_library(farm_exe, home, tuned, tmp_path, monkeypatch):
     x = np.random.default_rng(1).standard_normal((2, 64)).astype("float32")
     np.save(tmp_path / "x.npy", x)
     proc = farm(farm_exe, home, "run", "mlp-tiny", "llvm", "2", "--input", str(tmp_path / "x.npy"),
@@ -93,12 +93,9 @@ def test_run_loads_the_stored_library(farm_exe, home, tuned, tmp_path):
     # The same library called from Python gives the same numbers for the same input.
     import farm as farm_api
 
-    os.environ["FARM_HOME"] = str(home)
-    try:
-        model = farm_api.load("mlp-tiny", "llvm", batch=2)
-        (again,) = model(x)
-    finally:
-        os.environ.pop("FARM_HOME")
+    monkeypatch.setenv("FARM_HOME", str(home))
+    model = farm_api.load("mlp-tiny", "llvm", batch=2)
+    (again,) = model(x)
     np.testing.assert_allclose(again, y, rtol=1e-6)
 
 
