@@ -1,4 +1,5 @@
-"""Fixtures for every test: a farm home of the run's own, the `farm` executable, empty registries."""
+"""Fixtures for every test: the `farm` executable, empty registries (the run's own farm home:
+support.farm_home)."""
 
 from __future__ import annotations
 

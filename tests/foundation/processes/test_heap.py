@@ -82,8 +82,10 @@ def test_the_heap_is_frozen_after_every_other_exit_handler_and_only_once():
     out = _exit_with_garbage("""
         import atexit, gc
         from foundation.processes.heap import freeze_at_exit
+        handlers = atexit._ncallbacks()
         freeze_at_exit()
         freeze_at_exit()
+        assert atexit._ncallbacks() == handlers + 1, "registered twice"
         atexit.register(lambda: print("frozen when the handlers ran:", gc.get_freeze_count() > 0, flush=True))
         atexit.register(make_garbage)
     """)
