@@ -44,7 +44,7 @@ include = ["agent*", "coordinator*", "farm*", "foundation*"]
 def project(tmp_path) -> Path:
     root = tmp_path / "project"
     (root / "scripts").mkdir(parents=True)
-    for script in ("setup", "install_with_uv"):
+    for script in ("setup", "install_with_uv", "choose_python"):
         shutil.copy(REPO / "scripts" / script, root / "scripts" / script)
     for package in PACKAGES:
         (root / package).mkdir()
