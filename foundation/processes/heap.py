@@ -30,6 +30,7 @@ import gc
 # middle ones between full ones (gc.set_threshold). Python's default is (700, 10, 10).
 THRESHOLDS = (50_000, 20, 10)
 
+
 def tune_collector() -> None:
     gc.set_threshold(*THRESHOLDS)
 

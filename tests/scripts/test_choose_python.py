@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import glob
 import os
+import runpy
 import shutil
 import subprocess
 from pathlib import Path
@@ -17,7 +18,8 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 CHOOSE = REPO / "scripts" / "choose_python"
-DISTRIBUTION = "/usr/bin/python3"
+CHOOSER = runpy.run_path(str(CHOOSE))  # its names, without running it
+DISTRIBUTION = CHOOSER["DISTRIBUTION_PYTHON"]
 DESCRIBE = ("import sys, sysconfig; print('%d.%d' % sys.version_info[:2], "
             "'--enable-optimizations' in (sysconfig.get_config_var('CONFIG_ARGS') or ''), sys.executable)")
 
@@ -54,9 +56,10 @@ def _distribution_version() -> str:
     described = _described(DISTRIBUTION) if os.access(DISTRIBUTION, os.X_OK) else None
     if described is None:
         pytest.skip(f"no distribution Python at {DISTRIBUTION}")
-    probe = subprocess.run([DISTRIBUTION, "-c", "import ensurepip"], capture_output=True, timeout=60)
-    if probe.returncode != 0:
-        pytest.skip(f"{DISTRIBUTION} cannot make a venv (no ensurepip: python3-venv not installed)")
+    # What the script asks of it before taking it: ensurepip (python3-venv) and Python.h (python3-dev).
+    probe = subprocess.run([DISTRIBUTION, "-c", CHOOSER["PROBE"]], capture_output=True, text=True, timeout=60)
+    if probe.returncode != 0 or probe.stdout.split()[1:] != ["True"]:
+        pytest.skip(f"{DISTRIBUTION} cannot make a venv or build an extension (python3-venv or python3-dev missing)")
     return described[0]
 
 
