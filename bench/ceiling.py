@@ -46,19 +46,24 @@ ORT_KERNELS = {"Conv": "conv", "FusedConv": "conv", "NchwcConv": "conv",
                "MatMul": "matmul", "FusedMatMul": "matmul", "Gemm": "matmul"}
 
 
-def peak_gflops() -> dict:
-    """This box's FP32 peak as cores x clock x FLOPs per cycle, with what each factor assumed."""
+def peak_gflops(cpuinfo: str | None = None) -> dict:
+    """This box's FP32 peak as cores x clock x FLOPs per cycle, with what each factor assumed
+    (from `cpuinfo`, the text of /proc/cpuinfo, read when not given)."""
     fields: dict[str, str] = {}
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
+    if cpuinfo is None:
+        cpuinfo = Path("/proc/cpuinfo").read_text()
+    for line in cpuinfo.splitlines():
         key, _, value = line.partition(":")
         fields.setdefault(key.strip(), value.strip())
     flags = set(fields.get("flags", "").split())
     cores = len(os.sched_getaffinity(0))
     mhz = float(fields.get("cpu MHz", "nan"))
-    zen4 = fields.get("vendor_id") == "AuthenticAMD" and fields.get("cpu family") == "25"
+    # Family 25 is Zen 3 and Zen 4: only the Zen 4 has AVX-512, and runs it on 256-bit pipes.
+    zen4 = (fields.get("vendor_id") == "AuthenticAMD" and fields.get("cpu family") == "25"
+            and "avx512f" in flags)
     if "avx512f" in flags and not zen4:
         lanes, why = 16, "AVX-512 on 512-bit FMA pipes"
-    elif "avx2" in flags or "avx512f" in flags:
+    elif "avx2" in flags or zen4:
         lanes, why = 8, "Zen 4 runs AVX-512 on 256-bit pipes" if zen4 else "AVX2, 256-bit FMA pipes"
     else:
         lanes, why = 4, "SSE, 128-bit"

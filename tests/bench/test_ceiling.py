@@ -47,3 +47,19 @@ def test_tuned_steps_resume_and_each_kernel_has_its_onnxruntime_counterpart(tmp_
     fastest = max(report["numpy_sgemm_gflops"], *(p["gflops"] for p in task["curve"]))
     per_ghz = report["peak"]["cores"] * report["peak"]["flops_per_cycle_per_core"]
     assert report["implied_ghz_at_least"] >= fastest / per_ghz * 0.999
+
+
+@pytest.mark.parametrize(("family", "flags", "per_cycle", "assumed"), [
+    ("25", "fpu avx avx2 fma", 32, "AVX2, 256-bit FMA pipes"),  # Zen 3 (family 25 model 1)
+    ("25", "fpu avx avx2 fma avx512f", 32, "Zen 4 runs AVX-512 on 256-bit pipes"),  # Zen 4 (model 17)
+    ("6", "fpu avx avx2 fma avx512f", 64, "AVX-512 on 512-bit FMA pipes"),  # a Xeon
+    ("23", "fpu sse4_2", 16, "SSE, 128-bit"),
+])
+def test_the_peak_names_the_pipes_the_cpu_has(family, flags, per_cycle, assumed):
+    import ceiling as bench_ceiling
+
+    vendor = "AuthenticAMD" if family != "6" else "GenuineIntel"
+    cpuinfo = f"vendor_id\t: {vendor}\ncpu family\t: {family}\ncpu MHz\t\t: 2000.000\nflags\t\t: {flags}\n"
+    peak = bench_ceiling.peak_gflops(cpuinfo)
+    assert (peak["flops_per_cycle_per_core"], peak["assumed"]) == (per_cycle, assumed)
+    assert peak["gflops"] == pytest.approx(peak["cores"] * 2.0 * per_cycle)
