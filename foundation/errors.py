@@ -13,6 +13,8 @@ Every command exits with one of these codes (README, "Exit codes"):
        cannot be reached, is not a farm registry, is outdated, or
        refused a write; a stored artifact is corrupt
   5    gave up waiting (`--timeout`); the job goes on                  TimedOut
+  6    the box ran out of something: the disk is full, or a process    OutOfResources
+       or open-file limit was reached; nothing was half-written
   70   an internal error (a bug in tvm-farm)
   130  interrupted by SIGINT (Ctrl-C); 143 by SIGTERM                  Interrupted
 """
@@ -29,6 +31,7 @@ EXIT_BAD_INPUT = 2
 EXIT_NOT_FOUND = 3
 EXIT_UNREACHABLE = 4
 EXIT_TIMED_OUT = 5
+EXIT_OUT_OF_RESOURCES = 6
 EXIT_INTERNAL = 70
 
 
@@ -93,6 +96,12 @@ class TimedOut(FarmError):
     """A command stopped waiting for a job that goes on."""
 
     exit_code = EXIT_TIMED_OUT
+
+
+class OutOfResources(FarmError):
+    """The box ran out of disk, processes or open files: the input was fine, the machine was not."""
+
+    exit_code = EXIT_OUT_OF_RESOURCES
 
 
 class Interrupted(FarmError):
