@@ -1,7 +1,8 @@
 """How near another fingerprint is to this one, for borrowing its tuning records as seeds (pure).
 
 Records of another fingerprint are never hits and never build answers; they only seed a
-search, measured here first. Which to try first: the same instruction-set features (the code
+search, measured here first. Which to try first: the same hardware at another size
+(foundation.domain.compatible_fingerprints), then the same instruction-set features (the code
 the schedules were tuned for runs the same way), then the same vendor and family, then any
 box of the same architecture, then the rest. Within a tier, more shared features first.
 """
@@ -11,17 +12,22 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from foundation.domain.compatible_fingerprints import compatible
+
 SAME_FINGERPRINT = 0
-SAME_FEATURES = 1
-SAME_FAMILY = 2
-SAME_ARCH = 3
-OTHER = 4
+COMPATIBLE = 1
+SAME_FEATURES = 2
+SAME_FAMILY = 3
+SAME_ARCH = 4
+OTHER = 5
 
 
 def nearness_tier(own: Mapping[str, Any], other: Mapping[str, Any]) -> int:
     """The tier of ``other``'s details seen from ``own``'s (fingerprint details dicts)."""
     if dict(own) == dict(other):
         return SAME_FINGERPRINT
+    if compatible(own, other):
+        return COMPATIBLE
     if "compute_capability" in own or "compute_capability" in other:
         own_cc, other_cc = str(own.get("compute_capability", "")), str(other.get("compute_capability", ""))
         if own_cc and own_cc == other_cc:
