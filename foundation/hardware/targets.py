@@ -234,9 +234,19 @@ def _parse(user: str) -> dict[str, Any]:
     if text.startswith(("{", "[", '"')):
         try:
             parsed = json.loads(text)
+            # What reads a target next (its checks, json.dumps) recurses too, per level: a target
+            # is never deeper than a CUDA target's host's mattr, so anything far deeper is refused
+            # here, as `farm registry import` refuses a line JSON's decoder cannot take.
+            too_deep = _nesting(parsed) > _MAX_NESTING
         except json.JSONDecodeError as err:
             raise FarmError(f"unknown target {user!r}: malformed JSON ({err.msg} at column {err.colno})",
                             f"use llvm, cuda, or a TVM target JSON object such as {_EXAMPLE}") from None
+        except RecursionError:
+            too_deep = True
+        if too_deep:
+            shown = user if len(user) <= 60 else user[:60] + "…"
+            raise BadInput(f"unknown target {shown!r}: not JSON the farm reads (nested too deeply)",
+                           f"use llvm, cuda, or a TVM target JSON object such as {_EXAMPLE}")
         if not isinstance(parsed, dict) or not isinstance(parsed.get("kind"), str):
             what = "the JSON object has no \"kind\"" if isinstance(parsed, dict) else "not a JSON object"
             raise FarmError(f"unknown target {user!r}: {what}",
@@ -261,6 +271,25 @@ def _parse(user: str) -> dict[str, Any]:
     else:
         fix = f"use llvm, cuda, or a TVM target JSON object such as {_EXAMPLE}"
     raise FarmError(f"unknown target {user!r}", fix)
+
+
+# Deepest a target's JSON may nest: a CUDA target, its host, its mattr list is 3.
+_MAX_NESTING = 16
+
+
+def _nesting(value: Any) -> int:
+    """How deep lists and objects nest in a parsed JSON ``value`` (a scalar is 0), without recursion."""
+    deepest, level = 0, [(value, 0)]
+    while level:
+        item, depth = level.pop()
+        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else None
+        if children is None:
+            continue
+        deepest = max(deepest, depth + 1)
+        if deepest > _MAX_NESTING:
+            break
+        level.extend((child, depth + 1) for child in children)
+    return deepest
 
 
 # Target attributes TVM takes without a word whatever their value (num-cores -4 compiles, and

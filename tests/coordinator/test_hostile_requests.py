@@ -232,6 +232,8 @@ OUT_OF_BOUNDS = [
     # Attributes TVM rejects: the job was queued, and failed with a traceback in the log as it was planned.
     ("client", "Submit", _submit(target='{"kind":"llvm","foo":"bar"}'), "target attribute 'foo' is not one TVM's"),
     ("client", "Submit", _submit(target='{"kind":"llvm","keys":[1,2]}'), "keys must be a list of strings"),
+    # JSON's decoder raised RecursionError: INTERNAL, with a traceback in the log per call.
+    ("client", "Submit", _submit(target="[" * 2000 + "]" * 2000), "nested too deeply"),
     ("client", "Submit", _submit(until=farm_pb2.Until(goal="20ms", patience=UINT32_MAX)), "until.patience must be"),
     ("client", "Submit", _submit(until=farm_pb2.Until(goal=HUGE)), "until.goal is 100,000 characters long"),
     ("client", "GetJob", farm_pb2.GetJobRequest(job_id=HUGE), "job_id is 100,000 characters long"),

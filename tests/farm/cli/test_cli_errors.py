@@ -105,6 +105,7 @@ BAD_INPUT = [
     (["submit", "resnet-19", "llvm", "1"], 2, "unknown model 'resnet-19'"),
     (["submit", "mlp-tiny", "tpu", "1"], 2, "unknown target 'tpu'"),
     (["submit", "mlp-tiny", '{"kind":"llvm"', "1"], 2, "malformed JSON"),
+    (["submit", "mlp-tiny", "[" * 2000 + "]" * 2000, "1"], 2, "nested too deeply"),  # was RecursionError, exit 70
     (["submit", "mlp-tiny", '{"kind":"llvm","mcpu":"bogus9"}', "1"], 2, "LLVM does not know the CPU 'bogus9'"),
     # TVM rejected it once the job had started: a failed job was stored for a typo.
     (["submit", "mlp-tiny", '{"kind":"llvm","foo":"bar"}', "1"], 2, "target attribute 'foo' is not one TVM's"),

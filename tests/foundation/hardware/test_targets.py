@@ -54,6 +54,24 @@ def test_unknown_targets_are_refused_with_a_fix(user, says):
     assert says in str(caught.value)
 
 
+DEEP = "[" * 2000 + "]" * 2000
+
+
+@pytest.mark.parametrize("user", [
+    DEEP,
+    '{"kind": "llvm", "mattr": ' + DEEP + "}",
+    # Deep enough for JSON, too deep for what reads the target next (its checks recurse per host).
+    '{"kind": "cuda", "host": ' + '{"kind": "llvm", "host": ' * 900 + "1" + "}" * 901,
+    '{"kind": "cuda", "host": ' + json.dumps(DEEP) + "}",
+])
+def test_a_target_nested_too_deeply_is_bad_input_in_one_short_line(user):
+    """JSON's decoder raised RecursionError: `farm submit` exited 70, the coordinator answered INTERNAL."""
+    with pytest.raises(FarmError) as caught:
+        canonical_target(user, A100 if '"cuda"' in user else CPU)
+    assert caught.value.exit_code == 2 and "nested too deeply" in caught.value.problem
+    assert len(str(caught.value)) < 500
+
+
 @pytest.mark.parametrize("user, says", [
     ('{"kind": "llvm", "num-cores": -4}', "num-cores must be an integer from 1 to 4096, got -4"),
     ('{"kind": "cuda", "host": {"kind": "llvm", "num-cores": -4}}', "num-cores must be an integer from 1 to 4096"),
