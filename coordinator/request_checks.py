@@ -12,10 +12,12 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 from foundation.domain import request_limits as limits
 from foundation.domain.request_limits import MAX_ID_LENGTH, MAX_TEXT_LENGTH, Bound
 from foundation.errors import BadInput
+from foundation.wire import farm_pb2
 
 
 @dataclass(frozen=True)
@@ -55,6 +57,14 @@ class Span:
     """A google.protobuf.Duration: from 0 to ``most`` seconds."""
 
     most: float
+
+
+@dataclass(frozen=True)
+class Known:
+    """A proto enum's value the coordinator knows, never its UNSPECIFIED 0: one it does not
+    know would be dropped, and the call answer as if nothing had been asked for."""
+
+    enum: Any  # a generated enum (protobuf's EnumTypeWrapper)
 
 
 @dataclass(frozen=True)
@@ -102,7 +112,7 @@ _COST_MODEL_USED = {
 
 # Per request message: its fields (a dotted path into nested messages, `[]` for each entry of a
 # repeated field) and what each may hold. A field not named here carries no text a call quotes.
-RULES: dict[str, dict[str, Text | Number | Finite | OutputErrors | Moment | Span | Items]] = {
+RULES: dict[str, dict[str, Text | Number | Finite | OutputErrors | Moment | Span | Known | Items]] = {
     "SubmitRequest": {
         "zoo_name": _ID, "target": Text(MAX_TEXT_LENGTH, required=True), "fingerprint_id": _ID,
         "batch": Number(limits.BATCH), "trials": _or_default(limits.TRIALS),
@@ -116,7 +126,7 @@ RULES: dict[str, dict[str, Text | Number | Finite | OutputErrors | Moment | Span
     "WatchJobRequest": {"job_id": _REQUIRED_ID, "after_sequence": Number(limits.ROW_ID)},
     "CancelJobRequest": {"job_id": _REQUIRED_ID, "reason": _REASON},
     "ListJobsRequest": {"limit": _or_default(limits.LIST_LIMIT),
-                        "states": Items(16), "model_name": _ID},
+                        "states": Items(16), "states[]": Known(farm_pb2.JobState), "model_name": _ID},
     "ListAgentsRequest": {"target_kind": _KIND},
     "RegisterRequest": {
         "fingerprint_id": _REQUIRED_ID, "fingerprint_summary": Text(1024),
@@ -160,6 +170,8 @@ def check_request(request) -> None:
                 _check_moment(path, value)
             elif isinstance(rule, Span):
                 _check_span(path, value, rule.most)
+            elif isinstance(rule, Known):
+                _check_known(path, value, rule.enum)
             elif len(value) > rule.limit:
                 raise BadInput(f"{path} has {len(value):,} entries, more than the {rule.limit:,} allowed",
                                f"send at most {rule.limit:,}")
@@ -201,6 +213,14 @@ def _check_span(path: str, duration, most: float) -> None:
     seconds = duration.seconds + duration.nanos / 1e9
     if not 0 <= seconds <= most:
         raise BadInput(f"{path} must be from 0 to {most:g} seconds, got {seconds:.6g}", f"send a {path} in that range")
+
+
+def _check_known(path: str, value: int, enum) -> None:
+    if value and value in enum.values():
+        return
+    what = f"0 ({enum.Name(0)})" if not value else f"{limits.shown_number(value)}, not a {enum.DESCRIPTOR.name}"
+    known = [name for name, number in enum.items() if number]
+    raise BadInput(f"{path} holds {what}", f"send one of {', '.join(known)}")
 
 
 def _values(message, parts: list[str]) -> Iterator:

@@ -178,7 +178,7 @@ class FarmClientServicer(farm_pb2_grpc.FarmClientServicer):
 
     @_rpc
     def ListJobs(self, request, context):
-        states = [JOB_STATES_BACK[s].value for s in request.states if s in JOB_STATES_BACK]
+        states = [JOB_STATES_BACK[s].value for s in request.states]  # each known (request_checks)
         views = self.calls.list_jobs(request.limit, states, request.model_name)
         return farm_pb2.ListJobsResponse(jobs=[job_message(v) for v in views])
 

@@ -240,6 +240,11 @@ OUT_OF_BOUNDS = [
     ("client", "GetJob", farm_pb2.GetJobRequest(), "job_id is required"),
     ("client", "CancelJob", farm_pb2.CancelJobRequest(job_id="job-x", reason=HUGE), "reason is 100,000 characters"),
     ("client", "ListJobs", farm_pb2.ListJobsRequest(limit=UINT32_MAX), "limit must be 0 (the default) or 1 to 10,000"),
+    # An unknown state was dropped, and every job listed as if none had been asked for.
+    ("client", "ListJobs", farm_pb2.ListJobsRequest(states=[farm_pb2.JOB_STATE_FAILED, 99]),
+     "states[] holds 99, not a JobState"),
+    ("client", "ListJobs", farm_pb2.ListJobsRequest(states=[farm_pb2.JOB_STATE_UNSPECIFIED]),
+     "states[] holds 0 (JOB_STATE_UNSPECIFIED)"),
     ("agent", "Heartbeat", farm_pb2.HeartbeatRequest(agent_id=HUGE), "agent_id is 100,000 characters long"),
     ("agent", "Heartbeat", farm_pb2.HeartbeatRequest(
         agent_id="a", running_leases=[farm_pb2.LeaseRef(job_id=HUGE, shard_id="s")]), "running_leases[].job_id is"),
