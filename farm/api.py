@@ -19,6 +19,7 @@ from farm.session import open_context
 from foundation.domain.weights_layout import WeightsLayout
 from foundation.errors import BadInput, FarmError, NotFound, RegistryError
 from foundation.job_driver.artifacts import library_problem
+from foundation.job_driver.library_scopes import library_scopes
 from foundation.models.model_key import ModelKey, model_key
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -87,7 +88,8 @@ def _described(given) -> str:
 
 def load(model: str, target: str | Mapping = "llvm", batch: int = 1, *, registry: str | None = None,
          weights: Mapping[str, np.ndarray] | Sequence[np.ndarray] | None = None, seed: int = 0,
-         weights_layout: str | None = None, threads: int | str = "auto") -> DeployedModel:
+         weights_layout: str | None = None, threads: int | str = "auto",
+         fingerprint: str | None = None) -> DeployedModel:
     """Load the newest valid artifact for (model, target, batch) on this box's fingerprint.
     ``target`` is what `farm submit` takes: llvm, cuda, or a TVM target as JSON text or a dict.
 
@@ -103,6 +105,9 @@ def load(model: str, target: str | Mapping = "llvm", batch: int = 1, *, registry
     every core (robust on a box whose cores are busy), else every core, stepping back to one
     thread while its calls say other work holds the cores (foundation.runtime.threads,
     foundation.runtime.busy_backoff).
+    Without a library of this box's fingerprint, the newest of a compatible one (this CPU at
+    another core count or cache share, nearest first) is loaded: ``DeployedModel.artifact``'s
+    ``fingerprint_id`` says whose. ``fingerprint`` names one such fingerprint to load from.
     """
     from foundation.registry.engine import RegistryMissing
     from foundation.runtime.library_runner import LoadedLibrary
@@ -130,14 +135,21 @@ def load(model: str, target: str | Mapping = "llvm", batch: int = 1, *, registry
                        f"run `farm submit {model} {target} {batch}` first") from None
     stored = ctx.store.find_model(key.name, key.batch, key.source_digest)
     artifact = None
-    if stored is not None:
-        artifact = ctx.store.find_artifact(stored.id, ctx.target_json, ctx.fingerprint.id, ctx.tvm_version,
+    # This box's library, else one of this CPU at another size, nearest first (or the one named).
+    scopes = library_scopes(ctx.store, ctx.target_json, ctx.fingerprint.id, ctx.fingerprint.details,
+                            chosen=fingerprint)
+    for scope in scopes if stored is not None else ():
+        artifact = ctx.store.find_artifact(stored.id, scope.target_json, scope.fingerprint_id, ctx.tvm_version,
                                            weights_layout)
+        if artifact is not None:
+            break
     if stored is None or artifact is None:
+        named = fingerprint or ctx.fingerprint.id
+        others = "" if fingerprint or len(scopes) == 1 else f" nor of {len(scopes) - 1} compatible ones"
         raise NotFound(
             f"no tuned {f'{weights_layout} ' if weights_layout else ''}library for {key.describe()} "
             f"on {ctx.target['kind']} "
-            f"(fingerprint {ctx.fingerprint.id}, TVM {ctx.tvm_version}) in the registry",
+            f"(fingerprint {named}{others}, TVM {ctx.tvm_version}) in the registry",
             f"run `farm submit {model} {target} {batch}` first",
         )
     library = ctx.store.get_artifact_library(artifact.id)

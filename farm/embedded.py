@@ -59,6 +59,7 @@ from foundation.job_driver.driver import (
     RegistryJobMoves,
     tuning_failure,
 )
+from foundation.job_driver.library_scopes import LibraryScope, library_scopes
 from foundation.job_driver.rounds_loop import TuningInRounds
 from foundation.job_driver.runners import Heartbeat, fail_dead_jobs, this_runner
 from foundation.job_driver.tuning_lock import ScopeLock, scope_key
@@ -131,6 +132,9 @@ class SubmitRequest:
     validation_runs: int = DEFAULT_VALIDATION_RUNS
     weights_layout: str = AUTO  # auto, plain, prepacked or prepacked-nchwc (foundation.domain.weights_layout)
     until: UntilRequest | None = None  # tune in rounds until the model is good enough
+    # A compatible fingerprint (this CPU at another size) whose library answers; None: this box's,
+    # else the nearest compatible one's (foundation.job_driver.library_scopes).
+    fingerprint: str | None = None
 
     def job_spec(self) -> JobSpec:
         """What the job is asked to do (its registry, model, target and measuring are the submit's own);
@@ -255,16 +259,28 @@ def _verified_hit(ctx: FarmContext, key: ModelKey, request: SubmitRequest, layou
     for another submit, and only the one that submit committed."""
     if request.retune and waited_for is None:
         return None
-    if request.weights_layout == AUTO:  # auto is answered by the fastest library of any form it may take
-        lookup = look_up_fastest_hit(ctx.store, key, ctx.target_json, ctx.fingerprint.id, ctx.tvm_version,
-                                     auto_forms(ctx.target["kind"]))
-    else:
-        lookup = look_up_hit(ctx.store, key, ctx.target_json, ctx.fingerprint.id, ctx.tvm_version, layout)
-    for bad in lookup.invalidated:
-        tell("invalid", f"artifact {bad.id} is corrupt ({bad.invalid_reason}): marked invalid, never a hit again")
-    if lookup.artifact is None or not request.retune:
+    own = LibraryScope(ctx.fingerprint.id, ctx.target_json)
+    # Without a library of its own, a box is answered by one of the same hardware at another size
+    # (or the one --fingerprint names); --retune is answered only by the one its wait ended on.
+    scopes = [own] if request.retune else library_scopes(
+        ctx.store, ctx.target_json, ctx.fingerprint.id, ctx.fingerprint.details, chosen=request.fingerprint)
+    for scope in scopes:
+        if request.weights_layout == AUTO:  # auto is answered by the fastest library of any form it may take
+            lookup = look_up_fastest_hit(ctx.store, key, scope.target_json, scope.fingerprint_id, ctx.tvm_version,
+                                         auto_forms(ctx.target["kind"]))
+        else:
+            lookup = look_up_hit(ctx.store, key, scope.target_json, scope.fingerprint_id, ctx.tvm_version, layout)
+        for bad in lookup.invalidated:
+            tell("invalid", f"artifact {bad.id} is corrupt ({bad.invalid_reason}): marked invalid, never a hit again")
+        if lookup.artifact is None:
+            continue
+        if request.retune:
+            return lookup.artifact if lookup.artifact.job_id == waited_for else None
+        if not scope.is_own(ctx.fingerprint.id):
+            tell("compatible", f"answered by the library tuned on {scope.fingerprint_id}, this CPU at another size "
+                               f"(`farm run` times it here; `--retune` tunes one for {ctx.fingerprint.id})")
         return lookup.artifact
-    return lookup.artifact if lookup.artifact.job_id == waited_for else None
+    return None
 
 
 def _tune_build_commit(ctx: FarmContext, key: ModelKey, request: SubmitRequest, spec: JobSpec, layout: WeightsLayout,

@@ -61,7 +61,8 @@ def submit(
     coordinator: Coordinator = None,
     fingerprint: str | None = env_option(
         None, "--fingerprint", command="submit", metavar="ID",
-        help="With --coordinator: tune for this fingerprint only."),
+        help="With --coordinator: tune for this fingerprint only. Embedded: be answered by this fingerprint's "
+             "library, this CPU at another size (default: this box's, else the nearest such one's)."),
     wait: bool = env_option(True, "--wait/--no-wait", command="submit",
                             help="With --coordinator: follow the job until it ends."),
     timeout: float | None = env_option(
@@ -124,7 +125,7 @@ def submit(
         warm_start=warm_start,
         # This process's threads are the command's own: its workers' zygote can be a fork of it.
         measure=MeasureSettings(build_workers=build_workers, zygote_forked_here=True), validation_runs=runs,
-        weights_layout=weights_layout, until=until_request,
+        weights_layout=weights_layout, until=until_request, fingerprint=fingerprint,
     )
     observer = None
     if not json_output:
@@ -199,6 +200,10 @@ def run(
         "auto", "--threads", command="run", metavar="N|auto",
         help="CPU threads its kernels run on; auto: what validation chose, one for a library under 1 ms on one "
              "thread at most 1.5x its time on every core (robust where other work holds the cores), else every core."),
+    fingerprint: str | None = env_option(
+        None, "--fingerprint", command="run", metavar="ID",
+        help="Load this fingerprint's library: this CPU at another size (default: this box's, else the nearest "
+             "such one's)."),
     registry: str | None = REGISTRY_OPTION,
     json_output: bool = JSON_OPTION,
 ) -> None:
@@ -226,7 +231,7 @@ def run(
     given = [_read_input(input_path)] if input_path else None  # a bad file is refused before the load
     begin = time.perf_counter()
     deployed = load(model, target, batch, registry=registry, seed=seed, weights_layout=weights_layout,
-                    threads=parse_threads(threads))
+                    threads=parse_threads(threads), fingerprint=fingerprint)
     loaded_s = time.perf_counter() - begin
     inputs = given or deployed.example_inputs(seed)
     first = time.perf_counter()
@@ -240,6 +245,7 @@ def run(
         "model": deployed.key.name,
         "batch": batch,
         "fingerprint": deployed.fingerprint,
+        "tuned_on": deployed.artifact.fingerprint_id,  # another one: this CPU at another size
         "latency_ms": latency.to_json(),
         "load_s": round(loaded_s, 4),
         "first_inference_s": round(first_s, 4),
@@ -253,6 +259,9 @@ def run(
     console = stdout_console()
     console.print(f"artifact   {deployed.artifact.id}  ({deployed.key.describe()}, fingerprint {deployed.fingerprint}, "
                   f"{deployed.artifact.weights_layout} weights)")
+    if deployed.artifact.fingerprint_id != deployed.fingerprint:
+        console.print(f"tuned on   {deployed.artifact.fingerprint_id}, this CPU at another size: timed here below "
+                      f"(`farm submit --retune` tunes one for {deployed.fingerprint})")
     console.print(f"load       {duration(loaded_s)}, first inference {duration(first_s)}, "
                   f"{deployed.library.threads} thread{'s' if deployed.library.threads != 1 else ''}")
     console.print(f"latency    mean {milliseconds(latency.mean_ms)}  median {milliseconds(latency.median_ms)}  "
