@@ -222,6 +222,7 @@ class ClientCalls:
                 )
             if not spec.onnx.content:
                 raise InvalidRequest(f"the ONNX file {spec.onnx.file_name!r} is empty", "send the model's bytes")
+            _refuse_external_data(spec.onnx)
             path = store_onnx(self._data_dir, digest, spec.onnx.content)
             name = Path(spec.onnx.file_name).stem or digest[:12]
             return ModelKey(name, spec.batch, "onnx", digest, path)
@@ -358,6 +359,21 @@ def _until(spec: SubmitSpec, kind: str) -> "UntilRequest | None":
     except FarmError as err:
         raise InvalidRequest(f"{err.problem} on the coordinator", err.fix) from None
     return until
+
+
+def _refuse_external_data(upload) -> None:
+    """A submit carries the .onnx file alone: weights kept in files beside it never arrive, and
+    where they were looked for here is the coordinator's business."""
+    from foundation.models.onnx_import import external_data_files
+
+    files = external_data_files(upload.content)
+    if files:
+        shown = ", ".join(name[:100] for name in files[:3]) + (f" and {len(files) - 3} more" if len(files) > 3 else "")
+        raise InvalidRequest(
+            f"the uploaded {Path(upload.file_name).name[:100]} keeps its weights in {shown}, beside it, "
+            "which a submit to a coordinator does not carry",
+            "save the model with its weights inside (onnx.save(model, path, save_as_external_data=False), "
+            "up to 2 GiB), or submit it without --coordinator")
 
 
 def _waiting_status(kind: str) -> str:

@@ -87,6 +87,21 @@ def read_model(path: Path):
     return model, digest
 
 
+def external_data_files(content: bytes) -> list[str]:
+    """The files (as the model names them, beside it) that an ONNX model's weights are kept in;
+    none for a model that holds its weights, or for bytes that are no model (read_model says so)."""
+    import onnx
+    from onnx import external_data_helper
+
+    model = onnx.ModelProto()
+    try:
+        model.ParseFromString(content)
+    except Exception:  # protobuf's DecodeError, or errors from its C++ parser
+        return []
+    return sorted({external_data_helper.ExternalDataInfo(tensor).location for tensor in model.graph.initializer
+                   if external_data_helper.uses_external_data(tensor)})
+
+
 def input_spec(value, batch: int, path: Path) -> TensorSpec:
     """The input's shape with the batch put into dimension 0; any other unknown dimension is an error."""
     from onnx import helper

@@ -207,6 +207,29 @@ def test_a_broken_upload_is_named_as_the_caller_sent_it(coordinator):
     assert "/models/" not in err.details()  # where the coordinator keeps uploads is its own business
 
 
+def test_an_upload_whose_weights_are_in_files_beside_it_says_so_without_the_coordinators_paths(coordinator, tmp_path):
+    """Only the .onnx file travels: its external data was looked for in the coordinator's data
+    directory, and the refusal quoted that path."""
+    import hashlib
+
+    import onnx
+
+    from support.onnx_models import write_small_cnn
+
+    server, channel = coordinator
+    model = onnx.load(write_small_cnn(tmp_path / "cnn.onnx"))
+    onnx.save(model, tmp_path / "outside.onnx", save_as_external_data=True, location="outside.weights",
+              size_threshold=0)
+    content = (tmp_path / "outside.onnx").read_bytes()
+    err = refused(farm_pb2_grpc.FarmClientStub(channel).Submit, farm_pb2.SubmitRequest(
+        onnx=farm_pb2.OnnxModel(file_name="outside.onnx", content=content, sha256=hashlib.sha256(content).hexdigest()),
+        batch=1, target="llvm"))
+    assert err.code() == grpc.StatusCode.INVALID_ARGUMENT, err
+    assert "the uploaded outside.onnx keeps its weights in outside.weights" in err.details(), err.details()
+    assert "save_as_external_data=False" in err.details()
+    assert str(server.coordinator.settings.data_dir) not in err.details() and "/models/" not in err.details()
+
+
 def _now():
     from datetime import datetime, timezone
 
