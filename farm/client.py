@@ -18,6 +18,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from foundation.wire.access import ChannelAccess
 
 _FINAL = {"succeeded", "failed", "cancelled"}
+# Room in a SubmitRequest for its fields beside an ONNX file's bytes (a target is at most 4 KiB).
+_SUBMIT_FIELDS_BYTES = 64 * 1024
 # What gRPC says when DNS knows no such host (a well-formed address naming nothing).
 _NO_SUCH_HOST = re.compile(r"Domain name not found|Name or service not known|NXDOMAIN", re.IGNORECASE)
 
@@ -214,6 +216,7 @@ class CoordinatorClient:
         if looks_like_path(model):
             path = Path(model).expanduser()
             check_onnx_path(path, model)
+            _check_upload_size(path, model)
             content = path.read_bytes()
             request.onnx.CopyFrom(farm_pb2.OnnxModel(
                 file_name=path.name, content=content, sha256=hashlib.sha256(content).hexdigest()))
@@ -268,6 +271,20 @@ class CoordinatorClient:
                 if err.code() != grpc.StatusCode.UNAVAILABLE:
                     raise coordinator_error(err, self.address) from None
                 time.sleep(1.0)  # coordinator restarting: resume after the last event seen
+
+
+def _check_upload_size(path: Path, given: str) -> None:
+    """Refuse an ONNX file larger than a message may carry, before reading it: gRPC would say only
+    "Sent message larger than max". The rest of a SubmitRequest is bounded (request_limits) far
+    below the room left for it."""
+    from foundation.wire import MAX_MESSAGE_BYTES
+
+    limit = MAX_MESSAGE_BYTES - _SUBMIT_FIELDS_BYTES
+    size = path.stat().st_size
+    if size > limit:
+        raise BadInput(f"{given} is {size / 2**20:.1f} MiB; a submit to a coordinator carries at most "
+                       f"{limit / 2**20:.1f} MiB",
+                       "submit it without --coordinator, on a box that can tune it")
 
 
 def coordinator_error(err, address: str) -> FarmError:

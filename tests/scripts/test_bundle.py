@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -118,6 +119,57 @@ def test_bundle_refuses_bad_arguments_before_fetching(small_bundle):
     assert not (small_bundle.parent / "new").exists()
 
 
+def test_bundle_refuses_an_out_it_cannot_write_and_creates_nothing(tmp_path):
+    a_file = tmp_path / "a-file"
+    a_file.write_text("not a folder")
+    for out, expected in [
+        (a_file, f"error: {a_file} is a file, not a folder (give a new or empty folder for the bundle)"),
+        (a_file / "bundle", f"error: cannot write the bundle to {a_file / 'bundle'}: Not a directory "
+                            "(give a new or empty folder this user can write)"),
+        (Path("/proc/farm-bundle/new"), "error: cannot write the bundle to /proc/farm-bundle/new: "),
+    ]:
+        done = run(sys.executable, BUNDLE, out)
+        assert done.returncode == 2, done.stderr
+        assert one_error_line(done).startswith(expected)
+    assert sorted(tmp_path.iterdir()) == [a_file] and a_file.read_text() == "not a folder"
+
+
+@pytest.mark.slow
+def test_a_bundle_that_fails_halfway_leaves_out_as_it_was(tmp_path):
+    """The farm's wheel is built before pip finds no xgboost for a platform that does not exist:
+    neither a new OUT nor an empty one given keeps it."""
+    for out in (tmp_path / "new" / "bundle", tmp_path / "empty"):
+        if out.name == "empty":
+            out.mkdir()
+        done = run(sys.executable, BUNDLE, out, "--platform", "no_such_platform", timeout=600)
+        assert done.returncode == 4, done.stderr
+        assert done.stderr.splitlines()[-1].startswith("error: pip could not download xgboost-cpu")
+    assert [path.name for path in tmp_path.iterdir()] == ["empty"] and not any((tmp_path / "empty").iterdir())
+
+
+@pytest.mark.parametrize("damage, expected", [
+    (lambda m: m.pop("python"), "python is missing or not a string"),
+    (lambda m: m.pop("install"), "install is missing or not a string"),
+    (lambda m: m.pop("total_size"), "total_size is missing or not an integer"),
+    (lambda m: m["files"][1].pop("size"), "files[1].size is missing or not an integer"),
+    (lambda m: m["files"][0].update(file="../a-1.0-py3-none-any.whl"),
+     "files[0].file '../a-1.0-py3-none-any.whl' is not a file name"),
+    (lambda m: m.update(files="all of them"), "files is missing or not a list"),
+], ids=["python", "install", "total_size", "size", "file", "files"])
+def test_verify_and_setup_refuse_a_manifest_missing_a_key(small_bundle, tmp_path, damage, expected):
+    manifest = json.loads((small_bundle / "manifest.json").read_text())
+    damage(manifest)
+    (small_bundle / "manifest.json").write_text(json.dumps(manifest))
+    line = (f"error: {small_bundle / 'manifest.json'} is not a bundle manifest ({expected}; "
+            "write the bundle again)")
+    done = run(sys.executable, BUNDLE, "--verify", small_bundle, "--python", THIS_PYTHON)
+    assert done.returncode == 2 and one_error_line(done) == line
+    venv = tmp_path / "venv"
+    done = run("bash", SETUP, "--offline", small_bundle, env=offline_env(venv))
+    assert done.returncode == 2 and one_error_line(done) == line
+    assert not venv.exists() and done.stdout == ""
+
+
 def test_the_images_lock_pins_a_bundle_whose_platform_takes_its_wheels():
     """The lock was resolved for glibc 2.28 on x86_64: a bundle for that platform or a newer glibc
     is pinned by it; one for an older glibc, another architecture or a Python with no lock is not."""
@@ -141,6 +193,45 @@ def test_setup_offline_installs_into_a_venv_without_pip(tmp_path):
     assert done.stdout.strip() == f"scripts/setup: installed farmprobe==1.0 from {bundle} into {venv}, offline"
     probe = run(venv / "bin" / "python", "-c", "import farmprobe; print(farmprobe.HELLO)", cwd=tmp_path)
     assert probe.stdout.strip() == "installed offline", probe.stderr
+
+
+def fresh_checkout(root: Path) -> Path:
+    """The checkout's files (as scripts/bundle lists them) in a new git repository with no .venv:
+    what a user has who cloned the farm and runs scripts/bundle with the Python they have."""
+    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=REPO,
+                            capture_output=True, check=True, timeout=60)
+    for name in filter(None, listed.stdout.decode().split("\0")):
+        if (REPO / name).is_file():
+            (root / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(REPO / name, root / name)
+    subprocess.run(["git", "init", "-q", str(root)], check=True, timeout=60)
+    subprocess.run(["git", "add", "-A"], cwd=root, check=True, timeout=60)
+    return root
+
+
+@pytest.mark.slow
+def test_a_stock_python_builds_the_bundles_own_wheels(tmp_path):
+    """Debian's /usr/bin/python3 has setuptools 66, older than the farm's build asks for: the
+    wheels scripts/bundle makes itself still build, in pip's isolated build environment
+    (which fetches setuptools from the index)."""
+    stock = "/usr/bin/python3"
+    if not os.access(stock, os.X_OK):
+        pytest.skip(f"no distribution Python at {stock}")
+    checkout = fresh_checkout(tmp_path / "checkout")
+    out, scratch = tmp_path / "out", tmp_path / "scratch"
+    out.mkdir()
+    scratch.mkdir()
+    steps = ("import sys; from pathlib import Path\n"
+             "from importlib.machinery import SourceFileLoader\n"
+             "bundle = SourceFileLoader('bundle', sys.argv[1]).load_module()\n"
+             "out, scratch = Path(sys.argv[2]), Path(sys.argv[3])\n"
+             "print(bundle._build_farm_wheel(out, scratch).name)\n"
+             "print(bundle._build_xgboost_shim(out, scratch, '3.2.0').name)\n")
+    done = run(stock, "-c", steps, checkout / "scripts" / "bundle", out, scratch, timeout=600, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    farm_wheel, shim = done.stdout.split()
+    assert farm_wheel.startswith("tvm_farm-0.1.0-") and shim.startswith("xgboost-3.2.0+cpu-")
+    assert sorted(path.name for path in out.iterdir()) == sorted([farm_wheel, shim])
 
 
 @pytest.mark.slow

@@ -231,6 +231,24 @@ def test_what_a_coordinator_does_not_have_is_one_line_with_one_hint(home, tmp_pa
         server.stop(grace=1)
 
 
+def test_an_onnx_file_too_large_to_send_is_refused_before_it_is_read(home, tmp_path):
+    """gRPC's own "Sent message larger than max" was all a user learnt, after the file was read."""
+    from coordinator.server import serve
+    from foundation.wire import MAX_MESSAGE_BYTES
+
+    big = tmp_path / "big.onnx"
+    with big.open("wb") as sparse:  # no disk used: only its size is looked at
+        sparse.truncate(MAX_MESSAGE_BYTES + 1)
+    server = serve(listen="127.0.0.1:0", registry_url=f"sqlite:///{tmp_path / 'registry.db'}",
+                   tracker="127.0.0.1:9190", data_dir=tmp_path / "coordinator")
+    try:
+        proc = farm(home, "submit", str(big), "llvm", "1", "--coordinator", server.address, "--no-wait")
+        assert proc.returncode == 2, proc.stderr
+        assert_refused(proc, "big.onnx is 256.0 MiB", "at most 255.9 MiB", "without --coordinator")
+    finally:
+        server.stop(grace=1)
+
+
 @pytest.mark.parametrize("args", [["models"], ["fingerprint"], ["fingerprint", "--json"]], ids=" ".join)
 def test_a_reader_that_closed_stdout_ends_the_command_with_141_not_the_failed_jobs_1(farm_exe, home, args):
     """`farm ... | head -1`: the reader's choice, not a failure; typer and rich ended it with 1."""
