@@ -277,6 +277,9 @@ def _verified_hit(ctx: FarmContext, key: ModelKey, request: SubmitRequest, layou
         if request.retune:
             return lookup.artifact if lookup.artifact.job_id == waited_for else None
         if not scope.is_own(ctx.fingerprint.id):
+            # The job answered here is this box's: its fingerprint may be new to the registry.
+            fp = ctx.fingerprint
+            ctx.store.upsert_fingerprint(fp.id, fp.kind, fp.summary, fp.details)
             tell("compatible", f"answered by the library tuned on {scope.fingerprint_id}, this CPU at another size "
                                f"(`farm run` times it here; `--retune` tunes one for {ctx.fingerprint.id})")
         return lookup.artifact

@@ -215,6 +215,7 @@ def run(
     from farm.api import load
     from farm.cli.units import duration, milliseconds
     from farm.embedded import artifact_json
+    from foundation.runtime.npy_input import open_npy
     from foundation.runtime.threads import parse_threads
 
     _check_numbers({"--runs": (runs, limits.VALIDATION_RUNS),
@@ -228,12 +229,15 @@ def run(
         raise NotFound(f"no such input file: {input_path}", "pass a .npy file written by numpy.save")
     if output_path is not None:
         _check_output_path(output_path)
-    given = [_read_input(input_path)] if input_path else None  # a bad file is refused before the load
+    # A bad file is refused before the load; its data is read once its header fits the model.
+    given = open_npy(input_path, f"--input {input_path}") if input_path else None
     begin = time.perf_counter()
     deployed = load(model, target, batch, registry=registry, seed=seed, weights_layout=weights_layout,
                     threads=parse_threads(threads), fingerprint=fingerprint)
     loaded_s = time.perf_counter() - begin
-    inputs = given or deployed.example_inputs(seed)
+    if given is not None:
+        deployed.check_inputs([given])
+    inputs = [given.read()] if given is not None else deployed.example_inputs(seed)
     first = time.perf_counter()
     outputs = deployed(*inputs)
     first_s = time.perf_counter() - first
@@ -290,22 +294,6 @@ def _check_output_path(path: Path) -> None:
         raise BadInput(f"cannot write --output {path}: {parent} is not writable", "choose another directory")
 
 
-def _read_input(path: Path):
-    import numpy as np
-
-    fix = "pass a .npy file written by numpy.save"
-    try:
-        with path.open("rb") as file:
-            if file.read(len(np.lib.format.MAGIC_PREFIX)) != np.lib.format.MAGIC_PREFIX:
-                raise BadInput(f"--input {path} is not a .npy file (it does not start as numpy.save writes one)", fix)
-        return np.load(path, allow_pickle=False)
-    except OSError as err:
-        raise path_error(err, path, doing="read --input") from None
-    except ValueError as err:  # a damaged header, an object array: numpy's first line says which
-        reason = str(err).strip().splitlines()[0][:200] if str(err).strip() else type(err).__name__
-        raise BadInput(f"cannot read --input {path}: {reason}", fix) from None
-
-
 def _write_outputs(path: Path, outputs) -> None:
     import numpy as np
 
@@ -339,6 +327,8 @@ def _print_submit(result) -> None:
     if result.layout_choice:
         console.print(f"             {result.layout_choice.why}")
     console.print(f"fingerprint  {result.fingerprint}")
+    if result.artifact is not None and result.artifact.fingerprint_id != result.fingerprint:
+        console.print(f"tuned on     {result.artifact.fingerprint_id}, this CPU at another size")
     if result.reuse:
         console.print(f"reuse        {result.reuse.describe()}")
     if result.report:
