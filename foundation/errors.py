@@ -124,16 +124,39 @@ _PATH_FIXES = {
     errno.EROFS: "that file system is read-only: choose a path on a writable one",
     errno.EISDIR: "give a file there, not a directory",
     errno.ENOTDIR: "a part of the path is a file, not a directory: check the path",
-    errno.ENOSPC: "the disk is full: free some space or choose another disk",
-    errno.EDQUOT: "the disk quota is used up: free some space or choose another disk",
     errno.ENAMETOOLONG: "choose a shorter path",
     errno.EEXIST: "remove it or choose another path",
 }
 
 
+# What the user can do when the box, not the input, ran out of something, by errno.
+DISK_FULL_FIX = "the disk is full: free some space or choose another disk; nothing was half-written"
+_RESOURCE_FIXES = {
+    errno.ENOSPC: DISK_FULL_FIX,
+    errno.EDQUOT: "the disk quota is used up: free some space or choose another disk; nothing was half-written",
+    errno.EMFILE: "the open-file limit of this process was reached: raise it (`ulimit -n`, 1024 or more) and retry",
+    errno.ENFILE: "the system's open-file limit was reached: close other programs or raise fs.file-max, and retry",
+    errno.EAGAIN: "the process limit of this user was reached: raise it (`ulimit -u`) or end other processes, "
+                  "and retry",
+}
+
+
+def out_of_resources(err: BaseException) -> OutOfResources | None:
+    """The box ran out of disk, open files or processes, as the error the user sees; None for any
+    other error. Python says a thread that could not start only in words ("can't start new thread")."""
+    if isinstance(err, OSError) and err.errno in _RESOURCE_FIXES:
+        what = f" {err.filename}" if err.filename is not None else ""
+        return OutOfResources(f"out of resources{what}: {err.strerror or type(err).__name__}",
+                              _RESOURCE_FIXES[err.errno])
+    if isinstance(err, RuntimeError) and "can't start new thread" in str(err):
+        return OutOfResources(f"out of resources: {err}", _RESOURCE_FIXES[errno.EAGAIN])
+    return None
+
+
 def path_error(err: OSError, path: str | os.PathLike[str] | None = None, *, doing: str = "use") -> FarmError:
     """An OS error on a path the user gave, as the error they see: the path, what the OS said,
-    and what to do; exit 3 (NotFound) when the path or its directory does not exist, else 2.
+    and what to do; exit 3 (NotFound) when the path or its directory does not exist, 6
+    (OutOfResources) when the disk is full or open files ran out, else 2.
 
     ``doing`` says what the command was doing with it ("read", "write", "create the directory").
     The one mapping of such errors: commands use it where they touch the path, and the CLI's
@@ -142,6 +165,8 @@ def path_error(err: OSError, path: str | os.PathLike[str] | None = None, *, doin
     path = path if path is not None else err.filename
     reason = err.strerror or type(err).__name__
     problem = f"cannot {doing} {path}: {reason}"
+    if err.errno in _RESOURCE_FIXES:
+        return OutOfResources(problem, _RESOURCE_FIXES[err.errno])
     if err.errno == errno.ENOENT:
         parent = os.path.dirname(os.path.abspath(os.fspath(path))) if path is not None else None
         if parent is None or not os.path.isdir(parent) or doing.startswith("read"):

@@ -2,10 +2,11 @@
 
 Whatever goes wrong, a command ends with one line on stderr, `error: <what> (<what to do>)`,
 and an exit code of foundation.errors (1 job failed, 2 bad input, 3 not found, 4 unreachable,
-5 timed out, 70 internal error, 130/143 interrupted; 141, silently, for a closed stdout); with --json it also prints
-`{"error": ..., "hint": ..., "exit_code": ...}` on stdout, so a script reading stdout always
-gets a document. click's own usage errors are bad input like any other. A daemon that logs JSON
-lines (`--log-format json`) writes that line as one more JSON record, at level error.
+5 timed out, 6 out of resources, 70 internal error, 130/143 interrupted; 141, silently, for a closed
+stdout); with --json it also prints `{"error": ..., "hint": ..., "exit_code": ...}` on stdout, so a
+script reading stdout always gets a document. click's own usage errors are bad input like any other.
+A daemon that logs JSON lines (`--log-format json`) writes that line as one more JSON record, at level
+error.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from typer.utils import parse_boolean_env_var
 
 from farm.cli import agent_cmd, cluster, coordinator_cmd, info, registry, report_cmd, submit
 from farm.cli.output import write_error
-from foundation.errors import EXIT_INTERNAL, BadInput, FarmError, Interrupted, path_error
+from foundation.errors import EXIT_INTERNAL, BadInput, FarmError, Interrupted, out_of_resources, path_error
 from foundation.processes.heap import tune_collector
 
 # rich_markup_mode=None: typer's rich help and usage errors import rich.markdown and pygments,
@@ -119,9 +120,16 @@ def main() -> None:
 
 
 def _raise_or_fail(err: Exception, json_output: bool) -> None:
-    """An unexpected error: its traceback with FARM_DEBUG set, else one line and exit 70."""
+    """An unexpected error: its traceback with FARM_DEBUG set, else one line and exit 70; the box
+    out of disk, open files or processes (exit 6), wherever it was met, is no bug."""
     if os.environ.get(DEBUG_ENV):
         raise err
+    cause: BaseException | None = err
+    while cause is not None:
+        resources = out_of_resources(cause)
+        if resources is not None:
+            _fail(resources, json_output)
+        cause = cause.__cause__ or cause.__context__
     _fail(_internal(err), json_output, EXIT_INTERNAL)
 
 

@@ -239,6 +239,12 @@ def tune(
                 # A task whose plan is spent is ended, never picked again.
                 task_scheduler=joined_gradient(history, cancelled, seed, list(search_plan)),
             )
+    except Exception as err:
+        # TVM hands the database's own error back as a RuntimeError of its text (registry_database).
+        kept = getattr(database, "farm_error", None)
+        if kept is None or kept is err or str(kept) not in str(err):
+            raise
+        raise kept from err
     finally:
         pools.live = None
         logging.getLogger(_MS_LOGGER).removeHandler(picks)

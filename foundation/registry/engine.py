@@ -11,7 +11,7 @@ from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, IntegrityError, OperationalError, SQLAlchemyError
 from sqlalchemy.pool import StaticPool
 
-from foundation.errors import BadInput, NotFound, RegistryError
+from foundation.errors import BadInput, NotFound, OutOfResources, RegistryError
 
 URL_FIX = (
     "check --registry / FARM_REGISTRY: sqlite:///path/to/registry.db or postgresql://user@host/db"
@@ -30,6 +30,14 @@ class BadRegistryURL(RegistryError, BadInput):
     """A registry URL that cannot be used at all (malformed, or of a kind the farm does not speak)."""
 
     exit_code = BadInput.exit_code
+
+
+class RegistryFull(RegistryError, OutOfResources):
+    """The registry's disk (or quota) is full: the write was rolled back, nothing was half-written."""
+
+    exit_code = OutOfResources.exit_code
+
+
 # PostgreSQL clients wait for the OS TCP timeout (minutes) on a black-holed host otherwise.
 CONNECT_TIMEOUT_SEC = 5
 SQLITE_BUSY_TIMEOUT_MS = 30000
@@ -195,9 +203,28 @@ def short_reason(exc: BaseException) -> str:
     return line.removeprefix("connection failed: ")
 
 
+# SQLite's SQLITE_FULL; PostgreSQL's disk_full (class 53, insufficient resources).
+_SQLITE_FULL = 13
+_POSTGRES_DISK_FULL = "53100"
+
+
+def disk_full(exc: BaseException) -> bool:
+    """Whether the database refused a write because its disk (or quota) is full."""
+    orig = getattr(exc, "orig", None) or exc
+    if getattr(orig, "sqlite_errorcode", None) == _SQLITE_FULL:
+        return True
+    if getattr(orig, "sqlstate", None) == _POSTGRES_DISK_FULL:
+        return True
+    return "database or disk is full" in str(orig) or "No space left on device" in str(orig)
+
+
 def registry_error(exc: SQLAlchemyError, url: str) -> RegistryError:
     """Turn a database exception into the one-line error a user can act on."""
     reason = short_reason(exc)
+    if disk_full(exc):
+        return RegistryFull(f"the registry at {url} cannot be written, its disk is full: {reason}",
+                            "free some space on the disk that holds it, or point --registry / FARM_REGISTRY "
+                            "elsewhere; its write was rolled back, nothing was half-written")
     if isinstance(exc, IntegrityError):
         return RegistryError(
             f"the registry at {url} refused a write: {reason}",

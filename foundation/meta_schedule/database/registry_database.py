@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 import json
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
 
 import tvm
 import tvm_ffi
@@ -13,6 +14,7 @@ from tvm.ir.utils import derived_object
 from tvm.s_tir.meta_schedule.database import PyDatabase, TuningRecord, Workload
 from tvm.target import Target
 
+from foundation.errors import FarmError
 from foundation.meta_schedule.database.record_to_json import tuning_record_json
 from foundation.registry.entities import NewRecord, StoredRecord
 from foundation.registry.reported_records import canonical_json, new_record_from
@@ -20,6 +22,25 @@ from foundation.registry.store import RegistryStore
 
 # Records are written in batches of this many; a killed agent loses at most one batch.
 DEFAULT_FLUSH_EVERY = 16
+
+_Method = TypeVar("_Method", bound=Callable[..., Any])
+
+
+def _keeps_farm_error(method: _Method) -> _Method:
+    """A method MetaSchedule calls through TVM, which hands an exception raised in it back to the
+    caller of ``ms.tune_tasks`` as a RuntimeError of its text alone: the farm's own error (a full
+    registry disk is exit 6, not an internal error) is kept in ``farm_error`` for the tuner to
+    raise again (foundation.meta_schedule.tuner)."""
+
+    @functools.wraps(method)
+    def keeping(self, *args: Any) -> Any:
+        try:
+            return method(self, *args)
+        except FarmError as err:
+            self.farm_error = err
+            raise
+
+    return keeping  # type: ignore[return-value]
 
 
 def canonical_target_json(target: Target | Mapping[str, Any] | str) -> str:
@@ -89,6 +110,8 @@ class RegistryDatabase(PyDatabase):
         self._by_shash: dict[str, list[tuple[int, Workload]]] = {}
         self._by_id: dict[int, Workload] = {}
         self._tuning_records: dict[int, TuningRecord] = {}
+        # The last FarmError a method raised into TVM (`_keeps_farm_error`).
+        self.farm_error: FarmError | None = None
 
     # -- workloads -------------------------------------------------------------------
 
@@ -131,9 +154,11 @@ class RegistryDatabase(PyDatabase):
             candidates.append((workload_id, self._by_id[workload_id]))
         return workload_id
 
+    @_keeps_farm_error
     def has_workload(self, mod: IRModule) -> bool:
         return bool(self._matching_ids(mod))
 
+    @_keeps_farm_error
     def commit_workload(self, mod: IRModule) -> Workload:
         ids = self._matching_ids(mod)
         if ids:
@@ -143,6 +168,7 @@ class RegistryDatabase(PyDatabase):
 
     # -- records ---------------------------------------------------------------------
 
+    @_keeps_farm_error
     def commit_tuning_record(self, record: TuningRecord) -> None:
         self._pending.append(
             new_record_from(
@@ -198,6 +224,7 @@ class RegistryDatabase(PyDatabase):
             self._tuning_records[stored.id] = record
         return record
 
+    @_keeps_farm_error
     def get_top_k(self, workload: Workload, top_k: int) -> list[TuningRecord]:
         if top_k < 0:
             raise ValueError("top_k must be non-negative")
@@ -210,6 +237,7 @@ class RegistryDatabase(PyDatabase):
         )
         return [self._tuning_record(s) for s in stored]
 
+    @_keeps_farm_error
     def get_all_tuning_records(self) -> list[TuningRecord]:
         self.flush()
         stored = self.store.records.all_records(
@@ -232,6 +260,7 @@ class RegistryDatabase(PyDatabase):
         counts = self.store.records.measured_counts(ids, self.fingerprint_id, self.target_json, self.tvm_version)
         return sum(counts.values())
 
+    @_keeps_farm_error
     def __len__(self) -> int:
         self.flush()
         return self.store.records.count_records(
