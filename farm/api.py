@@ -40,7 +40,7 @@ class DeployedModel:
     def __call__(self, *inputs: np.ndarray) -> list[np.ndarray]:
         if len(inputs) == 1 and isinstance(inputs[0], (list, tuple)):
             inputs = tuple(inputs[0])
-        self._check_inputs(inputs)
+        self.check_inputs(inputs)
         return self.library(inputs)
 
     @property
@@ -58,10 +58,12 @@ class DeployedModel:
 
         limits.check_number("runs", runs, limits.VALIDATION_RUNS)
         limits.check_number("warmup", warmup, limits.WARMUP_RUNS)
-        self._check_inputs(inputs)
+        self.check_inputs(inputs)
         return self.library.time(inputs, runs=runs, warmup=warmup)
 
-    def _check_inputs(self, inputs: Sequence[np.ndarray]) -> None:
+    def check_inputs(self, inputs: Sequence[np.ndarray]) -> None:
+        """FarmError unless each input has the shape and dtype the model takes; anything with a
+        ``shape`` and a ``dtype`` (a .npy file's header) is checked as an array would be."""
         specs = self.model.inputs
         if len(inputs) != len(specs):
             raise FarmError(f"{self.key.name} takes {len(specs)} input(s), got {len(inputs)}",

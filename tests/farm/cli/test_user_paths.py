@@ -125,6 +125,21 @@ def test_bad_files_say_what_they_are(farm, tmp_path):
     assert not farm.home.exists() or not (farm.home / "registry.db").exists(), "a bad file created a registry"
 
 
+def test_an_npy_header_is_checked_against_the_file_before_the_array_is_read(farm, tmp_path):
+    from numpy.lib import format as npy_format
+
+    with (tmp_path / "huge.npy").open("wb") as file:  # 4 TB claimed, 64 bytes held
+        npy_format.write_array_header_1_0(file, {"descr": "<f4", "fortran_order": False, "shape": (10**6, 10**6)})
+        file.write(b"\0" * 64)
+    refused(farm("run", "mlp-tiny", "llvm", "1", "--input", str(tmp_path / "huge.npy")), 2,
+            "huge.npy is damaged: its header says float32[1000000, 1000000], 4,000,000,000,000 bytes, "
+            "but the file holds 64 bytes of data")
+    (tmp_path / "bad.npy").write_bytes(npy_format.MAGIC_PREFIX + b"\x01\x00\x10\x00{'descr': nonsense")
+    refused(farm("run", "mlp-tiny", "llvm", "1", "--input", str(tmp_path / "bad.npy")), 2,
+            "cannot read --input", "its header is damaged")
+    assert not farm.home.exists() or not (farm.home / "registry.db").exists(), "a bad file created a registry"
+
+
 def test_invalid_target_attributes_are_refused_at_parse(farm):
     line = refused(farm("submit", "mlp-tiny", '{"kind":"llvm","mcpu":"znver4","num-cores":-4}', "1"), 2,
                    "target attribute num-cores must be an integer from 1 to 4096, got -4")
