@@ -101,8 +101,8 @@ def coordinator(
     configure_logging(log_format, log_level, sys.stderr)
     # The daemon's stderr is its log: every line a record, in the one text layout or JSON.
     log = logging.getLogger("farm.coordinator")
-    for warning in open_port_warnings(access.token, tracker=None if tracker else tracker_listen,
-                                      metrics=metrics_listen):
+    warnings = open_port_warnings(access.token, tracker=None if tracker else tracker_listen, metrics=metrics_listen)
+    for warning in [*warnings, *filter(None, [access.expiry_warning])]:
         log.warning(warning.removeprefix("warning: ").rstrip())
     server = serve(listen, registry, tracker, tracker_listen=tracker_listen,
                    heartbeat_interval=heartbeat_interval, lease_ttl=lease_ttl, max_attempts=max_attempts,

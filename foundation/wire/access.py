@@ -23,7 +23,9 @@ from pathlib import Path
 
 import grpc
 
+from foundation.clock import utc_now
 from foundation.errors import BadInput, FarmError, path_error
+from foundation.wire.certificates import PemFile, check_ca, check_pair, expiry_warning
 
 TOKEN_METADATA_KEY = "authorization"
 TOKEN_SCHEME = "Bearer "
@@ -88,18 +90,18 @@ def _checked_token(text: str, source: str) -> str:
     return token
 
 
-def read_pem(path: Path | str | None, option: str, what: str) -> bytes | None:
+def read_pem(path: Path | str | None, option: str, what: str) -> PemFile | None:
     if not path:
         return None
     path = Path(path).expanduser()
     data = _read_small_file(path, option, what, PEM_MAX_BYTES)
     if b"-----BEGIN " not in data:
         raise FarmError(f"the {what} {path} is not a PEM file", "give the PEM-encoded file (-----BEGIN ...)")
-    return data
+    return PemFile(option, path, data)
 
 
-def read_certificate(cert_path, key_path) -> tuple[bytes | None, bytes | None]:
-    """A certificate and its key (PEM), both or neither."""
+def read_certificate(cert_path, key_path) -> tuple[PemFile | None, PemFile | None]:
+    """A certificate and its key (PEM), both or neither; what they hold is checked by the caller."""
     cert, key = read_pem(cert_path, "--tls-cert", "TLS certificate"), read_pem(key_path, "--tls-key", "TLS key")
     if (cert is None) != (key is None):
         raise FarmError("a TLS certificate needs its key, and a key its certificate",
@@ -123,13 +125,16 @@ def is_loopback(listen: str) -> bool:
 @dataclass(frozen=True)
 class ChannelAccess:
     """What a caller presents: the token, and for TLS the CA it trusts (None: the system's)
-    and, for mutual TLS, its own certificate and key (PEM bytes)."""
+    and, for mutual TLS, its own certificate and key (PEM bytes, and the files they came from,
+    which foundation.wire.handshake presents again to learn why a handshake failed)."""
 
     token: str | None = None
     tls: bool = False
     ca: bytes | None = None
     cert: bytes | None = None
     key: bytes | None = None
+    cert_file: Path | None = None
+    key_file: Path | None = None
 
     @classmethod
     def from_files(cls, token_file=None, tls_ca=None, tls_cert=None, tls_key=None,
@@ -137,7 +142,13 @@ class ChannelAccess:
         """From the options every command that calls a coordinator takes. Any TLS file means TLS."""
         cert, key = read_certificate(tls_cert, tls_key)
         ca = read_pem(tls_ca, "--tls-ca", "TLS CA certificate")
-        return cls(read_token(token_file, environ), tls=bool(ca or cert), ca=ca, cert=cert, key=key)
+        if ca is not None:
+            check_ca(ca, "the coordinator's")
+        if cert is not None:
+            check_pair(cert, key, utc_now())  # the coordinator would refuse an expired one, saying nothing
+        return cls(read_token(token_file, environ), tls=bool(ca or cert), ca=ca and ca.data,
+                   cert=cert and cert.data, key=key and key.data, cert_file=cert and cert.path,
+                   key_file=key and key.path)
 
 
 def open_channel(address: str, access: ChannelAccess | None = None, options=None) -> grpc.Channel:
@@ -199,16 +210,28 @@ class ServerAccess:
     cert: bytes | None = None
     key: bytes | None = None
     client_ca: bytes | None = None
+    # A line for the log at start when the certificate ends soon (certificates.EXPIRY_WARNING).
+    expiry_warning: str | None = None
 
     @classmethod
     def from_files(cls, token_file=None, tls_cert=None, tls_key=None, tls_client_ca=None,
                    environ: Mapping[str, str] = os.environ) -> "ServerAccess":
+        """Refuses (exit 2) files that are not what their option takes, a key that is not the
+        certificate's, and a certificate out of its dates: gRPC would log its own lines and
+        fail, or serve a certificate every caller refuses."""
         cert, key = read_certificate(tls_cert, tls_key)
         client_ca = read_pem(tls_client_ca, "--tls-client-ca", "client CA certificate")
         if client_ca is not None and cert is None:
             raise FarmError("--tls-client-ca asks for mutual TLS, which needs TLS",
                             "give the coordinator's --tls-cert and --tls-key too")
-        return cls(read_token(token_file, environ), cert, key, client_ca)
+        warning = None
+        if cert is not None:
+            now = utc_now()
+            warning = expiry_warning(check_pair(cert, key, now), cert, now)
+        if client_ca is not None:
+            check_ca(client_ca, "callers'")
+        return cls(read_token(token_file, environ), cert and cert.data, key and key.data,
+                   client_ca and client_ca.data, warning)
 
     @property
     def tls(self) -> bool:

@@ -10,6 +10,8 @@ import pytest
 from foundation.errors import FarmError
 from foundation.wire.access import ChannelAccess, ServerAccess, is_loopback, read_token
 
+from support.certificates import CertificateAuthority
+
 
 def test_token_from_file_or_environment(tmp_path):
     path = tmp_path / "token"
@@ -105,9 +107,9 @@ def test_a_file_larger_than_its_kind_can_be_is_refused(tmp_path, option, limit):
 
 
 def test_a_large_ca_bundle_is_read(tmp_path):
-    block = "-----BEGIN CERTIFICATE-----\n" + "M" * 1500 + "\n-----END CERTIFICATE-----\n"
+    block = CertificateAuthority(tmp_path / "pki").cert.read_text()
     bundle = tmp_path / "bundle.pem"
-    bundle.write_text(block * 400)  # some 600 KiB, as big as system CA bundles come
+    bundle.write_text(block * (600_000 // len(block)))  # some 600 KiB, as big as system CA bundles come
     assert ChannelAccess.from_files(tls_ca=bundle, environ={}).ca == bundle.read_bytes()
 
 
@@ -139,7 +141,10 @@ def test_tls_files_must_come_in_pairs(tmp_path):
     not_pem.write_bytes(b"\x30\x82")
     with pytest.raises(FarmError, match="is not a PEM file"):
         ChannelAccess.from_files(tls_ca=not_pem, environ={})
-    assert ChannelAccess.from_files(tls_ca=pem, environ={}).tls
+    with pytest.raises(FarmError, match="holds a certificate that cannot be read") as damaged:
+        ChannelAccess.from_files(tls_ca=pem, environ={})
+    assert damaged.value.exit_code == 2
+    assert ChannelAccess.from_files(tls_ca=CertificateAuthority(tmp_path / "pki").cert, environ={}).tls
     assert not ChannelAccess.from_files(environ={"FARM_TOKEN": "t"}).tls
 
 
