@@ -117,6 +117,19 @@ class Interrupted(FarmError):
         return 128 + self.signum
 
 
+# The most of a value a message quotes: an id a user pasted (or a script built) may be any length.
+QUOTED_CHARS = 80
+
+
+def quoted(value: object) -> str:
+    """A value as a message quotes it (its repr), cut to its first characters and its length when
+    it is longer than QUOTED_CHARS: one line a person can read, whatever was sent."""
+    text = str(value)
+    if len(text) <= QUOTED_CHARS:
+        return repr(text)
+    return f"{text[:QUOTED_CHARS - 20]!r}... ({len(text):,} characters)"
+
+
 # What the user can do about an OS error on a path they gave, by errno.
 _PATH_FIXES = {
     errno.EACCES: "check the permissions of the path and its directory, or choose another path",

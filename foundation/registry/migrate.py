@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sqlalchemy import Connection, Engine, inspect, text
 from sqlalchemy.exc import SQLAlchemyError
 
-from foundation.errors import RegistryError
+from foundation.errors import RegistryError, quoted
 
 from .engine import (
     CREATE_FIX,
@@ -77,9 +78,14 @@ def plain_head_revision() -> str | None:
 
 
 def current_revision(connection: Connection) -> str | None:
+    """The schema revision the registry records, None for none; RegistryError where the version
+    table records several (the farm's migrations are one chain: a manual migration went wrong)."""
     from alembic.runtime.migration import MigrationContext
 
-    return MigrationContext.configure(connection).get_current_revision()
+    revisions = MigrationContext.configure(connection).get_current_heads()
+    if len(revisions) > 1:
+        raise several_revisions(masked(connection.engine.url), revisions)
+    return revisions[0] if revisions else None
 
 
 def _recorded_revision(connection: Connection, tables: set[str]) -> str | None:
@@ -131,6 +137,17 @@ def foreign_database(url: str, tables: set[str]) -> RegistryError:
     return RegistryError(
         f"the database at {url} is not a farm registry: it holds other tables ({shown}); it was left untouched",
         "point --registry at a farm registry, or at an empty database to create one",
+    )
+
+
+def several_revisions(url: str, revisions: Sequence[str]) -> RegistryError:
+    shown = sorted(quoted(r) for r in revisions)
+    count = {2: "two", 3: "three"}.get(len(shown), str(len(shown)))
+    return RegistryError(
+        f"the registry at {url} records {count} schema versions: {', '.join(shown[:-1])} and {shown[-1]} "
+        f"(its {_VERSION_TABLE} table must hold one row)",
+        f"keep the row of the revision its tables are at: `DELETE FROM {_VERSION_TABLE} WHERE version_num = "
+        f"'<the other>'`, then run `farm registry upgrade --registry {url}`",
     )
 
 

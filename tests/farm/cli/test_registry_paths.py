@@ -61,3 +61,19 @@ def test_registry_init_creates_a_registry_readers_then_use(tmp_path):
     assert listed.returncode == 0 and json.loads(listed.stdout)["counts"]["jobs"] == 0
     jobs = run_farm_inprocess("jobs", "--registry", url, "--json", home=tmp_path / "home")
     assert jobs.returncode == 0 and json.loads(jobs.stdout) == []
+
+
+@pytest.mark.parametrize("command", [["registry", "upgrade"], ["jobs"], ["registry", "ls"],
+                                     ["submit", "mlp-tiny", "llvm", "1"]], ids=lambda c: " ".join(c[:2]))
+def test_a_registry_recording_two_schema_versions_names_them_and_how_to_fix_it(tmp_path, command):
+    url = f"sqlite:///{tmp_path / 'registry.db'}"
+    assert run_farm_inprocess("registry", "init", "--registry", url, home=tmp_path / "home").returncode == 0
+    with sqlite3.connect(tmp_path / "registry.db") as db:  # a manual migration gone wrong
+        (head,) = db.execute("SELECT version_num FROM alembic_version").fetchone()
+        db.execute("INSERT INTO alembic_version VALUES ('0005_prepack')")
+    db.close()
+    proc = run_farm_inprocess(*command, "--registry", url, home=tmp_path / "home")
+    line = one_error_line(proc.stderr)
+    assert proc.returncode == 4, proc.stderr
+    assert f"records two schema versions: '0005_prepack' and '{head}'" in line, line
+    assert "DELETE FROM alembic_version WHERE version_num" in line and "internal error" not in line
