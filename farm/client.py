@@ -18,6 +18,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from foundation.wire.access import ChannelAccess
 
 _FINAL = {"succeeded", "failed", "cancelled"}
+# The longest one WatchJob stream is asked to last when the watch has a deadline.
+_LONGEST_STREAM_S = 3600.0
 # Room in a SubmitRequest for its fields beside an ONNX file's bytes (a target is at most 4 KiB).
 _SUBMIT_FIELDS_BYTES = 64 * 1024
 # What gRPC says when DNS knows no such host (a well-formed address naming nothing).
@@ -260,14 +262,17 @@ class CoordinatorClient:
             if remaining is not None and remaining <= 0:
                 return
             try:
+                # A far deadline overflows gRPC's (the stream ended at once): one stream
+                # waits at most _LONGEST_STREAM_S, and the next resumes after it.
                 for event in self.stub.WatchJob(farm_pb2.WatchJobRequest(job_id=job_id, after_sequence=after),
-                                                timeout=remaining):
+                                                timeout=None if remaining is None else
+                                                min(remaining, _LONGEST_STREAM_S)):
                     after = max(after, event.sequence)
                     yield event
                 return  # the server ends the stream when the job is final
             except grpc.RpcError as err:
                 if err.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
-                    return
+                    continue  # this stream's time is up; the deadline's is told above
                 if err.code() != grpc.StatusCode.UNAVAILABLE:
                     raise coordinator_error(err, self.address) from None
                 time.sleep(1.0)  # coordinator restarting: resume after the last event seen
