@@ -34,6 +34,9 @@ SHARD_RETRIES = Counter("farm_shard_retries", "Shards re-queued for another atte
                         registry=REGISTRY)
 RECORDS_INGESTED = Counter("farm_records_ingested", "Measured records agents reported that the registry kept.",
                            ["fingerprint"], registry=REGISTRY)
+RECORDS_REFUSED = Counter("farm_records_refused", "Reported records refused, never stored: a trace that does not "
+                          "replay on its task, times no call could take, a record too large.", ["fingerprint"],
+                          registry=REGISTRY)
 REGISTRY_LOOKUPS = Counter("farm_registry_lookups", "Submissions answered from the registry (hit) or not (miss).",
                            ["result"], registry=REGISTRY)
 ARTIFACTS_COMMITTED = Counter("farm_artifacts_committed", "Validated libraries committed to the registry.",
@@ -98,6 +101,10 @@ def report_committed(report: "UnreadReport", result: "RecordReport") -> None:
     if result.accepted:
         RECORDS_INGESTED.labels(report.fingerprint_id).inc(result.stored)
         _RATES.note(report.agent_id, report.trials)
+
+
+def records_refused(fingerprint_id: str, count: int) -> None:
+    RECORDS_REFUSED.labels(fingerprint_id).inc(count)
 
 
 def trials_per_second(agent_id: str) -> float:

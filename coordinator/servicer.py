@@ -363,6 +363,8 @@ class FarmAgentServicer(farm_pb2_grpc.FarmAgentServicer):
         if isinstance(prepared, RecordReport):
             result = prepared
         else:
+            if prepared.report.records:  # traces replayed: off the loop
+                prepared = await _in_pool(self._executor, self.reports.checked, prepared)
             committed = await _committed(self.reports.enqueue_report(prepared))
             # A group's reports are answered together: a few per pass of the loop, so that
             # calls arriving meanwhile (heartbeats) do not wait behind the whole group.
@@ -372,6 +374,9 @@ class FarmAgentServicer(farm_pb2_grpc.FarmAgentServicer):
             result = self.reports.finish_report(prepared, committed)
         reply = farm_pb2.ReportRecordsResponse(accepted=result.accepted, reason=result.reason or "",
                                                stored=result.stored, duplicates=result.duplicates)
+        if result.accepted and not isinstance(prepared, RecordReport) and prepared.refused:
+            reply.refused = len(prepared.refused)
+            reply.refused_reason = prepared.refused[0][:2000]
         if result.accepted:
             size = self.report_sizing.offer()
             reply.records_per_report = size.records

@@ -1,18 +1,22 @@
 """The coordinator's calls on records reported under shard leases: checked here, committed in groups.
 
 A report is checked against its job from memory where it can be (`prepare_cached_report`, on
-the server's event loop), queued for the next group commit with its records still as text
+the server's event loop), its records against the job's tasks in the thread pool (`checked`,
+coordinator.calls.record_checks), queued for the next group commit with its records still as text
 (coordinator.fleet.report_ingest), and answered once its group is committed.
 """
 
 from __future__ import annotations
 
+import json
+import logging
 import threading
 from collections.abc import Sequence
 from concurrent.futures import Future
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from coordinator import metrics
+from coordinator.calls.record_checks import ReportedRecordCheck
 from coordinator.cluster_store import ClusterStore
 from coordinator.fleet import GroupCommit, KnownAgent, LiveAgents, ProgressEvents, ReportSizing, UnreadReport
 from coordinator.hints import TaskProgress
@@ -21,6 +25,8 @@ from foundation.domain.shard_split import job_of_shard
 from foundation.errors import NotFound
 from foundation.registry.entities import RecordReport
 from foundation.registry.store import RegistryStore
+
+logger = logging.getLogger("farm.coordinator")
 
 # Jobs whose reporting facts are kept before the memory is cleared and refilled on demand.
 _MAX_REMEMBERED_JOBS = 1_000
@@ -33,6 +39,7 @@ class PreparedReport:
     job_id: str
     report: UnreadReport
     progress: list[dict]
+    refused: tuple[str, ...] = ()  # why each of its refused records was (coordinator.calls.record_checks)
 
 
 @dataclass(frozen=True)
@@ -41,6 +48,7 @@ class _ReportingJob:
     fingerprint_id: str
     target: str
     workloads: dict[str, int]  # task workload shash -> registry workload id
+    flops: dict[int, float]  # registry workload id -> its task's FLOPs
 
 
 class ReportCalls:
@@ -60,6 +68,7 @@ class ReportCalls:
         self._tvm_version = tvm_version
         self._lock = threading.Lock()
         self._reporting_jobs: dict[str, _ReportingJob] = {}  # filled on demand
+        self._record_check = ReportedRecordCheck(store)
 
     def report_records(self, agent_id: str, shard_id: str, attempt: int,
                        records: Sequence[tuple[str, str]], progress: Sequence[dict]) -> RecordReport:
@@ -72,6 +81,7 @@ class ReportCalls:
         prepared = self.prepare_report(agent_id, shard_id, attempt, records, progress)
         if isinstance(prepared, RecordReport):
             return prepared
+        prepared = self.checked(prepared)
         return self.finish_report(prepared, self._reports.submit(prepared.report))
 
     def prepare_report(self, agent_id: str, shard_id: str, attempt: int,
@@ -95,6 +105,34 @@ class ReportCalls:
         if job is None or agent is None:
             return None
         return self._prepared(job, agent, agent_id, shard_id, attempt, records, progress)
+
+    def checked(self, prepared: PreparedReport) -> PreparedReport:
+        """The prepared report without the records its job's tasks refuse (coordinator.calls.record_checks),
+        each refusal counted, logged and said in the job's log. Replays traces: call it in the thread pool."""
+        report = prepared.report
+        if not report.records:
+            return prepared
+        with self._lock:
+            job = self._reporting_jobs.get(report.job_id)
+        if job is None:  # forgotten since it was prepared: read again
+            job = self._job_of_shard(report.shard_id)
+        if job is None:
+            return prepared
+        target_kind = json.loads(job.target)["kind"]
+        kept, refused = [], []
+        for workload_id, record_json in report.records:
+            reason = self._record_check.refusal(workload_id, job.flops.get(workload_id, 0.0), target_kind, record_json)
+            if reason is None:
+                kept.append((workload_id, record_json))
+            else:
+                refused.append(f"record of workload {workload_id} refused: {reason}")
+        if not refused:
+            return prepared
+        metrics.records_refused(report.fingerprint_id, len(refused))
+        logger.warning("agent %s reported %d record(s) under shard %s that were refused; the first: %s",
+                       report.agent_id, len(refused), report.shard_id, refused[0])
+        unread = replace(report, records=kept, dropped=[*report.dropped, *refused])
+        return replace(prepared, report=unread, refused=tuple(refused))
 
     def enqueue_report(self, prepared: PreparedReport) -> Future:
         """Queue a prepared report for the next group commit; its future holds the RecordReport."""
@@ -144,7 +182,8 @@ class ReportCalls:
         tasks = self._cluster.job_tasks(job_id)
         if not tasks:
             return None  # not planned: it has no shards yet
-        job = _ReportingJob(row.id, row.fingerprint_id, row.target, {t.workload_shash: t.workload_id for t in tasks})
+        job = _ReportingJob(row.id, row.fingerprint_id, row.target, {t.workload_shash: t.workload_id for t in tasks},
+                            {t.workload_id: t.flop for t in tasks})
         with self._lock:
             if len(self._reporting_jobs) > _MAX_REMEMBERED_JOBS:  # a long-lived coordinator forgets old jobs
                 self._reporting_jobs.clear()

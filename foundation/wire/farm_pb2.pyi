@@ -873,20 +873,24 @@ class MeasureError(_message.Message):
     def __init__(self, stage: _Optional[_Union[MeasureError.Stage, str]] = ..., message: _Optional[str] = ...) -> None: ...
 
 class ReportRecordsResponse(_message.Message):
-    __slots__ = ("accepted", "reason", "stored", "duplicates", "records_per_report", "report_within")
+    __slots__ = ("accepted", "reason", "stored", "duplicates", "records_per_report", "report_within", "refused", "refused_reason")
     ACCEPTED_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
     STORED_FIELD_NUMBER: _ClassVar[int]
     DUPLICATES_FIELD_NUMBER: _ClassVar[int]
     RECORDS_PER_REPORT_FIELD_NUMBER: _ClassVar[int]
     REPORT_WITHIN_FIELD_NUMBER: _ClassVar[int]
+    REFUSED_FIELD_NUMBER: _ClassVar[int]
+    REFUSED_REASON_FIELD_NUMBER: _ClassVar[int]
     accepted: bool
     reason: str
     stored: int
     duplicates: int
     records_per_report: int
     report_within: _duration_pb2.Duration
-    def __init__(self, accepted: _Optional[bool] = ..., reason: _Optional[str] = ..., stored: _Optional[int] = ..., duplicates: _Optional[int] = ..., records_per_report: _Optional[int] = ..., report_within: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+    refused: int
+    refused_reason: str
+    def __init__(self, accepted: _Optional[bool] = ..., reason: _Optional[str] = ..., stored: _Optional[int] = ..., duplicates: _Optional[int] = ..., records_per_report: _Optional[int] = ..., report_within: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., refused: _Optional[int] = ..., refused_reason: _Optional[str] = ...) -> None: ...
 
 class TaskSummary(_message.Message):
     __slots__ = ("task_name", "trials", "build_errors", "run_errors", "best_us", "elapsed_s", "sample_errors")

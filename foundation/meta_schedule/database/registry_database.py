@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
@@ -15,6 +16,7 @@ from tvm.s_tir.meta_schedule.database import PyDatabase, TuningRecord, Workload
 from tvm.target import Target
 
 from foundation.errors import FarmError
+from foundation.meta_schedule.database.record_replay import UnusableRecord, replayed_record
 from foundation.meta_schedule.database.record_to_json import tuning_record_json
 from foundation.registry.entities import NewRecord, StoredRecord
 from foundation.registry.reported_records import canonical_json, new_record_from
@@ -41,6 +43,9 @@ def _keeps_farm_error(method: _Method) -> _Method:
             raise
 
     return keeping  # type: ignore[return-value]
+
+
+_LOG = logging.getLogger(__name__)
 
 
 def canonical_target_json(target: Target | Mapping[str, Any] | str) -> str:
@@ -82,7 +87,9 @@ class RegistryDatabase(PyDatabase):
     when tuning ends.
 
     The query_* methods are MetaSchedule's own (has_workload + get_top_k(1) + replaying the
-    trace), which call back into this class.
+    trace), which call back into this class. A stored record whose trace does not replay on its
+    workload (one filed before reports were checked) is left out of every read, logged once and
+    counted in ``unusable``: the next best is read instead, so no build or plan fails on it.
     """
 
     def __init__(
@@ -112,6 +119,7 @@ class RegistryDatabase(PyDatabase):
         self._tuning_records: dict[int, TuningRecord] = {}
         # The last FarmError a method raised into TVM (`_keeps_farm_error`).
         self.farm_error: FarmError | None = None
+        self.unusable: set[int] = set()  # ids of stored records whose trace does not replay
 
     # -- workloads -------------------------------------------------------------------
 
@@ -201,7 +209,10 @@ class RegistryDatabase(PyDatabase):
             self._pending = pending + self._pending
             raise
 
-    def _tuning_record(self, stored: StoredRecord) -> TuningRecord:
+    def _tuning_record(self, stored: StoredRecord) -> TuningRecord | None:
+        """The stored record as MetaSchedule's, or None when its trace does not replay on its workload."""
+        if stored.id in self.unusable:
+            return None
         record = self._tuning_records.get(stored.id)
         if record is None:
             workload = self._by_id.get(stored.workload_id)
@@ -212,17 +223,24 @@ class RegistryDatabase(PyDatabase):
                 workload = self._by_id.setdefault(
                     stored.workload_id, Workload.from_json(json.loads(mod_json))
                 )
-            record = TuningRecord.from_json(
-                [
-                    json.loads(stored.trace),
-                    stored.run_secs,
-                    json.loads(stored.target),
-                    None if stored.args_info is None else json.loads(stored.args_info),
-                ],
-                workload,
-            )
+            record_json = [
+                json.loads(stored.trace),
+                stored.run_secs,
+                json.loads(stored.target),
+                None if stored.args_info is None else json.loads(stored.args_info),
+            ]
+            try:
+                record = replayed_record(record_json, workload)
+            except UnusableRecord as unusable:
+                self.unusable.add(stored.id)
+                _LOG.warning("tuning record %d of workload %d is left out: %s", stored.id, stored.workload_id,
+                             unusable.reason)
+                return None
             self._tuning_records[stored.id] = record
         return record
+
+    def _usable(self, stored: list[StoredRecord]) -> list[TuningRecord]:
+        return [r for r in map(self._tuning_record, stored) if r is not None]
 
     @_keeps_farm_error
     def get_top_k(self, workload: Workload, top_k: int) -> list[TuningRecord]:
@@ -232,10 +250,16 @@ class RegistryDatabase(PyDatabase):
         ids = self._matching_ids(workload.mod)
         if not ids or top_k == 0:
             return []
-        stored = self.store.records.top_k_records(
-            ids, self.fingerprint_id, self.target_json, self.tvm_version, top_k
-        )
-        return [self._tuning_record(s) for s in stored]
+        wanted = top_k
+        while True:
+            stored = self.store.records.top_k_records(
+                ids, self.fingerprint_id, self.target_json, self.tvm_version, wanted
+            )
+            usable = self._usable(stored)
+            if len(usable) >= top_k or len(stored) < wanted:
+                return usable[:top_k]
+            # Unusable records took places: as many more, each of them now known and skipped.
+            wanted = top_k + len(stored) - len(usable)
 
     @_keeps_farm_error
     def get_all_tuning_records(self) -> list[TuningRecord]:
@@ -248,7 +272,7 @@ class RegistryDatabase(PyDatabase):
         missing = {s.workload_id for s in stored} - set(self._by_id)
         for workload_id, (_shash, mod_json) in self.store.records.get_workloads(missing).items():
             self._by_id[workload_id] = Workload.from_json(json.loads(mod_json))
-        return [self._tuning_record(s) for s in stored]
+        return self._usable(stored)
 
     def measured_count(self, mod: IRModule) -> int:
         """Valid measured records of ``mod``'s workload in this scope: what a job may reuse

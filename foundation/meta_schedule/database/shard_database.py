@@ -9,11 +9,14 @@ the records measured since.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from foundation.meta_schedule.database.report_pipeline import ReportPipeline
+
+_LOG = logging.getLogger(__name__)
 
 # A batch of measured records, each as (workload shash, TuningRecord JSON text).
 Reporter = Callable[[list[tuple[str, str]]], None]
@@ -54,8 +57,9 @@ def shard_database(
 
     import tvm_ffi
     from tvm.ir.utils import derived_object
-    from tvm.s_tir.meta_schedule.database import MemoryDatabase, PyDatabase, TuningRecord
+    from tvm.s_tir.meta_schedule.database import MemoryDatabase, PyDatabase
 
+    from foundation.meta_schedule.database.record_replay import UnusableRecord, replayed_record
     from foundation.meta_schedule.database.record_to_json import tuning_record_json
 
     inner = MemoryDatabase()
@@ -65,8 +69,12 @@ def shard_database(
         by_shash[shash] = workload
     for shash, record_json in warm_records:
         workload = by_shash.get(shash)
-        if workload is not None:
-            inner.commit_tuning_record(TuningRecord.from_json(json.loads(record_json), workload))
+        if workload is None:
+            continue
+        try:
+            inner.commit_tuning_record(replayed_record(json.loads(record_json), workload))
+        except UnusableRecord as unusable:  # filed before reports were checked: the search starts without it
+            _LOG.warning("a warm record of workload %s is left out: %s", shash, unusable.reason)
 
     def shash_for(workload) -> str:
         for shash, known in by_shash.items():
