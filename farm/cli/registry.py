@@ -1,7 +1,7 @@
-"""`farm registry init|ls|show|import|export|upgrade`.
+"""`farm registry init|ls|show|import|export|sync|upgrade`.
 
-`init` and `import` may create the registry; `ls`, `show`, `export` and `upgrade` need one
-to exist and create nothing.
+`init`, `import` and `sync` (its TO) may create the registry; `ls`, `show`, `export` and
+`upgrade` need one to exist and create nothing.
 """
 
 from __future__ import annotations
@@ -191,6 +191,67 @@ def export_logs(
     else:
         stdout_console().print(f"wrote {counts['records']} records of {counts['workloads']} workloads for "
                                f"{fp_id} to {path}")
+
+
+@app.command()
+def sync(
+    source: str = typer.Argument(..., metavar="FROM", help="The registry to copy from: a URL (sqlite:///..., "
+                                 "postgresql://...) or a SQLite file's path."),
+    destination: str = typer.Argument(..., metavar="TO", help="The registry to copy into (created if it is a new "
+                                      "SQLite file or an empty database)."),
+    fingerprint: str | None = env_option(None, "--fingerprint", command="registry", metavar="ID",
+                                         help="Only this fingerprint's records, jobs, artifacts and cost model."),
+    model: str | None = env_option(None, "--model", command="registry", metavar="NAME",
+                                   help="Only this model's (a zoo name or an ONNX file's name) jobs, artifacts and "
+                                        "the records its jobs measured."),
+    target: str | None = env_option(None, "--target", command="registry", metavar="TARGET",
+                                    help="Only rows of this target kind (llvm, cuda) or canonical target JSON."),
+    dry_run: bool = env_option(False, "--dry-run", command="registry",
+                               help="Count what would be copied; write nothing."),
+    json_output: bool = JSON_OPTION,
+) -> None:
+    """Copy into TO what FROM holds and TO lacks: fingerprints, models, finished jobs, workloads,
+    records with every measurement, cost models and artifacts (sha256 checked on both ends).
+    Safe to stop at any point: the next run finishes the copy; a second run copies nothing."""
+    import sys
+
+    from foundation.registry.engine import RegistryMissing
+    from foundation.registry.store import RegistryStore
+    from foundation.registry.sync import SyncFilter, sync_registries
+
+    source_store = open_store(_registry_url(source))
+    try:
+        destination_store = open_store(_registry_url(destination), create=not dry_run)
+    except RegistryMissing:
+        if not dry_run:
+            raise
+        destination_store = RegistryStore("sqlite://")  # TO is new: a dry run counts everything as missing
+
+    def progress(what: str, done: int, of: int) -> None:
+        if not json_output and of:
+            print(f"{what.replace('_', ' '):<15} {done:,} of {of:,}", file=sys.stderr, flush=True)
+
+    counts = sync_registries(source_store, destination_store,
+                             SyncFilter(fingerprint=fingerprint, model=model, target=target),
+                             dry_run=dry_run, progress=progress)
+    document = {"from": str(source_store.url), "to": str(destination_store.url), "dry_run": dry_run,
+                "copied": counts.to_json()}
+    if json_output:
+        emit_json(document)
+        return
+    copied = counts.to_json()
+    skipped = copied.pop("skipped")
+    verb = "would copy" if dry_run else "copied"
+    parts = [f"{n:,} {k.replace('_', ' ')}" for k, n in copied.items() if n and k != "artifact_bytes"]
+    stdout_console().print(f"{verb} {', '.join(parts) if parts else 'nothing: TO has all FROM holds'}"
+                           + "".join(f"; skipped {n} {k.replace('_', ' ')}" for k, n in skipped.items()))
+
+
+def _registry_url(given: str) -> str:
+    """A registry URL as given, or a SQLite file's path as its URL."""
+    if "://" in given:
+        return given
+    return f"sqlite:///{Path(given).expanduser().resolve()}"
 
 
 @app.command()

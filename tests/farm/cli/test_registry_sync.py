@@ -1,0 +1,161 @@
+"""`farm registry sync FROM TO`: a real tuned registry into SQLite and PostgreSQL, filters, a kill
+mid-sync, bad FROM and TO.
+
+FROM is the run's tuned home (support.tuned_registry); TO is an empty registry of each backend
+(the ``registry_url`` fixture). The kill test grows a copy of FROM with generated records (their
+traces need not apply anywhere: a sync copies rows, it does not replay them) so that a real
+`farm registry sync` process is still copying when SIGKILL reaches it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from sqlalchemy import create_engine, text
+
+from foundation.registry import NewRecord, RegistryStore
+from foundation.registry.engine import parse_registry_url
+
+from support.farm_inprocess import run_farm_inprocess
+
+pytestmark = pytest.mark.slow
+
+
+def farm_here(home: Path, *args: str) -> subprocess.CompletedProcess:
+    return run_farm_inprocess(*args, home=home)
+
+
+def contents(url: str) -> dict[str, list]:
+    """What a registry holds, by what each row is (never by local ids): compared across backends."""
+    queries = {
+        "fingerprints": "SELECT id FROM fingerprints",
+        "models": "SELECT id FROM models",
+        "jobs": "SELECT id || ':' || state FROM jobs",
+        "workloads": "SELECT mod_sha256 FROM workloads",
+        "records": "SELECT record_digest || ':' || measurements || ':' || COALESCE(measurement_digest, '') "
+                   "FROM tuning_records",
+        "measurements": "SELECT measurement_digest FROM tuning_measurements",
+        "artifacts": "SELECT id || ':' || sha256 FROM artifacts",
+    }
+    engine = create_engine(parse_registry_url(url))
+    try:
+        with engine.connect() as connection:
+            return {name: sorted(row[0] for row in connection.execute(text(sql))) for name, sql in queries.items()}
+    finally:
+        engine.dispose()
+
+
+@pytest.fixture
+def home(tuned_mlp_tiny, tmp_path) -> Path:
+    return tuned_mlp_tiny.copy_to(tmp_path / "tuned-home")
+
+
+def test_sync_copies_everything_a_submit_on_to_is_a_hit_and_a_second_sync_copies_nothing(home, registry_url,
+                                                                                         tuned_mlp_tiny):
+    source = f"sqlite:///{home / 'registry.db'}"
+    first = farm_here(home, "registry", "sync", source, registry_url, "--json")
+    assert first.returncode == 0, first.stderr
+    copied = json.loads(first.stdout)["copied"]
+    assert copied["fingerprints"] >= 1 and copied["records"] > 0 and copied["artifacts"] == 1
+    assert contents(registry_url) == contents(source)
+
+    again = farm_here(home, "registry", "sync", source, registry_url, "--json")
+    assert again.returncode == 0, again.stderr
+    assert {k: v for k, v in json.loads(again.stdout)["copied"].items() if k != "skipped"} == dict.fromkeys(
+        copied.keys() - {"skipped"}, 0)
+
+    hit = farm_here(home, "submit", "mlp-tiny", "llvm", "2", "--registry", registry_url, "--json")
+    assert hit.returncode == 0, hit.stderr
+    answered = json.loads(hit.stdout)
+    assert answered["cache_hit"] is True
+    assert answered["artifact"]["id"] == tuned_mlp_tiny.submitted["artifact"]["id"]
+
+
+def test_a_dry_run_writes_nothing_and_filters_narrow_the_copy(home, tmp_path):
+    source = f"sqlite:///{home / 'registry.db'}"
+    target = tmp_path / "to.db"
+    dry = farm_here(home, "registry", "sync", source, str(target), "--dry-run", "--json")
+    assert dry.returncode == 0, dry.stderr
+    assert json.loads(dry.stdout)["copied"]["records"] > 0 and not target.exists()
+
+    other = farm_here(home, "registry", "sync", source, str(target), "--target", "cuda", "--json")
+    assert other.returncode == 0, other.stderr
+    assert contents(f"sqlite:///{target}")["records"] == [] and contents(f"sqlite:///{target}")["artifacts"] == []
+    model = farm_here(home, "registry", "sync", source, str(target), "--model", "mlp-tiny", "--json")
+    assert model.returncode == 0, model.stderr
+    assert contents(f"sqlite:///{target}")["artifacts"] == contents(source)["artifacts"]
+
+
+def test_bad_from_and_to_get_one_line_and_leave_to_unchanged(home, tmp_path):
+    source = f"sqlite:///{home / 'registry.db'}"
+    target = tmp_path / "to.db"
+    assert farm_here(home, "registry", "sync", source, str(target)).returncode == 0
+    before = contents(f"sqlite:///{target}")
+    cases = [
+        (("registry", "sync", str(tmp_path / "missing.db"), str(target)), 3, "no registry at"),
+        (("registry", "sync", source, str(target), "--model", "no-such-model"), 3, "has no model 'no-such-model'"),
+        (("registry", "sync", source, str(target), "--fingerprint", "cpu-000000000000"), 3,
+         "has no fingerprint 'cpu-000000000000'"),
+        (("registry", "sync", source, source), 4, "FROM and TO are the same registry"),
+        (("registry", "sync", str(home / "jobs"), str(target)), None, ""),
+    ]
+    for args, code, says in cases:
+        proc = farm_here(home, *args)
+        lines = proc.stderr.strip().splitlines()
+        assert proc.returncode != 0 and proc.returncode != 70, (args, proc.stderr)
+        assert len(lines) == 1 and lines[0].startswith("error: "), (args, proc.stderr)
+        if code is not None:
+            assert proc.returncode == code, (args, proc.stderr)
+            assert says in lines[0], (args, lines[0])
+    assert contents(f"sqlite:///{target}") == before
+
+
+def _grown_copy(home: Path, records: int) -> str:
+    """FROM with ``records`` more records (several measured twice) on its fingerprint and workloads."""
+    url = f"sqlite:///{home / 'registry.db'}"
+    store = RegistryStore(url)
+    try:
+        fingerprint = store.list_fingerprints()[0].id
+        workloads = [w for w, _ in store.records.get_workloads(range(1, 100)).items()]
+        generated = random.Random(0)
+        batch = [NewRecord(workload_id=generated.choice(workloads), fingerprint_id=fingerprint,
+                           target='{"kind":"llvm"}', tvm_version="0.27.0", trace=f'["generated",{i}]',
+                           run_secs=[generated.uniform(1e-5, 1e-3)]) for i in range(records)]
+        store.records.add_tuning_records(batch)
+        store.records.add_tuning_records([NewRecord(**{**r.__dict__, "run_secs": [r.run_secs[0] * 1.1]})
+                                          for r in batch[::7]])
+    finally:
+        store.dispose()
+    return url
+
+
+def test_a_sync_killed_midway_then_run_again_equals_a_clean_sync(home, tmp_path, farm_exe):
+    source = _grown_copy(home, 20_000)
+    clean, killed = tmp_path / "clean.db", tmp_path / "killed.db"
+    assert farm_here(home, "registry", "sync", source, str(clean)).returncode == 0
+
+    env = {**os.environ, "FARM_HOME": str(home)}
+    proc = subprocess.Popen([farm_exe, "registry", "sync", source, str(killed)], env=env,
+                            stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+    deadline = time.monotonic() + 300
+    assert proc.stderr is not None
+    for line in proc.stderr:  # killed once some record batches, not all, are in
+        if line.startswith("tuning records") and int(line.split()[2].replace(",", "")) >= 2_000:
+            proc.send_signal(signal.SIGKILL)
+            break
+        assert time.monotonic() < deadline
+    proc.wait(timeout=60)
+    assert proc.returncode == -signal.SIGKILL, "the sync ended before it could be killed midway"
+    partial = contents(f"sqlite:///{killed}")
+    assert 0 < len(partial["records"]) < len(contents(source)["records"])
+
+    rerun = farm_here(home, "registry", "sync", source, str(killed))
+    assert rerun.returncode == 0, rerun.stderr
+    assert contents(f"sqlite:///{killed}") == contents(f"sqlite:///{clean}") == contents(source)
