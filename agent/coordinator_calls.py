@@ -30,7 +30,11 @@ from agent.state.events import (
 from agent.state.instructions import LeaseShard, LeaseValidation, SendHeartbeat
 from agent.state.policy import TRANSIENT_CODES, Backoff, retry_said
 from foundation.wire import farm_pb2
-from foundation.wire.access import TLS_FIX, tls_trouble
+from foundation.wire.handshake import TlsFailure, tls_failure
+
+# What an agent learns about a failed TLS handshake from its coordinator (the agent's
+# address and access bound to foundation.wire.handshake.tls_failure); None: gRPC's words alone.
+ExplainTls = Callable[[str], TlsFailure | None]
 
 logger = logging.getLogger("farm.agent")
 
@@ -94,16 +98,17 @@ def shard_answer(reply: farm_pb2.LeaseShardResponse) -> ShardLeased | NothingToL
     return NothingToLease(reply.retry_after.ToTimedelta().total_seconds() if reply.HasField("retry_after") else None)
 
 
-def call_failed(call, err: grpc.RpcError) -> CallFailed:
-    return CallFailed(call, err.code().name, failure_details(err))
+def call_failed(call, err: grpc.RpcError, explain_tls: ExplainTls | None = None) -> CallFailed:
+    return CallFailed(call, err.code().name, failure_details(err, explain_tls))
 
 
-def failure_details(err: grpc.RpcError) -> str:
-    """What a failed call's log line says: a failed TLS handshake in words, with what to check
-    (it is retried, as the coordinator may be restarting, but only a fix of --tls-ca ends it)."""
+def failure_details(err: grpc.RpcError, explain_tls: ExplainTls | None = None) -> str:
+    """What a failed call's log line says: a failed TLS handshake in words, with what to do
+    (it is retried, as the coordinator may be restarting with new certificates, but only a fix
+    of the TLS files on one side or the other ends it)."""
     details = err.details() or ""
-    tls = tls_trouble(details)
-    return details if tls is None else f"no TLS connection: {tls}; {TLS_FIX}"
+    tls = (explain_tls or tls_failure)(details)
+    return details if tls is None else f"no TLS connection: {tls.problem}; {tls.fix}"
 
 
 # ---------------------------------------------------------------------- calls
@@ -123,9 +128,10 @@ def answer_unless_stopped(call, stop: threading.Event, poll: float = 0.25):
 
 
 def retry_unavailable(call: Callable, stop: threading.Event, what: str, patience: float | None = None,
-                      backoff: Backoff | None = None):
+                      backoff: Backoff | None = None, explain_tls: ExplainTls | None = None):
     """Call until it succeeds; UNAVAILABLE/DEADLINE_EXCEEDED are retried with ``backoff`` (0.5 s
-    doubling to 5 s), said as policy.retry_said says, and the answer after failed tries is said too."""
+    doubling to 5 s), said as policy.retry_said says (a failed handshake as ``explain_tls``
+    tells it), and the answer after failed tries is said too."""
     backoff, begin, failed = backoff or Backoff(0.5, 5.0), time.monotonic(), 0
     while not stop.is_set():
         try:
@@ -139,8 +145,8 @@ def retry_unavailable(call: Callable, stop: threading.Event, what: str, patience
             failed += 1
             said = retry_said(failed)
             if said is not None:
-                logger.warning("%s: coordinator unavailable (%s); retrying in %.1f s%s", what, failure_details(err),
-                               wait, said)
+                logger.warning("%s: coordinator unavailable (%s); retrying in %.1f s%s", what,
+                               failure_details(err, explain_tls), wait, said)
             stop.wait(wait)
             continue
         if failed:

@@ -19,7 +19,7 @@ import socket
 import threading
 import time
 from dataclasses import dataclass, field
-from functools import singledispatchmethod
+from functools import partial, singledispatchmethod
 from pathlib import Path
 
 import grpc
@@ -71,6 +71,7 @@ from foundation.errors import FarmError
 from foundation.logs import log_ids, set_process_ids
 from foundation.meta_schedule.measure import min_repeat_ms_setting
 from foundation.wire.access import ChannelAccess, open_channel
+from foundation.wire.handshake import tls_failure
 
 logger = logging.getLogger("farm.agent")
 
@@ -136,6 +137,8 @@ class Agent:
 
         self.settings = settings
         self.channel = coordinator_channel(settings.coordinator, settings.access)
+        # A failed handshake is told in words by trying one more (foundation.wire.handshake).
+        self.explain_tls = partial(tls_failure, address=settings.coordinator, access=settings.access)
         self.stub = farm_pb2_grpc.FarmAgentStub(self.channel)
         self.state = AgentState()
         self.fingerprint = None
@@ -250,7 +253,7 @@ class Agent:
         try:
             reply = call()
         except grpc.RpcError as err:
-            self.post(call_failed(name, err))
+            self.post(call_failed(name, err, self.explain_tls))
             return
         self.post(answered(reply))
 
@@ -340,7 +343,7 @@ class Agent:
                 reply = answer_unless_stopped(self.stub.LeaseShard.future(request, timeout=instruction.timeout),
                                               self._stop)
             except grpc.RpcError as err:
-                self.post(call_failed("LeaseShard", err))
+                self.post(call_failed("LeaseShard", err, self.explain_tls))
                 return
             if reply is not None:  # None: cancelled, as the agent stops
                 self.post(shard_answer(reply))
@@ -391,9 +394,9 @@ class Agent:
             try:
                 reply = retry_unavailable(lambda: self.stub.CompleteShard(request, timeout=CALL_TIMEOUT_S),
                                           self._stop, f"complete {lease.shard_id}",
-                                          patience=self.settings.report_patience_sec)
+                                          patience=self.settings.report_patience_sec, explain_tls=self.explain_tls)
             except grpc.RpcError as err:
-                self.post(call_failed("CompleteShard", err))
+                self.post(call_failed("CompleteShard", err, self.explain_tls))
                 return
             if reply is None:  # the agent stops
                 self.post(CallFailed("CompleteShard", "CANCELLED", "the agent is stopping"))
@@ -419,7 +422,7 @@ class Agent:
                 self.stub.FailShard(request, timeout=CALL_TIMEOUT_S)
             except grpc.RpcError as err:
                 logger.warning("could not report the failure of %s: %s", lease.shard_id, err.details())
-                self.post(call_failed("FailShard", err))
+                self.post(call_failed("FailShard", err, self.explain_tls))
                 return
             self.post(ShardFailureReported(lease))
 

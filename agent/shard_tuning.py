@@ -25,6 +25,7 @@ class LeaseHolder(Protocol):
     stub: object  # farm_pb2_grpc.FarmAgentStub
     settings: object  # agent.daemon.AgentSettings
     cost_models: CostModelCache
+    explain_tls: object  # agent.coordinator_calls.ExplainTls: a failed handshake in words
 
     def pools_for(self): ...
 
@@ -94,7 +95,8 @@ def tune_shard(agent: LeaseHolder, shard, cancelled: threading.Event) -> ShardTu
             records=records, progress=progress.to_proto(shard.shard_id),
         )
         reply = retry_unavailable(lambda: agent.stub.ReportRecords(request, timeout=30), stop_reporting,
-                                   "report records", patience=agent.settings.report_patience_sec)
+                                   "report records", patience=agent.settings.report_patience_sec,
+                                   explain_tls=agent.explain_tls)
         if reply is None:
             return
         if reply.accepted:
@@ -249,7 +251,8 @@ def validate_library(agent: LeaseHolder, lease, stop: threading.Event) -> None:
     # Retried while the coordinator restarts: a lost report is never noticed, since this agent
     # keeps heartbeating and so the lease never expires (its job would wait forever).
     reply = retry_unavailable(lambda: agent.stub.ReportValidation(request, timeout=60), stop,
-                               "report validation", patience=agent.settings.report_patience_sec)
+                               "report validation", patience=agent.settings.report_patience_sec,
+                               explain_tls=agent.explain_tls)
     if reply is not None:
         logger.info("validated %s in %.1f s%s", lease.job_id, time.monotonic() - begin,
                     "" if reply.accepted else f" (not accepted: {reply.reason})")

@@ -185,6 +185,7 @@ class CoordinatorClient:
         check_address(address)  # a malformed one is bad input; only a call tells an unreachable one
         self.address = address
         self.timeout = timeout
+        self.access = access
         self.channel = open_channel(address, access)
         self.stub = farm_pb2_grpc.FarmClientStub(self.channel)
 
@@ -197,7 +198,7 @@ class CoordinatorClient:
         try:
             return method(request, timeout=kwargs.pop("timeout", self.timeout), **kwargs)
         except grpc.RpcError as err:
-            raise coordinator_error(err, self.address) from None
+            raise coordinator_error(err, self.address, self.access) from None
 
     def submit(self, model: str, target: str, batch: int, *, trials: int | None = None,
                trials_per_task: int | None = None, retune: bool = False, seed: int = 0,
@@ -274,7 +275,7 @@ class CoordinatorClient:
                 if err.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
                     continue  # this stream's time is up; the deadline's is told above
                 if err.code() != grpc.StatusCode.UNAVAILABLE:
-                    raise coordinator_error(err, self.address) from None
+                    raise coordinator_error(err, self.address, self.access) from None
                 time.sleep(1.0)  # coordinator restarting: resume after the last event seen
 
 
@@ -292,11 +293,13 @@ def _check_upload_size(path: Path, given: str) -> None:
                        "submit it without --coordinator, on a box that can tune it")
 
 
-def coordinator_error(err, address: str) -> FarmError:
-    """A coordinator's gRPC error as the FarmError a person can act on."""
+def coordinator_error(err, address: str, access: "ChannelAccess | None" = None) -> FarmError:
+    """A coordinator's gRPC error as the FarmError a person can act on; ``access``, what the
+    call presented, lets a failed TLS handshake be told apart (foundation.wire.handshake)."""
     import grpc
 
-    from foundation.wire.access import TLS_FIX, tls_trouble
+    from foundation.wire.access import TLS_FIX
+    from foundation.wire.handshake import tls_failure
 
     code, details = err.code(), err.details() or ""
     if code == grpc.StatusCode.UNAVAILABLE and _registry_failing(err):
@@ -304,9 +307,9 @@ def coordinator_error(err, address: str) -> FarmError:
         return Unreachable(f"the coordinator at {address} is up, but its registry is failing: {problem}",
                            "it serves again once its registry answers: check the registry's database server")
     if code == grpc.StatusCode.UNAVAILABLE:
-        tls = tls_trouble(details)
+        tls = tls_failure(details, address, access)
         if tls is not None:
-            return Unreachable(f"no TLS connection to the coordinator at {address}: {tls}", TLS_FIX)
+            return Unreachable(f"no TLS connection to the coordinator at {address}: {tls.problem}", tls.fix)
         if _NO_SUCH_HOST.search(details):
             return BadInput(f"no host is named {address.rsplit(':', 1)[0]} (--coordinator {address})",
                             "check the host name in --coordinator / FARM_COORDINATOR")

@@ -275,7 +275,7 @@ def open_port_warnings(token: str | None, **listens: str | None) -> list[str]:
 
 
 # What gRPC says when the two ends disagree about TLS or its certificates.
-_TLS_TROUBLE = re.compile(r"ssl|tls|handshake|certificate", re.IGNORECASE)
+_TLS_TROUBLE = re.compile(r"ssl|tls|handshake|certificate|hostname verification", re.IGNORECASE)
 TLS_FIX = ("a coordinator serving TLS needs --tls-ca (FARM_TLS_CA) naming the CA of its certificate, and with "
            "mutual TLS --tls-cert and --tls-key; a plaintext one needs none of them")
 

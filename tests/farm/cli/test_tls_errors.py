@@ -4,6 +4,7 @@ stderr, the process's own (gRPC's core logs nothing beside it), with the reason 
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 
 import pytest
@@ -11,9 +12,11 @@ import pytest
 from coordinator.server import serve
 from foundation.wire.access import ServerAccess
 
-from support.certificates import CertificateAuthority
+from support.certificates import EXPIRED, NOT_YET_VALID, CertificateAuthority, Issued
 
 TOKEN = "s3cret-token-of-the-farm"
+# gRPC core's own log lines: "E1203 10:39:49.747782   15426 ssl_transport_security.cc:1558] ..."
+GRPC_CORE_LINE = re.compile(r"^[EIWF]\d{4} ", re.MULTILINE)
 
 
 @pytest.fixture
@@ -25,6 +28,67 @@ def tls_coordinator(tmp_path):
                    tracker="127.0.0.1:9190", data_dir=tmp_path / "coordinator", access=access)
     yield server, authority
     server.stop(grace=1)
+
+
+@pytest.fixture
+def serve_tls(tmp_path):
+    """Coordinators serving a given certificate as it is: one out of its dates is what a
+    coordinator serves once its certificate expires while it runs (none starts with one)."""
+    servers = []
+
+    def started(issued: Issued, client_ca=None):
+        access = ServerAccess(token=TOKEN, cert=issued.cert.read_bytes(), key=issued.key.read_bytes(),
+                              client_ca=client_ca.read_bytes() if client_ca else None)
+        servers.append(serve(listen="localhost:0", registry_url=f"sqlite:///{tmp_path / 'registry.db'}",
+                             tracker="127.0.0.1:9190", data_dir=tmp_path / "coordinator", access=access))
+        return servers[-1]
+
+    yield started
+    for server in servers:
+        server.stop(grace=1)
+
+
+def jobs_error(farm_exe, tmp_path, address: str, *tls: str) -> str:
+    """The one line `farm jobs` fails with against ``address``, exit 4 (unreachable)."""
+    env = {**os.environ, "FARM_HOME": str(tmp_path / "home"), "FARM_TOKEN": TOKEN}
+    proc = subprocess.run([farm_exe, "jobs", "--coordinator", address, *tls], env=env, capture_output=True, text=True,
+                          timeout=120)
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert proc.returncode == 4, proc.stderr
+    assert len(lines) == 1 and lines[0].startswith(f"error: no TLS connection to the coordinator at {address}: "), \
+        proc.stderr
+    assert not GRPC_CORE_LINE.search(proc.stderr), proc.stderr
+    return lines[0]
+
+
+@pytest.mark.parametrize(("valid", "said"), [(EXPIRED, "expired on"), (NOT_YET_VALID, "is not valid until")])
+def test_a_certificate_out_of_its_dates_is_named(farm_exe, serve_tls, tmp_path, valid, said):
+    authority = CertificateAuthority(tmp_path / "pki")
+    server = serve_tls(authority.issue("coordinator", server=True, valid=valid))
+    line = jobs_error(farm_exe, tmp_path, f"localhost:{server.port}", "--tls-ca", str(authority.cert))
+    assert f"certificate verify failed: the coordinator's certificate {said} " in line
+    assert "a current certificate" in line and "clocks" in line
+
+
+def test_a_certificate_for_another_host_names_the_names_it_holds(farm_exe, serve_tls, tmp_path):
+    authority = CertificateAuthority(tmp_path / "pki")
+    server = serve_tls(authority.issue("coordinator", server=True, names=("farm.example.com", "10.1.2.3")))
+    line = jobs_error(farm_exe, tmp_path, f"localhost:{server.port}", "--tls-ca", str(authority.cert))
+    assert "the coordinator's certificate is for farm.example.com, 10.1.2.3, not localhost" in line
+    assert "--coordinator" in line and "names localhost" in line
+
+
+def test_a_mutual_tls_coordinator_names_the_client_certificate_it_needs(farm_exe, serve_tls, tmp_path):
+    authority = CertificateAuthority(tmp_path / "pki")
+    server = serve_tls(authority.issue("coordinator", server=True), client_ca=authority.cert)
+    address = f"localhost:{server.port}"
+    line = jobs_error(farm_exe, tmp_path, address, "--tls-ca", str(authority.cert))
+    assert "demands a client certificate (mutual TLS)" in line
+    assert "--tls-cert" in line and "--tls-key" in line and "FARM_TLS_CERT" in line
+    stranger = CertificateAuthority(tmp_path / "other", name="another CA").issue("intruder", server=False)
+    line = jobs_error(farm_exe, tmp_path, address, "--tls-ca", str(authority.cert), "--tls-cert", str(stranger.cert),
+                      "--tls-key", str(stranger.key))
+    assert f"refused the client certificate --tls-cert {stranger.cert}" in line and "--tls-client-ca" in line
 
 
 def test_a_failed_handshake_is_one_line(farm_exe, tls_coordinator, tmp_path):
@@ -42,19 +106,17 @@ def test_a_failed_handshake_is_one_line(farm_exe, tls_coordinator, tmp_path):
         assert ": OK (" not in lines[0] and "Handshake failed" not in proc.stderr
 
 
-def test_an_agent_whose_handshake_fails_says_why_in_its_log(farm_exe, tls_coordinator, tmp_path):
-    """It keeps trying (the coordinator may be restarting with a new certificate), each line
-    with the reason in words: it logged gRPC's wrapped status, ending ': OK)'."""
+def agent_tries(farm_exe, tmp_path, address: str, *tls: str) -> list[str]:
+    """The log lines of an agent's failed registrations at ``address``, two at least; it was
+    stopped (SIGTERM) while it kept trying."""
     import signal
     import time
 
-    server, authority = tls_coordinator
-    stranger = CertificateAuthority(tmp_path / "other", name="another CA")
     env = {**os.environ, "FARM_HOME": str(tmp_path / "home"), "FARM_TOKEN": TOKEN}
     log = tmp_path / "agent.log"
     with log.open("w") as stderr:
-        agent = subprocess.Popen([farm_exe, "agent", "--coordinator", f"localhost:{server.port}", "--tls-ca",
-                                  str(stranger.cert)], env=env, stdout=subprocess.DEVNULL, stderr=stderr)
+        agent = subprocess.Popen([farm_exe, "agent", "--coordinator", address, *tls], env=env,
+                                 stdout=subprocess.DEVNULL, stderr=stderr)
     try:
         deadline = time.monotonic() + 120
         while log.read_text().count("register: coordinator unavailable") < 2 and time.monotonic() < deadline:
@@ -65,6 +127,27 @@ def test_an_agent_whose_handshake_fails_says_why_in_its_log(farm_exe, tls_coordi
     tries = [line for line in log.read_text().splitlines() if "register: coordinator unavailable" in line]
     assert len(tries) >= 2, log.read_text()
     for line in tries:
-        assert "(no TLS connection: certificate verify failed; " in line and "FARM_TLS_CA" in line, line
-        assert ": OK" not in line and "TSI_PROTOCOL_FAILURE" not in line, line
-    assert "Handshake failed" not in log.read_text()
+        assert ": OK" not in line and "TSI_PROTOCOL_FAILURE" not in line and "Socket closed" not in line, line
+    assert "Handshake failed" not in log.read_text() and not GRPC_CORE_LINE.search(log.read_text())
+    return tries
+
+
+def test_an_agent_whose_handshake_fails_says_why_in_its_log(farm_exe, tls_coordinator, tmp_path):
+    """It keeps trying (the coordinator may be restarting with a new certificate), each line
+    with the reason in words: it logged gRPC's wrapped status, ending ': OK)'."""
+    server, authority = tls_coordinator
+    stranger = CertificateAuthority(tmp_path / "other", name="another CA")
+    for line in agent_tries(farm_exe, tmp_path, f"localhost:{server.port}", "--tls-ca", str(stranger.cert)):
+        assert ("(no TLS connection: certificate verify failed: the coordinator's certificate is signed by "
+                "'CN=tvm-farm test CA', which is not the CA in --tls-ca; ") in line and "FARM_TLS_CA" in line, line
+
+
+def test_an_agent_without_the_client_certificate_names_it_in_its_log(farm_exe, serve_tls, tmp_path):
+    """A mutual-TLS coordinator closes the connection on an agent without a client certificate,
+    which gRPC reports as "Socket closed", as it does a coordinator that is away. The agent keeps
+    trying, as through any outage (its certificate may be on its way), saying what it lacks."""
+    authority = CertificateAuthority(tmp_path / "pki")
+    server = serve_tls(authority.issue("coordinator", server=True), client_ca=authority.cert)
+    for line in agent_tries(farm_exe, tmp_path, f"localhost:{server.port}", "--tls-ca", str(authority.cert)):
+        assert "(no TLS connection: the coordinator demands a client certificate (mutual TLS)" in line, line
+        assert "--tls-cert and --tls-key (FARM_TLS_CERT, FARM_TLS_KEY)" in line, line
