@@ -137,9 +137,12 @@ class ClientCalls:
                     continue
             model = model or self._ensure_model(key)
             # A job tuned in rounds has a goal of its own: it never joins another job, nor one joins it.
-            running = None if until is not None else self._cluster.attachable_job(model.id, target, fp_id, layout)
-            if running is not None:
-                submitted.append(Submitted(running, True))
+            if until is None:
+                job, attached = self._cluster.attach_or_create_job(
+                    model_id=model.id, target_request=spec.target, target_kind=kind, target=target,
+                    fingerprint_id=fp_id, weights_layout=layout, options=options, now=utc_now(),
+                    status="queued: extracting tuning tasks")
+                submitted.append(Submitted(job, attached))
                 continue
             job = self._cluster.create_job(
                 model_id=model.id, target_request=spec.target, target_kind=kind, target=target,
@@ -149,14 +152,12 @@ class ClientCalls:
             submitted.append(Submitted(job, False))
         if not fingerprint_ids:
             model = self._ensure_model(key)
-            running = self._cluster.attachable_job(model.id, spec.target, None, layout)
-            if running is not None:
-                return [Submitted(running, True)]
-            job = self._cluster.create_job(
+            job, attached = self._cluster.attach_or_create_job(
                 model_id=model.id, target_request=spec.target, target_kind=kind, target="",
-                fingerprint_id=None, trials_budget=0, options=options, now=utc_now(),
-                status=_waiting_status(kind),
-            )
+                fingerprint_id=None, weights_layout=layout, options=options, now=utc_now(),
+                status=_waiting_status(kind))
+            if attached:
+                return [Submitted(job, True)]
             submitted.append(Submitted(job, False))
         self._wake.set()
         return submitted

@@ -46,6 +46,43 @@ class JobStore:
     ) -> Job:
         """A queued job and its first event. ``fingerprint_id`` None: it waits for an agent of
         ``target_kind`` (`bind_job_fingerprint`); ``target`` may then be empty until bound."""
+        with self._unit.write(Changes.STATE) as session:
+            return self._created_in(session, model_id=model_id, target_request=target_request,
+                                    target_kind=target_kind, target=target, fingerprint_id=fingerprint_id,
+                                    trials_budget=trials_budget, options=options, now=now, status=status,
+                                    parent_request=parent_request)
+
+    def attach_or_create_job(
+        self,
+        *,
+        model_id: str,
+        target_request: str,
+        target_kind: str,
+        target: str,
+        fingerprint_id: str | None,
+        weights_layout: WeightsLayout,
+        options: dict[str, Any],
+        now: datetime,
+        status: str = "",
+    ) -> tuple[Job, bool]:
+        """The unfinished equal job (`attachable_job`) and True, or a new queued one and False.
+
+        One transaction under the equal jobs' lock (RowLocks.lock_equal_jobs): with the look and the
+        creation apart, equal submits at once each saw no job and each made one.
+        """
+        matched = target_request if fingerprint_id is None else target  # unbound jobs have no canonical target yet
+        with self._unit.write(Changes.STATE) as session:
+            self._locks.lock_equal_jobs(session, _equal_job_key(model_id, matched, fingerprint_id, weights_layout))
+            running = self._attachable_in(session, model_id, matched, fingerprint_id, weights_layout)
+            if running is not None:
+                return running, True
+            return self._created_in(session, model_id=model_id, target_request=target_request,
+                                    target_kind=target_kind, target=target, fingerprint_id=fingerprint_id,
+                                    trials_budget=0, options=options, now=now, status=status), False
+
+    def _created_in(self, session: Session, *, model_id: str, target_request: str, target_kind: str, target: str,
+                    fingerprint_id: str | None, trials_budget: int, options: dict[str, Any], now: datetime,
+                    status: str, parent_request: str | None = None) -> Job:
         row = JobRow(
             id="job-" + secrets.token_hex(5),
             model_id=model_id,
@@ -62,13 +99,10 @@ class JobStore:
             options=options,
             created_at=now,
         )
-        with self._unit.write(Changes.STATE) as session:
-            session.add(row)
-            session.flush()
-            self._events.append_in(
-                session, row.id, "state_changed", {"from": "", "to": row.state, "status": status}, now
-            )
-            return row.to_entity()
+        session.add(row)
+        session.flush()
+        self._events.append_in(session, row.id, "state_changed", {"from": "", "to": row.state, "status": status}, now)
+        return row.to_entity()
 
     def attachable_job(self, model_id: str, target: str, fingerprint_id: str | None,
                        weights_layout: WeightsLayout) -> Job | None:
@@ -78,18 +112,23 @@ class JobStore:
         With ``fingerprint_id`` None, a job still waiting for its fingerprint whose target was
         requested as ``target`` (unbound jobs have no canonical target yet).
         """
+        with self._unit.read() as session:
+            return self._attachable_in(session, model_id, target, fingerprint_id, weights_layout)
+
+    @staticmethod
+    def _attachable_in(session: Session, model_id: str, target: str, fingerprint_id: str | None,
+                       weights_layout: WeightsLayout) -> Job | None:
         unfinished = [s.value for s in JobState if not s.is_final]
         query = select(JobRow).where(JobRow.model_id == model_id, JobRow.state.in_(unfinished))
         if fingerprint_id is None:
             query = query.where(JobRow.fingerprint_id.is_(None), JobRow.target_request == target)
         else:
             query = query.where(JobRow.fingerprint_id == fingerprint_id, JobRow.target == target)
-        with self._unit.read() as session:
-            # The form is in the job's options (JSON); a model has few unfinished jobs.
-            for row in session.scalars(query.order_by(JobRow.created_at, JobRow.id)):
-                if tuned_form(row.options) is weights_layout:
-                    return row.to_entity()
-            return None
+        # The form is in the job's options (JSON); a model has few unfinished jobs.
+        for row in session.scalars(query.order_by(JobRow.created_at, JobRow.id)):
+            if tuned_form(row.options) is weights_layout:
+                return row.to_entity()
+        return None
 
     def queued_jobs_without_fingerprint(self, target_kind: str) -> list[Job]:
         query = (
@@ -204,3 +243,8 @@ class JobStore:
             {"from": old, "to": new.value, "status": status, "error": error or ""},
             now,
         )
+
+
+def _equal_job_key(model_id: str, target: str, fingerprint_id: str | None, weights_layout: WeightsLayout) -> str:
+    """What equal jobs share: a job of one attaches to the other (`JobStore.attachable_job`)."""
+    return "\x1f".join((model_id, target, fingerprint_id or "", weights_layout.value))

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from sqlalchemy import select
+import hashlib
+
+from sqlalchemy import select, text
 from sqlalchemy.orm import Session
 
 from foundation.errors import FarmError, NotFound
@@ -39,6 +41,19 @@ class RowLocks:
         if row is None:
             raise self.no_job(job_id)
         return row
+
+    def lock_equal_jobs(self, session: Session, key: str) -> None:
+        """Hold, until commit, the lock of the jobs equal under ``key`` (one model, target,
+        fingerprint and form): one submit at a time looks for such a job and makes one.
+
+        PostgreSQL: a transaction-level advisory lock on the key's hash (a collision only
+        serializes two submits). SQLite: the write transaction holds the whole database already
+        (BEGIN IMMEDIATE, foundation.registry.engine).
+        """
+        if session.get_bind().dialect.name != "postgresql":
+            return
+        digest = int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "big", signed=True)
+        session.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": digest})
 
     def job_row(self, session: Session, job_id: str) -> JobRow:
         row = session.get(JobRow, job_id, populate_existing=True)

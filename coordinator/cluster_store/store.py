@@ -51,6 +51,7 @@ class ClusterStore:
 
         self.create_job = jobs.create_job
         self.attachable_job = jobs.attachable_job
+        self.attach_or_create_job = jobs.attach_or_create_job
         self.queued_jobs_without_fingerprint = jobs.queued_jobs_without_fingerprint
         self.bind_job_fingerprint = jobs.bind_job_fingerprint
         self.move_job = jobs.move_job

@@ -1,0 +1,37 @@
+"""Equal submits at once make one job: the attach-or-create check was two transactions, and 200
+identical Submits made 3 jobs on SQLite (6 of 20 on PostgreSQL) for one model, target and fingerprint."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from foundation.wire import farm_pb2, farm_pb2_grpc
+
+from support.fake_agent import FakeAgent
+
+CALLERS = 48
+
+
+@pytest.mark.parametrize("bound", [True, False], ids=["fingerprint", "waiting-for-an-agent"])
+def test_equal_submits_at_once_make_one_job(start, fingerprint, bound):
+    server, channel = start()
+    if bound:
+        FakeAgent(channel, fingerprint).register()
+    client = farm_pb2_grpc.FarmClientStub(channel)
+    request = farm_pb2.SubmitRequest(zoo_name="mlp-tiny", batch=1, target="llvm", trials_per_task=4,
+                                     weights_layout="plain")
+    client.ListJobs(farm_pb2.ListJobsRequest(), timeout=30)  # the model's first load is not what races
+
+    def submit(_):
+        (submitted,) = client.Submit(request, timeout=120).jobs
+        return submitted.job.id, submitted.attached
+
+    with ThreadPoolExecutor(CALLERS) as pool:
+        answers = list(pool.map(submit, range(CALLERS)))
+    jobs = client.ListJobs(farm_pb2.ListJobsRequest(), timeout=30).jobs
+    assert len(jobs) == 1, [(j.id, j.fingerprint_id) for j in jobs]
+    assert {job_id for job_id, _ in answers} == {jobs[0].id}
+    assert sorted(attached for _, attached in answers) == [False] + [True] * (CALLERS - 1)
+    client.CancelJob(farm_pb2.CancelJobRequest(job_id=jobs[0].id), timeout=30)
