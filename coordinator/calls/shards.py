@@ -16,6 +16,7 @@ from coordinator.ids import rpc_key
 from coordinator.values import OfferedTask, ShardOffer, ShardOutcome, TrackerAddress
 from foundation.clock import utc_now
 from foundation.domain.job_spec import job_options
+from foundation.domain.shard_leases import trials_left
 from foundation.errors import NotFound, RegistryError
 from foundation.meta_schedule.warm.seed_sources import OTHER_FINGERPRINT, OWN_FINGERPRINT, seed_traces_by_id
 from foundation.registry.entities import ShardClaim, ShardLease
@@ -71,8 +72,9 @@ class ShardCalls:
         """What an agent is sent with a granted lease: tasks, budget, warm-start records, the seeds
         chosen for its tasks when the job was planned, and the fingerprint's cost model."""
         job = lease.job
-        per_task = max((t.trials_budget for t in lease.tasks), default=1)
-        per_task = max(1, min(per_task, lease.shard.trials_budget))
+        budget, planned = trials_left(lease.shard.trials_budget, lease.shard.trials_done,
+                                      [t.trials_budget for t in lease.tasks])
+        per_task = max(1, min(max(planned, default=1), budget))
         warm = []
         for task in lease.tasks:
             for record in self._store.records.top_k_records(task.workload_id, job.fingerprint_id, job.target,
@@ -89,10 +91,10 @@ class ShardCalls:
         return ShardOffer(
             lease=lease,
             tasks=[OfferedTask(t.name, t.weight, t.flop, self._workloads.of(t.workload_id, t.mod_json),
-                               t.workload_shash, t.trials_budget, task_seeds)
-                   for t, task_seeds in zip(lease.tasks, seeds)],
+                               t.workload_shash, trials, task_seeds)
+                   for t, trials, task_seeds in zip(lease.tasks, planned, seeds)],
             target=job.target,
-            max_trials_global=lease.shard.trials_budget,
+            max_trials_global=budget,
             max_trials_per_task=per_task,
             num_trials_per_iter=max(1, min(16, per_task)),
             tracker_host=self._tracker.host,

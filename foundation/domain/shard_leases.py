@@ -22,7 +22,7 @@ FOR UPDATE SKIP LOCKED`` on PostgreSQL, the same order `next_pending` uses.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from foundation.domain.leases import DEFAULT_MAX_ATTEMPTS, LeaseRules
@@ -61,6 +61,22 @@ def lease(shard: Shard, agent_id: str, now: float, ttl: float) -> Lease:
     if ttl <= 0:
         raise ValueError(f"lease TTL must be positive, got {ttl}")
     return Lease(shard=SHARD_LEASES.grant(shard, agent_id, now), expires_at=now + ttl)
+
+
+def trials_left(budget: int, done: int, planned: Sequence[int]) -> tuple[int, tuple[int, ...]]:
+    """What a lease of a shard may measure: its budget less the ``done`` trials reported under
+    earlier attempts (at least 1, so that the lease runs and completes), and each task's
+    ``planned`` trials (0: none planned of its own) cut in proportion to fit in it (each
+    keeps at least 1).
+
+    A re-queued shard was sent its whole budget again: a lost agent's reported trials were
+    measured twice (80 of 64).
+    """
+    left = max(1, budget - max(0, done))
+    capped = sum(planned)
+    if capped <= left:
+        return left, tuple(planned)
+    return left, tuple(max(1, trials * left // capped) if trials else 0 for trials in planned)
 
 
 def stale_reason(shard: Shard, attempt: int, agent_id: str | None = None) -> str | None:

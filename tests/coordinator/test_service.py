@@ -216,6 +216,28 @@ def test_waiting_job_binds_then_stale_attempts_and_cancel_are_refused(start, fin
     agent.close()
 
 
+def test_a_shard_requeued_after_a_lost_agent_measures_only_what_is_left_of_its_budget(start, fingerprint):
+    """The next attempt was sent the whole budget again: 80 trials measured of 64."""
+    server, channel = start(lease_ttl=1.0)
+    lost, heir = FakeAgent(channel, fingerprint), FakeAgent(channel, fingerprint)
+    lost.register()
+    lost.keep_beating()
+    (submitted,) = submit_job(channel)
+    wait_job(channel, submitted.job.id, farm_pb2.JOB_STATE_RUNNING)
+    shard = lost.lease()
+    assert lost.report(shard, factors=(2,)).accepted  # one record of each task
+    lost.keep_beating(False)  # silent past the TTL: its lease is re-queued
+    heir.register()
+    heir.keep_beating()
+    retry = wait_until(heir.lease, "the re-queued shard to be leased again")
+    assert retry.shard_id == shard.shard_id and retry.attempt == 2
+    assert retry.budget.max_trials_global == shard.budget.max_trials_global - len(shard.tasks)
+    assert retry.budget.max_trials_per_task <= retry.budget.max_trials_global
+    assert sum(t.max_trials for t in retry.tasks) <= retry.budget.max_trials_global  # each task's cut to fit
+    lost.close()
+    heir.close()
+
+
 def test_errors_health_and_an_owned_tracker(start, fingerprint):
     server, channel = start(tracker=None, tracker_listen="127.0.0.1:0")
     assert server.tracker is not None and server.tracker.running

@@ -18,6 +18,7 @@ from foundation.domain.shard_leases import (
     next_pending,
     reconcile_heartbeat,
     stale_reason,
+    trials_left,
 )
 from foundation.domain.shard_split import TaskCost, estimated_cost, split_tasks
 from foundation.domain.shards import IllegalShardTransition, ShardState, allowed_sources, check_transition
@@ -324,3 +325,14 @@ def test_allowed_sources_is_the_guard_for_bulk_updates():
     for new in ShardState:
         for source in allowed_sources(new):
             check_transition(source, new)
+
+
+@pytest.mark.parametrize(("budget", "done", "planned", "expected"), [
+    (64, 0, [32, 32], (64, (32, 32))),      # a first lease: all of it
+    (64, 16, [32, 32], (48, (24, 24))),     # re-queued: what is left, each task cut to fit
+    (64, 16, [8, 0, 8], (48, (8, 0, 8))),   # planned trials that fit stay; 0 stays "none planned"
+    (8, 8, [4, 4], (1, (1, 1))),            # all reported: one trial, so that the lease completes
+    (8, 99, [4, 4], (1, (1, 1))),
+])
+def test_a_lease_measures_what_earlier_attempts_left_of_the_budget(budget, done, planned, expected):
+    assert trials_left(budget, done, planned) == expected
