@@ -85,10 +85,12 @@ class LoadedLibrary:
         self.module = module  # for a second VM over the same code (bench/prepack.py times kernels on one)
         self.vm = relax.VirtualMachine(module, self.device)
         self._main = self.vm["main"]  # looked up once: a lookup a call is another microsecond
-        # A call's inputs are copied into tensors kept on the device (foundation.runtime.resident_inputs),
-        # under a lock: they and the VM serve one call at a time.
+        # A call's inputs are copied into tensors kept on the device (foundation.runtime.resident_inputs).
+        # They and the VM serve one caller at a time: every run of the VM (a call, timing, the weights'
+        # prepacking) holds this lock. Two threads in one VM at once crash the process (SIGSEGV, or
+        # "Check failed: reg < frame->register_file.size()").
         self._inputs = ResidentInputs(self.device)
-        self._call_lock = threading.Lock()
+        self._vm_lock = threading.Lock()
         self.threads: int | None = None
         # auto on every core: one thread while calls say other work holds the cores.
         self.busy_backoff: BusyBackoff | None = None
@@ -108,12 +110,14 @@ class LoadedLibrary:
         import tvm
 
         tensors = [tvm.runtime.tensor(w, self.device) for w in weights]
-        if self.prepacked:
-            tensors = list(self.vm[TRANSFORM_PARAMS_FUNCTION](tensors))
-        self._weights = tensors
+        with self._vm_lock:
+            if self.prepacked:
+                self._use_threads()
+                tensors = list(self.vm[TRANSFORM_PARAMS_FUNCTION](tensors))
+            self._weights = tensors
 
     def __call__(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
-        with self._call_lock:
+        with self._vm_lock:
             if self.busy_backoff is None:
                 return host_arrays(self._main(*self._call_arguments(inputs)), self._inputs.on_cpu)
             self.threads = self.busy_backoff.threads()
@@ -124,18 +128,21 @@ class LoadedLibrary:
             return host_arrays(result, self._inputs.on_cpu)
 
     def time(self, inputs: Sequence[np.ndarray], runs: int = 20, warmup: int = 3) -> Latency:
-        """Wall-clock latency of ``main`` on device-resident arguments, synchronised."""
+        """Wall-clock latency of ``main`` on device-resident arguments, synchronised; the runs
+        one after another, no other call of this library between them."""
         args = self.device_arguments(inputs)
         main = self._main
-        for _ in range(warmup):
-            main(*args)
-        self.device.sync()
-        samples = []
-        for _ in range(runs):
-            begin = time.perf_counter()
-            main(*args)
+        with self._vm_lock:
+            self._use_threads()
+            for _ in range(warmup):
+                main(*args)
             self.device.sync()
-            samples.append((time.perf_counter() - begin) * 1e3)
+            samples = []
+            for _ in range(runs):
+                begin = time.perf_counter()
+                main(*args)
+                self.device.sync()
+                samples.append((time.perf_counter() - begin) * 1e3)
         return Latency(
             mean_ms=statistics.fmean(samples),
             median_ms=statistics.median(samples),
@@ -151,10 +158,12 @@ class LoadedLibrary:
         main = self._main
 
         def one() -> float:
-            begin = time.perf_counter()
-            main(*args)
-            self.device.sync()
-            return (time.perf_counter() - begin) * 1e3
+            with self._vm_lock:
+                self._use_threads()  # the thread timing may not be the one that made the timer
+                begin = time.perf_counter()
+                main(*args)
+                self.device.sync()
+                return (time.perf_counter() - begin) * 1e3
 
         return one
 
@@ -174,5 +183,10 @@ class LoadedLibrary:
     def _ready(self) -> None:
         if self._weights is None:
             raise RuntimeError("set_weights() must be called before running the model")
-        if self.threads is not None:  # every run goes through here: the pool is the process's
+        self._use_threads()
+
+    def _use_threads(self) -> None:
+        """This library's thread count on the calling thread's pool: TVM keeps a pool per thread
+        that runs a library, so a count set on the thread that loaded it holds on no other."""
+        if self.threads is not None:
             use_threads(self.threads)

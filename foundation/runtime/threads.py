@@ -16,6 +16,8 @@ SERIAL_BELOW_MS. A number asks for exactly that many.
 
 from __future__ import annotations
 
+import threading
+
 from foundation.errors import BadInput
 
 AUTO = "auto"
@@ -35,6 +37,8 @@ def parse_threads(value: int | str | None) -> int | str:
     if value is None or (isinstance(value, str) and value.strip().lower() == AUTO):
         return AUTO
     try:
+        if isinstance(value, bool) or not isinstance(value, (int, str)):  # int() would truncate 1.7, count True
+            raise TypeError(value)
         count = int(value)
     except (TypeError, ValueError):
         raise BadInput(f"threads must be 'auto' or a whole number, not {str(value)[:40]!r}",
@@ -68,26 +72,27 @@ def threads_for(requested: int | str | None, stored_latency_ms: float | None, co
     return max(1, cores)
 
 
-_pool_size: int | None = None  # what use_threads last set in this process (None: TVM's own start)
+# What use_threads last set on each thread (none yet: TVM's own start). TVM keeps a pool per
+# thread that runs parallel code, each sized on its own: a count set on one thread holds on no other.
+_set_here = threading.local()
 
 
 def use_threads(count: int) -> None:
-    """Run this process's TVM thread pool on ``count`` threads from now on. The pool is the
-    process's, shared by every library loaded in it: each library asks for its count before it
-    runs (LoadedLibrary), and the pool is rebuilt only when the count changes."""
-    global _pool_size
-    if count == _pool_size:
+    """Run the calling thread's TVM thread pool on ``count`` threads from now on. The pool is
+    shared by every library the thread runs: each library asks for its count before it runs
+    (LoadedLibrary), and the pool is rebuilt only when the count changes."""
+    if getattr(_set_here, "count", None) == count:
         return
     import tvm
 
     # Mode 1 is TVM's kBig: the threads go to the fastest cores, all of them on a uniform CPU,
     # as the pool's own start does. The pool is rebuilt at once; later parallel regions use it.
     tvm.get_global_func("runtime.config_threadpool")(1, count)
-    _pool_size = count
+    _set_here.count = count
 
 
 def pool_threads() -> int:
-    """How many threads this process's TVM pool runs parallel regions on now."""
+    """How many threads the calling thread's TVM pool runs parallel regions on now."""
     import tvm
 
     return int(tvm.get_global_func("runtime.NumThreads")())

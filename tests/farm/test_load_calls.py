@@ -3,6 +3,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import textwrap
 import threading
 
 import numpy as np
@@ -10,16 +13,24 @@ import pytest
 
 import farm
 from foundation.errors import FarmError
+from foundation.hardware.fingerprint import available_cores
 from foundation.runtime.resident_inputs import host_arrays
+from foundation.runtime.threads import pool_threads
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def model(tuned_mlp_tiny, tmp_path_factory):
-    """mlp-tiny batch 2 as `farm.load` gives it, from a copy of the run's tuned home."""
+def registry(tuned_mlp_tiny, tmp_path_factory) -> str:
+    """A copy of the run's tuned home's registry, where mlp-tiny batch 2 was tuned."""
     home = tuned_mlp_tiny.copy_to(tmp_path_factory.mktemp("load-calls") / "home")
-    return farm.load("mlp-tiny", "llvm", 2, registry=f"sqlite:///{home / 'registry.db'}")
+    return f"sqlite:///{home / 'registry.db'}"
+
+
+@pytest.fixture(scope="module")
+def model(registry):
+    """mlp-tiny batch 2 as `farm.load` gives it."""
+    return farm.load("mlp-tiny", "llvm", 2, registry=registry)
 
 
 def _inputs(model, seed: int) -> list[np.ndarray]:
@@ -82,3 +93,60 @@ def test_calls_from_several_threads_each_get_their_own_answer(model):
     for thread in threads:
         thread.join(timeout=60)
     assert not wrong, f"{len(wrong)} calls answered another thread's inputs"
+
+
+# One thread calls the model while another times it: both in one VM at once crashed the process
+# (SIGSEGV, or "Check failed: reg < frame->register_file.size()"). In a process of its own, so
+# that a crash fails this test instead of ending the run.
+CALL_WHILE_TIMING = textwrap.dedent("""
+    import sys, threading
+    import farm
+
+    model = farm.load("mlp-tiny", "llvm", 2, registry=sys.argv[1])
+    inputs = model.example_inputs()
+    expected = model(inputs)[0]
+    wrong, timed = [], threading.Event()
+
+    def calls():
+        while not timed.is_set():
+            if not (model(inputs)[0] == expected).all():
+                wrong.append(1)
+
+    caller = threading.Thread(target=calls)
+    caller.start()
+    for _ in range(50):
+        model.time(inputs, runs=100, warmup=1)
+    timed.set()
+    caller.join()
+    print(f"wrong answers: {len(wrong)}")
+    sys.exit(1 if wrong else 0)
+""")
+
+
+def test_calls_while_another_thread_times_the_model_wait_their_turn(registry):
+    done = subprocess.run([sys.executable, "-c", CALL_WHILE_TIMING, registry], capture_output=True, text=True,
+                          timeout=300)  # the unlocked VM could also hang
+    assert done.returncode == 0, f"exit {done.returncode}\n{done.stdout}\n{done.stderr[-3000:]}"
+
+
+def test_the_thread_count_holds_on_every_thread_that_calls(registry):
+    # A count other than a fresh thread's own pool (every core this process may use).
+    count = 1 if available_cores() > 1 else 2
+    model = farm.load("mlp-tiny", "llvm", 2, registry=registry, threads=count)
+    inputs = model.example_inputs()
+    model(inputs)  # on this thread first: the count set here holds on no other
+    seen: dict[str, int] = {}
+
+    def on_a_worker() -> None:
+        model(inputs)
+        seen["call"] = pool_threads()
+
+    def timed_on_a_worker() -> None:
+        model.time(inputs, runs=2, warmup=0)
+        seen["time"] = pool_threads()
+
+    for work in (on_a_worker, timed_on_a_worker):
+        worker = threading.Thread(target=work)
+        worker.start()
+        worker.join(timeout=60)
+    assert seen == {"call": count, "time": count}
