@@ -75,7 +75,7 @@ def _probe(address: str, access: ChannelAccess) -> TlsFailure | None:
             return None if tls.recv(1) else _client_refused(access)
     except ssl.SSLCertVerificationError as err:
         return _certificate_refused(err, host, int(port), access)
-    except (OSError, ssl.SSLError):
+    except (OSError, ssl.SSLError, ValueError):  # ValueError: a name ssl or IDNA cannot encode
         return None
 
 
