@@ -196,9 +196,10 @@ def export_logs(
 @app.command()
 def sync(
     source: str = typer.Argument(..., metavar="FROM", help="The registry to copy from: a URL (sqlite:///..., "
-                                 "postgresql://...) or a SQLite file's path."),
+                                 "postgresql://...), a SQLite file's path, or a pack (a .farmpack file)."),
     destination: str = typer.Argument(..., metavar="TO", help="The registry to copy into (created if it is a new "
-                                      "SQLite file or an empty database)."),
+                                      "SQLite file or an empty database), or a pack (.farmpack: written, or "
+                                      "added to)."),
     fingerprint: str | None = env_option(None, "--fingerprint", command="registry", metavar="ID",
                                          help="Only this fingerprint's records, jobs, artifacts and cost model."),
     model: str | None = env_option(None, "--model", command="registry", metavar="NAME",
@@ -216,16 +217,26 @@ def sync(
     import sys
 
     from foundation.registry.engine import RegistryMissing
+    from foundation.registry.packs import in_memory_registry, is_pack, read_pack, write_pack
     from foundation.registry.store import RegistryStore
     from foundation.registry.sync import SyncFilter, sync_registries
 
-    source_store = open_store(_registry_url(source))
-    try:
-        destination_store = open_store(_registry_url(destination), create=not dry_run)
-    except RegistryMissing:
-        if not dry_run:
-            raise
-        destination_store = RegistryStore("sqlite://")  # TO is new: a dry run counts everything as missing
+    # A pack on either side is an in-memory registry: read whole and checked first, written at the end.
+    source_store = read_pack(Path(source))[0] if is_pack(source) else open_store(_registry_url(source))
+    if is_pack(destination):
+        pack = Path(destination)
+        if pack.exists():
+            destination_store = read_pack(pack)[0]
+        else:
+            _check_writable_directory(pack.parent if str(pack.parent) else Path("."))
+            destination_store = in_memory_registry()
+    else:
+        try:
+            destination_store = open_store(_registry_url(destination), create=not dry_run)
+        except RegistryMissing:
+            if not dry_run:
+                raise
+            destination_store = RegistryStore("sqlite://")  # TO is new: a dry run counts everything as missing
 
     def progress(what: str, done: int, of: int) -> None:
         if not json_output and of:
@@ -234,7 +245,10 @@ def sync(
     counts = sync_registries(source_store, destination_store,
                              SyncFilter(fingerprint=fingerprint, model=model, target=target),
                              dry_run=dry_run, progress=progress)
-    document = {"from": str(source_store.url), "to": str(destination_store.url), "dry_run": dry_run,
+    if is_pack(destination) and not dry_run:
+        write_pack(destination_store, Path(destination), _pack_about())
+    document = {"from": source if is_pack(source) else str(source_store.url),
+                "to": destination if is_pack(destination) else str(destination_store.url), "dry_run": dry_run,
                 "copied": counts.to_json()}
     if json_output:
         emit_json(document)
@@ -245,6 +259,26 @@ def sync(
     parts = [f"{n:,} {k.replace('_', ' ')}" for k, n in copied.items() if n and k != "artifact_bytes"]
     stdout_console().print(f"{verb} {', '.join(parts) if parts else 'nothing: TO has all FROM holds'}"
                            + "".join(f"; skipped {n} {k.replace('_', ' ')}" for k, n in skipped.items()))
+
+
+def _pack_about() -> dict:
+    """Who made a pack: the command, this box's CPU, the date, the TVM version (its header says so)."""
+    import platform
+    import sys
+
+    from foundation.clock import utc_now
+    from foundation.hardware.versions import tvm_version
+
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {"command": " ".join(["farm", *sys.argv[1:]]), "cpu": cpu, "created": utc_now().isoformat(),
+            "tvm_version": tvm_version()}
 
 
 def _registry_url(given: str) -> str:

@@ -9,6 +9,7 @@ traces need not apply anywhere: a sync copies rows, it does not replay them) so 
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import random
@@ -159,3 +160,44 @@ def test_a_sync_killed_midway_then_run_again_equals_a_clean_sync(home, tmp_path,
     rerun = farm_here(home, "registry", "sync", source, str(killed))
     assert rerun.returncode == 0, rerun.stderr
     assert contents(f"sqlite:///{killed}") == contents(f"sqlite:///{clean}") == contents(source)
+
+
+def test_a_pack_carries_a_registry_and_says_who_made_it(home, tmp_path, registry_url, tuned_mlp_tiny):
+    source = f"sqlite:///{home / 'registry.db'}"
+    pack = tmp_path / "mlp-tiny.farmpack"
+    written = farm_here(home, "registry", "sync", source, str(pack), "--json")
+    assert written.returncode == 0, written.stderr
+    with gzip.open(pack, "rt") as lines:
+        header = json.loads(lines.readline())
+    assert header["format"] == "tvm-farm-pack" and header["command"].startswith("farm registry sync")
+    assert header["cpu"] and header["created"].startswith("20") and header["tables"]["tuning_records"]["rows"] > 0
+    again = farm_here(home, "registry", "sync", source, str(pack), "--json")  # a pack is added to, not rewritten
+    assert json.loads(again.stdout)["copied"]["records"] == 0
+
+    read = farm_here(home, "registry", "sync", str(pack), registry_url, "--json")
+    assert read.returncode == 0, read.stderr
+    assert contents(registry_url) == contents(source)
+    hit = farm_here(home, "submit", "mlp-tiny", "llvm", "2", "--registry", registry_url, "--json")
+    assert json.loads(hit.stdout)["artifact"]["id"] == tuned_mlp_tiny.submitted["artifact"]["id"]
+
+
+def test_a_damaged_pack_is_refused_whole(home, tmp_path):
+    source = f"sqlite:///{home / 'registry.db'}"
+    pack, target = tmp_path / "p.farmpack", tmp_path / "to.db"
+    assert farm_here(home, "registry", "sync", source, str(pack)).returncode == 0
+    with gzip.open(pack, "rb") as packed:
+        header, *rows = packed.read().splitlines()
+    # A row changed, the file still a well-formed pack: its table's digest no longer matches.
+    changed = [row.replace(b'"cores":', b'"cores":1') if b'"fingerprints"' in row else row for row in rows]
+    tampered = tmp_path / "tampered.farmpack"
+    with gzip.open(tampered, "wb") as packed:
+        packed.write(b"\n".join([header, *changed]) + b"\n")
+    cut = tmp_path / "cut.farmpack"
+    cut.write_bytes(pack.read_bytes()[: pack.stat().st_size // 2])
+    for bad, says in [(tampered, "its fingerprints rows do not match the digest"), (cut, "is damaged")]:
+        proc = farm_here(home, "registry", "sync", str(bad), str(target))
+        assert proc.returncode == 2, proc.stderr
+        assert proc.stderr.strip().splitlines() == [proc.stderr.strip()] and says in proc.stderr
+    assert not target.exists()
+    missing = farm_here(home, "registry", "sync", str(tmp_path / "none.farmpack"), str(target))
+    assert missing.returncode == 3 and "no pack at" in missing.stderr
