@@ -26,6 +26,10 @@ def agent(
                                help="Address this box's TVM RPC server listens on (reachable by the tracker)."),
     rpc_port: int = env_option(0, "--rpc-port", command="agent", min=0, max=65535, metavar="PORT",
                                help="0: pick a free port."),
+    allow_insecure_rpc: bool = env_option(
+        False, "--allow-insecure-rpc", command="agent",
+        help="Let the TVM RPC server listen beyond loopback on a farm without a token. It runs any code sent "
+             "to it and authenticates nobody: fence its port to the farm's boxes."),
     metrics_listen: str | None = METRICS_LISTEN_OPTION,
     grace: float = env_option(15.0, "--grace", command="agent", min=0, max=3600, metavar="SECONDS",
                               help="Seconds work under way gets to end after SIGTERM/Ctrl-C; then the agent "
@@ -58,7 +62,8 @@ def agent(
     # shard's log file (foundation.processes.native_stderr), and the agent's log must go on.
     configure_logging(log_format, log_level, terminal_stderr())
     # The daemon's stderr is its log: every line a record, in the one text layout or JSON.
-    for warning in open_port_warnings(access.token, metrics=metrics_listen):
+    rpc_warning = _insecure_rpc_warning(rpc_host, rpc_port, access.token, allow_insecure_rpc)
+    for warning in [*open_port_warnings(access.token, metrics=metrics_listen), *filter(None, [rpc_warning])]:
         logging.getLogger("farm.agent").warning(warning.removeprefix("warning: ").rstrip())
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -86,6 +91,29 @@ def agent(
     if abandoned:  # threads of the work left behind would hold up an ordinary exit
         logging.shutdown()
         os._exit(0)
+
+
+def _insecure_rpc_warning(host: str, port: int, token: str | None, allowed: bool) -> str | None:
+    """Refuse a TVM RPC server beyond loopback on a farm without a token, unless ``allowed``;
+    then, the warning to log. TVM's RPC server runs whatever code is sent to it and checks no
+    secret (its tracker key is a label): the farm's token cannot guard it either, but a farm
+    with one was set up for a network, where the deploy recipes fence the RPC port. A farm
+    without one is a box's own, and its RPC server stays on loopback unless asked."""
+    from foundation.errors import BadInput
+    from foundation.wire.access import is_loopback
+
+    if token is not None or is_loopback(f"[{host}]:{port}" if ":" in host else f"{host}:{port}"):
+        return None
+    where = host or "every address"
+    if not allowed:
+        raise BadInput(f"the TVM RPC server would listen on {where}, beyond loopback, on a farm without a token: "
+                       "anyone who reaches its port could run any code on this box",
+                       "give the farm a token (FARM_TOKEN or --token-file, the coordinator's) and fence the port to "
+                       "the farm's boxes, or --rpc-host 127.0.0.1; --allow-insecure-rpc "
+                       "(FARM_AGENT_ALLOW_INSECURE_RPC=1) starts it anyway")
+    return (f"warning: INSECURE: the TVM RPC server listens on {where}, beyond loopback, on a farm without a token "
+            "(--allow-insecure-rpc): anyone who reaches its port can run any code on this box as this user; "
+            "fence the port to the farm's boxes")
 
 
 def _device(text: str) -> tuple[str, int]:

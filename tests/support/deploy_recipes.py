@@ -38,7 +38,7 @@ COORDINATOR_FLAGS = {
 }
 AGENT_FLAGS = {
     "--coordinator", "--target", "--device", "--build-workers", "--rpc-host", "--rpc-port",
-    "--metrics-listen", "--token-file", "--grace", "--log-format", "--log-level",
+    "--metrics-listen", "--token-file", "--grace", "--log-format", "--log-level", "--allow-insecure-rpc",
 }
 COMMON_ENV = {"FARM_HOME", "FARM_TOKEN", "FARM_TOKEN_FILE", "FARM_METRICS_LISTEN", "FARM_LOG_FORMAT", "FARM_LOG_LEVEL"}
 COORDINATOR_ENV = COMMON_ENV | {
@@ -50,7 +50,7 @@ COORDINATOR_ENV = COMMON_ENV | {
 }
 AGENT_ENV = COMMON_ENV | {
     "FARM_COORDINATOR", "FARM_DEVICE", "FARM_BUILD_WORKERS", "FARM_RPC_HOST", "FARM_RPC_PORT", "FARM_TLS_CA",
-    "FARM_TLS_CERT", "FARM_TLS_KEY", "FARM_AGENT_TARGET", "FARM_AGENT_GRACE",
+    "FARM_TLS_CERT", "FARM_TLS_KEY", "FARM_AGENT_TARGET", "FARM_AGENT_GRACE", "FARM_AGENT_ALLOW_INSECURE_RPC",
 }
 # Read by the farm without an option of its own: the data directory. Every other FARM_ variable
 # a recipe sets is an option's (`farm ROLE --help` names it).

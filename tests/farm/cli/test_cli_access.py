@@ -61,8 +61,35 @@ def test_clients_and_agents_need_the_token(make_cluster, tmp_path):
     last = agent.stderr.strip().splitlines()[-1]
     assert last.startswith("error: ") and "refused this agent (UNAUTHENTICATED)" in last and "FARM_TOKEN" in last
     assert agent.returncode == 2 and "Traceback" not in agent.stderr
-    # One with the token registers.
-    cluster.start_agent("agent-1")
+    # One with the token registers, its RPC server beyond loopback without a warning: a farm with a
+    # token is set up for a network, whose RPC ports the deploy recipes fence.
+    cluster.start_agent("agent-1", options=("--rpc-host", "0.0.0.0"))
     [registered] = wait_for(lambda: json.loads(cluster.farm("agents", "--json").stdout), 120,
                             "the agent with the token registered")
     assert registered["id"].startswith("agent-")
+    assert "INSECURE" not in cluster.log("agent-1")
+
+
+def test_no_agent_rpc_server_beyond_loopback_without_a_token(farm_exe, tmp_path):
+    """TVM's RPC server runs any code sent to it: refused before the agent calls anyone."""
+    env = {**os.environ, "FARM_HOME": str(tmp_path / "home")}
+    for name in ("FARM_TOKEN", "FARM_TOKEN_FILE", "FARM_AGENT_ALLOW_INSECURE_RPC"):
+        env.pop(name, None)
+    for host_options in (["--rpc-host", "0.0.0.0"], ["--rpc-host", "::"]):
+        proc = subprocess.run([farm_exe, "agent", "--coordinator", "127.0.0.1:9", *host_options], env=env,
+                              capture_output=True, text=True, timeout=120)
+        line = one_error_line(proc)
+        assert proc.returncode == 2
+        assert f"the TVM RPC server would listen on {host_options[1]}, beyond loopback, on a farm without a token" \
+            in line
+        assert "FARM_TOKEN" in line and "--allow-insecure-rpc (FARM_AGENT_ALLOW_INSECURE_RPC=1)" in line
+
+
+def test_an_insecure_rpc_server_starts_only_when_asked_and_says_so(make_cluster):
+    cluster = make_cluster()
+    cluster.start_coordinator()
+    cluster.start_agent("agent-1", options=("--rpc-host", "0.0.0.0", "--allow-insecure-rpc"))
+    cluster.wait_agents(1)
+    [warning] = [line for line in cluster.log("agent-1").splitlines() if "INSECURE" in line]
+    assert " WARNING farm.agent: INSECURE: the TVM RPC server listens on 0.0.0.0, beyond loopback" in warning
+    assert "anyone who reaches its port can run any code on this box" in warning
