@@ -1,10 +1,7 @@
-"""The one lock the coordinator's threads hold while they build or compare TVM IR."""
+"""The coordinator's threads share the foundation's TVM IR lock (foundation.tvm_ir_lock)."""
 
 from __future__ import annotations
 
-import threading
+from foundation.tvm_ir_lock import TVM_IR_LOCK
 
-# TVM's Relax BlockBuilder keeps a process-wide stack: two threads building Relax modules at
-# once (a Submit loading a new model while the planner reloads another) corrupt it and fail
-# with an AssertionError (seen in bench/coordinator_scale.py). All IR work here takes this lock.
-TVM_IR_LOCK = threading.RLock()
+__all__ = ["TVM_IR_LOCK"]

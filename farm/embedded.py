@@ -11,11 +11,14 @@ Nothing is lost and nothing is stuck:
 - a cancel (a signal, or `farm cancel` read by the heartbeat) stops tuning after the batch
   in flight, whose records are committed, and ends the job `cancelled`;
 - a second submit of a scope being tuned waits for the first (the tuning lock) and answers
-  from the registry: one scope is never tuned twice at once.
+  from the registry: one scope is never tuned twice at once;
+- submits from several threads of one process run their jobs one at a time (TVM's IR is the
+  process's: foundation.tvm_ir_lock); a registry hit waits for nothing.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
@@ -67,6 +70,7 @@ from foundation.job_driver.tuning_rounds import RoundsOutcome, UntilRequest, che
 from foundation.meta_schedule.tuner import MeasureSettings, ProgressListener, TuningReport, WorkerPools
 from foundation.meta_schedule.warm.job_start import learn_from_job, warm_start_for, warm_start_json, warm_start_use
 from foundation.models.model_key import ModelKey, model_key
+from foundation.tvm_ir_lock import TVM_IR_LOCK
 from foundation.units import milliseconds
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -74,6 +78,10 @@ if TYPE_CHECKING:  # pragma: no cover
     from foundation.domain.trial_plan import TrialPlan
     from foundation.registry.entities import Artifact, Job
     from foundation.runtime.validation import LibraryCheck
+
+
+# How often a submit waiting for another thread's job looks at its own cancellation.
+TURN_POLL_S = 0.5
 
 
 class JobObserver(ProgressListener, Protocol):
@@ -224,11 +232,14 @@ def submit(request: SubmitRequest, observer: JobObserver | None = None,
     # An embedded submit tunes here: a target this CPU cannot run is refused before anything.
     ctx = open_context(request.registry, request.target, create=True, tuning_here=True)
     layout = weights_layout_for(request.weights_layout, ctx.target["kind"])
+    if request.warm_start:
+        _load_shipped_packs(ctx, tell)
     for job in fail_dead_jobs(ctx.store):
         tell("cleaned", f"{job.id} was left running by a process that died: marked failed")
     lock = ScopeLock(ctx.store, scope_key(key, ctx.target_json, ctx.fingerprint.id, ctx.tvm_version),
                      f"{key.describe()} for {ctx.target_json} on {ctx.fingerprint.id}", this_runner())
     waited_for: str | None = None
+    has_turn = False
     try:
         while True:
             _stop_if_cancelled(cancellation)
@@ -241,6 +252,12 @@ def submit(request: SubmitRequest, observer: JobObserver | None = None,
                                  stored_options(spec, JobNotes(form, choice.to_json())))
                 return SubmitResult(job, True, ctx.fingerprint.id, key, ctx.target_json, hit, form,
                                     seconds=time.monotonic() - begin, layout_choice=choice)
+            if not has_turn:
+                waited = _take_turn(cancellation, tell)
+                has_turn = True
+                if waited:
+                    continue  # the job it waited for may have made the library this one wants
+            # The scope lock tells runners apart, not threads: this process's other jobs wait above.
             holder = lock.try_take()
             if holder is None:
                 break
@@ -251,6 +268,32 @@ def submit(request: SubmitRequest, observer: JobObserver | None = None,
         return _tune_build_commit(ctx, key, request, spec, layout, lock, observer, cancellation, begin)
     finally:
         lock.release()
+        if has_turn:
+            TVM_IR_LOCK.release()
+
+
+def _take_turn(cancellation: Cancellation, tell) -> bool:
+    """This thread's turn to run a job in this process (foundation.tvm_ir_lock); whether it waited for
+    another thread's job to end first."""
+    if TVM_IR_LOCK.acquire(blocking=False):
+        return False
+    waiting = ("another farm.submit in this process is running its job: waiting for it to end "
+               "(one job at a time in a process: TVM's IR builders are not thread-safe)")
+    tell("waiting", waiting)
+    logging.getLogger(__name__).info(waiting)  # a Python caller has no observer
+    while not TVM_IR_LOCK.acquire(timeout=TURN_POLL_S):
+        _stop_if_cancelled(cancellation)
+    return True
+
+
+def _load_shipped_packs(ctx: FarmContext, tell) -> None:
+    """A new registry starts with what tvm-farm ships (foundation.registry.shipped_packs)."""
+    from foundation.registry.shipped_packs import is_new, load_shipped_packs, shipped_packs
+
+    if not config.shipped_packs_wanted() or not shipped_packs() or not is_new(ctx.store):
+        return
+    for name, counts in load_shipped_packs(ctx.store).items():
+        tell("packs", f"{name}: {counts.records:,} records of {counts.fingerprints} fingerprints into the new registry")
 
 
 def _verified_hit(ctx: FarmContext, key: ModelKey, request: SubmitRequest, layout: WeightsLayout,
