@@ -27,6 +27,7 @@ from coordinator.cluster_store import ClusterStore
 from coordinator.fleet import IngestProcess, ReportPolicy
 from coordinator.heap import PacedCollector
 from coordinator.housekeeping import Housekeeping
+from coordinator.registry_claim import RegistryClaim
 from coordinator.registry_health import (
     SUMMARY_EVERY_S,
     RegistryGate,
@@ -109,6 +110,7 @@ class CoordinatorServer:
     health_port: int | None = None
     metrics: MetricsServer | None = None  # Prometheus' /metrics, if served
     registry: RegistryHealth | None = None  # whether the registry answers
+    claim: RegistryClaim | None = None  # this coordinator's hold on its registry, one per registry
     # Set to end the coordinator: by a signal (run_until_signalled), or by the coordinator itself
     # when it cannot go on (its registry's schema is gone), and then `failure` says why.
     ended: threading.Event = field(default_factory=threading.Event)
@@ -144,6 +146,8 @@ class CoordinatorServer:
         if self.metrics is not None:
             self.metrics.stop()
         self.coordinator.store.dispose()
+        if self.claim is not None:
+            self.claim.release()
         logger.info("coordinator stopped")
 
     async def _drain(self, grace: float) -> None:
@@ -207,8 +211,10 @@ def serve(
     access.check_listen(listen)
     url = config.registry_url(registry_url)
     store = RegistryStore(url)
-    owned = ingest = metrics = None
+    owned = ingest = metrics = claim = None
     try:
+        # Before anything serves or plans: a second coordinator on this registry stops here.
+        claim = RegistryClaim(url)
         if metrics_listen:  # a malformed or taken address ends it here, before a tracker process starts
             from coordinator.metrics import serve_metrics
 
@@ -255,6 +261,8 @@ def serve(
             ingest.close()
         if owned is not None:
             owned.stop()
+        if claim is not None:
+            claim.release()
         store.dispose()
         raise
 
@@ -266,7 +274,8 @@ def serve(
                                 lease_ttl=settings.lease_ttl, max_attempts=settings.max_attempts)
     running = CoordinatorServer(server, port, host, coordinator, housekeeping, health_servicer, owned, stop_ticking,
                                 None, loop, pool, ingest, health_server=health_server, health_port=health_port,
-                                metrics=metrics, registry=registry)
+                                metrics=metrics, registry=registry, claim=claim)
+    claim.describe(f"{socket.getfqdn() if host in ('0.0.0.0', '::', '') else host}:{port}")
     running._ticker = threading.Thread(target=_tick_loop, args=(running, tick_interval), name="farm-tick",
                                        daemon=True)
     running._ticker.start()
