@@ -142,28 +142,49 @@ _PATH_FIXES = {
 }
 
 
-# What the user can do when the box, not the input, ran out of something, by errno.
-DISK_FULL_FIX = "the disk is full: free some space or choose another disk; nothing was half-written"
-_RESOURCE_FIXES = {
-    errno.ENOSPC: DISK_FULL_FIX,
-    errno.EDQUOT: "the disk quota is used up: free some space or choose another disk; nothing was half-written",
-    errno.EMFILE: "the open-file limit of this process was reached: raise it (`ulimit -n`, 1024 or more) and retry",
-    errno.ENFILE: "the system's open-file limit was reached: close other programs or raise fs.file-max, and retry",
-    errno.EAGAIN: "the process limit of this user was reached: raise it (`ulimit -u`) or end other processes, "
-                  "and retry",
+# What the OS says, in words, where the errno is lost: an ImportError of a library that could not be
+# opened, a RuntimeError of a thread that could not start, an error TVM passed on as its text.
+_RESOURCE_WORDS = {
+    "Too many open files": errno.EMFILE,
+    "can't start new thread": errno.EAGAIN,
+    "Resource temporarily unavailable": errno.EAGAIN,
+    "No space left on device": errno.ENOSPC,
+    "Disk quota exceeded": errno.EDQUOT,
 }
+_DISK_FIX = "free some space or choose another disk; nothing was half-written"
 
 
 def out_of_resources(err: BaseException) -> OutOfResources | None:
-    """The box ran out of disk, open files or processes, as the error the user sees; None for any
-    other error. Python says a thread that could not start only in words ("can't start new thread")."""
-    if isinstance(err, OSError) and err.errno in _RESOURCE_FIXES:
-        what = f" {err.filename}" if err.filename is not None else ""
-        return OutOfResources(f"out of resources{what}: {err.strerror or type(err).__name__}",
-                              _RESOURCE_FIXES[err.errno])
-    if isinstance(err, RuntimeError) and "can't start new thread" in str(err):
-        return OutOfResources(f"out of resources: {err}", _RESOURCE_FIXES[errno.EAGAIN])
+    """The box ran out of disk, open files or processes, as the error the user sees (the limit that
+    was reached, not a file that happened to be opened then); None for any other error."""
+    code = err.errno if isinstance(err, OSError) else None
+    if code is None:
+        code = next((c for words, c in _RESOURCE_WORDS.items() if words in str(err)), None)
+    if code in (errno.EMFILE, errno.ENFILE):
+        return OutOfResources(f"out of open files ({os.strerror(code)}): {_limit('RLIMIT_NOFILE', 'ulimit -n')}",
+                              "raise the open-file limit (`ulimit -n 1024` or more) and retry")
+    if code == errno.EAGAIN:
+        return OutOfResources(f"a process or thread could not start ({os.strerror(code)}): "
+                              f"{_limit('RLIMIT_NPROC', 'ulimit -u')}",
+                              "raise the process limit (`ulimit -u`) or end other processes of this user, and retry")
+    if code in (errno.ENOSPC, errno.EDQUOT):
+        where = f" for {err.filename}" if isinstance(err, OSError) and err.filename else ""
+        what = "the disk quota is used up" if code == errno.EDQUOT else "the disk is full"
+        return OutOfResources(f"{what}{where}: {_first_line(err)}", _DISK_FIX)
     return None
+
+
+def _limit(name: str, command: str) -> str:
+    import resource
+
+    soft, _hard = resource.getrlimit(getattr(resource, name))
+    shown = "unlimited" if soft == resource.RLIM_INFINITY else f"{soft:,}"
+    return f"this process's limit (`{command}`) is {shown}"
+
+
+def _first_line(err: BaseException) -> str:
+    text = err.strerror if isinstance(err, OSError) and err.strerror else str(err)
+    return (text.strip().splitlines() or [type(err).__name__])[0]
 
 
 def path_error(err: OSError, path: str | os.PathLike[str] | None = None, *, doing: str = "use") -> FarmError:
@@ -178,8 +199,11 @@ def path_error(err: OSError, path: str | os.PathLike[str] | None = None, *, doin
     path = path if path is not None else err.filename
     reason = err.strerror or type(err).__name__
     problem = f"cannot {doing} {path}: {reason}"
-    if err.errno in _RESOURCE_FIXES:
-        return OutOfResources(problem, _RESOURCE_FIXES[err.errno])
+    if err.errno in (errno.ENOSPC, errno.EDQUOT):
+        return OutOfResources(problem, _DISK_FIX)
+    resources = out_of_resources(err)  # open files or processes: the limit, not the path, is to blame
+    if resources is not None:
+        return resources
     if err.errno == errno.ENOENT:
         parent = os.path.dirname(os.path.abspath(os.fspath(path))) if path is not None else None
         if parent is None or not os.path.isdir(parent) or doing.startswith("read"):

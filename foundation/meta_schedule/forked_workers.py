@@ -208,7 +208,10 @@ class Zygote:
                 except OSError:
                     reply = b""
                 if len(reply) == _PID.size:
-                    return _PID.unpack(reply)[0]
+                    pid = _PID.unpack(reply)[0]
+                    if pid < 0:  # the zygote's fork failed: as os.fork() here would have
+                        raise OSError(-pid, os.strerror(-pid))
+                    return pid
                 self._stop()
             # Twice in a row: it cannot start here (the farm not importable by sys.executable, say).
             self.failed = True
@@ -387,7 +390,13 @@ def _serve(target_kind: str, sock: socket.socket) -> None:
             if not request:  # the parent closed its end, or ended
                 return
             kind, env, cwd, module_argv = pickle.loads(request)
-            pid = os.fork()
+            try:
+                pid = os.fork()
+            except OSError as err:  # the process limit (EAGAIN) or memory: the parent raises it, the zygote goes on
+                for fd in fds:
+                    os.close(fd)
+                sock.send(_PID.pack(-(err.errno or 1)))
+                continue
             if pid == 0:
                 sock.close()
                 if kind == "group":

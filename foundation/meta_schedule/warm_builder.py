@@ -11,6 +11,7 @@ LocalBuilder builds it and exported as a shared library linked by `ld` alone
 
 from __future__ import annotations
 
+import logging
 import threading
 
 # Builds a worker serves before it is replaced: bounds the leak LocalBuilder worries about.
@@ -25,17 +26,32 @@ def prewarm(pool, workers: int, name: str) -> None:
     """Start every worker of a TVM PopenPoolExecutor (running its initializer) in the background.
 
     One no-op per pool thread reaches each worker while the tuner is still generating its
-    first candidates; a worker that fails to start fails its first real task too.
+    first candidates; a worker that fails to start fails its first real task too. Starting
+    ahead is only a head start: where the process limit leaves no thread for it, it is skipped
+    with a warning, and the workers start with the first builds (or fail them, saying why).
     """
 
     def start_all() -> None:
-        for future in [pool.submit(_ready) for _ in range(workers)]:
+        try:
+            futures = [pool.submit(_ready) for _ in range(workers)]
+        except RuntimeError as err:  # the pool's threads could not start
+            _skipped(name, err)
+            return
+        for future in futures:
             try:
                 future.result()
             except Exception:
                 pass
 
-    threading.Thread(target=start_all, name=name, daemon=True).start()
+    try:
+        threading.Thread(target=start_all, name=name, daemon=True).start()
+    except RuntimeError as err:
+        _skipped(name, err)
+
+
+def _skipped(name: str, err: RuntimeError) -> None:
+    logging.getLogger(__name__).warning("%s skipped: %s (the process limit, `ulimit -u`, was reached); "
+                                        "the workers start with the first builds", name, err)
 
 
 def warm_builder(max_workers: int | None, timeout_sec: float, initializer):

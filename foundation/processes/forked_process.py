@@ -19,11 +19,14 @@ class ForkedProcess:
     """A process forked by another of ours. Its exit status belongs to the process that forked it,
     which lets the kernel reap it; here only its end is known."""
 
+    # Until the pidfd is open: __del__ of one whose pidfd_open failed (out of open files) has none.
+    _pidfd: int | None = None
+
     def __init__(self, pid: int):
         self.pid = pid
         self.returncode: int | None = None
         try:
-            self._pidfd: int | None = os.pidfd_open(pid)
+            self._pidfd = os.pidfd_open(pid)
         except ProcessLookupError:  # already gone
             self._pidfd = None
             self.returncode = self._exit_status()

@@ -1,0 +1,53 @@
+"""A box out of processes or open files (`ulimit -u`, `ulimit -n`): exit 6 (OutOfResources), one
+line naming the limit, no traceback; never an internal error."""
+
+from __future__ import annotations
+
+import os
+import resource
+import subprocess
+
+import pytest
+
+from support.other_user import drop_to_other_user, shared_directory
+
+
+@pytest.fixture
+def home():
+    with shared_directory() as directory:
+        yield directory
+
+
+def submit_under(farm_exe: str, home, limits: dict[int, int]) -> subprocess.CompletedProcess:
+    env = {**os.environ, "FARM_HOME": str(home / "farm"), "HOME": str(home)}
+    env.pop("FARM_REGISTRY", None)
+    return subprocess.run([farm_exe, "submit", "mlp-tiny", "llvm", "1", "--trials", "4"], env=env,
+                          capture_output=True, text=True, timeout=600, preexec_fn=drop_to_other_user(limits))
+
+
+def assert_one_line_naming(proc: subprocess.CompletedProcess, limit: str) -> str:
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert proc.returncode == 6, proc.stderr
+    assert len(errors) == 1 and limit in errors[0], proc.stderr
+    assert "Traceback" not in proc.stderr and "internal error" not in proc.stderr, proc.stderr
+    return errors[0]
+
+
+def test_a_process_limit_that_leaves_no_process_or_thread_is_one_line_never_an_internal_error(farm_exe, home):
+    proc = submit_under(farm_exe, home, {resource.RLIMIT_NPROC: 6})
+    # Which thread or process is refused first is the scheduler's: a worker's (the job goes on and
+    # fails with its candidates' errors, exit 1) or the command's own (exit 6, naming the limit).
+    if proc.returncode == 1:
+        errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+        assert len(errors) == 1 and "failed" in errors[0] and "Traceback" not in proc.stderr, proc.stderr
+        return
+    assert "is 6" in assert_one_line_naming(proc, "`ulimit -u`")
+
+
+@pytest.mark.parametrize("files", [16, 24])
+def test_an_open_file_limit_is_exit_6_naming_the_limit_not_a_file(farm_exe, home, files):
+    proc = submit_under(farm_exe, home, {resource.RLIMIT_NOFILE: files})
+    if proc.returncode == 0:
+        pytest.skip(f"{files} open files were enough for this job here")
+    line = assert_one_line_naming(proc, "`ulimit -n`")
+    assert f"is {files}" in line and "cannot use" not in line
