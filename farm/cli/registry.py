@@ -40,14 +40,21 @@ def _plain(entity) -> dict:
 @app.command()
 def init(registry: str | None = REGISTRY_OPTION, json_output: bool = JSON_OPTION) -> None:
     """Create the registry (SQLite file or an empty PostgreSQL database) at the newest schema."""
+    from foundation.config import shipped_packs_wanted
     from foundation.registry.migrate import head_revision
+    from foundation.registry.shipped_packs import is_new, load_shipped_packs
 
     store = open_store(registry, create=True)
-    document = {"registry": str(store.url), "revision": head_revision()}
+    packs = load_shipped_packs(store) if shipped_packs_wanted() and is_new(store) else {}
+    document = {"registry": str(store.url), "revision": head_revision(),
+                "packs": {name: counts.to_json() for name, counts in packs.items()}}
     if json_output:
         emit_json(document)
-    else:
-        stdout_console().print(f"registry {document['registry']} is ready (schema revision {document['revision']})")
+        return
+    console = stdout_console()
+    console.print(f"registry {document['registry']} is ready (schema revision {document['revision']})")
+    for name, counts in packs.items():
+        console.print(f"pack     {name}: {counts.records:,} records, {counts.fingerprints} fingerprints")
 
 
 @app.command("ls")
@@ -207,6 +214,9 @@ def sync(
                                         "the records its jobs measured."),
     target: str | None = env_option(None, "--target", command="registry", metavar="TARGET",
                                     help="Only rows of this target kind (llvm, cuda) or canonical target JSON."),
+    artifacts: bool = env_option(True, "--artifacts/--no-artifacts", command="registry",
+                                 help="Copy the stored libraries too (--no-artifacts: records, jobs and cost models "
+                                      "only, as the packs tvm-farm ships)."),
     dry_run: bool = env_option(False, "--dry-run", command="registry",
                                help="Count what would be copied; write nothing."),
     json_output: bool = JSON_OPTION,
@@ -243,7 +253,7 @@ def sync(
             print(f"{what.replace('_', ' '):<15} {done:,} of {of:,}", file=sys.stderr, flush=True)
 
     counts = sync_registries(source_store, destination_store,
-                             SyncFilter(fingerprint=fingerprint, model=model, target=target),
+                             SyncFilter(fingerprint=fingerprint, model=model, target=target, artifacts=artifacts),
                              dry_run=dry_run, progress=progress)
     if is_pack(destination) and not dry_run:
         write_pack(destination_store, Path(destination), _pack_about())

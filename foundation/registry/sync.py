@@ -55,6 +55,8 @@ class SyncFilter:
     model: str | None = None
     # A target kind ("llvm", "cuda") or one canonical target's JSON text.
     target: str | None = None
+    # Libraries too (a pack for git may leave them out: records rebuild them in a minute).
+    artifacts: bool = True
 
     def takes_target(self, target: str) -> bool:
         if self.target is None:
@@ -98,7 +100,7 @@ def sync_registries(source: RegistryStore, destination: RegistryStore, only: Syn
 class _Sync:
     def __init__(self, source: RegistryStore, destination: RegistryStore, only: SyncFilter, dry_run: bool,
                  progress: Progress):
-        if source.url == destination.url:
+        if source is destination or (source.url == destination.url and source.url != "sqlite://"):
             raise RegistryError(f"FROM and TO are the same registry ({source.url})", "name two registries")
         self.source, self.destination, self.only, self.dry_run, self.progress = (
             source, destination, only, dry_run, progress)
@@ -157,6 +159,8 @@ class _Sync:
         return self._scoped(self._rows(JobRow, *where))
 
     def _artifact_rows(self, models: set[str] | None) -> list[dict[str, Any]]:
+        if not self.only.artifacts:
+            return []
         where = [ArtifactRow.model_id.in_(models)] if models is not None else []
         return self._scoped(self._rows(ArtifactRow, *where))
 
