@@ -133,17 +133,20 @@ def submit(model: str, target: str = "llvm", batch: int = 1, *, trials: int | No
                               trials_per_task=trials_per_task, retune=retune, seed=seed, fingerprint=fingerprint,
                               validation_runs=runs, reuse=reuse, weights_layout=weights_layout,
                               until=until_request, warm_start=warm_start, wait=wait, timeout=timeout)
+    from farm.api_interrupts import ctrl_c_cancels
     from farm.embedded import SubmitRequest
     from farm.embedded import submit as submit_job
     from farm.registry_jobs import RegistryJobs
     from foundation.meta_schedule.tuner import MeasureSettings
 
-    result = submit_job(SubmitRequest(
+    request = SubmitRequest(
         model=model, target=target, batch=batch, registry=registry, trials=trials, trials_per_task=trials_per_task,
         retune=retune, reuse=reuse, seed=seed, warm_start=warm_start,
         measure=MeasureSettings(build_workers=build_workers), validation_runs=runs, weights_layout=weights_layout,
         until=until_request,
-    ))
+    )
+    with ctrl_c_cancels() as cancellation:
+        result = submit_job(request, cancellation=cancellation)
     jobs = RegistryJobs.open(registry)
     return Job.from_document(jobs.document(jobs.get(result.job.id)))
 

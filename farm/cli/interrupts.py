@@ -32,8 +32,11 @@ LAST_WORDS_S = 2.0
 
 
 @contextmanager
-def cancel_on_signals(notify: Callable[[str], None] | None = None) -> Iterator[Cancellation]:
-    """A Cancellation that SIGINT and SIGTERM request, for the duration of the block."""
+def cancel_on_signals(notify: Callable[[str], None] | None = None, signals: tuple[int, ...] = SIGNALS,
+                      exiting: bool = True) -> Iterator[Cancellation]:
+    """A Cancellation that SIGINT and SIGTERM (or ``signals``) request, for the duration of the block.
+    ``exiting``: the process exits once a signal ended the block, so the handlers stay (below);
+    a Python caller, which goes on, gets its own back however the block ended."""
     cancellation = Cancellation()
     # Opened now, on the terminal: while tuning, fd 2 (sys.stderr) points at the job's log.
     terminal = terminal_stderr()
@@ -61,11 +64,11 @@ def cancel_on_signals(notify: Callable[[str], None] | None = None) -> Iterator[C
             if not received:
                 return
             for signum in received:
-                if signum in SIGNALS:
+                if signum in signals:
                     on_signal(signum)
 
     # The Python-level handlers do nothing: their C side writes the signal to the wakeup fd.
-    previous = {sig: signal.signal(sig, lambda *_: None) for sig in SIGNALS}
+    previous = {sig: signal.signal(sig, lambda *_: None) for sig in signals}
     previous_fd = signal.set_wakeup_fd(writer.fileno(), warn_on_full_buffer=False)
     watcher = threading.Thread(target=watch, name="farm-signals", daemon=True)
     watcher.start()
@@ -74,7 +77,7 @@ def cancel_on_signals(notify: Callable[[str], None] | None = None) -> Iterator[C
     finally:
         # Interrupted, the command is on its way out: the handlers stay, so a second signal
         # while it reports and exits still means "stop at once", never Python's default.
-        if cancellation.signum is None:
+        if cancellation.signum is None or not exiting:
             _restore(previous, previous_fd, reader, writer, watcher)
             terminal.close()
 
