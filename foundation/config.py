@@ -5,10 +5,12 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from foundation.errors import BadInput
+
 REGISTRY_ENV = "FARM_REGISTRY"
 HOME_ENV = "FARM_HOME"
 COORDINATOR_ENV = "FARM_COORDINATOR"
-# Set (to anything but 0/false/no), a job stores its tuned library even when the validation timed it
+# 1/true/yes/on: a job stores its tuned library even when the validation timed it
 # slower than the untuned build (still flagged slower_than_untuned); unset, it keeps the untuned build.
 KEEP_SLOWER_ENV = "FARM_KEEP_SLOWER_TUNED"
 # 0/false/no: builder and runner workers start as TVM starts them, each importing TVM, instead of
@@ -48,13 +50,35 @@ def registry_url(option: str | None) -> str:
     return option or os.environ.get(REGISTRY_ENV) or default_registry_url()
 
 
+_YES = ("1", "true", "yes", "on")
+_NO = ("0", "false", "no", "off")
+
+
 def env_flag(name: str, default: bool) -> bool:
-    """A yes/no environment variable, as the CLI's flags read them: 1/true/yes or 0/false/no;
-    unset or empty is ``default``."""
-    value = os.environ.get(name, "").strip().lower()
+    """A yes/no environment variable: 1/true/yes/on or 0/false/no/off, in any case; unset or
+    blank is ``default``; anything else is refused (BadInput), not taken for either."""
+    raw = os.environ.get(name, "")
+    value = raw.strip().lower()
     if not value:
         return default
-    return value not in ("0", "false", "no")
+    if value in _YES or value in _NO:
+        return value in _YES
+    shown = raw if len(raw) <= 40 else raw[:40] + "…"
+    raise BadInput(f"{name}={shown!r} is neither yes nor no",
+                   f"set {name} to 1, true, yes or on, or to 0, false, no or off; unset, it is "
+                   f"{'on' if default else 'off'}")
+
+
+# Every yes/no switch read from the environment: the CLI checks them all before a command runs,
+# so a mistyped one stops the command at once, not a worker process deep in a job.
+SWITCHES = {KEEP_SLOWER_ENV: False, FORK_WORKERS_ENV: True, FORK_ZYGOTE_ENV: True, POLYNOMIAL_EXP_ENV: True,
+            POLYNOMIAL_ERF_ENV: True, CPU_CACHE_FLUSH_ENV: False}
+
+
+def check_switches() -> None:
+    """BadInput naming the first yes/no switch in the environment that is neither."""
+    for name, default in SWITCHES.items():
+        env_flag(name, default)
 
 
 def keep_slower_tuned() -> bool:

@@ -76,6 +76,11 @@ def _options(
                                  help="Print the versions of farm, TVM, LLVM and CUDA (when present), and exit."),
 ) -> None:
     """tvm-farm: shared, incremental tuning for Apache TVM. Tune once per hardware fingerprint, reuse everywhere."""
+    from foundation.config import check_switches, env_flag
+
+    # A mistyped yes/no variable stops the command here, not a worker deep in a job (`off` was on).
+    check_switches()
+    env_flag(DEBUG_ENV, False)
 
 
 def main() -> None:
@@ -107,7 +112,7 @@ def main() -> None:
     except (typer.Abort, KeyboardInterrupt):
         _fail(Interrupted("interrupted", "nothing was left half-written"), json_output)
     except OSError as err:  # on a path no command checked itself: its path and what to do
-        if err.filename is None or os.environ.get(DEBUG_ENV):
+        if err.filename is None or _debugging():
             _raise_or_fail(err, json_output)
         _fail(path_error(err), json_output)
     except Exception as err:
@@ -122,7 +127,7 @@ def main() -> None:
 def _raise_or_fail(err: Exception, json_output: bool) -> None:
     """An unexpected error: its traceback with FARM_DEBUG set, else one line and exit 70; the box
     out of disk, open files or processes (exit 6), wherever it was met, is no bug."""
-    if os.environ.get(DEBUG_ENV):
+    if _debugging():
         raise err
     cause: BaseException | None = err
     while cause is not None:
@@ -145,6 +150,17 @@ def _fail(err: FarmError, json_output: bool, exit_code: int | None = None) -> No
         # would kill the process instead of ending it with 130/143.
         os._exit(code)
     sys.exit(code)
+
+
+def _debugging() -> bool:
+    """FARM_DEBUG, read while an error is being reported: a value that is neither yes nor no
+    (refused as the command started) counts as yes rather than raise again."""
+    from foundation.config import env_flag
+
+    try:
+        return env_flag(DEBUG_ENV, False)
+    except FarmError:
+        return True
 
 
 def _usage_error(err: typer.TyperException) -> BadInput:
