@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import time
 from pathlib import Path
@@ -11,7 +12,7 @@ from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, IntegrityError, OperationalError, SQLAlchemyError
 from sqlalchemy.pool import StaticPool
 
-from foundation.errors import BadInput, NotFound, OutOfResources, RegistryError
+from foundation.errors import BadInput, NotFound, OutOfResources, RegistryError, quoted
 
 URL_FIX = (
     "check --registry / FARM_REGISTRY: sqlite:///path/to/registry.db or postgresql://user@host/db"
@@ -74,6 +75,16 @@ def parse_registry_url(url: str) -> URL:
     if backend in ("postgresql", "postgres"):
         # SQLAlchemy knows no "postgres" dialect, and without a driver it would pick psycopg2.
         return parsed.set(drivername="postgresql+psycopg")
+    if "?" in url and parsed.query.get("uri") != "true":
+        # SQLAlchemy ends the path at the `?` and drops what it does not know (`reg?x.db` is the file
+        # `reg`), warning about some (`?mode=ro`); only a SQLite URI (`uri=true`) passes its query on.
+        _path, _, query = url.partition("?")
+        raise BadRegistryURL(
+            f"the SQLite registry URL {quoted(url)} has a query string ({quoted(query)}) the farm does not take: "
+            f"in a URL, `?` starts one, and the path would end at {parsed.database}",
+            "drop the query, or write a `?` of the file's name as %3F; to open it read-only, give a SQLite URI: "
+            "sqlite:///file:/path/registry.db?mode=ro&uri=true",
+        )
     return parsed
 
 
@@ -88,6 +99,18 @@ def sqlite_in_memory(url: URL) -> bool:
     )
 
 
+# SQLite's SQLITE_NOTADB: the file is something else than a database.
+_SQLITE_NOTADB = 26
+
+
+def sqlite_path(url: URL) -> Path:
+    """The file a SQLite URL names, a SQLite URI's (`sqlite:///file:/path?mode=ro&uri=true`) too."""
+    database = url.database or ""
+    if url.query.get("uri") == "true" and database.startswith("file:"):
+        database = database.removeprefix("file:").removeprefix("//localhost").removeprefix("//")
+    return Path(database).expanduser()
+
+
 def check_sqlite_file(url: URL, *, create: bool) -> None:
     """Refuse a SQLite path that is not, and may not become, a farm registry, touching nothing.
 
@@ -97,7 +120,7 @@ def check_sqlite_file(url: URL, *, create: bool) -> None:
     """
     if url.get_backend_name() != "sqlite" or sqlite_in_memory(url):
         return
-    path = Path(url.database or "").expanduser()
+    path = sqlite_path(url)
     if path.is_dir():
         raise BadRegistryURL(f"the registry path {path} is a directory", "give the path of a file, such as "
                              f"sqlite:///{path / 'registry.db'}")
@@ -116,8 +139,13 @@ def check_sqlite_file(url: URL, *, create: bool) -> None:
             tables = {row[0] for row in probe.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
         probe.close()
     except sqlite3.DatabaseError as exc:
-        raise RegistryError(f"{path} is not a SQLite database ({exc})",
-                            "point --registry at a farm registry, or at a new path to create one") from None
+        if getattr(exc, "sqlite_errorcode", None) == _SQLITE_NOTADB:
+            raise RegistryError(f"{path} is not a SQLite database ({exc})",
+                                "point --registry at a farm registry, or at a new path to create one") from None
+        # Unreadable, or read-only where even reading writes (a WAL registry without its -shm file,
+        # in a directory this user cannot write).
+        what = "cannot be read by this user" if not os.access(path, os.R_OK) else "is read-only for this user"
+        raise RegistryError(f"the registry {path} {what} ({exc})", SQLITE_FILE_FIX) from None
     if tables and "alembic_version" not in tables:
         shown = ", ".join(sorted(tables)[:5]) + (", ..." if len(tables) > 5 else "")
         raise RegistryError(f"{path} is not a farm registry: it holds other tables ({shown}); it was left untouched",
@@ -144,7 +172,7 @@ def _sqlite_engine(url: URL) -> Engine:
         # One connection, or every session would see its own empty database.
         engine = create_engine(url, poolclass=StaticPool, connect_args={"check_same_thread": False})
     else:
-        directory = Path(url.database or "").expanduser().parent
+        directory = sqlite_path(url).parent
         try:
             directory.mkdir(parents=True, exist_ok=True)
         except OSError as exc:

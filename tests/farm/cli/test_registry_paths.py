@@ -5,12 +5,16 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import shutil
 import sqlite3
+import subprocess
 
 import pytest
 
 from support.farm_inprocess import run_farm_inprocess
 from support.farm_process import one_error_line
+from support.other_user import drop_to_other_user, shared_directory
 
 READERS = [
     ["registry", "ls"],
@@ -77,3 +81,25 @@ def test_a_registry_recording_two_schema_versions_names_them_and_how_to_fix_it(t
     assert proc.returncode == 4, proc.stderr
     assert f"records two schema versions: '0005_prepack' and '{head}'" in line, line
     assert "DELETE FROM alembic_version WHERE version_num" in line and "internal error" not in line
+
+
+@pytest.mark.parametrize("mode, said", [(0o444, "is read-only for this user"), (0o000, "cannot be read by this user")])
+def test_a_registry_this_user_cannot_write_or_read_says_so_not_that_it_is_no_database(farm_exe, mode, said):
+    with shared_directory() as shared:
+        made = shared / "made" / "registry.db"
+        assert run_farm_inprocess("registry", "init", "--registry", f"sqlite:///{made}",
+                                  home=shared / "home").returncode == 0
+        with sqlite3.connect(made) as db:  # the WAL folded into the file, copied alone: no -shm to read through
+            db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        db.close()
+        registry = shared / "registry" / "registry.db"
+        registry.parent.mkdir(mode=0o755)  # root's directory: this user can write nothing there
+        shutil.copyfile(made, registry)
+        registry.chmod(mode)
+        url = f"sqlite:///{registry}"
+        env = {**os.environ, "FARM_HOME": str(shared / "home"), "HOME": str(shared)}
+        proc = subprocess.run([farm_exe, "jobs", "--registry", url], env=env, capture_output=True, text=True,
+                              timeout=120, preexec_fn=drop_to_other_user())
+    line = one_error_line(proc.stderr)
+    assert proc.returncode == 4 and said in line and "not a SQLite database" not in line, line
+    assert "permissions" in line

@@ -136,3 +136,24 @@ def test_an_uncreatable_directory_is_a_clear_error(tmp_path):
     blocker.write_text("x")
     with pytest.raises(RegistryError, match="cannot create the registry's directory"):
         RegistryStore(f"sqlite:///{blocker / 'sub' / 'registry.db'}")
+
+
+@pytest.mark.parametrize("url, query", [("sqlite:///{tmp}/reg?x.db", "'x.db'"),
+                                        ("sqlite:///{tmp}/reg?mode=ro", "'mode=ro'")])
+def test_a_sqlite_url_with_a_query_is_refused_not_cut_at_the_question_mark(tmp_path, recwarn, url, query):
+    url = url.replace("{tmp}", str(tmp_path))
+    with pytest.raises(BadRegistryURL) as raised:
+        RegistryStore(url, create=True)
+    assert raised.value.exit_code == 2 and f"has a query string ({query})" in raised.value.problem
+    assert f"the path would end at {tmp_path / 'reg'}" in raised.value.problem and "%3F" in raised.value.fix
+    assert list(tmp_path.iterdir()) == [] and not recwarn.list
+
+
+def test_a_sqlite_uri_opens_the_file_it_names_read_only(tmp_path):
+    RegistryStore(f"sqlite:///{tmp_path / 'reg.db'}", create=True).dispose()
+    store = RegistryStore(f"sqlite:///file:{tmp_path / 'reg.db'}?mode=ro&uri=true", create=False)
+    try:
+        assert store.list_jobs() == []
+    finally:
+        store.dispose()
+    assert sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith("reg.db")) == []
