@@ -162,15 +162,16 @@ def import_logs(
     if json_output:
         emit_json(document)
     else:
-        stdout_console().print(
+        console = stdout_console()
+        console.print(
             f"imported {report.records} new records of {report.workloads} workloads for {fp_id}"
             f" ({report.measurements} new measurements of records it had, {report.skipped_duplicates} already present)"
         )
-    if report.refused_foreign:
-        import sys
-
-        sys.stderr.write(f"warning: refused {report.refused_foreign} records tuned for another target "
-                         f"({report.foreign_target}); import them for their own fingerprint\n")
+        if report.refused_foreign:
+            console.print(
+                f"filed {report.refused_foreign} records tuned for another target ({report.foreign_target}) as seeds "
+                f"under {', '.join(report.seed_fingerprints)} ({report.seeds} new): never this fingerprint's "
+                f"measurements, a submit measures them here first")
 
 
 @app.command("export")

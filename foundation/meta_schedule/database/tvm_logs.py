@@ -9,11 +9,11 @@ import os
 import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from foundation.errors import BadInput, FarmError, NotFound
+from foundation.errors import FarmError, NotFound
 from foundation.registry.entities import NewRecord
 from foundation.registry.store import RegistryStore
 
@@ -28,7 +28,11 @@ class ImportReport:
     skipped_duplicates: int  # records the registry already had, with the same measurements
     measurements: int = 0  # new measurements merged into records the registry already had
     refused_foreign: int = 0  # records tuned for another target than the one they were to be filed under
-    foreign_target: str | None = None  # how the first refused record's target differs, for people
+    foreign_target: str | None = None  # how the first foreign record's target differs, for people
+    # Foreign records are kept as seeds, filed under a fingerprint of the target they say they were
+    # tuned for (log_fingerprint): never this fingerprint's measurements, measured here before use.
+    seeds: int = 0  # foreign records new to the registry
+    seed_fingerprints: tuple[str, ...] = ()
 
 
 # The attributes of a target that change the code it gets, and so what its measurements mean
@@ -92,6 +96,9 @@ class TvmLog:
     records: list[NewRecord]
     refused_foreign: int = 0
     foreign_target: str | None = None
+    seeds: list[NewRecord] = field(default_factory=list)
+    # The fingerprints seeds are filed under: id -> (summary, details).
+    seed_fingerprints: dict[str, tuple[str, dict[str, Any]]] = field(default_factory=dict)
 
 
 def import_tvm_logs(
@@ -134,6 +141,8 @@ def read_tvm_logs(
     workload_path, record_path = _log_paths(path)
     wanted = None if target_json is None else _code_attributes(to_tvm_target(json.loads(target_json)))
     refused, foreign_target = 0, None
+    seeds: list[NewRecord] = []
+    seed_fingerprints: dict[str, tuple[str, dict[str, Any]]] = {}
     workloads: list[Workload] = []
     shashes: list[str] = []
     for number, line in _lines(workload_path):
@@ -162,23 +171,28 @@ def read_tvm_logs(
             raise _broken(
                 record_path, number, f"not a TVM tuning record ({_first_line(exc)})"
             ) from exc
+        seed_fp = None
         if wanted is not None and record.target is not None:
-            difference = _difference(_code_attributes(record.target), wanted)
+            theirs = _code_attributes(record.target)
+            difference = _difference(theirs, wanted)
             if difference:
                 refused += 1
                 foreign_target = foreign_target or difference
-                continue
+                seed_fp, summary, details = log_fingerprint(theirs)
+                seed_fingerprints[seed_fp] = (summary, details)
         as_json = tuning_record_json(record)
-        if target_json is not None:
+        if seed_fp is not None:
+            target = canonical_target_json(record.target)
+        elif target_json is not None:
             target = target_json
         elif record.target is not None:
             target = canonical_target_json(record.target)
         else:
             raise _broken(record_path, number, "the record has no target and none was given")
-        records.append(
+        (seeds if seed_fp is not None else records).append(
             NewRecord(
                 workload_id=index,
-                fingerprint_id=fingerprint_id,
+                fingerprint_id=seed_fp or fingerprint_id,
                 target=target,
                 tvm_version=tvm_version,
                 trace=canonical_json(as_json[0]),
@@ -189,13 +203,7 @@ def read_tvm_logs(
                 trace_valid=trace_is_valid(record),
             )
         )
-    if refused and not records:
-        raise BadInput(
-            f"every record of {record_path} ({refused}) was tuned for another target than the one it would be "
-            f"filed under: {foreign_target}; nothing was imported",
-            "import a log on a box of the fingerprint it was tuned on, or name that fingerprint with --fingerprint",
-        )
-    return TvmLog(workloads, shashes, records, refused, foreign_target)
+    return TvmLog(workloads, shashes, records, refused, foreign_target, seeds, seed_fingerprints)
 
 
 def store_tvm_logs(store: RegistryStore, log: TvmLog) -> ImportReport:
@@ -206,11 +214,42 @@ def store_tvm_logs(store: RegistryStore, log: TvmLog) -> ImportReport:
         (shash, _stored_spelling(store, shash, workload) or canonical_json(workload.as_json()))
         for shash, workload in zip(log.shashes, log.workloads, strict=True)
     ]
+    for fp_id, (summary, details) in log.seed_fingerprints.items():
+        store.upsert_fingerprint(fp_id, "cpu" if details.get("arch") else "cuda", summary, details)
+    # This fingerprint's records, then the seeds: each its own transaction, counted apart. Everything
+    # was read and checked before; a second import of the same log adds nothing.
     _ids, inserted, merged = store.records.import_tuning_log(keyed, log.records)
+    _ids, seeds, seeds_merged = store.records.import_tuning_log(keyed, log.seeds) if log.seeds else ([], 0, 0)
     return ImportReport(
-        workloads=len(log.workloads), records=inserted, skipped_duplicates=len(log.records) - inserted - merged,
-        measurements=merged, refused_foreign=log.refused_foreign, foreign_target=log.foreign_target,
+        workloads=len(log.workloads), records=inserted,
+        skipped_duplicates=len(log.records) - inserted - merged + len(log.seeds) - seeds - seeds_merged,
+        measurements=merged + seeds_merged, refused_foreign=log.refused_foreign, foreign_target=log.foreign_target,
+        seeds=seeds, seed_fingerprints=tuple(sorted(log.seed_fingerprints)),
     )
+
+
+def log_fingerprint(code: dict[str, Any]) -> tuple[str, str, dict[str, Any]]:
+    """The fingerprint a foreign log's records are filed under as seeds: what their target says of the
+    hardware (kind, triple, CPU, cores, arch), no more. Its id is a digest of that, so every log of
+    one target files under one fingerprint; `farm registry show ID` says where it came from."""
+    import hashlib
+
+    said = {name: code.get(name) for name in CODE_ATTRIBUTES}
+    digest = hashlib.sha256(json.dumps(said, sort_keys=True, default=str).encode()).hexdigest()[:12]
+    if said["kind"] == "cuda":
+        arch = str(said.get("arch") or "")
+        capability = f"{arch[3:-1]}.{arch[-1]}" if arch.startswith("sm_") and len(arch) > 4 else "unknown"
+        details = {"source": "imported TVM log", "name": "unknown (imported TVM log)",
+                   "compute_capability": capability, "sm_count": 0, "memory_gib": 0}
+        return (f"cuda-log-{digest}", f"imported TVM log for cuda {arch or '(arch unset)'}", details)
+    triple = said.get("mtriple")
+    details = {"source": "imported TVM log", "arch": str(triple).split("-")[0] if triple else "unknown",
+               "vendor": None, "model": "unknown (imported TVM log)", "features": [],
+               "cores": said.get("num-cores") or 0, "llvm_mcpu": said.get("mcpu") or "generic",
+               "llvm_triple": triple or "unset", "mattr": said.get("mattr")}
+    summary = (f"imported TVM log for llvm, mcpu {said.get('mcpu') or 'unset'}, "
+               f"num-cores {said.get('num-cores') or 'unset'}")
+    return f"cpu-log-{digest}", summary, details
 
 
 def _check_run_secs(path: Path, number: int, run_secs: Any) -> None:
@@ -229,20 +268,36 @@ def _check_run_secs(path: Path, number: int, run_secs: Any) -> None:
 
 
 def _code_attributes(target: Any) -> dict[str, Any]:
-    """A TVM Target's CODE_ATTRIBUTES, mattr in order (absent ones are None)."""
+    """A TVM Target's CODE_ATTRIBUTES, mattr in order (absent ones are None). An llvm target without
+    a triple compiles for the host's, as LLVM reports it: that is what it was tuned for."""
     exported = dict(target.export())
     values = {name: exported.get(name) for name in CODE_ATTRIBUTES}
     if values["mattr"] is not None:
         values["mattr"] = sorted(str(a) for a in values["mattr"]) or None
+    if values["kind"] == "llvm" and values["mtriple"] in ("", None):
+        from tvm.target import codegen
+
+        values["mtriple"] = str(codegen.llvm_get_system_triple())
     return {name: (None if value in ("", None) else value) for name, value in values.items()}
 
 
 def _difference(theirs: dict[str, Any], ours: dict[str, Any]) -> str | None:
-    """How a record's target differs from the one it would be filed under, in words, or None."""
+    """How a record's target differs from the one it would be filed under, in words, or None.
+    Triples of one architecture and OS give the same code, whatever vendor field they spell
+    (x86_64-pc-linux-gnu, x86_64-conda-linux-gnu)."""
     for name in CODE_ATTRIBUTES:
-        if theirs[name] != ours[name]:
+        same = (_arch_and_os(theirs[name]) == _arch_and_os(ours[name]) if name == "mtriple"
+                else theirs[name] == ours[name])
+        if not same:
             return f"its {name} is {_shown(theirs[name])}, the fingerprint's target's {_shown(ours[name])}"
     return None
+
+
+def _arch_and_os(triple: Any) -> tuple[str, ...] | None:
+    if triple is None:
+        return None
+    parts = str(triple).split("-")
+    return (parts[0], parts[2]) if len(parts) >= 3 else tuple(parts)
 
 
 def _shown(value: Any) -> str:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import pytest
 
-from foundation.errors import FarmError
 from foundation.meta_schedule.database.registry_database import RegistryDatabase, canonical_target_json
 from foundation.meta_schedule.database.tvm_logs import import_tvm_logs
 
@@ -30,21 +29,38 @@ def _log(work_dir, records):  # type: ignore[no-untyped-def]
     return work_dir
 
 
-def test_a_log_of_another_cpu_is_refused_whole(store, tmp_path):
+def test_a_log_of_another_cpu_is_filed_as_seeds_never_as_this_fingerprints(store, tmp_path):
     log = _log(tmp_path / "log", [(2, [3e-3], FOREIGN), (4, [1e-3], FOREIGN)])
-    with pytest.raises(FarmError, match=r"every record .* \(2\) was tuned for another target") as refused:
-        import_tvm_logs(store, log, "cpu-aaaa", TARGET, VERSION, {})
-    assert '"znver4"' in refused.value.problem and '"skylake-avx512"' in refused.value.problem
-    assert store.counts()["tuning_records"] == store.counts()["workloads"] == 0
+    report = import_tvm_logs(store, log, "cpu-aaaa", TARGET, VERSION, {})
+    assert (report.records, report.seeds, report.refused_foreign) == (0, 2, 2)
+    (seed_fp,) = report.seed_fingerprints
+    assert seed_fp.startswith("cpu-log-") and '"znver4"' in report.foreign_target
+    filed = store.get_fingerprint(seed_fp)
+    assert filed.details["llvm_mcpu"] == "znver4" and filed.details["source"] == "imported TVM log"
+    assert len(RegistryDatabase(store, "cpu-aaaa", TARGET, VERSION, {})) == 0
+    assert store.records.count_records(fingerprint_id=seed_fp) == 2
+    again = import_tvm_logs(store, log, "cpu-aaaa", TARGET, VERSION, {})
+    assert (again.seeds, again.skipped_duplicates) == (0, 2)
 
 
-def test_foreign_records_of_a_mixed_log_are_refused_and_counted(store, tmp_path):
+def test_foreign_records_of_a_mixed_log_are_seeds_and_counted(store, tmp_path):
     log = _log(tmp_path / "log", [(2, [3e-3], OURS), (4, [1e-3], FOREIGN), (8, [2e-3], FOREIGN)])
     report = import_tvm_logs(store, log, "cpu-aaaa", TARGET, VERSION, {})
-    assert (report.records, report.measurements, report.skipped_duplicates, report.refused_foreign) == (1, 0, 0, 2)
+    assert (report.records, report.measurements, report.skipped_duplicates, report.seeds) == (1, 0, 0, 2)
     assert "mcpu" in report.foreign_target
     database = RegistryDatabase(store, "cpu-aaaa", TARGET, VERSION, {})
     assert len(database) == 1
+
+
+def test_a_target_that_only_leaves_the_hosts_triple_unset_is_this_fingerprints(store, tmp_path):
+    from tvm.target import codegen
+
+    spelled = canonical_target_json({**OURS, "mtriple": str(codegen.llvm_get_system_triple())})
+    other_vendor = {**OURS, "mtriple": "x86_64-someone-linux-gnu"} if codegen.llvm_get_system_triple().startswith(
+        "x86_64") else OURS
+    log = _log(tmp_path / "log", [(2, [3e-3], OURS), (4, [1e-3], other_vendor)])
+    report = import_tvm_logs(store, log, "cpu-aaaa", spelled, VERSION, {})
+    assert (report.records, report.seeds) == (2, 0)
 
 
 def test_the_summary_counts_what_was_really_added(store, tmp_path):
