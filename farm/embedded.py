@@ -177,7 +177,12 @@ class SubmitResult:
     layout_choice: LayoutChoice | None = None  # which form and why (auto may leave its default)
 
     def to_json(self) -> dict:
+        """The job's document (as `farm status --json` prints it), with what this submit adds and knows
+        first-hand: its tasks, timings and reuse."""
+        from farm.registry_jobs import job_document
+
         out = {
+            **job_document(self.job, self.model.name, self.model.batch, self.artifact),
             "job": self.job.id,
             "state": self.job.state,
             "cache_hit": self.cache_hit,

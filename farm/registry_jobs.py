@@ -23,7 +23,7 @@ from foundation.job_driver.driver import JobDriver, RegistryJobMoves
 from foundation.job_driver.runners import fail_dead_jobs, gone_reason
 
 if TYPE_CHECKING:  # pragma: no cover
-    from foundation.registry.entities import Job
+    from foundation.registry.entities import Artifact, Job
     from foundation.registry.store import RegistryStore
 
 POLL_S = 0.5
@@ -73,31 +73,53 @@ class RegistryJobs:
         """A job as `farm status --json` shows it; the same fields as a coordinator's job."""
         model = self.store.get_model(job.model_id)
         artifact = self.store.get_artifact(job.artifact_id) if job.artifact_id else None
-        notes = job_notes(job)
-        return {
-            "job": job.id,
-            "state": job.state,
-            "status": job.status,
-            "cache_hit": job.cache_hit,
-            "trials": job.trials_done,
-            "trials_budget": job.trials_budget,
-            "trial_plan": notes.trial_plan,
-            "fingerprint": job.fingerprint_id,
-            "model": model.name if model else job.model_id,
-            "batch": model.batch if model else None,
-            "target": job.target,
-            "weights_layout": notes.weights_layout.value,
-            "weights_layout_choice": notes.weights_layout_choice,
-            "shards": None,
-            "reuse": notes.reused,
-            "until": notes.until,
-            "warm_start": job_warm_start(notes.warm_start_used),
-            "error": job.error,
-            "artifact": artifact_json(artifact) if artifact else None,
-            "built_untuned": notes.built_untuned,
-            "runner": job.runner.describe() if job.runner else None,
-            "heartbeat_at": job.heartbeat_at.isoformat() if job.heartbeat_at else None,
-            "cancel_requested": job.cancel_requested_at is not None,
-            "created_at": job.created_at.isoformat(),
-            "finished_at": job.finished_at.isoformat() if job.finished_at else None,
-        }
+        return job_document(job, model.name if model else job.model_id, model.batch if model else None, artifact)
+
+
+def job_document(job: "Job", model: str, batch: int | None, artifact: "Artifact | None") -> dict:
+    """A registry's job as `farm jobs`, `farm status` and `farm submit` print it with --json: one
+    shape for all three, the coordinator's job fields first, then the registry row's own."""
+    notes = job_notes(job)
+    return {
+        "job": job.id,
+        "state": job.state,
+        "status": job.status,
+        "cache_hit": job.cache_hit,
+        "trials": job.trials_done,
+        "trials_budget": job.trials_budget,
+        "trial_plan": notes.trial_plan,
+        "fingerprint": job.fingerprint_id,
+        "model": model,
+        "batch": batch,
+        "target": job.target,
+        "target_kind": job.target_kind,
+        "weights_layout": notes.weights_layout.value,
+        "weights_layout_choice": notes.weights_layout_choice,
+        "shards": None,
+        "reuse": notes.reused,
+        "until": notes.until,
+        "warm_start": job_warm_start(notes.warm_start_used),
+        "error": job.error,
+        "artifact": artifact_json(artifact) if artifact else None,
+        "built_untuned": notes.built_untuned,
+        "runner": job.runner.describe() if job.runner else None,
+        "heartbeat_at": _iso(job.heartbeat_at),
+        "cancel_requested": job.cancel_requested_at is not None,
+        "created_at": _iso(job.created_at),
+        "started_at": _iso(job.started_at),
+        "finished_at": _iso(job.finished_at),
+        # The registry row's names, which `farm jobs --json` printed first.
+        "id": job.id,
+        "model_id": job.model_id,
+        "fingerprint_id": job.fingerprint_id,
+        "trials_done": job.trials_done,
+        "options": job.options,
+        "artifact_id": job.artifact_id,
+        "target_request": job.target_request,
+        "parent_request": job.parent_request,
+        "cancel_requested_at": _iso(job.cancel_requested_at),
+    }
+
+
+def _iso(moment) -> str | None:
+    return moment.isoformat() if moment else None

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
-
 from farm.cli.command import FarmTyper
 from farm.cli.coordinator_options import coordinator_options
 from farm.cli.options import JSON_OPTION, REGISTRY_OPTION, env_option
@@ -112,7 +110,7 @@ def jobs(
     store = registry_jobs.store
     rows = registry_jobs.list(limit)
     if json_output:
-        emit_json([dataclasses.asdict(j) for j in rows])
+        emit_json([registry_jobs.document(j) for j in rows])
         return
     models = {m.id: m for m in store.list_models()}
     print_table(JOB_COLUMNS, [registry_job_row(j, models.get(j.model_id)) for j in rows],

@@ -1,0 +1,63 @@
+"""A registry's job is one JSON document, the same keys whether `farm jobs`, `farm status` or
+`farm submit` prints it with --json."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+
+import pytest
+
+from farm.cli.app import main
+from farm.embedded import SubmitResult
+from foundation.domain.weights_layout import WeightsLayout
+from foundation.models.model_key import model_key
+from foundation.registry import RegistryStore
+from foundation.registry.entities import Job
+
+
+@pytest.fixture
+def farm_json(monkeypatch, capsys, tmp_path):
+    """Run `farm ARGS --json` in this process; the document it prints."""
+    monkeypatch.setenv("FARM_HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("FARM_REGISTRY", raising=False)
+
+    def run(*args: str):
+        monkeypatch.setattr(sys, "argv", ["farm", *args, "--json"])
+        with pytest.raises(SystemExit) as exited:
+            main()
+        out, err = capsys.readouterr()
+        assert exited.value.code == 0, err
+        return json.loads(out)
+
+    return run
+
+
+@pytest.fixture
+def registry_job(tmp_path) -> tuple[str, Job]:
+    registry = f"sqlite:///{tmp_path / 'registry.db'}"
+    store = RegistryStore(registry, create=True)
+    try:
+        store.upsert_fingerprint("cpu-aaaa", "cpu", "test cpu", {})
+        store.upsert_model(model_id="model-1", name="mlp-tiny", source="zoo", source_digest="v1", batch=1, inputs=[],
+                           weights=[], num_parameters=1)
+        job = store.create_job(model_id="model-1", target='{"kind":"llvm"}', fingerprint_id="cpu-aaaa",
+                               trials_budget=0, options={"reused": {"tasks": 1, "skipped": 1}}, state="succeeded")
+    finally:
+        store.dispose()
+    return registry, job
+
+
+def test_jobs_status_and_submit_print_a_job_with_the_same_keys(farm_json, registry_job):
+    registry, job = registry_job
+    [listed] = farm_json("jobs", "--registry", registry)
+    shown = farm_json("status", job.id, "--registry", registry)
+    assert set(listed) == set(shown)
+    assert listed["job"] == shown["job"] == listed["id"] == job.id
+    # What `farm jobs --json` printed before (the registry row's fields) is all still there.
+    assert {field.name for field in dataclasses.fields(Job)} <= set(listed)
+    submitted = SubmitResult(job=job, cache_hit=True, fingerprint="cpu-aaaa", model=model_key("mlp-tiny", 1),
+                             target='{"kind":"llvm"}', artifact=None, weights_layout=WeightsLayout.PLAIN).to_json()
+    assert set(shown) <= set(submitted)
+    assert set(submitted) - set(shown) == {"seconds"}  # a submit that did not tune adds only its time
