@@ -31,6 +31,10 @@ CPU_CACHE_FLUSH_ENV = "FARM_CPU_CACHE_FLUSH"
 # Milliseconds a candidate's calls repeat back to back for one timing (TVM's min_repeat_ms; 40 unset):
 # shorter trials cost less and time noisier (foundation.meta_schedule.measure.min_repeat_ms_setting).
 MIN_REPEAT_MS_ENV = "FARM_MIN_REPEAT_MS"
+# 0/false/no: a new registry does not load the packs tvm-farm ships (foundation.registry.shipped_packs).
+SHIPPED_PACKS_ENV = "FARM_SHIPPED_PACKS"
+# A directory of .farmpack files a new registry loads instead of those tvm-farm ships (a team's own).
+SHIPPED_PACKS_DIR_ENV = "FARM_SHIPPED_PACKS_DIR"
 
 
 def data_dir() -> Path:
@@ -72,7 +76,7 @@ def env_flag(name: str, default: bool) -> bool:
 # Every yes/no switch read from the environment: the CLI checks them all before a command runs,
 # so a mistyped one stops the command at once, not a worker process deep in a job.
 SWITCHES = {KEEP_SLOWER_ENV: False, FORK_WORKERS_ENV: True, FORK_ZYGOTE_ENV: True, POLYNOMIAL_EXP_ENV: True,
-            POLYNOMIAL_ERF_ENV: True, CPU_CACHE_FLUSH_ENV: False}
+            POLYNOMIAL_ERF_ENV: True, CPU_CACHE_FLUSH_ENV: False, SHIPPED_PACKS_ENV: True}
 
 
 def check_switches() -> None:
@@ -118,3 +122,14 @@ def job_work_dir(job_id: str) -> Path:
 
 def fingerprint_cache_dir() -> Path:
     return data_dir() / "cache"
+
+
+def shipped_packs_wanted() -> bool:
+    """Whether a new registry loads the packs tvm-farm ships (SHIPPED_PACKS_ENV)."""
+    return env_flag(SHIPPED_PACKS_ENV, True)
+
+
+def shipped_packs_dir() -> Path | None:
+    """The directory of packs a new registry loads, where SHIPPED_PACKS_DIR_ENV names one."""
+    value = os.environ.get(SHIPPED_PACKS_DIR_ENV, "").strip()
+    return Path(value).expanduser() if value else None
