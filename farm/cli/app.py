@@ -23,12 +23,29 @@ from farm.cli.output import write_error
 from foundation.errors import EXIT_INTERNAL, BadInput, FarmError, Interrupted, out_of_resources, path_error
 from foundation.processes.heap import tune_collector
 
+# `farm --help` ends with the exit codes (README, "Exit codes"); \b keeps click from rewrapping them.
+EXIT_CODES_HELP = """Exit codes:
+
+\b
+  0        success
+  1        the job ran and failed, or was cancelled
+  2        bad input (a value, a name, a usage error)
+  3        not found (a file, job, artifact, fingerprint, registry)
+  4        unreachable (the registry, coordinator or tracker)
+  5        gave up waiting (--timeout); the job goes on
+  6        out of resources (disk full, process or file limit)
+  70       internal error: a bug in tvm-farm (FARM_DEBUG=1 shows it)
+  130/143  interrupted by SIGINT/SIGTERM
+  141      stdout closed before all was written (| head)
+"""
+
 # rich_markup_mode=None: typer's rich help and usage errors import rich.markdown and pygments,
 # ~0.5 s before `farm --help` prints anything (bench/startup.py); click's plain help is enough.
 # help_option_names reach every command below: contexts inherit them.
 app = typer.Typer(
     name="farm",
     help="tvm-farm: shared, incremental tuning for Apache TVM. Tune once per hardware fingerprint, reuse everywhere.",
+    epilog=EXIT_CODES_HELP,
     no_args_is_help=True,
     add_completion=True,
     pretty_exceptions_enable=False,
@@ -72,7 +89,7 @@ def _print_version(asked: bool) -> None:
 
 @app.callback()
 def _options(
-    version: bool = typer.Option(False, "--version", is_eager=True, callback=_print_version,
+    version: bool = typer.Option(False, "--version", "-V", is_eager=True, callback=_print_version,
                                  help="Print the versions of farm, TVM, LLVM and CUDA (when present), and exit."),
 ) -> None:
     """tvm-farm: shared, incremental tuning for Apache TVM. Tune once per hardware fingerprint, reuse everywhere."""

@@ -136,6 +136,26 @@ def test_dash_h_is_help(args):
     assert short.output.startswith("Usage: ")
 
 
+def test_dash_capital_v_is_version():
+    short = CliRunner().invoke(app, ["-V"])
+    long = CliRunner().invoke(app, ["--version"])
+    assert short.exit_code == 0, short.output
+    assert short.output == long.output
+    assert short.output.startswith("farm ")
+
+
+def test_help_ends_with_every_exit_code():
+    from foundation import errors
+
+    result = CliRunner().invoke(app, ["--help"])
+    assert result.exit_code == 0, result.output
+    listed = result.output.split("Exit codes:", 1)[1]
+    rows = {line.split()[0] for line in listed.splitlines() if line.strip()}
+    codes = {str(value) for name, value in vars(errors).items() if name.startswith("EXIT_")}
+    assert codes <= {code for row in rows for code in row.split("/")}, listed
+    assert {"0", "130/143"} <= rows
+
+
 @pytest.mark.parametrize(("args", "usage"), [
     (["submit"], "farm submit [OPTIONS] MODEL TARGET [BATCH]"),
     (["run"], "farm run [OPTIONS] MODEL TARGET [BATCH]"),
