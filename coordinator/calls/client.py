@@ -36,9 +36,10 @@ from foundation.domain.validations import ValidationState
 from foundation.domain.weights_layout import AUTO, LayoutChoice, WeightsLayout, auto_forms, weights_layout_for
 from foundation.errors import FarmError, NotFound
 from foundation.job_driver.artifacts import find_hit, hit_form_why, look_up_fastest_hit, record_hit
+from foundation.job_driver.library_scopes import library_scopes
 from foundation.models.loaded import check_batch
 from foundation.models.model_key import ModelKey, looks_like_path, model_key
-from foundation.registry.entities import JobEvent, Model
+from foundation.registry.entities import Artifact, JobEvent, Model
 from foundation.registry.store import RegistryStore
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -122,11 +123,7 @@ class ClientCalls:
         model: Model | None = None
         for fp_id, target in self._targets(spec.target, fingerprint_ids, named=bool(spec.fingerprint_id)).items():
             if not spec.retune:
-                if spec.weights_layout == AUTO:  # the fastest library of any form auto may take
-                    hit = look_up_fastest_hit(self._store, key, target, fp_id, self._tvm_version,
-                                              auto_forms(kind)).artifact
-                else:
-                    hit = find_hit(self._store, key, target, fp_id, self._tvm_version, layout)
+                hit = self._hit(key, target, fp_id, layout, auto=spec.weights_layout == AUTO, kind=kind)
                 metrics.registry_lookup(hit is not None)
                 if hit is not None:
                     form = WeightsLayout(hit.weights_layout)
@@ -161,6 +158,25 @@ class ClientCalls:
             submitted.append(Submitted(job, False))
         self._wake.set()
         return submitted
+
+    def _hit(self, key: ModelKey, target: str, fp_id: str, layout: WeightsLayout, *, auto: bool,
+             kind: str) -> Artifact | None:
+        """The library answering a submit for ``fp_id``: its own, else the newest of a compatible
+        fingerprint's (the same hardware at another size: foundation.job_driver.library_scopes)."""
+        stored = self._store.get_fingerprint(fp_id)
+        scopes = library_scopes(self._store, target, fp_id, stored.details if stored else {})
+        for scope in scopes:
+            if auto:  # the fastest library of any form auto may take
+                hit = look_up_fastest_hit(self._store, key, scope.target_json, scope.fingerprint_id,
+                                          self._tvm_version, auto_forms(kind)).artifact
+            else:
+                hit = find_hit(self._store, key, scope.target_json, scope.fingerprint_id, self._tvm_version, layout)
+            if hit is not None:
+                if not scope.is_own(fp_id):
+                    logger.info("%s for %s answered by %s's library (the same hardware at another size)",
+                                key.describe(), fp_id, scope.fingerprint_id)
+                return hit
+        return None
 
     def _targets(self, user_target: str, fingerprint_ids: list[str], *, named: bool) -> dict[str, str]:
         """Each fingerprint's canonical target (JSON), for those whose agents can measure it.
