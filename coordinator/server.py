@@ -207,6 +207,8 @@ def serve(
     # Both before the registry and the tracker: nothing to undo. The address first: a token
     # is no answer to a port that is taken or a host that does not exist.
     _check_port_free(listen)
+    if health_listen:
+        _check_port_free(health_listen, "--health-listen")
     access = access or ServerAccess()
     access.check_listen(listen)
     url = config.registry_url(registry_url)
@@ -318,46 +320,49 @@ async def _start_health(health_servicer: health.aio.HealthServicer, listen: str)
     health service says (it is the same servicer)."""
     server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    port = _add_port(server, listen, None)
+    port = _add_port(server, listen, None, "--health-listen")
     await server.start()
     return server, port
 
 
-def _add_port(server: grpc.aio.Server, listen: str, credentials: grpc.ServerCredentials | None) -> int:
-    _check_port_free(listen)
+def _add_port(server: grpc.aio.Server, listen: str, credentials: grpc.ServerCredentials | None,
+              flag: str = "--listen") -> int:
+    """Bind ``listen``, the address the option ``flag`` gave; its refusal names that option."""
+    _check_port_free(listen, flag)
     try:
         port = server.add_secure_port(listen, credentials) if credentials else server.add_insecure_port(listen)
     except RuntimeError:
         port = 0
     if port == 0:
-        raise _cannot_listen(listen, "the port is in use (another coordinator?) or the address is not this host's")
+        raise _cannot_listen(listen, "the port is in use (another coordinator?) or the address is not this host's",
+                             flag)
     return port
 
 
-def _check_port_free(listen: str) -> None:
+def _check_port_free(listen: str, flag: str = "--listen") -> None:
     """Refuse a taken port before gRPC tries it (gRPC's own refusal is a log line of its own)."""
     host, _, port_text = listen.rpartition(":")
     if not port_text.isdigit() or not 0 <= int(port_text) < 65536:
-        raise _cannot_listen(listen, "it is not host:port")
+        raise _cannot_listen(listen, "it is not host:port", flag)
     if int(port_text) == 0:
         return  # any free port
     try:
         addresses = socket.getaddrinfo(host.strip("[]") or None, int(port_text), type=socket.SOCK_STREAM,
                                        flags=socket.AI_PASSIVE)
     except socket.gaierror as err:
-        raise _cannot_listen(listen, f"the host is unknown ({err.strerror})") from None
+        raise _cannot_listen(listen, f"the host is unknown ({err.strerror})", flag) from None
     for family, kind, proto, _, address in addresses:
         with socket.socket(family, kind, proto) as probe:
             probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as gRPC binds
             try:
                 probe.bind(address)
             except OSError as err:
-                raise _cannot_listen(listen, err.strerror or str(err)) from None
+                raise _cannot_listen(listen, err.strerror or str(err), flag) from None
 
 
-def _cannot_listen(listen: str, why: str) -> FarmError:
-    return FarmError(f"the coordinator cannot listen on {listen}: {why}",
-                     "stop what holds the port (another coordinator?), or choose another --listen")
+def _cannot_listen(listen: str, why: str, flag: str = "--listen") -> FarmError:
+    return FarmError(f"the coordinator cannot listen on {listen} ({flag}): {why}",
+                     f"stop what holds the port (another coordinator?), or choose another {flag}")
 
 
 def _set_health(loop: _EventLoopThread, health_servicer, answering: bool) -> None:

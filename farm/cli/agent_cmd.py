@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from farm.cli.command import FarmTyper
 from farm.cli.coordinator_options import coordinator_options
-from farm.cli.options import LOG_FORMAT_OPTION, LOG_LEVEL_OPTION, METRICS_LISTEN_OPTION, env_option
+from farm.cli.options import LOG_FORMAT_OPTION, LOG_LEVEL_OPTION, METRICS_LISTEN_OPTION, env_option, finite_number
 from farm.connection import Coordinator
 from foundation.logs import LogFormat, LogLevel
 
@@ -31,9 +31,9 @@ def agent(
         help="Let the TVM RPC server listen beyond loopback on a farm without a token. It runs any code sent "
              "to it and authenticates nobody: fence its port to the farm's boxes."),
     metrics_listen: str | None = METRICS_LISTEN_OPTION,
-    grace: float = env_option(15.0, "--grace", command="agent", min=0, max=3600, metavar="SECONDS",
+    grace: float = env_option(15.0, "--grace", command="agent", parser=finite_number(0, 3600), metavar="SECONDS",
                               help="Seconds work under way gets to end after SIGTERM/Ctrl-C; then the agent "
-                                   "leaves without it and the shard's lease lapses."),
+                                   "leaves without it and the shard's lease lapses (0 to 3600)."),
     log_format: LogFormat = LOG_FORMAT_OPTION,
     log_level: LogLevel = LOG_LEVEL_OPTION,
 ) -> None:

@@ -12,10 +12,10 @@ import typer
 
 from farm.cli.command import FarmTyper
 from farm.cli.coordinator_options import coordinator_options
-from farm.cli.options import JSON_OPTION, REGISTRY_OPTION, env_option
+from farm.cli.options import JSON_OPTION, REGISTRY_OPTION, env_option, finite_number
 from farm.cli.output import emit_json, print_fields, print_table, stderr_console
 from farm.cli.units import duration
-from farm.cli.views import AGENT_COLUMNS, JOB_COLUMNS, agent_row, job_fields, job_row
+from farm.cli.views import AGENT_COLUMNS, JOB_COLUMNS, agent_row, job_fields, job_row, jobs_described
 from farm.connection import Coordinator
 from foundation.errors import JobFailed, TimedOut
 
@@ -52,7 +52,7 @@ def cancel(
     job_id: str = JOB_ARG,
     coordinator: Coordinator = None,
     registry: str | None = REGISTRY_OPTION,
-    wait: float = env_option(60.0, "--wait", command="cancel", min=0, metavar="SECONDS",
+    wait: float = env_option(60.0, "--wait", command="cancel", parser=finite_number(0), metavar="SECONDS",
                              help="Without --coordinator: seconds to wait for the job's process to stop it."),
     json_output: bool = JSON_OPTION,
 ) -> None:

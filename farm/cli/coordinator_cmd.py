@@ -16,8 +16,10 @@ from farm.cli.options import (
     METRICS_LISTEN_OPTION,
     REGISTRY_OPTION,
     env_option,
+    finite_number,
 )
 from farm.cli.output import emit_json, write_error
+from foundation.domain import request_limits as limits
 from foundation.errors import FarmError
 from foundation.logs import LogFormat, LogLevel, configure_logging
 
@@ -37,29 +39,34 @@ def coordinator(
         help="Where the coordinator's own tracker listens (without --tracker)."),
     # Bounded above as well: these go to agents as durations, and an infinite or huge one failed
     # every registration (INTERNAL) with the coordinator up.
-    heartbeat_interval: float = env_option(5.0, "--heartbeat-interval", command="coordinator", min=0.1, max=3600,
-                                           metavar="SECONDS", help="Seconds between agent heartbeats."),
-    lease_ttl: float = env_option(30.0, "--lease-ttl", command="coordinator", min=0.5, max=86400,
+    heartbeat_interval: float = env_option(5.0, "--heartbeat-interval", command="coordinator",
+                                           parser=finite_number(0.1, 3600), metavar="SECONDS",
+                                           help="Seconds between agent heartbeats (0.1 to 3600)."),
+    lease_ttl: float = env_option(30.0, "--lease-ttl", command="coordinator", parser=finite_number(0.5, 86400),
                                   metavar="SECONDS",
-                                  help="Seconds of silence after which an agent's leases are re-queued."),
-    max_attempts: int = env_option(3, "--max-attempts", command="coordinator", min=1, metavar="N",
-                                   help="Attempts of a shard before it, and its job, fail."),
+                                  help="Seconds of silence after which an agent's leases are re-queued "
+                                       "(0.5 to 86400)."),
+    max_attempts: int = env_option(3, "--max-attempts", command="coordinator", metavar="N",
+                                   help=f"Attempts of a shard before it, and its job, fail "
+                                        f"({limits.MAX_ATTEMPTS.describe()})."),
     records_per_report: int = env_option(
-        16, "--records-per-report", command="coordinator", min=1, metavar="N",
-        help="The fewest records agents put in one report (more when records come faster, see --report-rate)."),
+        16, "--records-per-report", command="coordinator", metavar="N",
+        help=f"The fewest records agents put in one report (more when records come faster, see --report-rate; "
+             f"{limits.RECORDS_PER_REPORT.describe()})."),
     report_rate: float = env_option(
-        100.0, "--report-rate", command="coordinator", min=0.1, max=1e6, metavar="PER_SECOND",
+        100.0, "--report-rate", command="coordinator", parser=finite_number(0.1, 1e6), metavar="PER_SECOND",
         help="Reports a second the whole fleet is asked to keep to: agents batch more records per report "
-             "as the fleet measures faster, so the coordinator's calls do not grow with it."),
+             "as the fleet measures faster, so the coordinator's calls do not grow with it (0.1 to 1e6)."),
     report_within: float = env_option(
-        10.0, "--report-within", command="coordinator", min=0.1, max=3600, metavar="SECONDS",
-        help="Seconds an agent may keep a measured record before reporting it (longer in a large fleet)."),
+        10.0, "--report-within", command="coordinator", parser=finite_number(0.1, 3600), metavar="SECONDS",
+        help="Seconds an agent may keep a measured record before reporting it (longer in a large fleet; "
+             "0.1 to 3600)."),
     report_jitter: float = env_option(
-        0.25, "--report-jitter", command="coordinator", min=0.0, max=0.9, metavar="FRACTION",
+        0.25, "--report-jitter", command="coordinator", parser=finite_number(0.0, 0.9), metavar="FRACTION",
         help="How far the report size told to each agent strays from the fleet's (0.25: up to 25% either "
-             "way), so that agents measuring at one rate do not report in step."),
-    grace: float = env_option(10.0, "--grace", command="coordinator", min=0, max=3600, metavar="SECONDS",
-                              help="Seconds in-flight calls get on shutdown."),
+             "way), so that agents measuring at one rate do not report in step (0 to 0.9)."),
+    grace: float = env_option(10.0, "--grace", command="coordinator", parser=finite_number(0, 3600),
+                              metavar="SECONDS", help="Seconds in-flight calls get on shutdown (0 to 3600)."),
     ingest_process: bool | None = env_option(
         None, "--ingest-process/--no-ingest-process", command="coordinator",
         help="Read and commit reported records in a process of their own, leaving the serving process "
@@ -94,6 +101,9 @@ def coordinator(
     from coordinator.server import leave_process, run_until_signalled, serve
     from foundation.wire.access import ServerAccess, open_port_warnings
 
+    # Checked before anything starts: records_per_report goes to agents as a uint32.
+    limits.check_number("--max-attempts", max_attempts, limits.MAX_ATTEMPTS)
+    limits.check_number("--records-per-report", records_per_report, limits.RECORDS_PER_REPORT)
     if lease_ttl <= heartbeat_interval:
         raise FarmError(f"--lease-ttl {lease_ttl:g} must exceed --heartbeat-interval {heartbeat_interval:g}",
                         "make the TTL a few intervals, e.g. 6x")

@@ -10,6 +10,8 @@ variable. Options several commands share have one name everywhere (`FARM_REGISTR
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
 from typing import Any
 
 import typer
@@ -44,6 +46,26 @@ def env_option(default: Any, flag: str, *short: str, command: str, **settings: A
     first = flag.split("/", 1)[0]
     envvar = ENVVAR_EXCEPTIONS.get((command, first), envvar_name(command, first))
     return typer.Option(default, flag, *short, envvar=envvar, show_envvar=True, **settings)
+
+
+def finite_number(low: float, high: float | None = None) -> Callable[[str], float]:
+    """The parser of a float option (typer's ``parser=``, in place of ``min``/``max``): a finite
+    number from ``low`` to ``high``. typer's own range check called NaN "should be <= 3600", and
+    let infinity through where there is no upper bound; say both what they are."""
+    span = f"from {low:g} to {high:g}" if high is not None else f"at least {low:g}"
+
+    def parse(text: str | float) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise typer.BadParameter(f"{text!r} is not a number; give one {span}") from None
+        if not math.isfinite(value):
+            raise typer.BadParameter(f"must be a finite number, got {text}; give one {span}")
+        if value < low or (high is not None and value > high):
+            raise typer.BadParameter(f"must be {span}, got {value:g}")
+        return value
+
+    return parse
 
 
 JSON_OPTION = typer.Option(

@@ -8,7 +8,7 @@ import typer
 
 from farm.cli.command import FarmTyper
 from farm.cli.coordinator_options import coordinator_options
-from farm.cli.options import JSON_OPTION, REGISTRY_OPTION, env_option
+from farm.cli.options import JSON_OPTION, REGISTRY_OPTION, env_option, finite_number
 from farm.cli.output import emit_json, stdout_console
 from farm.connection import Coordinator
 from foundation.domain import request_limits as limits
@@ -66,7 +66,7 @@ def submit(
     wait: bool = env_option(True, "--wait/--no-wait", command="submit",
                             help="With --coordinator: follow the job until it ends."),
     timeout: float | None = env_option(
-        None, "--timeout", command="submit", min=0, metavar="SECONDS",
+        None, "--timeout", command="submit", parser=finite_number(0), metavar="SECONDS",
         help="With --wait: give up waiting after this many seconds."),
     until: str | None = env_option(
         None, "--until", command="submit", metavar="GOAL",

@@ -45,6 +45,10 @@ PATIENCE = Bound(1, 1_000)
 SEED = Bound(0, 2**32 - 1)  # MetaSchedule forks it through numpy's RandomState, which takes 32 bits
 BUILD_WORKERS = Bound(1, 1_024)
 LIST_LIMIT = Bound(1, 10_000)
+# The coordinator's own settings: attempts of a shard, and the fewest records an agent puts in
+# one report (sent to agents as a uint32; ReportRecords takes at most TRIALS.high records).
+MAX_ATTEMPTS = Bound(1, 100)
+RECORDS_PER_REPORT = Bound(1, 10_000)
 # A registry row id or event sequence on the wire (uint64): SQL's BIGINT, and SQLite's INTEGER,
 # hold 63 bits; one beyond fails the query (OverflowError, PostgreSQL's "bigint out of range").
 ROW_ID = Bound(0, 2**63 - 1)

@@ -140,6 +140,22 @@ BAD_INPUT = [
     (["jobs", "--coordinator", "127.0.0.1:1"], 4, "cannot reach the coordinator"),
     (["fingerprint", "--target", "tpu"], 2, "unknown target 'tpu'"),
     (["coordinator", "--lease-ttl", "1", "--heartbeat-interval", "5"], 2, "--lease-ttl 1 must exceed"),
+    # Accepted before: --records-per-report goes to agents as a uint32 (10^20 failed every lease).
+    (["coordinator", "--max-attempts", "100000000000000000000"], 2, "--max-attempts must be 1 to 100"),
+    (["coordinator", "--records-per-report", "100000000000000000000"], 2, "--records-per-report must be 1 to 10,000"),
+    # NaN was "should be ≤ 3600"; infinity passed where there is no upper bound.
+    (["coordinator", "--heartbeat-interval", "nan"], 2,
+     "'--heartbeat-interval' (env var: 'FARM_COORDINATOR_HEARTBEAT_INTERVAL'): must be a finite number, got nan"),
+    (["coordinator", "--report-rate", "inf"], 2,
+     "'--report-rate' (env var: 'FARM_COORDINATOR_REPORT_RATE'): must be a finite number, got inf"),
+    (["coordinator", "--grace", "-inf"], 2,
+     "'--grace' (env var: 'FARM_COORDINATOR_GRACE'): must be a finite number, got -inf"),
+    (["submit", "mlp-tiny", "llvm", "1", "--timeout", "nan"], 2,
+     "'--timeout' (env var: 'FARM_SUBMIT_TIMEOUT'): must be a finite number"),
+    (["cancel", "job-x", "--wait", "inf"], 2, "'--wait' (env var: 'FARM_CANCEL_WAIT'): must be a finite number"),
+    # It named --listen.
+    (["coordinator", "--health-listen", "nowhere"], 2,
+     "cannot listen on nowhere (--health-listen): it is not host:port"),
     (["no-such-command"], 2, "no such command"),
 ]
 

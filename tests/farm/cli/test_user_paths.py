@@ -103,6 +103,8 @@ def test_the_daemons_numbers_are_bounded_before_they_start(farm):
             "--device 'cuda:x' is neither cpu nor cuda:N")
     refused(farm("agent", "--coordinator", "127.0.0.1:9", "--device", "tpu"), 2, "--device 'tpu'")
     refused(farm("agent", "--coordinator", "127.0.0.1:9", "--rpc-port", "99999"), 2, "--rpc-port")
+    refused(farm("agent", "--coordinator", "127.0.0.1:9", "--grace", "nan"), 2,
+            "'--grace' (env var: 'FARM_AGENT_GRACE'): must be a finite number, got nan")  # was "should be <= 3600"
     # Durations agents are told: infinite or huge, every registration failed (INTERNAL).
     for option in ("--lease-ttl", "--heartbeat-interval", "--report-within", "--grace"):
         refused(farm("coordinator", "--listen", "127.0.0.1:9", option, "inf"), 2, option)
