@@ -6,7 +6,7 @@ import datetime as dt
 import hashlib
 import re
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -232,10 +232,14 @@ class CoordinatorClient:
 
         return self._call(self.stub.GetJob, farm_pb2.GetJobRequest(job_id=job_id))
 
-    def list_jobs(self, limit: int = 20):
+    def list_jobs(self, limit: int = 20, states: Iterable[str] = (), model_name: str | None = None):
+        """The newest jobs, in any of ``states`` (every state when empty), of models named ``model_name``."""
         from foundation.wire import farm_pb2
 
-        return self._call(self.stub.ListJobs, farm_pb2.ListJobsRequest(limit=limit)).jobs
+        request = farm_pb2.ListJobsRequest(
+            limit=limit, states=[farm_pb2.JobState.Value(f"JOB_STATE_{state.upper()}") for state in states],
+            model_name=model_name or "")
+        return self._call(self.stub.ListJobs, request).jobs
 
     def cancel(self, job_id: str, reason: str = ""):
         from foundation.wire import farm_pb2
@@ -246,6 +250,35 @@ class CoordinatorClient:
         from foundation.wire import farm_pb2
 
         return self._call(self.stub.ListAgents, farm_pb2.ListAgentsRequest(include_lost=include_lost)).agents
+
+    def export_pack(self, path: Path, *, fingerprint: str | None = None, model: str | None = None,
+                    target: str | None = None, artifacts: bool = True, timeout: float = 3600.0) -> None:
+        """The coordinator's registry as a pack, streamed into ``path`` (ExportPack)."""
+        import grpc
+
+        from foundation.wire import farm_pb2
+
+        request = farm_pb2.ExportPackRequest(fingerprint_id=fingerprint or "", model_name=model or "",
+                                             target=target or "", without_artifacts=not artifacts)
+        try:
+            with path.open("wb") as out:
+                for chunk in self.stub.ExportPack(request, timeout=timeout):
+                    out.write(chunk.data)
+        except grpc.RpcError as err:
+            raise coordinator_error(err, self.address, self.access) from None
+
+    def import_pack(self, path: Path, timeout: float = 3600.0) -> dict:
+        """Stream the pack at ``path`` into the coordinator's registry (ImportPack); what it copied."""
+        import json
+
+        from foundation.wire import farm_pb2
+
+        def chunks() -> Iterator:
+            with path.open("rb") as stream:
+                while chunk := stream.read(1 << 20):
+                    yield farm_pb2.PackChunk(data=chunk)
+
+        return json.loads(self._call(self.stub.ImportPack, chunks(), timeout=timeout).copied_json)
 
     def watch(self, job_id: str, deadline: float | None = None) -> Iterator:
         """Events of a job until it is final (or ``deadline``, a time.monotonic() value).

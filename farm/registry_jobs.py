@@ -9,6 +9,7 @@ runner to ask is ended here.
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -42,8 +43,9 @@ class RegistryJobs:
     def get(self, job_id: str) -> "Job":
         return self.store.get_job(job_id)
 
-    def list(self, limit: int) -> list["Job"]:
-        return self.store.list_jobs(limit=limit)
+    def list(self, limit: int, states: Iterable[str] = (), model_name: str | None = None) -> list["Job"]:
+        """The newest jobs, in any of ``states`` (every state when empty), of models named ``model_name``."""
+        return self.store.list_jobs(limit=limit, states=states, model_name=model_name)
 
     def cancel(self, job_id: str, wait: float) -> "Job":
         """Cancel ``job_id``; returns it as it is once it is final, or when ``wait`` runs out."""

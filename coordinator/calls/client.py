@@ -293,19 +293,7 @@ class ClientCalls:
         )
 
     def list_jobs(self, limit: int = 20, states: Sequence[str] = (), model_name: str = "") -> list[JobView]:
-        limit = limit or 20
-        wanted = set(states)
-        if not wanted and not model_name:
-            jobs = self._store.list_jobs(limit=limit)
-        else:
-            # Filters the store does not offer are applied here, over a generous window.
-            jobs = [j for j in self._store.list_jobs(limit=max(limit * 20, 1000))
-                    if not wanted or j.state in wanted]
-            if model_name:
-                names = {}
-                jobs = [j for j in jobs if names.setdefault(j.model_id, _model_name(self._store, j.model_id))
-                        == model_name]
-            jobs = jobs[:limit]
+        jobs = self._store.list_jobs(limit=limit or 20, states=states, model_name=model_name or None)
         return [self.get_job(j.id) for j in jobs]
 
     def events(self, job_id: str, after_sequence: int, limit: int = 500) -> list[JobEvent]:
@@ -396,8 +384,3 @@ def _refuse_external_data(upload) -> None:
 def _waiting_status(kind: str) -> str:
     return (f"waiting for an agent with target kind {kind} (none registered); "
             "start `farm agent` on such a box")
-
-
-def _model_name(store: RegistryStore, model_id: str) -> str:
-    model = store.get_model(model_id)
-    return model.name if model else ""

@@ -96,14 +96,15 @@ def agents(
                 empty="no agents registered" + ("" if include_lost else " and alive (--all lists lost ones)"))
 
 
-def remote_jobs(client, limit: int, json_output: bool) -> None:
+def remote_jobs(client, limit: int, json_output: bool, states: list[str] = (), model: str | None = None) -> None:
     from farm.client import job_json
 
-    rows = [job_json(j) for j in client.list_jobs(limit)]
+    rows = [job_json(j) for j in client.list_jobs(limit, states, model)]
     if json_output:
         emit_json(rows)
         return
-    print_table(JOB_COLUMNS, [job_row(j) for j in rows], empty=f"no jobs at {client.address}")
+    print_table(JOB_COLUMNS, [job_row(j) for j in rows],
+                empty=f"no {jobs_described(states, model)} at {client.address}")
 
 
 def remote_submit(client, *, model: str, target: str, batch: int, trials, trials_per_task,

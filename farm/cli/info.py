@@ -78,6 +78,11 @@ def versions_text() -> str:
 @coordinator_options()
 def jobs(
     limit: int = env_option(20, "--limit", command="jobs", min=1, metavar="N", help="How many jobs to list."),
+    state: list[str] | None = env_option(None, "--state", command="jobs", metavar="STATE",
+                                         help="Only jobs in this state (queued, running, building, validating, "
+                                              "succeeded, failed, cancelled); repeat for several."),
+    model: str | None = env_option(None, "--model", command="jobs", metavar="NAME",
+                                   help="Only jobs of the model of this name (a zoo name, or an ONNX file's)."),
     registry: str | None = REGISTRY_OPTION,
     coordinator: Coordinator = None,
     json_output: bool = JSON_OPTION,
@@ -86,16 +91,22 @@ def jobs(
 
     Without --coordinator, a job whose process died is marked failed first ("runner died").
     """
+    from foundation.domain.jobs import job_states
+    from foundation.domain.request_limits import LIST_LIMIT, MAX_ID_LENGTH, check_number, check_text
+
+    check_number("--limit", limit, LIST_LIMIT)
+    states = [s.value for s in job_states(state or [])]
+    model = model or None  # a blank FARM_JOBS_MODEL: every model
+    if model is not None:
+        check_text("--model", model, MAX_ID_LENGTH)
     if coordinator.address:
         from farm.cli.cluster import remote_jobs
 
-        return remote_jobs(coordinator.client(), limit, json_output)
-    from farm.cli.views import JOB_COLUMNS, registry_job_row
+        return remote_jobs(coordinator.client(), limit, json_output, states, model)
+    from farm.cli.views import JOB_COLUMNS, jobs_described, registry_job_row
     from farm.registry_jobs import RegistryJobs
-    from foundation.domain.request_limits import LIST_LIMIT, check_number
     from foundation.registry.engine import RegistryMissing
 
-    check_number("--limit", limit, LIST_LIMIT)
     try:
         registry_jobs = RegistryJobs.open(registry)
     except RegistryMissing:
@@ -108,10 +119,10 @@ def jobs(
             print_table(JOB_COLUMNS, [], empty="no jobs yet: `farm submit` runs one")
         return
     store = registry_jobs.store
-    rows = registry_jobs.list(limit)
+    rows = registry_jobs.list(limit, states, model)
     if json_output:
         emit_json([registry_jobs.document(j) for j in rows])
         return
     models = {m.id: m for m in store.list_models()}
     print_table(JOB_COLUMNS, [registry_job_row(j, models.get(j.model_id)) for j in rows],
-                empty=f"no jobs in the registry at {store.url}")
+                empty=f"no {jobs_described(states, model)} in the registry at {store.url}")

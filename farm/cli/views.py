@@ -60,6 +60,11 @@ def registry_job_row(job, model) -> list[Any]:
             job.fingerprint_id, age(job.created_at), job.status or job.error]
 
 
+def jobs_described(states: list[str], model: str | None) -> str:
+    """What `farm jobs` looked for, for the line that says it found none: "failed jobs of resnet-18"."""
+    return (f"{' or '.join(states)} " if states else "") + "jobs" + (f" of {model}" if model else "")
+
+
 def job_fields(doc: dict) -> list[tuple[str, Any]]:
     """`farm status`: the job's fields, `kubectl describe` style."""
     shards = ", ".join(f"{count} {state}" for state, count in (doc.get("shards") or {}).items() if count)

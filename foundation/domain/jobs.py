@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import enum
+from collections.abc import Iterable
 
 from foundation.domain.transitions import IllegalTransition, TransitionTable
+from foundation.errors import BadInput, quoted
 
-__all__ = ["TRANSITIONS", "IllegalTransition", "JobState", "check_transition"]
+__all__ = ["TRANSITIONS", "IllegalTransition", "JobState", "check_transition", "job_states"]
 
 
 class JobState(str, enum.Enum):
@@ -36,3 +38,16 @@ TRANSITIONS: TransitionTable[JobState] = TransitionTable("job", JobState, {
 
 # Return ``new`` as a JobState if ``current -> new`` is legal, else raise IllegalTransition.
 check_transition = TRANSITIONS.check
+
+
+def job_states(given: Iterable[str], option: str = "--state") -> list[JobState]:
+    """The states a user named (`farm jobs --state failed`), in any case; an unknown one is bad
+    input that names the states there are."""
+    states = []
+    for text in given:
+        try:
+            states.append(JobState(text.strip().lower()))
+        except ValueError:
+            raise BadInput(f"{option} {quoted(text)} is no job state",
+                           f"give one of {', '.join(s.value for s in JobState)}") from None
+    return states

@@ -22,6 +22,8 @@ from .entities import Artifact, Fingerprint, Job, Model
 from .holdings import Holdings
 from .job_runners import JobRunners
 from .migrate import ensure_schema, upgrade_registry
+from .pins import ArtifactPins
+from .prune import Pruning
 from .schema import (
     ArtifactRow,
     Base,
@@ -93,6 +95,9 @@ class RegistryStore:
         self.donors = DonorRecords(self._unit)
         # What the registry holds, counted per fingerprint:
         self.holdings = Holdings(self._unit)
+        # Pinned artifacts, and retention (`farm registry prune`):
+        self.pins = ArtifactPins(self._unit, self.insert_statement)
+        self.pruning = Pruning(self._unit, self._engine)
 
     def __repr__(self) -> str:
         return f"RegistryStore({self.url!r})"
@@ -305,10 +310,16 @@ class RegistryStore:
                 )
             return row.to_entity()
 
-    def list_jobs(self, limit: int = 50, state: str | None = None) -> list[Job]:
+    def list_jobs(self, limit: int = 50, state: str | None = None, *, states: Iterable[str] = (),
+                  model_name: str | None = None) -> list[Job]:
+        """The newest jobs, in ``state`` or any of ``states`` (every state when neither is given),
+        of models named ``model_name`` (any model when None)."""
         query = select(JobRow).order_by(JobRow.created_at.desc(), JobRow.id.desc()).limit(limit)
-        if state is not None:
-            query = query.where(JobRow.state == state)
+        wanted = {*states, *([state] if state is not None else [])}
+        if wanted:
+            query = query.where(JobRow.state.in_(sorted(wanted)))
+        if model_name is not None:
+            query = query.where(JobRow.model_id.in_(select(ModelRow.id).where(ModelRow.name == model_name)))
         with self._unit.read() as session:
             return [r.to_entity() for r in session.scalars(query)]
 
