@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from farm import arguments
 from farm.session import open_context
 from foundation.domain.weights_layout import WeightsLayout
 from foundation.errors import BadInput, FarmError, NotFound, RegistryError
@@ -38,6 +39,7 @@ class DeployedModel:
     fingerprint: str
 
     def __call__(self, *inputs: np.ndarray) -> list[np.ndarray]:
+        """The model's outputs for its inputs: ``model(x)``, ``model(x, y)`` or ``model([x, y])``."""
         if len(inputs) == 1 and isinstance(inputs[0], (list, tuple)):
             inputs = tuple(inputs[0])
         self.check_inputs(inputs)
@@ -49,8 +51,10 @@ class DeployedModel:
         return [{"name": s["name"], "shape": list(s["shape"]), "dtype": s["dtype"]} for s in self.model.weights]
 
     def example_inputs(self, seed: int = 0) -> list[np.ndarray]:
+        from foundation.domain import request_limits as limits
         from foundation.models.loaded import TensorSpec, random_inputs
 
+        limits.check_number("seed", seed, limits.SEED)
         return random_inputs([TensorSpec.from_json(s) for s in self.model.inputs], seed)
 
     def time(self, inputs: Sequence[np.ndarray], runs: int = 20, warmup: int = 3) -> "Latency":
@@ -58,6 +62,8 @@ class DeployedModel:
 
         limits.check_number("runs", runs, limits.VALIDATION_RUNS)
         limits.check_number("warmup", warmup, limits.WARMUP_RUNS)
+        if isinstance(inputs, np.ndarray):  # one array, as a call takes it
+            inputs = [inputs]
         self.check_inputs(inputs)
         return self.library.time(inputs, runs=runs, warmup=warmup)
 
@@ -65,6 +71,9 @@ class DeployedModel:
         """FarmError unless each input has the shape and dtype the model takes; anything with a
         ``shape`` and a ``dtype`` (a .npy file's header) is checked as an array would be."""
         specs = self.model.inputs
+        if not isinstance(inputs, (list, tuple)):
+            raise BadInput(f"inputs must be a list of arrays, one per model input, got {_described(inputs)}",
+                           "e.g. model.time([x]), or model.time(model.example_inputs())")
         if len(inputs) != len(specs):
             raise FarmError(f"{self.key.name} takes {len(specs)} input(s), got {len(inputs)}",
                             "pass one array per model input")
@@ -111,22 +120,18 @@ def load(model: str, target: str | Mapping = "llvm", batch: int = 1, *, registry
     another core count or cache share, nearest first) is loaded: ``DeployedModel.artifact``'s
     ``fingerprint_id`` says whose. ``fingerprint`` names one such fingerprint to load from.
     """
+    from foundation.domain import request_limits as limits
     from foundation.registry.engine import RegistryMissing
     from foundation.runtime.library_runner import LoadedLibrary
     from foundation.runtime.threads import parse_threads
 
-    if not isinstance(model, str):
-        raise BadInput(f"model must be a zoo model's name or an ONNX file's path, got {type(model).__name__}",
-                       "e.g. farm.load('resnet-18', 'llvm', 1)")
-    if isinstance(target, Mapping):  # a TVM target as a dict: the JSON object the CLI takes
-        import json
-
-        target = json.dumps(target)
-    if not isinstance(target, str):
-        raise BadInput(f"target must be llvm, cuda or a TVM target (its JSON text or a dict), got "
-                       f"{type(target).__name__}", "e.g. farm.load('resnet-18', 'llvm', 1)")
+    model, target = arguments.model_name(model), arguments.target_text(target)
     key = model_key(model, batch)
+    registry = arguments.optional_text("registry", registry, 'registry="sqlite:///farm.db"', limits.MAX_TEXT_LENGTH)
+    limits.check_number("seed", seed, limits.SEED)
     threads = parse_threads(threads)
+    weights_layout = arguments.optional_text("weights_layout", weights_layout, 'weights_layout="plain"', 32)
+    fingerprint = arguments.optional_text("fingerprint", fingerprint, 'fingerprint="cpu-..."')
     forms = [form.value for form in WeightsLayout]
     if weights_layout is not None and weights_layout not in forms:
         raise BadInput(f"unknown weights layout {weights_layout!r}", f"use {', '.join(forms)}, or leave it out (any)")

@@ -16,7 +16,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from farm import arguments
 from farm.connection import Coordinator
+from foundation.domain import request_limits as limits
 from foundation.domain.jobs import JobState
 from foundation.errors import BadInput
 
@@ -126,6 +128,22 @@ def submit(model: str, target: str = "llvm", batch: int = 1, *, trials: int | No
     The job comes back however it ended: check ``job.succeeded`` and ``job.error``. Bad input
     raises foundation.errors.BadInput (a FarmError, as every refusal here is).
     """
+    from foundation.models.loaded import check_batch
+
+    model, target = arguments.model_name(model), arguments.target_text(target)
+    check_batch(batch)
+    limits.check_numbers(dict(trials=trials, trials_per_task=trials_per_task, build_workers=build_workers, runs=runs,
+                              seed=seed, patience=patience, round_trials=round_trials), limits.SUBMIT_NUMBERS)
+    retune, warm_start, wait = (arguments.flag(name, value)
+                                for name, value in (("retune", retune), ("warm_start", warm_start), ("wait", wait)))
+    reuse = arguments.optional_text("reuse", reuse, 'reuse="auto"', 32)
+    weights_layout = arguments.optional_text("weights_layout", weights_layout, 'weights_layout="plain"', 32)
+    if weights_layout is None:
+        weights_layout = "auto"
+    until = arguments.optional_text("until", until, 'until="onnxruntime" or until="20ms"', 64)
+    registry = arguments.optional_text("registry", registry, 'registry="sqlite:///farm.db"', limits.MAX_TEXT_LENGTH)
+    fingerprint = arguments.optional_text("fingerprint", fingerprint, 'fingerprint="cpu-..."')
+    timeout = arguments.seconds("timeout", timeout)
     until_request = _until(until, patience, round_trials)
     remote = _coordinator(coordinator)
     if remote is not None:
@@ -153,6 +171,10 @@ def submit(model: str, target: str = "llvm", batch: int = 1, *, trials: int | No
 
 def status(job_id: str, *, registry: str | None = None, coordinator: str | Coordinator | None = None) -> Job:
     """One job: a coordinator's, or the registry's (a job whose process died is marked failed first)."""
+    job_id = arguments.optional_text("job_id", job_id, 'farm.status("job-...")')
+    if not job_id:
+        raise BadInput("job_id is required", "pass a job's id, as farm.submit's Job.id or farm.jobs() gives it")
+    registry = arguments.optional_text("registry", registry, 'registry="sqlite:///farm.db"', limits.MAX_TEXT_LENGTH)
     remote = _coordinator(coordinator)
     if remote is not None:
         from farm.client import job_json
@@ -166,9 +188,8 @@ def status(job_id: str, *, registry: str | None = None, coordinator: str | Coord
 
 def jobs(limit: int = 20, *, registry: str | None = None, coordinator: str | Coordinator | None = None) -> list[Job]:
     """The newest ``limit`` jobs, newest first: a coordinator's, or the registry's."""
-    from foundation.domain import request_limits as limits
-
     limits.check_number("limit", limit, limits.LIST_LIMIT, "e.g. farm.jobs(limit=20)")
+    registry = arguments.optional_text("registry", registry, 'registry="sqlite:///farm.db"', limits.MAX_TEXT_LENGTH)
     remote = _coordinator(coordinator)
     if remote is not None:
         from farm.client import job_json

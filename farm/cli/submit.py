@@ -95,11 +95,9 @@ def submit(
     from foundation.domain.weights_layout import check_request
 
     check_request(weights_layout)
-    _check_numbers({"--trials": (trials, limits.TRIALS),
-                    "--trials-per-task": (trials_per_task, limits.TRIALS_PER_TASK),
-                    "--build-workers": (build_workers, limits.BUILD_WORKERS), "--runs": (runs, limits.VALIDATION_RUNS),
-                    "--seed": (seed, limits.SEED), "--patience": (patience, limits.PATIENCE),
-                    "--round-trials": (round_trials, limits.TRIALS)})
+    limits.check_numbers(dict(trials=trials, trials_per_task=trials_per_task, build_workers=build_workers, runs=runs,
+                              seed=seed, patience=patience, round_trials=round_trials),
+                         limits.SUBMIT_NUMBERS, spelled=lambda name: "--" + name.replace("_", "-"))
     until_request = _until(until, patience, round_trials)
     if report_dir is not None:
         from farm.cli.report_cmd import check_report_dir

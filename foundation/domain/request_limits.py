@@ -4,6 +4,7 @@ the same words, before anything is written (README, "Bad input")."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from foundation.errors import BadInput
@@ -52,6 +53,10 @@ RECORDS_PER_REPORT = Bound(1, 10_000)
 # A registry row id or event sequence on the wire (uint64): SQL's BIGINT, and SQLite's INTEGER,
 # hold 63 bits; one beyond fails the query (OverflowError, PostgreSQL's "bigint out of range").
 ROW_ID = Bound(0, 2**63 - 1)
+# A submit's numbers, by the names farm.submit gives them (`farm submit` spells each as its option):
+# both check them here, with check_numbers, before anything is written.
+SUBMIT_NUMBERS = {"trials": TRIALS, "trials_per_task": TRIALS_PER_TASK, "build_workers": BUILD_WORKERS,
+                  "runs": VALIDATION_RUNS, "seed": SEED, "patience": PATIENCE, "round_trials": TRIALS}
 
 
 def check_number(name: str, value: int | None, bound: Bound, fix: str | None = None) -> None:
@@ -63,6 +68,13 @@ def check_number(name: str, value: int | None, bound: Bound, fix: str | None = N
     if not bound.allows(value):
         raise BadInput(f"{name} must be {bound.describe()}, got {shown_number(value)}",
                        fix or f"give {name} within that range")
+
+
+def check_numbers(values: Mapping[str, int | None], bounds: Mapping[str, Bound],
+                  spelled: Callable[[str], str] = str) -> None:
+    """check_number for each of ``values`` against its bound in ``bounds``, named as ``spelled`` spells it."""
+    for name, value in values.items():
+        check_number(spelled(name), value, bounds[name])
 
 
 def check_text(name: str, value: str, limit: int, *, required: bool = False) -> None:

@@ -150,3 +150,30 @@ def test_the_thread_count_holds_on_every_thread_that_calls(registry):
         worker.start()
         worker.join(timeout=60)
     assert seen == {"call": count, "time": count}
+
+
+@pytest.mark.parametrize(("method", "given", "refusal"), [
+    ("example_inputs", dict(seed=-1), "seed must be 0 to 4,294,967,295, got -1"),
+    ("example_inputs", dict(seed=1.5), "seed must be an integer, got float"),
+    ("time", dict(inputs=None), "inputs must be a list of arrays, one per model input, got a NoneType"),
+    ("time", dict(inputs={"x": 1}), "inputs must be a list of arrays"),
+    ("time", dict(runs=0), "runs must be 1 to 1,000,000, got 0"),
+    ("time", dict(runs=True), "runs must be an integer, got bool"),
+    ("time", dict(warmup=-1), "warmup must be 0 to 1,000, got -1"),
+    ("__call__", dict(inputs=None), "got a NoneType, not a numpy array"),
+    ("__call__", dict(inputs="x"), "got a str, not a numpy array"),
+])
+def test_a_bad_argument_to_a_loaded_models_method_is_refused_in_one_line(model, method, given, refusal):
+    if method == "time":
+        given = {"inputs": model.example_inputs(), **given}
+    with pytest.raises(FarmError) as refused:
+        if method == "__call__":
+            model(given["inputs"])
+        else:
+            getattr(model, method)(**given)
+    assert refusal in str(refused.value) and refused.value.exit_code == 2
+
+
+def test_time_takes_one_array_as_a_call_does(model):
+    (given,) = _inputs(model, 5)
+    assert model.time(given, runs=2, warmup=0).runs == 2

@@ -13,7 +13,7 @@ import pytest
 import farm
 from farm.api import matched_weights
 from foundation.domain.jobs import JobState
-from foundation.errors import BadInput, NotFound
+from foundation.errors import BadInput, FarmError, NotFound
 from foundation.hardware.fingerprint import available_cores
 from foundation.models.model_key import model_key
 
@@ -159,3 +159,66 @@ def test_submit_status_jobs_through_a_coordinator(make_cluster):
     again = farm.submit("mlp-tiny", "llvm", 1, trials=2, runs=2, coordinator=cluster.address, timeout=120)
     assert again.succeeded and again.cache_hit and again.artifact.id == done.artifact.id, again
     assert [j.id for j in farm.jobs(coordinator=cluster.address)] == [again.id, job.id]
+
+
+REFUSED = [  # (function, its arguments, what the refusal says); none gets as far as writing anything
+    (farm.submit, dict(model=None), "model must be a zoo model's name or an ONNX file's path, got None"),
+    (farm.submit, dict(model={"name": "mlp-tiny"}), "model must be a zoo model's name"),
+    (farm.submit, dict(target=None), "target must be llvm, cuda or a TVM target"),
+    (farm.submit, dict(target=5), "target must be llvm, cuda or a TVM target"),
+    (farm.submit, dict(target={"kind": object()}), "target is not a JSON object"),
+    (farm.submit, dict(batch=1.5), "batch must be a positive integer"),
+    (farm.submit, dict(batch=True), "batch must be a positive integer"),
+    (farm.submit, dict(trials=0), "trials must be 1 to 1,000,000, got 0"),
+    (farm.submit, dict(trials=2.5), "trials must be an integer, got float"),
+    (farm.submit, dict(trials=True), "trials must be an integer, got bool"),
+    (farm.submit, dict(trials_per_task=0), "trials_per_task must be 1 to 100,000, got 0"),
+    (farm.submit, dict(seed=-1), "seed must be 0 to 4,294,967,295, got -1"),
+    (farm.submit, dict(seed=2**32), "seed must be 0 to 4,294,967,295"),
+    (farm.submit, dict(build_workers=0), "build_workers must be 1 to 1,024, got 0"),
+    (farm.submit, dict(build_workers=5000), "build_workers must be 1 to 1,024, got 5000"),
+    (farm.submit, dict(runs=0), "runs must be 1 to 1,000,000, got 0"),
+    (farm.submit, dict(until="20ms", patience=0), "patience must be 1 to 1,000, got 0"),
+    (farm.submit, dict(until="20ms", round_trials=0), "round_trials must be 1 to 1,000,000, got 0"),
+    (farm.submit, dict(until=5), "until must be a string, got int 5"),
+    (farm.submit, dict(retune="no"), "retune must be True or False, got str 'no'"),
+    (farm.submit, dict(warm_start=None), "warm_start must be True or False, got None"),
+    (farm.submit, dict(wait=1), "wait must be True or False, got int 1"),
+    (farm.submit, dict(reuse=5), "reuse must be a string, got int 5"),
+    (farm.submit, dict(weights_layout=["plain"]), "weights_layout must be a string"),
+    (farm.submit, dict(fingerprint=7), "fingerprint must be a string"),
+    (farm.submit, dict(timeout=-1), "timeout must be a number of seconds, 0 or more, got int -1"),
+    (farm.submit, dict(timeout=float("nan")), "timeout must be a number of seconds"),
+    (farm.submit, dict(registry=5), "registry must be a string, got int 5"),
+    # Through a coordinator the same checks come first: nothing is sent.
+    (farm.submit, dict(trials=0, coordinator="127.0.0.1:1"), "trials must be 1 to 1,000,000, got 0"),
+    (farm.submit, dict(seed=-1, coordinator="127.0.0.1:1"), "seed must be 0 to 4,294,967,295, got -1"),
+    (farm.load, dict(model=None), "model must be a zoo model's name or an ONNX file's path, got None"),
+    (farm.load, dict(batch="1"), "batch must be a positive integer"),
+    (farm.load, dict(seed=-1), "seed must be 0 to 4,294,967,295, got -1"),
+    (farm.load, dict(threads=1.7), "threads must be 'auto' or a whole number, not '1.7'"),
+    (farm.load, dict(threads=True), "threads must be 'auto' or a whole number, not 'True'"),
+    (farm.load, dict(threads=0), "threads must be from 1 to 1024, not 0"),
+    (farm.load, dict(weights_layout=5), "weights_layout must be a string, got int 5"),
+    (farm.load, dict(fingerprint=5), "fingerprint must be a string, got int 5"),
+    (farm.load, dict(registry=5), "registry must be a string, got int 5"),
+    (farm.status, dict(job_id=None), "job_id is required"),
+    (farm.status, dict(job_id=5), "job_id must be a string, got int 5"),
+    (farm.jobs, dict(limit=True), "limit must be an integer, got bool"),
+]
+
+
+@pytest.mark.parametrize(("function", "given", "refusal"), REFUSED,
+                         ids=[f"{f.__name__}-{'-'.join(given)}-{i}" for i, (f, given, _) in enumerate(REFUSED)])
+def test_a_bad_argument_is_refused_as_the_cli_refuses_it_before_anything_is_written(tmp_path, function, given,
+                                                                                   refusal):
+    registry = tmp_path / "registry.db"
+    arguments = {"job_id": "job-x"} if function is farm.status else {}
+    if function in (farm.submit, farm.load):
+        arguments = {"model": "mlp-tiny", "target": "llvm", "batch": 1}
+    arguments = {**arguments, "registry": f"sqlite:///{registry}", **given}
+    with pytest.raises(FarmError) as refused:
+        function(**arguments)
+    assert refusal in str(refused.value)
+    assert refused.value.exit_code == 2 and "\n" not in str(refused.value)
+    assert not registry.exists()

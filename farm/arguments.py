@@ -1,0 +1,80 @@
+"""The Python API's arguments checked as `farm` checks its options: a FarmError in one line, before anything is written.
+
+Numbers go through the bounds `farm` and the coordinator use (foundation.domain.request_limits);
+this module checks what the command line cannot be given: a value of the wrong type (None, a
+dict, a float where a count belongs, True for a number). What a well-typed value means (a known
+model, a target, a reuse mode) is judged where it is used, for the CLI and the API alike.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Mapping
+
+from foundation.domain import request_limits as limits
+from foundation.errors import BadInput
+
+
+def model_name(value) -> str:
+    """A zoo model's name or an ONNX file's path (a str or a path object)."""
+    if isinstance(value, os.PathLike):
+        value = os.fspath(value)
+    if not isinstance(value, str) or not value:
+        raise BadInput(f"model must be a zoo model's name or an ONNX file's path, got {_shown(value)}",
+                       "e.g. farm.submit('resnet-18', 'llvm', 1)")
+    limits.check_text("model", value, limits.MAX_TEXT_LENGTH)
+    return value
+
+
+def target_text(value) -> str:
+    """llvm, cuda, or a TVM target as its JSON text or a dict (the JSON object `farm` takes)."""
+    if isinstance(value, Mapping):
+        try:
+            value = json.dumps(value)
+        except (TypeError, ValueError) as err:
+            raise BadInput(f"target is not a JSON object: {err}",
+                           'give a dict of JSON values, e.g. {"kind": "llvm", "num-cores": 2}') from None
+    if not isinstance(value, str) or not value:
+        raise BadInput(f"target must be llvm, cuda or a TVM target (its JSON text or a dict), got {_shown(value)}",
+                       "e.g. farm.submit('resnet-18', 'llvm', 1)")
+    limits.check_text("target", value, limits.MAX_TEXT_LENGTH)
+    return value
+
+
+def optional_text(name: str, value, example: str, limit: int = limits.MAX_ID_LENGTH) -> str | None:
+    """A string argument that may be left out (None)."""
+    if value is None:
+        return None
+    if isinstance(value, os.PathLike):
+        value = os.fspath(value)
+    if not isinstance(value, str):
+        raise BadInput(f"{name} must be a string, got {_shown(value)}", f"e.g. {example}")
+    limits.check_text(name, value, limit)
+    return value
+
+
+def flag(name: str, value) -> bool:
+    """A yes/no argument: True or False, not a string that merely looks like one ("no" is true)."""
+    if not isinstance(value, bool):
+        raise BadInput(f"{name} must be True or False, got {_shown(value)}", f"pass {name}=True or {name}=False")
+    return value
+
+
+def seconds(name: str, value) -> float | None:
+    """A duration in seconds, 0 or more, that may be left out (None)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+        raise BadInput(f"{name} must be a number of seconds, 0 or more, got {_shown(value)}",
+                       f"e.g. {name}=600, or leave it out")
+    return float(value)
+
+
+def _shown(value) -> str:
+    """A wrong value as an error quotes it: its type, and itself when short."""
+    if value is None:
+        return "None"
+    text = repr(value)
+    return f"{type(value).__name__} {text}" if len(text) <= 40 else type(value).__name__
