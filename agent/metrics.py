@@ -18,6 +18,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from foundation.hardware.versions import build_labels
 from foundation.meta_schedule.measure import trial_outcome
 from foundation.meta_schedule.warm.seed_metrics import SEEDS_MEASURED
 from foundation.metrics_http import MetricsServer, standard_registry
@@ -30,7 +31,7 @@ class RunningAgent(Protocol):
     rpc_server: object  # agent.rpc_server.SupervisedRPCServer, once started
     loop_turned_at: float | None  # time.monotonic() of the main loop's latest turn (None: not yet)
 
-REGISTRY: CollectorRegistry = standard_registry()
+REGISTRY: CollectorRegistry = standard_registry(build_labels())
 OUTCOMES = ("ok", "build_error", "run_error", "timeout")
 
 TRIALS = Counter("farm_trials", "Candidates built and measured, by what became of them.",

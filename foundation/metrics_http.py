@@ -2,19 +2,20 @@
 and its liveness check (/healthz) where it has one.
 
 Each daemon keeps its metrics in a registry of its own (coordinator.metrics, agent.metrics),
-with the process's CPU, memory and garbage-collector figures, and adds collectors that read
-its state when Prometheus scrapes. Nothing is pushed: the embedded mode serves nothing.
+with the process's CPU, memory and garbage-collector figures and what it runs (farm_build_info),
+and adds collectors that read its state when Prometheus scrapes. Nothing is pushed: the embedded mode serves nothing.
 """
 
 from __future__ import annotations
 
 import socket
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from wsgiref.simple_server import WSGIRequestHandler, make_server
 
 from prometheus_client import (
     CollectorRegistry,
+    Gauge,
     GCCollector,
     PlatformCollector,
     ProcessCollector,
@@ -27,12 +28,15 @@ from prometheus_client.registry import Collector
 from foundation.errors import FarmError
 
 
-def standard_registry() -> CollectorRegistry:
-    """A registry with the process, platform and GC collectors prometheus-client's default has."""
+def standard_registry(build: Mapping[str, str]) -> CollectorRegistry:
+    """A registry with the process, platform and GC collectors prometheus-client's default has,
+    and `farm_build_info` (always 1) labelled with ``build``: what the process runs."""
     registry = CollectorRegistry()
     ProcessCollector(registry=registry)
     PlatformCollector(registry=registry)
     GCCollector(registry=registry)
+    Gauge("farm_build_info", "What this process runs (always 1): tvm-farm's, TVM's and Python's versions.",
+          sorted(build), registry=registry).labels(**build).set(1)
     return registry
 
 

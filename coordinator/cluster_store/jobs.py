@@ -6,9 +6,10 @@ import secrets
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import select, update
+from sqlalchemy import event, select, update
 from sqlalchemy.orm import Session
 
+from coordinator import metrics
 from foundation.domain.job_spec import tuned_form
 from foundation.domain.jobs import JobState, check_transition
 from foundation.domain.weights_layout import WeightsLayout
@@ -243,6 +244,10 @@ class JobStore:
             {"from": old, "to": new.value, "status": status, "error": error or ""},
             now,
         )
+        # Observed once committed: a move rolled back (and perhaps tried again) is no move.
+        submitted, options, job_id = job.created_at, job.options, job.id
+        event.listen(session, "after_commit", lambda _: metrics.job_moved(new, submitted, now, options, job_id),
+                     once=True)
 
 
 def _equal_job_key(model_id: str, target: str, fingerprint_id: str | None, weights_layout: WeightsLayout) -> str:

@@ -17,6 +17,7 @@ from pathlib import Path
 # Distribution names on the package index (the import names are tvm and tvm_ffi).
 TVM_DIST = "apache-tvm"
 TVM_FFI_DIST = "apache-tvm-ffi"
+FARM_DIST = "tvm-farm"
 
 
 def tvm_version() -> str:
@@ -32,6 +33,12 @@ def tvm_version() -> str:
         if match:
             return match.group(1)
     return "unknown"
+
+
+def build_labels() -> dict[str, str]:
+    """What a daemon's `farm_build_info` gauge says it runs: tvm-farm's, TVM's and Python's versions."""
+    return {"version": _dist_version(FARM_DIST) or "unknown", "tvm_version": tvm_version(),
+            "python_version": platform.python_version()}
 
 
 def software_versions(target_kind: str | None = None) -> dict:
