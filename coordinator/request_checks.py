@@ -128,6 +128,7 @@ RULES: dict[str, dict[str, Text | Number | Finite | OutputErrors | Moment | Span
     "ListJobsRequest": {"limit": _or_default(limits.LIST_LIMIT),
                         "states": Items(16), "states[]": Known(farm_pb2.JobState), "model_name": _ID},
     "ListAgentsRequest": {"target_kind": _KIND},
+    "ExportPackRequest": {"fingerprint_id": _ID, "model_name": _ID, "target": Text(MAX_TEXT_LENGTH)},
     "RegisterRequest": {
         "fingerprint_id": _REQUIRED_ID, "fingerprint_summary": Text(1024),
         "fingerprint_json": Text(limits.MAX_FINGERPRINT_JSON, required=True), "hostname": _ID,

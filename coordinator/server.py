@@ -298,7 +298,8 @@ async def _start_grpc(coordinator: Coordinator, listen: str, pool: futures.Threa
     # then started and shared the port with the first, clients and agents split between them.
     server = grpc.aio.server(migration_thread_pool=pool, options=[*CHANNEL_OPTIONS, ("grpc.so_reuseport", 0)],
                              interceptors=interceptors)
-    farm_pb2_grpc.add_FarmClientServicer_to_server(FarmClientServicer(coordinator.client_calls, pool), server)
+    farm_pb2_grpc.add_FarmClientServicer_to_server(
+        FarmClientServicer(coordinator.client_calls, pool, packs=coordinator.pack_calls), server)
     farm_pb2_grpc.add_FarmAgentServicer_to_server(FarmAgentServicer(
         coordinator.agent_calls, coordinator.shard_calls, coordinator.report_calls, coordinator.validation_calls,
         coordinator.report_sizing, pool, idle_retry_after=coordinator.settings.idle_retry_after,

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from coordinator.calls.agents import AgentCalls
 from coordinator.calls.client import ClientCalls
+from coordinator.calls.packs import PackCalls
 from coordinator.calls.reports import ReportCalls
 from coordinator.calls.shards import ShardCalls
 from coordinator.calls.validations import ValidationCalls
@@ -96,6 +97,9 @@ class Coordinator:
         progress_events = ProgressEvents()
 
         self.steps = steps = JobSteps(store, cluster, models, workloads, version, wake, settings.data_dir)
+        self.pack_calls = PackCalls(store, data_dir=settings.data_dir,
+                                    about={"command": "farm coordinator (ExportPack)", "cpu": "",
+                                           "tvm_version": version})
         self.client_calls = ClientCalls(store, cluster, models, progress, rpc_servers, data_dir=settings.data_dir,
                                         tvm_version=version, draining=draining, wake=wake)
         self.agent_calls = AgentCalls(

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import json
 import logging
 import random
 from collections.abc import Callable
@@ -24,6 +25,7 @@ import grpc
 
 from coordinator.calls.agents import AgentCalls
 from coordinator.calls.client import ClientCalls
+from coordinator.calls.packs import PackCalls
 from coordinator.calls.reports import ReportCalls
 from coordinator.calls.shards import ShardCalls
 from coordinator.calls.validations import ValidationCalls
@@ -52,6 +54,7 @@ from foundation.domain.jobs import JobState
 from foundation.domain.shards import ShardState
 from foundation.errors import FarmError, NotFound, RegistryError
 from foundation.registry.entities import RecordReport
+from foundation.registry.sync import SyncFilter
 from foundation.wire import farm_pb2, farm_pb2_grpc
 
 logger = logging.getLogger("farm.coordinator")
@@ -145,8 +148,10 @@ async def _committed(future):
 
 
 class FarmClientServicer(farm_pb2_grpc.FarmClientServicer):
-    def __init__(self, calls: ClientCalls, executor, poll_seconds: float = WATCH_POLL_SECONDS):
+    def __init__(self, calls: ClientCalls, executor, poll_seconds: float = WATCH_POLL_SECONDS,
+                 packs: PackCalls | None = None):
         self.calls = calls
+        self.packs = packs
         self.poll_seconds = poll_seconds
         self._executor = executor  # for the registry reads of the WatchJob coroutine
 
@@ -190,6 +195,42 @@ class FarmClientServicer(farm_pb2_grpc.FarmClientServicer):
     def ListAgents(self, request, context):
         views = self.calls.list_agents(request.target_kind, request.include_lost)
         return farm_pb2.ListAgentsResponse(agents=[agent_message(v) for v in views])
+
+    async def ExportPack(self, request, context):
+        # The pack is made in the thread pool (it reads the registry), then streamed from its file.
+        try:
+            check_request(request)
+            only = SyncFilter(fingerprint=request.fingerprint_id or None, model=request.model_name or None,
+                              target=request.target or None, artifacts=not request.without_artifacts)
+            exported = await _in_pool(self._executor, self.packs.export, only)
+            try:
+                while chunk := await _in_pool(self._executor, exported.read):
+                    yield farm_pb2.PackChunk(data=chunk)
+            finally:
+                exported.close()
+        except FarmError as err:
+            code, details, trailing = _ending(err)
+            await context.abort(code, details, trailing_metadata=trailing)
+        except Exception as err:
+            logger.exception("ExportPack failed")
+            await context.abort(grpc.StatusCode.INTERNAL, _details(f"{type(err).__name__}: {err}"))
+
+    async def ImportPack(self, request_iterator, context):
+        try:
+            received = self.packs.receive()
+            try:
+                async for chunk in request_iterator:
+                    await _in_pool(self._executor, received.write, chunk.data)
+                counts = await _in_pool(self._executor, self.packs.import_, received)
+            finally:
+                received.close()
+            return farm_pb2.ImportPackResponse(copied_json=json.dumps(counts.to_json()))
+        except FarmError as err:
+            code, details, trailing = _ending(err)
+            await context.abort(code, details, trailing_metadata=trailing)
+        except Exception as err:
+            logger.exception("ImportPack failed")
+            await context.abort(grpc.StatusCode.INTERNAL, _details(f"{type(err).__name__}: {err}"))
 
     async def WatchJob(self, request, context):
         # An async generator: an error, before the first event or while it polls (a registry

@@ -1,4 +1,4 @@
-"""`farm registry init|ls|show|import|export|sync|upgrade`.
+"""`farm registry init|ls|show|import|export|sync|upgrade` (and prune|pin|unpin: farm.cli.registry_retention).
 
 `init`, `import` and `sync` (its TO) may create the registry; `ls`, `show`, `export` and
 `upgrade` need one to exist and create nothing.
@@ -7,10 +7,12 @@
 from __future__ import annotations
 
 import dataclasses
+import shutil
 from pathlib import Path
 
 import typer
 
+from farm.cli import registry_retention
 from farm.cli.command import FarmTyper
 from farm.cli.options import JSON_OPTION, REGISTRY_OPTION, env_option
 from farm.cli.output import emit_json, print_fields, print_table, stdout_console
@@ -22,6 +24,7 @@ from foundation.errors import BadInput, NotFound, path_error
 _COUNTED = ("fingerprints", "models", "workloads", "tuning_records", "jobs", "artifacts")
 
 app = FarmTyper(no_args_is_help=True, rich_markup_mode=None)  # plain help: see farm.cli.app
+app.add_typer(registry_retention.app)  # prune, pin, unpin
 
 FINGERPRINT_OPTION = env_option(
     None, "--fingerprint", command="registry", metavar="ID",
@@ -142,22 +145,25 @@ def import_logs(
     registry: str | None = REGISTRY_OPTION,
     json_output: bool = JSON_OPTION,
 ) -> None:
-    """Import a TVM MetaSchedule JSON database (all or nothing) for a fingerprint."""
+    """Import a TVM MetaSchedule JSON database for a fingerprint: checked whole first, then stored."""
+    from farm.cli.progress import ConsoleProgress
     from farm.session import open_store
-    from foundation.meta_schedule.database.tvm_logs import read_tvm_logs, store_tvm_logs
+    from foundation.meta_schedule.database.tvm_logs import read_tvm_logs, store_tvm_logs, worth_telling
 
     if not path.exists():  # before the registry is opened, and maybe created
         raise NotFound(f"no such directory: {path}", "give the work_dir of a TVM JSONDatabase")
     # All or nothing: the log is read and checked whole before the registry is created or the
     # fingerprint row written, so a refused import leaves no registry, and no row, behind.
     ctx, fp_id = _import_context(registry, target, fingerprint)
-    log = read_tvm_logs(path, fp_id, ctx.target_json, ctx.tvm_version, ctx.software)
+    # Stage lines on stderr as a submit's: a log of 100,000 records takes minutes to check and store.
+    progress = ConsoleProgress().stage if worth_telling(path) and not json_output else None
+    log = read_tvm_logs(path, fp_id, ctx.target_json, ctx.tvm_version, ctx.software, progress=progress)
     if ctx.store is None:
         ctx = dataclasses.replace(ctx, store=open_store(registry, create=True))
     if fp_id == ctx.fingerprint.id:  # imported records need their fingerprint row, also in a fresh registry
         fp = ctx.fingerprint
         ctx.store.upsert_fingerprint(fp.id, fp.kind, fp.summary, fp.details)
-    report = store_tvm_logs(ctx.store, log)
+    report = store_tvm_logs(ctx.store, log, progress)
     document = {"fingerprint": fp_id, "target": ctx.target_json, **dataclasses.asdict(report)}
     if json_output:
         emit_json(document)
@@ -204,10 +210,12 @@ def export_logs(
 @app.command()
 def sync(
     source: str = typer.Argument(..., metavar="FROM", help="The registry to copy from: a URL (sqlite:///..., "
-                                 "postgresql://...), a SQLite file's path, or a pack (a .farmpack file)."),
+                                 "postgresql://...), a SQLite file's path, a pack (a .farmpack file), or a "
+                                 "coordinator (grpc://HOST:PORT; its token and TLS files as FARM_TOKEN, "
+                                 "FARM_TOKEN_FILE and FARM_TLS_* give them)."),
     destination: str = typer.Argument(..., metavar="TO", help="The registry to copy into (created if it is a new "
-                                      "SQLite file or an empty database), or a pack (.farmpack: written, or "
-                                      "added to)."),
+                                      "SQLite file or an empty database), a pack (.farmpack: written, or "
+                                      "added to), or a coordinator (grpc://HOST:PORT)."),
     fingerprint: str | None = env_option(None, "--fingerprint", command="registry", metavar="ID",
                                          help="Only this fingerprint's records, jobs, artifacts and cost model."),
     model: str | None = env_option(None, "--model", command="registry", metavar="NAME",
@@ -226,50 +234,91 @@ def sync(
     records with every measurement, cost models and artifacts (sha256 checked on both ends).
     Safe to stop at any point: the next run finishes the copy; a second run copies nothing."""
     import sys
+    import tempfile
 
     from foundation.registry.engine import RegistryMissing
     from foundation.registry.packs import in_memory_registry, is_pack, read_pack, write_pack
     from foundation.registry.store import RegistryStore
     from foundation.registry.sync import SyncFilter, sync_registries
 
-    # A pack on either side is an in-memory registry: read whole and checked first, written at the end.
-    source_store = read_pack(Path(source))[0] if is_pack(source) else open_store(_registry_url(source))
-    if is_pack(destination):
-        pack = Path(destination)
-        if pack.exists():
-            destination_store = read_pack(pack)[0]
+    only = SyncFilter(fingerprint=fingerprint, model=model, target=target, artifacts=artifacts)
+    spool = Path(tempfile.mkdtemp(prefix="farm-sync-"))
+    try:
+        # A pack or a coordinator on either side is an in-memory registry: read whole and checked first,
+        # written (or sent) at the end.
+        if _is_coordinator(source):
+            source_store = read_pack(_coordinator_pack(source, only, spool / "from.farmpack"))[0]
         else:
-            _check_writable_directory(pack.parent if str(pack.parent) else Path("."))
-            destination_store = in_memory_registry()
-    else:
-        try:
-            destination_store = open_store(_registry_url(destination), create=not dry_run)
-        except RegistryMissing:
-            if not dry_run:
-                raise
-            destination_store = RegistryStore("sqlite://")  # TO is new: a dry run counts everything as missing
+            source_store = read_pack(Path(source))[0] if is_pack(source) else open_store(_registry_url(source))
+        if _is_coordinator(destination):
+            destination_store = (read_pack(_coordinator_pack(destination, only, spool / "to.farmpack"))[0]
+                                 if dry_run else in_memory_registry())
+        elif is_pack(destination):
+            pack = Path(destination)
+            if pack.exists():
+                destination_store = read_pack(pack)[0]
+            else:
+                _check_writable_directory(pack.parent if str(pack.parent) else Path("."))
+                destination_store = in_memory_registry()
+        else:
+            try:
+                destination_store = open_store(_registry_url(destination), create=not dry_run)
+            except RegistryMissing:
+                if not dry_run:
+                    raise
+                destination_store = RegistryStore("sqlite://")  # TO is new: a dry run counts everything as missing
 
-    def progress(what: str, done: int, of: int) -> None:
-        if not json_output and of:
-            print(f"{what.replace('_', ' '):<15} {done:,} of {of:,}", file=sys.stderr, flush=True)
+        def progress(what: str, done: int, of: int) -> None:
+            if not json_output and of:
+                print(f"{what.replace('_', ' '):<15} {done:,} of {of:,}", file=sys.stderr, flush=True)
 
-    counts = sync_registries(source_store, destination_store,
-                             SyncFilter(fingerprint=fingerprint, model=model, target=target, artifacts=artifacts),
-                             dry_run=dry_run, progress=progress)
-    if is_pack(destination) and not dry_run:
-        write_pack(destination_store, Path(destination), _pack_about())
-    document = {"from": source if is_pack(source) else str(source_store.url),
-                "to": destination if is_pack(destination) else str(destination_store.url), "dry_run": dry_run,
-                "copied": counts.to_json()}
+        counts = sync_registries(source_store, destination_store, only, dry_run=dry_run, progress=progress)
+        copied = counts.to_json()
+        if is_pack(destination) and not dry_run:
+            write_pack(destination_store, Path(destination), _pack_about())
+        elif _is_coordinator(destination) and not dry_run:
+            # What the coordinator's registry lacked of it is what its sync copies: its counts are the answer.
+            write_pack(destination_store, spool / "sent.farmpack", _pack_about())
+            copied = _coordinator(destination).client().import_pack(spool / "sent.farmpack")
+    finally:
+        shutil.rmtree(spool, ignore_errors=True)
+    named = {"from": source, "to": destination}
+    document = {side: given if is_pack(given) or _is_coordinator(given) else str(_registry_url(given))
+                for side, given in named.items()} | {"dry_run": dry_run, "copied": copied}
     if json_output:
         emit_json(document)
         return
-    copied = counts.to_json()
-    skipped = copied.pop("skipped")
+    copied = dict(copied)
+    skipped = copied.pop("skipped", {})
     verb = "would copy" if dry_run else "copied"
     parts = [f"{n:,} {k.replace('_', ' ')}" for k, n in copied.items() if n and k != "artifact_bytes"]
     stdout_console().print(f"{verb} {', '.join(parts) if parts else 'nothing: TO has all FROM holds'}"
                            + "".join(f"; skipped {n} {k.replace('_', ' ')}" for k, n in skipped.items()))
+
+
+def _is_coordinator(location: str) -> bool:
+    return location.startswith("grpc://")
+
+
+def _coordinator(location: str):  # type: ignore[no-untyped-def]
+    """The coordinator a grpc://HOST:PORT side names, with the credentials of the environment
+    (FARM_TOKEN or FARM_TOKEN_FILE, FARM_TLS_CA, FARM_TLS_CERT, FARM_TLS_KEY), as --coordinator has."""
+    import os
+
+    from farm.connection import Coordinator
+
+    def path(name: str) -> Path | None:
+        return Path(os.environ[name]) if os.environ.get(name) else None
+
+    return Coordinator(location.removeprefix("grpc://"), token_file=path("FARM_TOKEN_FILE"),
+                       tls_ca=path("FARM_TLS_CA"), tls_cert=path("FARM_TLS_CERT"), tls_key=path("FARM_TLS_KEY"))
+
+
+def _coordinator_pack(location: str, only, path: Path) -> Path:  # type: ignore[no-untyped-def]
+    """What the coordinator at ``location`` holds of ``only``, as a pack at ``path`` (ExportPack)."""
+    _coordinator(location).client().export_pack(path, fingerprint=only.fingerprint, model=only.model,
+                                                target=only.target, artifacts=only.artifacts)
+    return path
 
 
 def _pack_about() -> dict:

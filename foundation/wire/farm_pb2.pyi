@@ -1055,3 +1055,27 @@ class ReportValidationResponse(_message.Message):
     accepted: bool
     reason: str
     def __init__(self, accepted: _Optional[bool] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class ExportPackRequest(_message.Message):
+    __slots__ = ("fingerprint_id", "model_name", "target", "without_artifacts")
+    FINGERPRINT_ID_FIELD_NUMBER: _ClassVar[int]
+    MODEL_NAME_FIELD_NUMBER: _ClassVar[int]
+    TARGET_FIELD_NUMBER: _ClassVar[int]
+    WITHOUT_ARTIFACTS_FIELD_NUMBER: _ClassVar[int]
+    fingerprint_id: str
+    model_name: str
+    target: str
+    without_artifacts: bool
+    def __init__(self, fingerprint_id: _Optional[str] = ..., model_name: _Optional[str] = ..., target: _Optional[str] = ..., without_artifacts: _Optional[bool] = ...) -> None: ...
+
+class PackChunk(_message.Message):
+    __slots__ = ("data",)
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    data: bytes
+    def __init__(self, data: _Optional[bytes] = ...) -> None: ...
+
+class ImportPackResponse(_message.Message):
+    __slots__ = ("copied_json",)
+    COPIED_JSON_FIELD_NUMBER: _ClassVar[int]
+    copied_json: str
+    def __init__(self, copied_json: _Optional[str] = ...) -> None: ...

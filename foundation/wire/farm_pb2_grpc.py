@@ -66,6 +66,16 @@ class FarmClientStub:
                 request_serializer=tvmfarm_dot_v1_dot_farm__pb2.ListAgentsRequest.SerializeToString,
                 response_deserializer=tvmfarm_dot_v1_dot_farm__pb2.ListAgentsResponse.FromString,
                 _registered_method=True)
+        self.ExportPack = channel.unary_stream(
+                '/tvmfarm.v1.FarmClient/ExportPack',
+                request_serializer=tvmfarm_dot_v1_dot_farm__pb2.ExportPackRequest.SerializeToString,
+                response_deserializer=tvmfarm_dot_v1_dot_farm__pb2.PackChunk.FromString,
+                _registered_method=True)
+        self.ImportPack = channel.stream_unary(
+                '/tvmfarm.v1.FarmClient/ImportPack',
+                request_serializer=tvmfarm_dot_v1_dot_farm__pb2.PackChunk.SerializeToString,
+                response_deserializer=tvmfarm_dot_v1_dot_farm__pb2.ImportPackResponse.FromString,
+                _registered_method=True)
 
 
 class FarmClientServicer:
@@ -119,6 +129,23 @@ class FarmClientServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ExportPack(self, request, context):
+        """What the coordinator's registry holds, as a pack (a .farmpack file, foundation.registry.packs)
+        in chunks: `farm registry sync grpc://HOST:PORT TO`. NOT_FOUND: a fingerprint or model the
+        filter names is not in the registry.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ImportPack(self, request_iterator, context):
+        """A pack streamed in, checked whole (its digests), then synced into the coordinator's registry:
+        only what it lacks. INVALID_ARGUMENT: a damaged pack, or one over the size limit.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_FarmClientServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -151,6 +178,16 @@ def add_FarmClientServicer_to_server(servicer, server):
                     servicer.ListAgents,
                     request_deserializer=tvmfarm_dot_v1_dot_farm__pb2.ListAgentsRequest.FromString,
                     response_serializer=tvmfarm_dot_v1_dot_farm__pb2.ListAgentsResponse.SerializeToString,
+            ),
+            'ExportPack': grpc.unary_stream_rpc_method_handler(
+                    servicer.ExportPack,
+                    request_deserializer=tvmfarm_dot_v1_dot_farm__pb2.ExportPackRequest.FromString,
+                    response_serializer=tvmfarm_dot_v1_dot_farm__pb2.PackChunk.SerializeToString,
+            ),
+            'ImportPack': grpc.stream_unary_rpc_method_handler(
+                    servicer.ImportPack,
+                    request_deserializer=tvmfarm_dot_v1_dot_farm__pb2.PackChunk.FromString,
+                    response_serializer=tvmfarm_dot_v1_dot_farm__pb2.ImportPackResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -316,6 +353,60 @@ class FarmClient:
             '/tvmfarm.v1.FarmClient/ListAgents',
             tvmfarm_dot_v1_dot_farm__pb2.ListAgentsRequest.SerializeToString,
             tvmfarm_dot_v1_dot_farm__pb2.ListAgentsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ExportPack(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/tvmfarm.v1.FarmClient/ExportPack',
+            tvmfarm_dot_v1_dot_farm__pb2.ExportPackRequest.SerializeToString,
+            tvmfarm_dot_v1_dot_farm__pb2.PackChunk.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ImportPack(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_unary(
+            request_iterator,
+            target,
+            '/tvmfarm.v1.FarmClient/ImportPack',
+            tvmfarm_dot_v1_dot_farm__pb2.PackChunk.SerializeToString,
+            tvmfarm_dot_v1_dot_farm__pb2.ImportPackResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -201,3 +201,37 @@ def test_a_damaged_pack_is_refused_whole(home, tmp_path):
     assert not target.exists()
     missing = farm_here(home, "registry", "sync", str(tmp_path / "none.farmpack"), str(target))
     assert missing.returncode == 3 and "no pack at" in missing.stderr
+
+
+def test_sync_from_and_to_a_coordinator_over_grpc(home, tmp_path, monkeypatch, tuned_mlp_tiny):
+    from coordinator.server import serve
+    from foundation.wire.access import ServerAccess
+
+    source = f"sqlite:///{home / 'registry.db'}"
+    served = tmp_path / "coordinator.db"
+    monkeypatch.setenv("FARM_TOKEN", "sync-test-token")
+    server = serve(listen="127.0.0.1:0", registry_url=f"sqlite:///{served}", tracker="127.0.0.1:9190",
+                   heartbeat_interval=0.5, lease_ttl=30.0, tick_interval=0.1, data_dir=tmp_path / "coordinator",
+                   access=ServerAccess(token="sync-test-token"))
+    try:
+        there = f"grpc://{server.address}"
+        sent = farm_here(home, "registry", "sync", source, there, "--json")
+        assert sent.returncode == 0, sent.stderr
+        assert json.loads(sent.stdout)["copied"]["artifacts"] == 1
+        assert contents(f"sqlite:///{served}") == contents(source)
+        again = farm_here(home, "registry", "sync", source, there, "--json")
+        assert json.loads(again.stdout)["copied"]["records"] == 0
+
+        back = tmp_path / "back.db"
+        fetched = farm_here(home, "registry", "sync", there, str(back), "--json")
+        assert fetched.returncode == 0, fetched.stderr
+        assert contents(f"sqlite:///{back}") == contents(source)
+        hit = farm_here(home, "submit", "mlp-tiny", "llvm", "2", "--registry", f"sqlite:///{back}", "--json")
+        assert json.loads(hit.stdout)["artifact"]["id"] == tuned_mlp_tiny.submitted["artifact"]["id"]
+
+        monkeypatch.setenv("FARM_TOKEN", "not-the-token")
+        refused = farm_here(home, "registry", "sync", there, str(tmp_path / "never.db"))
+        assert refused.returncode == 2 and "token" in refused.stderr, refused.stderr  # as every command says it
+        assert len(refused.stderr.strip().splitlines()) == 1 and not (tmp_path / "never.db").exists()
+    finally:
+        server.stop(grace=1)
