@@ -23,6 +23,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from coordinator.access import TokenCheck
+from coordinator.call_metrics import CallMetrics
 from coordinator.cluster_store import ClusterStore
 from coordinator.fleet import IngestProcess, ReportPolicy
 from coordinator.heap import PacedCollector
@@ -292,8 +293,10 @@ async def _start_grpc(coordinator: Coordinator, listen: str, pool: futures.Threa
     """The grpc.aio server, created and started on the loop that will run it."""
     from foundation.wire import farm_pb2_grpc
 
-    # The token first: a caller without it learns nothing, not even that the registry fails.
-    interceptors = [*([TokenCheck(access.token)] if access.token else []), RegistryGate(registry), DecodeRequests()]
+    # Every call counted, those refused too; then the token: a caller without it learns nothing,
+    # not even that the registry fails.
+    interceptors = [CallMetrics(), *([TokenCheck(access.token)] if access.token else []), RegistryGate(registry),
+                    DecodeRequests()]
     # so_reuseport off: gRPC sets it by default on Linux, and a second coordinator on a taken port
     # then started and shared the port with the first, clients and agents split between them.
     server = grpc.aio.server(migration_thread_pool=pool, options=[*CHANNEL_OPTIONS, ("grpc.so_reuseport", 0)],
