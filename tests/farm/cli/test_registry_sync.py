@@ -107,6 +107,14 @@ def test_bad_from_and_to_get_one_line_and_leave_to_unchanged(home, tmp_path):
         (("registry", "sync", source, source), 4, "FROM and TO are the same registry"),
         (("registry", "sync", str(home / "jobs"), str(target)), None, ""),
     ]
+    newer = tmp_path / "newer.db"
+    assert farm_here(home, "registry", "sync", source, str(newer)).returncode == 0
+    engine = create_engine(f"sqlite:///{newer}")
+    with engine.begin() as connection:
+        connection.execute(text("UPDATE alembic_version SET version_num = '9999'"))
+    engine.dispose()
+    cases += [(("registry", "sync", str(newer), str(target)), 4, "newer than this farm"),
+              (("registry", "sync", source, str(newer)), 4, "newer than this farm")]
     for args, code, says in cases:
         proc = farm_here(home, *args)
         lines = proc.stderr.strip().splitlines()
