@@ -124,6 +124,8 @@ def submit(model: str, target: str = "llvm", batch: int = 1, *, trials: int | No
     ``wait`` follows it until it ends (or ``timeout`` seconds pass), else it returns queued.
     A coordinator with agents of several fingerprints for the target starts one job for each
     (``fingerprint`` picks one): this returns the first, and ``farm.jobs()`` lists them all.
+    Embedded, ``fingerprint`` names the compatible fingerprint (this CPU at another size) whose
+    library may answer; by default this box's, else the nearest compatible one's.
 
     The job comes back however it ended: check ``job.succeeded`` and ``job.error``. Bad input
     raises foundation.errors.BadInput (a FarmError, as every refusal here is).
@@ -161,7 +163,7 @@ def submit(model: str, target: str = "llvm", batch: int = 1, *, trials: int | No
         model=model, target=target, batch=batch, registry=registry, trials=trials, trials_per_task=trials_per_task,
         retune=retune, reuse=reuse, seed=seed, warm_start=warm_start,
         measure=MeasureSettings(build_workers=build_workers), validation_runs=runs, weights_layout=weights_layout,
-        until=until_request,
+        until=until_request, fingerprint=fingerprint,
     )
     with ctrl_c_cancels() as cancellation:
         result = submit_job(request, cancellation=cancellation)
