@@ -1,15 +1,17 @@
 """Gauges of the farm's SQL state, read when Prometheus scrapes: jobs, shards and agents by state,
-and the estimated latency of each running job's model.
+the estimated latency of each running job's model, and when each unfinished job last moved.
 
 A scrape costs a few GROUP BY queries over indexed state columns, one read of the agents (few),
-and for each running job the task_progress events written since the last scrape (a job's
-task weights are read once). Nothing here writes.
+for each running job the task_progress events written since the last scrape (a job's task
+weights are read once), and each unfinished job's latest event (by the job's event index).
+Nothing here writes.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+from datetime import datetime
 
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
@@ -66,6 +68,7 @@ class FarmStateCollector(Collector):
             busy |= set(session.scalars(select(ValidationRow.agent_id).where(ValidationRow.state == LEASED)))
             running = list(session.scalars(select(JobRow.id).where(JobRow.state == JobState.RUNNING.value)))
             latencies = self._latencies(session, running)
+            last_events = _last_events(session)
 
         job_family = GaugeMetricFamily("farm_jobs", "Jobs in the registry, by state.", labels=["state"])
         for state in JobState:
@@ -88,7 +91,13 @@ class FarmStateCollector(Collector):
             "measured time by its weight), once every task has one.", labels=["job_id", "model"])
         for job_id, (model, seconds) in sorted(latencies.items()):
             latency_family.add_metric([job_id, model], seconds)
-        return [job_family, shard_family, agent_family, latency_family]
+        event_family = GaugeMetricFamily(
+            "farm_job_last_event_timestamp_seconds",
+            "When each unfinished job last moved: its latest event (a state change, a shard leased or done, "
+            "a task's progress), in seconds since the epoch.", labels=["job_id", "model", "state"])
+        for job_id, model, state, when in last_events:
+            event_family.add_metric([job_id, model or "", state], when.timestamp())
+        return [job_family, shard_family, agent_family, latency_family, event_family]
 
     def _latencies(self, session, running: list[str]) -> dict[str, tuple[str, float]]:
         for gone in set(self._running) - set(running):
@@ -116,3 +125,18 @@ class FarmStateCollector(Collector):
             if seconds is not None:
                 out[job_id] = (job.model, seconds)
         return out
+
+
+def _last_events(session) -> list[tuple[str, str | None, str, datetime]]:
+    """Each unfinished job's id, model, state and the time of its latest event (a job has one
+    from its submit on): what the stuck-job alert compares with the clock."""
+    unfinished = [state.value for state in JobState if not state.is_final]
+    latest = (select(JobEventRow.job_id, func.max(JobEventRow.id).label("event_id"))
+              .join(JobRow, JobRow.id == JobEventRow.job_id)
+              .where(JobRow.state.in_(unfinished)).group_by(JobEventRow.job_id).subquery())
+    query = (select(JobRow.id, ModelRow.name, JobRow.state, JobEventRow.created_at)
+             .join(latest, latest.c.job_id == JobRow.id)
+             .join(JobEventRow, JobEventRow.id == latest.c.event_id)
+             .outerjoin(ModelRow, ModelRow.id == JobRow.model_id)
+             .order_by(JobRow.id))
+    return [tuple(row) for row in session.execute(query)]

@@ -68,3 +68,27 @@ def test_a_registry_that_fails_leaves_the_sql_gauges_out_of_the_scrape(store, ca
         with store.unit_of_work.write(Changes.STATE) as session:
             session.execute(text("ALTER TABLE jobs_away RENAME TO jobs"))
     assert 'farm_jobs{state="queued"} 0.0' in generate_latest(registry).decode()
+
+
+def test_each_unfinished_job_says_when_it_last_moved(store, cluster_store):
+    """What the FarmJobStuck alert stands on: an unfinished job's latest event time, whatever the
+    event; a finished job leaves the gauge."""
+    collector = FarmStateCollector(store)
+    assert scrape(collector)["farm_job_last_event_timestamp_seconds"] == {}
+    job = planned_job(cluster_store, tasks=2, shards=2)
+    queued = cluster_store.create_job(model_id="model-1", target_request="cuda", target_kind="cuda", target="",
+                                      fingerprint_id=None, trials_budget=8, options={"seed": 1}, now=at(5))
+    assert scrape(collector)["farm_job_last_event_timestamp_seconds"] == {
+        (job.id, "mlp", "running"): at(0).timestamp(), (queued.id, "mlp", "queued"): at(5).timestamp()}
+
+    progress(cluster_store, job.id, "task0", 100.0, 60)
+    assert scrape(collector)["farm_job_last_event_timestamp_seconds"][(job.id, "mlp", "running")] == \
+        at(60).timestamp()
+    agent = agent_of(cluster_store)
+    assert cluster_store.claim_shard(agent.id, GPU, ["cuda"], at(90), TTL) is not None
+    assert scrape(collector)["farm_job_last_event_timestamp_seconds"][(job.id, "mlp", "running")] == \
+        at(90).timestamp()
+
+    cluster_store.cancel_job(job.id, at(120))
+    assert scrape(collector)["farm_job_last_event_timestamp_seconds"] == {
+        (queued.id, "mlp", "queued"): at(5).timestamp()}
