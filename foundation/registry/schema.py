@@ -312,6 +312,20 @@ class ArtifactRow(Base):
         return _entity(Artifact, self)
 
 
+class ArtifactPinRow(Base):
+    """An artifact a prune must keep (`farm registry pin`): a library this registry's users run.
+
+    A table of its own, not a column of artifacts: a pin is this registry's decision, and sync
+    and packs copy artifacts column by column into other registries, where it would not hold.
+    """
+
+    __tablename__ = "artifact_pins"
+
+    # No ON DELETE: while pinned, the artifact cannot be deleted by anyone.
+    artifact_id: Mapped[str] = mapped_column(ForeignKey("artifacts.id"), primary_key=True)
+    pinned_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utc_now)
+
+
 class TuningLockRow(Base):
     """Who tunes one (model, batch, target, fingerprint, TVM) right now: one row per scope.
 
