@@ -72,6 +72,11 @@ def test_sync_copies_everything_a_submit_on_to_is_a_hit_and_a_second_sync_copies
     assert {k: v for k, v in json.loads(again.stdout)["copied"].items() if k != "skipped"} == dict.fromkeys(
         copied.keys() - {"skipped"}, 0)
 
+    # And back out of it (PostgreSQL to SQLite, on that backend): the same rows.
+    back = home.parent / "back.db"
+    assert farm_here(home, "registry", "sync", registry_url, str(back)).returncode == 0
+    assert contents(f"sqlite:///{back}") == contents(source)
+
     hit = farm_here(home, "submit", "mlp-tiny", "llvm", "2", "--registry", registry_url, "--json")
     assert hit.returncode == 0, hit.stderr
     answered = json.loads(hit.stdout)
