@@ -43,6 +43,11 @@ class RegistryJobs:
     def get(self, job_id: str) -> "Job":
         return self.store.get_job(job_id)
 
+    def current(self, job_id: str) -> "Job":
+        """``job_id`` as it is now; failed first if its process died since the last read."""
+        fail_dead_jobs(self.store)
+        return self.store.get_job(job_id)
+
     def list(self, limit: int, states: Iterable[str] = (), model_name: str | None = None) -> list["Job"]:
         """The newest jobs, in any of ``states`` (every state when empty), of models named ``model_name``."""
         return self.store.list_jobs(limit=limit, states=states, model_name=model_name)

@@ -18,7 +18,7 @@ import sys
 import typer
 from typer.utils import parse_boolean_env_var
 
-from farm.cli import agent_cmd, cluster, coordinator_cmd, info, registry, report_cmd, submit
+from farm.cli import agent_cmd, cluster, coordinator_cmd, info, job_watch, registry, report_cmd, submit
 from farm.cli.output import write_error
 from foundation.errors import EXIT_INTERNAL, BadInput, FarmError, Interrupted, out_of_resources, path_error
 from foundation.processes.heap import tune_collector
@@ -56,6 +56,7 @@ app = typer.Typer(
 app.add_typer(submit.app)
 app.add_typer(info.app)
 app.add_typer(cluster.app)
+app.add_typer(job_watch.app)
 app.add_typer(coordinator_cmd.app)
 app.add_typer(agent_cmd.app)
 app.add_typer(report_cmd.app)

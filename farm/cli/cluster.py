@@ -30,10 +30,22 @@ def status(
     job_id: str = JOB_ARG,
     coordinator: Coordinator = None,
     registry: str | None = REGISTRY_OPTION,
+    watch: bool = env_option(False, "--watch", command="status",
+                             help="Redraw the job until it ends (plain lines when stdout is no terminal); "
+                                  "exit as `farm wait` does."),
+    interval: float = env_option(2.0, "--interval", command="status", parser=finite_number(0.1),
+                                 metavar="SECONDS", help="With --watch: seconds between reads."),
+    timeout: float | None = env_option(None, "--timeout", command="status", parser=finite_number(0),
+                                       metavar="SECONDS",
+                                       help="With --watch: give up after this many seconds (exit 5)."),
     json_output: bool = JSON_OPTION,
 ) -> None:
     """Show one job: a coordinator's with --coordinator, else the registry's (a job whose
     process died is marked failed first)."""
+    if watch:
+        from farm.cli.job_watch import watch as watch_job
+
+        return watch_job(job_id, coordinator, registry, interval, timeout, json_output)
     if coordinator.address:
         from farm.client import job_json
 

@@ -60,6 +60,12 @@ def registry_job_row(job, model) -> list[Any]:
             job.fingerprint_id, age(job.created_at), job.status or job.error]
 
 
+def job_line(doc: dict) -> str:
+    """A job on one line, as `farm status --watch` logs each change: id, state, trials, status."""
+    trials = _trials(doc["trials"], doc.get("trials_budget", 0), doc.get("trial_errors", 0))
+    return "  ".join(part for part in (doc["job"], doc["state"], f"trials {trials}", doc.get("status") or "") if part)
+
+
 def jobs_described(states: list[str], model: str | None) -> str:
     """What `farm jobs` looked for, for the line that says it found none: "failed jobs of resnet-18"."""
     return (f"{' or '.join(states)} " if states else "") + "jobs" + (f" of {model}" if model else "")

@@ -216,7 +216,7 @@ def test_the_coordinator_options_are_declared_once_and_the_same_everywhere():
         flag = max(option.opts, key=len)
         if flag in flags and path != ("coordinator",):
             seen.setdefault(" ".join(path), {})[flag] = (option.envvar, option.help.split(";")[0])
-    assert set(seen) == {"submit", "status", "cancel", "jobs", "agents", "agent"}
+    assert set(seen) == {"submit", "status", "cancel", "jobs", "agents", "agent", "wait"}
     for command, options in seen.items():
         assert list(options) == list(flags), (command, options)
         assert options["--token-file"] == seen["submit"]["--token-file"]
