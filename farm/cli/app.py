@@ -60,7 +60,8 @@ app.add_typer(job_watch.app)
 app.add_typer(coordinator_cmd.app)
 app.add_typer(agent_cmd.app)
 app.add_typer(report_cmd.app)
-app.add_typer(registry.app, name="registry", help="Create, inspect, import into, export from and upgrade the registry.")
+app.add_typer(registry.app, name="registry",
+              help="Create, inspect, import into, export from, prune and upgrade the registry.")
 
 DEBUG_ENV = "FARM_DEBUG"
 INTERRUPTED_BY_TYPER = 130

@@ -111,8 +111,8 @@ def _deletion_row(deletion, models: dict) -> list:  # type: ignore[no-untyped-de
 def _summary(document: dict) -> str:
     planned, deleted, kept = document["planned"], document["deleted"], document["kept"]
     done = planned if deleted is None else deleted
-    jobs = ("" if document["older_than_days"] is None
-            else f" and {done['jobs']:,} jobs finished over {document['older_than_days']} days ago")
+    days = document["older_than_days"]
+    jobs = "" if days is None else f" and {done['jobs']:,} finished jobs" + (f" older than {days} days" if days else "")
     verb = "would delete" if deleted is None else "deleted"
     line = f"{verb} {done['artifacts']:,} artifacts ({size(done['artifact_bytes'])}){jobs}"
     line += (f"; kept {sum(kept.values()):,} artifacts: {kept['newest']} among the newest {document['keep']} of "
