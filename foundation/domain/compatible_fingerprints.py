@@ -15,11 +15,19 @@ from typing import Any
 
 # Details that say how much of the hardware a process sees, not what hardware it is.
 SIZE_DETAILS = frozenset({"cores", "l3_kib", "memory_gib"})
+# Measured device features (foundation.hardware.device_features.DEVICE_KEY): not part of what the
+# hardware is, and a little different on every box of it. Spelled here: the domain imports no hardware.
+DEVICE_DETAILS = "device"
+
+
+def identity_of(details: Mapping[str, Any]) -> dict[str, Any]:
+    """``details`` without its measured device features: equal for the same fingerprint."""
+    return {key: value for key, value in details.items() if key != DEVICE_DETAILS}
 
 
 def hardware_of(details: Mapping[str, Any]) -> dict[str, Any]:
-    """``details`` without its sizes: equal for compatible fingerprints."""
-    return {key: value for key, value in details.items() if key not in SIZE_DETAILS}
+    """``details`` without its sizes and measurements: equal for compatible fingerprints."""
+    return {key: value for key, value in identity_of(details).items() if key not in SIZE_DETAILS}
 
 
 def compatible(own: Mapping[str, Any], other: Mapping[str, Any]) -> bool:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from foundation.domain.compatible_fingerprints import compatible
+from foundation.domain.compatible_fingerprints import compatible, identity_of
 
 SAME_FINGERPRINT = 0
 COMPATIBLE = 1
@@ -24,7 +24,7 @@ OTHER = 5
 
 def nearness_tier(own: Mapping[str, Any], other: Mapping[str, Any]) -> int:
     """The tier of ``other``'s details seen from ``own``'s (fingerprint details dicts)."""
-    if dict(own) == dict(other):
+    if identity_of(own) == identity_of(other):
         return SAME_FINGERPRINT
     if compatible(own, other):
         return COMPATIBLE

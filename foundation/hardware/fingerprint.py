@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from foundation.errors import FarmError
+from foundation.hardware.device_features import DEVICE_KEY, cpu_device_features, cuda_device_features
 
 # Bump when detection or canonicalization changes what goes into an id: cached fingerprints
 # computed by older code are then recomputed instead of being trusted.
@@ -101,7 +102,9 @@ def fingerprint_from_details(kind: str, details: dict) -> Fingerprint:
                         "report every field the agent's detection produces")
     canonical = {key: _canonical_field(key, value) for key, value in details.items() if value is not None}
     canonical = dict(sorted(canonical.items()))
-    digest = hashlib.sha256(_canonical_json({"kind": kind, "details": canonical}).encode()).hexdigest()
+    # Device features are measurements, not identity: boxes of one hardware differ in them a little.
+    identity = {key: value for key, value in canonical.items() if key != DEVICE_KEY}
+    digest = hashlib.sha256(_canonical_json({"kind": kind, "details": identity}).encode()).hexdigest()
     summary = _cpu_summary(canonical) if kind == "cpu" else _cuda_summary(canonical)
     return Fingerprint(id=f"{kind}-{digest[:12]}", kind=kind, summary=summary, details=canonical)
 
@@ -184,13 +187,15 @@ def _cuda_summary(d: dict) -> str:
 
 def cpu_fingerprint() -> Fingerprint:
     """Detect this CPU (imports TVM for LLVM's view of it: ~0.5 s; see cached_cpu_fingerprint)."""
-    return fingerprint_from_details("cpu", {**_cheap_cpu_details(), **_llvm_cpu_details()})
+    cheap = _cheap_cpu_details()
+    return fingerprint_from_details("cpu", {**cheap, **_llvm_cpu_details(), DEVICE_KEY: _cpu_device(cheap)})
 
 
 def cached_cpu_fingerprint(cache_dir: Path) -> Fingerprint:
     """The CPU fingerprint without importing TVM when nothing it depends on has changed.
 
-    Only LLVM's mcpu/triple need TVM; everything else is read from /proc and /sys each call
+    Only LLVM's mcpu/triple need TVM, and the device features a second of probes: both are
+    cached; everything else is read from /proc and /sys each call
     (cheap), and together with the TVM version forms the cache key. A cache file that is
     missing, unreadable or written by other code is simply recomputed.
     """
@@ -204,20 +209,36 @@ def cached_cpu_fingerprint(cache_dir: Path) -> Fingerprint:
     path = Path(cache_dir) / f"cpu-fingerprint-{key[:16]}.json"
     try:
         stored = json.loads(path.read_text())
-        if stored.get("key") == key:
-            return fingerprint_from_details("cpu", {**cheap, **stored["llvm"]})
+        if stored.get("key") == key and isinstance(stored.get(DEVICE_KEY), dict):
+            return fingerprint_from_details("cpu", {**cheap, **stored["llvm"], DEVICE_KEY: stored[DEVICE_KEY]})
     except (OSError, ValueError, KeyError, TypeError, AttributeError, FarmError):
         pass
     llvm = _llvm_cpu_details()
-    fingerprint = fingerprint_from_details("cpu", {**cheap, **llvm})
+    # Measured once per box and view (the key holds the cores this process may use).
+    device = _cpu_device(cheap)
+    fingerprint = fingerprint_from_details("cpu", {**cheap, **llvm, DEVICE_KEY: device})
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(f".tmp{os.getpid()}")
-        tmp.write_text(json.dumps({"key": key, "llvm": llvm, "fingerprint": fingerprint.to_json()}, indent=1))
+        tmp.write_text(json.dumps({"key": key, "llvm": llvm, DEVICE_KEY: device,
+                                   "fingerprint": fingerprint.to_json()}, indent=1))
         os.replace(tmp, path)
     except OSError:
         pass  # a read-only home only costs the TVM import on the next call
     return fingerprint
+
+
+# Device features measured by this process, by the cheap details they were measured under.
+_MEASURED_DEVICES: dict[str, dict] = {}
+
+
+def _cpu_device(cheap: dict) -> dict:
+    """This CPU's device features, probed once per process and view: two probes differ a little,
+    and one process must see one fingerprint (across processes the cache file keeps them)."""
+    key = _canonical_json(cheap)
+    if key not in _MEASURED_DEVICES:
+        _MEASURED_DEVICES[key] = cpu_device_features(cheap)
+    return dict(_MEASURED_DEVICES[key])
 
 
 def _llvm_cpu_details() -> dict:
@@ -351,6 +372,9 @@ def cuda_fingerprint(device: int = 0) -> Fingerprint:
         raise FarmError(f"no CUDA device {device} on this machine",
                         "tune for llvm here, or run the agent on a box with an NVIDIA GPU and driver")
     details["host_triple"] = _host_triple()
+    device_features = cuda_device_features(device)
+    if device_features:
+        details[DEVICE_KEY] = device_features
     return fingerprint_from_details("cuda", details)
 
 

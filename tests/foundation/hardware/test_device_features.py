@@ -1,0 +1,67 @@
+"""Device features: measured on this box, stored with the fingerprint, never part of its id."""
+
+from __future__ import annotations
+
+import json
+import math
+
+from foundation.domain.compatible_fingerprints import compatible
+from foundation.domain.fingerprint_nearness import SAME_FINGERPRINT, nearness_tier
+from foundation.hardware.device_features import DEVICE_KEY, VECTOR_FIELDS, cpu_device_features, device_vector
+from foundation.hardware.fingerprint import cached_cpu_fingerprint, fingerprint_from_details
+
+CPU = {"arch": "x86_64", "vendor": "GenuineIntel", "model": "Intel(R) Xeon(R) Gold 6248 CPU @ 2.50GHz",
+       "features": ["avx", "avx2", "avx512f", "fma", "sse4_2"], "cores": 2, "llvm_mcpu": "cascadelake",
+       "llvm_triple": "x86_64-unknown-linux-gnu", "l2_kib": 1024, "l3_kib": 28160}
+CUDA = {"name": "Tesla T4", "compute_capability": "7.5", "sm_count": 40, "memory_gib": 15,
+        "host_triple": "x86_64-unknown-linux-gnu"}
+
+
+def test_the_device_key_changes_no_id_and_no_comparison():
+    for kind, details in (("cpu", CPU), ("cuda", CUDA)):
+        bare = fingerprint_from_details(kind, details)
+        one = fingerprint_from_details(kind, {**details, DEVICE_KEY: {"peak_gflops": 100.5, "copy_gbps": 9.1}})
+        other = fingerprint_from_details(kind, {**details, DEVICE_KEY: {"peak_gflops": 97.0, "copy_gbps": 8.7}})
+        assert bare.id == one.id == other.id
+        assert one.details[DEVICE_KEY] == {"copy_gbps": 9.1, "peak_gflops": 100.5}
+        assert nearness_tier(one.details, other.details) == SAME_FINGERPRINT
+        assert nearness_tier(bare.details, one.details) == SAME_FINGERPRINT
+        assert compatible(one.details, other.details)
+    # Still a different fingerprint when the hardware differs, whatever the measurements.
+    wider = fingerprint_from_details("cpu", {**CPU, "cores": 4, DEVICE_KEY: {"peak_gflops": 100.5}})
+    assert wider.id != fingerprint_from_details("cpu", CPU).id
+    assert nearness_tier(CPU, wider.details) != SAME_FINGERPRINT
+
+
+def test_this_box_has_sane_device_features():
+    from foundation.hardware.fingerprint import _cheap_cpu_details
+
+    cheap = _cheap_cpu_details()
+    device = cpu_device_features(cheap)
+    assert device["cores"] == cheap["cores"] >= 1
+    assert math.isfinite(device["peak_gflops"]) and device["peak_gflops"] > 0
+    assert math.isfinite(device["copy_gbps"]) and device["copy_gbps"] > 0
+    assert device["vector_bits"] >= 64 and device["fma"] in (0, 1)
+    for cache in ("l1d_kib", "l2_kib", "l3_kib"):
+        assert device.get(cache, 1) > 0
+    if "avx2" in cheap["features"]:
+        assert device["vector_bits"] >= 256 and device["fma"] == 1
+    json.dumps(device, allow_nan=False)  # the registry's JSON holds no NaN
+
+
+def test_the_cached_fingerprint_carries_them_measured_once(tmp_path, monkeypatch):
+    import foundation.hardware.fingerprint as fingerprint_module
+
+    first = cached_cpu_fingerprint(tmp_path)
+    assert first.details[DEVICE_KEY]["peak_gflops"] > 0
+    vector = device_vector(first.details)
+    assert len(vector) == len(VECTOR_FIELDS) and vector[VECTOR_FIELDS.index("peak_gflops")] > 0
+    assert math.isnan(vector[VECTOR_FIELDS.index("sm_count")])  # a CPU has no SMs: missing, not zero
+
+    def no_probe(_details):
+        raise AssertionError("probed again although the fingerprint is cached")
+
+    monkeypatch.setattr(fingerprint_module, "cpu_device_features", no_probe)
+    monkeypatch.setattr(fingerprint_module, "_MEASURED_DEVICES", {})  # as a new process: only the file
+    again = cached_cpu_fingerprint(tmp_path)
+    assert again == first
