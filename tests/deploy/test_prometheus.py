@@ -6,6 +6,7 @@ metric names, labels and label values against the farm's metrics.
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 
@@ -16,6 +17,7 @@ from support.deploy_recipes import (
     PROMETHEUS_CONFIG,
     PROMETHEUS_RULES,
     PROMETHEUS_RULES_TESTS,
+    ROOT,
     farm_services,
     flag_value,
     host_port,
@@ -24,10 +26,12 @@ from support.deploy_recipes import (
 )
 from support.metrics_contract import LABEL_VALUES, SERIES, TARGET_LABELS
 
-# The issue's alerts: a job failing, shards stuck, no agents for a fingerprint, registry errors,
-# lease expiries climbing; and the coordinator gone.
+# The issues' alerts: a job failing, shards stuck, no agents for a fingerprint, registry errors,
+# lease expiries climbing; the coordinator gone; an agent Prometheus lost, most trials failing,
+# a job that stopped moving.
 ALERTS = {"FarmJobFailed", "FarmShardsStuck", "FarmFingerprintWithoutAgents", "FarmRegistryErrors",
-          "FarmCoordinatorDown", "FarmLeaseExpiriesClimbing"}
+          "FarmCoordinatorDown", "FarmLeaseExpiriesClimbing", "FarmAgentScrapeLost", "FarmTrialErrorRatioHigh",
+          "FarmJobStuck"}
 
 
 @needs_promtool
@@ -95,7 +99,7 @@ def test_alert_rules_cover_the_issue_and_name_real_metrics():
     series = {**SERIES, "up": TARGET_LABELS}  # `up`: Prometheus' own, per target
     for name, rule in by_name.items():
         assert rule["labels"]["severity"] in ("warning", "critical"), name
-        assert {"summary", "description"} <= set(rule["annotations"]), name
+        assert {"summary", "description", "runbook_url"} <= set(rule["annotations"]), name
         selectors = [n for n in promql_nodes(p.parse(rule["expr"])) if isinstance(n, p.VectorSelector)]
         assert selectors, name
         for selector in selectors:
@@ -109,6 +113,24 @@ def test_alert_rules_cover_the_issue_and_name_real_metrics():
                     assert matcher.value in values[matcher.name], f"{name}: {matcher.name}={matcher.value!r}"
                 if matcher.name == "role":
                     assert matcher.value in {"coordinator", "agent"}, name
+
+
+def markdown_anchors(text: str) -> set[str]:
+    """The anchors GitHub gives a Markdown file's headings: lower case, spaces as dashes, no punctuation."""
+    return {re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+            for heading in re.findall(r"^#{1,6} (.+)$", text, flags=re.MULTILINE)}
+
+
+def test_every_alert_links_its_runbook_section():
+    """Each alert's runbook_url is a file of this repository and one of its headings, which says
+    what the alert means, how to check and what to do."""
+    for rule in rules():
+        path, _, anchor = rule["annotations"]["runbook_url"].partition("#")
+        runbook = ROOT / path
+        assert runbook.is_file() and anchor in markdown_anchors(runbook.read_text()), (rule["alert"], path, anchor)
+        section = runbook.read_text().split(f"\n## {rule['alert']}\n", 1)[1].split("\n## ", 1)[0]
+        assert all(part in section for part in ("**Means:**", "**Check:**", "**Do:**")), rule["alert"]
+    assert "farmjobstuck" in markdown_anchors("## FarmJobStuck\n") and not markdown_anchors("no heading")
 
 
 def test_prometheus_config_loads_the_rules_compose_mounts(compose):

@@ -19,6 +19,17 @@ METRICS = {
     "farm_agents": ("gauge", {"fingerprint", "state"}, {}),
     "farm_registry_lookups_total": ("counter", {"result"}, {"result": {"hit", "miss"}}),
     "farm_artifacts_committed_total": ("counter", set(), {}),
+    "farm_job_duration_seconds": ("histogram", {"state", "mode"},
+                                  {"state": {"succeeded", "failed", "cancelled"}, "mode": {"budget", "until"}}),
+    "farm_job_queue_wait_seconds": ("histogram", {"mode"}, {"mode": {"budget", "until"}}),
+    "farm_job_last_event_timestamp_seconds": ("gauge", {"job_id", "model", "state"},
+                                              {"state": JOB_STATES - {"succeeded", "failed", "cancelled"}}),
+    # go-grpc-prometheus's names, labels and types
+    "grpc_server_handled_total": ("counter", {"grpc_service", "grpc_method", "grpc_type", "grpc_code"},
+                                  {"grpc_type": {"unary", "server_stream", "client_stream", "bidi_stream", "unknown"}}),
+    "grpc_server_handling_seconds": ("histogram", {"grpc_service", "grpc_method", "grpc_type"}, {}),
+    # both
+    "farm_build_info": ("gauge", {"version", "tvm_version", "python_version"}, {}),
     # coordinator (the fleet's, as reported) and agents (their own)
     "farm_warm_start_seeds_total": ("counter", {"source"}, {"source": {"own_fingerprint", "other_fingerprint"}}),
     # agents
