@@ -96,7 +96,8 @@ class Cluster:
             env.pop(name, None)
         if self.token is not None:
             env["FARM_TOKEN"] = self.token
-        for name in ("FARM_TLS_CA", "FARM_TLS_CERT", "FARM_TLS_KEY", "FARM_TLS_CLIENT_CA", "FARM_METRICS_LISTEN"):
+        for name in ("FARM_TLS_CA", "FARM_TLS_CERT", "FARM_TLS_KEY", "FARM_TLS_CLIENT_CA",
+                     "FARM_COORDINATOR_TLS_CLIENT_CA", "FARM_METRICS_LISTEN"):
             env.pop(name, None)
         if self.tls is not None and home != "coordinator":
             env["FARM_TLS_CA"] = str(self.tls[0])

@@ -19,6 +19,7 @@ import typer
 from typer.utils import parse_boolean_env_var
 
 from farm.cli import agent_cmd, cluster, coordinator_cmd, info, job_watch, registry, report_cmd, submit
+from farm.cli.options import read_deprecated_envvars
 from farm.cli.output import write_error
 from foundation.errors import EXIT_INTERNAL, BadInput, FarmError, Interrupted, out_of_resources, path_error
 from foundation.processes.heap import tune_collector
@@ -97,9 +98,16 @@ def _options(
     """tvm-farm: shared, incremental tuning for Apache TVM. Tune once per hardware fingerprint, reuse everywhere."""
     from foundation.config import check_switches, env_flag
 
+    # Before any command reads its options: an old variable name sets the option as its new one.
+    read_deprecated_envvars(os.environ, _warn)
     # A mistyped yes/no variable stops the command here, not a worker deep in a job (`off` was on).
     check_switches()
     env_flag(DEBUG_ENV, False)
+
+
+def _warn(line: str) -> None:
+    sys.stderr.write(line + "\n")
+    sys.stderr.flush()
 
 
 def main() -> None:

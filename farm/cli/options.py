@@ -4,20 +4,21 @@ Every option a command takes can also be set from the environment, and `--help` 
 variable. Options several commands share have one name everywhere (`FARM_REGISTRY`,
 `FARM_COORDINATOR`, `FARM_TOKEN_FILE`, `FARM_JSON` ...); the rest are `FARM_<COMMAND>_<FLAG>`
 (`farm submit --trials`: `FARM_SUBMIT_TRIALS`; `farm registry import --target`:
-`FARM_REGISTRY_TARGET`), except the names deployments already used before the rule
-(`ENVVAR_EXCEPTIONS`), which stay.
+`FARM_REGISTRY_TARGET`), without exception. The names some options had before the rule
+(`DEPRECATED_ENVVARS`) still work, each with a warning that names its new one.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, MutableMapping
 from typing import Any
 
 import typer
 
-# Options whose variables predate FARM_<COMMAND>_<FLAG>; deployments set them, so they stay.
-ENVVAR_EXCEPTIONS = {
+# The names options had before FARM_<COMMAND>_<FLAG>: deployments set them, so they still work
+# (read_deprecated_envvars), each with a warning that names the new one.
+DEPRECATED_ENVVARS = {
     ("coordinator", "--listen"): "FARM_LISTEN",
     ("coordinator", "--tracker"): "FARM_TRACKER",
     ("coordinator", "--tracker-listen"): "FARM_TRACKER_LISTEN",
@@ -32,6 +33,22 @@ ENVVAR_EXCEPTIONS = {
 }
 
 
+def read_deprecated_envvars(environ: MutableMapping[str, str], warn: Callable[[str], None]) -> None:
+    """Each old name set in ``environ`` becomes its option's variable by the rule, unless that is
+    set too (the new name wins); ``warn`` gets one line per old name. The old name is taken out,
+    so the processes this one starts see only the new one, and say nothing."""
+    for (command, flag), old in DEPRECATED_ENVVARS.items():
+        if old not in environ:
+            continue
+        new = envvar_name(command, flag)
+        value = environ.pop(old)
+        if new in environ:
+            warn(f"warning: {old} is deprecated and ignored, {new} is set (unset {old})")
+            continue
+        environ[new] = value
+        warn(f"warning: {old} is deprecated: set {new} instead (`farm {command} {flag}`)")
+
+
 def envvar_name(command: str, flag: str) -> str:
     """The variable of ``flag`` (`--trials`) of ``command`` (`submit`, `registry`) by the rule."""
     return "FARM_" + "_".join(part.upper().replace("-", "_") for part in (command, flag.lstrip("-")))
@@ -44,8 +61,7 @@ def env_option(default: Any, flag: str, *short: str, command: str, **settings: A
     1/0, true/false, yes/no); ``short``, its other names (`-o`).
     """
     first = flag.split("/", 1)[0]
-    envvar = ENVVAR_EXCEPTIONS.get((command, first), envvar_name(command, first))
-    return typer.Option(default, flag, *short, envvar=envvar, show_envvar=True, **settings)
+    return typer.Option(default, flag, *short, envvar=envvar_name(command, first), show_envvar=True, **settings)
 
 
 def finite_number(low: float, high: float | None = None) -> Callable[[str], float]:

@@ -109,15 +109,15 @@ def test_systemd_env_files_use_the_interface(role):
     active, documented = read_env_file(path), read_env_file(path, commented=True)
     assert set(documented) <= allowed, set(documented) - allowed
     if role == "coordinator":
-        assert {"FARM_LISTEN", "FARM_REGISTRY", "FARM_TRACKER_LISTEN", "FARM_METRICS_LISTEN",
+        assert {"FARM_COORDINATOR_LISTEN", "FARM_REGISTRY", "FARM_COORDINATOR_TRACKER_LISTEN", "FARM_METRICS_LISTEN",
                 "FARM_TOKEN_FILE"} <= set(active)
         assert urlsplit(active["FARM_REGISTRY"]).password == "CHANGE-ME"
-        assert {"FARM_TLS_CERT", "FARM_TLS_KEY", "FARM_TLS_CLIENT_CA"} <= set(documented)
-        assert host_port(active["FARM_LISTEN"]) == ("0.0.0.0", 50051)
+        assert {"FARM_TLS_CERT", "FARM_TLS_KEY", "FARM_COORDINATOR_TLS_CLIENT_CA"} <= set(documented)
+        assert host_port(active["FARM_COORDINATOR_LISTEN"]) == ("0.0.0.0", 50051)
     else:
-        assert {"FARM_COORDINATOR", "FARM_DEVICE", "FARM_RPC_HOST", "FARM_METRICS_LISTEN",
+        assert {"FARM_COORDINATOR", "FARM_AGENT_DEVICE", "FARM_AGENT_RPC_HOST", "FARM_METRICS_LISTEN",
                 "FARM_TOKEN_FILE"} <= set(active)
-        assert "CHANGE-ME" in active["FARM_COORDINATOR"] and active["FARM_DEVICE"] in ("cpu", "cuda:0")
+        assert "CHANGE-ME" in active["FARM_COORDINATOR"] and active["FARM_AGENT_DEVICE"] in ("cpu", "cuda:0")
         assert "FARM_TLS_CA" in documented
     assert "FARM_TOKEN" not in active, "the token goes in its own file, not in the environment file"
     assert host_port(active["FARM_METRICS_LISTEN"])[1] == (9464 if role == "coordinator" else 9465)

@@ -24,6 +24,7 @@ def test_agent_on_a_missing_gpu_refuses_in_one_line(no_cuda_gpu, farm_exe, tmp_p
         address = f"127.0.0.1:{unused.getsockname()[1]}"
     env = {**os.environ, "FARM_HOME": str(tmp_path / "home")}
     env.pop("FARM_DEVICE", None)
+    env.pop("FARM_AGENT_DEVICE", None)
     done = subprocess.run([farm_exe, "agent", "--coordinator", address, "--device", "cuda:0"],
                           capture_output=True, text=True, timeout=120, env=env)
     assert done.returncode == 2, done

@@ -12,7 +12,9 @@ from typer.main import get_command
 from typer.testing import CliRunner
 
 from farm.cli.app import app
-from farm.cli.options import ENVVAR_EXCEPTIONS, envvar_name
+from farm.cli.options import DEPRECATED_ENVVARS, envvar_name, read_deprecated_envvars
+
+from support.farm_inprocess import run_farm_inprocess
 
 # Flags that print something and exit before any command runs (--help and --version eagerly,
 # the completion flags from their callbacks): asked for on a terminal, never configured.
@@ -70,14 +72,14 @@ def test_every_option_has_an_environment_variable_shown_in_help():
 
 
 def test_variables_follow_the_naming_rule():
-    """FARM_<COMMAND>_<FLAG>, the shared names, or a name deployments used before the rule."""
+    """FARM_<COMMAND>_<FLAG> or the shared names: no other."""
     wrong = []
     for path, option in _options():
         flag = max(option.opts, key=len)
         if flag in PRINT_AND_EXIT or not path:
             continue
         command = path[0]  # `farm registry import`: the group's name
-        expected = SHARED.get(flag) or ENVVAR_EXCEPTIONS.get((command, flag)) or envvar_name(command, flag)
+        expected = SHARED.get(flag) or envvar_name(command, flag)
         if command == "coordinator" and flag in ("--token-file", "--tls-cert", "--tls-key"):
             expected = SHARED[flag]  # the server's own files, under the same names as a caller's
         if option.envvar != expected:
@@ -103,6 +105,48 @@ def test_the_settings_the_issue_named_are_in_help(command, flag, variable):
     assert variable in " ".join(result.output.split()), result.output
     option = next(p for path, p in _options() if path == (command,) and flag in p.opts)
     assert option.envvar == variable
+
+
+def test_each_old_name_stands_for_an_option_named_by_the_rule():
+    options = {(path[0], max(option.opts, key=len)): option.envvar for path, option in _options() if path}
+    for (command, flag), old in DEPRECATED_ENVVARS.items():
+        assert options[(command, flag)] == envvar_name(command, flag) != old
+        environ, warned = {old: "x"}, []
+        read_deprecated_envvars(environ, warned.append)
+        assert environ == {envvar_name(command, flag): "x"}
+        assert warned == [f"warning: {old} is deprecated: set {envvar_name(command, flag)} instead "
+                          f"(`farm {command} {flag}`)"]
+
+
+# An old name and its new one, a command that reads it, a value it refuses, and what the refusal says:
+# the refusal shows the value reached the option.
+RENAMED = [
+    ("FARM_WEIGHTS_LAYOUT", "FARM_SUBMIT_WEIGHTS_LAYOUT", ["submit", "mlp-tiny", "llvm", "1"], "bogus",
+     "error: unknown weights layout 'bogus'"),
+    ("FARM_BUILD_WORKERS", "FARM_AGENT_BUILD_WORKERS", ["agent", "--coordinator", "127.0.0.1:1"], "0",
+     "error: invalid value for '--build-workers'"),
+]
+
+
+@pytest.mark.parametrize(("old", "new", "args", "value", "refusal"), RENAMED)
+def test_an_old_name_still_sets_its_option_with_one_warning(tmp_path, old, new, args, value, refusal):
+    result = run_farm_inprocess(*args, home=tmp_path, env={old: value, new: None})
+    assert result.returncode == 2
+    warning, error = result.stderr.splitlines()
+    assert warning.startswith(f"warning: {old} is deprecated: set {new} instead")
+    assert error.startswith(refusal)
+
+
+@pytest.mark.parametrize(("old", "new", "args", "value", "refusal"), RENAMED)
+def test_the_new_name_sets_it_and_wins_over_the_old(tmp_path, old, new, args, value, refusal):
+    alone = run_farm_inprocess(*args, home=tmp_path, env={old: None, new: value})
+    assert alone.returncode == 2
+    assert alone.stderr.startswith(refusal) and alone.stderr.count("\n") == 1
+    both = run_farm_inprocess(*args, home=tmp_path, env={old: "2", new: value})
+    assert both.returncode == 2
+    warning, error = both.stderr.splitlines()
+    assert warning == f"warning: {old} is deprecated and ignored, {new} is set (unset {old})"
+    assert error.startswith(refusal)
 
 
 def test_a_variable_sets_its_option():

@@ -26,7 +26,7 @@ def authority(tmp_path) -> CertificateAuthority:
 def farm_env(tmp_path) -> dict[str, str]:
     env = {**os.environ, "FARM_HOME": str(tmp_path / "home")}
     for name in ("FARM_REGISTRY", "FARM_TOKEN", "FARM_TOKEN_FILE", "FARM_TLS_CA", "FARM_TLS_CERT", "FARM_TLS_KEY",
-                 "FARM_TLS_CLIENT_CA"):
+                 "FARM_TLS_CLIENT_CA", "FARM_COORDINATOR_TLS_CLIENT_CA"):
         env.pop(name, None)
     return env
 
