@@ -6,11 +6,14 @@ from __future__ import annotations
 
 import json
 import os
+import platform
 import shutil
 import socket
 import subprocess
 
 import pytest
+
+from foundation.hardware.versions import tvm_version
 
 from support.certificates import CertificateAuthority
 from support.metrics_contract import METRICS
@@ -53,18 +56,23 @@ def test_metrics_move_during_a_job(make_cluster, tmp_path):
     texts.append(before.text)
     assert before.value("farm_agent_info", fingerprint=agent["fingerprint_id"], device="cpu") == 1
     assert before.value("farm_trials_total") == 0 and before.value("farm_rpc_server_restarts_total") == 0
+    assert before.labels("farm_build_info") == [{"version": "0.1.0", "tvm_version": tvm_version(),
+                                                 "python_version": platform.python_version()}]
     idle = Scrape(coordinator_port)
     texts.append(idle.text)
     assert idle.value("farm_agents", fingerprint=agent["fingerprint_id"], state="idle") == 1
+    assert idle.labels("farm_build_info") == before.labels("farm_build_info")
+    assert idle.value("grpc_server_handled_total", grpc_method="Register", grpc_code="OK") == 1
 
     job_id = json.loads(farm.farm(*SUBMIT, "--no-wait", "--json").stdout)["job"]
-    seen = {"running": 0.0, "leased": 0.0, "busy": 0.0, "latency": 0.0, "trials": 0.0}
+    seen = {"running": 0.0, "leased": 0.0, "busy": 0.0, "latency": 0.0, "trials": 0.0, "moved": 0.0}
 
     def finished() -> bool:
         scrape = Scrape(coordinator_port)
         seen["running"] = max(seen["running"], scrape.value("farm_jobs", state="running"))
         seen["leased"] = max(seen["leased"], scrape.value("farm_shards", state="leased"))
         seen["busy"] = max(seen["busy"], scrape.value("farm_agents", state="busy"))
+        seen["moved"] = max(seen["moved"], scrape.value("farm_job_last_event_timestamp_seconds", job_id=job_id))
         latency = scrape.value("farm_job_best_latency_seconds", job_id=job_id, model="mlp-tiny")
         if latency:
             seen["latency"] = latency
@@ -89,6 +97,17 @@ def test_metrics_move_during_a_job(make_cluster, tmp_path):
     assert 0 < after.value("farm_records_ingested_total", fingerprint=agent["fingerprint_id"]) <= done["trials"]
     assert after.value("farm_shards", state="done") >= 1
     assert after.value("farm_lease_expirations_total") == 0 and after.value("farm_shard_retries_total") == 0
+    # The job's wait and life, once each; it moved while unfinished and left the gauge when done.
+    assert after.value("farm_job_queue_wait_seconds_count", mode="budget") == 1
+    assert after.value("farm_job_duration_seconds_count", state="succeeded", mode="budget") == 1
+    assert after.value("farm_job_duration_seconds_count") == 1
+    assert after.value("farm_job_duration_seconds_sum") > after.value("farm_job_queue_wait_seconds_sum") >= 0
+    assert seen["moved"] > 0 and not after.labels("farm_job_last_event_timestamp_seconds")
+    # The calls of the job, counted by method and code, and timed.
+    for method in ("Submit", "Register", "LeaseShard", "ReportRecords", "CompleteShard", "ReportValidation"):
+        assert after.value("grpc_server_handled_total", grpc_method=method, grpc_code="OK") >= 1, method
+        assert after.value("grpc_server_handling_seconds_count", grpc_method=method) >= 1, method
+    assert after.value("grpc_server_handled_total", grpc_method="Submit") == 1
     # Every candidate the agent tried is counted once, by outcome.
     counted = measured.value("farm_trials_total", fingerprint=agent["fingerprint_id"], target_kind="llvm")
     assert counted == done["trials"] == measured.value("farm_trials_total")
