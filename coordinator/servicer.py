@@ -404,6 +404,9 @@ class FarmAgentServicer(farm_pb2_grpc.FarmAgentServicer):
         if isinstance(prepared, RecordReport):
             result = prepared
         else:
+            # The lease holder called: alive now, not only once its records are checked and committed
+            # (replaying a report's traces takes a while on a busy coordinator).
+            self.reports.seen_alive(prepared)
             if prepared.report.records:  # traces replayed: off the loop
                 prepared = await _in_pool(self._executor, self.reports.checked, prepared)
             committed = await _committed(self.reports.enqueue_report(prepared))

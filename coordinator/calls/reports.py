@@ -106,6 +106,10 @@ class ReportCalls:
             return None
         return self._prepared(job, agent, agent_id, shard_id, attempt, records, progress)
 
+    def seen_alive(self, prepared: PreparedReport) -> None:
+        """The agent of a report prepared under its live lease is alive, as a heartbeat would say."""
+        self._live.beat(prepared.report.agent_id, utc_now())
+
     def checked(self, prepared: PreparedReport) -> PreparedReport:
         """The prepared report without the records its job's tasks refuse (coordinator.calls.record_checks),
         each refusal counted, logged and said in the job's log. Replays traces: call it in the thread pool."""
