@@ -56,6 +56,14 @@ class CostModels:
             row = session.scalars(query).one_or_none()
             return None if row is None else _entity(row)
 
+    def of_kind(self, tvm_version: str, kind: str) -> list[StoredCostModel]:
+        """Every fingerprint's model of this TVM version and kind, the most recently updated first
+        (a model trained across fingerprints is found this way, whichever row holds it)."""
+        query = (select(CostModelRow).where(CostModelRow.tvm_version == tvm_version, CostModelRow.kind == kind)
+                 .order_by(CostModelRow.updated_at.desc(), CostModelRow.id.desc()))
+        with self._unit.read() as session:
+            return [_entity(row) for row in session.scalars(query)]
+
     def by_id(self, model_id: int) -> StoredCostModel | None:
         with self._unit.read() as session:
             row = session.get(CostModelRow, model_id)

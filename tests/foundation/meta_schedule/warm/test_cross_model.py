@@ -1,0 +1,109 @@
+"""The cost model trained across fingerprints: trained on every box's records with their device
+features, stored in the registry as xgb-cross, driving a MetaSchedule search on a box it has no
+records of.
+
+The registry is synthetic (tests/support/cross_records.py): real schedules, made-up boxes and
+times. It proves the plumbing; how well the model transfers is bench/cost_model_transfer.py's
+figure on real records, never asserted here.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from support.cross_records import BOXES, random_schedules, synthetic_registry
+from support.tvm_records import matmul_module
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def synthetic(tmp_path_factory, target):
+    store = synthetic_registry(f"sqlite:///{tmp_path_factory.mktemp('cross') / 'registry.db'}", target)
+    yield store
+    store.dispose()
+
+
+def _candidates(mod, target, count):
+    from tvm.s_tir.meta_schedule.arg_info import ArgInfo
+    from tvm.s_tir.meta_schedule.search_strategy import MeasureCandidate
+
+    return [MeasureCandidate(s, ArgInfo.from_entry_func(s.mod, remove_preproc=True))
+            for s in random_schedules(mod, target, count)]
+
+
+def test_the_cross_model_learns_every_fingerprint_and_is_stored_as_xgb_cross(synthetic, target):
+    import tvm
+    from tvm.s_tir import meta_schedule as ms
+
+    from foundation.hardware.device_features import device_vector
+    from foundation.meta_schedule.warm.cross_model import KIND, load_cross_model, refresh_cross_model
+    from foundation.meta_schedule.warm.cross_samples import program_features
+
+    version = tvm.__version__
+    assert load_cross_model(synthetic, version) is None
+    stored = refresh_cross_model(synthetic, version)
+    records = sum(len(synthetic.records.all_records(fingerprint_id=fp)) for fp, _ in BOXES)
+    assert stored is not None and stored.kind == KIND and stored.samples == records == 3 * 2 * 30
+    assert stored.workloads == 6  # (workload, fingerprint) groups: labels are normalised within each
+    assert stored.fingerprint_id in {fp for fp, _ in BOXES}
+    # The per-fingerprint model of the row it sits under is another kind: neither replaces the other.
+    assert synthetic.cost_models.find(stored.fingerprint_id, version, "xgb") is None
+    model, again = load_cross_model(synthetic, version)
+    assert again == stored and model.device_fields
+    assert load_cross_model(synthetic, version, "cuda") is None
+    # Nothing stored since: it is not retrained.
+    assert refresh_cross_model(synthetic, version) == stored
+
+    # On a workload no box measured, each box's device features give it its own prediction.
+    mod = matmul_module(40)
+    programs = program_features(ms.TuneContext(mod=mod, target=target, task_name="t"),
+                                _candidates(mod, target, 12))
+    by_box = {fp: model.predict(programs, device_vector({"device": device})) for fp, device in BOXES}
+    assert all(np.isfinite(scores).all() and len(scores) == 12 for scores in by_box.values())
+    assert not np.array_equal(by_box[BOXES[0][0]], by_box[BOXES[1][0]])
+    # A box with no device features at all still gets scores (missing values, not an error).
+    assert np.isfinite(model.predict(programs, [math.nan] * len(model.device_fields))).all()
+
+
+def test_the_cross_cost_model_drives_a_search_and_blends_in_the_jobs_own_measurements(synthetic, target):
+    import tvm
+    from tvm.s_tir import meta_schedule as ms
+    from tvm.s_tir.meta_schedule.runner import RunnerResult
+
+    from foundation.hardware.device_features import device_vector
+    from foundation.meta_schedule.warm.cross_cost_model import CrossCostModel
+    from foundation.meta_schedule.warm.cross_model import load_cross_model, refresh_cross_model
+    from foundation.meta_schedule.warm.cross_samples import program_features
+
+    from support.cross_records import synthetic_seconds
+
+    refresh_cross_model(synthetic, tvm.__version__)
+    cross, _stored = load_cross_model(synthetic, tvm.__version__)
+    new_box = {"cores": 2, "vector_bits": 256, "fma": 1, "peak_gflops": 90.0, "copy_gbps": 15.0}
+    model = CrossCostModel(cross, device_vector({"device": new_box}))
+    mod = matmul_module(40)
+
+    # MetaSchedule's evolutionary search asks it for scores through TVM's FFI, from the first batch.
+    context = ms.TuneContext(mod=mod, target=target, space_generator="post-order-apply",
+                             search_strategy="evolutionary", task_name="cross", rand_state=1)
+    context.pre_tuning(max_trials=8, num_trials_per_iter=8, design_spaces=context.generate_design_space(),
+                       database=ms.database.MemoryDatabase(), cost_model=model)
+    picked = context.generate_measure_candidates()
+    assert picked and len(picked) <= 8
+    context.post_tuning()
+
+    candidates = _candidates(mod, target, 120)
+    alone = model.predict(context, candidates)
+    np.testing.assert_array_equal(alone, cross.predict(program_features(context, candidates), model.vector))
+    # The job's own measurements train its own model; once it has a booster they weigh in.
+    programs = program_features(context, candidates)
+    model.update(context, candidates,
+                 [RunnerResult(run_secs=[synthetic_seconds(p, new_box)], error_msg=None) for p in programs])
+    assert 0 < model.own_weight() < 1
+    blended = model.predict(context, candidates)
+    assert len(blended) == 120 and ((0 <= blended) & (blended <= 1)).all()
+    assert not np.array_equal(np.argsort(blended), np.argsort(alone))
