@@ -1,29 +1,25 @@
 """The coordinator's Prometheus metrics, served on ``farm coordinator --metrics-listen`` (plain HTTP).
 
-Counters and histograms are bumped by one-line calls where things happen (the functions below:
-a job's move once its transaction committed, coordinator.cluster_store.jobs); gauges of
-what is in SQL (jobs, shards and agents by state, the best latency of running jobs) are read
+Counters and histograms are bumped by one-line calls where things happen (the functions below,
+and coordinator.job_metrics for a job's committed moves); gauges of what is in SQL (jobs, shards
+and agents by state, the best latency of running jobs, when unfinished jobs last moved) are read
 when Prometheus scrapes (coordinator.state_metrics), so that no code path can forget to keep
-them right. Label values are bounded: states, kinds, fingerprints, and a running job's id and
-model on the one gauge that names jobs.
+them right. Label values are bounded: states, kinds, fingerprints, and an unfinished job's id
+and model on the gauges that name jobs.
 """
 
 from __future__ import annotations
 
-import logging
 import threading
 import time
 from collections import deque
 from collections.abc import Sequence
-from datetime import datetime
 from typing import TYPE_CHECKING
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter
 
-from foundation.domain.job_spec import read_options
-from foundation.domain.jobs import JobState
+from coordinator.job_metrics import JOB_DURATION, QUEUE_WAIT
 from foundation.domain.shards import ShardState
-from foundation.errors import FarmError
 from foundation.hardware.versions import build_labels
 from foundation.metrics_http import MetricsServer, standard_registry
 
@@ -31,8 +27,6 @@ if TYPE_CHECKING:  # pragma: no cover
     from coordinator.fleet import UnreadReport
     from foundation.registry.entities import RecordReport
     from foundation.registry.store import RegistryStore
-
-logger = logging.getLogger("farm.coordinator")
 
 REGISTRY: CollectorRegistry = standard_registry(build_labels())
 RATE_WINDOW_S = 60.0
@@ -55,17 +49,10 @@ ARTIFACTS_COMMITTED = Counter("farm_artifacts_committed", "Validated libraries c
 WARM_START_SEEDS = Counter("farm_warm_start_seeds", "Seeds the agents measured first in their searches, by where "
                            "they came from (own_fingerprint, other_fingerprint).", ["source"], registry=REGISTRY)
 
-# A job's life, from its submit: seconds for one a registry's records nearly answer, hours to
-# a day for a large model's budget.
-JOB_DURATION = Histogram(
-    "farm_job_duration_seconds", "Jobs from their submit to their end, by final state and mode (budget: tuned "
-    "to a trial budget; until: tuned in rounds to a goal).", ["state", "mode"], registry=REGISTRY,
-    buckets=(10, 30, 60, 120, 300, 600, 1200, 1800, 3600, 7200, 14400, 28800, 86400))
-# From the submit to the job's start (its tasks planned and its shards queued): the wait for a
-# fingerprint's agent to appear and for the coordinator's background worker to plan it.
-QUEUE_WAIT = Histogram(
-    "farm_job_queue_wait_seconds", "Jobs from their submit to their start (tasks planned, shards queued), by "
-    "mode.", ["mode"], registry=REGISTRY, buckets=(0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600, 1800, 3600, 14400))
+# Observed by the cluster store as a job's move commits (coordinator.job_metrics), which
+# knows nothing of the rest of the coordinator's metrics.
+REGISTRY.register(JOB_DURATION)
+REGISTRY.register(QUEUE_WAIT)
 
 
 class _TrialRates:
@@ -103,10 +90,6 @@ for _kind in ("shard", "validation"):
     LEASE_EXPIRATIONS.labels(_kind)
 for _result in ("hit", "miss"):
     REGISTRY_LOOKUPS.labels(_result)
-for _mode in ("budget", "until"):
-    QUEUE_WAIT.labels(_mode)
-    for _state in (state for state in JobState if state.is_final):
-        JOB_DURATION.labels(_state.value, _mode)
 
 
 def leases_expired(kind: str, changed: Sequence) -> None:
@@ -148,23 +131,6 @@ def artifact_committed() -> None:
 def warm_start_seeds(source: str, count: int) -> None:
     """An agent measured ``count`` seeds from ``source`` ("own_fingerprint" or "other_fingerprint")."""
     WARM_START_SEEDS.labels(source).inc(count)
-
-
-def job_moved(new: JobState, submitted: datetime, now: datetime, options: dict, job_id: str) -> None:
-    """A job moved to ``new`` at ``now`` (committed): its queue wait once it runs, its duration once it ends."""
-    if new is not JobState.RUNNING and not new.is_final:
-        return
-    try:
-        mode = "until" if read_options(options, job_id).spec.until is not None else "budget"
-    except FarmError as err:  # a damaged row fails the job where it is read; a commit is not undone here
-        logger.warning("metrics: job %s not observed: %s", job_id, err.problem)
-        return
-    # Never negative, should the clock step back between the two.
-    seconds = max(0.0, (now - submitted).total_seconds())
-    if new is JobState.RUNNING:
-        QUEUE_WAIT.labels(mode).observe(seconds)
-    else:
-        JOB_DURATION.labels(new.value, mode).observe(seconds)
 
 
 def serve_metrics(listen: str, store: "RegistryStore") -> MetricsServer:

@@ -9,7 +9,7 @@ from typing import Any
 from sqlalchemy import event, select, update
 from sqlalchemy.orm import Session
 
-from coordinator import metrics
+from coordinator import job_metrics
 from foundation.domain.job_spec import tuned_form
 from foundation.domain.jobs import JobState, check_transition
 from foundation.domain.weights_layout import WeightsLayout
@@ -246,7 +246,7 @@ class JobStore:
         )
         # Observed once committed: a move rolled back (and perhaps tried again) is no move.
         submitted, options, job_id = job.created_at, job.options, job.id
-        event.listen(session, "after_commit", lambda _: metrics.job_moved(new, submitted, now, options, job_id),
+        event.listen(session, "after_commit", lambda _: job_metrics.job_moved(new, submitted, now, options, job_id),
                      once=True)
 
 
