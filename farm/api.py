@@ -21,7 +21,7 @@ from foundation.domain.weights_layout import WeightsLayout
 from foundation.errors import BadInput, FarmError, NotFound, RegistryError
 from foundation.job_driver.artifacts import library_problem
 from foundation.job_driver.library_scopes import library_scopes
-from foundation.models.model_key import ModelKey, model_key
+from foundation.models.model_key import ModelKey
 
 if TYPE_CHECKING:  # pragma: no cover
     from foundation.registry.entities import Artifact, Model
@@ -97,16 +97,18 @@ def _described(given) -> str:
     return f"a {type(given).__name__}, not a numpy array"
 
 
-def load(model: str, target: str | Mapping = "llvm", batch: int = 1, *, registry: str | None = None,
+def load(model, target: str | Mapping = "llvm", batch: int = 1, *, registry: str | None = None,
          weights: Mapping[str, np.ndarray] | Sequence[np.ndarray] | None = None, seed: int = 0,
          weights_layout: str | None = None, threads: int | str = "auto",
-         fingerprint: str | None = None) -> DeployedModel:
+         fingerprint: str | None = None, shapes: dict | None = None, example_inputs=None) -> DeployedModel:
     """Load the newest valid artifact for (model, target, batch) on this box's fingerprint.
     ``target`` is what `farm submit` takes: llvm, cuda, or a TVM target as JSON text or a dict.
 
     No compilation happens: the stored library is checked against its sha256 and loaded.
     Zoo models get seeded random weights unless ``weights`` is given; ONNX models get the
-    file's own weights. ``weights`` maps every weight's name to its array (``weight_specs`` of
+    file's own weights, torch modules their own. ``model``, ``shapes`` and ``example_inputs`` are
+    what farm.submit took: the same model, shapes and example shapes find its library.
+    ``weights`` maps every weight's name to its array (``weight_specs`` of
     a loaded model lists them); a list in the order of those specs is taken too. A missing,
     unknown or misshapen weight is refused (BadInput) by name. Weights are always plain: a
     prepacked library rearranges them once, here. ``weights_layout`` ("plain", "prepacked" or
@@ -120,13 +122,15 @@ def load(model: str, target: str | Mapping = "llvm", batch: int = 1, *, registry
     another core count or cache share, nearest first) is loaded: ``DeployedModel.artifact``'s
     ``fingerprint_id`` says whose. ``fingerprint`` names one such fingerprint to load from.
     """
+    from farm.model_sources import model_source
     from foundation.domain import request_limits as limits
     from foundation.registry.engine import RegistryMissing
     from foundation.runtime.library_runner import LoadedLibrary
     from foundation.runtime.threads import parse_threads
 
-    model, target = arguments.model_name(model), arguments.target_text(target)
-    key = model_key(model, batch)
+    target = arguments.target_text(target)
+    source = model_source(model, batch, shapes, example_inputs)
+    key, model = source.keyed(batch), source.named
     registry = arguments.optional_text("registry", registry, 'registry="sqlite:///farm.db"', limits.MAX_TEXT_LENGTH)
     limits.check_number("seed", seed, limits.SEED)
     threads = parse_threads(threads)
@@ -166,6 +170,10 @@ def load(model: str, target: str | Mapping = "llvm", batch: int = 1, *, registry
             f"artifact {artifact.id} is corrupt: {problem}",
             f"re-tune it with `farm submit {model} {target} {batch} --retune`",
         )
+    if weights is None and source.program is not None:  # a torch module's own weights
+        from foundation.models.torch_import import loaded_from_program
+
+        weights = loaded_from_program(source.program, key.name, key.source_digest, key.batch).make_weights()
     weights = _weights_for(key, stored, seed) if weights is None else matched_weights(key, stored.weights, weights)
     try:
         loaded = LoadedLibrary(library, ctx.target["kind"], threads=threads,

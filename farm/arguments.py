@@ -11,10 +11,14 @@ from __future__ import annotations
 import json
 import math
 import os
+import sys
 from collections.abc import Mapping
 
 from foundation.domain import request_limits as limits
 from foundation.errors import BadInput
+
+# One dimension's size in shapes: a sequence of a million tokens is already far past any model tuned here.
+DIMENSION = limits.Bound(1, 1 << 20)
 
 
 def model_name(value) -> str:
@@ -26,6 +30,49 @@ def model_name(value) -> str:
                        "e.g. farm.submit('resnet-18', 'llvm', 1)")
     limits.check_text("model", value, limits.MAX_TEXT_LENGTH)
     return value
+
+
+def model_source(value):
+    """A zoo model's name, an ONNX file's path, an in-memory onnx.ModelProto, or a torch.nn.Module."""
+    from foundation.models.model_key import is_onnx_model
+
+    if is_onnx_model(value) or is_torch_module(value):
+        return value
+    if isinstance(value, os.PathLike):
+        value = os.fspath(value)
+    if not isinstance(value, str) or not value:
+        raise BadInput(f"model must be a zoo model's name or an ONNX file's path, got {_shown(value)}",
+                       "or an onnx.ModelProto, or a torch.nn.Module with example_inputs; "
+                       "e.g. farm.submit('resnet-18', 'llvm', 1)")
+    limits.check_text("model", value, limits.MAX_TEXT_LENGTH)
+    return value
+
+
+def is_torch_module(value) -> bool:
+    """Whether ``value`` is a torch.nn.Module; torch is never imported for it (no module of it exists unless it is)."""
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(value, torch.nn.Module)
+
+
+def shapes(value) -> dict[str, int | tuple[int, ...]] | None:
+    """Sizes of an ONNX model's named dimensions beyond the batch ({"sequence": 128}) or whole input shapes
+    ({"input_ids": [1, 128]}); None: none given."""
+    if value is None:
+        return None
+    example = 'e.g. shapes={"sequence": 128} or shapes={"input_ids": [1, 128]}'
+    if not isinstance(value, Mapping) or not value:
+        raise BadInput(f"shapes must map named dimensions or inputs to sizes, got {_shown(value)}", example)
+    checked: dict[str, int | tuple[int, ...]] = {}
+    for name, size in value.items():
+        if not isinstance(name, str) or not name:
+            raise BadInput(f"shapes' keys must be dimension or input names, got {_shown(name)}", example)
+        sizes = [size] if isinstance(size, int) and not isinstance(size, bool) else size
+        if isinstance(sizes, (str, bytes, Mapping)) or not isinstance(sizes, (list, tuple)) or not sizes:
+            raise BadInput(f"shape of {name!r} must be a size or a list of sizes, got {_shown(size)}", example)
+        for one in sizes:
+            limits.check_number(f"shape of {name!r}", one, DIMENSION, f"give sizes from 1 to {DIMENSION.high:,}")
+        checked[name] = size if isinstance(size, int) else tuple(size)
+    return checked
 
 
 def target_text(value) -> str:

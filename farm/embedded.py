@@ -125,7 +125,7 @@ class _TrialTally:
 
 @dataclass
 class SubmitRequest:
-    model: str
+    model: str | ModelKey  # a name or path, or a model already keyed (in memory: farm.model_sources)
     target: str
     batch: int
     registry: str | None = None
@@ -225,7 +225,7 @@ def submit(request: SubmitRequest, observer: JobObserver | None = None,
     begin = time.monotonic()
     cancellation = cancellation or Cancellation()
     tell = observer.stage if observer else (lambda state, detail: None)
-    key = model_key(request.model, request.batch)
+    key = request.model if isinstance(request.model, ModelKey) else model_key(request.model, request.batch)
     if key.source == "onnx":  # a file that is no ONNX model is refused before the registry is opened or made
         from foundation.models.onnx_import import read_model
 

@@ -116,7 +116,7 @@ def submit(model: str, target: str = "llvm", batch: int = 1, *, trials: int | No
            until: str | None = None, patience: int | None = None, round_trials: int | None = None,
            build_workers: int | None = None, registry: str | None = None,
            coordinator: str | Coordinator | None = None, fingerprint: str | None = None, wait: bool = True,
-           timeout: float | None = None) -> Job:
+           timeout: float | None = None, shapes: dict | None = None, example_inputs=None) -> Job:
     """Tune ``model`` for ``target`` at ``batch`` (or answer from the registry), as `farm submit` does.
 
     Without ``coordinator`` the job runs here, in this process, on ``registry`` (default: the
@@ -127,12 +127,17 @@ def submit(model: str, target: str = "llvm", batch: int = 1, *, trials: int | No
     Embedded, ``fingerprint`` names the compatible fingerprint (this CPU at another size) whose
     library may answer; by default this box's, else the nearest compatible one's.
 
+    ``model`` is a zoo name, an ONNX file's path, an onnx.ModelProto (``shapes`` sizes its named
+    dimensions: {"sequence": 128}, or {"input_ids": [1, 128]}), or a torch.nn.Module exported on
+    ``example_inputs`` (a tuple of tensors; the torch extra).
+
     The job comes back however it ended: check ``job.succeeded`` and ``job.error``. Bad input
     raises foundation.errors.BadInput (a FarmError, as every refusal here is).
     """
+    from farm.model_sources import model_source
     from foundation.models.loaded import check_batch
 
-    model, target = arguments.model_name(model), arguments.target_text(target)
+    target = arguments.target_text(target)
     check_batch(batch)
     limits.check_numbers(dict(trials=trials, trials_per_task=trials_per_task, build_workers=build_workers, runs=runs,
                               seed=seed, patience=patience, round_trials=round_trials), limits.SUBMIT_NUMBERS)
@@ -148,8 +153,11 @@ def submit(model: str, target: str = "llvm", batch: int = 1, *, trials: int | No
     timeout = arguments.seconds("timeout", timeout)
     until_request = _until(until, patience, round_trials)
     remote = _coordinator(coordinator)
+    source = model_source(model, batch, shapes, example_inputs)
     if remote is not None:
-        return _submit_remote(remote.client(), model=model, target=target, batch=batch, trials=trials,
+        if source.key is not None and source.key.source != "onnx":
+            raise BadInput("a torch module is tuned embedded only", "export it to ONNX to tune it on a coordinator")
+        return _submit_remote(remote.client(), model=source.named, target=target, batch=batch, trials=trials,
                               trials_per_task=trials_per_task, retune=retune, seed=seed, fingerprint=fingerprint,
                               validation_runs=runs, reuse=reuse, weights_layout=weights_layout,
                               until=until_request, warm_start=warm_start, wait=wait, timeout=timeout)
@@ -160,8 +168,8 @@ def submit(model: str, target: str = "llvm", batch: int = 1, *, trials: int | No
     from foundation.meta_schedule.tuner import MeasureSettings
 
     request = SubmitRequest(
-        model=model, target=target, batch=batch, registry=registry, trials=trials, trials_per_task=trials_per_task,
-        retune=retune, reuse=reuse, seed=seed, warm_start=warm_start,
+        model=source.request, target=target, batch=batch, registry=registry, trials=trials,
+        trials_per_task=trials_per_task, retune=retune, reuse=reuse, seed=seed, warm_start=warm_start,
         measure=MeasureSettings(build_workers=build_workers), validation_runs=runs, weights_layout=weights_layout,
         until=until_request, fingerprint=fingerprint,
     )

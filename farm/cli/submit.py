@@ -10,6 +10,7 @@ from farm.cli.command import FarmTyper
 from farm.cli.coordinator_options import coordinator_options
 from farm.cli.options import JSON_OPTION, REGISTRY_OPTION, env_option, finite_number
 from farm.cli.output import emit_json, stdout_console
+from farm.cli.shape_option import shape_option, shaped_model
 from farm.connection import Coordinator
 from foundation.domain import request_limits as limits
 from foundation.domain.reuse import ReuseMode
@@ -85,6 +86,7 @@ def submit(
         None, "--report", command="submit", metavar="DIR",
         help="At the end, write the job's report (JOB.png, JOB.md) into this directory; with --coordinator it "
              "reads the coordinator's registry (--registry)."),
+    shape: list[str] | None = shape_option("submit"),
     json_output: bool = JSON_OPTION,
 ) -> None:
     """Tune MODEL for TARGET at BATCH, build and validate it, and store the library.
@@ -103,6 +105,7 @@ def submit(
         from farm.cli.report_cmd import check_report_dir
 
         check_report_dir(report_dir)
+    model = shaped_model(model, batch, shape)
     if coordinator.address:
         from farm.cli.cluster import remote_submit
 
@@ -203,6 +206,7 @@ def run(
         help="Load this fingerprint's library: this CPU at another size (default: this box's, else the nearest "
              "such one's)."),
     registry: str | None = REGISTRY_OPTION,
+    shape: list[str] | None = shape_option("run"),
     json_output: bool = JSON_OPTION,
 ) -> None:
     """Load the stored library for MODEL/TARGET/BATCH (no compile), run it and time it."""
@@ -229,6 +233,7 @@ def run(
         _check_output_path(output_path)
     # A bad file is refused before the load; its data is read once its header fits the model.
     given = open_npy(input_path, f"--input {input_path}") if input_path else None
+    model = shaped_model(model, batch, shape)
     begin = time.perf_counter()
     deployed = load(model, target, batch, registry=registry, seed=seed, weights_layout=weights_layout,
                     threads=parse_threads(threads), fingerprint=fingerprint)

@@ -1,7 +1,9 @@
 """Name a model without building it: the key under which the registry answers hits.
 
 A hit must cost well under a second, so the lookup key is computed without TVM: a zoo name
-and its architecture version, or an ONNX file's content hash, plus the batch.
+and its architecture version, or an ONNX model's content hash (a file's bytes, an in-memory
+ModelProto's serialized bytes: the same model hashes the same), plus the batch. Named dimensions
+given as ``shapes`` are written into the model first, so they are part of its hash.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from foundation.errors import BadInput, NotFound, path_error
+from foundation.models import stored_models
 from foundation.models.loaded import check_batch
 
 
@@ -42,11 +45,19 @@ def check_onnx_path(path: Path, given: str) -> None:
         raise NotFound(f"no such ONNX file: {given}", "check the path, or name a zoo model (see `farm models`)")
 
 
-def model_key(name_or_path: str, batch: int) -> ModelKey:
-    """The key of a zoo model name or an ONNX file; bad names and files raise FarmError."""
+def is_onnx_model(value) -> bool:
+    """Whether ``value`` is an in-memory ONNX model (an onnx.ModelProto), told without importing onnx."""
+    return type(value).__name__ == "ModelProto" and type(value).__module__.startswith("onnx")
+
+
+def model_key(name_or_path, batch: int, shapes: dict | None = None) -> ModelKey:
+    """The key of a zoo model name, an ONNX file or an in-memory ONNX model, with ``shapes`` (named
+    dimensions, or whole input shapes) fixed in the model; bad names, files and shapes raise FarmError."""
     from foundation.models.zoo import known_models, zoo_source_digest
 
     check_batch(batch)
+    if is_onnx_model(name_or_path) or shapes:
+        return _stored_onnx_key(name_or_path, batch, shapes or {})
     if looks_like_path(name_or_path):
         path = Path(name_or_path).expanduser()
         check_onnx_path(path, name_or_path)
@@ -61,3 +72,33 @@ def model_key(name_or_path: str, batch: int) -> ModelKey:
             f"known models: {', '.join(known_models())}; or pass a path to an .onnx file",
         )
     return ModelKey(name_or_path, batch, "zoo", zoo_source_digest(name_or_path))
+
+
+def _stored_onnx_key(model, batch: int, shapes: dict) -> ModelKey:
+    """The key of an in-memory or shaped ONNX model, stored (by its digest) as the file every later step reads."""
+    from onnx import external_data_helper
+
+    from foundation.models.named_shapes import with_shapes
+    from foundation.models.onnx_import import check_model_proto, read_model
+
+    if is_onnx_model(model):
+        name = stored_models.model_name(model.graph.name, "onnx-model")
+        what = f"the ONNX model {name!r}"
+        check_model_proto(model, what)
+        if any(external_data_helper.uses_external_data(t) for t in model.graph.initializer):
+            raise BadInput(f"{what} keeps its weights in external data files not loaded into it",
+                           "load it with onnx.load(path), which reads them, or pass the .onnx file's path")
+    elif looks_like_path(model):
+        path = Path(model).expanduser()
+        check_onnx_path(path, model)
+        name, what = path.stem, path.name
+        model, _ = read_model(path)
+    else:
+        raise BadInput(f"shapes apply to ONNX models; {model!r} is a zoo model, whose shapes are fixed",
+                       "leave shapes out, or pass an ONNX model")
+    if shapes:
+        model = with_shapes(model, shapes, batch, what)
+    data = model.SerializeToString()
+    digest = hashlib.sha256(data).hexdigest()
+    path = stored_models.stored_model(digest, name, ".onnx", lambda into: into.write_bytes(data))
+    return ModelKey(name, batch, "onnx", digest, path)

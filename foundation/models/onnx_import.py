@@ -13,8 +13,8 @@ from foundation.errors import FarmError
 from .loaded import Fill, LoadedModel, TensorSpec, check_batch, default_input_fill
 
 STATIC_SHAPES_FIX = (
-    "export the model with static shapes for every dimension except the first (batch), "
-    "e.g. torch.onnx.export with dynamic_axes only on dimension 0"
+    "give its size: --shape NAME=SIZE (shapes={NAME: SIZE} in Python), or export the model with static "
+    "shapes for every dimension except the first (batch)"
 )
 
 
@@ -73,9 +73,7 @@ def read_model(path: Path):
         model.ParseFromString(data)
     except Exception as err:  # protobuf raises DecodeError, or RuntimeWarning-ish errors from C++
         raise FarmError(f"{path} is not a valid ONNX model: {err}", not_onnx_fix) from err
-    # Random bytes can parse as an almost empty protobuf; a real model has a graph with outputs.
-    if not model.HasField("graph") or not model.graph.output or model.ir_version < 3:
-        raise FarmError(f"{path} is not a valid ONNX model (no graph or no outputs in it)", not_onnx_fix)
+    check_model_proto(model, str(path))
     if any(external_data_helper.uses_external_data(t) for t in model.graph.initializer):
         try:
             external_data_helper.load_external_data_for_model(model, str(path.parent))
@@ -85,6 +83,14 @@ def read_model(path: Path):
                 "keep the model's external data files next to the .onnx file",
             ) from err
     return model, digest
+
+
+def check_model_proto(model, what: str) -> None:
+    """Refuse a ModelProto that is no model: random bytes can parse as an almost empty protobuf,
+    while a real model has a graph with outputs."""
+    if not model.HasField("graph") or not model.graph.output or model.ir_version < 3:
+        raise FarmError(f"{what} is not a valid ONNX model (no graph or no outputs in it)",
+                        "pass a model written by onnx.save or torch.onnx.export; re-export it if it was truncated")
 
 
 def external_data_files(content: bytes) -> list[str]:
