@@ -15,17 +15,40 @@ by bench/cost_model_transfer.py, not assumed.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 from tvm.ir.utils import derived_object
 from tvm.s_tir.meta_schedule.cost_model import PyCostModel
 
+from foundation.hardware.device_features import device_vector
+
+from .cost_models import KIND as OWN_KIND
 from .cost_models import new_model
-from .cross_model import CrossModel
+from .cross_model import CrossModel, load_cross_model
 from .cross_samples import program_features
+
+if TYPE_CHECKING:  # pragma: no cover
+    from foundation.hardware.fingerprint import Fingerprint
+    from foundation.registry.store import RegistryStore
 
 # Own samples at which the job's own model weighs as much as the cross model.
 BLEND_SAMPLES = 256
+# A fingerprint whose own stored model has this many samples starts from it instead. A first
+# guess, not a measurement: bench/cost_model_transfer.py's own-share column says where it lies.
+FEW_SAMPLES = 1000
+
+
+def cross_cost_model_for(store: "RegistryStore", fingerprint: "Fingerprint",
+                         tvm_version: str) -> "CrossCostModel | None":
+    """The cost model a job on ``fingerprint`` starts from when it has few records of its own:
+    the hardware kind's cross model for this box's device features; None when its own stored
+    model has enough samples, or no cross model is stored."""
+    own = store.cost_models.find(fingerprint.id, tvm_version, OWN_KIND)
+    if own is not None and own.samples >= FEW_SAMPLES:
+        return None
+    loaded = load_cross_model(store, tvm_version, fingerprint.kind)
+    return None if loaded is None else CrossCostModel(loaded[0], device_vector(fingerprint.details))
 
 
 @derived_object

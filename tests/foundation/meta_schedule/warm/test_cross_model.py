@@ -107,3 +107,30 @@ def test_the_cross_cost_model_drives_a_search_and_blends_in_the_jobs_own_measure
     blended = model.predict(context, candidates)
     assert len(blended) == 120 and ((0 <= blended) & (blended <= 1)).all()
     assert not np.array_equal(np.argsort(blended), np.argsort(alone))
+
+
+def test_a_box_with_few_records_of_its_own_starts_from_the_cross_model(synthetic):
+    import tvm
+
+    from foundation.hardware.device_features import VECTOR_FIELDS
+    from foundation.hardware.fingerprint import fingerprint_from_details
+    from foundation.meta_schedule.warm.cross_cost_model import FEW_SAMPLES, CrossCostModel, cross_cost_model_for
+    from foundation.meta_schedule.warm.cross_model import refresh_cross_model
+
+    version = tvm.__version__
+    refresh_cross_model(synthetic, version)
+    details = {"arch": "x86_64", "vendor": "AuthenticAMD", "model": "AMD EPYC", "features": ["avx2", "fma"],
+               "cores": 2, "llvm_mcpu": "znver4", "llvm_triple": "x86_64-unknown-linux-gnu",
+               "device": {"peak_gflops": 90.0, "copy_gbps": 15.0}}
+    new_box = fingerprint_from_details("cpu", details)
+    synthetic.upsert_fingerprint(new_box.id, "cpu", new_box.summary, new_box.details)
+    model = cross_cost_model_for(synthetic, new_box, version)
+    assert isinstance(model, CrossCostModel) and model.own_weight() == 0.0
+    fields = dict(zip(VECTOR_FIELDS, model.vector))
+    assert (fields["peak_gflops"], fields["copy_gbps"]) == (90.0, 15.0)  # this box's own
+    # Once its own model has learned enough of its records, the box starts from that instead.
+    synthetic.cost_models.save(new_box.id, version, "xgb", b"its own model", last_record_id=0,
+                               samples=FEW_SAMPLES, workloads=1)
+    assert cross_cost_model_for(synthetic, new_box, version) is None
+    assert cross_cost_model_for(synthetic, fingerprint_from_details("cuda", {
+        "name": "Tesla T4", "compute_capability": "7.5", "sm_count": 40, "memory_gib": 15}), version) is None
