@@ -195,6 +195,21 @@ class TuningRecords:
             _digests, inserted, merged = self._insert_and_merge_in(session, resolved)
             return ids, len(inserted), merged
 
+    def import_log_batch(self, workload_ids: Sequence[int], records: Sequence[NewRecord]) -> tuple[int, int]:
+        """A further batch of a log's records, in one transaction; each record's ``workload_id`` is an
+        index into ``workload_ids`` (what `import_tuning_log` of the first batch returned). Returns the
+        number of new records, and of new measurements merged into records the registry already had
+        (an earlier batch's too)."""
+        with self._unit.write(Changes.STATE) as session:
+            try:
+                resolved = [_with_workload(r, workload_ids[r.workload_id]) for r in records]
+            except IndexError as exc:
+                raise RegistryError("a tuning record names a workload the log does not have") from exc
+            if not resolved:
+                return 0, 0
+            _digests, inserted, merged = self._insert_and_merge_in(session, resolved)
+            return len(inserted), merged
+
     def insert_records_in(self, session: Session, records: list[NewRecord]) -> int:
         """Insert records inside the caller's transaction; returns how many were new."""
         return len(self.insert_records_keyed_in(session, records)[1])

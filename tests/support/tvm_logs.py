@@ -64,3 +64,18 @@ def with_run_secs(record_file, line: int, run_secs: str) -> None:
     tail = json.dumps(record[2:], separators=(",", ":"))[1:]  # `target,args_info]`
     lines[line - 1] = f"{head},{run_secs},{tail}]"
     record_file.write_text("\n".join(lines) + "\n")
+
+
+def long_tvm_log(work_dir, records: int):  # type: ignore[no-untyped-def]
+    """A JSONDatabase of ``records`` lines, as a long tuning run leaves one: small_tvm_log's six records
+    (this box's target) measured again and again, each line its own measurement; returns ``work_dir``."""
+    import json
+
+    small_tvm_log(work_dir, run_secs=[(1e-3,)] * 6, target=None)
+    record_file = work_dir / "database_tuning_record.json"
+    lines = [json.loads(line) for line in record_file.read_text().splitlines() if line.strip()]
+    with record_file.open("w") as out:
+        for i in range(records):
+            index, record = lines[i % len(lines)]
+            out.write(json.dumps([index, [record[0], [1e-3 + i * 1e-9], *record[2:]]]) + "\n")
+    return work_dir

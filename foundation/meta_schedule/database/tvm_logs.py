@@ -7,18 +7,33 @@ import json
 import math
 import os
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from foundation.errors import FarmError, NotFound
+from foundation.meta_schedule.database.record_spool import RecordSpool
 from foundation.registry.entities import NewRecord
 from foundation.registry.store import RegistryStore
 
 WORKLOAD_FILE = "database_workload.json"
 RECORD_FILE = "database_tuning_record.json"
+# Told how an import goes, as farm.cli.progress's stage lines: (what it does, how far it got).
+ImportProgress = Callable[[str, str], None]
+# How often it is told: at every this much of the record file, and at the end.
+PROGRESS_STEP = 0.1
+# A record file smaller than this (about 500 records) is checked and stored in a few seconds: nothing to tell.
+PROGRESS_FROM_BYTES = 1 << 20
+
+
+def worth_telling(path: LogLocation) -> bool:
+    """Whether importing the log at ``path`` takes long enough to tell how it goes (PROGRESS_FROM_BYTES)."""
+    try:
+        return _log_paths(path)[1].stat().st_size >= PROGRESS_FROM_BYTES
+    except OSError:
+        return False
 
 
 @dataclass(frozen=True)
@@ -49,16 +64,24 @@ def _log_paths(
     return path / WORKLOAD_FILE, path / RECORD_FILE
 
 
-def _lines(path: Path) -> list[tuple[int, Any]]:
-    """(line number, parsed JSON) for every non-blank line; a broken line names itself."""
+def _check_is_log(path: Path) -> None:
     if not path.is_file():
         raise NotFound(
             f"no TVM tuning log at {path}",
             f"expected {WORKLOAD_FILE} and {RECORD_FILE} from a JSONDatabase work_dir",
         )
-    parsed = []
+
+
+def _lines(path: Path, read: Callable[[int], None] | None = None) -> Iterator[tuple[int, Any]]:
+    """(line number, parsed JSON) for every non-blank line, one at a time; a broken line names
+    itself. ``read`` is told the bytes read so far after each line."""
+    _check_is_log(path)
+    done = 0
     with path.open("rb") as lines:  # decoded line by line: a line that is not UTF-8 names itself too
         for number, raw in enumerate(lines, start=1):
+            done += len(raw)
+            if read is not None:
+                read(done)
             try:
                 line = raw.decode("utf-8")
             except UnicodeDecodeError as exc:
@@ -66,12 +89,12 @@ def _lines(path: Path) -> list[tuple[int, Any]]:
             if not line.strip():
                 continue
             try:
-                parsed.append((number, json.loads(line)))
+                parsed = json.loads(line)
             except json.JSONDecodeError as exc:
                 raise _broken(path, number, f"not JSON ({exc.msg})") from exc
             except RecursionError as exc:
                 raise _broken(path, number, "not JSON the farm reads (nested too deeply)") from exc
-    return parsed
+            yield number, parsed
 
 
 def _broken(path: Path, number: int, reason: str) -> FarmError:
@@ -89,14 +112,15 @@ LogLocation = str | os.PathLike[str] | tuple[str | os.PathLike[str], str | os.Pa
 class TvmLog:
     """A JSONDatabase log read whole and checked, before anything is written: its workloads (TVM's),
     each with its structural hash, the records to store (``workload_id`` an index into ``workloads``),
-    and the records refused as another target's."""
+    and the records refused as another target's. The records wait in spools (a log may be larger
+    than memory); `store_tvm_logs` closes them."""
 
     workloads: list[Any]
     shashes: list[str]
-    records: list[NewRecord]
+    records: RecordSpool
     refused_foreign: int = 0
     foreign_target: str | None = None
-    seeds: list[NewRecord] = field(default_factory=list)
+    seeds: RecordSpool = field(default_factory=RecordSpool)
     # The fingerprints seeds are filed under: id -> (summary, details).
     seed_fingerprints: dict[str, tuple[str, dict[str, Any]]] = field(default_factory=dict)
 
@@ -104,24 +128,25 @@ class TvmLog:
 def import_tvm_logs(
     store: RegistryStore,
     path: LogLocation, fingerprint_id: str, target_json: str | None, tvm_version: str, software: dict[str, Any],
-    job_id: str | None = None,
+    job_id: str | None = None, progress: ImportProgress | None = None,
 ) -> ImportReport:
     """Load a JSONDatabase log (a work_dir, or a (workload file, record file) pair).
 
-    Everything is parsed by TVM first and written in one transaction, so a broken line
-    leaves the registry untouched. Records are stored under ``target_json``; with None,
+    Everything is parsed by TVM first, so a broken line leaves the registry untouched; then
+    written in transactions of RecordSpool's batch (an import stopped then keeps what it wrote,
+    and importing the log again adds the rest). Records are stored under ``target_json``; with None,
     under each record's own target. A record whose own target differs from ``target_json``
     in what changes its code (CODE_ATTRIBUTES: another mcpu, say) was measured for other
     hardware: it is refused and counted, never filed as this fingerprint's; when every record
     is refused, nothing is written and FarmError says why.
     """
-    log = read_tvm_logs(path, fingerprint_id, target_json, tvm_version, software, job_id)
-    return store_tvm_logs(store, log)
+    log = read_tvm_logs(path, fingerprint_id, target_json, tvm_version, software, job_id, progress)
+    return store_tvm_logs(store, log, progress)
 
 
 def read_tvm_logs(
     path: LogLocation, fingerprint_id: str, target_json: str | None, tvm_version: str, software: dict[str, Any],
-    job_id: str | None = None,
+    job_id: str | None = None, progress: ImportProgress | None = None,
 ) -> TvmLog:
     """`import_tvm_logs`' first half, which needs no registry: the log read and checked whole.
     Whatever would refuse the import (a broken line, impossible run times, a log of another
@@ -141,7 +166,6 @@ def read_tvm_logs(
     workload_path, record_path = _log_paths(path)
     wanted = None if target_json is None else _code_attributes(to_tvm_target(json.loads(target_json)))
     refused, foreign_target = 0, None
-    seeds: list[NewRecord] = []
     seed_fingerprints: dict[str, tuple[str, dict[str, Any]]] = {}
     workloads: list[Workload] = []
     shashes: list[str] = []
@@ -155,59 +179,75 @@ def read_tvm_logs(
         workloads.append(workload)
         shashes.append(str(tvm_ffi.structural_hash(workload.mod)))
 
-    records: list[NewRecord] = []
-    for number, line in _lines(record_path):
-        try:
-            index, record_json = line
-            if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < len(workloads):
-                raise ValueError(f"workload index {index!r} is not a line of {workload_path.name}")
-            # Checked before TVM reads them: its from_json ends the process on a null time ([null]).
-            if isinstance(record_json, list) and len(record_json) > 1:
-                _check_run_secs(record_path, number, record_json[1])
-            record = TuningRecord.from_json(record_json, workloads[index])
-        except FarmError:
-            raise
-        except Exception as exc:
-            raise _broken(
-                record_path, number, f"not a TVM tuning record ({_first_line(exc)})"
-            ) from exc
-        seed_fp = None
-        if wanted is not None and record.target is not None:
-            theirs = _code_attributes(record.target)
-            difference = _difference(theirs, wanted)
-            if difference:
-                refused += 1
-                foreign_target = foreign_target or difference
-                seed_fp, summary, details = log_fingerprint(theirs)
-                seed_fingerprints[seed_fp] = (summary, details)
-        as_json = tuning_record_json(record)
-        if seed_fp is not None:
-            target = canonical_target_json(record.target)
-        elif target_json is not None:
-            target = target_json
-        elif record.target is not None:
-            target = canonical_target_json(record.target)
-        else:
-            raise _broken(record_path, number, "the record has no target and none was given")
-        (seeds if seed_fp is not None else records).append(
-            NewRecord(
-                workload_id=index,
-                fingerprint_id=seed_fp or fingerprint_id,
-                target=target,
-                tvm_version=tvm_version,
-                trace=canonical_json(as_json[0]),
-                run_secs=None if record.run_secs is None else [float(v) for v in record.run_secs],
-                args_info=None if as_json[3] is None else canonical_json(as_json[3]),
-                software=dict(software),
-                job_id=job_id,
-                trace_valid=trace_is_valid(record),
+    _check_is_log(record_path)
+    records, seeds = RecordSpool(), RecordSpool()
+    try:
+        told = _Told(progress, "checking", record_path.stat().st_size, lambda: f"{len(records) + len(seeds):,} records")
+        for number, line in _lines(record_path, told.read):
+            try:
+                index, record_json = line
+                if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < len(workloads):
+                    raise ValueError(f"workload index {index!r} is not a line of {workload_path.name}")
+                # Checked before TVM reads them: its from_json ends the process on a null time ([null]).
+                if isinstance(record_json, list) and len(record_json) > 1:
+                    _check_run_secs(record_path, number, record_json[1])
+                record = TuningRecord.from_json(record_json, workloads[index])
+            except FarmError:
+                raise
+            except Exception as exc:
+                raise _broken(
+                    record_path, number, f"not a TVM tuning record ({_first_line(exc)})"
+                ) from exc
+            seed_fp = None
+            if wanted is not None and record.target is not None:
+                theirs = _code_attributes(record.target)
+                difference = _difference(theirs, wanted)
+                if difference:
+                    refused += 1
+                    foreign_target = foreign_target or difference
+                    seed_fp, summary, details = log_fingerprint(theirs)
+                    seed_fingerprints[seed_fp] = (summary, details)
+            as_json = tuning_record_json(record)
+            if seed_fp is not None:
+                target = canonical_target_json(record.target)
+            elif target_json is not None:
+                target = target_json
+            elif record.target is not None:
+                target = canonical_target_json(record.target)
+            else:
+                raise _broken(record_path, number, "the record has no target and none was given")
+            (seeds if seed_fp is not None else records).append(
+                NewRecord(
+                    workload_id=index,
+                    fingerprint_id=seed_fp or fingerprint_id,
+                    target=target,
+                    tvm_version=tvm_version,
+                    trace=canonical_json(as_json[0]),
+                    run_secs=None if record.run_secs is None else [float(v) for v in record.run_secs],
+                    args_info=None if as_json[3] is None else canonical_json(as_json[3]),
+                    software=dict(software),
+                    job_id=job_id,
+                    trace_valid=trace_is_valid(record),
+                )
             )
-        )
+        told.finished()
+    except BaseException:
+        records.close()
+        seeds.close()
+        raise
     return TvmLog(workloads, shashes, records, refused, foreign_target, seeds, seed_fingerprints)
 
 
-def store_tvm_logs(store: RegistryStore, log: TvmLog) -> ImportReport:
-    """`import_tvm_logs`' second half: a log `read_tvm_logs` read, written in one transaction."""
+def store_tvm_logs(store: RegistryStore, log: TvmLog, progress: ImportProgress | None = None) -> ImportReport:
+    """`import_tvm_logs`' second half: a log `read_tvm_logs` read, written a batch per transaction."""
+    try:
+        return _store(store, log, progress)
+    finally:
+        log.records.close()
+        log.seeds.close()
+
+
+def _store(store: RegistryStore, log: TvmLog, progress: ImportProgress | None) -> ImportReport:
     from foundation.meta_schedule.database.registry_database import canonical_json
 
     keyed = [
@@ -216,16 +256,50 @@ def store_tvm_logs(store: RegistryStore, log: TvmLog) -> ImportReport:
     ]
     for fp_id, (summary, details) in log.seed_fingerprints.items():
         store.upsert_fingerprint(fp_id, "cpu" if details.get("arch") else "cuda", summary, details)
-    # This fingerprint's records, then the seeds: each its own transaction, counted apart. Everything
-    # was read and checked before; a second import of the same log adds nothing.
-    _ids, inserted, merged = store.records.import_tuning_log(keyed, log.records)
-    _ids, seeds, seeds_merged = store.records.import_tuning_log(keyed, log.seeds) if log.seeds else ([], 0, 0)
+    # This fingerprint's records, then the seeds, counted apart; the workloads with the first batch, so
+    # that a registry refusing it (a fingerprint it does not have) keeps nothing. Everything was read
+    # and checked before; a second import of the same log adds nothing.
+    ids: list[int] | None = None
+    total, stored = len(log.records) + len(log.seeds), 0
+    told = _Told(progress, "storing", total, lambda: f"{stored:,} of {total:,} records")
+    counts = []
+    for spool in (log.records, log.seeds):
+        inserted = merged = 0
+        for batch in spool.batches():
+            if ids is None:
+                ids, new, more = store.records.import_tuning_log(keyed, batch)
+            else:
+                new, more = store.records.import_log_batch(ids, batch)
+            inserted, merged, stored = inserted + new, merged + more, stored + len(batch)
+            told.read(stored)
+        counts.append((inserted, merged))
+    if ids is None:
+        store.records.import_tuning_log(keyed, [])
+    told.finished()
+    (inserted, merged), (seeds, seeds_merged) = counts
     return ImportReport(
         workloads=len(log.workloads), records=inserted,
         skipped_duplicates=len(log.records) - inserted - merged + len(log.seeds) - seeds - seeds_merged,
         measurements=merged + seeds_merged, refused_foreign=log.refused_foreign, foreign_target=log.foreign_target,
         seeds=seeds, seed_fingerprints=tuple(sorted(log.seed_fingerprints)),
     )
+
+
+class _Told:
+    """Tells ``progress`` how a step goes, at every PROGRESS_STEP of ``total`` and once at the end."""
+
+    def __init__(self, progress: ImportProgress | None, state: str, total: int, done: Callable[[], str]):
+        self.progress, self.state, self.total, self.done = progress, state, max(total, 1), done
+        self.next_at = PROGRESS_STEP
+
+    def read(self, amount: int) -> None:
+        if self.progress is not None and amount / self.total >= self.next_at and amount < self.total:
+            self.next_at = (int(amount / self.total / PROGRESS_STEP) + 1) * PROGRESS_STEP
+            self.progress(self.state, f"{self.done()} ({amount / self.total:.0%})")
+
+    def finished(self) -> None:
+        if self.progress is not None:
+            self.progress(self.state, f"{self.done()} (100%)")
 
 
 def log_fingerprint(code: dict[str, Any]) -> tuple[str, str, dict[str, Any]]:
