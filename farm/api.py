@@ -24,6 +24,7 @@ from foundation.job_driver.library_scopes import library_scopes
 from foundation.models.model_key import ModelKey
 
 if TYPE_CHECKING:  # pragma: no cover
+    from farm.export import Exported
     from foundation.registry.entities import Artifact, Model
     from foundation.runtime.library_runner import Latency, LoadedLibrary
 
@@ -37,13 +38,25 @@ class DeployedModel:
     artifact: "Artifact"
     library: "LoadedLibrary"
     fingerprint: str
+    registry: str | None = None  # the registry it was loaded from (None: the default one)
 
-    def __call__(self, *inputs: np.ndarray) -> list[np.ndarray]:
-        """The model's outputs for its inputs: ``model(x)``, ``model(x, y)`` or ``model([x, y])``."""
-        if len(inputs) == 1 and isinstance(inputs[0], (list, tuple)):
-            inputs = tuple(inputs[0])
+    def export(self, path) -> "Exported":
+        """Write the library with its weights bound in to ``path`` (.so) and its spec beside it (.json):
+        TVM's runtime alone runs it, `main` taking the model's inputs only (farm.export)."""
+        from farm.export import export_library
+
+        return export_library(self, path)
+
+    def __call__(self, *inputs, output: str = "numpy") -> list:
+        """The model's outputs for its inputs: ``model(x)``, ``model(x, y)``, ``model([x, y])`` or by name,
+        ``model({"x": x})``; each a numpy array or any DLPack-capable CPU tensor (torch ...). Outputs are numpy
+        arrays, or with ``output="dlpack"`` TVM tensors on the model's device that any DLPack consumer takes."""
+        from farm.call_arguments import call_inputs, call_outputs, check_output
+
+        check_output(output)
+        inputs = call_inputs(inputs, self.model.inputs, self.key.name)
         self.check_inputs(inputs)
-        return self.library(inputs)
+        return call_outputs(self.library(inputs), output, self.library.device)
 
     @property
     def weight_specs(self) -> list[dict]:
@@ -183,7 +196,7 @@ def load(model, target: str | Mapping = "llvm", batch: int = 1, *, registry: str
         raise RegistryError(f"artifact {artifact.id} cannot be loaded: {err}",
                         f"re-tune it with `farm submit {model} {target} {batch} --retune`") from None
     loaded.set_weights(weights)
-    return DeployedModel(key, stored, artifact, loaded, ctx.fingerprint.id)
+    return DeployedModel(key, stored, artifact, loaded, ctx.fingerprint.id, registry)
 
 
 def _weights_for(key: ModelKey, stored: "Model", seed: int) -> list[np.ndarray]:

@@ -172,3 +172,32 @@ def _schedule_the_rest_for_gpu(mod: "tvm.IRModule", target: "tvm.target.Target")
             dlight.gpu.GeneralReduction(),
             dlight.gpu.Fallback(),
         )(mod)
+
+
+def weights_bound(weights: "list[tvm.runtime.Tensor]"):
+    """A ``before_compile`` (build_library) that binds ``weights``, in the form the lowered `main`
+    takes them (prepacked ones rearranged already), into `main` as constants: the library's `main`
+    then takes the model's inputs only. `main_transform_params` is dropped: nothing is left for
+    it to rearrange. The weights are bound after the records are applied, not before lowering:
+    constants there would be folded into the kernels and change the workloads the records match."""
+    import tvm
+    from tvm import relax
+
+    from foundation.domain.weights_layout import TRANSFORM_PARAMS_FUNCTION
+
+    def bind(mod: "tvm.IRModule") -> "tvm.IRModule":
+        params = list(mod["main"].params)
+        if len(params) < len(weights):
+            raise ValueError(f"main takes {len(params)} parameters, fewer than the {len(weights)} weights")
+        taken = params[len(params) - len(weights):]
+        for param, weight in zip(taken, weights):
+            info = param.ty
+            shape = [int(d) for d in info.shape]
+            if shape != list(weight.shape) or info.dtype != str(weight.dtype):
+                raise ValueError(f"main's parameter {param.name} is {info.dtype}{shape}, "
+                                 f"the weight bound to it {weight.dtype}{list(weight.shape)}")
+        mod = relax.transform.BindParams("main", dict(zip(taken, weights)))(mod)
+        kept = {gv: f for gv, f in mod.functions.items() if gv.name_hint != TRANSFORM_PARAMS_FUNCTION}
+        return tvm.IRModule(kept, attrs=mod.attrs)
+
+    return bind

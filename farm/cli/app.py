@@ -18,7 +18,7 @@ import sys
 import typer
 from typer.utils import parse_boolean_env_var
 
-from farm.cli import agent_cmd, cluster, coordinator_cmd, info, job_watch, registry, report_cmd, submit
+from farm.cli import agent_cmd, cluster, coordinator_cmd, export_cmd, info, job_watch, registry, report_cmd, submit
 from farm.cli.options import read_deprecated_envvars
 from farm.cli.output import write_error
 from foundation.errors import EXIT_INTERNAL, BadInput, FarmError, Interrupted, out_of_resources, path_error
@@ -55,6 +55,7 @@ app = typer.Typer(
 )
 # Groups added without a name contribute their commands at the top level.
 app.add_typer(submit.app)
+app.add_typer(export_cmd.app)
 app.add_typer(info.app)
 app.add_typer(cluster.app)
 app.add_typer(job_watch.app)

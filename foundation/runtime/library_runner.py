@@ -175,6 +175,11 @@ class LoadedLibrary:
         self._ready()
         return [tvm.runtime.tensor(np.ascontiguousarray(x), self.device) for x in inputs] + self._weights
 
+    def weight_arguments(self) -> list:
+        """The weights as `main` takes them (a prepacked library's rearranged), on the device."""
+        self._ready()
+        return list(self._weights)
+
     def _call_arguments(self, inputs: Sequence[np.ndarray]) -> list:
         """`main`'s arguments for one call: the inputs copied into the kept tensors, then the weights."""
         self._ready()
