@@ -134,6 +134,10 @@ class RegistryStore:
         # row version that every tuning record's foreign-key check then walked
         # (docs/benchmarks.md, "Coordinator at scale").
         known = self.get_fingerprint(fp_id)
+        # Measured device features (peak, bandwidth) differ a little between boxes of one fingerprint
+        # and are no part of its id: the first measured stays, or every registration rewrote the row.
+        if known is not None and "device" in known.details:
+            details = {**details, "device": known.details["device"]}
         if known is not None and (known.kind, known.summary, known.details) == (kind, summary, details):
             return known
         stmt = self.insert_statement(FingerprintRow).values(
