@@ -21,7 +21,15 @@ from typer.utils import parse_boolean_env_var
 from farm.cli import agent_cmd, cluster, coordinator_cmd, export_cmd, info, job_watch, registry, report_cmd, submit
 from farm.cli.options import read_deprecated_envvars
 from farm.cli.output import write_error
-from foundation.errors import EXIT_INTERNAL, BadInput, FarmError, Interrupted, out_of_resources, path_error
+from foundation.errors import (
+    EXIT_INTERNAL,
+    BadInput,
+    FarmError,
+    Interrupted,
+    out_of_resources,
+    path_error,
+    shortened,
+)
 from foundation.processes.heap import tune_collector
 
 # `farm --help` ends with the exit codes (README, "Exit codes"); \b keeps click from rewrapping them.
@@ -171,7 +179,8 @@ def _fail(err: FarmError, json_output: bool, exit_code: int | None = None) -> No
     if json_output:
         sys.stdout.write(json.dumps({**err.to_json(), "exit_code": code}, indent=2, default=str) + "\n")
         sys.stdout.flush()
-    write_error(" ".join(str(err).split()))  # one line, whatever the message held
+    # One line, whatever the message held, and no value in it quoted whole (a 5,000-character id).
+    write_error(shortened(" ".join(str(err).split())))
     if isinstance(err, Interrupted):
         # Everything is committed and said: skip the interpreter's teardown, which would put the
         # signals back to their defaults while worker pools wind down, so another Ctrl-C then

@@ -8,11 +8,9 @@ from __future__ import annotations
 
 import time
 
-import typer
-
 from farm.cli.command import FarmTyper
 from farm.cli.coordinator_options import coordinator_options
-from farm.cli.options import JSON_OPTION, REGISTRY_OPTION, env_option, finite_number
+from farm.cli.options import JOB_ARG, JSON_OPTION, REGISTRY_OPTION, env_option, finite_number
 from farm.cli.output import emit_json, print_fields, print_table, stderr_console
 from farm.cli.units import duration
 from farm.cli.views import AGENT_COLUMNS, JOB_COLUMNS, agent_row, job_fields, job_row, jobs_described
@@ -20,9 +18,6 @@ from farm.connection import Coordinator
 from foundation.errors import JobFailed, TimedOut
 
 app = FarmTyper()
-
-JOB_ARG = typer.Argument(..., metavar="JOB", help="The job id (job-…).")
-
 
 @app.command()
 @coordinator_options()

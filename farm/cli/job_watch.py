@@ -15,10 +15,9 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-from farm.cli.cluster import JOB_ARG
 from farm.cli.command import FarmTyper
 from farm.cli.coordinator_options import coordinator_options
-from farm.cli.options import JSON_OPTION, REGISTRY_OPTION, env_option, finite_number
+from farm.cli.options import JOB_ARG, JSON_OPTION, REGISTRY_OPTION, env_option, finite_number
 from farm.cli.output import emit_json, print_fields
 from farm.cli.views import job_fields, job_line
 from farm.connection import Coordinator

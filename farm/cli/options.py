@@ -84,6 +84,9 @@ def finite_number(low: float, high: float | None = None) -> Callable[[str], floa
     return parse
 
 
+# The job a command is about (`farm status`, `cancel`, `wait`).
+JOB_ARG = typer.Argument(..., metavar="JOB", help="The job id (job-…).")
+
 JSON_OPTION = typer.Option(
     False, "--json", envvar="FARM_JSON", show_envvar=True,
     help="Print one JSON document on stdout (for scripts); no progress.",

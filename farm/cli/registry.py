@@ -17,7 +17,7 @@ from farm.cli.command import FarmTyper
 from farm.cli.options import JSON_OPTION, REGISTRY_OPTION, env_option
 from farm.cli.output import emit_json, print_fields, print_table, stdout_console
 from farm.session import open_store
-from foundation.errors import BadInput, NotFound, path_error
+from foundation.errors import BadInput, NotFound, path_error, quoted
 
 # What `farm registry ls` counts, in this order (the registry's own tables; the distributed
 # mode's bookkeeping is left out).
@@ -132,7 +132,7 @@ def _lookup(store, ident: str):
         return store.get_job(ident)
     found = store.get_fingerprint(ident) or store.get_model(ident)
     if found is None:
-        raise NotFound(f"nothing in the registry has id '{ident}'", "see `farm registry ls` for ids")
+        raise NotFound(f"nothing in the registry has id {quoted(ident)}", "see `farm registry ls` for ids")
     return found
 
 
@@ -402,7 +402,7 @@ def _import_context(registry: str | None, target: str, fingerprint: str | None):
 
 def _unknown_fingerprint(fingerprint: str, kind: str, local_id: str, why: str = "") -> NotFound:
     return NotFound(
-        f"fingerprint '{fingerprint}' is not in the registry{why} (this box's, for target {kind}, is {local_id})",
+        f"fingerprint {quoted(fingerprint)} is not in the registry{why} (this box's, for target {kind}, is {local_id})",
         "import on a box of that fingerprint, or let one of its agents register with this registry "
         "first; `farm registry show` lists the fingerprints it knows",
     )

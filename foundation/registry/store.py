@@ -13,7 +13,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 
 from foundation.clock import utc_now
 from foundation.domain.runners import Runner
-from foundation.errors import NotFound, RegistryError
+from foundation.errors import NotFound, RegistryError, quoted
 
 from .cost_models import CostModels
 from .donor_records import DonorRecords
@@ -295,7 +295,7 @@ class RegistryStore:
             row = session.get(JobRow, job_id, populate_existing=True)
             if row is None:
                 raise NotFound(
-                    f"no job {job_id!r} in the registry at {self.url}", "see `farm jobs`"
+                    f"no job {quoted(job_id)} in the registry at {self.url}", "see `farm jobs`"
                 )
             if not changed or (states is not None and not fields and row.state not in states):
                 raise RegistryError(
@@ -310,7 +310,7 @@ class RegistryStore:
             row = session.get(JobRow, job_id)
             if row is None:
                 raise NotFound(
-                    f"no job {job_id!r} in the registry at {self.url}", "see `farm jobs`"
+                    f"no job {quoted(job_id)} in the registry at {self.url}", "see `farm jobs`"
                 )
             return row.to_entity()
 
@@ -461,5 +461,5 @@ class RegistryStore:
 
 def _no_artifact(artifact_id: str, url: str) -> NotFound:
     return NotFound(
-        f"no artifact {artifact_id!r} in the registry at {url}", "see `farm registry ls`"
+        f"no artifact {quoted(artifact_id)} in the registry at {url}", "see `farm registry ls`"
     )
