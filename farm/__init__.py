@@ -19,6 +19,7 @@ _EXPORTS = {
     "submit": "farm.job_api",
     "status": "farm.job_api",
     "jobs": "farm.job_api",
+    "cancel": "farm.job_api",
     "Job": "farm.job_api",
     "JobArtifact": "farm.job_api",
     "Latency": "farm.job_api",

@@ -196,6 +196,33 @@ def status(job_id: str, *, registry: str | None = None, coordinator: str | Coord
     return Job.from_document(jobs.document(jobs.get(job_id)))
 
 
+def cancel(job_id: str, *, registry: str | None = None, coordinator: str | Coordinator | None = None,
+           wait: float = 60.0) -> Job:
+    """Cancel a job, as `farm cancel` does: a coordinator's (its agents stop that work), or the registry's: one that
+    another process runs embedded is asked to stop after the batch in flight, and this waits up to ``wait`` seconds
+    for it (TimedOut, exit 5, if it is still running then; the job goes on to stop)."""
+    from foundation.errors import TimedOut
+
+    job_id = arguments.optional_text("job_id", job_id, 'farm.cancel("job-...")')
+    if not job_id:
+        raise BadInput("job_id is required", "pass a job's id, as farm.submit's Job.id or farm.jobs() gives it")
+    registry = arguments.optional_text("registry", registry, 'registry="sqlite:///farm.db"', limits.MAX_TEXT_LENGTH)
+    wait = arguments.seconds("wait", wait)
+    remote = _coordinator(coordinator)
+    if remote is not None:
+        from farm.client import job_json
+
+        return Job.from_document(job_json(remote.client().cancel(job_id, "cancelled by the user")))
+    from farm.registry_jobs import RegistryJobs
+
+    registry_jobs = RegistryJobs.open(registry)
+    job = registry_jobs.cancel(job_id, wait)
+    if not JobState(job.state).is_final:
+        raise TimedOut(f"job {job_id} was asked to stop, and is still {job.state} after {wait:g} s",
+                       f"its process stops after the batch in flight; see farm.status({job_id!r})")
+    return Job.from_document(registry_jobs.document(job))
+
+
 def jobs(limit: int = 20, *, registry: str | None = None, coordinator: str | Coordinator | None = None) -> list[Job]:
     """The newest ``limit`` jobs, newest first: a coordinator's, or the registry's."""
     limits.check_number("limit", limit, limits.LIST_LIMIT, "e.g. farm.jobs(limit=20)")

@@ -130,6 +130,23 @@ def quoted(value: object) -> str:
     return f"{text[:QUOTED_CHARS - 20]!r}... ({len(text):,} characters)"
 
 
+# The longest run of text without a space a message shows whole: a path, a URL, an id within
+# the coordinator's bounds.
+SHOWN_RUN_CHARS = 256
+
+
+def shortened(message: str) -> str:
+    """A message as the CLI shows it: each run of text without a space longer than SHOWN_RUN_CHARS
+    cut as `quoted` cuts a value, wherever a message quoted one whole."""
+    import re
+
+    def cut(run: re.Match[str]) -> str:
+        text = run.group()
+        return f"{text[:QUOTED_CHARS - 20]}... ({len(text):,} characters)"
+
+    return re.sub(rf"\S{{{SHOWN_RUN_CHARS + 1},}}", cut, message)
+
+
 # What the user can do about an OS error on a path they gave, by errno.
 _PATH_FIXES = {
     errno.EACCES: "check the permissions of the path and its directory, or choose another path",

@@ -103,3 +103,20 @@ def test_a_registry_this_user_cannot_write_or_read_says_so_not_that_it_is_no_dat
     line = one_error_line(proc.stderr)
     assert proc.returncode == 4 and said in line and "not a SQLite database" not in line, line
     assert "permissions" in line
+
+
+LONG = "x" * 5000
+
+
+@pytest.mark.parametrize("command", [
+    ["status", f"job-{LONG}"], ["cancel", f"job-{LONG}"], ["registry", "show", f"art-{LONG}"],
+    ["registry", "show", LONG], ["registry", "export", "{tmp}/out", "--fingerprint", LONG],
+    ["submit", LONG, "llvm", "1"], ["submit", "mlp-tiny", LONG, "1"],
+], ids=lambda c: " ".join(a[:12] for a in c[:3]))
+def test_a_5000_character_id_is_quoted_cut_to_its_start_and_length(tmp_path, command):
+    url = f"sqlite:///{tmp_path / 'registry.db'}"
+    assert run_farm_inprocess("registry", "init", "--registry", url, home=tmp_path / "home").returncode == 0
+    args = [a.replace("{tmp}", str(tmp_path)) for a in command]
+    proc = run_farm_inprocess(*args, "--registry", url, home=tmp_path / "home")
+    line = one_error_line(proc.stderr)
+    assert proc.returncode in (2, 3) and len(line) < 600 and "characters)" in line, line[:300]
