@@ -183,8 +183,10 @@ def _until(until: str | None, patience: int | None, round_trials: int | None):
 
 @app.command()
 def run(
-    model: str = MODEL_ARG,
-    target: str = TARGET_ARG,
+    model: str = typer.Argument(..., metavar="MODEL", help="A zoo model (see `farm models`), a path to an .onnx "
+                                                           "file, or a library written by `farm export` (.so)."),
+    target: str | None = typer.Argument(None, metavar="TARGET", help="llvm, cuda, or a TVM target JSON object "
+                                                                     "(none for an exported library)."),
     batch: int = BATCH_ARG,
     input_path: Path | None = env_option(None, "--input", command="run", metavar="FILE",
                                          help="A .npy file for the (single) input; default: seeded random."),
@@ -209,10 +211,23 @@ def run(
     shape: list[str] | None = shape_option("run"),
     json_output: bool = JSON_OPTION,
 ) -> None:
-    """Load the stored library for MODEL/TARGET/BATCH (no compile), run it and time it."""
+    """Load the stored library for MODEL/TARGET/BATCH (no compile), run it and time it; or MODEL.so, a
+    library `farm export` wrote, with its spec beside it."""
     import time
 
     import numpy as np
+
+    from farm.exported_model import is_exported
+
+    if is_exported(model):
+        from farm.cli.run_exported import run_exported
+
+        given = {"TARGET": target, "--weights-layout": weights_layout, "--fingerprint": fingerprint}
+        return run_exported(Path(model), [name for name, value in given.items() if value is not None],
+                            input_path=input_path, output_path=output_path, runs=runs, warmup=warmup, seed=seed,
+                            threads=threads, json_output=json_output)
+    if target is None:
+        raise BadInput("missing argument 'TARGET'", "see `farm run --help`")
 
     from farm.api import load
     from farm.cli.units import duration, milliseconds
@@ -222,13 +237,8 @@ def run(
 
     _check_numbers({"--runs": (runs, limits.VALIDATION_RUNS),
                     "--warmup": (warmup, limits.WARMUP_RUNS), "--seed": (seed, limits.SEED)})
-    if input_path is not None and input_path.is_dir():
-        raise BadInput(f"--input {input_path} is a directory", "pass a .npy file written by numpy.save")
-    if input_path is not None and input_path.exists() and not input_path.is_file():
-        raise BadInput(f"--input {input_path} is not a regular file (a device, FIFO or socket)",
-                       "pass a .npy file written by numpy.save")
-    if input_path is not None and not input_path.is_file():
-        raise NotFound(f"no such input file: {input_path}", "pass a .npy file written by numpy.save")
+    if input_path is not None:
+        _check_input_path(input_path)
     if output_path is not None:
         _check_output_path(output_path)
     # A bad file is refused before the load; its data is read once its header fits the model.
@@ -277,6 +287,16 @@ def run(
         console.print(f"output {i}   {out.dtype}{list(out.shape)}  mean {float(np.mean(out)):.6g}")
     if output_path:
         console.print(f"wrote      {output_path}")
+
+
+def _check_input_path(input_path: Path) -> None:
+    if input_path.is_dir():
+        raise BadInput(f"--input {input_path} is a directory", "pass a .npy file written by numpy.save")
+    if input_path.exists() and not input_path.is_file():
+        raise BadInput(f"--input {input_path} is not a regular file (a device, FIFO or socket)",
+                       "pass a .npy file written by numpy.save")
+    if not input_path.is_file():
+        raise NotFound(f"no such input file: {input_path}", "pass a .npy file written by numpy.save")
 
 
 def _check_output_path(path: Path) -> None:

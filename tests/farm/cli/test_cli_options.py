@@ -202,7 +202,8 @@ def test_help_ends_with_every_exit_code():
 
 @pytest.mark.parametrize(("args", "usage"), [
     (["submit"], "farm submit [OPTIONS] MODEL TARGET [BATCH]"),
-    (["run"], "farm run [OPTIONS] MODEL TARGET [BATCH]"),
+    (["run"], "farm run [OPTIONS] MODEL [TARGET] [BATCH]"),  # no TARGET for a library `farm export` wrote
+    (["export"], "farm export [OPTIONS] MODEL TARGET BATCH OUT.so"),
     (["status"], "farm status [OPTIONS] JOB"),
     (["cancel"], "farm cancel [OPTIONS] JOB"),
     (["report"], "farm report [OPTIONS] JOB"),

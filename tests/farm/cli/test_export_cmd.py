@@ -43,3 +43,50 @@ def test_export_refuses_in_one_line_and_writes_nothing(home, tmp_path, args, cod
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and says in lines[0], done.stderr
     assert list(out.iterdir()) == []
+
+
+@pytest.fixture
+def exported(home, tmp_path):
+    """mlp-tiny batch 2 exported to tmp_path/mlp.so."""
+    done = run_farm_inprocess("export", "mlp-tiny", "llvm", "2", str(tmp_path / "mlp.so"), "--json", home=home)
+    assert done.returncode == 0, done.stderr
+    return tmp_path / "mlp.so"
+
+
+def test_run_times_an_exported_library_and_answers_as_the_stored_one(home, exported, tmp_path):
+    import numpy as np
+
+    np.save(tmp_path / "x.npy", np.random.default_rng(5).standard_normal((2, 64)).astype("float32"))
+    ran = run_farm_inprocess("run", str(exported), "--input", str(tmp_path / "x.npy"), "--output",
+                             str(tmp_path / "y.npy"), "--runs", "3", "--json", home=home)
+    assert ran.returncode == 0, ran.stderr
+    document = json.loads(ran.stdout)
+    assert document["library"] == str(exported) and document["latency_ms"]["runs"] == 3
+    assert document["outputs"] == [{"shape": [2, 10], "dtype": "float32"}]
+    stored = run_farm_inprocess("run", "mlp-tiny", "llvm", "2", "--input", str(tmp_path / "x.npy"), "--output",
+                                str(tmp_path / "y-stored.npy"), "--runs", "1", home=home)
+    assert stored.returncode == 0, stored.stderr
+    np.testing.assert_allclose(np.load(tmp_path / "y.npy"), np.load(tmp_path / "y-stored.npy"), rtol=1e-5, atol=1e-6)
+
+
+def test_run_refuses_what_an_exported_library_does_not_take(home, exported, tmp_path):
+    cases = [
+        (["run", str(exported), "llvm"], 2, "TARGET cannot be given"),
+        (["run", str(exported), "--fingerprint", "cpu-x"], 2, "--fingerprint cannot be given"),
+        (["run", str(tmp_path / "other.so")], 3, "no such file"),
+        (["run", str(exported), "--input", str(tmp_path / "none.npy")], 3, "no such input file"),
+        (["run", "mlp-tiny"], 2, "missing argument 'TARGET'"),
+    ]
+    for args, code, says in cases:
+        done = run_farm_inprocess(*args, home=home)
+        lines = done.stderr.strip().splitlines()
+        assert done.returncode == code and len(lines) == 1 and says in lines[0], (args, done.stderr)
+
+
+def test_run_refuses_an_exported_library_its_spec_does_not_describe(home, exported):
+    exported.write_bytes(exported.read_bytes() + b"\0")
+    done = run_farm_inprocess("run", str(exported), home=home)
+    assert done.returncode == 2 and "sha256 differs" in done.stderr
+    exported.with_suffix(".json").unlink()
+    done = run_farm_inprocess("run", str(exported), home=home)
+    assert done.returncode == 3 and "mlp.json" in done.stderr

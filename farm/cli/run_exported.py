@@ -1,0 +1,72 @@
+"""`farm run OUT.so`: a library `farm export` wrote, run and timed from the file and its spec, as `farm run` times."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from farm.cli.output import emit_json, stdout_console
+from farm.cli.submit import _check_input_path, _check_numbers, _check_output_path, _write_outputs
+from foundation.domain import request_limits as limits
+from foundation.errors import BadInput
+
+
+def run_exported(path: Path, refused: list[str], *, input_path: Path | None, output_path: Path | None, runs: int,
+                 warmup: int, seed: int, threads: str, json_output: bool) -> None:
+    """``refused``: what was given that an exported library does not take (its spec says it)."""
+    import numpy as np
+
+    from farm.cli.units import duration, milliseconds
+    from farm.exported_model import load_exported
+    from foundation.runtime.npy_input import open_npy
+    from foundation.runtime.threads import parse_threads
+
+    if refused:
+        raise BadInput(f"{', '.join(refused)} cannot be given with an exported library ({path.name})",
+                       f"its target, weights and fingerprint are fixed: run `farm run {path}`")
+    _check_numbers({"--runs": (runs, limits.VALIDATION_RUNS),
+                    "--warmup": (warmup, limits.WARMUP_RUNS), "--seed": (seed, limits.SEED)})
+    if input_path is not None:
+        _check_input_path(input_path)
+    if output_path is not None:
+        _check_output_path(output_path)
+    given = open_npy(input_path, f"--input {input_path}") if input_path else None
+    begin = time.perf_counter()
+    model = load_exported(path, parse_threads(threads))
+    loaded_s = time.perf_counter() - begin
+    if given is not None:
+        model.check_inputs([given])
+    inputs = [given.read()] if given is not None else model.example_inputs(seed)
+    first = time.perf_counter()
+    outputs = model(inputs)
+    first_s = time.perf_counter() - first
+    if output_path:
+        _write_outputs(output_path, outputs)
+    latency = model.library.time(inputs, runs=runs, warmup=warmup)
+    spec = model.spec
+    document = {
+        "library": str(path),
+        "model": spec.get("model"),
+        "batch": spec.get("batch"),
+        "sha256": spec.get("sha256"),
+        "tuned_on": spec.get("tuned_on"),
+        "latency_ms": latency.to_json(),
+        "load_s": round(loaded_s, 4),
+        "first_inference_s": round(first_s, 4),
+        "threads": model.library.threads,
+        "outputs": [{"shape": list(o.shape), "dtype": str(o.dtype)} for o in outputs],
+    }
+    if json_output:
+        emit_json(document)
+        return
+    console = stdout_console()
+    console.print(f"library    {path}  ({spec.get('model')} batch {spec.get('batch')}, weights bound in, "
+                  f"tuned on {spec.get('tuned_on')})")
+    console.print(f"load       {duration(loaded_s)}, first inference {duration(first_s)}, "
+                  f"{model.library.threads} thread{'s' if model.library.threads != 1 else ''}")
+    console.print(f"latency    mean {milliseconds(latency.mean_ms)}  median {milliseconds(latency.median_ms)}  "
+                  f"std {milliseconds(latency.std_ms)}  ({latency.runs} runs after {latency.warmup} warm-up)")
+    for i, out in enumerate(outputs):
+        console.print(f"output {i}   {out.dtype}{list(out.shape)}  mean {float(np.mean(out)):.6g}")
+    if output_path:
+        console.print(f"wrote      {output_path}")
