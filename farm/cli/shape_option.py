@@ -1,4 +1,4 @@
-"""`--shape NAME=SIZE` (a named dimension) or `--shape INPUT=1,128` (an input's whole shape) of `farm submit` and `farm run`."""
+"""`--shape NAME=SIZE` (a named dimension) or `--shape INPUT=1,128` (an input's whole shape): submit and run."""
 
 from __future__ import annotations
 
