@@ -87,6 +87,10 @@ def submit(
         help="At the end, write the job's report (JOB.png, JOB.md) into this directory; with --coordinator it "
              "reads the coordinator's registry (--registry)."),
     shape: list[str] | None = shape_option("submit"),
+    dry_run: bool = env_option(
+        False, "--dry-run", command="submit",
+        help="Print the plan (tasks, trials per task, the weights layout chosen, what reuse skips, an estimate of "
+             "time from this box's past jobs) and stop: no job, nothing written."),
     json_output: bool = JSON_OPTION,
 ) -> None:
     """Tune MODEL for TARGET at BATCH, build and validate it, and store the library.
@@ -106,6 +110,15 @@ def submit(
 
         check_report_dir(report_dir)
     model = shaped_model(model, batch, shape)
+    if dry_run:
+        from farm.cli.dry_run_view import print_plan
+
+        if coordinator.address:
+            raise BadInput("--dry-run plans here, embedded", "leave out --coordinator and FARM_COORDINATOR")
+        return print_plan(model=model, target=target, batch=batch, registry=registry, trials=trials,
+                          trials_per_task=trials_per_task, retune=retune, seed=seed,
+                          reuse=reuse.value if reuse else None, weights_layout=weights_layout, until=until_request,
+                          fingerprint=fingerprint, json_output=json_output)
     if coordinator.address:
         from farm.cli.cluster import remote_submit
 

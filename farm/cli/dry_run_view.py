@@ -1,0 +1,40 @@
+"""`farm submit --dry-run` on the terminal: the plan a submit would tune by (farm.dry_run)."""
+
+from __future__ import annotations
+
+from farm.cli.output import emit_json, print_table, stdout_console
+
+
+def print_plan(*, json_output: bool, **request) -> None:
+    from farm.cli.units import duration
+    from farm.dry_run import plan_submit
+    from farm.embedded import SubmitRequest
+    from foundation.domain.reuse import describe_summary
+
+    plan = plan_submit(SubmitRequest(**request))
+    if json_output:
+        emit_json(plan)
+        return
+    console = stdout_console()
+    console.print(f"plan         {plan['model']} batch {plan['batch']}  target {plan['target']}  "
+                  f"(dry run: nothing written)")
+    console.print(f"fingerprint  {plan['fingerprint']}")
+    if plan["registry_hit"]:
+        console.print(f"registry hit {plan['registry_hit']}: a submit would answer with it and tune nothing "
+                      f"(--retune tunes; the plan below is what it would tune)")
+    choice = plan["weights_layout_choice"]
+    why = f": {choice['why']}" if choice and choice.get("why") else ""
+    console.print(f"weights      {plan['weights_layout']}{why}")
+    console.print(f"tasks        {plan['tasks']}, budget {plan['budget']['trials']} trials "
+                  f"(at most {plan['budget']['per_task']} a task)")
+    if plan["reuse"]:
+        console.print(f"reuse        {describe_summary(plan['reuse'])}")
+    rate = plan["trials_per_second"]
+    console.print(f"estimate     {duration(plan['estimated_seconds'])} for {plan['trials']} trials at this box's "
+                  f"{rate:.3g} trials/s" if rate else
+                  "estimate     none: the registry has no tuned job of this fingerprint to take a trial rate from")
+    if plan["trial_plan"]:
+        actions = {t["task"]: t.get("action", "tune") for t in (plan["reuse"] or {}).get("per_task", [])}
+        print_table(("task", "trials", "share", "reuse"),
+                    [(t["task"], t["trials"], f"{t['share']:.1%}", actions.get(t["task"], "tune"))
+                     for t in plan["trial_plan"]["tasks"]])
