@@ -47,6 +47,8 @@ def open_store(registry_option: str | None, *, create: bool = False) -> "Registr
     from foundation.registry.store import RegistryStore
 
     url = config.registry_url(registry_option)
+    if url == config.default_registry_url():  # FARM_HOME's registry: a FARM_HOME it cannot be in is named
+        config.checked_data_dir(create=create)
     if sqlite_in_memory(parse_registry_url(url)):
         raise BadInput(f"the registry {url!r} is in memory: it would keep nothing after this command",
                        "give a file, such as sqlite:///path/to/registry.db")

@@ -45,6 +45,27 @@ def data_dir() -> Path:
     return Path(base) / "tvm-farm"
 
 
+def checked_data_dir(*, create: bool) -> Path:
+    """`data_dir` as a command uses it, created with ``create``: BadInput naming FARM_HOME (or the
+    default it stands for) when it is not a directory, or cannot be made one."""
+    from foundation.errors import BadInput, OutOfResources, path_error
+
+    home = data_dir()
+    named = f"{HOME_ENV}={home}" if os.environ.get(HOME_ENV) else f"the farm's directory {home} ({HOME_ENV} unset)"
+    fix = f"set {HOME_ENV} to a directory this user can write"
+    if home.exists() and not home.is_dir():
+        raise BadInput(f"{named} is not a directory", fix)
+    if create:
+        try:
+            home.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            refused = path_error(err, home, doing="create")  # its exit code: 6 for a full disk, else 2 or 3
+            keep_fix = isinstance(refused, OutOfResources)
+            raise type(refused)(f"{named} cannot be created: {err.strerror}",
+                                refused.fix if keep_fix else fix) from None
+    return home
+
+
 def default_registry_url() -> str:
     return f"sqlite:///{data_dir() / 'registry.db'}"
 

@@ -9,6 +9,7 @@ A cancel stops the tuning after the batch in flight, whose records are committed
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import shutil
@@ -174,7 +175,16 @@ def tune(
     work_dir.mkdir(parents=True, exist_ok=True)
     begin = time.monotonic()
     plan = plan or trial_plan(tasks, budget, database, trial_caps=trial_caps)
-    _write_task_list(work_dir, tasks, plan.trials)
+    try:
+        _write_task_list(work_dir, tasks, plan.trials)
+    except OSError as err:
+        if err.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        # The job's logs are a record of it, not what it makes: it goes on, saying once that they are
+        # lost (MetaSchedule's log handlers would drop every line silently on that disk).
+        logging.getLogger(__name__).warning(
+            "warning: the job's logs in %s are not kept: %s there (free some space, or set FARM_HOME to a "
+            "directory on another disk); the job goes on", work_dir, err.strerror)
     progress = [
         TaskProgress(index=i, name=t.name, weight=t.weight, flop=t.flop,
                      budget=planned, planned=planned, started=begin)

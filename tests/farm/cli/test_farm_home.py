@@ -1,0 +1,41 @@
+"""FARM_HOME as a careless user sets it: a file, under a file, on a full disk. The message names it."""
+
+from __future__ import annotations
+
+import pytest
+
+from support.farm_inprocess import run_farm_inprocess
+from support.farm_process import one_error_line, run_farm
+from support.small_disk import fill, small_disk
+
+
+@pytest.mark.parametrize("command", [["submit", "mlp-tiny", "llvm", "1", "--trials", "4"], ["jobs"],
+                                     ["registry", "init"]], ids=lambda c: c[0])
+def test_a_farm_home_that_is_a_file_is_named(tmp_path, command):
+    home = tmp_path / "home"
+    home.write_text("not a directory")
+    proc = run_farm_inprocess(*command, home=home)
+    assert proc.returncode == 2, proc.stderr
+    assert one_error_line(proc.stderr) == (f"error: FARM_HOME={home} is not a directory "
+                                           "(set FARM_HOME to a directory this user can write)")
+
+
+def test_a_farm_home_under_a_file_is_named(tmp_path):
+    (tmp_path / "file").write_text("")
+    home = tmp_path / "file" / "home"
+    proc = run_farm_inprocess("registry", "init", home=home)
+    assert proc.returncode == 2, proc.stderr
+    assert one_error_line(proc.stderr).startswith(f"error: FARM_HOME={home} cannot be created: Not a directory")
+
+
+@pytest.mark.slow
+def test_a_farm_home_on_a_full_disk_says_once_that_the_jobs_logs_are_lost(farm_exe, tmp_path):
+    with small_disk(tmp_path / "disk", 512) as disk:
+        (disk / "home" / "jobs").mkdir(parents=True)
+        fill(disk)
+        proc = run_farm(farm_exe, disk / "home", "submit", "mlp-tiny", "llvm", "1", "--trials", "4", "--registry",
+                        f"sqlite:///{tmp_path / 'registry.db'}")
+    said = [line for line in proc.stderr.splitlines() if "are not kept" in line]
+    assert proc.returncode == 0, proc.stderr
+    assert len(said) == 1 and said[0].startswith(f"warning: the job's logs in {disk / 'home' / 'jobs'}"), proc.stderr
+    assert "No space left on device" in said[0] and "FARM_HOME" in said[0]
