@@ -92,6 +92,8 @@ class JobObserver(ProgressListener, Protocol):
     def planned(self, plan: dict) -> None:
         """The trial plan (TrialPlan.to_json), before tuning starts."""
 
+    # Optional: `job_started(job_id)`, called once the tuning job's row exists (farm.submit_handle).
+
 
 class _TrialTally:
     """Passes tuning progress on to the caller's observer and counts the trials measured so
@@ -401,6 +403,8 @@ class _JobRun:
                                           runner=lock.runner)
         lock.name_job(job.id)
         heartbeat.job_id = job.id
+        if observer is not None and hasattr(observer, "job_started"):  # a caller waiting for the id
+            observer.job_started(job.id)
         self.tally = _TrialTally(observer)
         heartbeat.count_trials(lambda: self.tally.trials)
         self.driver = driver = JobDriver(RegistryJobMoves(store), job.id, job.state)

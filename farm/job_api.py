@@ -14,13 +14,16 @@ from __future__ import annotations
 import datetime as dt
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from farm import arguments
 from farm.connection import Coordinator
 from foundation.domain import request_limits as limits
 from foundation.domain.jobs import JobState
 from foundation.errors import BadInput
+
+if TYPE_CHECKING:  # pragma: no cover
+    from farm.submit_handle import SubmitHandle
 
 
 @dataclass(frozen=True)
@@ -116,12 +119,14 @@ def submit(model: str, target: str = "llvm", batch: int = 1, *, trials: int | No
            until: str | None = None, patience: int | None = None, round_trials: int | None = None,
            build_workers: int | None = None, registry: str | None = None,
            coordinator: str | Coordinator | None = None, fingerprint: str | None = None, wait: bool = True,
-           timeout: float | None = None, shapes: dict | None = None, example_inputs=None) -> Job:
+           timeout: float | None = None, shapes: dict | None = None, example_inputs=None) -> "Job | SubmitHandle":
     """Tune ``model`` for ``target`` at ``batch`` (or answer from the registry), as `farm submit` does.
 
     Without ``coordinator`` the job runs here, in this process, on ``registry`` (default: the
-    farm's SQLite file), and returns when it ends. With one, the coordinator's agents run it;
-    ``wait`` follows it until it ends (or ``timeout`` seconds pass), else it returns queued.
+    farm's SQLite file), and returns when it ends; with ``wait=False`` it returns at once a
+    farm.submit_handle.SubmitHandle of the job running in a background thread (its progress
+    events, ``wait()``, ``cancel()``). With a coordinator, its agents run it; ``wait`` follows
+    it until it ends (or ``timeout`` seconds pass), else it returns queued.
     A coordinator with agents of several fingerprints for the target starts one job for each
     (``fingerprint`` picks one): this returns the first, and ``farm.jobs()`` lists them all.
     Embedded, ``fingerprint`` names the compatible fingerprint (this CPU at another size) whose
@@ -173,6 +178,10 @@ def submit(model: str, target: str = "llvm", batch: int = 1, *, trials: int | No
         measure=MeasureSettings(build_workers=build_workers), validation_runs=runs, weights_layout=weights_layout,
         until=until_request, fingerprint=fingerprint,
     )
+    if not wait:  # runs in a background thread of this process: its events, wait() and cancel()
+        from farm.submit_handle import SubmitHandle
+
+        return SubmitHandle(request)
     with ctrl_c_cancels() as cancellation:
         result = submit_job(request, cancellation=cancellation)
     jobs = RegistryJobs.open(registry)

@@ -1,0 +1,139 @@
+"""An embedded submit running in a background thread of this process: `farm.submit(..., wait=False)`.
+
+The job runs as `farm.submit` runs it (one at a time per process, under the TVM IR lock); the
+handle hands out what the CLI draws, as events: the job's stages (``stage``: its state and a
+line on it), the trial plan (``planned``) and each task's tuning progress (``started``,
+``measured``, ``batch_measured``, ``finished``: a snapshot of the task's numbers). ``wait``
+returns the job however it ended; ``cancel`` asks it to stop after the batch in flight, as
+`farm cancel` does.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import queue
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from foundation.errors import TimedOut
+from foundation.job_driver.cancellation import Cancellation
+
+if TYPE_CHECKING:  # pragma: no cover
+    from farm.embedded import SubmitRequest
+    from farm.job_api import Job
+
+
+@dataclass(frozen=True)
+class SubmitEvent:
+    """One thing a running submit said: ``kind`` is stage, job, planned, started, measured,
+    batch_measured or finished; ``detail`` its line (stage) and ``data`` its numbers."""
+
+    kind: str
+    state: str = ""
+    detail: str = ""
+    data: Any = field(default=None)
+
+
+_END = object()
+
+
+class SubmitHandle:
+    """A submit running in the background; its events, its job, and a way to stop it."""
+
+    def __init__(self, request: "SubmitRequest"):
+        self._request = request
+        self._events: queue.Queue = queue.Queue()
+        self._cancellation = Cancellation()
+        self._job_known = threading.Event()
+        self._job_id: str | None = None
+        self._result = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="farm-submit", daemon=True)
+        self._thread.start()
+
+    # -- what a caller uses -----------------------------------------------------------
+
+    def job_id(self, timeout: float | None = None) -> str | None:
+        """The job's id once the registry has it (a hit's, or the tuning job's), waiting up to
+        ``timeout`` seconds for it; None if the submit ended before any job (bad input, say)."""
+        self._job_known.wait(timeout)
+        return self._job_id
+
+    @property
+    def done(self) -> bool:
+        return not self._thread.is_alive()
+
+    def events(self) -> Iterator[SubmitEvent]:
+        """Every event, as it happens, until the submit ends (then the iteration stops)."""
+        while True:
+            event = self._events.get()
+            if event is _END:
+                self._events.put(_END)  # a second iteration ends at once too
+                return
+            yield event
+
+    def wait(self, timeout: float | None = None) -> "Job":
+        """The job as it ended; TimedOut if it runs past ``timeout`` seconds (it goes on), and
+        the submit's own error (BadInput, say) if it raised one."""
+        from farm.job_api import Job
+        from farm.registry_jobs import RegistryJobs
+
+        self._thread.join(timeout)
+        if self._thread.is_alive():
+            raise TimedOut(f"the submit of {self._request.model} is still running after {timeout:g} s",
+                           "wait again, or cancel() it")
+        if self._error is not None:
+            raise self._error
+        jobs = RegistryJobs.open(self._request.registry)
+        return Job.from_document(jobs.document(jobs.get(self._result.job.id)))
+
+    def cancel(self, reason: str = "cancelled by its caller") -> None:
+        """Stop the job after the batch in flight; it ends cancelled with its records kept."""
+        self._cancellation.request(reason)
+
+    # -- the job's observer (farm.embedded.JobObserver) --------------------------------
+
+    def stage(self, state: str, detail: str) -> None:
+        self._events.put(SubmitEvent("stage", state, detail))
+
+    def job_started(self, job_id: str) -> None:
+        self._job_id = job_id
+        self._job_known.set()
+        self._events.put(SubmitEvent("job", detail=job_id))
+
+    def planned(self, plan: dict) -> None:
+        self._events.put(SubmitEvent("planned", data=plan))
+
+    def started(self, tasks) -> None:
+        self._events.put(SubmitEvent("started", data=[_snapshot(t) for t in tasks]))
+
+    def measured(self, task, new_trials: int) -> None:
+        self._events.put(SubmitEvent("measured", data={**_snapshot(task), "new_trials": new_trials}))
+
+    def batch_measured(self, task) -> None:
+        self._events.put(SubmitEvent("batch_measured", data=_snapshot(task)))
+
+    def finished(self, tasks) -> None:
+        self._events.put(SubmitEvent("finished", data=[_snapshot(t) for t in tasks]))
+
+    def _run(self) -> None:
+        from farm.embedded import submit as submit_job
+
+        try:
+            self._result = submit_job(self._request, observer=self, cancellation=self._cancellation)
+            if self._job_id is None:  # a registry hit: its job exists only once answered
+                self.job_started(self._result.job.id)
+        except BaseException as err:  # handed to wait(): this thread has no caller to raise to
+            self._error = err
+        finally:
+            self._job_known.set()
+            self._events.put(_END)
+
+
+def _snapshot(task) -> dict:
+    """A task's progress as plain numbers, copied: the tuner goes on changing its own."""
+    data = dataclasses.asdict(task) if dataclasses.is_dataclass(task) else dict(vars(task))
+    data.pop("errors", None)
+    return data
