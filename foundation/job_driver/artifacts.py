@@ -3,8 +3,8 @@
 Both modes must answer a hit, and keep a validated library, in exactly the same way, or a
 library tuned by one would not be found (or would be described differently) by the other.
 A hit is verified before it is given: an artifact whose stored bytes no longer match its
-sha256 is marked invalid (with why) and is never a hit again, and the next older valid
-artifact, if any, answers instead.
+sha256, or are no library a loader could map, is marked invalid (with why) and is never a hit
+again, and the next older valid artifact, if any, answers instead.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from foundation.clock import utc_now
 from foundation.domain.jobs import JobState
 from foundation.domain.weights_layout import WeightsLayout
+from foundation.job_driver.library_file import shared_library_problem
 from foundation.models.model_key import ModelKey
 from foundation.units import milliseconds
 
@@ -102,11 +103,16 @@ def hit_form_why(artifact: "Artifact", default: WeightsLayout) -> str:
 
 
 def library_problem(artifact: "Artifact", library: bytes) -> str | None:
-    """What is wrong with an artifact's stored bytes, or None if they are the ones validated."""
+    """What is wrong with an artifact's stored bytes, or None if they are the ones validated and a
+    loader could map them. A hit must load: bytes replaced together with their size and sha256
+    match, and are still no library."""
     digest = hashlib.sha256(library).hexdigest()
     if digest != artifact.sha256:
         return (f"its stored library ({len(library)} bytes, sha256 {digest[:12]}…) does not match "
                 f"the one validated ({artifact.size} bytes, sha256 {artifact.sha256[:12]}…)")
+    unloadable = shared_library_problem(library) if artifact.lib_format == LIBRARY_FORMAT else None
+    if unloadable is not None:
+        return f"its stored library ({len(library)} bytes) cannot be loaded: {unloadable}"
     return None
 
 

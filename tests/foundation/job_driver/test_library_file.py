@@ -1,0 +1,38 @@
+"""A stored library is checked as a loader would map it, from its ELF headers (no TVM)."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+
+from foundation.job_driver.library_file import shared_library_problem
+
+
+@pytest.fixture(scope="module")
+def library() -> bytes:
+    """A real shared library of this box: Python's own extension modules are ones."""
+    import _json  # noqa: F401  (a C extension, where this interpreter has one)
+
+    path = sys.modules["_json"].__file__
+    if path is None or not path.endswith(".so"):
+        pytest.skip("this Python has no shared-library extension module to read")
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def test_a_shared_library_whole_is_one(library):
+    assert shared_library_problem(library) is None
+
+
+@pytest.mark.parametrize("damaged, said", [
+    (lambda lib: os.urandom(len(lib)), "not an ELF file"),
+    (lambda lib: lib[:len(lib) // 2], "cut short"),
+    (lambda lib: lib[:40], "ELF header is damaged"),
+    (lambda lib: lib[:16] + b"\x02\x00" + lib[18:], "not a shared library"),  # ET_EXEC, little-endian
+    (lambda lib: b"", "not an ELF file"),
+])
+def test_what_a_loader_could_not_map_is_said(library, damaged, said):
+    problem = shared_library_problem(damaged(library))
+    assert problem is not None and said in problem
