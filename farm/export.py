@@ -24,14 +24,25 @@ import secrets
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 import numpy as np
 
 from foundation.errors import BadInput, FarmError, NotFound, path_error
 
-if TYPE_CHECKING:  # pragma: no cover
-    from farm.api import DeployedModel
+
+class LoadedForExport(Protocol):
+    """What an export reads of a loaded model (farm.api.DeployedModel), named here so that this
+    module, which DeployedModel.export calls, does not import it back."""
+
+    key: Any
+    model: Any
+    artifact: Any
+    library: Any
+    fingerprint: str
+    registry: Any
+
+    def example_inputs(self, seed: int = 0) -> list: ...
 
 EXPORT_FORMAT = "tvm-farm-export/1"
 LIBRARY_SUFFIX = ".so"
@@ -78,7 +89,7 @@ def check_export_path(path) -> Path:
     return out
 
 
-def export_library(deployed: "DeployedModel", path, *, seed: int = 0) -> Exported:
+def export_library(deployed: "LoadedForExport", path, *, seed: int = 0) -> Exported:
     """Compile ``deployed`` with its weights bound in, check it against the stored library on seeded
     inputs, and write OUT.so and OUT.json, each whole or not at all."""
     out = check_export_path(path)
@@ -95,7 +106,7 @@ def export_library(deployed: "DeployedModel", path, *, seed: int = 0) -> Exporte
     return Exported(out, spec_path(out), document)
 
 
-def _bound_library(deployed: "DeployedModel") -> bytes:
+def _bound_library(deployed: "LoadedForExport") -> bytes:
     """The deployed model's library compiled again from the registry's records, its weights bound into `main`."""
     import tvm
 
@@ -141,7 +152,7 @@ def _run_file(path: Path, target_json: str, inputs: list[np.ndarray]) -> list[np
     return host_arrays(vm["main"](*[tvm.runtime.tensor(x, device) for x in inputs]), False)
 
 
-def _check_same(deployed: "DeployedModel", outputs: list[np.ndarray], expected: list[np.ndarray]) -> None:
+def _check_same(deployed: "LoadedForExport", outputs: list[np.ndarray], expected: list[np.ndarray]) -> None:
     validation = deployed.artifact.validation or {}
     rtol, atol = float(validation.get("rtol") or 1e-5), float(validation.get("atol") or 1e-5)
     same = len(outputs) == len(expected) and all(
@@ -152,7 +163,7 @@ def _check_same(deployed: "DeployedModel", outputs: list[np.ndarray], expected: 
                         f"re-tune it with `farm submit {deployed.key.name} ... --retune`, then export again")
 
 
-def _spec(deployed: "DeployedModel", library_name: str, library: bytes, outputs: list[np.ndarray]) -> dict:
+def _spec(deployed: "LoadedForExport", library_name: str, library: bytes, outputs: list[np.ndarray]) -> dict:
     from foundation.hardware.versions import tvm_version
 
     artifact = deployed.artifact

@@ -181,7 +181,7 @@ def submit(model: str, target: str = "llvm", batch: int = 1, *, trials: int | No
     if not wait:  # runs in a background thread of this process: its events, wait() and cancel()
         from farm.submit_handle import SubmitHandle
 
-        return SubmitHandle(request)
+        return SubmitHandle(request, lambda job_id: status(job_id, registry=registry))
     with ctrl_c_cancels() as cancellation:
         result = submit_job(request, cancellation=cancellation)
     jobs = RegistryJobs.open(registry)

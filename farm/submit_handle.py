@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import queue
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -22,7 +22,6 @@ from foundation.job_driver.cancellation import Cancellation
 
 if TYPE_CHECKING:  # pragma: no cover
     from farm.embedded import SubmitRequest
-    from farm.job_api import Job
 
 
 @dataclass(frozen=True)
@@ -42,8 +41,11 @@ _END = object()
 class SubmitHandle:
     """A submit running in the background; its events, its job, and a way to stop it."""
 
-    def __init__(self, request: "SubmitRequest"):
+    def __init__(self, request: "SubmitRequest", job_of: Callable[[str], Any]):
+        """``job_of``: the job (a farm.Job) as `farm.status` gives it, by id; farm.job_api hands it in,
+        so that this module does not import it back."""
         self._request = request
+        self._job_of = job_of
         self._events: queue.Queue = queue.Queue()
         self._cancellation = Cancellation()
         self._job_known = threading.Event()
@@ -74,20 +76,16 @@ class SubmitHandle:
                 return
             yield event
 
-    def wait(self, timeout: float | None = None) -> "Job":
-        """The job as it ended; TimedOut if it runs past ``timeout`` seconds (it goes on), and
+    def wait(self, timeout: float | None = None) -> Any:
+        """The job as it ended (a farm.Job); TimedOut if it runs past ``timeout`` seconds (it goes on), and
         the submit's own error (BadInput, say) if it raised one."""
-        from farm.job_api import Job
-        from farm.registry_jobs import RegistryJobs
-
         self._thread.join(timeout)
         if self._thread.is_alive():
             raise TimedOut(f"the submit of {self._request.model} is still running after {timeout:g} s",
                            "wait again, or cancel() it")
         if self._error is not None:
             raise self._error
-        jobs = RegistryJobs.open(self._request.registry)
-        return Job.from_document(jobs.document(jobs.get(self._result.job.id)))
+        return self._job_of(self._result.job.id)
 
     def cancel(self, reason: str = "cancelled by its caller") -> None:
         """Stop the job after the batch in flight; it ends cancelled with its records kept."""

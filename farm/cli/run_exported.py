@@ -6,7 +6,7 @@ import time
 from pathlib import Path
 
 from farm.cli.output import emit_json, stdout_console
-from farm.cli.submit import _check_input_path, _check_numbers, _check_output_path, _write_outputs
+from farm.cli.run_files import check_input_path, check_numbers, check_output_path, write_outputs
 from foundation.domain import request_limits as limits
 from foundation.errors import BadInput
 
@@ -24,12 +24,12 @@ def run_exported(path: Path, refused: list[str], *, input_path: Path | None, out
     if refused:
         raise BadInput(f"{', '.join(refused)} cannot be given with an exported library ({path.name})",
                        f"its target, weights and fingerprint are fixed: run `farm run {path}`")
-    _check_numbers({"--runs": (runs, limits.VALIDATION_RUNS),
+    check_numbers({"--runs": (runs, limits.VALIDATION_RUNS),
                     "--warmup": (warmup, limits.WARMUP_RUNS), "--seed": (seed, limits.SEED)})
     if input_path is not None:
-        _check_input_path(input_path)
+        check_input_path(input_path)
     if output_path is not None:
-        _check_output_path(output_path)
+        check_output_path(output_path)
     given = open_npy(input_path, f"--input {input_path}") if input_path else None
     begin = time.perf_counter()
     model = load_exported(path, parse_threads(threads))
@@ -41,7 +41,7 @@ def run_exported(path: Path, refused: list[str], *, input_path: Path | None, out
     outputs = model(inputs)
     first_s = time.perf_counter() - first
     if output_path:
-        _write_outputs(output_path, outputs)
+        write_outputs(output_path, outputs)
     latency = model.library.time(inputs, runs=runs, warmup=warmup)
     spec = model.spec
     document = {

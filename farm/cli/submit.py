@@ -10,12 +10,13 @@ from farm.cli.command import FarmTyper
 from farm.cli.coordinator_options import coordinator_options
 from farm.cli.options import JSON_OPTION, REGISTRY_OPTION, env_option, finite_number
 from farm.cli.output import emit_json, stdout_console
+from farm.cli.run_files import check_input_path, check_numbers, check_output_path, write_outputs
 from farm.cli.shape_option import shape_option, shaped_model
 from farm.connection import Coordinator
 from foundation.domain import request_limits as limits
 from foundation.domain.reuse import ReuseMode
 from foundation.domain.tuning_rounds import DEFAULT_PATIENCE, DEFAULT_ROUNDS
-from foundation.errors import BadInput, FarmError, Interrupted, JobFailed, NotFound, path_error
+from foundation.errors import BadInput, Interrupted, JobFailed
 
 app = FarmTyper()
 
@@ -248,12 +249,12 @@ def run(
     from foundation.runtime.npy_input import open_npy
     from foundation.runtime.threads import parse_threads
 
-    _check_numbers({"--runs": (runs, limits.VALIDATION_RUNS),
+    check_numbers({"--runs": (runs, limits.VALIDATION_RUNS),
                     "--warmup": (warmup, limits.WARMUP_RUNS), "--seed": (seed, limits.SEED)})
     if input_path is not None:
-        _check_input_path(input_path)
+        check_input_path(input_path)
     if output_path is not None:
-        _check_output_path(output_path)
+        check_output_path(output_path)
     # A bad file is refused before the load; its data is read once its header fits the model.
     given = open_npy(input_path, f"--input {input_path}") if input_path else None
     model = shaped_model(model, batch, shape)
@@ -268,7 +269,7 @@ def run(
     outputs = deployed(*inputs)
     first_s = time.perf_counter() - first
     if output_path:
-        _write_outputs(output_path, outputs)
+        write_outputs(output_path, outputs)
     latency = deployed.time(inputs, runs=runs, warmup=warmup)
     document = {
         "artifact": deployed.artifact.id,
@@ -300,54 +301,6 @@ def run(
         console.print(f"output {i}   {out.dtype}{list(out.shape)}  mean {float(np.mean(out)):.6g}")
     if output_path:
         console.print(f"wrote      {output_path}")
-
-
-def _check_input_path(input_path: Path) -> None:
-    if input_path.is_dir():
-        raise BadInput(f"--input {input_path} is a directory", "pass a .npy file written by numpy.save")
-    if input_path.exists() and not input_path.is_file():
-        raise BadInput(f"--input {input_path} is not a regular file (a device, FIFO or socket)",
-                       "pass a .npy file written by numpy.save")
-    if not input_path.is_file():
-        raise NotFound(f"no such input file: {input_path}", "pass a .npy file written by numpy.save")
-
-
-def _check_output_path(path: Path) -> None:
-    """Refuse an output path that cannot be written before the run, not after it."""
-    import os
-
-    if path.suffix not in (".npy", ".npz"):
-        raise BadInput(f"--output {path} must end in .npy (one output) or .npz", "e.g. --output y.npy")
-    if path.is_dir():
-        raise BadInput(f"--output {path} is a directory", f"give a file in it, such as {path / 'y.npy'}")
-    if path.exists() and not path.is_file():  # a FIFO: writing to it waits for a reader forever
-        raise BadInput(f"--output {path} is not a regular file (a device, FIFO or socket)",
-                       "give a path for a new .npy file, or of one to replace")
-    parent = path.parent if str(path.parent) else Path(".")
-    if not parent.is_dir():
-        raise NotFound(f"the directory of --output {path} does not exist", f"create {parent} first")
-    if not os.access(parent, os.W_OK):
-        raise BadInput(f"cannot write --output {path}: {parent} is not writable", "choose another directory")
-
-
-def _write_outputs(path: Path, outputs) -> None:
-    import numpy as np
-
-    if path.suffix == ".npy" and len(outputs) != 1:
-        raise FarmError(f"the model has {len(outputs)} outputs; a .npy file holds one", "use --output out.npz")
-    try:
-        if path.suffix == ".npz":
-            np.savez(path, *outputs)
-        else:
-            np.save(path, outputs[0])
-    except OSError as err:
-        raise path_error(err, path, doing="write --output") from None
-
-
-def _check_numbers(numbers: dict) -> None:
-    """Refuse a number out of its bounds (foundation.domain.request_limits), before anything is written."""
-    for name, (value, bound) in numbers.items():
-        limits.check_number(name, value, bound)
 
 
 def _print_submit(result) -> None:

@@ -209,9 +209,9 @@ def test_os_errors_map_to_exit_codes_with_the_path():
 def test_outputs_to_a_path_the_os_refuses_are_bad_input_with_the_path():
     import numpy as np
 
-    from farm.cli.submit import _write_outputs
+    from farm.cli.run_files import write_outputs
     from foundation.errors import BadInput
 
     with pytest.raises(BadInput) as refused:
-        _write_outputs(Path("/proc/x.npy"), [np.zeros(2, dtype="float32")])
+        write_outputs(Path("/proc/x.npy"), [np.zeros(2, dtype="float32")])
     assert "cannot write --output /proc/x.npy" in refused.value.problem
