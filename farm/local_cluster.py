@@ -92,7 +92,7 @@ class Cluster:
 
     def env(self, home: str) -> dict:
         env = {**os.environ, MARKER: self.marker, "FARM_HOME": str(self.root / home)}
-        for name in ("FARM_REGISTRY", "FARM_COORDINATOR", "FARM_TOKEN", "FARM_TOKEN_FILE"):
+        for name in ("FARM_REGISTRY", "FARM_REGISTRY_FILE", "FARM_COORDINATOR", "FARM_TOKEN", "FARM_TOKEN_FILE"):
             env.pop(name, None)
         if self.token is not None:
             env["FARM_TOKEN"] = self.token

@@ -3,11 +3,17 @@
 from __future__ import annotations
 
 import os
+import stat
 from pathlib import Path
 
 from foundation.errors import BadInput
 
 REGISTRY_ENV = "FARM_REGISTRY"
+# A file holding the registry's URL, password included, in place of FARM_REGISTRY: deployments
+# mount it from a secret, so the password is in no process's environment (docker's *_FILE rule).
+REGISTRY_FILE_ENV = "FARM_REGISTRY_FILE"
+# Far above any URL, far below what a wrong path (/dev/zero, a large file) would take to read.
+_REGISTRY_FILE_MAX_BYTES = 64 * 1024
 HOME_ENV = "FARM_HOME"
 COORDINATOR_ENV = "FARM_COORDINATOR"
 # 1/true/yes/on: a job stores its tuned library even when the validation timed it
@@ -71,8 +77,47 @@ def default_registry_url() -> str:
 
 
 def registry_url(option: str | None) -> str:
-    """The registry a command uses: --registry, else $FARM_REGISTRY, else the embedded SQLite."""
-    return option or os.environ.get(REGISTRY_ENV) or default_registry_url()
+    """The registry a command uses: --registry, else $FARM_REGISTRY, else the URL in the file
+    $FARM_REGISTRY_FILE names, else the embedded SQLite. FARM_REGISTRY and FARM_REGISTRY_FILE
+    both set is refused (BadInput): which one was meant cannot be told."""
+    from_env = os.environ.get(REGISTRY_ENV) or None
+    file = os.environ.get(REGISTRY_FILE_ENV, "").strip()
+    if file and from_env:
+        raise BadInput(f"both {REGISTRY_ENV} and {REGISTRY_FILE_ENV} are set",
+                       f"unset one: {REGISTRY_FILE_ENV} names a file holding the URL, {REGISTRY_ENV} is the URL")
+    if option:  # typer passes FARM_REGISTRY as the option; a --registry given beats a file in the environment
+        return option
+    if file:
+        return read_registry_file(Path(file).expanduser())
+    return default_registry_url()
+
+
+def read_registry_file(path: Path) -> str:
+    """The registry URL held in ``path`` (FARM_REGISTRY_FILE), surrounding whitespace stripped.
+    BadInput (exit 2) when it cannot be read, is not a regular file, is not text, is empty or
+    holds more than one line."""
+    named = f"{REGISTRY_FILE_ENV}={path}"
+    fix = "put the registry's URL in it, alone on one line, e.g. postgresql://farm:PASSWORD@db:5432/farm"
+    try:
+        # stat before open: opening a FIFO would wait for a writer.
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            raise BadInput(f"{named} is not a regular file", "give the path of an ordinary file holding the URL")
+        with open(path, "rb") as file:
+            data = file.read(_REGISTRY_FILE_MAX_BYTES + 1)
+    except OSError as err:
+        raise BadInput(f"cannot read {named}: {err.strerror or type(err).__name__}",
+                       f"check the path and that this user may read it, or unset {REGISTRY_FILE_ENV}") from None
+    if len(data) > _REGISTRY_FILE_MAX_BYTES:
+        raise BadInput(f"{named} is larger than {_REGISTRY_FILE_MAX_BYTES >> 10} KiB, more than any URL", fix)
+    try:
+        url = data.decode().strip()
+    except UnicodeDecodeError:
+        raise BadInput(f"{named} is not text", fix) from None
+    if not url:
+        raise BadInput(f"{named} is empty", fix)
+    if "\n" in url:
+        raise BadInput(f"{named} holds more than one line", fix)
+    return url
 
 
 _YES = ("1", "true", "yes", "on")

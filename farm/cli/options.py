@@ -93,7 +93,8 @@ JSON_OPTION = typer.Option(
 )
 REGISTRY_OPTION = typer.Option(
     None, "--registry", envvar="FARM_REGISTRY", show_envvar=True, metavar="URL",
-    help="SQLAlchemy URL of the registry (default: SQLite in the farm's data directory).",
+    help="SQLAlchemy URL of the registry (default: SQLite in the farm's data directory); "
+         "or FARM_REGISTRY_FILE, a file holding it (for a URL with a password).",
 )
 METRICS_LISTEN_OPTION = typer.Option(
     None, "--metrics-listen", envvar="FARM_METRICS_LISTEN", show_envvar=True, metavar="HOST:PORT",

@@ -358,11 +358,13 @@ def upgrade(
 ) -> None:
     """Migrate the registry's schema to the version this farm needs."""
     from foundation.config import registry_url
+    from foundation.registry.engine import masked, parse_registry_url
     from foundation.registry.store import upgrade_registry
 
-    revision = upgrade_registry(registry_url(registry), create=create)
-    if json_output:
-        emit_json({"registry": registry_url(registry), "revision": revision})
+    url = registry_url(registry)
+    revision = upgrade_registry(url, create=create)
+    if json_output:  # without the password, which FARM_REGISTRY_FILE keeps out of sight
+        emit_json({"registry": masked(parse_registry_url(url)), "revision": revision})
     else:
         stdout_console().print(f"registry is at revision {revision}")
 

@@ -7,7 +7,7 @@ import json
 import pytest
 import yaml
 
-from support.deploy_recipes import COMPOSE_DIR, COMPOSE_FILE, DASHBOARD, read_env_file
+from support.deploy_recipes import COMPOSE_DIR, COMPOSE_FILE, DASHBOARD, read_compose_env_file
 
 
 @pytest.fixture(scope="module")
@@ -17,7 +17,7 @@ def compose() -> dict:
 
 @pytest.fixture(scope="module")
 def compose_env() -> dict[str, str]:
-    return read_env_file(COMPOSE_DIR / "example.env")
+    return read_compose_env_file(COMPOSE_DIR / "example.env")
 
 
 @pytest.fixture(scope="module")

@@ -34,44 +34,25 @@ from support.deploy_recipes import (
     DASHBOARD_PROVIDERS,
     DATASOURCES,
     GRAFANA,
+    INTERPOLATION,
     PROMETHEUS_CONFIG,
     ROOT,
     farm_services,
     flag_value,
     flags_of,
     host_port,
+    interpolate,
 )
-
-_INTERPOLATION = re.compile(r"\$\$|\$\{(?P<braced>[A-Za-z_][A-Za-z0-9_]*)(?:(?P<op>:?[-?+])(?P<arg>[^}]*))?\}"
-                            r"|\$(?P<bare>[A-Za-z_][A-Za-z0-9_]*)")
 
 
 def compose_variables(text: str) -> dict[str, str | None]:
     """The variables compose.yaml interpolates: name -> its operator (`:-`, `:?`, ...) or None."""
     found = {}
-    for match in _INTERPOLATION.finditer(text):
+    for match in INTERPOLATION.finditer(text):
         name = match.group("braced") or match.group("bare")
         if name:
             found.setdefault(name, match.group("op"))
     return found
-
-
-def interpolate(text: str, env: dict[str, str]) -> str:
-    """Compose's interpolation of ${VAR}, ${VAR:-default}, ${VAR:?error}, $VAR and $$."""
-    def replace(match: re.Match) -> str:
-        if match.group(0) == "$$":
-            return "$"
-        name = match.group("braced") or match.group("bare")
-        op, arg = match.group("op"), match.group("arg")
-        value = env.get(name)
-        if op in (":-", "-"):
-            return value if value or (op == "-" and value is not None) else arg
-        if op in (":?", "?") and not value:
-            raise AssertionError(f"compose.yaml needs {name}: {arg}")
-        assert value is not None, f"compose.yaml uses ${name}, which example.env does not set"
-        return value
-
-    return _INTERPOLATION.sub(replace, text)
 
 
 def compose_schema() -> dict:
@@ -131,7 +112,7 @@ def test_compose_variables_and_secrets_come_from_example_env(compose, compose_en
     assert not unset, f"compose.yaml needs variables example.env does not document: {unset}"
     for name, secret in compose["secrets"].items():
         assert secret.get("environment") in compose_env, f"secret {name} reads an undocumented variable"
-    for key in ("POSTGRES_PASSWORD", "FARM_TOKEN", "GRAFANA_ADMIN_PASSWORD"):
+    for key in ("POSTGRES_PASSWORD", "FARM_TOKEN", "GRAFANA_ADMIN_PASSWORD", "FARM_REGISTRY_URL"):
         assert "CHANGE-ME" in compose_env[key], f"example.env must hold a placeholder for {key}, not a value"
     assert ".env" in (COMPOSE_DIR / ".gitignore").read_text().split(), "the real .env must be git-ignored"
 
@@ -170,14 +151,18 @@ def test_compose_farm_services_use_the_interface_and_agree(compose, compose_env)
         "the tracker and the agents' RPC servers run any code they are sent: never publish them"
     assert f"{grpc_port}" in published, "the gRPC API is what clients outside compose use"
 
-    # Registry: the postgres service, its user and database.
+    # Registry: the postgres service, its user, database and password, from the secret that
+    # FARM_REGISTRY_FILE names.
     environment = {**coordinator["environment"]}
-    assert set(environment) <= COORDINATOR_ENV
-    url = urlsplit(interpolate(environment["FARM_REGISTRY"], compose_env))
-    postgres = services["postgres"]["environment"]
+    assert set(environment) <= COORDINATOR_ENV and "FARM_REGISTRY" not in environment
+    registry_secret = secret_at(coordinator, environment["FARM_REGISTRY_FILE"])
+    url = urlsplit(compose_env[compose["secrets"][registry_secret["source"]]["environment"]])
+    postgres = services["postgres"]
     assert url.scheme == "postgresql" and url.hostname == "postgres" and url.port in (None, 5432)
-    assert url.username == postgres["POSTGRES_USER"] and url.path == f"/{postgres['POSTGRES_DB']}"
-    assert url.password == compose_env["POSTGRES_PASSWORD"]
+    assert url.username == postgres["environment"]["POSTGRES_USER"]
+    assert url.path == f"/{postgres['environment']['POSTGRES_DB']}"
+    password_secret = secret_at(postgres, postgres["environment"]["POSTGRES_PASSWORD_FILE"])
+    assert url.password == compose_env[compose["secrets"][password_secret["source"]]["environment"]]
     assert coordinator["depends_on"]["postgres"]["condition"] == "service_healthy"
 
     for name, service in farm.items():
@@ -186,9 +171,8 @@ def test_compose_farm_services_use_the_interface_and_agree(compose, compose_env)
         assert flags_of(argv) <= (COORDINATOR_FLAGS if role == "coordinator" else AGENT_FLAGS), name
         assert set(service.get("environment", {})) <= (COORDINATOR_ENV if role == "coordinator" else AGENT_ENV)
         # The token file is where the compose secret lands, readable by the image's user.
-        [secret] = service["secrets"]
-        assert flag_value(argv, "--token-file") == f"/run/secrets/{secret['target']}"
-        assert secret["source"] in compose["secrets"] and secret["uid"] == "10001"
+        secret = secret_at(service, flag_value(argv, "--token-file"))
+        assert compose["secrets"][secret["source"]]["environment"] == "FARM_TOKEN"
         assert host_port(flag_value(argv, "--metrics-listen"))[0] == "0.0.0.0"
         assert service["build"]["dockerfile"] == "deploy/docker/Dockerfile"
         assert (COMPOSE_DIR / service["build"]["context"]).resolve() == ROOT
@@ -198,6 +182,31 @@ def test_compose_farm_services_use_the_interface_and_agree(compose, compose_env)
             assert flag_value(argv, "--rpc-host") == "0.0.0.0", f"{name}: the tracker must reach its RPC server"
             assert service["depends_on"]["coordinator"]["condition"] == "service_healthy"
             assert service["hostname"] == name
+
+
+def secret_at(service: dict, path: str) -> dict:
+    """The service's secret that lands at ``path``, readable by the user the service runs as
+    (uid and mode given: Compose copies a secret taken from the environment with them)."""
+    found = [s for s in service.get("secrets", []) if isinstance(s, dict) and f"/run/secrets/{s['target']}" == path]
+    assert found, f"no secret of the service lands at {path}"
+    [secret] = found
+    assert secret["uid"] and secret["mode"] in (0o400, "0o400"), secret  # YAML 1.2 reads a number, 1.1 a string
+    return secret
+
+
+def test_compose_secrets_reach_their_readers(compose, compose_env):
+    """Each *_FILE setting names where one of the service's secrets lands, owned by the user the
+    service runs as; the farm's run as the image's (10001), PostgreSQL's as postgres (999),
+    Grafana's as grafana (472)."""
+    owners = {"postgres": "999", "grafana": "472"}
+    for name, service in compose["services"].items():
+        for key, value in (service.get("environment") or {}).items():
+            if key.endswith("_FILE"):
+                secret = secret_at(service, value)
+                assert secret["uid"] == owners.get(name, "10001"), (name, key)
+                assert compose["secrets"][secret["source"]]["environment"] in compose_env
+    assert "POSTGRES_PASSWORD_FILE" in compose["services"]["postgres"]["environment"]
+    assert "GF_SECURITY_ADMIN_PASSWORD__FILE" in compose["services"]["grafana"]["environment"]
 
 
 def test_compose_references_resolve(compose):

@@ -352,9 +352,17 @@ def test_k8s_secrets_feed_registry_and_token():
         farm_home = next(e["value"] for e in container["env"] if e["name"] == "FARM_HOME")
         assert {farm_home, "/tmp"} <= set(mounts)
         assert spec["securityContext"]["runAsUser"] == 10001 and spec["securityContext"]["runAsNonRoot"]
-    coordinator = pod_template(find("Deployment", "farm-coordinator"))["spec"]["containers"][0]
-    registry = next(e for e in coordinator["env"] if e["name"] == "FARM_REGISTRY")
-    assert registry["valueFrom"]["secretKeyRef"]["name"] == "farm-registry"
+    # The registry's URL: the farm-registry Secret's `url`, a file FARM_REGISTRY_FILE names, in
+    # the coordinator and its migration alike.
+    spec = pod_template(find("Deployment", "farm-coordinator"))["spec"]
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    for container in (*spec["initContainers"], *spec["containers"]):
+        env = {e["name"]: e for e in container["env"]}
+        assert "FARM_REGISTRY" not in env, "the URL holds the database's password: a file, not a variable"
+        path = Path(env["FARM_REGISTRY_FILE"]["value"])
+        mount = {m["mountPath"]: m for m in container["volumeMounts"]}[str(path.parent)]
+        assert mount["readOnly"] and volumes[mount["name"]]["secret"]["secretName"] == "farm-registry"
+        assert path.name in secrets["farm-registry"]["stringData"], container["name"]
 
 
 def test_k8s_agents():

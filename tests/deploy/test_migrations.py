@@ -21,7 +21,7 @@ from foundation.errors import NotFound, RegistryError
 from foundation.registry import RegistryStore, migrate
 from foundation.registry.engine import parse_registry_url
 
-from support.deploy_recipes import COMPOSE_FILE, SYSTEMD, find, pod_template
+from support.deploy_recipes import COMPOSE_FILE, SYSTEMD, find, pod_template, read_env_file
 
 INSTALLED_FARM = "/opt/tvm-farm/.venv/bin/farm"
 RECIPES = ("compose", "kubernetes", "systemd")
@@ -48,15 +48,16 @@ def upgrade_argv(recipe: str) -> list[str]:
         coordinator, migrate_service = services["coordinator"], services["migrate"]
         assert coordinator["depends_on"]["migrate"]["condition"] == "service_completed_successfully"
         assert migrate_service["restart"] == "no", "a one-shot service: restarted, it would run forever"
-        assert migrate_service["environment"]["FARM_REGISTRY"] == coordinator["environment"]["FARM_REGISTRY"]
+        assert migrate_service["environment"]["FARM_REGISTRY_FILE"] == coordinator["environment"]["FARM_REGISTRY_FILE"]
+        assert {s["source"] for s in migrate_service["secrets"]} <= {s["source"] for s in coordinator["secrets"]}
         assert migrate_service["image"] == coordinator["image"]
         return [str(arg) for arg in migrate_service["command"]]
     if recipe == "kubernetes":
         spec = pod_template(find("Deployment", "farm-coordinator"))["spec"]
         [init] = spec["initContainers"]
         [coordinator] = spec["containers"]
-        registry = {e["name"]: e for e in init["env"]}["FARM_REGISTRY"]
-        assert registry == {e["name"]: e for e in coordinator["env"]}["FARM_REGISTRY"]
+        registry = {e["name"]: e for e in init["env"]}["FARM_REGISTRY_FILE"]
+        assert registry == {e["name"]: e for e in coordinator["env"]}["FARM_REGISTRY_FILE"]
         assert init["image"] == coordinator["image"]
         assert "command" not in init, "the image's entrypoint is farm"
         return list(init["args"])
@@ -68,11 +69,27 @@ def upgrade_argv(recipe: str) -> list[str]:
     return argv
 
 
-def run_recipe_upgrade(recipe: str, url: str):
-    """The recipe's command, in-process, with the registry URL where the recipe puts it (every
-    recipe sets FARM_REGISTRY: compose and Kubernetes in the container, systemd from the
-    EnvironmentFile)."""
-    return CliRunner().invoke(app, upgrade_argv(recipe), env={"FARM_REGISTRY": url})
+def registry_file_setting(recipe: str) -> str:
+    """Where the recipe puts the registry's URL: the file its FARM_REGISTRY_FILE names (compose:
+    a secret in /run/secrets; Kubernetes: a Secret volume; systemd: a file under /etc/tvm-farm,
+    named in the EnvironmentFile), never FARM_REGISTRY."""
+    if recipe == "compose":
+        environment = yaml.safe_load(COMPOSE_FILE.read_text())["services"]["migrate"]["environment"]
+    elif recipe == "kubernetes":
+        [init] = pod_template(find("Deployment", "farm-coordinator"))["spec"]["initContainers"]
+        environment = {e["name"]: e.get("value") for e in init["env"]}
+    else:
+        environment = read_env_file(SYSTEMD / "coordinator.env")
+    assert "FARM_REGISTRY" not in environment
+    return environment["FARM_REGISTRY_FILE"]
+
+
+def run_recipe_upgrade(recipe: str, url: str, tmp_path: Path):
+    """The recipe's command, in-process, with the registry URL in a file as the recipe puts it
+    (FARM_REGISTRY_FILE), here under tmp_path in place of the recipe's own path."""
+    path = tmp_path / Path(registry_file_setting(recipe)).name
+    path.write_text(url + "\n")
+    return CliRunner().invoke(app, upgrade_argv(recipe), env={"FARM_REGISTRY": None, "FARM_REGISTRY_FILE": str(path)})
 
 
 def previous_revision() -> str:
@@ -118,24 +135,24 @@ def test_recipes_run_the_upgrade_before_the_coordinator(recipe):
 
 
 @pytest.mark.parametrize("recipe", RECIPES)
-def test_recipe_upgrades_a_registry_of_the_previous_revision(recipe, registry_url):
+def test_recipe_upgrades_a_registry_of_the_previous_revision(recipe, registry_url, tmp_path):
     previous = create_at_previous_revision(registry_url)
     with pytest.raises(RegistryError, match=f"revision {previous}.*farm registry upgrade"):
         RegistryStore(registry_url)  # what a coordinator does without the recipe's step
-    result = run_recipe_upgrade(recipe, registry_url)
+    result = run_recipe_upgrade(recipe, registry_url, tmp_path)
     assert result.exit_code == 0, result.output
     assert revision_of(registry_url) == migrate.head_revision()
     RegistryStore(registry_url).dispose()  # the coordinator's own opening accepts it now
     # Every later start runs the step again: a current registry is left as it is.
-    again = run_recipe_upgrade(recipe, registry_url)
+    again = run_recipe_upgrade(recipe, registry_url, tmp_path)
     assert again.exit_code == 0, again.output
     assert revision_of(registry_url) == migrate.head_revision()
 
 
-def test_recipe_upgrade_creates_the_registry_on_the_first_start(registry_url):
+def test_recipe_upgrade_creates_the_registry_on_the_first_start(registry_url, tmp_path):
     """The recipes' first start: an empty database becomes a registry at the newest revision
     (every recipe runs the same command line: the test above checks that each one runs it)."""
-    result = run_recipe_upgrade("compose", registry_url)
+    result = run_recipe_upgrade("compose", registry_url, tmp_path)
     assert result.exit_code == 0, result.output
     assert revision_of(registry_url) == migrate.head_revision()
 

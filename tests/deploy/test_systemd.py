@@ -109,9 +109,11 @@ def test_systemd_env_files_use_the_interface(role):
     active, documented = read_env_file(path), read_env_file(path, commented=True)
     assert set(documented) <= allowed, set(documented) - allowed
     if role == "coordinator":
-        assert {"FARM_COORDINATOR_LISTEN", "FARM_REGISTRY", "FARM_COORDINATOR_TRACKER_LISTEN", "FARM_METRICS_LISTEN",
-                "FARM_TOKEN_FILE"} <= set(active)
-        assert urlsplit(active["FARM_REGISTRY"]).password == "CHANGE-ME"
+        assert {"FARM_COORDINATOR_LISTEN", "FARM_REGISTRY_FILE", "FARM_COORDINATOR_TRACKER_LISTEN",
+                "FARM_METRICS_LISTEN", "FARM_TOKEN_FILE"} <= set(active)
+        # The URL holds the database's password: in a file of its own, not in the environment.
+        assert "FARM_REGISTRY" not in active and active["FARM_REGISTRY_FILE"].startswith("/etc/tvm-farm/")
+        assert urlsplit(documented["FARM_REGISTRY"]).password is None
         assert {"FARM_TLS_CERT", "FARM_TLS_KEY", "FARM_COORDINATOR_TLS_CLIENT_CA"} <= set(documented)
         assert host_port(active["FARM_COORDINATOR_LISTEN"]) == ("0.0.0.0", 50051)
     else:

@@ -42,7 +42,8 @@ AGENT_FLAGS = {
 }
 COMMON_ENV = {"FARM_HOME", "FARM_TOKEN", "FARM_TOKEN_FILE", "FARM_METRICS_LISTEN", "FARM_LOG_FORMAT", "FARM_LOG_LEVEL"}
 COORDINATOR_ENV = COMMON_ENV | {
-    "FARM_COORDINATOR_LISTEN", "FARM_REGISTRY", "FARM_COORDINATOR_TRACKER", "FARM_COORDINATOR_TRACKER_LISTEN",
+    "FARM_COORDINATOR_LISTEN", "FARM_REGISTRY", "FARM_REGISTRY_FILE", "FARM_COORDINATOR_TRACKER",
+    "FARM_COORDINATOR_TRACKER_LISTEN",
     "FARM_COORDINATOR_INGEST_PROCESS", "FARM_TLS_CERT", "FARM_TLS_KEY", "FARM_COORDINATOR_TLS_CLIENT_CA",
     "FARM_COORDINATOR_HEALTH_LISTEN", "FARM_COORDINATOR_HEARTBEAT_INTERVAL", "FARM_COORDINATOR_LEASE_TTL",
     "FARM_COORDINATOR_MAX_ATTEMPTS", "FARM_COORDINATOR_RECORDS_PER_REPORT", "FARM_COORDINATOR_REPORT_RATE",
@@ -80,6 +81,38 @@ def read_env_file(path: Path, *, commented: bool = False) -> dict[str, str]:
         assert sep and re.fullmatch(r"[A-Z_][A-Z0-9_]*", key), f"{path.name}: not KEY=VALUE: {line!r}"
         out[key] = value
     return out
+
+
+# Compose's interpolation: ${VAR}, ${VAR:-default}, ${VAR:?error}, $VAR and $$.
+INTERPOLATION = re.compile(r"\$\$|\$\{(?P<braced>[A-Za-z_][A-Za-z0-9_]*)(?:(?P<op>:?[-?+])(?P<arg>[^}]*))?\}"
+                           r"|\$(?P<bare>[A-Za-z_][A-Za-z0-9_]*)")
+
+
+def interpolate(text: str, env: dict[str, str]) -> str:
+    """Compose's interpolation of ${VAR}, ${VAR:-default}, ${VAR:?error}, $VAR and $$ (in
+    compose.yaml, and in .env's values from the lines above them)."""
+    def replace(match: re.Match) -> str:
+        if match.group(0) == "$$":
+            return "$"
+        name = match.group("braced") or match.group("bare")
+        op, arg = match.group("op"), match.group("arg")
+        value = env.get(name)
+        if op in (":-", "-"):
+            return value if value or (op == "-" and value is not None) else arg
+        if op in (":?", "?") and not value:
+            raise AssertionError(f"compose.yaml needs {name}: {arg}")
+        assert value is not None, f"${name} is used, and example.env does not set it"
+        return value
+
+    return INTERPOLATION.sub(replace, text)
+
+
+def read_compose_env_file(path: Path) -> dict[str, str]:
+    """A compose .env file as Compose reads it: each value interpolated from the lines above."""
+    env: dict[str, str] = {}
+    for key, value in read_env_file(path).items():
+        env[key] = interpolate(value, env)
+    return env
 
 
 def flags_of(argv: list[str]) -> set[str]:
