@@ -42,6 +42,8 @@ from support.deploy_recipes import (
     flags_of,
     host_port,
     interpolate,
+    make_certs,
+    needs_openssl,
 )
 
 
@@ -111,6 +113,8 @@ def test_compose_variables_and_secrets_come_from_example_env(compose, compose_en
     unset = [name for name, op in variables.items() if name not in compose_env and op not in (":-", "-")]
     assert not unset, f"compose.yaml needs variables example.env does not document: {unset}"
     for name, secret in compose["secrets"].items():
+        if "file" in secret:  # the TLS files deploy/make-certs writes (tests/deploy/test_tls.py)
+            continue
         assert secret.get("environment") in compose_env, f"secret {name} reads an undocumented variable"
     for key in ("POSTGRES_PASSWORD", "FARM_TOKEN", "GRAFANA_ADMIN_PASSWORD", "FARM_REGISTRY_URL"):
         assert "CHANGE-ME" in compose_env[key], f"example.env must hold a placeholder for {key}, not a value"
@@ -256,28 +260,43 @@ def test_compose_bind_mounts_exist_and_grafana_is_provisioned_from_them(compose)
 
 
 
-def _healthcheck_argv(compose: dict, port: int) -> list[str]:
-    """The coordinator's compose healthcheck, run with this venv's Python against `port`."""
+def _healthcheck_argv(compose: dict, port: int, ca: Path) -> list[str]:
+    """The coordinator's compose healthcheck, run with this venv's Python against `port`, with
+    the CA at `ca` in place of the secret's /run/secrets path."""
     test = compose["services"]["coordinator"]["healthcheck"]["test"]
     assert test[0] == "CMD" and test[1] == "/opt/tvm-farm/.venv/bin/python", test
-    assert "127.0.0.1:50051" in test[3]
-    return [sys.executable, *test[2:3], test[3].replace("127.0.0.1:50051", f"127.0.0.1:{port}")]
+    assert "127.0.0.1:50051" in test[3] and "/run/secrets/farm_tls_ca" in test[3]
+    code = test[3].replace("127.0.0.1:50051", f"127.0.0.1:{port}").replace("/run/secrets/farm_tls_ca", str(ca))
+    return [sys.executable, *test[2:3], code]
 
 
+@needs_openssl
 def test_compose_healthcheck_asks_a_live_coordinator(compose, tmp_path):
-    """The healthcheck command, as written, against a real `farm coordinator` (SQLite, loopback)."""
+    """The healthcheck command, as written, against a real `farm coordinator` (SQLite, loopback)
+    serving TLS with the certificate deploy/make-certs made, as compose starts it; the check as
+    it was (a plaintext channel) and one with another CA get no answer from it."""
     farm = Path(sys.executable).with_name("farm")
     if not farm.exists():
         pytest.skip(f"no farm executable beside {sys.executable}")
+    made = make_certs(tmp_path / "tls")
+    assert made.returncode == 0, made.stderr
+    other = make_certs(tmp_path / "other-ca")
+    assert other.returncode == 0, other.stderr
     port = free_port()
-    argv = _healthcheck_argv(compose, port)
+    argv = _healthcheck_argv(compose, port, tmp_path / "tls" / "ca.crt")
     assert subprocess.run(argv, capture_output=True, timeout=60).returncode != 0, "healthy with no coordinator"
     env = {**os.environ, "FARM_HOME": str(tmp_path / "home")}
-    for key in ("FARM_REGISTRY", "FARM_TOKEN", "FARM_TOKEN_FILE", "FARM_TLS_CERT", "FARM_TLS_KEY"):
+    for key in ("FARM_REGISTRY", "FARM_REGISTRY_FILE", "FARM_TOKEN", "FARM_TOKEN_FILE", "FARM_TLS_CERT",
+                "FARM_TLS_KEY"):
         env.pop(key, None)
     log = (tmp_path / "coordinator.log").open("wb")
+    command = compose["services"]["coordinator"]["command"]
+    certs = tmp_path / "tls"
+    tls = ["--tls-cert", str(certs / "coordinator.crt"), "--tls-key", str(certs / "coordinator.key")]
+    assert [flag_value(command, "--tls-cert"), flag_value(command, "--tls-key")] == \
+        ["/run/secrets/farm_tls_cert", "/run/secrets/farm_tls_key"]
     coordinator = subprocess.Popen([str(farm), "coordinator", "--listen", f"127.0.0.1:{port}",
-                                    "--tracker-listen", "127.0.0.1:0"], env=env, stdout=log, stderr=log)
+                                    "--tracker-listen", "127.0.0.1:0", *tls], env=env, stdout=log, stderr=log)
     try:
         deadline = time.monotonic() + 120
         while True:
@@ -287,6 +306,11 @@ def test_compose_healthcheck_asks_a_live_coordinator(compose, tmp_path):
             assert coordinator.poll() is None, (tmp_path / "coordinator.log").read_text()[-3000:]
             assert time.monotonic() < deadline, "the coordinator never reported SERVING"
             time.sleep(1)
+        wrong_ca = _healthcheck_argv(compose, port, tmp_path / "other-ca" / "ca.crt")
+        assert subprocess.run(wrong_ca, capture_output=True, timeout=60).returncode != 0, "a CA that signed nothing"
+        plaintext = [*argv[:2], argv[2].replace("grpc.secure_channel", "(lambda a, c: grpc.insecure_channel(a))")]
+        assert plaintext != argv
+        assert subprocess.run(plaintext, capture_output=True, timeout=60).returncode != 0, "plaintext to a TLS port"
     finally:
         coordinator.terminate()
         try:

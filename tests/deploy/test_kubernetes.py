@@ -316,9 +316,12 @@ def test_k8s_coordinator_deployment_and_service():
     assert ports["grpc"] == grpc_port
     assert ports["tracker"] == host_port(flag_value(args, "--tracker-listen"))[1]
     assert ports["metrics"] == host_port(flag_value(args, "--metrics-listen"))[1]
-    # Readiness and liveness: Kubernetes' native gRPC probe on the health service's port.
+    # Readiness and liveness: Kubernetes' native gRPC probe (plaintext only) on the health
+    # service's port: the API's own where it speaks plaintext, --health-listen's where it speaks TLS.
+    health_port = host_port(flag_value(args, "--health-listen"))[1] if "--tls-cert" in args else grpc_port
+    assert ports["health"] == health_port
     for probe in ("readinessProbe", "livenessProbe", "startupProbe"):
-        assert container[probe]["grpc"]["port"] == grpc_port, probe
+        assert container[probe]["grpc"]["port"] == health_port, probe
     # The tracker is advertised as the pod's FQDN: hostname.subdomain, with subdomain the
     # headless Service that selects the pod.
     assert spec["subdomain"] == service["metadata"]["name"] and spec["hostname"]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -34,11 +35,12 @@ COORDINATOR_FLAGS = {
     "--listen", "--registry", "--tracker", "--tracker-listen", "--metrics-listen", "--token-file",
     "--heartbeat-interval", "--lease-ttl", "--max-attempts", "--records-per-report", "--report-rate",
     "--report-within", "--report-jitter", "--grace", "--ingest-process", "--no-ingest-process", "--json",
-    "--health-listen", "--log-format", "--log-level",
+    "--health-listen", "--log-format", "--log-level", "--tls-cert", "--tls-key", "--tls-client-ca",
 }
 AGENT_FLAGS = {
     "--coordinator", "--target", "--device", "--build-workers", "--rpc-host", "--rpc-port",
     "--metrics-listen", "--token-file", "--grace", "--log-format", "--log-level", "--allow-insecure-rpc",
+    "--tls-ca", "--tls-cert", "--tls-key",
 }
 COMMON_ENV = {"FARM_HOME", "FARM_TOKEN", "FARM_TOKEN_FILE", "FARM_METRICS_LISTEN", "FARM_LOG_FORMAT", "FARM_LOG_LEVEL"}
 COORDINATOR_ENV = COMMON_ENV | {
@@ -181,6 +183,20 @@ def promql_nodes(node):
         children = [node.expr]
     for child in children:
         yield from promql_nodes(child)
+
+
+# --------------------------------------------------------------------------- TLS
+MAKE_CERTS = DEPLOY / "make-certs"
+
+
+def make_certs(directory: Path, *args: str) -> subprocess.CompletedProcess:
+    """deploy/make-certs, run as a user runs it, into ``directory``."""
+    return subprocess.run(["bash", str(MAKE_CERTS), str(directory), *args], capture_output=True, text=True,
+                          timeout=120)
+
+
+needs_openssl = pytest.mark.skipif(shutil.which("openssl") is None,
+                                   reason="the openssl CLI is not installed (Debian package openssl)")
 
 
 # --------------------------------------------------------------------------- tools
