@@ -11,6 +11,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 from pathlib import Path
 
+from foundation.errors import BadInput
+
+# matplotlib is the `report` extra: the images and a farm that only tunes go without it.
+REPORT_EXTRA_FIX = "install the farm's plotting: pip install 'tvm-farm[report]'"
+
 # Tasks named in the per-task legend, largest share of the model first; the rest are "other".
 NAMED_TASKS = 8
 _UNITS = (("us", 1e-6), ("ms", 1e-3), ("s", 1.0))
@@ -26,8 +31,18 @@ def time_unit(seconds: Iterable[float]) -> tuple[str, float]:
     return _UNITS[-1]
 
 
+def require_matplotlib() -> None:
+    """BadInput (exit 2) naming the `report` extra where matplotlib cannot be imported: checked
+    before a report is asked of the registry, and before `farm submit --report` tunes anything."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        raise BadInput("a report is drawn with matplotlib, which is not installed", REPORT_EXTRA_FIX) from None
+
+
 def plot(report, path: Path) -> None:
     """Draw ``report`` (a farm.report.JobReport) into the PNG file ``path``."""
+    require_matplotlib()
     import matplotlib
 
     matplotlib.use("Agg")  # files only: no display, no GUI toolkit

@@ -37,8 +37,10 @@ def check_report_dir(out: Path) -> None:
     the job's result would be lost behind the error. Creates nothing that is not there."""
     import os
 
+    from farm.report_plot import require_matplotlib
     from foundation.errors import BadInput, path_error
 
+    require_matplotlib()  # the job's end would find it missing, its result behind the error
     if out.exists():
         if not out.is_dir():
             raise BadInput(f"--report {out} is not a directory", "give a directory, or a path where one can be made")
@@ -62,11 +64,13 @@ def check_report_dir(out: Path) -> None:
 def write_job_report(job_id: str, out: Path, registry: str | None) -> dict:
     """Write the report of ``job_id`` into ``out``; return what was written, as JSON."""
     from farm.report import job_report, write_report
+    from farm.report_plot import require_matplotlib
     from farm.session import open_store
     from foundation.domain.job_spec import job_notes
     from foundation.domain.warm_start_use import job_warm_start
     from foundation.errors import path_error
 
+    require_matplotlib()
     made = job_report(open_store(registry), job_id)
     try:
         png, page = write_report(made, out)

@@ -53,6 +53,8 @@ WRITE_OPTION = "farm_registry_write"
 _DRIVERS = {"postgresql": (None, "psycopg"), "postgres": (None, "psycopg"), "sqlite": (None, "pysqlite")}
 DRIVER_FIX = ("write postgresql:// or postgresql+psycopg:// for PostgreSQL (psycopg 3), "
               "sqlite:/// or sqlite+pysqlite:/// for SQLite")
+# psycopg is the `postgres` extra: a farm on SQLite (the embedded one, agents) goes without it.
+POSTGRES_EXTRA_FIX = "install the farm's PostgreSQL driver: pip install 'tvm-farm[postgres]'"
 
 
 def parse_registry_url(url: str) -> URL:
@@ -73,6 +75,7 @@ def parse_registry_url(url: str) -> URL:
         raise BadRegistryURL(f"the registry URL {masked(parsed)} names the driver {driver!r}, "
                              "which the farm does not install", DRIVER_FIX)
     if backend in ("postgresql", "postgres"):
+        _check_postgres_driver(parsed)
         # SQLAlchemy knows no "postgres" dialect, and without a driver it would pick psycopg2.
         return parsed.set(drivername="postgresql+psycopg")
     if "?" in url and parsed.query.get("uri") != "true":
@@ -86,6 +89,16 @@ def parse_registry_url(url: str) -> URL:
             "sqlite:///file:/path/registry.db?mode=ro&uri=true",
         )
     return parsed
+
+
+def _check_postgres_driver(parsed: URL) -> None:
+    """BadRegistryURL (exit 2) naming the `postgres` extra where psycopg cannot be imported: SQLAlchemy
+    would fail at the first connection with a traceback about a module, not about the farm."""
+    try:
+        import psycopg  # noqa: F401  (psycopg[binary] brings libpq; psycopg alone needs the system's)
+    except ImportError:
+        raise BadRegistryURL(f"the registry {masked(parsed)} is PostgreSQL, and its driver (psycopg) is not "
+                             "installed", POSTGRES_EXTRA_FIX) from None
 
 
 def masked(url: URL) -> str:

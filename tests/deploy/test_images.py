@@ -234,6 +234,18 @@ def local_wheels(pins: dict[str, tuple[str, str]]) -> set[str]:
     return {wheel for _, wheel in pins.values() if (WHEELS / wheel).is_file()}
 
 
+def lock_extras(path: Path) -> tuple[str, ...]:
+    """The farm's extras the lock holds besides its dependencies (its `# extras` line)."""
+    [extras] = re.findall(r"^# extras (\S+)$", path.read_text(), re.M)
+    return () if extras == "none" else tuple(extras.split(","))
+
+
+def image_requirements(path: Path) -> list[str]:
+    """What the lock at ``path`` must hold: pyproject.toml's dependencies and its extras'."""
+    optional = project()["project"]["optional-dependencies"]
+    return project()["project"]["dependencies"] + [r for e in lock_extras(path) for r in optional[e]]
+
+
 def read_lock(path: Path) -> tuple[str, dict[str, tuple[str, str]]]:
     """(the Python it was resolved for, {normalized name: (version, wheel file)})."""
     from packaging.utils import canonicalize_name
@@ -283,8 +295,16 @@ def test_image_lock_holds_the_runtime_dependencies_only(kind):
     from packaging.requirements import Requirement
     from packaging.utils import canonicalize_name
 
-    python, pins = read_lock(lock_path(image_python(parse_dockerfile(DOCKERFILES[kind]))))
-    for text in project()["project"]["dependencies"]:
+    lock = lock_path(image_python(parse_dockerfile(DOCKERFILES[kind])))
+    python, pins = read_lock(lock)
+    # The CPU image runs the coordinator, whose registry is PostgreSQL: the `postgres` extra; the
+    # CUDA image runs agents only. Never `report` (matplotlib, pillow, fonttools) nor `test`.
+    assert lock_extras(lock) == {"cpu": ("postgres",), "cuda": ()}[kind], lock_extras(lock)
+    assert lock_script().IMAGE_EXTRAS[python] == lock_extras(lock), "rerun deploy/docker/lock"
+    plotting = {canonicalize_name(Requirement(r).name) for r in project()["project"]["optional-dependencies"]["report"]}
+    assert plotting and not plotting & set(pins), f"{lock.name} holds `farm report`'s {sorted(plotting & set(pins))}"
+    requirements = image_requirements(lock)
+    for text in requirements:
         requirement = Requirement(text)
         name = canonicalize_name(requirement.name)
         assert name in pins, f"the lock lacks the dependency {text}: rerun deploy/docker/lock"
@@ -294,7 +314,7 @@ def test_image_lock_holds_the_runtime_dependencies_only(kind):
     # The lock of the tests' own Python is closed: what the locked packages need is locked too,
     # so a dependency added to pyproject.toml (or to a locked package) makes it stale.
     if python == f"{sys.version_info.major}.{sys.version_info.minor}":
-        needed, complete = locked_closure(pins)
+        needed, complete = locked_closure(pins, requirements)
         assert needed <= set(pins), (sorted(needed - set(pins)), "rerun deploy/docker/lock")
         if complete:  # nothing left over either: a dependency dropped makes it stale too
             assert set(pins) == needed, (sorted(set(pins) - needed), "rerun deploy/docker/lock")
@@ -402,8 +422,8 @@ def test_pip_takes_the_metadata_only_xgboost_for_the_farms_requirement(tmp_path)
     assert installed["metadata"]["requires_dist"] == [f"xgboost-cpu=={cpu_version}"]
 
 
-def locked_closure(pins: dict[str, tuple[str, str]]) -> tuple[set[str], bool]:
-    """The names pyproject's dependencies need, read from the metadata of the packages this venv
+def locked_closure(pins: dict[str, tuple[str, str]], requirements: list[str]) -> tuple[set[str], bool]:
+    """The names ``requirements`` (the image's) need, read from the metadata of the packages this venv
     installed at the locked versions; and whether that reached every package (a package this
     venv has at another version than the lock's has metadata the test cannot read offline)."""
     import importlib.metadata
@@ -413,7 +433,7 @@ def locked_closure(pins: dict[str, tuple[str, str]]) -> tuple[set[str], bool]:
 
     needed: set[str] = set()
     complete = True
-    pending = [Requirement(text) for text in project()["project"]["dependencies"]]
+    pending = [Requirement(text) for text in requirements]
     while pending:
         requirement = pending.pop()
         name = canonicalize_name(requirement.name)
