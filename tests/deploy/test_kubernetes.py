@@ -286,6 +286,40 @@ def test_k8s_kustomization_lists_the_manifests():
     assert used == images
 
 
+def image_pin_problems(kustomization: dict, objects: list[dict], version: str) -> list[str]:
+    """Where an image is not pinned to tvm-farm's version: a kustomize image override without
+    that tag (or with a digest that is not a sha256 one), a container image of `latest` or none."""
+    problems = []
+    for image in kustomization["images"]:
+        if str(image.get("newTag")) != version:
+            problems.append(f"kustomization: {image['name']} is tagged {image.get('newTag')!r}, not {version}")
+        if "digest" in image and not re.fullmatch(r"sha256:[0-9a-f]{64}", image["digest"]):
+            problems.append(f"kustomization: {image['name']} has the digest {image['digest']!r}")
+    for obj in objects:
+        if obj["kind"] not in ("Deployment", "DaemonSet"):
+            continue
+        spec = pod_template(obj)["spec"]
+        for container in (*spec.get("initContainers", []), *spec["containers"]):
+            name, _, tag = container["image"].partition(":")
+            if tag != version:
+                problems.append(f"{obj['metadata']['name']} {container['name']}: {container['image']}")
+    return problems
+
+
+def test_k8s_images_are_pinned_by_version():
+    """tvm-farm's version (pyproject.toml's) in the kustomization and in every container, never
+    `latest` (what `latest` names changes under a running Deployment)."""
+    tomllib = pytest.importorskip("tomllib")
+    version = tomllib.loads((K8S.parents[1] / "pyproject.toml").read_text())["project"]["version"]
+    kustomization = yaml.safe_load((K8S / "kustomization.yaml").read_text())
+    assert image_pin_problems(kustomization, k8s_objects(), version) == []
+    as_it_was = copy.deepcopy(kustomization)
+    for image in as_it_was["images"]:
+        image["newTag"] = "latest"
+    assert len(image_pin_problems(as_it_was, k8s_objects(), version)) == 2
+    assert image_pin_problems(kustomization, k8s_objects(), "0.2.0"), "a version bump must move the pins"
+
+
 @pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not installed")
 def test_k8s_kustomize_renders():
     result = subprocess.run(["kubectl", "kustomize", str(K8S)], capture_output=True, text=True, timeout=120)
