@@ -132,3 +132,58 @@ def test_systemd_check_rejects_a_misspelt_setting(tmp_path):
     unit.write_text(unit.read_text().replace("Restart=on-failure", "Restart=on-failure\nRestrat=always"))
     result = systemd_verify(unit)
     assert result.stdout.strip() or result.stderr.strip()
+
+
+# --------------------------------------------------------------------------- installing for the units
+INSTALL = SYSTEMD / "install-venv"
+
+
+def install_problems(text: str) -> list[str]:
+    """Where the install script for the units installs more than the runtime (the test or report
+    extra, an editable checkout, apt packages, scripts/setup) or not the coordinator's driver."""
+    problems = []
+    code = "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("#"))
+    roles = dict(re.findall(r"^\s*(coordinator|agent)\) spec=\"([^\"]*)\"", code, re.M))
+    if roles != {"coordinator": ".[postgres]", "agent": "."}:
+        problems.append(f"installs {roles} by role, not the farm with the postgres extra for the coordinator only")
+    installs = re.findall(r"pip install\b([^\n]*)", code)
+    if not installs or any(not re.search(r'\s"\$spec"\s*$', line) for line in installs):
+        problems.append(f"pip installs something other than the role's spec: {installs}")
+    if re.search(r"(?<![\w-])(-e|--editable)(?![\w-])", " ".join(installs)):
+        problems.append("an editable install")
+    for word, why in (("apt-get", "apt packages"), ("scripts/setup", "scripts/setup (the test extra)"),
+                      ("test", "the test extra"), ("report", "the report extra")):
+        if re.search(rf"(?<![\w/.-]){re.escape(word)}(?![\w/-])", code):
+            problems.append(f"names {why}")
+    return problems
+
+
+def test_systemd_install_is_the_runtime_only():
+    assert install_problems(INSTALL.read_text()) == []
+    assert subprocess.run(["bash", "-n", str(INSTALL)], capture_output=True, timeout=60).returncode == 0
+    # scripts/setup as it was used: the test extra and apt, from the development script.
+    setup = (INSTALL.parents[2] / "scripts" / "setup").read_text()
+    assert install_problems(setup)
+    editable = INSTALL.read_text().replace('pip install --quiet', 'pip install -e --quiet')
+    assert install_problems(editable) == ["an editable install"]
+
+
+@pytest.mark.parametrize("args", [[], ["bogus"], ["coordinator", "agent"]])
+def test_systemd_install_refuses_a_bad_role_in_one_line(args, tmp_path):
+    """Run as a user runs it; a bad role stops it before anything is made."""
+    done = subprocess.run(["bash", str(INSTALL), *args], capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert done.returncode == 2
+    [line] = done.stderr.splitlines()
+    assert line.startswith("error: ") and line.endswith(")"), line
+
+
+def test_systemd_recipe_never_runs_scripts_setup():
+    """The units and the README's systemd steps name install-venv; scripts/setup (the test extra,
+    apt as root) belongs to development boxes."""
+    readme = (SYSTEMD.parent / "README.md").read_text()
+    section = readme[readme.index("\n## systemd"):readme.index("\n## Kubernetes")]
+    code = "\n".join(re.findall(r"```bash\n(.*?)```", section, re.S))
+    assert "deploy/systemd/install-venv" in code and "scripts/setup" not in code
+    for unit in UNITS.values():
+        text = unit.read_text()
+        assert "scripts/setup" not in text and "install-venv" in text, unit.name
