@@ -96,6 +96,13 @@ def read_compare_text(text: str) -> dict:
     return {"trials": int(trials.group(1)), "farm_ms": float(farm.group(1)), "ort_ms": float(ort.group(1))}
 
 
+def read_quick_start(raw: dict) -> dict:
+    """bench/record_pack.py's cold submit and bench/compare.py's medians, as kept by hand in one JSON."""
+    cold = raw["cold"]
+    return {"trials": cold["trials"], "wall_s": cold["wall_s"], "farm_ms": cold["farm_ms"], "ort_ms": cold["ort_ms"],
+            "date": raw["date"]}
+
+
 def read_cache_flush_warm(raw: dict) -> dict:
     """bench/cache_flush.py's warm side: the farm's default timing, i.e. a plain `farm submit`."""
     whole = raw["whole_ms"]
@@ -184,13 +191,16 @@ def head(page: Page) -> list[str]:
 
 
 def quick_start(page: Page) -> list[str]:
-    rows = []
+    rows, packed = [], []
     for row in page.index["quick_start"]:
         if "hand" in row:
             h = row["hand"]
             cells = [h["trials"], h["wall"], h["farm_ms"], h["ort_ms"], f"**{h['ratio']}**", h["date"]]
         else:
-            r = read_cache_flush_warm(page.raw(row["file"]))
+            raw = page.raw(row["file"])
+            r = read_quick_start(raw) if row.get("read") == "quick_start" else read_cache_flush_warm(raw)
+            if "from_pack" in raw:
+                packed.append((page.cpu(row), raw["from_pack"], row["file"]))
             cells = [str(r["trials"]), _mmss(r["wall_s"]), _ms(r["farm_ms"]), _ms(r["ort_ms"]),
                      f"**{_x(r['farm_ms'] / r['ort_ms'])}**", _date(r["date"])]
         rows.append([page.cpu(row), *cells, page.source(row)])
@@ -223,6 +233,10 @@ def quick_start(page: Page) -> list[str]:
         "- In the model each convolution runs 1.15-1.75x its time alone in tuning (Xeon, `bench/profile.py`):",
         "  tuning times a kernel with its operands in the caches, the model reaches it with the last",
         "  layer's data there.",
+        *[f"- **From the shipped pack** on the {cpu.split(' (')[0]}: a fresh home's quick start is a registry hit "
+          f"in {p['wall_s']:g} s ({p['records_loaded']:,} records loaded), the library of the cold tune above "
+          f"({_ms(p['farm_ms'])} ms against onnxruntime's {_ms(p['ort_ms'])} ms in a later run; {_link(f)})."
+          for cpu, p, f in packed],
         "- **What would close it** (not built): a trial plan that gives the heaviest convolutions about",
         "  128 trials at the quick start's budget, measured as a default change (the quick start on",
         "  several CPU kinds, `bench/warm_start.py`, the log import); then timing with the caches flushed",
