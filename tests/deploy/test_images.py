@@ -563,7 +563,7 @@ def test_cuda_image_check_rejects_another_major(tmp_path):
         "nvidia/cuda:12.4.1-runtime-ubuntu22.04 is CUDA 12, the TVM wheel needs libcudart.so.13"]
     mixed = tmp_path / "Dockerfile.mixed"
     mixed.write_text(re.sub(r"cuda-nvcc-\d+-\d+", "cuda-nvcc-12-4", text))
-    base_release = ".".join(re.search(r"cuda:(\d+)\.(\d+)", text).groups())
+    base_release = ".".join(re.search(r"FROM nvidia/cuda:(\d+)\.(\d+)", text).groups())
     assert cuda_image_problems(parse_dockerfile(mixed), 13) == [
         f"cuda-nvcc-12-4 is not the base image's CUDA {base_release}"]
 

@@ -49,7 +49,9 @@ def upgrade_argv(recipe: str) -> list[str]:
         assert coordinator["depends_on"]["migrate"]["condition"] == "service_completed_successfully"
         assert migrate_service["restart"] == "no", "a one-shot service: restarted, it would run forever"
         assert migrate_service["environment"]["FARM_REGISTRY_FILE"] == coordinator["environment"]["FARM_REGISTRY_FILE"]
-        assert {s["source"] for s in migrate_service["secrets"]} <= {s["source"] for s in coordinator["secrets"]}
+        sources = [{s["source"] if isinstance(s, dict) else s for s in service["secrets"]}
+                   for service in (migrate_service, coordinator)]
+        assert sources[0] <= sources[1], "the migration reads the coordinator's registry secret"
         assert migrate_service["image"] == coordinator["image"]
         return [str(arg) for arg in migrate_service["command"]]
     if recipe == "kubernetes":

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from foundation.config import HOME_ENV, KEEP_SLOWER_ENV, REGISTRY_ENV, SHIPPED_PACKS_ENV
+from foundation.config import HOME_ENV, KEEP_SLOWER_ENV, REGISTRY_ENV, REGISTRY_FILE_ENV, SHIPPED_PACKS_ENV
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -25,6 +25,7 @@ def farm_home(tmp_path_factory) -> Iterator[Path]:
     old = os.environ.get(HOME_ENV)
     os.environ[HOME_ENV] = str(home)
     os.environ.pop(REGISTRY_ENV, None)
+    os.environ.pop(REGISTRY_FILE_ENV, None)
     # The suite's budgets are a few trials: whether such a library beats the untuned build is the
     # search's luck, so jobs store what they tuned (still flagged slower_than_untuned). The tests of
     # keeping the untuned build (tests/farm/test_slower_than_untuned.py) unset it.
