@@ -1,6 +1,6 @@
 """What one request may ask for: the bounds `farm` checks on its command line and the coordinator
 on every gRPC request (coordinator/request_checks.py), so that both refuse the same values in
-the same words, before anything is written (README, "Bad input")."""
+the same words, before anything is written (docs/cli.md, "Exit codes": bad input)."""
 
 from __future__ import annotations
 
