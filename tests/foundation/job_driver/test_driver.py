@@ -110,18 +110,31 @@ def test_a_reused_pid_and_a_silent_other_host_are_gone(store):
     assert store.get_job(remote_fresh.id).state == "running"
 
 
+def _shared_library(module: str) -> bytes:
+    """The bytes of one of this Python's extension modules: a real shared library."""
+    import importlib
+
+    path = getattr(importlib.import_module(module), "__file__", None)
+    if path is None or not path.endswith(".so"):
+        pytest.skip(f"this Python's {module} is no shared library to read")
+    with open(path, "rb") as f:
+        return f.read()
+
+
 def test_a_corrupt_artifact_is_marked_invalid_and_an_intact_one_answers(store, registry_url):
     _seed(store)
     fields = dict(model_id="m-1", target=TARGET, fingerprint_id="cpu-1", job_id=None, lib_format="so",
                   latency={"mean_ms": 1.0, "median_ms": 1.0, "std_ms": 0.0}, untuned_latency_mean_ms=None,
                   validation={"passed": True}, tvm_version="0.27.0", software={})
-    older = store.add_artifact(library=b"\x7fELF older", **fields)
-    newer = store.add_artifact(library=b"\x7fELF newer", **fields)
+    # Real shared libraries: a hit must also be one a loader could map (library_file).
+    older_bytes, newer_bytes = _shared_library("_json"), _shared_library("_bz2")
+    older = store.add_artifact(library=older_bytes, **fields)
+    newer = store.add_artifact(library=newer_bytes, **fields)
     assert look_up_hit(store, KEY, TARGET, "cpu-1", "0.27.0", WeightsLayout.PLAIN).artifact == newer
     engine = create_engine(parse_registry_url(registry_url))
     with engine.begin() as connection:
         connection.execute(text("UPDATE artifacts SET library = :lib WHERE id = :id"),
-                           {"lib": b"\x7fELF damaged", "id": newer.id})
+                           {"lib": newer_bytes + b"damaged", "id": newer.id})
     engine.dispose()
     lookup = look_up_hit(store, KEY, TARGET, "cpu-1", "0.27.0", WeightsLayout.PLAIN)
     assert lookup.artifact == older
