@@ -8,8 +8,10 @@ from pathlib import Path
 import pytest
 
 BENCH = Path(__file__).resolve().parents[2] / "bench"
+# Last, not first: bench/profile.py would otherwise be the `profile` every later import in this worker
+# gets (cProfile's, torch.export's), in place of the standard library's.
 if str(BENCH) not in sys.path:
-    sys.path.insert(0, str(BENCH))
+    sys.path.append(str(BENCH))
 
 
 @pytest.fixture(scope="session")
