@@ -14,6 +14,7 @@ LeaseShard is held at no cost but a timer (docs/benchmarks.md, "Coordinator at s
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import json
 import logging
@@ -136,6 +137,19 @@ def _rpc_async(method: Callable) -> Callable:
     return handler
 
 
+@contextlib.asynccontextmanager
+async def _ending_the_call(context, name: str):
+    """`_rpc_async` for a streaming call: a raised error ends the call with its status code and message."""
+    try:
+        yield
+    except FarmError as err:
+        code, details, trailing = _ending(err)
+        await context.abort(code, details, trailing_metadata=trailing)
+    except Exception as err:
+        logger.exception("%s failed", name)
+        await context.abort(grpc.StatusCode.INTERNAL, _details(f"{type(err).__name__}: {err}"))
+
+
 async def _in_pool(executor, call, *args):
     """``call(*args)`` in the server's thread pool, awaited on the loop: for what may read the
     registry, which the event loop must never wait on."""
@@ -198,7 +212,7 @@ class FarmClientServicer(farm_pb2_grpc.FarmClientServicer):
 
     async def ExportPack(self, request, context):
         # The pack is made in the thread pool (it reads the registry), then streamed from its file.
-        try:
+        async with _ending_the_call(context, "ExportPack"):
             check_request(request)
             only = SyncFilter(fingerprint=request.fingerprint_id or None, model=request.model_name or None,
                               target=request.target or None, artifacts=not request.without_artifacts)
@@ -208,15 +222,9 @@ class FarmClientServicer(farm_pb2_grpc.FarmClientServicer):
                     yield farm_pb2.PackChunk(data=chunk)
             finally:
                 exported.close()
-        except FarmError as err:
-            code, details, trailing = _ending(err)
-            await context.abort(code, details, trailing_metadata=trailing)
-        except Exception as err:
-            logger.exception("ExportPack failed")
-            await context.abort(grpc.StatusCode.INTERNAL, _details(f"{type(err).__name__}: {err}"))
 
     async def ImportPack(self, request_iterator, context):
-        try:
+        async with _ending_the_call(context, "ImportPack"):
             received = self.packs.receive()
             try:
                 async for chunk in request_iterator:
@@ -225,26 +233,14 @@ class FarmClientServicer(farm_pb2_grpc.FarmClientServicer):
             finally:
                 received.close()
             return farm_pb2.ImportPackResponse(copied_json=json.dumps(counts.to_json()))
-        except FarmError as err:
-            code, details, trailing = _ending(err)
-            await context.abort(code, details, trailing_metadata=trailing)
-        except Exception as err:
-            logger.exception("ImportPack failed")
-            await context.abort(grpc.StatusCode.INTERNAL, _details(f"{type(err).__name__}: {err}"))
 
     async def WatchJob(self, request, context):
         # An async generator: an error, before the first event or while it polls (a registry
         # lost mid-watch), ends the stream with its status; a client that goes away cancels it
         # at its next await.
-        try:
+        async with _ending_the_call(context, "WatchJob"):
             async for event in self._watch(request):
                 yield event
-        except FarmError as err:
-            code, details, trailing = _ending(err)
-            await context.abort(code, details, trailing_metadata=trailing)
-        except Exception as err:
-            logger.exception("WatchJob failed")
-            await context.abort(grpc.StatusCode.INTERNAL, _details(f"{type(err).__name__}: {err}"))
 
     async def _watch(self, request):
         check_request(request)
