@@ -14,6 +14,7 @@ import socket
 import sys
 import threading
 import time
+from collections.abc import Callable
 from concurrent import futures
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -471,9 +472,11 @@ def leave_process(code: int) -> NoReturn:
     os._exit(code)
 
 
-def run_until_signalled(server: CoordinatorServer, grace: float = 10.0) -> None:
+def run_until_signalled(server: CoordinatorServer, grace: float = 10.0,
+                        announce: Callable[[], None] | None = None) -> None:
     """Block until SIGTERM or SIGINT, then drain and stop (for `farm coordinator`); raise the
-    coordinator's `failure` if it ended on its own (its registry's schema is gone)."""
+    coordinator's `failure` if it ended on its own (its registry's schema is gone). ``announce``
+    runs once the signals are taken: a banner saying SIGTERM stops it is then true at once."""
     stop = server.ended
 
     def on_signal(signum, _frame) -> None:
@@ -481,6 +484,8 @@ def run_until_signalled(server: CoordinatorServer, grace: float = 10.0) -> None:
         stop.set()
 
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+    if announce is not None:
+        announce()
     try:
         while not stop.wait(1.0):
             pass

@@ -125,17 +125,19 @@ def coordinator(
                 "tls": access.tls, "mutual_tls": access.client_ca is not None, "token": access.token is not None,
                 "health_listen": f"{health_listen.rsplit(':', 1)[0]}:{server.health_port}" if health_listen else None,
                 "metrics": f"http://{server.metrics.address}/metrics" if server.metrics else None}
-    if json_output:
-        emit_json(document)
-    else:
+    def announce() -> None:  # once SIGTERM and Ctrl-C are taken, so that what it says holds at once
+        if json_output:
+            emit_json(document)
+            return
         door = ("TLS" if access.tls else "plaintext") + (", token required" if access.token else ", no token")
         banner = (f"coordinator on {server.address} ({door}), registry {document['registry']}, "
                   f"tracker {document['tracker']}"
                   + (f", metrics {document['metrics']}" if document["metrics"] else "")
                   + "; Ctrl-C or SIGTERM stops it")
         log.info(banner)
+
     try:
-        run_until_signalled(server, grace)
+        run_until_signalled(server, grace, announce)
     except FarmError as err:  # it could not go on (its registry's schema is gone): said as main() says errors
         if json_output:
             emit_json(err.to_json())
