@@ -14,6 +14,7 @@ from foundation.hardware.versions import tvm_version
 from foundation.wire import farm_pb2, farm_pb2_grpc
 from foundation.wire.access import ChannelAccess, ServerAccess, open_channel
 
+from support.polling import wait_for
 from support.prometheus_scrape import Scrape
 
 TOKEN = "metrics-of-the-calls-token"
@@ -33,6 +34,15 @@ def handled(scrape: Scrape, service: str, method: str, code: grpc.StatusCode) ->
     return scrape.value("grpc_server_handled_total", grpc_service=service, grpc_method=method, grpc_code=code.name)
 
 
+def settled(port: int, since: Scrape, calls: list) -> Scrape:
+    """The first scrape in which each of ``calls`` (service, method, code) has been counted since ``since``."""
+    def counted() -> Scrape | None:
+        scrape = Scrape(port)
+        return scrape if all(handled(scrape, *call) > handled(since, *call) for call in calls) else None
+
+    return wait_for(counted, 30, "the calls to be counted")
+
+
 @pytest.mark.parametrize("registry_url", ["sqlite"], indirect=True)
 def test_each_call_is_counted_by_method_and_code_and_timed(start):
     server, _ = start(access=ServerAccess(token=TOKEN), metrics_listen="127.0.0.1:0")
@@ -50,12 +60,14 @@ def test_each_call_is_counted_by_method_and_code_and_timed(start):
         }
         before = Scrape(port)
         codes = {name: code_of(call) for name, call in calls.items()}
-        middle = Scrape(port)
+        # A call is counted as its handler ends, which may be just after its caller has the answer.
+        middle = settled(port, before, [(service, method, code) for (service, method), code in codes.items()])
         refused = code_of(lambda: farm_pb2_grpc.FarmClientStub(bare).GetJob(nope, timeout=10))
         unserved = code_of(lambda: ok.unary_unary("/tvmfarm.v1.FarmClient/Nope")(b"", timeout=10))
         # A method name the caller made up, refused at the door: still no label of its choosing.
         made_up = code_of(lambda: bare.unary_unary("/evil.Service/" + "x" * 200)(b"", timeout=10))
-        after = Scrape(port)
+        after = settled(port, middle, [(CLIENT, "GetJob", refused), ("unknown", "unknown", refused),
+                                       ("unknown", "unknown", unserved)])
 
     assert codes[(CLIENT, "ListAgents")] == codes[("grpc.health.v1.Health", "Check")] == grpc.StatusCode.OK
     assert codes[(CLIENT, "GetJob")] == codes[(CLIENT, "WatchJob")] == grpc.StatusCode.NOT_FOUND
