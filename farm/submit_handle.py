@@ -91,7 +91,7 @@ class SubmitHandle:
         """Stop the job after the batch in flight; it ends cancelled with its records kept."""
         self._cancellation.request(reason)
 
-    # -- the job's observer (farm.embedded.JobObserver) --------------------------------
+    # -- the job's observer (farm.submit_values.JobObserver) --------------------------------
 
     def stage(self, state: str, detail: str) -> None:
         self._events.put(SubmitEvent("stage", state, detail))

@@ -245,7 +245,7 @@ def run(
 
     from farm.api import load
     from farm.cli.units import duration, milliseconds
-    from farm.embedded import artifact_json
+    from foundation.job_driver.artifacts import artifact_json
     from foundation.runtime.npy_input import open_npy
     from foundation.runtime.threads import parse_threads
 

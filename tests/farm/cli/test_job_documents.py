@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from farm.cli.app import main
-from farm.embedded import SubmitResult
+from farm.submit_values import SubmitResult
 from foundation.domain.weights_layout import WeightsLayout
 from foundation.models.model_key import model_key
 from foundation.registry import RegistryStore
