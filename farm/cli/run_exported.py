@@ -6,8 +6,7 @@ import time
 from pathlib import Path
 
 from farm.cli.output import emit_json, stdout_console
-from farm.cli.run_files import check_input_path, check_numbers, check_output_path, write_outputs
-from foundation.domain import request_limits as limits
+from farm.cli.run_files import checked_run_files, write_outputs
 from foundation.errors import BadInput
 
 
@@ -18,19 +17,12 @@ def run_exported(path: Path, refused: list[str], *, input_path: Path | None, out
 
     from farm.cli.units import duration, milliseconds
     from farm.exported_model import load_exported
-    from foundation.runtime.npy_input import open_npy
     from foundation.runtime.threads import parse_threads
 
     if refused:
         raise BadInput(f"{', '.join(refused)} cannot be given with an exported library ({path.name})",
                        f"its target, weights and fingerprint are fixed: run `farm run {path}`")
-    check_numbers({"--runs": (runs, limits.VALIDATION_RUNS),
-                    "--warmup": (warmup, limits.WARMUP_RUNS), "--seed": (seed, limits.SEED)})
-    if input_path is not None:
-        check_input_path(input_path)
-    if output_path is not None:
-        check_output_path(output_path)
-    given = open_npy(input_path, f"--input {input_path}") if input_path else None
+    given = checked_run_files(runs, warmup, seed, input_path, output_path)  # before anything loads
     begin = time.perf_counter()
     model = load_exported(path, parse_threads(threads))
     loaded_s = time.perf_counter() - begin

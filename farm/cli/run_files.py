@@ -55,3 +55,17 @@ def check_numbers(numbers: dict) -> None:
     """Refuse a number out of its bounds (foundation.domain.request_limits), before anything is written."""
     for name, (value, bound) in numbers.items():
         limits.check_number(name, value, bound)
+
+
+def checked_run_files(runs: int, warmup: int, seed: int, input_path: Path | None, output_path: Path | None):
+    """`farm run`'s numbers and files checked before anything loads; the --input file opened (its header
+    read, its data once it fits the model: foundation.runtime.npy_input), or None."""
+    from foundation.runtime.npy_input import open_npy
+
+    check_numbers({"--runs": (runs, limits.VALIDATION_RUNS),
+                   "--warmup": (warmup, limits.WARMUP_RUNS), "--seed": (seed, limits.SEED)})
+    if input_path is not None:
+        check_input_path(input_path)
+    if output_path is not None:
+        check_output_path(output_path)
+    return open_npy(input_path, f"--input {input_path}") if input_path else None

@@ -10,7 +10,7 @@ from farm.cli.command import FarmTyper
 from farm.cli.coordinator_options import coordinator_options
 from farm.cli.options import JSON_OPTION, REGISTRY_OPTION, env_option, finite_number
 from farm.cli.output import emit_json, stdout_console
-from farm.cli.run_files import check_input_path, check_numbers, check_output_path, write_outputs
+from farm.cli.run_files import checked_run_files, write_outputs
 from farm.cli.shape_option import shape_option, shaped_model
 from farm.connection import Coordinator
 from foundation.domain import request_limits as limits
@@ -246,17 +246,9 @@ def run(
     from farm.api import load
     from farm.cli.units import duration, milliseconds
     from foundation.job_driver.artifacts import artifact_json
-    from foundation.runtime.npy_input import open_npy
     from foundation.runtime.threads import parse_threads
 
-    check_numbers({"--runs": (runs, limits.VALIDATION_RUNS),
-                    "--warmup": (warmup, limits.WARMUP_RUNS), "--seed": (seed, limits.SEED)})
-    if input_path is not None:
-        check_input_path(input_path)
-    if output_path is not None:
-        check_output_path(output_path)
-    # A bad file is refused before the load; its data is read once its header fits the model.
-    given = open_npy(input_path, f"--input {input_path}") if input_path else None
+    given = checked_run_files(runs, warmup, seed, input_path, output_path)  # before anything loads
     model = shaped_model(model, batch, shape)
     begin = time.perf_counter()
     deployed = load(model, target, batch, registry=registry, seed=seed, weights_layout=weights_layout,
