@@ -121,9 +121,13 @@ class ClientCalls:
 
         submitted = []
         model: Model | None = None
+        known: dict[str, dict] | None = None  # the registry's fingerprints, read at the first lookup
         for fp_id, target in self._targets(spec.target, fingerprint_ids, named=bool(spec.fingerprint_id)).items():
             if not spec.retune:
-                hit = self._hit(key, target, fp_id, layout, auto=spec.weights_layout == AUTO, kind=kind)
+                if known is None:
+                    known = {f.id: f.details for f in self._store.list_fingerprints()}
+                hit = self._hit(key, target, fp_id, layout, auto=spec.weights_layout == AUTO, kind=kind,
+                                known=known)
                 metrics.registry_lookup(hit is not None)
                 if hit is not None:
                     form = WeightsLayout(hit.weights_layout)
@@ -160,11 +164,11 @@ class ClientCalls:
         return submitted
 
     def _hit(self, key: ModelKey, target: str, fp_id: str, layout: WeightsLayout, *, auto: bool,
-             kind: str) -> Artifact | None:
+             kind: str, known: dict[str, dict]) -> Artifact | None:
         """The library answering a submit for ``fp_id``: its own, else the newest of a compatible
-        fingerprint's (the same hardware at another size: foundation.job_driver.library_scopes)."""
-        stored = self._store.get_fingerprint(fp_id)
-        scopes = library_scopes(self._store, target, fp_id, stored.details if stored else {})
+        fingerprint's (the same hardware at another size: foundation.job_driver.library_scopes);
+        ``known``: the registry's fingerprints, read once per submit."""
+        scopes = library_scopes(self._store, target, fp_id, known.get(fp_id, {}), known=known)
         for scope in scopes:
             if auto:  # the fastest library of any form auto may take
                 hit = look_up_fastest_hit(self._store, key, scope.target_json, scope.fingerprint_id,

@@ -35,10 +35,13 @@ class LibraryScope:
 
 
 def library_scopes(store: "RegistryStore", target_json: str, fingerprint_id: str,
-                   details: dict[str, Any], *, chosen: str | None = None) -> list[LibraryScope]:
+                   details: dict[str, Any], *, chosen: str | None = None,
+                   known: dict[str, dict[str, Any]] | None = None) -> list[LibraryScope]:
     """This fingerprint's scope, then its compatible fingerprints' (nearest size first); only
-    ``chosen``'s where one is named (``--fingerprint``), refused unless it is this hardware."""
-    known = {f.id: f.details for f in store.list_fingerprints()}
+    ``chosen``'s where one is named (``--fingerprint``), refused unless it is this hardware.
+    ``known``: the registry's fingerprints (id -> details), where the caller has read them already."""
+    if known is None:
+        known = {f.id: f.details for f in store.list_fingerprints()}
     if chosen is not None:
         if chosen == fingerprint_id:
             return [LibraryScope(fingerprint_id, target_json)]
