@@ -21,17 +21,6 @@ from foundation.errors import BadInput
 DIMENSION = limits.Bound(1, 1 << 20)
 
 
-def model_name(value) -> str:
-    """A zoo model's name or an ONNX file's path (a str or a path object)."""
-    if isinstance(value, os.PathLike):
-        value = os.fspath(value)
-    if not isinstance(value, str) or not value:
-        raise BadInput(f"model must be a zoo model's name or an ONNX file's path, got {_shown(value)}",
-                       "e.g. farm.submit('resnet-18', 'llvm', 1)")
-    limits.check_text("model", value, limits.MAX_TEXT_LENGTH)
-    return value
-
-
 def model_source(value):
     """A zoo model's name, an ONNX file's path, an in-memory onnx.ModelProto, or a torch.nn.Module."""
     from foundation.models.model_key import is_onnx_model

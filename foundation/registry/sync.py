@@ -80,10 +80,6 @@ class SyncCounts:
     artifact_bytes: int = 0
     skipped: dict[str, int] = field(default_factory=dict)
 
-    def total(self) -> int:
-        return (self.fingerprints + self.models + self.jobs + self.workloads + self.records + self.measurements
-                + self.cost_models + self.artifacts)
-
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
