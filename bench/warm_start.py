@@ -22,8 +22,11 @@ The issue's second pair is any other donor and model of the zoo, e.g. `--donor b
 squeezenet_v1.1 --batch 1`: every job is a default submit (auto weights layout).
 
 `--donor-registry` starts from a registry file where the donor is tuned already (a copy is
-used). `--parallel` tunes each seed's cold and warm runs at the same time, in two processes:
-the two share the box's load alike, and the run takes half as long.
+used). `--donor-packs DIR` starts from the packs in DIR instead (a new registry that loaded them,
+as a fresh farm does its shipped packs): on a box kind no pack holds, what the farm's first run
+gains from the packs of other CPU kinds, e.g. `--donor-packs foundation/registry/shipped
+--model resnet-18 --trials-per-task 32 --seeds 0 1 2`. `--parallel` tunes each seed's cold and
+warm runs at the same time, in two processes: the two share the box's load alike, and the run takes half as long.
 
 Exit codes: 0 done; 2 bad arguments; 1 a job that did not succeed.
 """
@@ -100,6 +103,21 @@ def _curve(registry: Path, job_id: str) -> list[tuple[int, float, int]]:
         store.dispose()
 
 
+def _registry_of_packs(registry: Path, directory: Path) -> dict:
+    """A new registry at ``registry`` that loaded the packs in ``directory``: what they added."""
+    from foundation.registry.shipped_packs import load_shipped_packs
+    from foundation.registry.store import RegistryStore
+
+    store = RegistryStore(f"sqlite:///{registry}", create=True)
+    try:
+        loaded = load_shipped_packs(store, directory)
+    finally:
+        store.dispose()
+    with sqlite3.connect(registry) as connection:
+        connection.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    return {"packs": sorted(loaded), "added": {name: counts.to_json() for name, counts in loaded.items()}}
+
+
 def _donor_of(registry: Path, model: str, batch: int) -> dict:
     """The donor job already in ``registry``: its trials and its library's latency."""
     from foundation.registry.store import RegistryStore
@@ -140,8 +158,9 @@ def _every_task_measured_at(curve: list[tuple[int, float, int]]) -> int | None:
 def _spread(values: list[float]) -> dict:
     values = [v for v in values if v is not None]
     if not values:
-        return {"mean": None, "min": None, "max": None, "stdev": None}
-    return {"mean": statistics.mean(values), "min": min(values), "max": max(values),
+        return {"mean": None, "median": None, "min": None, "max": None, "stdev": None}
+    return {"mean": statistics.mean(values), "median": statistics.median(values), "min": min(values),
+            "max": max(values),
             "stdev": statistics.stdev(values) if len(values) > 1 else 0.0}
 
 
@@ -180,8 +199,10 @@ def _summarised(document: dict, pairs: list[dict]) -> dict:
 
 def _title(document: dict) -> str:
     model, donor = document["model"], document["donor"]
-    return (f"{model['model']} b{model['batch']}, {model['trials_per_task']} trials/task; warm from {donor['model']} "
-            f"b{donor['batch']} ({donor['trials']} trials)\n{document['cpu']}, load {document['load_before']}")
+    source = (f"packs {', '.join(donor['packs'])}" if "packs" in donor
+              else f"{donor['model']} b{donor['batch']} ({donor['trials']} trials)")
+    return (f"{model['model']} b{model['batch']}, {model['trials_per_task']} trials/task; warm from {source}"
+            f"\n{document['cpu']}, load {document['load_before']}")
 
 
 def _plot(runs: list[dict], path: Path, title: str) -> None:
@@ -226,6 +247,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--plot", type=Path, default=ROOT / "docs" / "results" / "warm-start.png")
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--donor-registry", type=Path)
+    parser.add_argument("--donor-packs", type=Path, metavar="DIR",
+                        help="warm from the .farmpack files in DIR (a new registry that loaded them), not a donor tune")
     parser.add_argument("--parallel", action="store_true")
     parser.add_argument("--resummarise", type=Path, metavar="JSON",
                         help="recompute a saved run's pairs and plot (its curves and timings) with this script's rules")
@@ -251,6 +274,11 @@ def main(argv: list[str] | None = None) -> int:
               "or leave --donor-registry out to tune the donor)", file=sys.stderr)
         return 2
 
+    if args.donor_packs is not None and not list(args.donor_packs.glob("*.farmpack")):
+        print(f"error: no .farmpack file in {args.donor_packs} (pass a directory of packs, such as "
+              "foundation/registry/shipped)", file=sys.stderr)
+        return 2
+
     work = Path(tempfile.mkdtemp(prefix="farm-warm-bench-"))
     os.environ["FARM_HOME"] = str(work / "home")
     begin = time.monotonic()
@@ -261,6 +289,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.donor_registry is not None:
             shutil.copy(args.donor_registry, donors)
             donor = _donor_of(donors, args.donor, args.donor_batch)
+        elif args.donor_packs is not None:
+            donor = _registry_of_packs(donors, args.donor_packs)
         else:
             print(f"[{time.monotonic() - begin:6.0f}s] donor: {args.donor} batch {args.donor_batch}, "
                   f"{args.donor_trials_per_task} trials per task, cold", file=sys.stderr)
@@ -294,7 +324,7 @@ def main(argv: list[str] | None = None) -> int:
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "cpu": cpu_model(), "load_before": load_before, "load_after": load_average(),
         "seconds": round(time.monotonic() - begin, 1),
-        "donor": {"model": args.donor, "batch": args.donor_batch, **donor},
+        "donor": donor if "packs" in donor else {"model": args.donor, "batch": args.donor_batch, **donor},
         "model": {"model": args.model, "batch": args.batch, "trials_per_task": args.trials_per_task},
         "runs": runs,
     }
@@ -306,7 +336,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     print(f"{document['date']}  {document['cpu']}  load before {load_before} after {document['load_after']}  "
           f"{document['seconds']:.0f} s")
-    print(f"donor {args.donor} b{args.donor_batch}: {donor['trials']} trials, {donor['latency_ms']:.3f} ms")
+    if "packs" in donor:
+        print(f"donor packs {', '.join(donor['packs'])}")
+    else:
+        print(f"donor {args.donor} b{args.donor_batch}: {donor['trials']} trials, {donor['latency_ms']:.3f} ms")
     print("| seed | cold trials | every task measured after, cold / warm | warm trials to cold's final | share "
           "| warm/cold est. | warm/cold measured | cold ms | warm ms | untuned ms | seeds (own/other) |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
@@ -323,7 +356,8 @@ def main(argv: list[str] | None = None) -> int:
     for name in ("share_of_cold_trials", "estimated_ratio", "measured_ratio"):
         s = document[name]
         if s["mean"] is not None:
-            print(f"{name}: mean {s['mean']:.3f}, min {s['min']:.3f}, max {s['max']:.3f}, stdev {s['stdev']:.3f}")
+            print(f"{name}: median {s['median']:.3f}, mean {s['mean']:.3f}, min {s['min']:.3f}, "
+                  f"max {s['max']:.3f}, stdev {s['stdev']:.3f}")
     print(f"plot: {args.plot}")
     return 0
 

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 from foundation.domain.trial_plan import TaskDemand, TrialPlan, plan_trials
 from foundation.hardware.tvm_startup import install_lean_tensor_intrinsics
 from foundation.meta_schedule.measure import MeasureSettings, RPCMeasure, WorkerPools
-from foundation.meta_schedule.planned_search import planned_search
+from foundation.meta_schedule.planned_search import COLD_EXPLORATION, WARM_EXPLORATION, planned_search
 from foundation.meta_schedule.progress import (
     KEPT_ERRORS_PER_TASK,
     LiveProgress,
@@ -96,6 +96,8 @@ class TuningReport:
     first_build_at: float | None = None  # wall clock of this process's first built candidate
     seeds: "SeedRoundReport | None" = None  # the warm start's seeds, measured before the search
     pretrained_cost_model: bool = False  # the search's cost model started trained on past records
+    # What it started from: "this fingerprint's records", or the cross model's CrossCostModel.started_from.
+    cost_model_start: str = ""
 
     @staticmethod
     def combined(reports: Sequence["TuningReport"]) -> "TuningReport":
@@ -120,6 +122,7 @@ class TuningReport:
             first_build_at=next((r.first_build_at for r in reports if r.first_build_at is not None), None),
             seeds=reports[0].seeds,
             pretrained_cost_model=any(r.pretrained_cost_model for r in reports),
+            cost_model_start=next((r.cost_model_start for r in reports if r.cost_model_start), ""),
         )
 
     @property
@@ -191,11 +194,12 @@ def tune(
         for i, (t, planned) in enumerate(zip(tasks, plan.trials))
     ]
     search_plan = list(plan.trials)  # what each task's search may measure: less the seeds measured first
-    contexts = _tune_contexts(tasks, target, work_dir, seed, search_plan)
+    contexts = _tune_contexts(tasks, target, work_dir, seed, search_plan, explorations(warm, len(tasks)))
     live = LiveProgress(progress, listener)
     picks = TaskPickHandler(live)
     logging.getLogger(_MS_LOGGER).addHandler(picks)
     pools.live = live
+    pools.plan_timings([t.mod for t in tasks], target_kind)  # each task's cache state as timed
     history = LatencyHistory(len(tasks))
     batch_end = _BatchEnd(history, database)
     if listener:
@@ -257,6 +261,7 @@ def tune(
         raise kept from err
     finally:
         pools.live = None
+        pools.timings = None
         logging.getLogger(_MS_LOGGER).removeHandler(picks)
         if hasattr(database, "flush"):
             database.flush()
@@ -273,23 +278,32 @@ def _report(progress, begin: float, cancelled, pools: WorkerPools, seeds, warm) 
         first_build_at=pools.clock.first_build_at,
         seeds=seeds,
         pretrained_cost_model=warm is not None and warm.cost_model is not None,
+        cost_model_start=getattr(warm.cost_model, "started_from", "this fingerprint's records")
+        if warm is not None and warm.cost_model is not None else "",
     )
 
 
 def trial_plan(tasks: Sequence["TuningTask"], budget: TuningBudget, database=None,
-               trial_caps: Sequence[int | None] | None = None, spent: Sequence[int] | None = None) -> TrialPlan:
+               trial_caps: Sequence[int | None] | None = None, spent: Sequence[int] | None = None,
+               in_model_ms: Sequence[float | None] | None = None,
+               ceiling_ms: Sequence[float] | None = None) -> TrialPlan:
     """The tasks' trial plan for ``budget``: by FLOPs x weight, and by the best measured time of
     each task ``database`` (any MetaSchedule database) has records of.
 
     ``trial_caps`` gives tasks trials of their own (a reused task's top-up), None for the
     others, which share what those leave of the budget. ``spent``: the trials each task had in
-    earlier rounds of this job (`farm submit --until`).
+    earlier rounds of this job (`farm submit --until`). ``in_model_ms`` and ``ceiling_ms``: each
+    task's time in one inference of the built model and its ceiling (the round before's,
+    foundation.job_driver.in_model_times): the plan then goes by what each loses in the model.
     """
     caps = list(trial_caps) if trial_caps is not None else [None] * len(tasks)
     if len(caps) != len(tasks):
         raise ValueError(f"{len(caps)} trial caps for {len(tasks)} tasks")
     measured = [_best_ms(database, task.mod) for task in tasks] if database is not None else [None] * len(tasks)
-    demands = [TaskDemand(t.name, t.flop, t.weight, best) for t, best in zip(tasks, measured)]
+    in_model = list(in_model_ms) if in_model_ms is not None else [None] * len(tasks)
+    ceilings = list(ceiling_ms) if ceiling_ms is not None else [0.0] * len(tasks)
+    demands = [TaskDemand(t.name, t.flop, t.weight, best, seen, ceiling)
+               for t, best, seen, ceiling in zip(tasks, measured, in_model, ceilings)]
     if all(cap is None for cap in caps):
         return plan_trials(demands, budget.max_trials_global, budget.max_trials_per_task, spent)
     fixed = [min(cap, budget.max_trials_global) if cap is not None else 0 for cap in caps]
@@ -340,7 +354,17 @@ def _write_task_list(work_dir: Path, tasks: Sequence["TuningTask"], planned: Seq
     (work_dir / TASK_LIST).write_text(json.dumps(document, indent=1))
 
 
-def _tune_contexts(tasks, target, work_dir: Path, seed: int | None, planned: list[int]):
+def explorations(warm, tasks: int) -> list[float]:
+    """Each task's share of every batch drawn at random from fresh samples: a warm search's, whose
+    picks seeds and a model trained on other records steer, explores as a cold one would."""
+    if warm is None:
+        return [COLD_EXPLORATION] * tasks
+    seeded = list(warm.seeds) + [()] * (tasks - len(warm.seeds))
+    return [WARM_EXPLORATION if warm.cost_model is not None or seeded[i] else COLD_EXPLORATION for i in range(tasks)]
+
+
+def _tune_contexts(tasks, target, work_dir: Path, seed: int | None, planned: list[int],
+                   exploration: list[float] | None = None):
     from tvm.s_tir import meta_schedule as ms
     from tvm.s_tir.meta_schedule.utils import fork_seed
 
@@ -351,7 +375,8 @@ def _tune_contexts(tasks, target, work_dir: Path, seed: int | None, planned: lis
             mod=task.mod,
             target=target,
             space_generator=_space_generator(target),
-            search_strategy=planned_search(planned, index),
+            search_strategy=planned_search(planned, index,
+                                           exploration[index] if exploration is not None else COLD_EXPLORATION),
             task_name=task.name,
             logger=logger,
             rand_state=rand_state,
