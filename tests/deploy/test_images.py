@@ -124,6 +124,9 @@ def check_image_installs(commands, kind: str) -> None:
     lock_option = rf"pip install\b.*\s-r {re.escape(str(lock.relative_to(ROOT)))}(\s|$)"
     assert any(re.search(lock_option, r) for r in pip_before), \
         f"the dependencies are installed from {lock.name} before `COPY . .`"
+    # Hash-checking mode: nothing the lock does not name, no file but one it hashes.
+    assert all("--require-hashes" in r.split() for r in pip_before if re.search(lock_option, r)), \
+        f"{lock.name} is installed with --require-hashes"
     if wheels in inputs:
         lock_file = re.escape(str(lock.relative_to(ROOT)))
         find_links = rf"pip install\b.*\s--find-links[ =]{re.escape(wheels)}/?\s.*-r {lock_file}(\s|$)"
@@ -246,6 +249,11 @@ def image_requirements(path: Path) -> list[str]:
     return project()["project"]["dependencies"] + [r for e in lock_extras(path) for r in optional[e]]
 
 
+# A lock's line: the pin, the sha256 of each wheel of it the image's Python could take, the
+# wheel pip chose (deploy/docker/lock writes them so).
+LOCK_LINE = re.compile(r"([A-Za-z0-9._-]+)==(\S+)((?: --hash=sha256:[0-9a-f]{64})+)  # (\S+\.whl)")
+
+
 def read_lock(path: Path) -> tuple[str, dict[str, tuple[str, str]]]:
     """(the Python it was resolved for, {normalized name: (version, wheel file)})."""
     from packaging.utils import canonicalize_name
@@ -255,10 +263,60 @@ def read_lock(path: Path) -> tuple[str, dict[str, tuple[str, str]]]:
     pins = {}
     for line in text.splitlines():
         if line and not line.startswith("#"):
-            match = re.fullmatch(r"([A-Za-z0-9._-]+)==(\S+)  # (\S+\.whl)", line)
-            assert match, f"{path.name}: not `name==version  # wheel`: {line!r}"
-            pins[canonicalize_name(match[1])] = (match[2], match[3])
+            match = LOCK_LINE.fullmatch(line)
+            assert match, f"{path.name}: not `name==version --hash=sha256:H...  # wheel`: {line!r}"
+            pins[canonicalize_name(match[1])] = (match[2], match[4])
     return python, pins
+
+
+def lock_hashes(text: str) -> dict[str, list[str]]:
+    """{normalized name: its sha256 hashes}; a line with none, or unlike LOCK_LINE, is left out."""
+    from packaging.utils import canonicalize_name
+
+    return {canonicalize_name(m[1]): re.findall(r"--hash=sha256:([0-9a-f]{64})", m[3])
+            for line in text.splitlines() if (m := LOCK_LINE.fullmatch(line))}
+
+
+def lock_hash_problems(text: str) -> list[str]:
+    """Lines of a lock that pip's --require-hashes would refuse or that the lock could not have
+    written: a requirement without a hash, or one not pinned with ==."""
+    return [f"not pinned and hashed: {line!r}" for line in text.splitlines()
+            if line and not line.startswith("#") and not LOCK_LINE.fullmatch(line)]
+
+
+@pytest.mark.parametrize("lock", every_lock(), ids=lambda path: path.name)
+def test_every_locked_package_is_hashed_and_within_pyproject(lock):
+    """Each line pins one version, with the sha256 of its wheels (the metadata-only xgboost's is
+    the committed file's), at a version pyproject.toml's constraints allow (apache-tvm-ffi's
+    ==0.1.14.post1, apache-tvm's range...)."""
+    import hashlib
+
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    text = lock.read_text()
+    assert lock_hash_problems(text) == [], "rerun deploy/docker/lock"
+    _, pins = read_lock(lock)
+    hashes = lock_hashes(text)
+    assert set(hashes) == set(pins) and all(hashes.values())
+    for name, (_, wheel) in pins.items():
+        if (WHEELS / wheel).is_file():
+            assert hashes[name] == [hashlib.sha256((WHEELS / wheel).read_bytes()).hexdigest()], wheel
+    for text_requirement in image_requirements(lock):
+        requirement = Requirement(text_requirement)
+        if requirement.marker is not None and not requirement.marker.evaluate():
+            continue
+        version = pins[canonicalize_name(requirement.name)][0]
+        assert requirement.specifier.contains(version, prereleases=True), (text_requirement, version)
+    assert pins["apache-tvm-ffi"][0] == "0.1.14.post1"
+
+
+def test_lock_hash_check_rejects_an_unhashed_or_unpinned_line():
+    good = "numpy==2.4.6 --hash=sha256:" + "0" * 64 + "  # numpy-2.4.6-cp311-cp311-manylinux_2_28_x86_64.whl"
+    assert lock_hash_problems(f"# python 3.11\n{good}\n") == []
+    for bad in ("numpy==2.4.6  # numpy-2.4.6-cp311-cp311-manylinux_2_28_x86_64.whl",
+                good.replace("==2.4.6", ">=2.4"), good.replace("0" * 64, "0" * 63), "numpy==2.4.6"):
+        assert len(lock_hash_problems(f"{good}\n{bad}\n")) == 1, bad
 
 
 def lock_script():
