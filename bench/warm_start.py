@@ -38,6 +38,7 @@ import datetime
 import json
 import os
 import shutil
+import signal
 import sqlite3
 import statistics
 import sys
@@ -279,6 +280,8 @@ def main(argv: list[str] | None = None) -> int:
               "foundation/registry/shipped)", file=sys.stderr)
         return 2
 
+    # A SIGTERM ends this process through its finally blocks, which stop the --parallel runs.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     work = Path(tempfile.mkdtemp(prefix="farm-warm-bench-"))
     os.environ["FARM_HOME"] = str(work / "home")
     begin = time.monotonic()
@@ -306,11 +309,17 @@ def main(argv: list[str] | None = None) -> int:
                   + (" (at once)" if args.parallel else ""), file=sys.stderr)
             if args.parallel:
                 children = [_run_in_process(registries[warm], args, seed, warm) for warm in (False, True)]
-                for child in children:
-                    out, _ = child.communicate()
-                    if child.returncode != 0:
-                        raise SystemExit(f"error: a run of seed {seed} failed (exit {child.returncode})")
-                    runs.append(json.loads(out.strip().splitlines()[-1]))
+                try:
+                    for child in children:
+                        out, _ = child.communicate()
+                        if child.returncode != 0:
+                            raise SystemExit(f"error: a run of seed {seed} failed (exit {child.returncode})")
+                        runs.append(json.loads(out.strip().splitlines()[-1]))
+                finally:  # stopped or failed: a run left tuning would skew whatever the box measures next
+                    for child in children:
+                        if child.poll() is None:
+                            child.kill()
+                            child.wait()
             else:
                 runs.extend(_run(registries[warm], args.model, args.batch, args.trials_per_task, seed, warm)
                             for warm in (False, True))
