@@ -40,7 +40,9 @@ def lower_for_tuning(mod: "tvm.IRModule", target: "tvm.target.Target", *, prepac
     of `main`'s parameters are weights is told by its `num_input` attribute. With
     ``block_activations`` (prepacked weights only) the convolutions' activations are NCHW{b}c
     from the first convolution to the last (foundation.blocked_activations); the model's inputs,
-    outputs and weights stay as they are.
+    outputs and weights stay as they are. The prepacked forms also fold a transposed activation
+    into the matmul that reads it (foundation.transposed_matmul); the plain form is TVM's own
+    lowering, whose workloads users' TVM logs hold.
     """
     import tvm
     from tvm import relax
@@ -56,8 +58,12 @@ def lower_for_tuning(mod: "tvm.IRModule", target: "tvm.target.Target", *, prepac
     passes += [
         relax.transform.DecomposeOpsForInference(),
         relax.transform.CanonicalizeBindings(),
-        relax.pipeline.zero_pipeline(),
     ]
+    if prepack:
+        from foundation.transposed_matmul import transposed_matmuls_folded
+
+        passes.append(transposed_matmuls_folded)
+    passes.append(relax.pipeline.zero_pipeline())
     if prepack:
         passes.append(relax.transform.AttachAttrLayoutFreeBuffers())
     with target:
