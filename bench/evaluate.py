@@ -1,4 +1,5 @@
-"""The thesis's comparison on this CPU: farm-tuned TVM against untuned TVM, onnxruntime and PyTorch eager.
+"""The thesis's comparison on this CPU: farm-tuned TVM against untuned TVM and its peers (onnxruntime,
+PyTorch eager and torch.compile, TVM's own tuning pipeline), each kernel's share of the box's peak beside.
 
 Each case is MODEL:BATCH[:TRIALS_PER_TASK]. For each, the farm tunes it (an embedded `farm
 submit` into --registry: answered from the registry when it already holds the library; with
@@ -7,15 +8,23 @@ merged into them, so a later run adds trials instead of starting over). Then, in
 process, every engine runs the same network with the same seeded weights on the same seeded
 input: untuned TVM (the farm's reference build), the farm-tuned library (loaded with
 farm.load), onnxruntime (the zoo's Relax graph re-emitted as ONNX, bench/relax_graph.py) and
-PyTorch eager (the same graph as torch calls; only when torch is installed: pip install -e
-.[torch]). Every output is checked against untuned TVM first (bench/timing.py states the
-tolerance), with the seeded weights and again with the constant-initialised ones (BatchNorm,
-LayerNorm, biases) perturbed, which would let a mis-wired graph pass. Then warm-up, and the
-timed runs interleaved round-robin. Results go to OUT/evaluate-TAG.json and .csv, with two
-plots: latency per case (one bar per engine) and the model's best latency against trials.
+PyTorch eager and torch.compile (the same graph as torch calls; only when torch is installed:
+VENV=.venv-bench EXTRAS=test,torch scripts/setup, kept apart since torch slows every `import tvm`)
+and, with --tvm-pipeline, TVM's own `relax.pipeline.static_shape_tuning_pipeline` tuned at the
+same trials (bench/tvm_pipeline.py says how it is called; its build is kept under
+--tvm-pipeline-work and reused by a later run of the same budget). Every output is checked against
+untuned TVM first (bench/timing.py states the tolerance), with the seeded weights and again with
+the constant-initialised ones (BatchNorm, LayerNorm, biases) perturbed, which would let a mis-wired
+graph pass. Then warm-up, and the timed runs interleaved round-robin. Last, the farm-tuned library
+and TVM's pipeline run --kernel-runs more inferences with every call timed (bench/vm_calls.py):
+each kernel's time in the model, GFLOP/s and share of this box's peak (the fingerprint's measured
+peak_gflops). Results go to OUT/evaluate-TAG.json, .csv and -kernels.csv, with three plots:
+latency per case (one bar per engine), the model's best latency against trials, and the heaviest
+kernels' share of the peak.
 
     .venv/bin/python bench/evaluate.py resnet-18:1:16 mobilenet:1:16 --tag quick
     .venv/bin/python bench/evaluate.py resnet-18:1:16 --retune --tag more   # 16 more per task
+    .venv-bench/bin/python bench/evaluate.py resnet-18:1:32 --tvm-pipeline --tag peers-quick
 
 Exit codes: 0 done; 1 an engine disagreed with the reference, or a tuning job failed;
 2 bad arguments; 3 --no-tune and the registry holds no library for a case.
@@ -31,6 +40,7 @@ import os
 import platform
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,9 +51,12 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
+from peer_engines import TORCH_COMPILE, TVM_PIPELINE, torch_compile_engine, tvm_pipeline_engine  # noqa: E402
 from timing import Engine, check_outputs, cpu_model, interleaved, load_average  # noqa: E402
+from vm_calls import kernel_rows, model_function_flops, peak_gflops_of, time_calls  # noqa: E402
 
-SYSTEMS = ("TVM untuned", "TVM farm-tuned", "onnxruntime", "PyTorch eager")
+SYSTEMS = ("TVM untuned", "TVM farm-tuned", "onnxruntime", "PyTorch eager", TORCH_COMPILE, TVM_PIPELINE)
+PEERS = ("onnxruntime", "PyTorch eager", TORCH_COMPILE, TVM_PIPELINE)
 EXIT_DISAGREE, EXIT_USAGE, EXIT_NOT_FOUND = 1, 2, 3
 
 
@@ -226,6 +239,7 @@ def evaluate_case(case: Case, args, log) -> dict:
         raise Refused(f"{case.label}: the zoo's seeded input differs from the stored model's",
                       "the zoo changed since it was tuned: tune it again", EXIT_DISAGREE)
     artifact = deployed.artifact
+    history = tuning_history(ctx.store, deployed.model.id, ctx.fingerprint.id, ctx.target_json)
 
     log(f"{case.label}: building untuned TVM (the reference) ...")
     begin = time.perf_counter()
@@ -237,8 +251,16 @@ def evaluate_case(case: Case, args, log) -> dict:
         tvm_engine("TVM farm-tuned", deployed.library, weights, f"artifact {artifact.id} (farm.load)"),
     ]
     skipped = {}
-    for name, (engine, why) in (("onnxruntime", ort_engine(model, weights, kind)),
-                                ("PyTorch eager", torch_engine(model, weights, kind))):
+    peers = [("onnxruntime", lambda: ort_engine(model, weights, kind)),
+             ("PyTorch eager", lambda: torch_engine(model, weights, kind))]
+    if not args.no_torch_compile:
+        peers.append((TORCH_COMPILE, lambda: torch_compile_engine(model, weights, kind)))
+    pipeline = None
+    if args.tvm_pipeline:
+        pipeline = pipeline_engine(case, history["trials"], ctx, args.tvm_pipeline_work, kind, weights, log)
+        peers.append((TVM_PIPELINE, lambda: pipeline[:2]))
+    for name, make in peers:
+        engine, why = make()
         if engine is not None:
             engines.append(engine)
         else:
@@ -268,9 +290,21 @@ def evaluate_case(case: Case, args, log) -> dict:
 
     stats = {e.name: {**samples[e.name].summary(), "note": e.note} for e in engines}
     tuned = stats["TVM farm-tuned"]["median_ms"]
-    others = [stats[n]["median_ms"] for n in ("onnxruntime", "PyTorch eager") if n in stats]
+    others = {n: stats[n]["median_ms"] for n in PEERS if n in stats}
+    fastest = min(others, key=others.get) if others else None
     ort_ms = stats.get("onnxruntime", {}).get("median_ms")
-    history = tuning_history(ctx.store, deployed.model.id, ctx.fingerprint.id, ctx.target_json)
+    peak = peak_gflops_of(ctx.fingerprint)
+    kernels = {}
+    if args.kernel_runs > 0:
+        from foundation.domain.weights_layout import WeightsLayout
+
+        log(f"{case.label}: every call timed, {args.kernel_runs} inferences per TVM library ...")
+        flops = model_function_flops(model, ctx.tvm_target(), WeightsLayout(artifact.weights_layout))
+        kernels["TVM farm-tuned"] = kernel_rows(time_calls(deployed.library, inputs, args.kernel_runs), flops, peak)
+        if pipeline is not None and pipeline[0] is not None:
+            info = pipeline[2]
+            kernels[TVM_PIPELINE] = kernel_rows(time_calls(info["library"], inputs, args.kernel_runs),
+                                                info["flops"], peak)
     return {
         "model": case.model, "batch": case.batch, "trials_per_task_asked": case.trials_per_task,
         "artifact": {"id": artifact.id, "job": artifact.job_id, "weights_layout": artifact.weights_layout,
@@ -282,13 +316,46 @@ def evaluate_case(case: Case, args, log) -> dict:
         "skipped": skipped,
         "agreement": agreement,
         "engines": stats,
+        "tvm_pipeline": ({k: v for k, v in pipeline[2].items() if k in ("summary", "work")}
+                         if pipeline is not None and pipeline[2] is not None else None),
+        "peak_gflops": peak,
+        "kernels": kernels,
         "ratios": {
             "tuned_over_onnxruntime": tuned / ort_ms if ort_ms else None,
-            "tuned_over_best_reference": tuned / min(others) if others else None,
+            "fastest_peer": fastest,
+            "tuned_over_best_reference": tuned / others[fastest] if others else None,
             "untuned_over_tuned": (stats["TVM untuned"]["median_ms"] / tuned) if "TVM untuned" in stats else None,
         },
         "loadavg_before": load_before, "loadavg_after": load_average(),
     }
+
+
+def pipeline_engine(case: Case, trials: int, ctx, work_root: Path, kind: str, weights, log):
+    """TVM's pipeline for ``case`` (peer_engines.tvm_pipeline_engine) at the farm's total trials for the
+    model here and the case's per-task cap (the farm's default where it names none), or why not. A model
+    tuned over several jobs (--retune) gives the pipeline every job's trials but one job's cap."""
+    from foundation.meta_schedule.tuner import DEFAULT_TRIALS_PER_TASK
+
+    if trials < 1:
+        return None, "the farm ran no trials for this model here (a registry hit from elsewhere): no budget " \
+                     "to give TVM's pipeline; skipped", None
+    try:
+        return tvm_pipeline_engine(case.model, case.batch, trials, case.trials_per_task or DEFAULT_TRIALS_PER_TASK,
+                                   ctx.target_json, work_root, kind, weights, log)
+    except RuntimeError as err:
+        raise Refused(f"{case.label}: TVM's pipeline failed: {err}", "see its output above", EXIT_DISAGREE) from None
+
+
+def write_kernels_csv(path: Path, report: dict) -> None:
+    fields = ["model", "batch", "engine", "kernel", "calls", "ms", "share_of_model", "gflop_per_call", "gflops",
+              "share_of_peak"]
+    with path.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=fields, extrasaction="ignore")
+        writer.writeheader()
+        for case in report["cases"]:
+            for engine, rows in case["kernels"].items():
+                for row in rows:
+                    writer.writerow({"model": case["model"], "batch": case["batch"], "engine": engine, **row})
 
 
 def write_csv(path: Path, report: dict) -> None:
@@ -323,6 +390,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--untuned-runs", type=int, default=5, help="timed runs of untuned TVM (slow; 0: check only)")
     parser.add_argument("--warmup", type=int, default=5, help="untimed runs per engine first")
     parser.add_argument("--rounds", type=int, default=5, help="rotated round-robin rounds the runs are split into")
+    parser.add_argument("--no-torch-compile", action="store_true",
+                        help="leave torch.compile out (its first call compiles for minutes on a large model)")
+    parser.add_argument("--tvm-pipeline", action="store_true",
+                        help="also tune and time TVM's own static_shape_tuning_pipeline at the farm's trials")
+    parser.add_argument("--tvm-pipeline-work", type=Path, default=Path(tempfile.gettempdir()) / "farm-tvm-pipeline",
+                        help="where TVM's pipeline keeps its logs and library, one folder per model and budget "
+                             "(a later run of the same budget reuses it)")
+    parser.add_argument("--kernel-runs", type=int, default=10,
+                        help="inferences with every call timed, for each kernel's share of the peak (0: none)")
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "results", help="directory for JSON, CSV, PNG")
     parser.add_argument("--tag", default="evaluation", help="file stem: OUT/evaluate-TAG.{json,csv}")
     parser.add_argument("--no-plots", action="store_true")
@@ -333,8 +409,9 @@ def main(argv: list[str] | None = None) -> int:
         print(message, file=sys.stderr, flush=True)
 
     try:
-        if args.runs < 1 or args.untuned_runs < 0 or args.warmup < 0 or args.rounds < 1:
-            raise Refused("--runs and --rounds must be at least 1, --warmup and --untuned-runs at least 0",
+        if args.runs < 1 or args.untuned_runs < 0 or args.warmup < 0 or args.rounds < 1 or args.kernel_runs < 0:
+            raise Refused("--runs and --rounds must be at least 1, --warmup, --untuned-runs and --kernel-runs "
+                          "at least 0",
                           "pass positive counts", EXIT_USAGE)
         if args.retune and args.no_tune:
             raise Refused("--retune and --no-tune contradict each other", "pass one of them", EXIT_USAGE)
@@ -387,12 +464,16 @@ def main(argv: list[str] | None = None) -> int:
     stem = args.out / f"evaluate-{args.tag}"
     stem.with_suffix(".json").write_text(json.dumps(report, indent=2, default=str) + "\n")
     write_csv(stem.with_suffix(".csv"), report)
-    written = [stem.with_suffix(".json"), stem.with_suffix(".csv")]
+    kernels_csv = args.out / f"evaluate-{args.tag}-kernels.csv"
+    write_kernels_csv(kernels_csv, report)
+    written = [stem.with_suffix(".json"), stem.with_suffix(".csv"), kernels_csv]
     if not args.no_plots:
-        from evaluate_plots import plot_latency, plot_trials
+        from evaluate_plots import plot_latency, plot_peak_share, plot_trials
 
         written.append(plot_latency(report, args.out / f"evaluate-{args.tag}-latency.png"))
         written.append(plot_trials(report, args.out / f"evaluate-{args.tag}-trials.png"))
+        if any(case["kernels"] for case in report["cases"]):
+            written.append(plot_peak_share(report, args.out / f"evaluate-{args.tag}-peak.png"))
     if args.json:
         print(json.dumps(report, indent=2, default=str))
     else:
@@ -416,12 +497,26 @@ def print_table(report: dict) -> None:
                   f" {s['runs']:5d}  {s['note']}")
         r = case["ratios"]
         ratios = [f"farm-tuned / onnxruntime = {r['tuned_over_onnxruntime']:.2f}x" if r["tuned_over_onnxruntime"]
-                  else "", f"farm-tuned / fastest reference = {r['tuned_over_best_reference']:.2f}x"
+                  else "", f"farm-tuned / fastest peer ({r['fastest_peer']}) = {r['tuned_over_best_reference']:.2f}x"
                   if r["tuned_over_best_reference"] else "",
                   f"untuned / farm-tuned = {r['untuned_over_tuned']:.1f}x" if r["untuned_over_tuned"] else ""]
         print("  " + "; ".join(text for text in ratios if text))
         for why in case["skipped"].values():
             print(f"  {why}")
+        print_kernels(case, top=6)
+
+
+def print_kernels(case: dict, top: int) -> None:
+    """The heaviest kernels of each profiled TVM library, with their share of the box's peak."""
+    peak = case["peak_gflops"]
+    for engine, rows in case["kernels"].items():
+        print(f"  {engine}, heaviest kernels in the model (peak {f'{peak:.0f} GFLOP/s' if peak else 'unknown'}):")
+        for row in rows[:top]:
+            speed = (f"{row['gflops']:7.1f} GFLOP/s" + (f" {row['share_of_peak']:6.1%} of peak"
+                                                       if row["share_of_peak"] is not None else "")
+                     if row["gflops"] is not None else "")
+            print(f"    {row['kernel'][:52]:52s} {row['ms']:8.3f} ms x{row['calls']:<3.0f} "
+                  f"{row['share_of_model']:6.1%} of the model  {speed}")
 
 
 if __name__ == "__main__":

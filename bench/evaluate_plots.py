@@ -1,11 +1,14 @@
-"""The evaluation's two figures, in the thesis's style: latency bars per case, best latency against trials."""
+"""The evaluation's figures, in the thesis's style: latency bars per case, best latency against trials,
+and the heaviest kernels' share of the box's peak."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 COLORS = {"TVM untuned": "tab:red", "TVM farm-tuned": "tab:green", "onnxruntime": "tab:blue",
-          "PyTorch eager": "tab:orange"}
+          "PyTorch eager": "tab:orange", "torch.compile": "tab:brown", "TVM pipeline": "tab:purple"}
+# Kernels shown per library in the peak-share figure, heaviest first.
+TOP_KERNELS = 12
 
 
 def _pyplot():
@@ -72,6 +75,7 @@ def plot_trials(report: dict, path: Path) -> Path:
             axes.step(trials, ms, where="post", color="tab:gray",
                       label="estimated from tuning-time measurements")
         for name, style in (("TVM farm-tuned", "-"), ("onnxruntime", "--"), ("PyTorch eager", ":"),
+                            ("torch.compile", (0, (3, 1, 1, 1))), ("TVM pipeline", (0, (5, 2))),
                             ("TVM untuned", "-.")):
             s = case["engines"].get(name)
             if s is not None:
@@ -87,6 +91,35 @@ def plot_trials(report: dict, path: Path) -> Path:
         axes.grid(True, which="major", alpha=0.3)
         axes.legend(fontsize="x-small")
     figure.suptitle("Best latency against trials\n" + _subtitle(report), fontsize="medium")
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+    return path
+
+
+def plot_peak_share(report: dict, path: Path) -> Path:
+    """Per case and profiled TVM library: its heaviest kernels in the model, each bar its share of the
+    box's peak GFLOP/s, labelled with its time per inference."""
+    plt = _pyplot()
+    panels = [(case, engine, rows) for case in report["cases"] for engine, rows in case["kernels"].items()]
+    figure, grid = plt.subplots(1, len(panels), figsize=(max(7.0, 6.0 * len(panels)), 6), constrained_layout=True,
+                                squeeze=False)
+    for axes, (case, engine, rows) in zip(grid[0], panels):
+        shown = [row for row in rows if row["share_of_peak"] is not None][:TOP_KERNELS]
+        labels = [row["kernel"][:40] for row in shown]
+        bars = axes.barh(range(len(shown)), [row["share_of_peak"] * 100 for row in shown], color=COLORS[engine])
+        for bar, row in zip(bars, shown):
+            middle = bar.get_y() + bar.get_height() / 2
+            axes.annotate(f"{row['ms']:.3g} ms x{row['calls']:.0f}", (bar.get_width(), middle), va="center",
+                          fontsize="x-small", xytext=(2, 0), textcoords="offset points")
+        axes.set_yticks(range(len(shown)))
+        axes.set_yticklabels(labels, fontsize="x-small")
+        axes.invert_yaxis()
+        peak = case["peak_gflops"]
+        axes.set(xlabel=f"share of the box's peak (%; {peak:.0f} GFLOP/s)" if peak else "share of the peak (%)",
+                 title=f"{engine}: {case['model']} batch {case['batch']}")
+        axes.grid(True, axis="x", alpha=0.3)
+    figure.suptitle("Heaviest kernels in the model, speed against the box's peak\n" + _subtitle(report),
+                    fontsize="medium")
     figure.savefig(path, dpi=110)
     plt.close(figure)
     return path

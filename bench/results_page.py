@@ -117,6 +117,36 @@ def read_evaluate(raw: dict) -> dict:
             "date": raw["date_utc"], "model": case["model"], "batch": case["batch"]}
 
 
+PEER_ENGINES = ("onnxruntime", "PyTorch eager", "torch.compile", "TVM pipeline")
+
+
+def read_peers(raw: dict) -> list[dict]:
+    """bench/evaluate.py's report, one row per case: each engine's median, the farm against the fastest
+    peer, and the farm's heaviest kernel in the model with its share of the box's peak."""
+    rows = []
+    for case in raw["cases"]:
+        engines = case["engines"]
+        heaviest = next((k for k in case.get("kernels", {}).get("TVM farm-tuned", [])
+                         if k.get("share_of_peak") is not None), None)
+        rows.append({"case": f"{case['model']} b{case['batch']}", "trials": case["tuning"]["trials"],
+                     "farm_ms": engines["TVM farm-tuned"]["median_ms"],
+                     "peers_ms": {name: engines[name]["median_ms"] if name in engines else None
+                                  for name in PEER_ENGINES},
+                     "fastest_peer": case["ratios"].get("fastest_peer"),
+                     "ratio": case["ratios"]["tuned_over_best_reference"],
+                     "heaviest": heaviest, "peak_gflops": case.get("peak_gflops"), "date": raw["date_utc"]})
+    return rows
+
+
+def read_between(raw: dict) -> dict:
+    """bench/between_kernels.py's report: the share of the model between its tuned kernels, and of what."""
+    categories = raw["categories"]
+    return {"case": f"{raw['model']} b{raw['batch']}", "form": raw["weights_layout"],
+            "whole_ms": raw["whole_model_median_ms"], "share": raw["between_share_of_whole"],
+            "parts": {name: categories[name]["share_of_whole"] for name in categories if name != "tuned kernels"},
+            "date": raw["date_utc"]}
+
+
 def read_ceiling(raw: dict) -> list[dict]:
     """Each task's speed as a share of onnxruntime's kernel, the last timing at each trial count."""
     tasks = []
@@ -503,6 +533,65 @@ def older(page: Page) -> list[str]:
     ]
 
 
+def peers(page: Page) -> list[str]:
+    rows = []
+    for row in page.index.get("peers", []):
+        for r in read_peers(page.raw(row["file"])):
+            peers_ms = [_ms(r["peers_ms"][name]) if r["peers_ms"][name] is not None else "-" for name in PEER_ENGINES]
+            k = r["heaviest"]
+            kernel = f"{k['kernel']}: {k['share_of_peak']:.0%} of {r['peak_gflops']:.0f} GFLOP/s" if k else "-"
+            rows.append([r["case"], page.cpu(row), row["budget"], f"{r['trials']:,}", _ms(r["farm_ms"]), *peers_ms,
+                         f"**{_x(r['ratio'])}** ({r['fastest_peer']})", kernel, _date(r["date"]),
+                         _link(row["file"])])
+    lines = [
+        "## Peers: the farm against onnxruntime, PyTorch and TVM's own pipeline",
+        "",
+        "```",
+        "VENV=.venv-bench EXTRAS=test,torch scripts/setup          # torch kept out of the main venv",
+        "FARM_HOME=FRESH_HOME1 .venv-bench/bin/python bench/evaluate.py resnet-18:1:32 mobilenet:1:32 bert:1:32 \\",
+        "    resnet-50:1:32 --tvm-pipeline --runs 30 --rounds 5 --untuned-runs 0 --tag peers-quick-CPU",
+        "FARM_HOME=FRESH_HOME2 .venv-bench/bin/python bench/evaluate.py resnet-18:1:N1 mobilenet:1:N2 bert:1:N3 \\",
+        "    resnet-50:1:N4 --tvm-pipeline --runs 30 --rounds 5 --untuned-runs 0 --tag peers-hour-CPU",
+        "```",
+        "",
+        "Each case is tuned by the farm at the budget named (32 a task: the quick start's; for the hour, each",
+        "model's per-task cap N that `farm submit MODEL llvm 1 --trials-per-task N --dry-run` estimates at",
+        "an hour on the box, from its past jobs), then TVM's",
+        "`relax.pipeline.static_shape_tuning_pipeline` is tuned at the same total trials and per-task cap",
+        "(`bench/tvm_pipeline.py`), and every engine runs the same weights and input, outputs checked",
+        "against untuned TVM, timed interleaved. resnet-50 was never tuned while the farm was built.",
+        "Beside each case, the farm's heaviest kernel in the model as a share of the box's peak (the",
+        "fingerprint's measured `peak_gflops`); `evaluate-TAG-kernels.csv` has every kernel of the farm's",
+        "library and of TVM's pipeline.",
+        "",
+    ]
+    if rows:
+        lines += _table(["case", "CPU", "budget", "trials", "farm-tuned ms", *(f"{n} ms" for n in PEER_ENGINES),
+                         "farm / fastest peer", "farm's heaviest kernel", "measured", "raw"], rows)
+    else:
+        lines.append("No figure yet: the table needs a quiet box (the commands above).")
+    between = [read_between(page.raw(row["file"])) | {"row": row} for row in page.index.get("between_kernels", [])]
+    lines += [
+        "",
+        "### What lies between the kernels",
+        "",
+        "    FARM_HOME=HOME .venv/bin/python bench/between_kernels.py MODEL --runs 30 \\",
+        "        --out docs/results/between-MODEL-CPU.json",
+        "",
+        "The farm-tuned library with every call of its VM timed: the share of the model's time spent in layout",
+        "transforms, padding copies, tasks built untuned and the VM's own calls, between its tuned kernels.",
+        "",
+    ]
+    if between:
+        lines += _table(["case", "CPU", "form", "whole ms", "between", "of which", "measured", "raw"],
+                        [[b["case"], page.cpu(b["row"]), b["form"], _ms(b["whole_ms"]), f"{b['share']:.1%}",
+                          ", ".join(f"{name} {share:.1%}" for name, share in b["parts"].items() if share >= 0.001),
+                          _date(b["date"]), _link(b["row"]["file"])] for b in between])
+    else:
+        lines.append("No figure yet: it needs a quiet box.")
+    return lines
+
+
 def gpu_and_suite(page: Page) -> list[str]:
     suite = page.index["suite"]
     h = suite["hand"]
@@ -523,7 +612,7 @@ def gpu_and_suite(page: Page) -> list[str]:
 
 
 SECTIONS = [head, quick_start, parity, bert, ceiling, warm_start, cost_model, costs, coordinator, defaults, older,
-            gpu_and_suite]
+            peers, gpu_and_suite]
 
 
 def render(results: Path = RESULTS) -> str:

@@ -69,3 +69,65 @@ def test_tunes_checks_times_and_a_retune_adds_trials(tmp_path):
     assert len(case["tuning"]["jobs"]) == 2
     assert case["tuning"]["trials"] > first_trials
     assert not (out / "evaluate-again-latency.png").exists()
+
+
+def test_a_negative_kernel_runs_is_refused_with_exit_2(tmp_path):
+    done = evaluate("mlp-tiny:1", "--kernel-runs", "-1", home=tmp_path)
+    assert done.returncode == 2 and "--kernel-runs" in done.stderr
+    assert not (tmp_path / "registry.db").exists()
+
+
+@pytest.mark.slow
+def test_tvm_pipeline_at_the_farms_trials_and_each_kernels_share_of_the_peak(tmp_path):
+    import results_page
+
+    out, work = tmp_path / "out", tmp_path / "pipeline"
+    common = ["--out", str(out), "--runs", "4", "--untuned-runs", "0", "--warmup", "1", "--rounds", "2",
+              "--tvm-pipeline", "--tvm-pipeline-work", str(work), "--no-torch-compile", "--kernel-runs", "3"]
+    first = evaluate("mlp-tiny:1:2", *common, "--tag", "peers", home=tmp_path)
+    assert first.returncode == 0, first.stderr
+    report = json.loads((out / "evaluate-peers.json").read_text())
+    (case,) = report["cases"]
+    assert {"TVM farm-tuned", "onnxruntime", "TVM pipeline"} <= set(case["engines"])
+    checked = {c["engine"] for checks in case["agreement"].values() for c in checks if c["passed"]}
+    assert "TVM pipeline" in checked and all(c["passed"] for checks in case["agreement"].values() for c in checks)
+    summary = case["tvm_pipeline"]["summary"]
+    # TVM's pipeline was given the farm's budget: its total and per-task cap.
+    assert summary["trials"] == case["tuning"]["trials"] > 0 and summary["trials_per_task"] == 2
+    assert summary["records"] > 0
+    assert case["ratios"]["fastest_peer"] in case["engines"]
+    assert case["peak_gflops"] > 0
+    for engine in ("TVM farm-tuned", "TVM pipeline"):
+        rows = case["kernels"][engine]
+        matmuls = [r for r in rows if "matmul" in r["kernel"]]
+        assert len(matmuls) == 2, rows
+        assert all(r["calls"] == 1 and r["gflops"] > 0 and 0 < r["share_of_peak"] for r in matmuls)
+    for name in ("evaluate-peers-kernels.csv", "evaluate-peers-peak.png", "evaluate-peers-latency.png"):
+        assert (out / name).stat().st_size > 0
+    assert "of peak" in first.stdout
+    (row,) = results_page.read_peers(report)
+    assert row["case"] == "mlp-tiny b1" and row["peers_ms"]["TVM pipeline"] > 0
+    assert row["peers_ms"]["torch.compile"] is None and row["heaviest"]["share_of_peak"] > 0
+
+    # The same budget again: the pipeline's build is reused, not tuned anew.
+    library = work / "mlp-tiny-b1-{}-2".format(summary["trials"]) / "model.so"
+    built_at = library.stat().st_mtime_ns
+    again = evaluate("mlp-tiny:1:2", *common, "--no-tune", "--no-plots", "--tag", "again", home=tmp_path)
+    assert again.returncode == 0, again.stderr
+    assert library.stat().st_mtime_ns == built_at
+    (case,) = json.loads((out / "evaluate-again.json").read_text())["cases"]
+    assert case["tvm_pipeline"]["summary"] == summary
+
+
+@pytest.mark.slow
+def test_torch_compile_runs_the_same_graph(tuned_mlp_home, tmp_path):
+    pytest.importorskip("torch")  # the optional torch extra: VENV=.venv-bench EXTRAS=test,torch scripts/setup
+    out = tmp_path / "out"
+    done = evaluate("mlp-tiny:1", "--no-tune", "--out", str(out), "--runs", "4", "--untuned-runs", "0",
+                    "--warmup", "1", "--rounds", "2", "--kernel-runs", "0", "--no-plots", "--tag", "torch",
+                    home=tuned_mlp_home)
+    assert done.returncode == 0, done.stderr
+    (case,) = json.loads((out / "evaluate-torch.json").read_text())["cases"]
+    assert {"PyTorch eager", "torch.compile"} <= set(case["engines"])
+    assert "torch.compile" in {c["engine"] for checks in case["agreement"].values() for c in checks if c["passed"]}
+    assert case["kernels"] == {}

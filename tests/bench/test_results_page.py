@@ -1,5 +1,6 @@
 """bench/results_page.py: the committed docs/benchmarks.md is what it generates from docs/results/."""
 
+import json
 import re
 from pathlib import Path
 
@@ -39,3 +40,37 @@ def test_a_compare_report_is_read_and_anything_else_refused():
     assert results_page.read_compare_text(text) == {"trials": 535, "farm_ms": 10.9, "ort_ms": 8.6}
     with pytest.raises(ValueError):
         results_page.read_compare_text("resnet-18 batch 1\n")
+
+
+def _evaluate_report(peers_ms: dict) -> dict:
+    engines = {"TVM farm-tuned": {"median_ms": 10.0}, **{name: {"median_ms": ms} for name, ms in peers_ms.items()}}
+    fastest = min(peers_ms, key=peers_ms.get)
+    return {"date_utc": "2026-12-03T15:00:00+00:00", "cases": [{
+        "model": "resnet-50", "batch": 1, "tuning": {"trials": 1234}, "engines": engines, "peak_gflops": 200.0,
+        "ratios": {"fastest_peer": fastest, "tuned_over_best_reference": 10.0 / peers_ms[fastest]},
+        "kernels": {"TVM farm-tuned": [{"kernel": "fused_conv2d_NCHWc_add_relu_prepacked", "share_of_peak": 0.625},
+                                       {"kernel": "reshape", "share_of_peak": None}]}}]}
+
+
+def test_the_peers_table_reads_each_engine_and_the_farms_heaviest_kernel(tmp_path):
+    (tmp_path / "index.json").write_text(json.dumps({
+        "cpus": {"zen4": "AMD EPYC family 25 model 17 (Zen 4)"},
+        "peers": [{"cpu": "zen4", "file": "evaluate-peers.json", "budget": "quick start"}],
+        "between_kernels": [{"cpu": "zen4", "file": "between.json"}]}))
+    (tmp_path / "evaluate-peers.json").write_text(json.dumps(
+        _evaluate_report({"onnxruntime": 8.0, "PyTorch eager": 20.0, "TVM pipeline": 12.5})))
+    categories = {name: {"share_of_whole": share} for name, share in
+                  (("tuned kernels", 0.8), ("tasks built untuned", 0.12), ("layout transforms", 0.05),
+                   ("padding copies", 0.0), ("VM builtins", 0.01))}
+    (tmp_path / "between.json").write_text(json.dumps({
+        "model": "resnet-18", "batch": 1, "weights_layout": "prepacked-nchwc", "whole_model_median_ms": 20.0,
+        "between_share_of_whole": 0.18, "categories": categories, "date_utc": "2026-12-03T15:10:00+00:00"}))
+    lines = results_page.peers(results_page.Page(tmp_path))
+    (row,) = [line for line in lines if line.startswith("| resnet-50 b1")]
+    cells = [cell.strip() for cell in row.strip("|").split("|")]
+    assert cells[:10] == ["resnet-50 b1", "AMD EPYC family 25 model 17", "quick start", "1,234", "10.0", "8.00",
+                          "20.0", "-", "12.5", "**1.25x** (onnxruntime)"]
+    assert cells[10] == "fused_conv2d_NCHWc_add_relu_prepacked: 62% of 200 GFLOP/s"
+    (between,) = [line for line in lines if line.startswith("| resnet-18 b1")]
+    assert "18.0%" in between and "tasks built untuned 12.0%" in between and "padding copies" not in between
+

@@ -1,0 +1,39 @@
+"""bench/vm_calls.py: a kernel's FLOPs found under its library name, and its speed against the box's peak."""
+
+from types import SimpleNamespace
+
+import pytest
+from vm_calls import CallTimes, flops_of, kernel_rows, peak_gflops_of
+
+
+def test_a_prepacked_kernel_takes_its_tasks_flops_and_a_builtin_none():
+    flops = {"fused_matmul_add": 2e6, "fused_matmul_add_prepacked": 3e6, "softmax": 1e3}
+    assert flops_of("softmax", flops) == 1e3
+    assert flops_of("fused_matmul_add_prepacked", flops) == 3e6  # its own name first
+    assert flops_of("fused_conv2d_prepacked", {"fused_conv2d": 5e6}) == 5e6
+    assert flops_of("vm.builtin.alloc_tensor", flops) is None
+    assert flops_of("unknown", flops) is None
+
+
+def test_rows_give_gflops_in_the_model_and_the_share_of_the_peak():
+    times = CallTimes(runs=4)
+    for _ in range(4):
+        times.add("fused_conv2d_prepacked", 0.002)  # 2 ms a call, twice an inference
+        times.add("fused_conv2d_prepacked", 0.002)
+        times.add("reshape", 0.001)
+        times.add("vm.builtin.alloc_tensor", 0.001)
+    rows = kernel_rows(times, {"fused_conv2d": 4e8, "reshape": 0.0}, peak_gflops=400.0)
+    assert [r["kernel"] for r in rows] == ["fused_conv2d_prepacked", "reshape"]  # builtins left out, heaviest first
+    conv, reshape = rows
+    assert conv["ms"] == pytest.approx(4.0) and conv["calls"] == pytest.approx(2.0)
+    assert conv["gflop_per_call"] == pytest.approx(0.4)
+    assert conv["gflops"] == pytest.approx(200.0) and conv["share_of_peak"] == pytest.approx(0.5)
+    assert conv["share_of_model"] == pytest.approx(4.0 / 6.0)  # of every call the VM made, builtins too
+    assert reshape["gflops"] is None and reshape["share_of_peak"] is None  # moves bytes, no FLOPs
+    assert kernel_rows(times, {"fused_conv2d": 4e8}, peak_gflops=None)[0]["share_of_peak"] is None
+
+
+def test_the_peak_is_the_fingerprints_measured_one_or_none():
+    assert peak_gflops_of(SimpleNamespace(details={"device": {"peak_gflops": 812.5}})) == 812.5
+    assert peak_gflops_of(SimpleNamespace(details={"cores": 2})) is None
+    assert peak_gflops_of(SimpleNamespace(details=None)) is None
