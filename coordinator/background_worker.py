@@ -35,10 +35,6 @@ class BackgroundWorker:
         self._queue.put((key, step))
         return True
 
-    def busy_with(self, key: str) -> bool:
-        with self._lock:
-            return key in self._pending
-
     def stop(self) -> None:
         self._queue.put(None)
 

@@ -88,10 +88,6 @@ class JobFailed(FarmError):
     exit_code = EXIT_JOB_FAILED
 
 
-class ValidationFailed(JobFailed):
-    """A tuned library's outputs disagree with the untuned build of the same model."""
-
-
 class TimedOut(FarmError):
     """A command stopped waiting for a job that goes on."""
 

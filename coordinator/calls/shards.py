@@ -10,7 +10,7 @@ from concurrent.futures import Future
 from coordinator import metrics
 from coordinator.cluster_store import ClusterStore, UnknownAgent
 from coordinator.errors import DamagedCostModel
-from coordinator.fleet import COMMIT_TIMEOUT_S, GroupCommit, LiveAgents, ProgressEvents, ReportSizing
+from coordinator.fleet import GroupCommit, LiveAgents, ProgressEvents, ReportSizing
 from coordinator.hints import WorkloadJson
 from coordinator.ids import rpc_key
 from coordinator.values import OfferedTask, ShardOffer, ShardOutcome, TrackerAddress
@@ -45,11 +45,6 @@ class ShardCalls:
         self._max_attempts = max_attempts
         self._draining = draining
         self._wake = wake
-
-    def lease_shard(self, agent_id: str, fingerprint_id: str, target_kinds: Sequence[str]) -> ShardOffer | None:
-        claim = self.claim_shard(agent_id, fingerprint_id, target_kinds)
-        lease = None if claim is None else claim.result(COMMIT_TIMEOUT_S)
-        return None if lease is None else self.shard_offer(lease, fingerprint_id)
 
     def claim_shard(self, agent_id: str, fingerprint_id: str, target_kinds: Sequence[str],
                     on_loop: bool = False) -> Future | None:

@@ -106,28 +106,32 @@ def validation_failure(check: "ValidationResult") -> str | None:
 class KeptLibrary:
     """What a validated job stores: its tuned library, or the untuned build when that ran faster."""
 
-    library: bytes
     latency: "Latency"
     weights_layout: WeightsLayout
     speed: "SpeedCheck | None"
     status: str  # the job's status line when it succeeded
 
+    @property
+    def untuned(self) -> bool:
+        """The untuned build is kept, not the tuned library."""
+        return self.speed is not None and self.speed.kept_untuned
 
-def library_to_keep(library: bytes, latency: "Latency", weights_layout: WeightsLayout, reference: bytes | None,
-                    untuned_latency: "Latency | None", speed: "SpeedCheck | None", *,
-                    fallback: bool = True) -> KeptLibrary:
+
+def library_to_keep(latency: "Latency", weights_layout: WeightsLayout, untuned_latency: "Latency | None",
+                    speed: "SpeedCheck | None", *, fallback: bool = True) -> KeptLibrary:
     """The tuned library, unless the validation timed it slower than the untuned build
     (foundation.domain.untuned_speed): then the untuned build (plain weights), which is what the
     job stores and answers with, its check saying so loudly. Without ``fallback`` (foundation.config's
-    KEEP_SLOWER_ENV) the tuned library is stored all the same, its status saying it is slower."""
-    if speed is None or not speed.slower_than_untuned or reference is None or untuned_latency is None:
-        return KeptLibrary(library, latency, weights_layout, speed, f"succeeded: {milliseconds(latency.mean_ms)} mean")
+    KEEP_SLOWER_ENV) the tuned library is stored all the same, its status saying it is slower.
+    Decided from the timings alone: the chosen library's bytes are read once the choice is made."""
+    if speed is None or not speed.slower_than_untuned or untuned_latency is None:
+        return KeptLibrary(latency, weights_layout, speed, f"succeeded: {milliseconds(latency.mean_ms)} mean")
     if not fallback:
-        return KeptLibrary(library, latency, weights_layout, speed,
+        return KeptLibrary(latency, weights_layout, speed,
                            f"succeeded, SLOWER THAN THE UNTUNED BUILD ({speed.ratio:.2f}x its time, stored as "
                            f"FARM_KEEP_SLOWER_TUNED asks): {milliseconds(latency.mean_ms)} mean")
     kept = replace(speed, kept_untuned=True)
-    return KeptLibrary(reference, untuned_latency, WeightsLayout.PLAIN, kept,
+    return KeptLibrary(untuned_latency, WeightsLayout.PLAIN, kept,
                        f"succeeded, KEPT THE UNTUNED BUILD: the tuned library ran {speed.ratio:.2f}x its time "
                        f"({milliseconds(speed.tuned_median_ms)} against {milliseconds(speed.untuned_median_ms)} "
                        f"median); {milliseconds(untuned_latency.mean_ms)} mean")

@@ -190,11 +190,11 @@ def commit(store: "RegistryStore", job: "Job", check: "LibraryCheck", library_of
     ``library_of(untuned)`` gives the tuned library's bytes, or with True the untuned build's, once
     the choice is made (the coordinator reads them from the validation then); ``committed`` is the
     job's artifact if it was committed already, which is kept."""
-    kept = library_to_keep(b"", check.latency, job_notes(job).weights_layout, b"", check.untuned_latency,
-                           check.speed, fallback=not config.keep_slower_tuned())
+    kept = library_to_keep(check.latency, job_notes(job).weights_layout, check.untuned_latency, check.speed,
+                           fallback=not config.keep_slower_tuned())
     if committed is not None:
         return Committed(kept, committed, False)
-    library = library_of(kept.speed is not None and kept.speed.kept_untuned)
+    library = library_of(kept.untuned)
     artifact = commit_artifact(
         store, model_id=job.model_id, target_json=job.target, fingerprint_id=job.fingerprint_id, job_id=job.id,
         library=library, latency=kept.latency, untuned_latency=check.untuned_latency, validation=check.validation,

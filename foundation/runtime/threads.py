@@ -89,10 +89,3 @@ def use_threads(count: int) -> None:
     # as the pool's own start does. The pool is rebuilt at once; later parallel regions use it.
     tvm.get_global_func("runtime.config_threadpool")(1, count)
     _set_here.count = count
-
-
-def pool_threads() -> int:
-    """How many threads the calling thread's TVM pool runs parallel regions on now."""
-    import tvm
-
-    return int(tvm.get_global_func("runtime.NumThreads")())

@@ -15,7 +15,6 @@ import farm
 from foundation.errors import FarmError
 from foundation.hardware.fingerprint import available_cores
 from foundation.runtime.resident_inputs import host_arrays
-from foundation.runtime.threads import pool_threads
 
 pytestmark = pytest.mark.slow
 
@@ -127,6 +126,13 @@ def test_calls_while_another_thread_times_the_model_wait_their_turn(registry):
     done = subprocess.run([sys.executable, "-c", CALL_WHILE_TIMING, registry], capture_output=True, text=True,
                           timeout=300)  # the unlocked VM could also hang
     assert done.returncode == 0, f"exit {done.returncode}\n{done.stdout}\n{done.stderr[-3000:]}"
+
+
+def pool_threads() -> int:
+    """How many threads the calling thread's TVM pool runs parallel regions on now."""
+    import tvm
+
+    return int(tvm.get_global_func("runtime.NumThreads")())
 
 
 def test_the_thread_count_holds_on_every_thread_that_calls(registry):

@@ -182,16 +182,16 @@ def test_a_job_keeps_the_untuned_build_when_its_tuned_library_is_slower():
 
     tuned, untuned = Latency(25.3, 25.0, 27.0, 4000, 3), Latency(9.34, 9.3, 0.5, 4000, 3)
     slower = speed_check([[25.0]], [[9.3]])
-    kept = library_to_keep(b"tuned", tuned, WeightsLayout.PREPACKED_NCHWC, b"untuned", untuned, slower)
-    assert (kept.library, kept.latency, kept.weights_layout) == (b"untuned", untuned, WeightsLayout.PLAIN)
+    kept = library_to_keep(tuned, WeightsLayout.PREPACKED_NCHWC, untuned, slower)
+    assert (kept.untuned, kept.latency, kept.weights_layout) == (True, untuned, WeightsLayout.PLAIN)
     assert kept.speed.kept_untuned and kept.speed.slower_than_untuned
     assert "KEPT THE UNTUNED BUILD" in kept.status and "2.69x" in kept.status
     faster = speed_check([[9.3]], [[25.0]])
-    kept = library_to_keep(b"tuned", untuned, WeightsLayout.PREPACKED_NCHWC, b"untuned", tuned, faster)
-    assert (kept.library, kept.weights_layout, kept.speed.kept_untuned) == (b"tuned", WeightsLayout.PREPACKED_NCHWC,
+    kept = library_to_keep(untuned, WeightsLayout.PREPACKED_NCHWC, tuned, faster)
+    assert (kept.untuned, kept.weights_layout, kept.speed.kept_untuned) == (False, WeightsLayout.PREPACKED_NCHWC,
                                                                            False)
     # Not timed against the untuned build (validated against its outputs only): nothing to decide.
-    assert library_to_keep(b"tuned", tuned, WeightsLayout.PLAIN, None, None, None).library == b"tuned"
+    assert not library_to_keep(tuned, WeightsLayout.PLAIN, None, None).untuned
 
 
 def test_a_job_status_says_its_latency_in_the_unit_that_fits():
@@ -200,9 +200,9 @@ def test_a_job_status_says_its_latency_in_the_unit_that_fits():
     from foundation.runtime.library_runner import Latency
 
     tuned, untuned = Latency(41.866, 41.5, 0.4, 4000, 3), Latency(0.8123, 0.81, 0.01, 4000, 3)
-    kept = library_to_keep(b"tuned", tuned, WeightsLayout.PLAIN, None, None, None)
+    kept = library_to_keep(tuned, WeightsLayout.PLAIN, None, None)
     assert kept.status == "succeeded: 41.9 ms mean"
-    kept = library_to_keep(b"tuned", tuned, WeightsLayout.PLAIN, b"untuned", untuned, speed_check([[41.5]], [[0.81]]))
+    kept = library_to_keep(tuned, WeightsLayout.PLAIN, untuned, speed_check([[41.5]], [[0.81]]))
     assert kept.status.endswith("(41.5 ms against 810 us median); 812 us mean"), kept.status
 
 
@@ -212,8 +212,7 @@ def test_asked_to_keep_slower_libraries_a_job_stores_its_tuned_one_and_says_it_i
     from foundation.runtime.library_runner import Latency
 
     tuned, untuned = Latency(25.3, 25.0, 27.0, 4000, 3), Latency(9.34, 9.3, 0.5, 4000, 3)
-    kept = library_to_keep(b"tuned", tuned, WeightsLayout.PREPACKED, b"untuned", untuned,
-                           speed_check([[25.0]], [[9.3]]), fallback=False)
-    assert (kept.library, kept.weights_layout) == (b"tuned", WeightsLayout.PREPACKED)
+    kept = library_to_keep(tuned, WeightsLayout.PREPACKED, untuned, speed_check([[25.0]], [[9.3]]), fallback=False)
+    assert (kept.untuned, kept.weights_layout) == (False, WeightsLayout.PREPACKED)
     assert kept.speed.slower_than_untuned and not kept.speed.kept_untuned
     assert "SLOWER THAN THE UNTUNED BUILD" in kept.status and "FARM_KEEP_SLOWER_TUNED" in kept.status
