@@ -67,9 +67,12 @@ from agent.state.instructions import (
     ValidateLibrary,
     Wait,
 )
+from foundation.domain.timing_context import TimingContext
 from foundation.errors import FarmError
+from foundation.hardware.device_features import DEVICE_KEY
 from foundation.logs import log_ids, set_process_ids
 from foundation.meta_schedule.measure import min_repeat_ms_setting
+from foundation.meta_schedule.timing_context import timing_context_setting
 from foundation.wire.access import ChannelAccess, open_channel
 from foundation.wire.handshake import tls_failure
 
@@ -92,6 +95,8 @@ class AgentSettings:
     work_dir: Path | None = None
     session_timeout_sec: float = 60.0
     min_repeat_ms: int = field(default_factory=min_repeat_ms_setting)  # FARM_MIN_REPEAT_MS, else 40
+    # The cache state CPU candidates are timed in: FARM_TIMING_CONTEXT, else warm (foundation.domain.timing_context).
+    timing_context: TimingContext = field(default_factory=timing_context_setting)
     # How long a report may wait for an unreachable coordinator before the shard gives up.
     report_patience_sec: float = 120.0
     access: ChannelAccess | None = None  # token and TLS to present (foundation.wire.access)
@@ -452,6 +457,8 @@ class Agent:
             self._pools[key] = WorkerPools(MeasureSettings(
                 build_workers=self.settings.build_workers,
                 min_repeat_ms=self.settings.min_repeat_ms,
+                timing_context=self.settings.timing_context,
+                l2_kib=self.fingerprint.details.get(DEVICE_KEY, {}).get("l2_kib"),
                 rpc=RPCMeasure(self.tracker.host, self.tracker.port, self.tracker.key,
                                session_timeout_sec=self.settings.session_timeout_sec),
             ), observer=MeasureMetrics(self.fingerprint.id, self.settings.target_kinds))

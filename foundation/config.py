@@ -37,6 +37,9 @@ CPU_CACHE_FLUSH_ENV = "FARM_CPU_CACHE_FLUSH"
 # Milliseconds a candidate's calls repeat back to back for one timing (TVM's min_repeat_ms; 40 unset):
 # shorter trials cost less and time noisier (foundation.meta_schedule.measure.min_repeat_ms_setting).
 MIN_REPEAT_MS_ENV = "FARM_MIN_REPEAT_MS"
+# warm/flushed/weights/producer/auto: the cache state a CPU candidate is timed in, as its kernel meets it
+# inside the model or not (foundation.domain.timing_context; unset: warm, or flushed with CPU_CACHE_FLUSH_ENV).
+TIMING_CONTEXT_ENV = "FARM_TIMING_CONTEXT"
 # 0/false/no: a new registry does not load the packs tvm-farm ships (foundation.registry.shipped_packs).
 SHIPPED_PACKS_ENV = "FARM_SHIPPED_PACKS"
 # A directory of .farmpack files a new registry loads instead of those tvm-farm ships (a team's own).

@@ -11,12 +11,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
-from foundation.config import MIN_REPEAT_MS_ENV, cpu_cache_flush
+from foundation.config import MIN_REPEAT_MS_ENV, TIMING_CONTEXT_ENV, cpu_cache_flush
+from foundation.domain.timing_context import TaskTiming, TimingContext
 from foundation.errors import BadInput
 from foundation.hardware.tvm_startup import LeanWorkerInit
 from foundation.meta_schedule.warm_builder import prewarm
 
 if TYPE_CHECKING:  # pragma: no cover
+    import tvm
+
     from foundation.meta_schedule.progress import LiveProgress
 
 
@@ -77,10 +80,12 @@ def min_repeat_ms_setting() -> int:
 class MeasureSettings:
     """How candidates are built and timed. ``rpc`` is None for the local device.
 
-    ``cache_flush``: each CPU candidate is timed one call at a time, after TVM flushes its arguments
-    but the first (the weights, the output) from the caches, as a layer of a model meets weights
-    that the layers before it evicted; otherwise calls repeat back to back for ``min_repeat_ms``
-    with everything cached.
+    ``timing_context``: the cache state a CPU candidate is timed in (foundation.domain.timing_context):
+    calls back to back for ``min_repeat_ms`` with everything cached (warm), or one call a repeat after
+    a flush of its weights (weights), of every argument but the first (flushed), of everything with
+    the activations read back (producer), or per task by its weights against ``l2_kib`` (auto; None:
+    this box's fingerprint's). Unset: TIMING_CONTEXT_ENV, else flushed where ``cache_flush``
+    (FARM_CPU_CACHE_FLUSH, its older spelling), else warm.
 
     ``zygote_forked_here``: the workers' zygote is a fork of this process, started as the pools are
     (forked_workers.fork_zygote_here), for a process whose every thread its caller knows: the
@@ -95,14 +100,28 @@ class MeasureSettings:
     rpc: RPCMeasure | None = None
     cache_flush: bool = field(default_factory=cpu_cache_flush)
     zygote_forked_here: bool = False
+    timing_context: TimingContext | None = None
+    l2_kib: int | None = None
 
-    def evaluator_config(self, target_kind: str):
-        """MetaSchedule's EvaluatorConfig for candidates of ``target_kind``."""
+    def __post_init__(self) -> None:
+        if self.timing_context is None:
+            from foundation.meta_schedule.timing_context import timing_context_setting
+
+            context = timing_context_setting() if os.environ.get(TIMING_CONTEXT_ENV, "").strip() else (
+                TimingContext.FLUSHED if self.cache_flush else TimingContext.WARM)
+            object.__setattr__(self, "timing_context", context)
+        elif not isinstance(self.timing_context, TimingContext):
+            object.__setattr__(self, "timing_context", TimingContext(self.timing_context))
+
+    def evaluator_config(self, target_kind: str, context: TimingContext | None = None):
+        """MetaSchedule's EvaluatorConfig for candidates of ``target_kind`` timed in ``context``
+        (default: the settings'; auto's tasks say their own)."""
         from tvm.s_tir import meta_schedule as ms
 
-        if self.cache_flush and target_kind == "llvm":
+        context = context or self.timing_context
+        if target_kind == "llvm" and context is not None and context.flushes:
             return ms.runner.EvaluatorConfig(number=1, repeat=CACHE_FLUSH_REPEATS, min_repeat_ms=0,
-                                             enable_cpu_cache_flush=True)
+                                             enable_cpu_cache_flush=context is TimingContext.FLUSHED)
         return ms.runner.EvaluatorConfig(number=self.number, repeat=self.repeat, min_repeat_ms=self.min_repeat_ms,
                                          enable_cpu_cache_flush=False)
 
@@ -171,8 +190,9 @@ def observed_runner(inner, pools: "WorkerPools", target_kind: str = ""):
         def run(self, runner_inputs):
             live = pools.live
             begin = time.monotonic()
-            futures = inner.run(runner_inputs)
             task_id = live.current if live is not None else None
+            pools.time_in_context(inner, target_kind, task_id)
+            futures = inner.run(runner_inputs)
             batch = _MeasuredBatch(len(futures), target_kind, pools.observer, begin, live, task_id)
             for future in futures:
                 _report_when_done(future, live, task_id, batch)
@@ -231,7 +251,36 @@ class WorkerPools:
         self.clock = BuildClock()
         self.observer = observer
         self.live: LiveProgress | None = None  # set by the tuning run in progress
+        # Each task's timing context, by task index, while a tuning run is in progress (plan_timings).
+        self.timings: list[TaskTiming] | None = None
         self._pools: dict[str, tuple[object, object]] = {}
+
+    def plan_timings(self, mods: Sequence["tvm.IRModule"], target_kind: str) -> list[TaskTiming] | None:
+        """Each task's timing context for a tuning run of ``mods`` (its tasks' workloads), kept until
+        the run ends (``timings = None``); None where every task is timed alike (a GPU, warm, flushed)."""
+        from foundation.meta_schedule.timing_context import l2_kib_here, task_timings
+
+        context = self.settings.timing_context
+        if target_kind != "llvm" or context in (None, TimingContext.WARM, TimingContext.FLUSHED):
+            self.timings = None
+            return None
+        l2_kib = self.settings.l2_kib
+        if context is TimingContext.AUTO and l2_kib is None:
+            l2_kib = l2_kib_here()
+        self.timings = task_timings(mods, context, l2_kib)
+        return self.timings
+
+    def time_in_context(self, runner, target_kind: str, task_id: int | None) -> None:
+        """Set ``runner`` (TVM's LocalRunner or RPCRunner) to time the next candidates of task
+        ``task_id`` in its context: the evaluator and its config travel with each candidate."""
+        if self.timings is None or target_kind != "llvm":
+            return
+        from foundation.meta_schedule.timing_context import evaluator_for
+
+        timing = self.timings[task_id] if task_id is not None and 0 <= task_id < len(self.timings) else None
+        context = timing.context if timing is not None else TimingContext.WARM
+        runner.evaluator_config = self.settings.evaluator_config(target_kind, context)
+        runner.f_run_evaluator = evaluator_for(timing)
 
     def get(self, target_kind: str):
         if target_kind not in self._pools:

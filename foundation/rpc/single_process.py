@@ -68,7 +68,10 @@ def main(argv: list[str] | None = None) -> int:
             from tvm.rpc import server as tvm_module
             from tvm.rpc.server import PopenRPCServerState
 
+            from foundation.hardware.cache_state import register_preprocs
+
             _log_to_this_stderr(tvm_module)
+            register_preprocs()  # the timing contexts' flushes, in every session forked from here
 
             host, _, port = args.tracker.rpartition(":")
             state = PopenRPCServerState(args.host, args.port, args.port_end, tracker_addr=(host, int(port)),
