@@ -76,8 +76,7 @@ def extract_tuning_tasks(model: "LoadedModel", target: "tvm.target.Target", *,
     from tvm.s_tir import meta_schedule as ms
     from tvm.s_tir.analysis import estimate_tir_flops
 
-    lowered = lower_for_tuning(_weights_marked(model) if prepack else model.mod, target, prepack=prepack,
-                               block_activations=block_activations)
+    lowered = lowered_for_tasks(model, target, prepack=prepack, block_activations=block_activations)
     extracted = ms.relax_integration.extract_tasks(lowered, target)
     tasks = []
     for task in extracted:
@@ -94,6 +93,14 @@ def extract_tuning_tasks(model: "LoadedModel", target: "tvm.target.Target", *,
             )
         )
     return tasks
+
+
+def lowered_for_tasks(model: "LoadedModel", target: "tvm.target.Target", *, prepack: bool = False,
+                      block_activations: bool = False) -> "tvm.IRModule":
+    """The lowered module `extract_tuning_tasks` reads the model's tasks from: each of its TIR
+    functions is a kernel of the built library, under the same name."""
+    return lower_for_tuning(_weights_marked(model) if prepack else model.mod, target, prepack=prepack,
+                            block_activations=block_activations)
 
 
 def _lifted_at_load(task) -> bool:

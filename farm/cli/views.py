@@ -139,10 +139,18 @@ def plan_lines(plan: dict) -> list[str]:
     tuned = sorted((t for t in tasks if not t["minor"]), key=lambda t: -t["share"])
     minor = [t for t in tasks if t["minor"]]
     width = max((len(t["task"]) for t in tuned), default=0)
-    lines = [f"{plan['planned']} of {plan['budget']} trials over {len(tasks)} tasks, by each task's share of the "
-             "model's latency" + (" (measured where the registry has records)" if any(t.get("measured") for t in tasks)
-                                 else " (estimated from FLOPs x calls)")]
-    lines += [f"{t['task']:<{width}}  {t['share']:>6.1%}  {t['trials']:>5} trials" for t in tuned]
+    in_model = any(t.get("in_model_ms") is not None for t in tasks)
+    if in_model:  # after a round of --until: foundation.job_driver.in_model_times
+        basis = ("share of what the model loses: its time inside the last round's model less its ceiling "
+                 "(the least its work can take here)")
+    else:
+        basis = "share of the model's latency" + (" (measured where the registry has records)"
+                                                  if any(t.get("measured") for t in tasks)
+                                                  else " (estimated from FLOPs x calls)")
+    lines = [f"{plan['planned']} of {plan['budget']} trials over {len(tasks)} tasks, by each task's {basis}"]
+    lines += [f"{t['task']:<{width}}  {t['share']:>6.1%}  {t['trials']:>5} trials"
+              + (f"  ({t['in_model_ms']:.3f} ms in the model, {t['loss_ms']:.3f} ms above its ceiling)"
+                 if t.get("in_model_ms") is not None else "") for t in tuned]
     if minor:
         lines.append(f"{len(minor)} with nothing to tune: " + ", ".join(f"{t['task']} {t['trials']}" for t in minor))
     return lines

@@ -8,6 +8,10 @@ convolution got none. The plan gives trials where the model's latency is instead
   per inference, its weight). Once tasks have been measured (records in the registry, an
   earlier round), their measured time x weight replaces the estimate, and tasks not yet
   measured are estimated at the measured tasks' FLOP rate, so both kinds compare.
+- Once the model itself has been timed kernel by kernel (after a round of `farm submit --until`,
+  foundation.job_driver.in_model_times), a task's share is what it loses *in the model*: its time
+  there less its ceiling (the least its work can take on the box). A kernel timed fast alone but
+  slow in the model gets the trials; one already near its ceiling gets few.
 - A task with almost none of the latency (pools, reshapes, small elementwise tasks: less than
   `MINOR_SHARE` of the model and less than a quarter of an even share) has nothing to gain from
   tuning: it gets at most `MINOR_TRIALS`, and, unless the budget covers every task's cap, all
@@ -41,6 +45,8 @@ class TaskDemand:
     flop: float  # per call
     weight: int  # calls per inference
     measured_ms: float | None = None  # best measured time of one call
+    in_model_ms: float | None = None  # its calls' time in one inference of the built model
+    ceiling_ms: float = 0.0  # the least its calls in one inference can take on the box
 
 
 @dataclass(frozen=True)
@@ -52,10 +58,15 @@ class PlannedTrials:
     share: float  # estimated share of the model's latency, 0..1
     minor: bool  # nothing worth tuning: capped at MINOR_TRIALS
     measured: bool  # the share comes from a measured time, not from FLOPs
+    in_model_ms: float | None = None  # the share is of what the model loses: its time in the model
+    loss_ms: float | None = None  # ... less its ceiling
 
     def to_json(self) -> dict[str, Any]:
-        return {"task": self.name, "trials": self.trials, "share": round(self.share, 6),
+        line = {"task": self.name, "trials": self.trials, "share": round(self.share, 6),
                 "minor": self.minor, "measured": self.measured}
+        if self.in_model_ms is not None:
+            line.update(in_model_ms=round(self.in_model_ms, 6), loss_ms=round(self.loss_ms or 0.0, 6))
+        return line
 
 
 @dataclass(frozen=True)
@@ -82,21 +93,39 @@ class TrialPlan:
     def from_json(document: dict[str, Any]) -> "TrialPlan":
         return TrialPlan(
             tasks=tuple(PlannedTrials(t["task"], int(t["trials"]), float(t["share"]), bool(t["minor"]),
-                                      bool(t.get("measured", False))) for t in document["tasks"]),
+                                      bool(t.get("measured", False)), t.get("in_model_ms"), t.get("loss_ms"))
+                        for t in document["tasks"]),
             budget=int(document["budget"]),
             per_task_cap=int(document["per_task_cap"]),
         )
 
 
 def latency_shares(tasks: Sequence[TaskDemand]) -> list[float]:
-    """Each task's estimated share of the model's latency (see the module's docstring); they sum to 1."""
-    cost = estimated_task_ms(tasks)
+    """Each task's estimated share of the model's latency, or of what it loses in the model (see the
+    module's docstring); they sum to 1."""
+    cost = in_model_losses(tasks)
+    if cost is None:
+        cost = estimated_task_ms(tasks)
     if cost is None:
         cost = [max(t.flop, 0.0) * max(t.weight, 0) for t in tasks]
     total = sum(cost)
     if total <= 0:
         return [1.0 / len(tasks)] * len(tasks) if tasks else []
     return [c / total for c in cost]
+
+
+def in_model_losses(tasks: Sequence[TaskDemand]) -> list[float] | None:
+    """What each task loses in the model, in ms an inference: its time there (or, for a task not
+    seen there, its estimate from records) less its ceiling, never below 0. None while no task was
+    timed in the model."""
+    if not any(_in_model(t) for t in tasks):
+        return None
+    alone = estimated_task_ms(tasks)
+    losses = []
+    for i, task in enumerate(tasks):
+        spent = task.in_model_ms if _in_model(task) else alone[i] if alone is not None else 0.0
+        losses.append(max(0.0, spent - max(task.ceiling_ms, 0.0)))  # type: ignore[operator]
+    return losses
 
 
 def estimated_task_ms(tasks: Sequence[TaskDemand]) -> list[float] | None:
@@ -151,11 +180,19 @@ def plan_trials(tasks: Sequence[TaskDemand], budget: int, per_task_cap: int | No
         for i, more in zip(majors, extra):
             trials[i] += more
     measured = [_is_measured(t) for t in tasks]
+    losses = in_model_losses(tasks)
     return TrialPlan(
-        tasks=tuple(PlannedTrials(t.name, trials[i], shares[i], minor[i], measured[i]) for i, t in enumerate(tasks)),
+        tasks=tuple(PlannedTrials(t.name, trials[i], shares[i], minor[i], measured[i],
+                                  t.in_model_ms if losses is not None and _in_model(t) else None,
+                                  losses[i] if losses is not None and _in_model(t) else None)
+                    for i, t in enumerate(tasks)),
         budget=budget,
         per_task_cap=cap,
     )
+
+
+def _in_model(task: TaskDemand) -> bool:
+    return task.in_model_ms is not None and task.in_model_ms >= 0
 
 
 def _is_measured(task: TaskDemand) -> bool:

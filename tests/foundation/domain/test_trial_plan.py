@@ -179,3 +179,31 @@ def test_a_budget_that_covers_every_cap_rations_nothing():
     # The same budget with no per-task cap is rationed: the minor tasks' 10% is 2 trials over 3 tasks.
     rationed = plan_trials(demands(RESNET_TINY), 24)
     assert sum(t.trials for t in rationed.tasks if t.minor) == 0
+
+
+def test_in_model_times_send_the_trials_to_what_the_model_loses():
+    # "a" is fast alone but slow in the model (its weights stream from memory there); "b" is slower
+    # alone and runs at its ceiling in the model.
+    alone = [TaskDemand("a", 1e9, 1, measured_ms=1.0), TaskDemand("b", 1e9, 1, measured_ms=5.0)]
+    by_records = plan_trials(alone, 100)
+    assert by_records.trials[1] > by_records.trials[0]
+    in_model = [TaskDemand("a", 1e9, 1, measured_ms=1.0, in_model_ms=9.0, ceiling_ms=1.0),
+                TaskDemand("b", 1e9, 1, measured_ms=5.0, in_model_ms=5.2, ceiling_ms=5.0)]
+    plan = plan_trials(in_model, 100)
+    assert plan.trials[0] > plan.trials[1] and plan.total == 100
+    assert plan.tasks[0].in_model_ms == 9.0 and plan.tasks[0].loss_ms == pytest.approx(8.0)
+    assert plan.tasks[0].share == pytest.approx(8.0 / 8.2)
+    assert TrialPlan.from_json(plan.to_json()).tasks[0].loss_ms == pytest.approx(8.0)
+    assert plan.to_json()["tasks"][0]["loss_ms"] == pytest.approx(8.0)
+    assert "in_model_ms" not in by_records.to_json()["tasks"][0]  # a plan from the records says nothing of it
+
+
+def test_a_kernel_at_its_ceiling_in_the_model_is_left_with_the_minor_trials():
+    tasks = [TaskDemand("at_ceiling", 1e9, 1, measured_ms=4.0, in_model_ms=4.0, ceiling_ms=4.0),
+             TaskDemand("far", 1e8, 1, measured_ms=0.5, in_model_ms=3.0, ceiling_ms=0.5),
+             TaskDemand("unseen", 1e8, 1, measured_ms=1.0)]  # not recognised in the model: its records' time
+    plan = plan_trials(tasks, 60, per_task_cap=60)
+    at_ceiling, far, unseen = plan.tasks
+    assert at_ceiling.minor and at_ceiling.trials <= MINOR_TRIALS and at_ceiling.loss_ms == 0.0
+    assert far.trials > unseen.trials > 0 and unseen.in_model_ms is None
+    assert far.share == pytest.approx(2.5 / 3.5) and unseen.share == pytest.approx(1.0 / 3.5)
