@@ -10,6 +10,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from foundation.domain.jobs import FINAL_STATES
 from foundation.errors import EXIT_INTERNAL, BadInput, FarmError, NotFound, Unreachable
 from foundation.models.loaded import check_batch
 from foundation.models.model_key import check_onnx_path, looks_like_path
@@ -17,7 +18,6 @@ from foundation.models.model_key import check_onnx_path, looks_like_path
 if TYPE_CHECKING:  # pragma: no cover
     from foundation.wire.access import ChannelAccess
 
-_FINAL = {"succeeded", "failed", "cancelled"}
 # The longest one WatchJob stream is asked to last when the watch has a deadline.
 _LONGEST_STREAM_S = 3600.0
 # Room in a SubmitRequest for its fields beside an ONNX file's bytes (a target is at most 4 KiB).
@@ -380,4 +380,4 @@ class _CoordinatorBug(FarmError):
 
 
 def final(state: str) -> bool:
-    return state in _FINAL
+    return state in FINAL_STATES

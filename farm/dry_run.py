@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from farm.session import FarmContext, local_target, open_context
+from foundation.domain.jobs import FINAL_STATES
 from foundation.domain.weights_layout import weights_layout_for
 from foundation.models.model_key import model_key
 
@@ -97,7 +98,7 @@ def _empty_context(target: str) -> FarmContext:
 def measured_trial_rate(store: "RegistryStore", fingerprint_id: str) -> float | None:
     """Trials per second of this fingerprint's newest finished jobs that tuned, or None without one."""
     trials, seconds = 0, 0.0
-    for job in store.list_jobs(limit=RATE_JOBS * 5, states=("succeeded", "failed", "cancelled")):
+    for job in store.list_jobs(limit=RATE_JOBS * 5, states=FINAL_STATES):
         if job.fingerprint_id != fingerprint_id or job.cache_hit or job.trials_done <= 0:
             continue
         if job.started_at is None or job.finished_at is None:

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from farm.cli.units import duration, milliseconds, size
-from farm.cli.views import speedup_text
 from foundation.domain.job_spec import job_options
 from foundation.domain.reuse import describe_summary
 from foundation.domain.warm_start_use import describe as describe_warm_start
 from foundation.domain.warm_start_use import job_warm_start
+from foundation.units import duration, milliseconds, size, speedup_text
 
 # How the stored latency was measured (docs/benchmarks.md, "Timing after tuning").
 TIMING_NOTE = {

@@ -1,4 +1,5 @@
-"""Durations as people read them, in the unit that fits: what job statuses and the CLI's listings say."""
+"""Durations, sizes and speed-ups as people read them, in the unit that fits: what job statuses, reports and the
+CLI's listings say."""
 
 from __future__ import annotations
 
@@ -23,3 +24,21 @@ def duration(seconds: float | None) -> str:
 def milliseconds(ms: float | None) -> str:
     """A latency given in milliseconds, as ``duration`` says it."""
     return "-" if ms is None else duration(ms / 1e3)
+
+
+def size(num_bytes: int | None) -> str:
+    """A file's size in decimal units: 512 B, 2.2 MB."""
+    if num_bytes is None:
+        return "-"
+    value = float(num_bytes)
+    for unit in ("B", "KB", "MB", "GB"):
+        if value < 1000 or unit == "GB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.3g} {unit}"
+        value /= 1000
+    return f"{value:.3g} GB"
+
+
+def speedup_text(untuned: float, tuned: float) -> str:
+    """The tuned time against the untuned one: 1.70x faster, 1.20x slower."""
+    ratio = untuned / tuned
+    return f"{ratio:.2f}x faster" if ratio >= 1 else f"{1 / ratio:.2f}x slower"

@@ -6,10 +6,10 @@ from farm.cli.output import emit_json, print_table, stdout_console
 
 
 def print_plan(*, json_output: bool, **request) -> None:
-    from farm.cli.units import duration
     from farm.dry_run import plan_submit
     from farm.embedded import SubmitRequest
     from foundation.domain.reuse import describe_summary
+    from foundation.units import duration
 
     plan = plan_submit(SubmitRequest(**request))
     if json_output:

@@ -38,9 +38,9 @@ def export(
     VirtualMachine on it, `main` called with the model's inputs only.
     """
     from farm.api import load
-    from farm.cli.units import size
     from farm.export import check_export_path, export_library
     from foundation.domain import request_limits as limits
+    from foundation.units import size
 
     limits.check_number("--seed", seed, limits.SEED)
     check_export_path(out)  # before the load: a path that cannot be written costs nothing

@@ -11,8 +11,9 @@ import threading
 import time
 from collections.abc import Sequence
 
-from farm.cli.units import duration, rate, seconds_short
+from farm.cli.units import rate, seconds_short
 from foundation.meta_schedule.progress import ProgressListener, TaskProgress, model_estimate
+from foundation.units import duration
 
 NAME_WIDTH = 40
 STATE_WIDTH = 10

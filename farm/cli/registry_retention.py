@@ -13,9 +13,10 @@ import typer
 from farm.cli.command import FarmTyper
 from farm.cli.options import JSON_OPTION, REGISTRY_OPTION, env_option
 from farm.cli.output import emit_json, print_table, stdout_console
-from farm.cli.units import age, size
+from farm.cli.units import age
 from farm.session import open_store
 from foundation.domain.retention import DEFAULT_KEEP
+from foundation.units import size
 
 app = FarmTyper(rich_markup_mode=None)  # its commands join `farm registry` (farm.cli.registry)
 

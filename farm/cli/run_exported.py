@@ -15,9 +15,9 @@ def run_exported(path: Path, refused: list[str], *, input_path: Path | None, out
     """``refused``: what was given that an exported library does not take (its spec says it)."""
     import numpy as np
 
-    from farm.cli.units import duration, milliseconds
     from farm.exported_model import load_exported
     from foundation.runtime.threads import parse_threads
+    from foundation.units import duration, milliseconds
 
     if refused:
         raise BadInput(f"{', '.join(refused)} cannot be given with an exported library ({path.name})",

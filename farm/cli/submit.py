@@ -244,9 +244,9 @@ def run(
         raise BadInput("missing argument 'TARGET'", "see `farm run --help`")
 
     from farm.api import load
-    from farm.cli.units import duration, milliseconds
     from foundation.job_driver.artifacts import artifact_json
     from foundation.runtime.threads import parse_threads
+    from foundation.units import duration, milliseconds
 
     given = checked_run_files(runs, warmup, seed, input_path, output_path)  # before anything loads
     model = shaped_model(model, batch, shape)
@@ -296,9 +296,9 @@ def run(
 
 
 def _print_submit(result) -> None:
-    from farm.cli.units import duration, size
     from farm.cli.views import latency_text
     from foundation.meta_schedule.progress import estimated_latency
+    from foundation.units import duration, size
 
     console = stdout_console()
     job = result.job

@@ -1,13 +1,9 @@
-"""Numbers as people read them: durations, rates, sizes and ages in the unit that fits."""
+"""Numbers as the CLI's listings and progress lines say them: rates, ages and fixed-width elapsed times (durations,
+sizes and speed-ups, which reports and job statuses say too, are foundation.units')."""
 
 from __future__ import annotations
 
 import datetime as dt
-
-# Job statuses, written by both daemons, say latencies in the same units as the listings.
-from foundation.units import duration, milliseconds
-
-__all__ = ["age", "duration", "milliseconds", "rate", "seconds_short", "size"]
 
 
 def seconds_short(seconds: float) -> str:
@@ -18,17 +14,6 @@ def seconds_short(seconds: float) -> str:
 def rate(count: float, seconds: float, unit: str = "trials") -> str:
     per_second = count / seconds if seconds > 0 else 0.0
     return f"{per_second:.3g} {unit}/s"
-
-
-def size(num_bytes: int | None) -> str:
-    if num_bytes is None:
-        return "-"
-    value = float(num_bytes)
-    for unit in ("B", "KB", "MB", "GB"):
-        if value < 1000 or unit == "GB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.3g} {unit}"
-        value /= 1000
-    return f"{value:.3g} GB"
 
 
 def age(when: dt.datetime | None, now: dt.datetime | None = None) -> str:

@@ -11,9 +11,10 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
-from farm.cli.units import age, duration, milliseconds, size
+from farm.cli.units import age
 from foundation.domain.reuse import describe_summary
 from foundation.domain.warm_start_use import describe as describe_warm_start
+from foundation.units import duration, milliseconds, size, speedup_text
 
 JOB_COLUMNS = ("job", "state", "model", "batch", "target", "trials", "fingerprint", "age", "status")
 AGENT_COLUMNS = ("agent", "state", "fingerprint", "device", "host", "lease", "trials/s", "rpc", "last beat")
@@ -162,11 +163,6 @@ def latency_text(latency_ms: dict, untuned_ms: float | None = None) -> str:
     if untuned_ms and latency_ms["mean"]:
         text += f"  (untuned {milliseconds(untuned_ms)}: {speedup_text(untuned_ms, latency_ms['mean'])})"
     return text
-
-
-def speedup_text(untuned: float, tuned: float) -> str:
-    ratio = untuned / tuned
-    return f"{ratio:.2f}x faster" if ratio >= 1 else f"{1 / ratio:.2f}x slower"
 
 
 def _ago(when: str | None) -> str | None:

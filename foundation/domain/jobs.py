@@ -8,7 +8,7 @@ from collections.abc import Iterable
 from foundation.domain.transitions import IllegalTransition, TransitionTable
 from foundation.errors import BadInput, quoted
 
-__all__ = ["TRANSITIONS", "IllegalTransition", "JobState", "check_transition", "job_states"]
+__all__ = ["FINAL_STATES", "TRANSITIONS", "IllegalTransition", "JobState", "check_transition", "job_states"]
 
 
 class JobState(str, enum.Enum):
@@ -38,6 +38,10 @@ TRANSITIONS: TransitionTable[JobState] = TransitionTable("job", JobState, {
 
 # Return ``new`` as a JobState if ``current -> new`` is legal, else raise IllegalTransition.
 check_transition = TRANSITIONS.check
+
+# The states a job ends in: those the table moves nowhere from. Their names, for a query or a wire
+# state read as text (a JobState equals its name; a set would hash it by its member's name instead).
+FINAL_STATES: tuple[str, ...] = tuple(state.value for state in JobState if state.is_final)
 
 
 def job_states(given: Iterable[str], option: str = "--state") -> list[JobState]:

@@ -12,6 +12,7 @@ from collections.abc import Callable
 
 from sqlalchemy import delete, select, update
 
+from foundation.domain.jobs import FINAL_STATES
 from foundation.domain.runners import Runner
 
 from .entities import TuningLock
@@ -61,7 +62,7 @@ class JobRunners:
             result = session.execute(
                 update(JobRow)
                 .where(JobRow.id == job_id, JobRow.runner_host.is_not(None),
-                       JobRow.state.not_in(("succeeded", "failed", "cancelled")))
+                       JobRow.state.not_in(FINAL_STATES))
                 .values(cancel_requested_at=now)
             )
             return bool(result.rowcount)  # type: ignore[attr-defined]

@@ -22,7 +22,7 @@ from pathlib import Path
 from sqlalchemy import Engine, delete, func, select, update
 from sqlalchemy.exc import OperationalError
 
-from foundation.domain.jobs import JobState
+from foundation.domain.jobs import FINAL_STATES
 from foundation.domain.retention import RetentionPlan, StoredLibrary, plan_retention
 
 from .engine import registry_error, sqlite_path
@@ -32,7 +32,6 @@ from .session import Changes, UnitOfWork
 # Artifacts are megabytes each: a batch of them is a transaction a reader waits behind briefly.
 ARTIFACT_BATCH = 20
 JOB_BATCH = 500
-_FINAL = [s.value for s in JobState if s.is_final]
 
 Progress = Callable[[str, int, int], None]
 
@@ -67,7 +66,8 @@ class Pruning:
         ``finished_before``, would delete now; reads only."""
         with self._unit.read() as session:
             pinned = set(session.scalars(select(ArtifactPinRow.artifact_id)))
-            unfinished = session.execute(select(JobRow.id, JobRow.artifact_id).where(JobRow.state.not_in(_FINAL))).all()
+            unfinished = session.execute(select(JobRow.id, JobRow.artifact_id)
+                                         .where(JobRow.state.not_in(FINAL_STATES))).all()
             running_jobs = {job_id for job_id, _ in unfinished}
             running_artifacts = {artifact_id for _, artifact_id in unfinished if artifact_id}
             rows = session.execute(select(
@@ -89,7 +89,8 @@ class Pruning:
                 made_kept = {r.job_id for r in rows if r.job_id and r.id not in doomed}
                 locked = set(session.scalars(select(TuningLockRow.job_id).where(TuningLockRow.job_id.is_not(None))))
                 ended = func.coalesce(JobRow.finished_at, JobRow.created_at)
-                candidates = session.scalars(select(JobRow.id).where(JobRow.state.in_(_FINAL), ended < finished_before)
+                candidates = session.scalars(select(JobRow.id)
+                                             .where(JobRow.state.in_(FINAL_STATES), ended < finished_before)
                                              .order_by(ended, JobRow.id))
                 job_ids = [j for j in candidates if j not in made_kept and j not in locked]
             return PrunePlan(retention, job_ids, finished_before)
@@ -119,7 +120,7 @@ class Pruning:
     def _delete_artifacts(self, ids: list[str]) -> tuple[dict[str, int], int]:
         """Delete those of ``ids`` still unpinned and unused, and unlink the finished jobs that
         named them, in one transaction; the deleted ids with their sizes, and the jobs unlinked."""
-        running = JobRow.state.not_in(_FINAL)
+        running = JobRow.state.not_in(FINAL_STATES)
         statement = (
             delete(ArtifactRow)
             .where(ArtifactRow.id.in_(ids),
@@ -141,7 +142,7 @@ class Pruning:
     def _delete_jobs(self, ids: list[str]) -> int:
         statement = (
             delete(JobRow)
-            .where(JobRow.id.in_(ids), JobRow.state.in_(_FINAL),
+            .where(JobRow.id.in_(ids), JobRow.state.in_(FINAL_STATES),
                    JobRow.id.not_in(select(ArtifactRow.job_id).where(ArtifactRow.job_id.is_not(None))),
                    JobRow.id.not_in(select(TuningLockRow.job_id).where(TuningLockRow.job_id.is_not(None))))
             .execution_options(synchronize_session=False)

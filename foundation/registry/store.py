@@ -12,6 +12,7 @@ from sqlalchemy import func, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 
 from foundation.clock import utc_now
+from foundation.domain.jobs import FINAL_STATES
 from foundation.domain.runners import Runner
 from foundation.errors import NotFound, RegistryError, quoted
 
@@ -56,7 +57,6 @@ _JOB_FIELDS = frozenset(
         "status",
     }
 )
-_FINAL_STATES = ("succeeded", "failed", "cancelled")
 
 
 def target_kind_of(target: str) -> str:
@@ -329,7 +329,7 @@ class RegistryStore:
 
     def unfinished_jobs_with_runner(self) -> list[Job]:
         """Embedded jobs not yet final: the ones whose runner may have died."""
-        query = select(JobRow).where(JobRow.runner_host.is_not(None), JobRow.state.not_in(_FINAL_STATES))
+        query = select(JobRow).where(JobRow.runner_host.is_not(None), JobRow.state.not_in(FINAL_STATES))
         with self._unit.read() as session:
             return [r.to_entity() for r in session.scalars(query)]
 

@@ -23,7 +23,7 @@ from typing import Any
 
 from sqlalchemy import func, select
 
-from foundation.domain.jobs import JobState
+from foundation.domain.jobs import FINAL_STATES
 from foundation.errors import NotFound, RegistryError
 from foundation.registry.entities import NewRecord
 from foundation.registry.schema import (
@@ -44,7 +44,6 @@ from foundation.registry.tuning_records import mean_run_sec
 # Records copied per transaction: small enough that a kill loses little, large enough that a
 # PostgreSQL round trip is not paid per record.
 RECORD_BATCH = 500
-FINISHED = tuple(s.value for s in (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED))
 
 
 @dataclass(frozen=True)
@@ -151,7 +150,7 @@ class _Sync:
                 and self.only.takes_target(r["target"])]
 
     def _job_rows(self, models: set[str] | None) -> list[dict[str, Any]]:
-        where = [JobRow.state.in_(FINISHED)] + ([JobRow.model_id.in_(models)] if models is not None else [])
+        where = [JobRow.state.in_(FINAL_STATES)] + ([JobRow.model_id.in_(models)] if models is not None else [])
         return self._scoped(self._rows(JobRow, *where))
 
     def _artifact_rows(self, models: set[str] | None) -> list[dict[str, Any]]:

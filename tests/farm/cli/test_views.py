@@ -9,10 +9,11 @@ from rich.console import Console
 
 from farm.cli.output import print_fields, print_table
 from farm.cli.progress import ConsoleProgress
-from farm.cli.units import age, duration, size
+from farm.cli.units import age
 from farm.cli.views import JOB_COLUMNS, agent_row, job_fields, job_row
 from farm.client import agent_json, job_json
 from foundation.meta_schedule.progress import TaskProgress, estimated_latency
+from foundation.units import duration, size
 from foundation.wire import farm_pb2
 
 

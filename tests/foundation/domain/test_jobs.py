@@ -2,7 +2,7 @@
 
 import pytest
 
-from foundation.domain.jobs import IllegalTransition, JobState, check_transition
+from foundation.domain.jobs import FINAL_STATES, TRANSITIONS, IllegalTransition, JobState, check_transition
 
 
 def test_the_happy_path_is_legal():
@@ -30,3 +30,10 @@ def test_stages_cannot_be_skipped_or_reversed():
         check_transition(JobState.BUILDING, JobState.RUNNING)
     with pytest.raises(ValueError):
         check_transition("queued", "exploded")
+
+
+def test_the_final_states_are_those_the_table_moves_nowhere_from():
+    assert FINAL_STATES == ("succeeded", "failed", "cancelled")
+    assert all(TRANSITIONS.is_final(JobState(name)) for name in FINAL_STATES)
+    # Read as text (a wire state's name, a row's column) and as the enum alike.
+    assert "failed" in FINAL_STATES and JobState.CANCELLED in FINAL_STATES and "running" not in FINAL_STATES
