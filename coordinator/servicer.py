@@ -49,7 +49,7 @@ from coordinator.messages import (
 )
 from coordinator.registry_health import registry_failing
 from coordinator.request_checks import check_request
-from coordinator.values import CancelLease, LeaseRef, OnnxUpload, ReRegister, SubmitSpec, UntilSpec, ValidationReport
+from coordinator.values import CancelLease, LeaseRef, ReRegister, ValidationReport
 from foundation.clock import utc_now
 from foundation.domain.jobs import JobState
 from foundation.domain.shards import ShardState
@@ -57,6 +57,7 @@ from foundation.errors import FarmError, NotFound, RegistryError
 from foundation.registry.entities import RecordReport
 from foundation.registry.sync import SyncFilter
 from foundation.wire import farm_pb2, farm_pb2_grpc
+from foundation.wire.submission import submission_of
 
 logger = logging.getLogger("farm.coordinator")
 
@@ -171,21 +172,7 @@ class FarmClientServicer(farm_pb2_grpc.FarmClientServicer):
 
     @_rpc
     def Submit(self, request, context):
-        which = request.WhichOneof("model")
-        onnx = None
-        if which == "onnx":
-            onnx = OnnxUpload(request.onnx.file_name, request.onnx.content, request.onnx.sha256)
-        spec = SubmitSpec(
-            target=request.target, batch=request.batch, zoo_name=request.zoo_name if which == "zoo_name" else None,
-            onnx=onnx, fingerprint_id=request.fingerprint_id or None, trials=request.trials or None,
-            trials_per_task=request.trials_per_task or None, retune=request.retune, seed=request.seed,
-            validation_runs=request.validation_runs or None, reuse=request.reuse or None,
-            weights_layout=request.weights_layout or "auto",
-            until=UntilSpec(request.until.goal, request.until.patience or None, request.until.round_trials or None)
-            if request.HasField("until") else None,
-            warm_start=not request.cold,
-        )
-        submitted = self.calls.submit(spec)
+        submitted = self.calls.submit(submission_of(request))
         return farm_pb2.SubmitResponse(jobs=[
             farm_pb2.SubmittedJob(job=job_message(self.calls.get_job(s.job.id)), attached=s.attached)
             for s in submitted

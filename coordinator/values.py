@@ -1,7 +1,8 @@
 """The coordinator's calls in plain values: what clients and agents send and get back.
 
 A bottom module: it imports nothing of the coordinator, so every part of it may use these.
-The calls' errors are in coordinator.errors, the names it gives in coordinator.ids.
+The calls' errors are in coordinator.errors, the names it gives in coordinator.ids; what a submit
+asks for is foundation.domain.submission's Submission, as every caller makes it.
 """
 
 from __future__ import annotations
@@ -24,40 +25,6 @@ from foundation.registry.entities import (
 if TYPE_CHECKING:  # pragma: no cover
     from foundation.meta_schedule.warm import SeedTrace
     from foundation.registry.cost_models import StoredCostModel
-
-@dataclass(frozen=True)
-class OnnxUpload:
-    file_name: str
-    content: bytes
-    sha256: str
-
-
-@dataclass(frozen=True)
-class UntilSpec:
-    """`farm submit --until` as it came over the wire: checked by the submit call."""
-
-    goal: str
-    patience: int | None = None
-    round_trials: int | None = None
-
-
-@dataclass(frozen=True)
-class SubmitSpec:
-    target: str
-    batch: int
-    zoo_name: str | None = None
-    onnx: OnnxUpload | None = None
-    fingerprint_id: str | None = None
-    trials: int | None = None
-    trials_per_task: int | None = None
-    retune: bool = False
-    seed: int = 0
-    validation_runs: int | None = None
-    reuse: str | None = None  # foundation.domain.reuse.ReuseMode; None: its default_mode
-    weights_layout: str = "auto"  # foundation.domain.weights_layout: auto, plain, prepacked, prepacked-nchwc
-    until: UntilSpec | None = None  # tune in rounds until the model beats a goal
-    warm_start: bool = True  # seeds from similar workloads and the stored cost model (off: --cold)
-
 
 @dataclass(frozen=True)
 class Submitted:

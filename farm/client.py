@@ -7,6 +7,7 @@ import hashlib
 import re
 import time
 from collections.abc import Iterable, Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -16,6 +17,7 @@ from foundation.models.loaded import check_batch
 from foundation.models.model_key import check_onnx_path, looks_like_path
 
 if TYPE_CHECKING:  # pragma: no cover
+    from foundation.domain.submission import OnnxUpload, Submission
     from foundation.wire.access import ChannelAccess
 
 # The longest one WatchJob stream is asked to last when the watch has a deadline.
@@ -200,32 +202,14 @@ class CoordinatorClient:
         except grpc.RpcError as err:
             raise coordinator_error(err, self.address, self.access) from None
 
-    def submit(self, model: str, target: str, batch: int, *, trials: int | None = None,
-               trials_per_task: int | None = None, retune: bool = False, seed: int = 0,
-               fingerprint: str | None = None, validation_runs: int = 20, reuse: str | None = None,
-               weights_layout: str = "auto", until=None, warm_start: bool = True):
-        """``until``: a foundation.job_driver.tuning_rounds.UntilRequest, to tune in rounds."""
-        from foundation.wire import farm_pb2
+    def submit(self, submission: "Submission"):
+        """Submit; a model given by its path is sent as its file's bytes. The jobs it started or joined."""
+        from foundation.wire.submission import submit_request
 
-        check_batch(batch)
-        request = farm_pb2.SubmitRequest(
-            batch=batch, target=target, fingerprint_id=fingerprint or "", trials=trials or 0,
-            trials_per_task=trials_per_task or 0, retune=retune, seed=seed, validation_runs=validation_runs,
-            reuse=reuse or "", weights_layout=weights_layout, cold=not warm_start,
-        )
-        if until is not None:
-            request.until.CopyFrom(farm_pb2.Until(goal=until.goal.text(),
-                                                  patience=until.patience, round_trials=until.round_trials or 0))
-        if looks_like_path(model):
-            path = Path(model).expanduser()
-            check_onnx_path(path, model)
-            _check_upload_size(path, model)
-            content = path.read_bytes()
-            request.onnx.CopyFrom(farm_pb2.OnnxModel(
-                file_name=path.name, content=content, sha256=hashlib.sha256(content).hexdigest()))
-        else:
-            request.zoo_name = model
-        return self._call(self.stub.Submit, request).jobs
+        check_batch(submission.batch)
+        if submission.onnx is None and looks_like_path(submission.model):
+            submission = replace(submission, onnx=_upload(submission.model))
+        return self._call(self.stub.Submit, submit_request(submission)).jobs
 
     def get_job(self, job_id: str):
         from foundation.wire import farm_pb2
@@ -310,6 +294,17 @@ class CoordinatorClient:
                 if err.code() != grpc.StatusCode.UNAVAILABLE:
                     raise coordinator_error(err, self.address, self.access) from None
                 time.sleep(1.0)  # coordinator restarting: resume after the last event seen
+
+
+def _upload(model: str) -> "OnnxUpload":
+    """The ONNX file at ``model`` (a path) as a submit carries it."""
+    from foundation.domain.submission import OnnxUpload
+
+    path = Path(model).expanduser()
+    check_onnx_path(path, model)
+    _check_upload_size(path, model)
+    content = path.read_bytes()
+    return OnnxUpload(path.name, content, hashlib.sha256(content).hexdigest())
 
 
 def _check_upload_size(path: Path, given: str) -> None:

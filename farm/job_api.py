@@ -20,6 +20,7 @@ from farm import arguments
 from farm.connection import Coordinator
 from foundation.domain import request_limits as limits
 from foundation.domain.jobs import JobState
+from foundation.domain.submission import Submission, until_request
 from foundation.errors import BadInput
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -156,28 +157,25 @@ def submit(model: str, target: str = "llvm", batch: int = 1, *, trials: int | No
     registry = arguments.optional_text("registry", registry, 'registry="sqlite:///farm.db"', limits.MAX_TEXT_LENGTH)
     fingerprint = arguments.optional_text("fingerprint", fingerprint, 'fingerprint="cpu-..."')
     timeout = arguments.seconds("timeout", timeout)
-    until_request = _until(until, patience, round_trials)
+    until_goal = until_request(until, patience, round_trials)
     remote = _coordinator(coordinator)
     source = model_source(model, batch, shapes, example_inputs)
+    submission = Submission(
+        model=source.named, target=target, batch=batch, trials=trials, trials_per_task=trials_per_task,
+        retune=retune, reuse=reuse, seed=seed, warm_start=warm_start, validation_runs=runs,
+        weights_layout=weights_layout, until=until_goal, fingerprint=fingerprint)
     if remote is not None:
         if source.key is not None and source.key.source != "onnx":
             raise BadInput("a torch module is tuned embedded only", "export it to ONNX to tune it on a coordinator")
-        return _submit_remote(remote.client(), model=source.named, target=target, batch=batch, trials=trials,
-                              trials_per_task=trials_per_task, retune=retune, seed=seed, fingerprint=fingerprint,
-                              validation_runs=runs, reuse=reuse, weights_layout=weights_layout,
-                              until=until_request, warm_start=warm_start, wait=wait, timeout=timeout)
+        return _submit_remote(remote.client(), submission, wait=wait, timeout=timeout)
     from farm.api_interrupts import ctrl_c_cancels
     from farm.embedded import SubmitRequest
     from farm.embedded import submit as submit_job
     from farm.registry_jobs import RegistryJobs
     from foundation.meta_schedule.tuner import MeasureSettings
 
-    request = SubmitRequest(
-        model=source.request, target=target, batch=batch, registry=registry, trials=trials,
-        trials_per_task=trials_per_task, retune=retune, reuse=reuse, seed=seed, warm_start=warm_start,
-        measure=MeasureSettings(build_workers=build_workers), validation_runs=runs, weights_layout=weights_layout,
-        until=until_request, fingerprint=fingerprint,
-    )
+    request = SubmitRequest.of(submission, registry=registry, model=source.request,
+                               measure=MeasureSettings(build_workers=build_workers))
     if not wait:  # runs in a background thread of this process: its events, wait() and cancel()
         from farm.submit_handle import SubmitHandle
 
@@ -247,26 +245,10 @@ def jobs(limit: int = 20, *, registry: str | None = None, coordinator: str | Coo
     return [Job.from_document(registry_jobs.document(j)) for j in registry_jobs.list(limit)]
 
 
-def _until(until: str | None, patience: int | None, round_trials: int | None):
-    if until is None:
-        if patience is not None or round_trials is not None:
-            raise BadInput("patience and round_trials only apply with until", 'add until="onnxruntime" or "20ms"')
-        return None
-    from foundation.domain.tuning_rounds import DEFAULT_PATIENCE, parse_goal
-    from foundation.job_driver.tuning_rounds import UntilRequest
-
-    try:
-        goal = parse_goal(until)
-    except ValueError as err:
-        raise BadInput(str(err), 'give until="onnxruntime", or a latency such as until="20ms"') from None
-    return UntilRequest(goal, DEFAULT_PATIENCE if patience is None else patience, round_trials)
-
-
-def _submit_remote(client, *, wait: bool, timeout: float | None, **request: Any) -> Job:
+def _submit_remote(client, submission: Submission, *, wait: bool, timeout: float | None) -> Job:
     from farm.client import job_json
 
-    submitted = [s.job for s in client.submit(request.pop("model"), request.pop("target"), request.pop("batch"),
-                                              **request)]
+    submitted = [s.job for s in client.submit(submission)]
     deadline = None if timeout is None else time.monotonic() + timeout
     if wait:
         for job in submitted:

@@ -2,27 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Protocol
 
-from foundation.domain.job_spec import (
-    DEFAULT_VALIDATION_RUNS,
-    EMBEDDED,
-    JobSpec,
-    SpecError,
-    job_notes,
-)
-from foundation.domain.reuse import ReuseMode, default_mode
-from foundation.domain.weights_layout import (
-    AUTO,
-    LayoutChoice,
-    WeightsLayout,
-)
-from foundation.errors import BadInput
-from foundation.job_driver.artifacts import (
-    artifact_json,
-)
-from foundation.job_driver.tuning_rounds import RoundsOutcome, UntilRequest
+from foundation.domain.job_spec import EMBEDDED, JobSpec, job_notes
+from foundation.domain.submission import Submission
+from foundation.domain.weights_layout import LayoutChoice, WeightsLayout
+from foundation.job_driver.artifacts import artifact_json
+from foundation.job_driver.tuning_rounds import RoundsOutcome
 from foundation.meta_schedule.tuner import MeasureSettings, ProgressListener, TuningReport
 from foundation.meta_schedule.warm.job_start import warm_start_json
 from foundation.models.model_key import ModelKey
@@ -44,41 +31,32 @@ class JobObserver(ProgressListener, Protocol):
     # Optional: `job_started(job_id)`, called once the tuning job's row exists (farm.submit_handle).
 
 
-@dataclass
-class SubmitRequest:
-    model: str | ModelKey  # a name or path, or a model already keyed (in memory: farm.model_sources)
-    target: str
-    batch: int
-    registry: str | None = None
-    trials: int | None = None
-    trials_per_task: int | None = None
-    retune: bool = False
-    # foundation.domain.reuse.ReuseMode; None: its default_mode (auto, or off with --retune)
-    reuse: str | None = None
-    seed: int = 0
-    warm_start: bool = True  # seed from similar workloads and start from a trained cost model
-    measure: MeasureSettings = field(default_factory=MeasureSettings)
-    validation_runs: int = DEFAULT_VALIDATION_RUNS
-    weights_layout: str = AUTO  # auto, plain, prepacked or prepacked-nchwc (foundation.domain.weights_layout)
-    until: UntilRequest | None = None  # tune in rounds until the model is good enough
-    # A compatible fingerprint (this CPU at another size) whose library answers; None: this box's,
-    # else the nearest compatible one's (foundation.job_driver.library_scopes).
-    fingerprint: str | None = None
+@dataclass(frozen=True)
+class SubmitRequest(Submission):
+    """A Submission run embedded: here, on ``registry`` (None: the farm's own), measured as ``measure`` says.
 
-    def job_spec(self) -> JobSpec:
-        """What the job is asked to do (its registry, model, target and measuring are the submit's own);
-        BadInput for what cannot be."""
-        try:
-            reuse = ReuseMode(self.reuse) if self.reuse else default_mode(self.retune)
-        except ValueError:
-            raise BadInput(f"unknown reuse mode {self.reuse!r}",
-                           f"use one of {', '.join(m.value for m in ReuseMode)}") from None
-        try:
-            return JobSpec(mode=EMBEDDED, weights_layout=self.weights_layout, trials=self.trials,
-                           trials_per_task=self.trials_per_task, retune=self.retune, reuse=reuse, seed=self.seed,
-                           warm_start=self.warm_start, validation_runs=self.validation_runs, until=self.until)
-        except SpecError as err:
-            raise BadInput(str(err)) from None
+    It is a Submission, not one that holds one, so that what the job reads of it (``request.trials``)
+    is the same attribute in both modes. ``model`` may also be a model already keyed here (in memory:
+    farm.model_sources); ``fingerprint`` names a compatible one (this CPU at another size) whose
+    library answers; None: this box's, else the nearest compatible one's
+    (foundation.job_driver.library_scopes).
+    """
+
+    model: str | ModelKey
+    registry: str | None = None
+    measure: MeasureSettings = field(default_factory=MeasureSettings)
+
+    @staticmethod
+    def of(submission: Submission, *, registry: str | None = None, model: str | ModelKey | None = None,
+           measure: MeasureSettings | None = None) -> "SubmitRequest":
+        """``submission`` to be run here (``model``: the model keyed here, in its place)."""
+        asked = {f.name: getattr(submission, f.name) for f in fields(Submission)}
+        if model is not None:
+            asked["model"] = model
+        return SubmitRequest(**asked, registry=registry, measure=measure or MeasureSettings())
+
+    def job_spec(self, mode: str = EMBEDDED) -> JobSpec:
+        return super().job_spec(mode)
 
 
 @dataclass

@@ -19,19 +19,12 @@ from coordinator.ids import validation_id
 from coordinator.model_cache import ModelCache
 from coordinator.onnx_uploads import store_onnx
 from coordinator.tvm_ir_lock import TVM_IR_LOCK
-from coordinator.values import AgentView, JobView, SubmitSpec, Submitted
+from coordinator.values import AgentView, JobView, Submitted
 from foundation.clock import utc_now
-from foundation.domain.job_spec import (
-    DEFAULT_VALIDATION_RUNS,
-    DISTRIBUTED,
-    JobNotes,
-    JobSpec,
-    SpecError,
-    stored_options,
-)
+from foundation.domain.job_spec import DISTRIBUTED, JobNotes, stored_options
 from foundation.domain.jobs import JobState
-from foundation.domain.reuse import ReuseMode, default_mode
 from foundation.domain.shards import ShardState
+from foundation.domain.submission import Submission
 from foundation.domain.validations import ValidationState
 from foundation.domain.weights_layout import AUTO, LayoutChoice, WeightsLayout, auto_forms, weights_layout_for
 from foundation.errors import FarmError, NotFound
@@ -65,7 +58,7 @@ class ClientCalls:
         self._draining = draining
         self._wake = wake
 
-    def submit(self, spec: SubmitSpec) -> list[Submitted]:
+    def submit(self, submission: Submission) -> list[Submitted]:
         """Start (or attach to, or answer from the registry) one job per fingerprint."""
         from foundation.hardware.targets import (
             FINGERPRINT_KIND,
@@ -75,40 +68,35 @@ class ClientCalls:
 
         if self._draining.is_set():
             raise Unavailable("the coordinator is shutting down", "submit again once it is back")
-        kind = parse_target_kind(spec.target)
+        kind = parse_target_kind(submission.target)
         try:
-            check_batch(spec.batch)
+            check_batch(submission.batch)
         except FarmError as err:
             raise InvalidRequest(err.problem, err.fix) from None
+        key = self._model_key(submission)
         try:
-            reuse = ReuseMode(spec.reuse) if spec.reuse else default_mode(spec.retune)
-        except ValueError:
-            raise InvalidRequest(f"unknown reuse mode {spec.reuse!r}",
-                                 f"use one of {', '.join(m.value for m in ReuseMode)}") from None
-        key = self._model_key(spec)
-        try:
-            layout = weights_layout_for(spec.weights_layout, kind)
+            layout = weights_layout_for(submission.weights_layout, kind)
         except FarmError as err:
             raise InvalidRequest(err.problem, err.fix) from None
-        until = _until(spec, kind)
-        job_spec = _job_spec(spec, reuse, until)
+        until = _until(submission, kind)
+        job_spec = submission.job_spec(DISTRIBUTED)
         # The planner may take another form for auto (foundation.meta_schedule.layout_choice).
         options = stored_options(job_spec, JobNotes(layout))
         if until is not None:
             # Each round's model is timed here, on the coordinator's CPU: it tunes for that one.
             own = self._own_fingerprint(kind)
-            if spec.fingerprint_id and spec.fingerprint_id != own:
+            if submission.fingerprint and submission.fingerprint != own:
                 raise InvalidRequest(
                     f"--until times each round's model on the coordinator's CPU (fingerprint {own}); it cannot "
-                    f"judge a model tuned for {spec.fingerprint_id}",
+                    f"judge a model tuned for {submission.fingerprint}",
                     "drop --fingerprint, or run `farm submit --until` embedded on a box of that fingerprint")
-            spec = replace(spec, fingerprint_id=own)
-        if spec.fingerprint_id:
-            stored = self._store.get_fingerprint(spec.fingerprint_id)
+            submission = replace(submission, fingerprint=own)
+        if submission.fingerprint:
+            stored = self._store.get_fingerprint(submission.fingerprint)
             if stored is None or stored.kind != FINGERPRINT_KIND[kind]:
                 known = [f.id for f in self._store.list_fingerprints() if f.kind == FINGERPRINT_KIND[kind]]
                 raise InvalidRequest(
-                    f"no {FINGERPRINT_KIND[kind]} fingerprint {spec.fingerprint_id!r} is known for target {kind}",
+                    f"no {FINGERPRINT_KIND[kind]} fingerprint {submission.fingerprint!r} is known for target {kind}",
                     f"known: {', '.join(known) or 'none'}; an agent registers its fingerprint when it starts",
                 )
             problem = unusable_fingerprint(registered_fingerprint(self._store, stored.id), kind)
@@ -122,17 +110,18 @@ class ClientCalls:
         submitted = []
         model: Model | None = None
         known: dict[str, dict] | None = None  # the registry's fingerprints, read at the first lookup
-        for fp_id, target in self._targets(spec.target, fingerprint_ids, named=bool(spec.fingerprint_id)).items():
-            if not spec.retune:
+        targets = self._targets(submission.target, fingerprint_ids, named=bool(submission.fingerprint))
+        for fp_id, target in targets.items():
+            if not submission.retune:
                 if known is None:
                     known = {f.id: f.details for f in self._store.list_fingerprints()}
-                hit = self._hit(key, target, fp_id, layout, auto=spec.weights_layout == AUTO, kind=kind,
+                hit = self._hit(key, target, fp_id, layout, auto=submission.weights_layout == AUTO, kind=kind,
                                 known=known)
                 metrics.registry_lookup(hit is not None)
                 if hit is not None:
                     form = WeightsLayout(hit.weights_layout)
-                    why = hit_form_why(hit, layout) if spec.weights_layout == AUTO else \
-                        f"asked for with --weights-layout {spec.weights_layout}"
+                    why = hit_form_why(hit, layout) if submission.weights_layout == AUTO else \
+                        f"asked for with --weights-layout {submission.weights_layout}"
                     answered = stored_options(job_spec, JobNotes(form, LayoutChoice(form, why).to_json()))
                     submitted.append(Submitted(record_hit(self._store, hit, target, fp_id, answered), False))
                     continue
@@ -140,13 +129,13 @@ class ClientCalls:
             # A job tuned in rounds has a goal of its own: it never joins another job, nor one joins it.
             if until is None:
                 job, attached = self._cluster.attach_or_create_job(
-                    model_id=model.id, target_request=spec.target, target_kind=kind, target=target,
+                    model_id=model.id, target_request=submission.target, target_kind=kind, target=target,
                     fingerprint_id=fp_id, weights_layout=layout, options=options, now=utc_now(),
                     status="queued: extracting tuning tasks")
                 submitted.append(Submitted(job, attached))
                 continue
             job = self._cluster.create_job(
-                model_id=model.id, target_request=spec.target, target_kind=kind, target=target,
+                model_id=model.id, target_request=submission.target, target_kind=kind, target=target,
                 fingerprint_id=fp_id, trials_budget=0, options=options, now=utc_now(),
                 status="queued: extracting tuning tasks",
             )
@@ -154,7 +143,7 @@ class ClientCalls:
         if not fingerprint_ids:
             model = self._ensure_model(key)
             job, attached = self._cluster.attach_or_create_job(
-                model_id=model.id, target_request=spec.target, target_kind=kind, target="",
+                model_id=model.id, target_request=submission.target, target_kind=kind, target="",
                 fingerprint_id=None, weights_layout=layout, options=options, now=utc_now(),
                 status=_waiting_status(kind))
             if attached:
@@ -232,29 +221,29 @@ class ClientCalls:
                 usable.append(fp_id)
         return usable
 
-    def _model_key(self, spec: SubmitSpec) -> ModelKey:
-        if spec.onnx is not None:
-            digest = hashlib.sha256(spec.onnx.content).hexdigest()
-            if spec.onnx.sha256 and spec.onnx.sha256.lower() != digest:
+    def _model_key(self, submission: Submission) -> ModelKey:
+        if submission.onnx is not None:
+            digest = hashlib.sha256(submission.onnx.content).hexdigest()
+            if submission.onnx.sha256 and submission.onnx.sha256.lower() != digest:
                 raise InvalidRequest(
-                    f"the ONNX file {spec.onnx.file_name!r} arrived with sha256 {digest}, "
-                    f"not the {spec.onnx.sha256} it was sent with",
+                    f"the ONNX file {submission.onnx.file_name!r} arrived with sha256 {digest}, "
+                    f"not the {submission.onnx.sha256} it was sent with",
                     "the upload was damaged or the hash is of another file; send it again",
                 )
-            if not spec.onnx.content:
-                raise InvalidRequest(f"the ONNX file {spec.onnx.file_name!r} is empty", "send the model's bytes")
-            _refuse_external_data(spec.onnx)
-            path = store_onnx(self._data_dir, digest, spec.onnx.content)
-            name = Path(spec.onnx.file_name).stem or digest[:12]
-            return ModelKey(name, spec.batch, "onnx", digest, path)
-        name = spec.zoo_name or ""
+            if not submission.onnx.content:
+                raise InvalidRequest(f"the ONNX file {submission.onnx.file_name!r} is empty", "send the model's bytes")
+            _refuse_external_data(submission.onnx)
+            path = store_onnx(self._data_dir, digest, submission.onnx.content)
+            name = Path(submission.onnx.file_name).stem or digest[:12]
+            return ModelKey(name, submission.batch, "onnx", digest, path)
+        name = submission.model
         if not name or looks_like_path(name):
             raise InvalidRequest(
                 f"{name!r} is not a zoo model name" if name else "the request names no model",
                 "name a zoo model (see `farm models`), or send an ONNX file's bytes",
             )
         try:
-            return model_key(name, spec.batch)
+            return model_key(name, submission.batch)
         except NotFound as err:  # an unknown name is bad input here, not a missing resource
             raise InvalidRequest(err.problem, err.fix) from None
 
@@ -335,22 +324,10 @@ class ClientCalls:
         return None
 
 
-def _job_spec(spec: SubmitSpec, reuse: ReuseMode, until: "UntilRequest | None") -> JobSpec:
-    """What the job is asked to do, from the request (its model, target and fingerprint are the job's columns)."""
-    try:
-        return JobSpec(mode=DISTRIBUTED, weights_layout=spec.weights_layout, trials=spec.trials or None,
-                       trials_per_task=spec.trials_per_task or None, retune=spec.retune, reuse=reuse,
-                       seed=int(spec.seed), warm_start=spec.warm_start,
-                       validation_runs=spec.validation_runs or DEFAULT_VALIDATION_RUNS, until=until)
-    except SpecError as err:
-        raise InvalidRequest(str(err), "see `farm submit --help`") from None
-
-
-def _until(spec: SubmitSpec, kind: str) -> "UntilRequest | None":
+def _until(submission: Submission, kind: str) -> "UntilRequest | None":
     """`--until`, checked: a goal the coordinator can time on its own CPU."""
-    if spec.until is None:
+    if submission.until is None:
         return None
-    from foundation.domain.tuning_rounds import DEFAULT_PATIENCE, UntilRequest, parse_goal
     from foundation.job_driver.tuning_rounds import check_until
 
     if kind != "llvm":
@@ -359,15 +336,10 @@ def _until(spec: SubmitSpec, kind: str) -> "UntilRequest | None":
             "would have to be timed on an agent's device, which the farm does not do between rounds",
             "tune without --until, or run `farm submit --until` embedded on the box with that device")
     try:
-        goal = parse_goal(spec.until.goal)
-    except ValueError as err:
-        raise InvalidRequest(str(err), "give --until onnxruntime, or a latency such as --until 20ms") from None
-    until = UntilRequest(goal, spec.until.patience or DEFAULT_PATIENCE, spec.until.round_trials)
-    try:
-        check_until(until)
+        check_until(submission.until)
     except FarmError as err:
         raise InvalidRequest(f"{err.problem} on the coordinator", err.fix) from None
-    return until
+    return submission.until
 
 
 def _refuse_external_data(upload) -> None:

@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING
 
 from farm.cli.command import FarmTyper
 from farm.cli.coordinator_options import coordinator_options
@@ -17,6 +18,9 @@ from farm.connection import Coordinator
 from foundation.domain.jobs import FINAL_STATES
 from foundation.errors import JobFailed, TimedOut
 from foundation.units import duration
+
+if TYPE_CHECKING:  # pragma: no cover
+    from foundation.domain.submission import Submission
 
 app = FarmTyper()
 
@@ -115,17 +119,13 @@ def remote_jobs(client, limit: int, json_output: bool, states: list[str] = (), m
                 empty=f"no {jobs_described(states, model)} at {client.address}")
 
 
-def remote_submit(client, *, model: str, target: str, batch: int, trials, trials_per_task,
-                  retune: bool, seed: int, fingerprint, runs: int, wait: bool, timeout, reuse: str | None = None,
-                  json_output: bool, report_dir=None, registry: str | None = None,
-                  weights_layout: str = "auto", until=None, warm_start: bool = True) -> None:
+def remote_submit(client, submission: "Submission", *, wait: bool, timeout, json_output: bool, report_dir=None,
+                  registry: str | None = None) -> None:
     """Submit through the coordinator; with --wait, follow the job(s) to a final state (and with
     ``report_dir``, write each tuned job's report from ``registry``, the coordinator's)."""
     from farm.client import final, job_json, job_state_name
 
-    submitted = client.submit(model, target, batch, trials=trials, trials_per_task=trials_per_task,
-                              retune=retune, seed=seed, fingerprint=fingerprint, validation_runs=runs, reuse=reuse,
-                              weights_layout=weights_layout, until=until, warm_start=warm_start)
+    submitted = client.submit(submission)
     jobs = [s.job for s in submitted]
     console = None if json_output else stderr_console()
     if console:

@@ -22,38 +22,41 @@ from farm.connection import Coordinator
 PARAMETER = "coordinator"
 
 
-def _options(required: bool) -> dict[str, tuple[Any, Any]]:
+def _options(required: bool, panel: str | None) -> dict[str, tuple[Any, Any]]:
     """The five options, by the parameter names the decorated function receives them under."""
     address = typer.Option(
         ... if required else None, "--coordinator", envvar="FARM_COORDINATOR", show_envvar=True,
-        metavar="HOST:PORT",
+        metavar="HOST:PORT", rich_help_panel=panel,
         help="host:port of the coordinator." if required
         else "host:port of a coordinator; without it commands run embedded on this box.",
     )
     return {
         "address": (str if required else str | None, address),
         "token_file": (Path | None, typer.Option(
-            None, "--token-file", envvar="FARM_TOKEN_FILE", show_envvar=True, metavar="FILE",
+            None, "--token-file", envvar="FARM_TOKEN_FILE", show_envvar=True, metavar="FILE", rich_help_panel=panel,
             help="File holding the farm's shared token (or set FARM_TOKEN to the token itself).")),
         "tls_ca": (Path | None, typer.Option(
-            None, "--tls-ca", envvar="FARM_TLS_CA", show_envvar=True, metavar="FILE",
+            None, "--tls-ca", envvar="FARM_TLS_CA", show_envvar=True, metavar="FILE", rich_help_panel=panel,
             help="PEM file of the CA that signed the coordinator's certificate: connect with TLS.")),
         "tls_cert": (Path | None, typer.Option(
-            None, "--tls-cert", envvar="FARM_TLS_CERT", show_envvar=True, metavar="FILE",
+            None, "--tls-cert", envvar="FARM_TLS_CERT", show_envvar=True, metavar="FILE", rich_help_panel=panel,
             help="This caller's certificate (PEM), for a coordinator that demands mutual TLS; with --tls-key.")),
         "tls_key": (Path | None, typer.Option(
-            None, "--tls-key", envvar="FARM_TLS_KEY", show_envvar=True, metavar="FILE",
+            None, "--tls-key", envvar="FARM_TLS_KEY", show_envvar=True, metavar="FILE", rich_help_panel=panel,
             help="The key of --tls-cert (PEM).")),
     }
 
 
-def coordinator_options(required: bool = False) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+def coordinator_options(required: bool = False, panel: str | None = None) -> Callable[[Callable[..., Any]],
+                                                                                    Callable[..., Any]]:
     """Give the decorated command the coordinator options in place of its ``coordinator`` parameter.
 
     ``required``: the command works only through a coordinator (`farm agent`, `farm agents`);
-    otherwise the address may be left out (Coordinator.address is then None).
+    otherwise the address may be left out (Coordinator.address is then None). ``panel``: the
+    heading `--help` lists them under (farm.cli.command), for a command whose other options differ
+    with and without a coordinator.
     """
-    options = _options(required)
+    options = _options(required, panel)
     # Prefixed so that they cannot collide with the command's own parameters.
     names = {f"_coordinator_{name}": name for name in options}
 

@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from farm.cli.output import emit_json, print_table, stdout_console
 
+if TYPE_CHECKING:  # pragma: no cover
+    from foundation.domain.submission import Submission
 
-def print_plan(*, json_output: bool, **request) -> None:
+
+def print_plan(submission: "Submission", registry: str | None, *, json_output: bool) -> None:
     from farm.dry_run import plan_submit
     from farm.embedded import SubmitRequest
     from foundation.domain.reuse import describe_summary
     from foundation.units import duration
 
-    plan = plan_submit(SubmitRequest(**request))
+    plan = plan_submit(SubmitRequest.of(submission, registry=registry))
     if json_output:
         emit_json(plan)
         return

@@ -15,6 +15,7 @@ from farm.cli.shape_option import shape_option, shaped_model
 from farm.connection import Coordinator
 from foundation.domain import request_limits as limits
 from foundation.domain.reuse import ReuseMode
+from foundation.domain.submission import Submission, until_request
 from foundation.domain.tuning_rounds import DEFAULT_PATIENCE, DEFAULT_ROUNDS
 from foundation.errors import BadInput, Interrupted, JobFailed
 
@@ -23,10 +24,14 @@ app = FarmTyper()
 MODEL_ARG = typer.Argument(..., metavar="MODEL", help="A zoo model (see `farm models`) or a path to an .onnx file.")
 TARGET_ARG = typer.Argument(..., metavar="TARGET", help="llvm, cuda, or a TVM target JSON object.")
 BATCH_ARG = typer.Argument(1, metavar="BATCH", help="Batch size (for bert: number of sequences).")
+# `farm submit --help` lists the options that apply to one way of running apart (farm.cli.command).
+EMBEDDED_ONLY = "Embedded only (without --coordinator)"
+THROUGH_A_COORDINATOR = "Through a coordinator"
+IN_ROUNDS = "Tuning in rounds (--until)"
 
 
 @app.command()
-@coordinator_options()
+@coordinator_options(panel=THROUGH_A_COORDINATOR)
 def submit(
     model: str = MODEL_ARG,
     target: str = TARGET_ARG,
@@ -48,7 +53,8 @@ def submit(
         help="Seed the search from similar workloads' records and start from the fingerprint's trained cost "
              "model (default), or tune from nothing."),
     build_workers: int | None = env_option(
-        None, "--build-workers", command="submit", min=1, metavar="N", help="Builder processes (default: all CPUs)."),
+        None, "--build-workers", command="submit", min=1, metavar="N", rich_help_panel=EMBEDDED_ONLY,
+        help="Builder processes (default: all CPUs)."),
     runs: int = env_option(20, "--runs", command="submit", min=1, metavar="N",
                            help="Timed runs of the final library (after 3 warm-up runs)."),
     seed: int = env_option(0, "--seed", command="submit", metavar="N",
@@ -65,23 +71,24 @@ def submit(
         None, "--fingerprint", command="submit", metavar="ID",
         help="With --coordinator: tune for this fingerprint only. Embedded: be answered by this fingerprint's "
              "library, this CPU at another size (default: this box's, else the nearest such one's)."),
-    wait: bool = env_option(True, "--wait/--no-wait", command="submit",
+    wait: bool = env_option(True, "--wait/--no-wait", command="submit", rich_help_panel=THROUGH_A_COORDINATOR,
                             help="With --coordinator: follow the job until it ends."),
     timeout: float | None = env_option(
         None, "--timeout", command="submit", parser=finite_number(0), metavar="SECONDS",
+        rich_help_panel=THROUGH_A_COORDINATOR,
         help="With --wait: give up waiting after this many seconds."),
     until: str | None = env_option(
-        None, "--until", command="submit", metavar="GOAL",
+        None, "--until", command="submit", metavar="GOAL", rich_help_panel=IN_ROUNDS,
         help="Tune in rounds until the built model beats onnxruntime on this box (`onnxruntime`: the model's "
              "ONNX form, checked against TVM first) or a latency (`20ms`), within the budget: its upper quartile "
              "at or below the goal, timed interleaved (README). With --coordinator the coordinator's CPU times "
              "it."),
     patience: int | None = env_option(
-        None, "--patience", command="submit", min=1, metavar="ROUNDS",
+        None, "--patience", command="submit", min=1, metavar="ROUNDS", rich_help_panel=IN_ROUNDS,
         help=f"With --until: stop when the estimated latency has not improved for this many rounds "
              f"(default {DEFAULT_PATIENCE})."),
     round_trials: int | None = env_option(
-        None, "--round-trials", command="submit", min=1, metavar="N",
+        None, "--round-trials", command="submit", min=1, metavar="N", rich_help_panel=IN_ROUNDS,
         help=f"With --until: trials per round (default: the budget in {DEFAULT_ROUNDS} rounds)."),
     report_dir: Path | None = env_option(
         None, "--report", command="submit", metavar="DIR",
@@ -89,7 +96,7 @@ def submit(
              "reads the coordinator's registry (--registry)."),
     shape: list[str] | None = shape_option("submit"),
     dry_run: bool = env_option(
-        False, "--dry-run", command="submit",
+        False, "--dry-run", command="submit", rich_help_panel=EMBEDDED_ONLY,
         help="Print the plan (tasks, trials per task, the weights layout chosen, what reuse skips, an estimate of "
              "time from this box's past jobs) and stop: no job, nothing written."),
     json_output: bool = JSON_OPTION,
@@ -104,44 +111,35 @@ def submit(
     check_request(weights_layout)
     limits.check_numbers(dict(trials=trials, trials_per_task=trials_per_task, build_workers=build_workers, runs=runs,
                               seed=seed, patience=patience, round_trials=round_trials),
-                         limits.SUBMIT_NUMBERS, spelled=lambda name: "--" + name.replace("_", "-"))
-    until_request = _until(until, patience, round_trials)
+                         limits.SUBMIT_NUMBERS, spelled=option_name)
+    until_goal = until_request(until, patience, round_trials, spelled=option_name)
     if report_dir is not None:
         from farm.cli.report_cmd import check_report_dir
 
         check_report_dir(report_dir)
-    model = shaped_model(model, batch, shape)
+    submission = Submission(
+        model=shaped_model(model, batch, shape), target=target, batch=batch, trials=trials,
+        trials_per_task=trials_per_task, retune=retune, reuse=reuse, seed=seed, warm_start=warm_start,
+        validation_runs=runs, weights_layout=weights_layout, until=until_goal, fingerprint=fingerprint)
     if dry_run:
         from farm.cli.dry_run_view import print_plan
 
         if coordinator.address:
             raise BadInput("--dry-run plans here, embedded", "leave out --coordinator and FARM_COORDINATOR")
-        return print_plan(model=model, target=target, batch=batch, registry=registry, trials=trials,
-                          trials_per_task=trials_per_task, retune=retune, seed=seed,
-                          reuse=reuse.value if reuse else None, weights_layout=weights_layout, until=until_request,
-                          fingerprint=fingerprint, json_output=json_output)
+        return print_plan(submission, registry, json_output=json_output)
     if coordinator.address:
         from farm.cli.cluster import remote_submit
 
-        return remote_submit(coordinator.client(), model=model, target=target, batch=batch, trials=trials,
-                             trials_per_task=trials_per_task, retune=retune, seed=seed,
-                             reuse=reuse.value if reuse else None, fingerprint=fingerprint, runs=runs,
-                             wait=wait, timeout=timeout, json_output=json_output, report_dir=report_dir,
-                             registry=registry, weights_layout=weights_layout, until=until_request,
-                             warm_start=warm_start)
+        return remote_submit(coordinator.client(), submission, wait=wait, timeout=timeout, json_output=json_output,
+                             report_dir=report_dir, registry=registry)
     from farm.cli.interrupts import cancel_on_signals
     from farm.embedded import SubmitRequest
     from farm.embedded import submit as submit_job
     from foundation.meta_schedule.tuner import MeasureSettings
 
-    request = SubmitRequest(
-        model=model, target=target, batch=batch, registry=registry, trials=trials,
-        trials_per_task=trials_per_task, retune=retune, seed=seed, reuse=reuse.value if reuse else None,
-        warm_start=warm_start,
-        # This process's threads are the command's own: its workers' zygote can be a fork of it.
-        measure=MeasureSettings(build_workers=build_workers, zygote_forked_here=True), validation_runs=runs,
-        weights_layout=weights_layout, until=until_request, fingerprint=fingerprint,
-    )
+    # This process's threads are the command's own: its workers' zygote can be a fork of it.
+    request = SubmitRequest.of(submission, registry=registry,
+                               measure=MeasureSettings(build_workers=build_workers, zygote_forked_here=True))
     observer = None
     if not json_output:
         from farm.cli.progress import ConsoleProgress
@@ -178,21 +176,9 @@ def submit(
                     f"{kept}; see `farm status {job.id}`", document=document)
 
 
-def _until(until: str | None, patience: int | None, round_trials: int | None):
-    """`--until` and its options as the embedded submit takes them; bad values are refused here."""
-    if until is None:
-        if patience is not None or round_trials is not None:
-            raise BadInput("--patience and --round-trials only apply with --until", "add --until onnxruntime or "
-                                                                                    "--until 20ms")
-        return None
-    from foundation.domain.tuning_rounds import parse_goal
-    from foundation.job_driver.tuning_rounds import UntilRequest
-
-    try:
-        goal = parse_goal(until)
-    except ValueError as err:
-        raise BadInput(str(err), "give --until onnxruntime, or a latency such as --until 20ms") from None
-    return UntilRequest(goal, DEFAULT_PATIENCE if patience is None else patience, round_trials)
+def option_name(name: str) -> str:
+    """A submit's field as its option is spelled: round_trials is --round-trials."""
+    return "--" + name.replace("_", "-")
 
 
 @app.command()

@@ -8,6 +8,7 @@ import pytest
 
 from coordinator.server import serve
 from farm.client import CoordinatorClient
+from foundation.domain.submission import Submission
 from foundation.wire import farm_pb2
 
 
@@ -24,7 +25,7 @@ def client(tmp_path):
 @pytest.mark.parametrize("timeout", [1e10, float("inf")])
 def test_a_watch_with_a_far_deadline_follows_the_job_to_its_end(client, timeout):
     """gRPC's deadline overflowed: the watch ended at once, and `--timeout 1e10` said it had waited."""
-    (submitted,) = client.submit("mlp-tiny", "llvm", 1)  # no agents: it waits, queued
+    (submitted,) = client.submit(Submission("mlp-tiny", "llvm", 1))  # no agents: it waits, queued
     client.cancel(submitted.job.id, "ended by the test")
     events = list(client.watch(submitted.job.id, time.monotonic() + timeout))
     assert events and events[0].snapshot.state == farm_pb2.JOB_STATE_CANCELLED, events

@@ -6,14 +6,12 @@ from dataclasses import replace
 
 import pytest
 
-from coordinator.calls.client import _job_spec
-from coordinator.errors import InvalidRequest
-from coordinator.values import SubmitSpec
 from farm.embedded import SubmitRequest
 from foundation.domain.job_spec import DEFAULT_VALIDATION_RUNS, DISTRIBUTED, EMBEDDED
-from foundation.domain.reuse import ReuseMode, default_mode
 from foundation.domain.tuning_rounds import UntilRequest, parse_goal
 from foundation.errors import BadInput
+from foundation.wire import farm_pb2
+from foundation.wire.submission import submission_of, submit_request
 
 
 @pytest.mark.parametrize("asked", [
@@ -23,9 +21,11 @@ from foundation.errors import BadInput
     dict(retune=True, reuse="full"),
 ])
 def test_both_modes_make_the_same_spec(asked):
-    embedded = SubmitRequest(model="mlp-tiny", target="llvm", batch=1, **asked).job_spec()
-    reuse = ReuseMode(asked["reuse"]) if "reuse" in asked else default_mode(asked.get("retune", False))
-    distributed = _job_spec(SubmitSpec(target="llvm", batch=1, zoo_name="mlp-tiny", **asked), reuse, None)
+    request = SubmitRequest(model="mlp-tiny", target="llvm", batch=1, **asked)
+    embedded = request.job_spec()
+    # What a coordinator makes of the same submit, sent over the wire.
+    received = submission_of(farm_pb2.SubmitRequest.FromString(submit_request(request).SerializeToString()))
+    distributed = received.job_spec(DISTRIBUTED)
     assert embedded.mode == EMBEDDED and distributed.mode == DISTRIBUTED
     assert replace(distributed, mode=EMBEDDED) == embedded
     assert embedded.validation_runs == asked.get("validation_runs", DEFAULT_VALIDATION_RUNS)
@@ -41,5 +41,5 @@ def test_what_cannot_be_is_refused_as_bad_input():
         SubmitRequest(model="mlp-tiny", target="llvm", batch=1, reuse="sometimes").job_spec()
     with pytest.raises(BadInput, match="validation_runs 0"):
         SubmitRequest(model="mlp-tiny", target="llvm", batch=1, validation_runs=0).job_spec()
-    with pytest.raises(InvalidRequest, match="trials -1"):
-        _job_spec(SubmitSpec(target="llvm", batch=1, trials=-1), ReuseMode.AUTO, None)
+    with pytest.raises(BadInput, match="trials -1"):
+        SubmitRequest(model="mlp-tiny", target="llvm", batch=1, trials=-1).job_spec(DISTRIBUTED)

@@ -266,3 +266,24 @@ def test_the_coordinator_options_are_declared_once_and_the_same_everywhere():
         assert list(options) == list(flags), (command, options)
         assert options["--token-file"] == seen["submit"]["--token-file"]
         assert options["--tls-ca"] == seen["submit"]["--tls-ca"]
+
+
+def test_submit_help_lists_the_options_of_each_way_of_running_apart():
+    """22 options in one list mixed those that only apply embedded with those that only apply through a coordinator."""
+    result = CliRunner().invoke(app, ["submit", "--help"], env={"COLUMNS": "120"})
+    assert result.exit_code == 0, result.output
+    heading = None
+    under: dict[str, str] = {}
+    for line in result.output.splitlines():
+        if line and not line.startswith(" "):
+            heading = line.rstrip(":")
+        elif line.lstrip().startswith("--"):
+            under[line.split()[0]] = heading
+    assert under["--trials"] == under["--reuse"] == under["--registry"] == "Options"
+    assert under["--build-workers"] == under["--dry-run"] == "Embedded only (without --coordinator)"
+    assert under["--coordinator"] == under["--tls-ca"] == under["--wait"] == under["--timeout"] == \
+        "Through a coordinator"
+    assert under["--until"] == under["--patience"] == under["--round-trials"] == "Tuning in rounds (--until)"
+    # Other commands' coordinator options stay in their one list.
+    jobs = CliRunner().invoke(app, ["jobs", "--help"], env={"COLUMNS": "120"}).output
+    assert "Through a coordinator" not in jobs and "--coordinator" in jobs
