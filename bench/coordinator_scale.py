@@ -197,7 +197,7 @@ def record_templates(registry: str, job_ids: list[str]) -> dict[str, str]:
         templates: dict[str, str] = {}
         for job_id in job_ids:
             target = to_tvm_target(json.loads(store.get_job(job_id).target))
-            for task in cluster.job_tasks(job_id):
+            for task in cluster.plans.job_tasks(job_id):
                 if task.workload_shash in templates:
                     continue
                 mod = tvm.ir.load_json(module_json(task.mod_json))

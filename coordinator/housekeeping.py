@@ -60,16 +60,16 @@ class Housekeeping:
         ttl, attempts = self._lease_ttl, self._max_attempts
         self._live.flush()  # the beats collected since the last tick, before judging silence
         if judges_silence(now.timestamp(), (heard_since or self._started).timestamp(), ttl):
-            for agent in self._cluster.mark_lost_agents(now, ttl):
+            for agent in self._cluster.agents.mark_lost_agents(now, ttl):
                 logger.info("agent %s (%s) missed its heartbeat TTL; its leases are re-queued",
                             agent.id, agent.hostname, extra={"agent_id": agent.id})
-            metrics.leases_expired("shard", self._cluster.expire_leases(now, ttl, attempts))
-            metrics.leases_expired("validation", self._cluster.expire_validations(now, ttl, attempts))
+            metrics.leases_expired("shard", self._cluster.leases.expire_leases(now, ttl, attempts))
+            metrics.leases_expired("validation", self._cluster.validations.expire_validations(now, ttl, attempts))
         self._bind_waiting_jobs(now)
         for job in self._store.list_jobs(limit=500, state=JobState.QUEUED.value):
             if job.fingerprint_id is not None:
                 self._planner.submit(job.id, lambda job_id=job.id: self._steps.plan(job_id))
-        for job_id in self._cluster.running_jobs_ready_to_build():
+        for job_id in self._cluster.plans.running_jobs_ready_to_build():
             if self._steps.rounds.going_on(job_id):  # a round of `--until` ended: judge it, then go on or stop
                 self._builder.submit(job_id, lambda job_id=job_id: self._steps.rounds.end_round(job_id))
                 continue
@@ -79,7 +79,7 @@ class Housekeeping:
             # Also the builds a previous coordinator process did not finish.
             self._builder.submit(job.id, lambda job_id=job.id: self._steps.build(job_id))
         for job in self._store.list_jobs(limit=500, state=JobState.VALIDATING.value):
-            validation = self._cluster.get_validation(job.id)
+            validation = self._cluster.validations.get_validation(job.id)
             if validation is not None and validation.state in (ValidationState.DONE, ValidationState.FAILED):
                 self._steps.settle_validation(job.id)
 
@@ -87,10 +87,10 @@ class Housekeeping:
         from foundation.hardware.targets import TUNABLE_KINDS, measurable_target, target_json
 
         for kind in TUNABLE_KINDS:
-            waiting = self._cluster.queued_jobs_without_fingerprint(kind)
+            waiting = self._cluster.jobs.queued_jobs_without_fingerprint(kind)
             if not waiting:
                 continue
-            matching = self._cluster.agents_matching(kind)
+            matching = self._cluster.agents.agents_matching(kind)
             if not matching:
                 continue
             # The fingerprint with the most agents tunes fastest.
@@ -102,5 +102,5 @@ class Housekeeping:
                 except FarmError as err:
                     self._steps.move(job.id, JobState.QUEUED, JobState.FAILED, "failed: bad target", error=str(err))
                     continue
-                self._cluster.bind_job_fingerprint(job.id, fp_id, target, now,
+                self._cluster.jobs.bind_job_fingerprint(job.id, fp_id, target, now,
                                                    status="queued: extracting tuning tasks")

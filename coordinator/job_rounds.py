@@ -101,7 +101,7 @@ class JobRounds:
                                trials_budget=context.rounds.budget.max_trials_global,
                                options=noted(job, **context.layout_notes, until=outcome.to_json(),
                                              trial_plan=plan.to_json()))
-        self._cluster.add_job_plan(job.id, planned, shards, utc_now())
+        self._cluster.plans.add_job_plan(job.id, planned, shards, utc_now())
         self._remember_workloads(job.id)
         logger.info("job %s: round 1 of at most %d, %d trials in %d shards, until %s", job.id,
                     len(context.rounds.slices), plan.total, len(shards), outcome.goal.describe())
@@ -135,8 +135,9 @@ class JobRounds:
             self._stop(job, outcome, context.rounds.library)
             return
         planned, shards = self._shards(job, context, plan)
-        added = self._cluster.add_round(job.id, planned, shards, utc_now(),
-                                        options=noted(job, until=outcome.to_json(), trial_plan=_summed(job, plan)))
+        added = self._cluster.plans.add_round(
+            job.id, planned, shards, utc_now(),
+            options=noted(job, until=outcome.to_json(), trial_plan=_summed(job, plan)))
         if added is None:  # cancelled meanwhile
             return
         self._remember_workloads(job.id)
@@ -209,14 +210,14 @@ class JobRounds:
                                    workload_shash=str(tvm_ffi.structural_hash(task.mod)),
                                    mod_json=workload_json(task.mod), trials_budget=trials)
                        for task, trials in zip(context.rounds.tasks, plan.trials) if trials > 0]
-        agents = self._cluster.agents_matching(job.target_kind).get(job.fingerprint_id, 0)
+        agents = self._cluster.agents.agents_matching(job.target_kind).get(job.fingerprint_id, 0)
         shards = split_tasks(job.id, [TaskCost(t.name, t.weight, t.flop, t.trials_budget) for t in planned],
                              agents, plan.total)
         return planned, shards
 
     def _remember_workloads(self, job_id: str) -> None:
         # What leases hand out, converted now rather than while agents wait for it.
-        for task in self._cluster.job_tasks(job_id):
+        for task in self._cluster.plans.job_tasks(job_id):
             self._workloads.of(task.workload_id, task.mod_json)
 
 

@@ -70,7 +70,7 @@ class JobSteps:
             spec, form = stored.spec, stored.notes.weights_layout
             plan = plan_tasks(self._models.get(model), job.target, spec, form, store=self._store,
                               fingerprint_id=job.fingerprint_id, tvm_version=self._tvm_version)
-            agents = self._cluster.agents_matching(job.target_kind).get(job.fingerprint_id, 0)
+            agents = self._cluster.agents.agents_matching(job.target_kind).get(job.fingerprint_id, 0)
             # No shard for a skipped task; a job with every task skipped goes on to its build. Shards
             # are balanced by planned trials, and each carries its tasks' plans.
             shards = split_tasks(job.id, [TaskCost(t.name, t.weight, t.flop, t.trials_budget) for t in plan.tasks],
@@ -79,9 +79,9 @@ class JobSteps:
                                    options=stored.noted(**_layout_notes(plan), reused=plan.reuse.summary(),
                                                         trial_plan=plan.trial_plan.to_json(),
                                                         warm_seeds=plan.seeds_json()).to_json())
-            self._cluster.add_job_plan(job.id, plan.tasks, shards, utc_now())
+            self._cluster.plans.add_job_plan(job.id, plan.tasks, shards, utc_now())
             # What leases hand out, converted now rather than while agents wait for it.
-            for task in self._cluster.job_tasks(job.id):
+            for task in self._cluster.plans.job_tasks(job.id):
                 self._workloads.of(task.workload_id, task.mod_json)
         except Exception as err:
             if self._store.get_job(job_id).state == JobState.QUEUED.value:
@@ -113,7 +113,7 @@ class JobSteps:
             return
         validating = (f"validating: waiting for an agent of fingerprint {job.fingerprint_id} "
                       "to check and time the library")
-        existing = self._cluster.get_validation(job_id)
+        existing = self._cluster.validations.get_validation(job_id)
         if existing is not None and not existing.state.is_final:
             # Built before a restart; only the move was lost.
             self.move(job_id, JobState.BUILDING, JobState.VALIDATING, validating)
@@ -132,7 +132,7 @@ class JobSteps:
                 return  # cancelled while building
             # The validation step runs on an agent of the job's fingerprint, with the embedded mode's settings.
             settings = steps.validation_settings(stored.spec)
-            self._cluster.create_validation(
+            self._cluster.validations.create_validation(
                 job_id, library=built.library, lib_format=LIBRARY_FORMAT, reference_library=built.reference,
                 inputs=[s.to_json() for s in loaded.inputs], weights=[s.to_json() for s in loaded.weights],
                 seed=settings.seed, runs=settings.runs, warmup=settings.warmup, now=utc_now(),
@@ -151,7 +151,7 @@ class JobSteps:
 
         with self._settling:
             job = self._store.get_job(job_id)
-            validation = self._cluster.get_validation(job_id)
+            validation = self._cluster.validations.get_validation(job_id)
             if job.state != JobState.VALIDATING.value or validation is None:
                 return
             if validation.state is ValidationState.FAILED:
@@ -201,7 +201,7 @@ class JobSteps:
 
     def _validation_library(self, job_id: str, reference: bool = False) -> bytes:
         """The library a validation checked, or its untuned build (a claim hands them out only with its lease)."""
-        library = self._cluster.validation_library(job_id, reference)
+        library = self._cluster.validations.validation_library(job_id, reference)
         if library is None:
             raise NotFound(f"job {job_id} has no built library")
         return library
@@ -238,7 +238,7 @@ class ClusterJobMoves:
     def move(self, job_id: str, current: JobState, new: JobState, *, status: str,
              error: str | None, **fields: Any) -> bool:
         try:
-            moved = self._cluster.move_job(job_id, current, new, utc_now(), status=status, error=error, **fields)
+            moved = self._cluster.jobs.move_job(job_id, current, new, utc_now(), status=status, error=error, **fields)
         except RegistryError:
             return False
         return moved is not None

@@ -89,7 +89,7 @@ class Coordinator:
         self.report_sizing = ReportSizing(settings.report_policy)
         self.report_commits = GroupCommit("farm-reports", ingest or functools.partial(ingest_reports, cluster))
         self.claim_commits = GroupCommit(
-            "farm-claims", lambda claims: cluster.claim_shards(claims, utc_now(), settings.lease_ttl))
+            "farm-claims", lambda claims: cluster.leases.claim_shards(claims, utc_now(), settings.lease_ttl))
         models = ModelCache(settings.data_dir)
         progress = TaskProgress(cluster)
         workloads = WorkloadJson()

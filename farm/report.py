@@ -134,7 +134,7 @@ def model_point(tasks: list[TaskCurve], trials: int) -> ModelPoint | None:
 def _tasks_of(store: RegistryStore, job_id: str, workload_ids: set[int]) -> tuple[list[TaskCurve], str]:
     from coordinator.cluster_store import ClusterStore
 
-    planned = ClusterStore(store).job_tasks(job_id)
+    planned = ClusterStore(store).plans.job_tasks(job_id)
     if planned:
         return [TaskCurve(t.name, t.weight, t.workload_id, t.flop) for t in planned], "the job's plan"
     task_list = config.job_work_dir(job_id) / "tasks.json"

@@ -62,7 +62,7 @@ class AgentCalls:
             )
         fingerprint = agent_fingerprint(fingerprint_id, fingerprint_json, target_kinds)
         self._store.upsert_fingerprint(fingerprint.id, fingerprint.kind, fingerprint.summary, fingerprint.details)
-        agent = self._cluster.register_agent(
+        agent = self._cluster.agents.register_agent(
             fingerprint_id=fingerprint_id, target_kinds=list(target_kinds), hostname=hostname, address=address,
             tvm_version=tvm_version, rpc_key=rpc_key(fingerprint_id),
             details={"build_workers": build_workers}, now=utc_now(), previous_agent_id=previous_agent_id or None,
@@ -89,7 +89,7 @@ class AgentCalls:
         shards = [r for r in running if job_of_validation(r.shard_id) is None]
         listed = frozenset((r.shard_id, r.attempt) for r in shards)
         version = self._live.lease_version(agent_id)  # before the read the verdict comes from
-        verdict = self._cluster.reconcile_leases(
+        verdict = self._cluster.leases.reconcile_leases(
             agent_id, sorted(listed), now,
             grace=2 * self._heartbeat_interval, max_attempts=self._max_attempts,
             as_of=min(sent_at, now) if sent_at is not None else now,
@@ -105,7 +105,7 @@ class AgentCalls:
             job_id = job_of_validation(ref.shard_id)
             if job_id is None:
                 continue
-            validation = self._cluster.get_validation(job_id)
+            validation = self._cluster.validations.get_validation(job_id)
             if (validation is None or validation.attempt != ref.attempt
                     or validation.state is not ValidationState.LEASED or validation.agent_id != agent_id):
                 instructions.append(CancelLease(

@@ -183,7 +183,7 @@ class ReportCalls:
             row = self._store.get_job(job_id)
         except NotFound:
             return None
-        tasks = self._cluster.job_tasks(job_id)
+        tasks = self._cluster.plans.job_tasks(job_id)
         if not tasks:
             return None  # not planned: it has no shards yet
         job = _ReportingJob(row.id, row.fingerprint_id, row.target, {t.workload_shash: t.workload_id for t in tasks},

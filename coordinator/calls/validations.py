@@ -42,7 +42,7 @@ class ValidationCalls:
     def lease_validation(self, agent_id: str, fingerprint_id: str) -> ValidationOffer | None:
         if self._draining.is_set():
             return None
-        lease = self._cluster.claim_validation(agent_id, fingerprint_id, utc_now())
+        lease = self._cluster.validations.claim_validation(agent_id, fingerprint_id, utc_now())
         if lease is None:
             return None
         weights = []
@@ -54,11 +54,11 @@ class ValidationCalls:
     def report_validation(self, agent_id: str, validation: str, attempt: int,
                           report: ValidationReport) -> ShardOutcome:
         job_id = job_of_validation(validation)
-        if job_id is None or self._cluster.get_validation(job_id) is None:
+        if job_id is None or self._cluster.validations.get_validation(job_id) is None:
             return ShardOutcome(False, f"validation {validation} is unknown")
         now = utc_now()
         if report.error or report.check is None or report.latency is None:
-            change = self._cluster.fail_validation(
+            change = self._cluster.validations.fail_validation(
                 job_id, attempt, agent_id, report.error or "the agent reported no outcome", now, self._max_attempts)
         else:
             result = {
@@ -67,7 +67,7 @@ class ValidationCalls:
                 "latency": _latency_json(report.latency),
                 "untuned_latency": _latency_json(report.untuned_latency) if report.untuned_latency else None,
             }
-            change = self._cluster.finish_validation(job_id, attempt, agent_id, result, now)
+            change = self._cluster.validations.finish_validation(job_id, attempt, agent_id, result, now)
         if change.accepted:
             self._settle(job_id)
         return ShardOutcome(change.accepted, change.reason or "")

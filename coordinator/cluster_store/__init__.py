@@ -17,7 +17,8 @@ One store per aggregate, each given the registry's unit of work and the stores i
 agents (AgentStore), events (EventLog), jobs (JobStore), plans: tasks, shards and what they
 mean for their job (PlanStore), leases of shards (LeaseStore), reports of records under
 leases (ReportStore) and validations (ValidationStore), over locking (the rows locked in the
-lock order). `ClusterStore` (store.py) composes them behind one object.
+lock order). `ClusterStore` (store.py) holds them, and callers call the one whose aggregate
+they change (`cluster.jobs.move_job`, `cluster.leases.claim_shards`).
 """
 
 from __future__ import annotations
