@@ -15,11 +15,25 @@ BENCH = Path(__file__).resolve().parent
 TORCH_COMPILE, TVM_PIPELINE = "torch.compile", "TVM pipeline"
 
 
+def standard_profile_module() -> None:
+    """Import the standard library's cProfile (and its `profile`), which torch.compile imports: a
+    script in bench/ has bench/ first on sys.path, where bench/profile.py would stand in for it."""
+    if "cProfile" in sys.modules:
+        return
+    kept = list(sys.path)
+    sys.path[:] = [p for p in kept if Path(p or ".").resolve() != BENCH]
+    try:
+        import cProfile  # noqa: F401
+    finally:
+        sys.path[:] = kept
+
+
 def torch_compile_engine(model, weights, target_kind: str) -> tuple[Engine | None, str]:
     try:
         import torch
     except ImportError:
         return None, "PyTorch not installed (pip install -e .[torch]): torch.compile skipped"
+    standard_profile_module()
     from relax_graph import TorchCompiled
 
     device = "cuda" if target_kind == "cuda" else "cpu"
