@@ -16,27 +16,28 @@ from coordinator.background_worker import BackgroundWorker
 from coordinator.cluster_store import ClusterStore
 from coordinator.fingerprints import registered_fingerprint
 from coordinator.fleet import LiveAgents
-from coordinator.job_steps import JobSteps
+from coordinator.job_site import CoordinatorJobs
 from foundation.clock import utc_now
 from foundation.domain.jobs import JobState
 from foundation.domain.leases import judges_silence
 from foundation.domain.validations import ValidationState
 from foundation.errors import FarmError
+from foundation.job_driver.admission import QUEUED
 from foundation.registry.store import RegistryStore
 
 logger = logging.getLogger("farm.coordinator")
 
 
 class Housekeeping:
-    """`tick` moves jobs along; plans and builds run on background threads of their own
-    (one job at a time each), which `close` stops."""
+    """`tick` moves jobs along, each a step of its recipe (coordinator.job_site); plans and builds run on
+    background threads of their own (one job at a time each), which `close` stops."""
 
-    def __init__(self, store: RegistryStore, cluster: ClusterStore, live: LiveAgents, steps: JobSteps, *,
+    def __init__(self, store: RegistryStore, cluster: ClusterStore, live: LiveAgents, jobs: CoordinatorJobs, *,
                  lease_ttl: float, max_attempts: int):
         self._store = store
         self._cluster = cluster
         self._live = live
-        self._steps = steps
+        self._jobs = jobs
         self._lease_ttl = lease_ttl
         self._max_attempts = max_attempts
         self._started = utc_now()
@@ -46,7 +47,7 @@ class Housekeeping:
     def close(self) -> None:
         self._planner.stop()
         self._builder.stop()
-        self._steps.close()
+        self._jobs.close()
 
     def tick(self, now: dt.datetime | None = None, heard_since: dt.datetime | None = None) -> None:
         """One round of housekeeping; the server runs it every fraction of a second.
@@ -66,22 +67,20 @@ class Housekeeping:
             metrics.leases_expired("shard", self._cluster.leases.expire_leases(now, ttl, attempts))
             metrics.leases_expired("validation", self._cluster.validations.expire_validations(now, ttl, attempts))
         self._bind_waiting_jobs(now)
+        advance = self._jobs.advance
         for job in self._store.list_jobs(limit=500, state=JobState.QUEUED.value):
             if job.fingerprint_id is not None:
-                self._planner.submit(job.id, lambda job_id=job.id: self._steps.plan(job_id))
+                self._planner.submit(job.id, lambda job_id=job.id: advance(job_id, JobState.QUEUED))
+        # Tuned (a round of `--until` is judged then, and the next one planned), or built: on the builder,
+        # the builds a previous coordinator process did not finish too.
         for job_id in self._cluster.plans.running_jobs_ready_to_build():
-            if self._steps.rounds.going_on(job_id):  # a round of `--until` ended: judge it, then go on or stop
-                self._builder.submit(job_id, lambda job_id=job_id: self._steps.rounds.end_round(job_id))
-                continue
-            self._steps.move(job_id, JobState.RUNNING, JobState.BUILDING,
-                             "building: compiling with the best records, and an untuned reference")
+            self._builder.submit(job_id, lambda job_id=job_id: advance(job_id, JobState.RUNNING))
         for job in self._store.list_jobs(limit=500, state=JobState.BUILDING.value):
-            # Also the builds a previous coordinator process did not finish.
-            self._builder.submit(job.id, lambda job_id=job.id: self._steps.build(job_id))
+            self._builder.submit(job.id, lambda job_id=job.id: advance(job_id, JobState.BUILDING))
         for job in self._store.list_jobs(limit=500, state=JobState.VALIDATING.value):
             validation = self._cluster.validations.get_validation(job.id)
             if validation is not None and validation.state in (ValidationState.DONE, ValidationState.FAILED):
-                self._steps.settle_validation(job.id)
+                self._jobs.settle(job.id)
 
     def _bind_waiting_jobs(self, now: dt.datetime) -> None:
         from foundation.hardware.targets import TUNABLE_KINDS, measurable_target, target_json
@@ -100,7 +99,7 @@ class Housekeeping:
                 try:  # as a submit with agents there checks it (coordinator.calls.client)
                     target = target_json(measurable_target(job.target_request, fingerprint))
                 except FarmError as err:
-                    self._steps.move(job.id, JobState.QUEUED, JobState.FAILED, "failed: bad target", error=str(err))
+                    self._jobs.fail(job.id, JobState.QUEUED, "failed: bad target", str(err))
                     continue
                 self._cluster.jobs.bind_job_fingerprint(job.id, fp_id, target, now,
-                                                   status="queued: extracting tuning tasks")
+                                                        status=QUEUED)

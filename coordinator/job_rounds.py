@@ -35,20 +35,15 @@ from foundation.errors import FarmError
 from foundation.job_driver import steps
 from foundation.job_driver.rounds_loop import TuningInRounds
 from foundation.job_driver.tuning_rounds import RoundsOutcome, planned_so_far, set_up_goal
-from foundation.logs import logs_job
 from foundation.registry.store import RegistryStore
 
 if TYPE_CHECKING:  # pragma: no cover
-    from collections.abc import Callable
 
     from foundation.domain.trial_plan import TrialPlan
+    from foundation.job_driver.pipeline import TuningStart
     from foundation.registry.entities import Job
 
 logger = logging.getLogger("farm.coordinator")
-
-
-def tuned_in_rounds(job: "Job") -> bool:
-    return job_spec(job).until is not None
 
 
 @dataclass
@@ -57,15 +52,14 @@ class _RoundsContext:
 
     rounds: TuningInRounds
     goal: RoundsOutcome  # the goal as set up, before any round (onnxruntime's timing and check)
-    layout_notes: dict  # the form `auto` chose and why, for the job's notes (empty once chosen)
+    layout_notes: dict  # the form `auto` chose and why, for the job's notes (empty once written)
 
 
 class JobRounds:
-    """The rounds of the coordinator's jobs tuned in rounds. ``move`` is JobSteps.move."""
+    """The rounds of the coordinator's jobs tuned in rounds (coordinator.job_site's tuning, for them)."""
 
     def __init__(self, store: RegistryStore, cluster: ClusterStore, models: ModelCache, workloads: WorkloadJson,
-                 tvm_version: str, data_dir: Path, wake: threading.Event,
-                 move: "Callable[..., bool]"):
+                 tvm_version: str, data_dir: Path, wake: threading.Event):
         self._store = store
         self._cluster = cluster
         self._models = models
@@ -73,55 +67,36 @@ class JobRounds:
         self._tvm_version = tvm_version
         self._data_dir = data_dir
         self._wake = wake
-        self._move = move
         self._contexts: dict[str, _RoundsContext] = {}
         self._libraries: dict[str, bytes] = {}  # each stopped job's last round's build, for its build step
-
-    def going_on(self, job_id: str) -> bool:
-        """Whether a running job whose shards are all done is between rounds (not ready to build)."""
-        job = self._store.get_job(job_id)
-        if not tuned_in_rounds(job):
-            return False
-        until = job_notes(job).until
-        return until is None or RoundsOutcome.from_json(until).stopped is None
 
     def take_library(self, job_id: str) -> bytes | None:
         """The last round's build of a stopped job (the records did not change since), once."""
         return self._libraries.pop(job_id, None)
 
-    def plan_first(self, job: "Job") -> None:
-        """Set up the goal (onnxruntime checked and timed here) and start the first round (queued -> running)."""
-        context = self._context(job, fresh=True)
+    def start(self, job: "Job", start: "TuningStart") -> None:
+        """The first round planned and sharded (queued -> running), from the plan step's rounds and goal
+        (foundation.job_driver.pipeline: onnxruntime checked and timed here)."""
+        assert start.rounds is not None and start.goal is not None
+        _check_timed_here(job)
+        context = _RoundsContext(start.rounds, start.goal, start.notes)
+        self._contexts[job.id] = context
         outcome = context.goal
         plan = context.rounds.advance(outcome, [0] * len(context.rounds.tasks))
         if plan is None:
             raise FarmError(f"job {job.id} has no trials to plan for its first round", "submit it without --until")
         planned, shards = self._shards(job, context, plan)
-        self._store.update_job(job.id, expect_state=JobState.QUEUED.value,
-                               trials_budget=context.rounds.budget.max_trials_global,
-                               options=noted(job, **context.layout_notes, until=outcome.to_json(),
-                                             trial_plan=plan.to_json()))
+        self._store.update_job(job.id, expect_state=JobState.QUEUED.value, trials_budget=start.trials_budget,
+                               options=noted(job, **context.layout_notes, until=outcome.to_json(), trial_plan=plan))
         self._cluster.plans.add_job_plan(job.id, planned, shards, utc_now())
-        self._remember_workloads(job.id)
+        self.remember_workloads(job.id)
         logger.info("job %s: round 1 of at most %d, %d trials in %d shards, until %s", job.id,
                     len(context.rounds.slices), plan.total, len(shards), outcome.goal.describe())
         self._wake.set()
 
-    @logs_job
-    def end_round(self, job_id: str) -> None:
-        """Judge the round just tuned, then plan the next one or stop (running -> building)."""
-        job = self._store.get_job(job_id)
-        if job.state != JobState.RUNNING.value or not self.going_on(job_id):
-            return
-        try:
-            self._end_round(job)
-        except Exception as err:
-            if self._store.get_job(job_id).state == JobState.RUNNING.value:
-                logger.exception("judging a round of %s failed", job_id)
-                self._move(job_id, JobState.RUNNING, JobState.FAILED, "failed: a round could not be judged",
-                           error=f"round failed: {type(err).__name__}: {err}"[:2000])
-
-    def _end_round(self, job: "Job") -> None:
+    def end_round(self, job: "Job") -> RoundsOutcome | None:
+        """Judge the round just tuned (every shard of it done), then plan and shard the next one: None; or
+        the rounds stop: how they went, and the last round's build kept for the job's build step."""
         outcome = _outcome(job)
         context = self._context(job)
         number = len(outcome.planned)
@@ -132,65 +107,53 @@ class JobRounds:
         if tuned is not None:
             logger.info("job %s: round %d judged: %s", job.id, number, outcome.summary())
         if plan is None:
-            self._stop(job, outcome, context.rounds.library)
-            return
+            if context.rounds.library is not None:
+                self._libraries[job.id] = context.rounds.library
+            self._contexts.pop(job.id, None)
+            return outcome
         planned, shards = self._shards(job, context, plan)
         added = self._cluster.plans.add_round(
             job.id, planned, shards, utc_now(),
             options=noted(job, until=outcome.to_json(), trial_plan=_summed(job, plan)))
         if added is None:  # cancelled meanwhile
-            return
-        self._remember_workloads(job.id)
+            return None
+        self.remember_workloads(job.id)
         logger.info("job %s: round %d of at most %d, %d trials in %d shards", job.id, number + 1,
                     len(context.rounds.slices), plan.total, len(shards))
         self._wake.set()
-
-    def _stop(self, job: "Job", outcome: RoundsOutcome, library: bytes | None) -> None:
-        self._store.update_job(job.id, expect_state=JobState.RUNNING.value,
-                               options=noted(job, until=outcome.to_json()))
-        if library is not None:
-            self._libraries[job.id] = library
-        self._contexts.pop(job.id, None)
-        self._move(job.id, JobState.RUNNING, JobState.BUILDING, f"building: {outcome.summary()}")
+        return None
 
     def _request(self, job: "Job") -> UntilRequest:
         until = job_spec(job).until
         assert until is not None, f"job {job.id} is not tuned in rounds"
         return until
 
-    def _context(self, job: "Job", fresh: bool = False) -> _RoundsContext:
-        """The job's model, tasks and judge: made when the job is planned, or again after a restart."""
-        context = None if fresh else self._contexts.get(job.id)
+    def _context(self, job: "Job") -> _RoundsContext:
+        """The job's model, tasks and judge: kept from its plan step, or made again after a restart."""
+        context = self._contexts.get(job.id)
         if context is not None:
             return context
         import json
 
-        from foundation.hardware.fingerprint import local_fingerprint
         from foundation.hardware.targets import to_tvm_target
         from foundation.hardware.tvm_startup import install_lean_tensor_intrinsics
 
         target_doc = json.loads(job.target)
-        own = local_fingerprint(target_doc["kind"]).id
-        if job.fingerprint_id != own:
-            raise FarmError(f"job {job.id} tunes for fingerprint {job.fingerprint_id}, but its rounds are timed on "
-                            f"the coordinator's CPU ({own})", "submit it again without --until")
+        _check_timed_here(job)
         install_lean_tensor_intrinsics(target_doc["kind"])
         model = self._store.get_model(job.model_id)
         loaded = self._models.get(model)
         target = to_tvm_target(target_doc)
         stored = job_options(job)
         onnx_file = onnx_path(self._data_dir, model.source_digest).read_bytes() if model.source == "onnx" else None
-        # A fresh job chooses its form as every job does (the plan step); after a restart its notes name
-        # the form chosen.
-        spec = stored.spec if fresh else replace(stored.spec, weights_layout=None)
+        # After a restart the job's notes name the form its plan step chose.
+        spec = replace(stored.spec, weights_layout=None)
         with TVM_IR_LOCK:
             planned = steps.plan(loaded, target, self._database(job), spec, stored.notes.weights_layout)
             outcome, judge = set_up_goal(self._request(job), loaded, target, stored.spec.seed, onnx_file)
-        layout_notes = {} if planned.choice is None else {"weights_layout": planned.form,
-                                                          "weights_layout_choice": planned.choice.to_json()}
         rounds = TuningInRounds(self._request(job), planned.tasks, planned.budget, loaded, target, planned.form, judge,
                                 lambda: self._database(job), TVM_IR_LOCK)
-        context = _RoundsContext(rounds, outcome, layout_notes)
+        context = _RoundsContext(rounds, outcome, {})
         self._contexts[job.id] = context
         return context
 
@@ -215,10 +178,22 @@ class JobRounds:
                              agents, plan.total)
         return planned, shards
 
-    def _remember_workloads(self, job_id: str) -> None:
+    def remember_workloads(self, job_id: str) -> None:
         # What leases hand out, converted now rather than while agents wait for it.
         for task in self._cluster.plans.job_tasks(job_id):
             self._workloads.of(task.workload_id, task.mod_json)
+
+
+def _check_timed_here(job: "Job") -> None:
+    """A job's rounds are timed on the coordinator's CPU: FarmError for a job tuned for another."""
+    import json
+
+    from foundation.hardware.fingerprint import local_fingerprint
+
+    own = local_fingerprint(json.loads(job.target)["kind"]).id
+    if job.fingerprint_id != own:
+        raise FarmError(f"job {job.id} tunes for fingerprint {job.fingerprint_id}, but its rounds are timed on "
+                        f"the coordinator's CPU ({own})", "submit it again without --until")
 
 
 def _outcome(job: "Job") -> RoundsOutcome:
@@ -228,14 +203,13 @@ def _outcome(job: "Job") -> RoundsOutcome:
     return RoundsOutcome.from_json(until)
 
 
-def _summed(job: "Job", plan: "TrialPlan") -> dict:
+def _summed(job: "Job", plan: "TrialPlan") -> "TrialPlan":
     """The job's trial plan after another round: each task's trials added to the rounds' before,
     its share as this round saw it."""
     from foundation.domain.trial_plan import TrialPlan
 
-    before = job_notes(job).trial_plan
-    earlier = TrialPlan.from_json(before) if before else None
+    earlier = job_notes(job).trial_plan
     if earlier is None or len(earlier.tasks) != len(plan.tasks):
-        return plan.to_json()
+        return plan
     tasks = tuple(replace(line, trials=line.trials + old.trials) for line, old in zip(plan.tasks, earlier.tasks))
-    return TrialPlan(tasks, job.trials_budget or plan.budget, plan.per_task_cap).to_json()
+    return TrialPlan(tasks, job.trials_budget or plan.budget, plan.per_task_cap)

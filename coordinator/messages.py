@@ -51,7 +51,7 @@ def job_message(view: JobView) -> farm_pb2.Job:
         target=job.target or "",
         target_kind=job.target_kind or "",
         weights_layout=notes.weights_layout.value,
-        weights_layout_why=(notes.weights_layout_choice or {}).get("why") or "",
+        weights_layout_why=notes.weights_layout_choice.why if notes.weights_layout_choice else "",
         fingerprint_id=job.fingerprint_id or "",
         cache_hit=job.cache_hit,
         trials_done=job.trials_done,
@@ -60,10 +60,10 @@ def job_message(view: JobView) -> farm_pb2.Job:
         shards=farm_pb2.ShardCounts(**{s.value: n for s, n in view.shard_counts.items()}),
         error=job.error or "",
     )
-    built_untuned = job_options(job).notes.built_untuned  # foundation.job_driver.built_untuned
+    built_untuned = notes.built_untuned  # foundation.job_driver.built_untuned
     if built_untuned:
-        message.built_untuned.extend(built_untuned["tasks"])
-        message.tasks_built = built_untuned["of"]
+        message.built_untuned.extend(built_untuned.tasks)
+        message.tasks_built = built_untuned.of
     if view.model is not None:
         message.model.CopyFrom(farm_pb2.ModelSummary(
             name=view.model.name, source=view.model.source, source_digest=view.model.source_digest,
@@ -94,13 +94,16 @@ def job_message(view: JobView) -> farm_pb2.Job:
             getattr(message, name).CopyFrom(timestamp(moment))
     reused = notes.reused
     if reused:
-        message.reuse.CopyFrom(farm_pb2.JobReuse(**{field: reused[field] for field in _JOB_REUSE_FIELDS}))
+        message.reuse.CopyFrom(farm_pb2.JobReuse(
+            mode=reused.mode.value, tasks=reused.tasks, skipped=reused.skipped, topped_up=reused.topped_up,
+            topup_trials=reused.topup_trials, planned_trials=reused.planned_trials, trials=reused.trials))
     warm = job_warm_start(notes.warm_start_used)
     if warm:
         message.warm_start.CopyFrom(farm_pb2.JobWarmStart(**warm))
-    for line in (notes.trial_plan or {}).get("tasks", []):
-        message.trial_plan.append(farm_pb2.PlannedTrials(task=line["task"], trials=line["trials"], share=line["share"],
-                                                         minor=line["minor"], measured=line.get("measured", False)))
+    for line in notes.trial_plan.tasks if notes.trial_plan else ():
+        message.trial_plan.append(farm_pb2.PlannedTrials(task=line.name, trials=line.trials,
+                                                         share=round(line.share, 6), minor=line.minor,
+                                                         measured=line.measured))
     goal = stored.spec.until.goal.describe() if stored.spec.until and stored.spec.mode == DISTRIBUTED else None
     until = notes.until or ({"goal": goal} if goal else None)
     if until:
@@ -132,10 +135,6 @@ def _until_message(until: dict) -> farm_pb2.JobUntil:
             passed=check["passed"], max_abs_err=check["max_abs_err"], rtol=check["rtol"],
             atol_scale=check["atol_scale"], detail=check.get("detail") or ""))
     return message
-
-
-# ReusePlan.summary() keys the wire carries (reused and trials_saved follow from them).
-_JOB_REUSE_FIELDS = ("mode", "tasks", "skipped", "topped_up", "topup_trials", "planned_trials", "trials")
 
 
 def event_message(event, state_of: Callable[[str], int]) -> farm_pb2.JobEvent:

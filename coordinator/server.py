@@ -274,7 +274,7 @@ def serve(
     freeze_long_lived()
     stop_ticking = threading.Event()
     host = listen.rsplit(":", 1)[0].strip("[]")
-    housekeeping = Housekeeping(store, coordinator.cluster, coordinator.live, coordinator.steps,
+    housekeeping = Housekeeping(store, coordinator.cluster, coordinator.live, coordinator.jobs,
                                 lease_ttl=settings.lease_ttl, max_attempts=settings.max_attempts)
     running = CoordinatorServer(server, port, host, coordinator, housekeeping, health_servicer, owned, stop_ticking,
                                 None, loop, pool, ingest, health_server=health_server, health_port=health_port,

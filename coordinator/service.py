@@ -4,10 +4,10 @@ Everything the coordinator knows is in SQL (RegistryStore, ClusterStore), so a r
 coordinator carries on (coordinator.housekeeping); what is kept in memory only speeds things up.
 
 The Coordinator composes one part per kind of call (coordinator.calls: clients, agents, shard
-leases, reports, validations) and the steps that move a job along (coordinator.job_steps),
+leases, reports, validations) and the jobs' recipe with their tuning on agents (coordinator.job_site),
 each given what it needs, and the objects they share. It adds no calls of its own: the
 servicer (coordinator.servicer) calls the parts, and the server (coordinator.server) builds
-the background tick (coordinator.housekeeping) over the same steps. coordinator.values holds
+the background tick (coordinator.housekeeping) over the same jobs. coordinator.values holds
 the plain values the parts take and return, coordinator.errors their errors.
 """
 
@@ -37,7 +37,7 @@ from coordinator.fleet import (
     ingest_reports,
 )
 from coordinator.hints import RpcServerFlags, TaskProgress, WorkloadJson
-from coordinator.job_steps import JobSteps
+from coordinator.job_site import CoordinatorJobs
 from coordinator.model_cache import ModelCache
 from coordinator.values import TrackerAddress
 from foundation.clock import utc_now
@@ -62,7 +62,7 @@ class CoordinatorSettings:
 
 class Coordinator:
     """Jobs, agents, shard and validation leases: one part per kind of call (coordinator.calls)
-    and the steps of a job (coordinator.job_steps), each given what it needs; callers call the
+    and its jobs (coordinator.job_site), each given what it needs; callers call the
     parts themselves (`client_calls.submit`, `shard_calls.claim_shard`)."""
 
     def __init__(self, store: RegistryStore, cluster: ClusterStore, tracker_address: str,
@@ -96,7 +96,7 @@ class Coordinator:
         rpc_servers = RpcServerFlags()
         progress_events = ProgressEvents()
 
-        self.steps = steps = JobSteps(store, cluster, models, workloads, version, wake, settings.data_dir)
+        self.jobs = jobs = CoordinatorJobs(store, cluster, models, workloads, version, wake, settings.data_dir)
         self.pack_calls = PackCalls(store, data_dir=settings.data_dir,
                                     about={"command": "farm coordinator (ExportPack)", "cpu": "",
                                            "tvm_version": version})
@@ -112,7 +112,7 @@ class Coordinator:
             max_attempts=settings.max_attempts, draining=draining, wake=wake)
         self.report_calls = ReportCalls(store, cluster, self.live, self.report_commits, progress_events, progress,
                                         self.report_sizing, tvm_version=version)
-        self.validation_calls = ValidationCalls(store, cluster, self.live, models, settle=steps.settle_validation,
+        self.validation_calls = ValidationCalls(store, cluster, self.live, models, settle=jobs.settle,
                                                 max_attempts=settings.max_attempts, draining=draining)
 
     @property

@@ -58,7 +58,8 @@ def plan_submit(request: "SubmitRequest") -> dict:
         "tasks": len(planned.tasks),
         "budget": {"trials": planned.budget.max_trials_global, "per_task": planned.budget.max_trials_per_task},
         "trial_plan": trial_plan.to_json() if trial_plan else None,
-        "reuse": {**reused.plan.summary(), "per_task": [t.to_json() for t in reused.plan.tasks]} if reused else None,
+        "reuse": ({**reused.plan.summary().to_json(), "per_task": [t.to_json() for t in reused.plan.tasks]}
+                  if reused else None),
         "trials": trials,
         "trials_per_second": rate,
         "estimated_seconds": round(trials / rate, 1) if rate else None,

@@ -22,28 +22,22 @@ import logging
 import time
 from typing import TYPE_CHECKING
 
-from farm.embedded_job import tune_build_commit
+from farm.embedded_site import tune_build_commit
 from farm.session import FarmContext, open_context
 from farm.submit_values import JobObserver, SubmitRequest, SubmitResult
 from foundation import config
-from foundation.domain.job_spec import (
-    JobNotes,
-    stored_options,
-)
 from foundation.domain.weights_layout import (
     AUTO,
-    LayoutChoice,
     WeightsLayout,
     auto_forms,
     check_request,
     weights_layout_for,
 )
 from foundation.errors import FarmError, Interrupted
+from foundation.job_driver.admission import answered_by
 from foundation.job_driver.artifacts import (
-    hit_form_why,
     look_up_fastest_hit,
     look_up_hit,
-    record_hit,
 )
 from foundation.job_driver.cancellation import Cancellation
 from foundation.job_driver.library_scopes import LibraryScope, library_scopes
@@ -95,12 +89,8 @@ def submit(request: SubmitRequest, observer: JobObserver | None = None,
             _stop_if_cancelled(cancellation)
             hit = _verified_hit(ctx, key, request, layout, waited_for, tell)
             if hit is not None:
-                form = WeightsLayout(hit.weights_layout)
-                choice = LayoutChoice(form, hit_form_why(hit, layout) if request.weights_layout == AUTO
-                                      else f"asked for with --weights-layout {request.weights_layout}")
-                job = record_hit(ctx.store, hit, ctx.target_json, ctx.fingerprint.id,
-                                 stored_options(spec, JobNotes(form, choice.to_json())))
-                return SubmitResult(job, True, ctx.fingerprint.id, key, ctx.target_json, hit, form,
+                job, choice = answered_by(ctx.store, hit, spec, layout, ctx.target_json, ctx.fingerprint.id)
+                return SubmitResult(job, True, ctx.fingerprint.id, key, ctx.target_json, hit, choice.chosen,
                                     seconds=time.monotonic() - begin, layout_choice=choice)
             if not has_turn:
                 waited = _take_turn(cancellation, tell)

@@ -98,8 +98,8 @@ def job_report(store: RegistryStore, job_id: str) -> JobReport:
         origin = f"; its artifact came from job {artifact.job_id}: `farm report {artifact.job_id}`" if artifact else ""
         raise NotFound(f"job {job_id} was answered from the registry and tuned nothing", f"nothing to plot{origin}")
     measurements = store.records.job_measurements(job_id)
-    reused = job_notes(job).reused or {}
-    if not measurements and not (reused.get("tasks") and reused.get("skipped") == reused.get("tasks")):
+    reused = job_notes(job).reused
+    if not measurements and not (reused is not None and reused.tasks and reused.skipped == reused.tasks):
         raise NotFound(f"job {job_id} has no tuning records in the registry at {store.url}",
                        "a job reports once it has measured candidates; a distributed job's records are "
                        "in the coordinator's registry (--registry)")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from foundation.domain.job_spec import job_options
-from foundation.domain.reuse import describe_summary
 from foundation.domain.warm_start_use import describe as describe_warm_start
 from foundation.domain.warm_start_use import job_warm_start
 from foundation.units import duration, milliseconds, size, speedup_text
@@ -30,7 +29,7 @@ def markdown(report, image: str) -> str:
         ("fingerprint", f"{job.fingerprint_id}: {report.fingerprint_summary}" if job.fingerprint_id else "-"),
         ("trials", f"{report.trials} measured of {job.trials_budget} planned"
                    + (f", {failed} failed" if failed else "")),
-        ("reuse", describe_summary(notes.reused) if notes.reused else None),
+        ("reuse", notes.reused.describe() if notes.reused else None),
         ("until", notes.until.get("summary") if notes.until else None),
         ("warm start", describe_warm_start(warm) if (warm := job_warm_start(notes.warm_start_used))
          else None),
@@ -58,11 +57,11 @@ def markdown(report, image: str) -> str:
         lines += [f"The latency was {how}: {stored.spec.validation_runs} runs after 3 warm-up runs. "
                   "Candidates measured during tuning share the cores with candidates being built, so the estimate "
                   "from tuning reads high on a busy box; `farm run` times the artifact again.", ""]
-    plan = notes.trial_plan or {}
-    planned = {t["task"]: t for t in plan.get("tasks", [])}
+    plan = notes.trial_plan
+    planned = {t.name: t for t in plan.tasks} if plan else {}
     lines += ["## Tasks", "", f"Task names and weights come from {report.tasks_from}."]
-    if planned:
-        lines += ["", f"The trial plan gave {plan['planned']} of {plan['budget']} trials by each task's share of the "
+    if plan and planned:
+        lines += ["", f"The trial plan gave {plan.total} of {plan.budget} trials by each task's share of the "
                       "model's latency as estimated before tuning (FLOPs x calls, or measured times where the "
                       "registry had them); tasks with nothing to tune got a small cap."]
     lines += ["", "| task | weight | planned | trials | failed | first valid | best | estimated share | "
@@ -72,7 +71,7 @@ def markdown(report, image: str) -> str:
     for task in sorted(report.tasks, key=lambda t: -(t.final or 0) * t.weight):
         share = f"{(task.final or 0) * task.weight / total:.0%}" if task.final else "-"
         line = planned.get(task.name)
-        plan_cells = (f"{line['trials']}{' (nothing to tune)' if line['minor'] else ''} | ", f"{line['share']:.0%}"
+        plan_cells = (f"{line.trials}{' (nothing to tune)' if line.minor else ''} | ", f"{line.share:.0%}"
                       ) if line else ("- | ", "-")
         lines.append(f"| {task.name} | {task.weight} | {plan_cells[0]}{task.trials} | {task.failed} | "
                      f"{duration(task.first_valid)} | {duration(task.final)} | {plan_cells[1]} | {share} |")

@@ -95,7 +95,7 @@ class SubmitResult:
             "error": self.job.error,
             "seconds": round(self.seconds, 3),
             "artifact": artifact_json(self.artifact) if self.artifact else None,
-            "built_untuned": job_notes(self.job).built_untuned,  # tasks the library compiled untuned
+            "built_untuned": built.to_json() if (built := job_notes(self.job).built_untuned) else None,
         }
         if self.artifact:  # loud: the tuned library timed slower than the untuned build (which was then kept)
             out["slower_than_untuned"] = out["artifact"]["slower_than_untuned"]
@@ -110,5 +110,5 @@ class SubmitResult:
             out["first_build_at"] = self.report.first_build_at
             out["warm_start"] = warm_start_json(self.report)
         if self.reuse:
-            out["reuse"] = {**self.reuse.summary(), "per_task": [t.to_json() for t in self.reuse.tasks]}
+            out["reuse"] = {**self.reuse.summary().to_json(), "per_task": [t.to_json() for t in self.reuse.tasks]}
         return out

@@ -21,14 +21,15 @@ from coordinator.onnx_uploads import store_onnx
 from coordinator.tvm_ir_lock import TVM_IR_LOCK
 from coordinator.values import AgentView, JobView, Submitted
 from foundation.clock import utc_now
-from foundation.domain.job_spec import DISTRIBUTED, JobNotes, stored_options
+from foundation.domain.job_spec import DISTRIBUTED
 from foundation.domain.jobs import JobState
 from foundation.domain.shards import ShardState
 from foundation.domain.submission import Submission
 from foundation.domain.validations import ValidationState
-from foundation.domain.weights_layout import AUTO, LayoutChoice, WeightsLayout, auto_forms, weights_layout_for
+from foundation.domain.weights_layout import AUTO, WeightsLayout, auto_forms, weights_layout_for
 from foundation.errors import FarmError, NotFound
-from foundation.job_driver.artifacts import find_hit, hit_form_why, look_up_fastest_hit, record_hit
+from foundation.job_driver.admission import QUEUED, answered_by, model_row, new_job_options
+from foundation.job_driver.artifacts import find_hit, look_up_fastest_hit
 from foundation.job_driver.library_scopes import library_scopes
 from foundation.models.loaded import check_batch
 from foundation.models.model_key import ModelKey, looks_like_path, model_key
@@ -81,7 +82,7 @@ class ClientCalls:
         until = _until(submission, kind)
         job_spec = submission.job_spec(DISTRIBUTED)
         # The planner may take another form for auto (foundation.meta_schedule.layout_choice).
-        options = stored_options(job_spec, JobNotes(layout))
+        options = new_job_options(job_spec, layout)
         if until is not None:
             # Each round's model is timed here, on the coordinator's CPU: it tunes for that one.
             own = self._own_fingerprint(kind)
@@ -119,24 +120,30 @@ class ClientCalls:
                                 known=known)
                 metrics.registry_lookup(hit is not None)
                 if hit is not None:
-                    form = WeightsLayout(hit.weights_layout)
-                    why = hit_form_why(hit, layout) if submission.weights_layout == AUTO else \
-                        f"asked for with --weights-layout {submission.weights_layout}"
-                    answered = stored_options(job_spec, JobNotes(form, LayoutChoice(form, why).to_json()))
-                    submitted.append(Submitted(record_hit(self._store, hit, target, fp_id, answered), False))
+                    answered, _ = answered_by(self._store, hit, job_spec, layout, target, fp_id)
+                    submitted.append(Submitted(answered, False))
                     continue
             model = model or self._ensure_model(key)
             # A job tuned in rounds has a goal of its own: it never joins another job, nor one joins it.
-            job, attached = self._cluster.jobs.create_job(
+            if until is None:
+                job, attached = self._cluster.attach_or_create_job(
+                    model_id=model.id, target_request=submission.target, target_kind=kind, target=target,
+                    fingerprint_id=fp_id, weights_layout=layout, options=options, now=utc_now(),
+                    status="queued: extracting tuning tasks")
+                submitted.append(Submitted(job, attached))
+                continue
+            job = self._cluster.create_job(
                 model_id=model.id, target_request=submission.target, target_kind=kind, target=target,
-                fingerprint_id=fp_id, options=options, now=utc_now(), status="queued: extracting tuning tasks",
-                attach_in=layout if until is None else None)
-            submitted.append(Submitted(job, attached))
+                fingerprint_id=fp_id, trials_budget=0, options=options, now=utc_now(),
+                status=QUEUED,
+            )
+            submitted.append(Submitted(job, False))
         if not fingerprint_ids:
             model = self._ensure_model(key)
-            job, attached = self._cluster.jobs.create_job(
+            job, attached = self._cluster.attach_or_create_job(
                 model_id=model.id, target_request=submission.target, target_kind=kind, target="",
-                fingerprint_id=None, options=options, now=utc_now(), status=_waiting_status(kind), attach_in=layout)
+                fingerprint_id=None, weights_layout=layout, options=options, now=utc_now(),
+                status=_waiting_status(kind))
             if attached:
                 return [Submitted(job, True)]
             submitted.append(Submitted(job, False))
@@ -204,7 +211,7 @@ class ClientCalls:
         from foundation.hardware.targets import unusable_fingerprint
 
         usable = []
-        for fp_id in self._cluster.agents.agents_matching(kind):
+        for fp_id in self._cluster.agents_matching(kind):
             problem = unusable_fingerprint(registered_fingerprint(self._store, fp_id), kind)
             if problem:
                 logger.warning("fingerprint %s is left out of %s submits: %s", fp_id, kind, problem)
@@ -252,17 +259,13 @@ class ClientCalls:
         except FarmError as err:  # a broken upload: named as the caller knows it, not by where it is kept here
             problem = err.problem.replace(str(key.path), f"the uploaded {key.name}.onnx") if key.path else err.problem
             raise InvalidRequest(problem, err.fix) from None
-        model = self._store.upsert_model(
-            model_id=loaded.identity(), name=key.name, source=key.source, source_digest=key.source_digest,
-            batch=key.batch, inputs=[s.to_json() for s in loaded.inputs],
-            weights=[s.to_json() for s in loaded.weights], num_parameters=loaded.num_parameters,
-        )
+        model = model_row(self._store, key, loaded)
         self._models.put(model.id, loaded)
         return model
 
     def get_job(self, job_id: str) -> JobView:
         job = self._store.get_job(job_id)
-        shards = self._cluster.plans.shards_of(job_id)
+        shards = self._cluster.shards_of(job_id)
         counts = dict.fromkeys(ShardState, 0)
         for shard in shards:
             counts[shard.state] += 1
@@ -282,24 +285,24 @@ class ClientCalls:
 
     def events(self, job_id: str, after_sequence: int, limit: int = 500) -> list[JobEvent]:
         """A job's events after ``after_sequence`` (WatchJob polls this)."""
-        return self._cluster.events.events_after(job_id, after_sequence, limit)
+        return self._cluster.events_after(job_id, after_sequence, limit)
 
     def last_event_sequence(self, job_id: str) -> int:
         self._store.get_job(job_id)  # NotFound for an unknown id
-        return self._cluster.events.last_event_sequence(job_id)
+        return self._cluster.last_event_sequence(job_id)
 
     def cancel_job(self, job_id: str, reason: str = "") -> JobView:
-        self._cluster.plans.cancel_job(job_id, utc_now(), reason or "cancelled by user")
+        self._cluster.cancel_job(job_id, utc_now(), reason or "cancelled by user")
         return self.get_job(job_id)
 
     def list_agents(self, target_kind: str = "", include_lost: bool = False) -> list[AgentView]:
         views = []
         summaries: dict[str, str] = {}
-        for agent in self._cluster.agents.list_agents(target_kind or None, include_lost=include_lost):
+        for agent in self._cluster.list_agents(target_kind or None, include_lost=include_lost):
             if agent.fingerprint_id not in summaries:
                 fp = self._store.get_fingerprint(agent.fingerprint_id)
                 summaries[agent.fingerprint_id] = fp.summary if fp else ""
-            leases = [(s.job_id, s.id, s.attempt) for s in self._cluster.leases.leases_of_agent(agent.id)]
+            leases = [(s.job_id, s.id, s.attempt) for s in self._cluster.leases_of_agent(agent.id)]
             validation = self._validation_held_by(agent.id)
             if validation is not None:
                 leases.append(validation)
@@ -309,7 +312,7 @@ class ClientCalls:
 
     def _validation_held_by(self, agent_id: str) -> tuple[str, str, int] | None:
         for job in self._store.list_jobs(limit=100, state=JobState.VALIDATING.value):
-            validation = self._cluster.validations.get_validation(job.id)
+            validation = self._cluster.get_validation(job.id)
             if validation and validation.state is ValidationState.LEASED and validation.agent_id == agent_id:
                 return (job.id, validation_id(job.id), validation.attempt)
         return None

@@ -16,7 +16,7 @@ from foundation.registry.store import RegistryStore
 
 class ValidationCalls:
     """LeaseValidation and ReportValidation (over FarmAgent); a reported validation is settled
-    at once by ``settle`` (coordinator.job_steps.JobSteps.settle_validation)."""
+    at once by ``settle`` (coordinator.job_site.CoordinatorJobs.settle)."""
 
     def __init__(self, store: RegistryStore, cluster: ClusterStore, live: LiveAgents, models: ModelCache, *,
                  settle: Callable[[str], None], max_attempts: int, draining: threading.Event):

@@ -12,9 +12,11 @@ Stored form (`JobSpec.to_json`, `JobNotes.to_json`), one flat JSON object, `spec
   budget), `retune`, `reuse` (a ReuseMode), `seed`, `warm_start`, `validation_runs`, `until_request`
   (UntilRequest.to_json, or None); with a goal also `until_goal`, `patience` and `round_trials`,
   copies of `until_request`'s for people reading the row (never read back);
-- the notes: `weights_layout` (the form the job tunes, once chosen), `weights_layout_choice` (which
-  form and why), `reused` (ReusePlan.summary), `trial_plan` (TrialPlan.to_json), `until`
-  (RoundsOutcome.to_json), `warm_seeds` (the seeds planned per task), `warm_start_used` (by shard).
+- the notes: `weights_layout` (the form the job tunes, once chosen), `weights_layout_choice`
+  (LayoutChoice: which form and why), `reused` (ReuseSummary), `trial_plan` (TrialPlan), `until`
+  (RoundsOutcome.to_json), `warm_seeds` (WarmSeeds: the seeds planned per task), `warm_start_used`
+  (by shard), `built_untuned` (BuiltUntuned); each typed note stored as its type's `to_json` and read
+  back by its `from_json`, strictly: a note a type cannot read is a RegistryError naming the job.
 
 Reading is strict: a field this farm does not know, or a spec field missing from a row of
 `spec_version` 1, is a RegistryError naming the job and the field. Rows written before the spec had
@@ -28,19 +30,31 @@ the current form the next time its notes change.
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass, fields, replace
 from typing import Any, Protocol
 
-from foundation.domain.reuse import ReuseMode, default_mode
+from foundation.domain.built_untuned import BuiltUntuned
+from foundation.domain.reuse import ReuseMode, ReuseSummary, default_mode
+from foundation.domain.trial_plan import TrialPlan
 from foundation.domain.tuning_rounds import DEFAULT_PATIENCE, UntilRequest, parse_goal
-from foundation.domain.weights_layout import REQUESTS, WeightsLayout
+from foundation.domain.warm_seeds import WarmSeeds
+from foundation.domain.weights_layout import REQUESTS, LayoutChoice, WeightsLayout
 from foundation.errors import RegistryError
 
 SPEC_VERSION = 1
 DEFAULT_VALIDATION_RUNS = 20
-EMBEDDED = "embedded"
-DISTRIBUTED = "distributed"
-MODES = (EMBEDDED, DISTRIBUTED)
+
+
+class JobMode(enum.StrEnum):
+    """Who runs a job: this process (`farm submit` with no coordinator), or a coordinator and its agents."""
+
+    EMBEDDED = "embedded"
+    DISTRIBUTED = "distributed"
+
+
+EMBEDDED = JobMode.EMBEDDED
+DISTRIBUTED = JobMode.DISTRIBUTED
 
 _VERSION_KEY = "spec_version"
 # Copies of the goal for people reading the row; written with a goal, never read back.
@@ -62,7 +76,7 @@ class SpecError(ValueError):
 class JobSpec:
     """What a job was asked to do; checked when made (SpecError)."""
 
-    mode: str  # EMBEDDED or DISTRIBUTED: who runs the job
+    mode: JobMode  # who runs the job (its name is taken too, and made a JobMode)
     weights_layout: str | None  # the form asked for (auto, plain, ...); None: rows from before it was kept
     trials: int | None = None  # the job's trial budget; None: the default for its tasks
     trials_per_task: int | None = None
@@ -74,8 +88,9 @@ class JobSpec:
     until: UntilRequest | None = None  # tune in rounds until the model beats a goal
 
     def __post_init__(self) -> None:
-        if self.mode not in MODES:
-            raise SpecError(f"mode {self.mode!r} is none of {', '.join(MODES)}")
+        if self.mode not in set(JobMode):
+            raise SpecError(f"mode {self.mode!r} is none of {', '.join(JobMode)}")
+        object.__setattr__(self, "mode", JobMode(self.mode))
         if self.weights_layout is not None and self.weights_layout not in REQUESTS:
             raise SpecError(f"weights layout {self.weights_layout!r} is none of {', '.join(REQUESTS)}")
         for name in ("trials", "trials_per_task"):
@@ -97,7 +112,7 @@ class JobSpec:
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
             _VERSION_KEY: SPEC_VERSION,
-            "mode": self.mode,
+            "mode": self.mode.value,
             "weights_layout_request": self.weights_layout,
             "trials": self.trials,
             "trials_per_task": self.trials_per_task,
@@ -119,26 +134,42 @@ _SPEC_KEYS = ("mode", "weights_layout_request", "trials", "trials_per_task", "re
 
 @dataclass(frozen=True)
 class JobNotes:
-    """What a job learned as it ran, kept beside its spec; each a JSON form of its own type, None until known."""
+    """What a job learned as it ran, kept beside its spec; each of its own type, None until known."""
 
     weights_layout: WeightsLayout = WeightsLayout.PLAIN  # the form the job tunes
-    weights_layout_choice: dict | None = None  # LayoutChoice.to_json: which form and why
-    reused: dict | None = None  # ReusePlan.summary
-    trial_plan: dict | None = None  # TrialPlan.to_json
-    until: dict | None = None  # RoundsOutcome.to_json
-    warm_seeds: dict | None = None  # the seeds planned per task (record ids)
-    warm_start_used: dict | None = None  # WarmStartUse.to_json by shard ("embedded" for an embedded job)
-    built_untuned: dict | None = None  # foundation.job_driver.built_untuned: {"tasks": [names], "of": count}
+    weights_layout_choice: LayoutChoice | None = None  # which form and why
+    reused: ReuseSummary | None = None
+    trial_plan: TrialPlan | None = None  # every task's trials (a job tuned in rounds: summed over them)
+    until: dict | None = None  # RoundsOutcome.to_json (foundation.job_driver.tuning_rounds, above this layer)
+    warm_seeds: WarmSeeds | None = None  # the seeds planned per task (record ids), for a distributed job's shards
+    warm_start_used: dict | None = None  # the warm start's use by shard ("embedded" for an embedded job)
+    built_untuned: BuiltUntuned | None = None
+
+    def __post_init__(self) -> None:
+        for name, kind in (("weights_layout", WeightsLayout), *_TYPED_NOTES.items()):
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, kind):
+                raise SpecError(f"note {name} {value!r} is not a {kind.__name__}")
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"weights_layout": self.weights_layout.value}
         for field in fields(self)[1:]:
             value = getattr(self, field.name)
             if value is not None:
-                out[field.name] = value
+                out[field.name] = value.to_json() if field.name in _TYPED_NOTES else value
         return out
 
+    @staticmethod
+    def from_json(held: dict[str, Any]) -> "JobNotes":
+        """The notes a row holds (None as absent), each read by its type's `from_json`."""
+        return JobNotes(WeightsLayout(held.get("weights_layout", "plain")),
+                        **{name: _TYPED_NOTES[name].from_json(value) if name in _TYPED_NOTES else value
+                           for name, value in held.items() if name != "weights_layout"})
 
+
+# The notes kept in a JSON form of their own type (its `to_json`), read back by its `from_json`.
+_TYPED_NOTES: dict[str, Any] = {"weights_layout_choice": LayoutChoice, "reused": ReuseSummary,
+                                "trial_plan": TrialPlan, "warm_seeds": WarmSeeds, "built_untuned": BuiltUntuned}
 _NOTE_KEYS = tuple(field.name for field in fields(JobNotes))
 
 
@@ -187,8 +218,7 @@ def read_options(options: dict[str, Any], job_id: str | None = None) -> JobOptio
             seed=values["seed"], warm_start=values["warm_start"], validation_runs=values["validation_runs"],
             until=UntilRequest.from_json(values["until_request"]) if values["until_request"] else None,
         )
-        held = {key: options[key] for key in _NOTE_KEYS if options.get(key) is not None}
-        notes = JobNotes(**{**held, "weights_layout": WeightsLayout(held.get("weights_layout", "plain"))})
+        notes = JobNotes.from_json({key: options[key] for key in _NOTE_KEYS if options.get(key) is not None})
     except (SpecError, ValueError, KeyError, TypeError) as err:
         raise RegistryError(f"{whose} in the registry has options this farm cannot read: {err}",
                             "the row was changed by hand or is damaged: submit the model again") from None

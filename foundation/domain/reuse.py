@@ -85,30 +85,64 @@ class ReusePlan:
         """The tasks the job measures, in the job's order."""
         return [t for t in self.tasks if t.action is not TaskAction.SKIP]
 
-    def summary(self) -> dict:
+    def summary(self) -> "ReuseSummary":
         """What a job keeps and shows of its reuse: counts, not the per-task list."""
-        return {"mode": self.mode.value, "tasks": len(self.tasks), "reused": self.reused,
-                "skipped": self.skipped, "topped_up": self.topped_up,
-                "topup_trials": sum(t.trials for t in self.tasks if t.action is TaskAction.TOPUP),
-                "planned_trials": self.planned_trials, "trials": self.trials,
-                "trials_saved": self.trials_saved}
+        return ReuseSummary(self.mode, len(self.tasks), self.reused, self.skipped, self.topped_up,
+                            sum(t.trials for t in self.tasks if t.action is TaskAction.TOPUP), self.planned_trials,
+                            self.trials, self.trials_saved)
 
     def describe(self) -> str:
-        return describe_summary(self.summary())
+        return self.summary().describe()
+
+
+@dataclass(frozen=True)
+class ReuseSummary:
+    """What a job keeps of its reuse (its notes' `reused`) and shows: counts, not the per-task list."""
+
+    mode: ReuseMode
+    tasks: int
+    reused: int  # skipped or topped up
+    skipped: int
+    topped_up: int
+    topup_trials: int
+    planned_trials: int  # the job's budget without reuse
+    trials: int  # with it
+    trials_saved: int
+
+    def to_json(self) -> dict:
+        return {"mode": self.mode.value, "tasks": self.tasks, "reused": self.reused, "skipped": self.skipped,
+                "topped_up": self.topped_up, "topup_trials": self.topup_trials,
+                "planned_trials": self.planned_trials, "trials": self.trials, "trials_saved": self.trials_saved}
+
+    @staticmethod
+    def from_json(value: dict) -> "ReuseSummary":
+        """Its `to_json`, read strictly: KeyError for a count missing, ValueError for one unknown."""
+        unknown = set(value) - set(_SUMMARY_KEYS)
+        if unknown:
+            raise ValueError(f"reuse summary holds {', '.join(sorted(unknown))}")
+        return ReuseSummary(ReuseMode(value["mode"]), *(int(value[key]) for key in _SUMMARY_KEYS[1:]))
+
+    def describe(self) -> str:
+        """One line for people:
+        "reused 2 of 3 tasks (1 skipped, 1 topped up with 16 trials): 48 of 96 planned trials saved"."""
+        if self.mode is ReuseMode.OFF:
+            return "reuse off: every task tuned with its plan"
+        if not self.reused:
+            return f"reused none of {self.tasks} tasks: none has measured records here yet"
+        parts = [f"{self.skipped} skipped"] if self.skipped else []
+        if self.topped_up:
+            parts.append(f"{self.topped_up} topped up with {self.topup_trials} trials")
+        return (f"reused {self.reused} of {self.tasks} tasks ({', '.join(parts)}): "
+                f"{self.trials_saved} of {self.planned_trials} planned trials saved")
+
+
+_SUMMARY_KEYS = ("mode", "tasks", "reused", "skipped", "topped_up", "topup_trials", "planned_trials", "trials",
+                 "trials_saved")
 
 
 def describe_summary(summary: dict) -> str:
-    """One line for people from a `ReusePlan.summary()`:
-    "reused 2 of 3 tasks (1 skipped, 1 topped up with 16 trials): 48 of 96 planned trials saved"."""
-    if summary["mode"] == ReuseMode.OFF.value:
-        return "reuse off: every task tuned with its plan"
-    if not summary["reused"]:
-        return f"reused none of {summary['tasks']} tasks: none has measured records here yet"
-    parts = [f"{summary['skipped']} skipped"] if summary["skipped"] else []
-    if summary["topped_up"]:
-        parts.append(f"{summary['topped_up']} topped up with {summary['topup_trials']} trials")
-    return (f"reused {summary['reused']} of {summary['tasks']} tasks ({', '.join(parts)}): "
-            f"{summary['trials_saved']} of {summary['planned_trials']} planned trials saved")
+    """One line for people from a job document's `reuse` (ReuseSummary.to_json, perhaps with its tasks)."""
+    return ReuseSummary.from_json({key: summary[key] for key in _SUMMARY_KEYS}).describe()
 
 
 def default_mode(retune: bool) -> ReuseMode:

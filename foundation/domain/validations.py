@@ -4,7 +4,7 @@ The same machine as a shard's lease (foundation.domain.leases, .shard_leases), o
 ``pending -> leased -> done``, or back to ``pending`` when an attempt fails or its agent goes
 silent, and ``failed`` once ``max_attempts`` attempts failed; ``cancelled`` with its job. Each
 lease carries an attempt id, and a report under an attempt that is no longer current changes
-nothing. Whether a validation that is done passed is the job's to judge (coordinator.job_steps).
+nothing. Whether a validation that is done passed is the job's to judge (foundation.job_driver.pipeline).
 
 The rules a validation's lease shares with a shard's (attempts, staleness, expiry) are
 foundation.domain.leases'; its states, its table and its words are its own, here. Every

@@ -20,12 +20,13 @@ pytestmark = pytest.mark.slow
 
 
 def test_a_default_submit_after_importing_tvms_logs_reuses_every_task_they_cover(tmp_path):
-    from coordinator.job_work import plan_tasks
     from farm.session import open_context
     from foundation.compile import extract_tuning_tasks
     from foundation.domain.job_spec import DISTRIBUTED, JobSpec
     from foundation.domain.reuse import ReuseMode
     from foundation.hardware.tvm_startup import install_lean_tensor_intrinsics
+    from foundation.job_driver import steps
+    from foundation.meta_schedule.database.registry_database import tvm_database_for
     from foundation.models.loading import load_model
 
     assert CPU_DEFAULT is not WeightsLayout.PLAIN  # else this test proves nothing
@@ -44,13 +45,13 @@ def test_a_default_submit_after_importing_tvms_logs_reuses_every_task_they_cover
     assert imported.exit_code == 0, imported.output
     assert json.loads(imported.stdout)["records"] == len(log)
 
-    # The coordinator's planner chooses by the same rule.
+    # A distributed job's plan step (the same step: foundation.job_driver.pipeline) chooses by the same rule.
     spec = JobSpec(mode=DISTRIBUTED, weights_layout="auto", trials_per_task=4, reuse=ReuseMode.AUTO)
-    plan = plan_tasks(loaded, ctx.target_json, spec, WeightsLayout.PLAIN, store=ctx.store,
-                      fingerprint_id=ctx.fingerprint.id, tvm_version=ctx.tvm_version)
-    assert plan.layout_choice.chosen is WeightsLayout.PLAIN
-    assert plan.layout_choice.coverage["plain"] > 0.9 and plan.layout_choice.coverage[CPU_DEFAULT.value] == 0.0
-    assert {t.name for t in plan.reuse.tasks if t.action is not TaskAction.TUNE} == covered
+    database = tvm_database_for(ctx.store, ctx.fingerprint.id, ctx.target_json, ctx.tvm_version, {})
+    planned = steps.plan(loaded, target, database, spec, WeightsLayout.PLAIN)
+    assert planned.choice.chosen is WeightsLayout.PLAIN
+    assert planned.choice.coverage["plain"] > 0.9 and planned.choice.coverage[CPU_DEFAULT.value] == 0.0
+    assert {t.name for t in planned.reused.plan.tasks if t.action is not TaskAction.TUNE} == covered
     ctx.store.dispose()
 
     # A default submit (no --weights-layout) tunes the covered form and reuses every task the log covers.

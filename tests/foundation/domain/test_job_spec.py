@@ -2,6 +2,7 @@
 
 import pytest
 
+from foundation.domain.built_untuned import BuiltUntuned
 from foundation.domain.job_spec import (
     DEFAULT_VALIDATION_RUNS,
     DISTRIBUTED,
@@ -15,9 +16,11 @@ from foundation.domain.job_spec import (
     stored_options,
     tuned_form,
 )
-from foundation.domain.reuse import ReuseMode
+from foundation.domain.reuse import ReuseMode, ReuseSummary
+from foundation.domain.trial_plan import PlannedTrials, TrialPlan
 from foundation.domain.tuning_rounds import UntilRequest, parse_goal
-from foundation.domain.weights_layout import WeightsLayout
+from foundation.domain.warm_seeds import WarmSeeds
+from foundation.domain.weights_layout import LayoutChoice, WeightsLayout
 from foundation.errors import RegistryError
 
 SPEC = JobSpec(mode=DISTRIBUTED, weights_layout="auto", trials=64, trials_per_task=None, retune=False,
@@ -30,8 +33,14 @@ class _Job:
         self.id, self.options = id, options
 
 
+REUSED = ReuseSummary(ReuseMode.FULL, tasks=2, reused=1, skipped=1, topped_up=0, topup_trials=0, planned_trials=16,
+                      trials=8, trials_saved=8)
+
+
 def test_a_spec_and_its_notes_survive_their_stored_form():
-    notes = JobNotes(WeightsLayout.PREPACKED, reused={"mode": "full", "tasks": 2}, trial_plan={"tasks": []})
+    notes = JobNotes(WeightsLayout.PREPACKED, LayoutChoice(WeightsLayout.PREPACKED, "covered best", {"plain": 0.5}),
+                     reused=REUSED, trial_plan=TrialPlan((PlannedTrials("dense", 8, 0.75, False, True),), 16, 8),
+                     warm_seeds=WarmSeeds(4, {"dense": (3, 1)}), built_untuned=BuiltUntuned(("relu",), 2))
     stored = stored_options(SPEC, notes)
     assert stored["spec_version"] == SPEC_VERSION and stored["reuse"] == "full"
     # The goal's copies for people reading the row, as the rows have always held them.
@@ -43,10 +52,25 @@ def test_a_spec_and_its_notes_survive_their_stored_form():
 
 def test_notes_change_and_the_spec_stays():
     job = _Job(stored_options(SPEC))
-    changed = noted(job, until={"goal": "2 ms", "stopped": None}, warm_seeds={"tasks": {}})
+    changed = noted(job, until={"goal": "2 ms", "stopped": None}, warm_seeds=WarmSeeds(0))
     read = read_options(changed)
     assert read.spec == SPEC and read.notes.until == {"goal": "2 ms", "stopped": None}
-    assert read.notes.warm_seeds == {"tasks": {}} and read.notes.reused is None
+    assert read.notes.warm_seeds == WarmSeeds(0) and read.notes.reused is None
+
+
+def test_a_note_is_its_type_never_its_json():
+    with pytest.raises(SpecError, match="reused .* is not a ReuseSummary"):
+        JobNotes(reused=REUSED.to_json())
+
+
+@pytest.mark.parametrize("note", [
+    {"reused": {**REUSED.to_json(), "per_task": []}},  # a field its type does not know
+    {"built_untuned": {"tasks": ["relu"]}},  # one it lacks
+    {"weights_layout_choice": {"chosen": "sideways", "why": ""}},  # a value it cannot be
+])
+def test_a_note_its_type_cannot_read_is_a_registry_error(note):
+    with pytest.raises(RegistryError, match="job job-9 .* cannot read"):
+        read_options({**stored_options(SPEC), **note}, "job-9")
 
 
 @pytest.mark.parametrize("bad", [
@@ -94,4 +118,4 @@ def test_rows_from_before_the_version_read_with_the_documented_defaults():
     embedded = read_options({"mode": "embedded", "until_goal": "0.001 ms", "patience": 2, "round_trials": 4}).spec
     assert embedded.until == UntilRequest(parse_goal("0.001ms"), 2, 4)
     # Written back in the current form once its notes change.
-    assert noted(_Job({"seed": 1}), reused={"tasks": 1})["spec_version"] == SPEC_VERSION
+    assert noted(_Job({"seed": 1}), reused=REUSED)["spec_version"] == SPEC_VERSION

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from foundation.domain.reuse import ReuseMode, TaskAction, TaskHistory, plan_reuse
+from foundation.domain.reuse import ReuseMode, ReuseSummary, TaskAction, TaskHistory, plan_reuse
 
 # Three tasks: never measured, measured a little, measured more than one plan's worth.
 HISTORY = [TaskHistory("new", 0), TaskHistory("some", 5), TaskHistory("plenty", 40)]
@@ -52,8 +52,9 @@ def test_a_top_up_is_never_more_than_the_plan_and_the_budget_never_grows():
     many = [TaskHistory(f"t{i}", 9) for i in range(18)] + [TaskHistory("new", 0)]
     plan = plan_reuse("full", many, planned_per_task=6, trials_per_batch=6, planned_trials=100)
     assert (plan.trials, plan.trials_saved, plan.skipped) == (6, 94, 18)
-    assert plan.summary() == {"mode": "full", "tasks": 19, "reused": 18, "skipped": 18, "topped_up": 0,
-                              "topup_trials": 0, "planned_trials": 100, "trials": 6, "trials_saved": 94}
+    assert plan.summary().to_json() == {"mode": "full", "tasks": 19, "reused": 18, "skipped": 18, "topped_up": 0,
+                                        "topup_trials": 0, "planned_trials": 100, "trials": 6, "trials_saved": 94}
+    assert ReuseSummary.from_json(plan.summary().to_json()) == plan.summary()
 
 
 def test_bad_modes_and_plans_are_refused():

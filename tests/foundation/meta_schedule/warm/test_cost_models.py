@@ -270,7 +270,7 @@ def test_a_tune_starts_from_the_stored_model_and_keeps_teaching_it(measured, tar
 
 
 def test_a_coordinator_teaches_the_fingerprints_model_what_its_agents_reported(measured, target, tmp_path):
-    # The coordinator's step after a distributed job succeeds (coordinator.job_steps.JobSteps.learn)
+    # The coordinator's step after a distributed job succeeds (coordinator.job_site.AgentsSite.learn)
     # is this module's refresh, run where the records are: on a registry that has no model yet.
     import threading
 
@@ -278,7 +278,7 @@ def test_a_coordinator_teaches_the_fingerprints_model_what_its_agents_reported(m
 
     from coordinator.cluster_store import ClusterStore
     from coordinator.hints import WorkloadJson
-    from coordinator.job_steps import JobSteps
+    from coordinator.job_site import AgentsSite
     from coordinator.model_cache import ModelCache
     from foundation.meta_schedule.database.registry_database import canonical_target_json
     from foundation.meta_schedule.warm.cost_models import MIN_SAMPLES
@@ -287,12 +287,12 @@ def test_a_coordinator_teaches_the_fingerprints_model_what_its_agents_reported(m
     fresh = _copy_without_cost_models(url, tmp_path)
     try:
         records = len(fresh.records.all_records(fingerprint_id=FINGERPRINT))
-        steps = JobSteps(fresh, ClusterStore(fresh), ModelCache(tmp_path), WorkloadJson(), tvm.__version__,
-                         threading.Event(), tmp_path)
+        site = AgentsSite(fresh, ClusterStore(fresh), ModelCache(tmp_path), WorkloadJson(), tvm.__version__,
+                          threading.Event(), tmp_path)
         try:
-            steps.learn(FINGERPRINT, canonical_target_json(target))
+            site.learn(FINGERPRINT, canonical_target_json(target))
         finally:
-            steps.close()
+            site.close()
         learned = fresh.cost_models.find(FINGERPRINT, tvm.__version__)
         assert learned is not None and MIN_SAMPLES <= learned.samples <= records, (learned, records)
     finally:
