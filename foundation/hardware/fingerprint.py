@@ -62,6 +62,12 @@ _INT_FIELDS = {
 _INT_BOUNDS = {"cores": (1, 4096)}
 _INT_DEFAULT_BOUNDS = (0, 2**31 - 1)
 
+# LLVM's name of an older CPU of this box's architecture (haswell on an AVX-512 Xeon): the box then
+# stands for that CPU, its fingerprint keeping only the ISA features LLVM gives it and its targets
+# compiling for it, so that one box records a second code-generation level as its own fingerprint
+# (bench/cost_model_dataset.py). Unset: the box as it is.
+CPU_VIEW_ENV = "FARM_CPU_VIEW_MCPU"
+
 _CPUINFO = Path("/proc/cpuinfo")
 _CACHE_SYSFS = Path("/sys/devices/system/cpu/cpu0/cache")
 
@@ -188,7 +194,8 @@ def _cuda_summary(d: dict) -> str:
 def cpu_fingerprint() -> Fingerprint:
     """Detect this CPU (imports TVM for LLVM's view of it: ~0.5 s; see cached_cpu_fingerprint)."""
     cheap = _cheap_cpu_details()
-    return fingerprint_from_details("cpu", {**cheap, **_llvm_cpu_details(), DEVICE_KEY: _cpu_device(cheap)})
+    llvm = _llvm_cpu_details(cheap["features"])
+    return fingerprint_from_details("cpu", {**cheap, **llvm, DEVICE_KEY: _cpu_device({**cheap, **llvm})})
 
 
 def cached_cpu_fingerprint(cache_dir: Path) -> Fingerprint:
@@ -203,7 +210,8 @@ def cached_cpu_fingerprint(cache_dir: Path) -> Fingerprint:
 
     cheap = _cheap_cpu_details()
     key = hashlib.sha256(
-        _canonical_json({"schema": SCHEMA_VERSION, "cpu": cheap, "tvm": tvm_version()}).encode()
+        _canonical_json({"schema": SCHEMA_VERSION, "cpu": cheap, "tvm": tvm_version(),
+                         "view": os.environ.get(CPU_VIEW_ENV, "").strip()}).encode()
     ).hexdigest()
     # The key is in the name, so boxes sharing a home directory (NFS) do not evict each other.
     path = Path(cache_dir) / f"cpu-fingerprint-{key[:16]}.json"
@@ -213,9 +221,9 @@ def cached_cpu_fingerprint(cache_dir: Path) -> Fingerprint:
             return fingerprint_from_details("cpu", {**cheap, **stored["llvm"], DEVICE_KEY: stored[DEVICE_KEY]})
     except (OSError, ValueError, KeyError, TypeError, AttributeError, FarmError):
         pass
-    llvm = _llvm_cpu_details()
-    # Measured once per box and view (the key holds the cores this process may use).
-    device = _cpu_device(cheap)
+    llvm = _llvm_cpu_details(cheap["features"])
+    # Measured once per box and view (the key holds the cores this process may use, and CPU_VIEW_ENV).
+    device = _cpu_device({**cheap, **llvm})
     fingerprint = fingerprint_from_details("cpu", {**cheap, **llvm, DEVICE_KEY: device})
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -241,11 +249,27 @@ def _cpu_device(cheap: dict) -> dict:
     return dict(_MEASURED_DEVICES[key])
 
 
-def _llvm_cpu_details() -> dict:
-    """How TVM's bundled LLVM names this CPU: what an `llvm` target without mcpu compiles for."""
+def _llvm_cpu_details(features: list[str]) -> dict:
+    """How TVM's bundled LLVM names this CPU: what an `llvm` target without mcpu compiles for; under
+    CPU_VIEW_ENV, the CPU it names, with the ISA ``features`` (this CPU's) that one has."""
     from tvm.target import codegen
 
-    return {"llvm_mcpu": str(codegen.llvm_get_system_cpu()), "llvm_triple": str(codegen.llvm_get_system_triple())}
+    details = {"llvm_mcpu": str(codegen.llvm_get_system_cpu()), "llvm_triple": str(codegen.llvm_get_system_triple())}
+    view = os.environ.get(CPU_VIEW_ENV, "").strip()
+    if not view:
+        return details
+    from foundation.hardware.targets import codegen_features
+
+    triple = details["llvm_triple"]
+    if not codegen.llvm_is_valid_cpu(view, triple):
+        raise FarmError(f"{CPU_VIEW_ENV}={view}: LLVM does not know that CPU for {triple}",
+                        f"unset {CPU_VIEW_ENV}, or name a CPU LLVM knows, such as haswell")
+    wanted = codegen_features({"kind": "llvm", "mtriple": triple, "mcpu": view})
+    missing = sorted(wanted - set(features))
+    if missing:
+        raise FarmError(f"{CPU_VIEW_ENV}={view}: this CPU lacks {', '.join(missing)}, which code for {view} uses",
+                        f"unset {CPU_VIEW_ENV}, or name an older CPU than this one")
+    return {**details, "llvm_mcpu": view, "features": sorted(wanted & set(features))}
 
 
 def _cheap_cpu_details() -> dict:

@@ -86,13 +86,7 @@ def check_runs_here(requested: dict, target: dict, fp: "Fingerprint") -> None:
         raise BadInput(f"code for {wanted_arch} (mtriple {target['mtriple']}) cannot run on this {here} CPU: "
                        "its candidates cannot be measured here",
                        f"tune it on a {wanted_arch} box: an agent there, with --coordinator")
-    from tvm.target import codegen
-
-    from foundation.hardware.fingerprint import CODEGEN_FEATURES
-
-    features = codegen.llvm_get_cpu_features(to_tvm_target(target))
-    wanted = {_LLVM_FEATURE_NAMES.get(f, f.replace("-", "_")) for f in features}
-    missing = sorted((wanted & CODEGEN_FEATURES) - set(fp.details.get("features", [])))
+    missing = sorted(codegen_features(target) - set(fp.details.get("features", [])))
     if missing:
         raise BadInput(
             f"this CPU ({fp.summary}) lacks {', '.join(missing)}, which code for "
@@ -101,6 +95,17 @@ def check_runs_here(requested: dict, target: dict, fp: "Fingerprint") -> None:
             "tune it where they exist: an agent of such a fingerprint, with --coordinator; "
             "or leave mcpu/mattr out to tune for this CPU",
         )
+
+
+def codegen_features(target: dict) -> set[str]:
+    """The ISA features (a CPU fingerprint's spelling, foundation.hardware.fingerprint.CODEGEN_FEATURES)
+    that LLVM may use for the llvm ``target``: its mcpu's, with its mattr."""
+    from tvm.target import codegen
+
+    from foundation.hardware.fingerprint import CODEGEN_FEATURES
+
+    features = codegen.llvm_get_cpu_features(to_tvm_target(target))
+    return {_LLVM_FEATURE_NAMES.get(f, f.replace("-", "_")) for f in features} & CODEGEN_FEATURES
 
 
 def canonical_target(user: str, fp: "Fingerprint") -> dict:

@@ -194,3 +194,41 @@ def test_a_gpu_fingerprint_is_of_the_device_asked_for():
         pytest.skip("a box with NVIDIA GPUs: device 3 may exist here")
     with pytest.raises(FarmError, match="no CUDA device 3 on this machine"):
         local_fingerprint("cuda", 3)
+
+
+def test_a_view_stands_for_an_older_cpu_as_a_fingerprint_and_target_of_its_own(tmp_path, monkeypatch, detected):
+    from foundation.hardware.device_features import VECTOR_FIELDS, device_vector
+    from foundation.hardware.targets import canonical_target, codegen_features
+
+    if detected.details["arch"] != "x86_64" or "avx2" not in detected.details["features"]:
+        pytest.skip("no older x86 CPU with AVX2 for this box to stand for")
+    monkeypatch.setenv(fingerprint_module.CPU_VIEW_ENV, "haswell")
+    view = cpu_fingerprint()
+    assert view.id != detected.id and view.details["llvm_mcpu"] == "haswell"
+    haswell = codegen_features({"kind": "llvm", "mcpu": "haswell"})
+    assert set(view.details["features"]) == haswell & set(detected.details["features"]) and "avx2" in haswell
+    assert not [f for f in view.details["features"] if f.startswith("avx512")]
+    assert canonical_target("llvm", view)["mcpu"] == "haswell"
+    assert dict(zip(VECTOR_FIELDS, device_vector(view.details)))["vector_bits"] == 256
+    # Cached apart from the box's own.
+    assert cached_cpu_fingerprint(tmp_path).id == view.id
+    monkeypatch.delenv(fingerprint_module.CPU_VIEW_ENV)
+    assert cached_cpu_fingerprint(tmp_path).id == detected.id
+    assert len(list(tmp_path.glob("cpu-fingerprint-*.json"))) == 2
+
+
+def test_a_view_of_a_cpu_llvm_does_not_know_or_newer_than_the_box_is_refused(monkeypatch, detected):
+    from foundation.hardware.targets import codegen_features
+
+    monkeypatch.setenv(fingerprint_module.CPU_VIEW_ENV, "no-such-cpu")
+    with pytest.raises(FarmError, match=f"{fingerprint_module.CPU_VIEW_ENV}=no-such-cpu: LLVM does not know"):
+        cpu_fingerprint()
+    if detected.details["arch"] != "x86_64":
+        return
+    newer = next((cpu for cpu in ("skylake-avx512", "sapphirerapids", "graniterapids")
+                  if codegen_features({"kind": "llvm", "mcpu": cpu}) - set(detected.details["features"])), None)
+    if newer is None:
+        pytest.skip("this box has every feature of the newest x86 CPUs named here")
+    monkeypatch.setenv(fingerprint_module.CPU_VIEW_ENV, newer)
+    with pytest.raises(FarmError, match="this CPU lacks"):
+        cpu_fingerprint()
