@@ -25,6 +25,7 @@ class LeaseHolder(Protocol):
     stub: object  # farm_pb2_grpc.FarmAgentStub
     settings: object  # agent.daemon.AgentSettings
     cost_models: CostModelCache
+    fingerprint: object  # foundation.hardware.fingerprint.Fingerprint: its device features read a cross model
     explain_tls: object  # agent.coordinator_calls.ExplainTls: a failed handshake in words
 
     def pools_for(self): ...
@@ -146,7 +147,7 @@ def tune_shard(agent: LeaseHolder, shard, cancelled: threading.Event) -> ShardTu
         logger.info("%s stopped (cancelled)", lease.shard_id)
         return ShardStopped(lease)
     return ShardTuned(lease, tuple(_summaries(result.tasks)), result.trials, result.seconds,
-                      _warm_start_use(shard, result.seeds, model_used))
+                      _warm_start_use(shard, result.seeds, model_used, warm))
 
 
 def _warm_start(agent: LeaseHolder, shard):
@@ -154,7 +155,6 @@ def _warm_start(agent: LeaseHolder, shard):
     embedded mode's does: the shard's seeds, measured first, and the cost model it names, fetched
     and checked (agent.cost_models); and the model's ref and why none, for the report."""
     from foundation.meta_schedule.warm import WarmStart
-    from foundation.meta_schedule.warm.cost_models import model_from_bytes
     from foundation.meta_schedule.warm.seed_sources import SeedTrace
     from foundation.wire import farm_pb2
 
@@ -167,7 +167,7 @@ def _warm_start(agent: LeaseHolder, shard):
         used = (None, fetched.note)
         if fetched.content is not None:
             try:
-                model = model_from_bytes(fetched.content)
+                model = _cost_model(shard.cost_model, fetched.content, agent.fingerprint)
                 used = (shard.cost_model, "")
             except (ValueError, KeyError, OSError) as err:  # a format this agent does not read
                 used = (None, f"cost model {shard.cost_model.id} could not be read: {err}")
@@ -175,15 +175,35 @@ def _warm_start(agent: LeaseHolder, shard):
     if not any(seeds) and model is None:
         return None, used
     logger.info("%s starts warm: %d seeds offered, cost model %s", shard.shard_id, sum(map(len, seeds)),
-                f"{shard.cost_model.sha256[:12]} ({model.data_size} samples)" if model is not None else "untrained")
+                f"{shard.cost_model.kind} {shard.cost_model.sha256[:12]} ({shard.cost_model.samples} samples)"
+                if model is not None else "untrained")
     return WarmStart(seeds=seeds, cost_model=model, max_seeds_per_task=shard.max_seeds_per_task), used
 
 
-def _warm_start_use(shard, seeds, model_used):
-    """What CompleteShard reports of the warm start (seeds: the tuner's SeedRoundReport, or None)."""
+def _cost_model(ref, content: bytes, fingerprint):
+    """The search's cost model from the named model's bytes: the fingerprint's own (xgb), or the
+    one trained across fingerprints (xgb-cross), read with this box's device features."""
+    from foundation.meta_schedule.warm.cost_models import model_from_bytes
+    from foundation.meta_schedule.warm.cross_model import KIND as CROSS_KIND
+
+    if ref.kind != CROSS_KIND:
+        return model_from_bytes(content)
+    from foundation.hardware.device_features import device_vector
+    from foundation.meta_schedule.warm.cross_cost_model import CrossCostModel, describe_cross
+    from foundation.meta_schedule.warm.cross_model import model_from_bytes as cross_model_from_bytes
+
+    return CrossCostModel(cross_model_from_bytes(content), device_vector(fingerprint.details),
+                          started_from=describe_cross(ref))
+
+
+def _warm_start_use(shard, seeds, model_used, warm=None):
+    """What CompleteShard reports of the warm start (seeds: the tuner's SeedRoundReport, or None;
+    a cross model's note says it was the one and that the search asked it)."""
+    from foundation.meta_schedule.warm.job_start import cost_model_note
     from foundation.wire import farm_pb2
 
     ref, note = model_used
+    note = cost_model_note(warm) or note
     use = farm_pb2.WarmStartUse(
         seeds_offered=sum(len(t.seeds) for t in shard.tasks),
         seeds_own_fingerprint=seeds.own_fingerprint if seeds else 0,

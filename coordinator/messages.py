@@ -216,4 +216,5 @@ def warm_start_use(use: farm_pb2.WarmStartUse) -> dict:
             "seeds_failed": use.seeds_failed,
             "cost_model_id": use.cost_model.id if use.HasField("cost_model") else None,
             "cost_model_sha256": use.cost_model.sha256 if use.HasField("cost_model") else "",
+            "cost_model_kind": use.cost_model.kind if use.HasField("cost_model") else "",
             "cost_model_note": use.cost_model_note}

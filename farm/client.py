@@ -53,7 +53,8 @@ def _warm_start(job) -> dict | None:
     return {"seeds_offered": w.seeds_offered, "seeds_own_fingerprint": w.seeds_own_fingerprint,
             "seeds_other_fingerprints": w.seeds_other_fingerprints, "seeds_rejected": w.seeds_rejected,
             "seeds_failed": w.seeds_failed, "pretrained_cost_model": w.pretrained_cost_model,
-            "cost_model_sha256": w.cost_model_sha256, "cost_model_note": w.cost_model_note, "shards": w.shards}
+            "cost_model_sha256": w.cost_model_sha256, "cost_model_kind": w.cost_model_kind,
+            "cost_model_note": w.cost_model_note, "shards": w.shards}
 
 
 def job_json(job) -> dict:

@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+# The kind of the cost model trained across fingerprints (foundation.meta_schedule.warm.cross_model).
+CROSS_KIND = "xgb-cross"
 SEED_COUNTS = ("seeds_offered", "seeds_own_fingerprint", "seeds_other_fingerprints", "seeds_rejected",
                "seeds_failed")
 
@@ -24,6 +26,7 @@ def job_warm_start(by_shard: Mapping[str, Mapping[str, Any]] | None) -> dict[str
     # Pretrained only when every shard's search started from a stored model.
     out["pretrained_cost_model"] = "" not in models
     out["cost_model_sha256"] = ",".join(m for m in models if m)
+    out["cost_model_kind"] = ",".join(sorted({u.get("cost_model_kind") or "" for u in by_shard.values()} - {""}))
     out["cost_model_note"] = "; ".join(sorted({u.get("cost_model_note") or "" for u in by_shard.values()} - {""}))
     out["shards"] = len(by_shard)
     return out
@@ -37,7 +40,11 @@ def describe(warm: Mapping[str, Any]) -> str:
     if warm.get("seeds_rejected"):
         text += f"; {warm['seeds_rejected']} did not apply"
     text += f") of {warm['seeds_offered']} offered"
-    if warm.get("pretrained_cost_model"):
+    if warm.get("pretrained_cost_model") and CROSS_KIND in (warm.get("cost_model_kind") or "").split(","):
+        model = f"cross-hardware, trained on every fingerprint's records (sha256 {warm['cost_model_sha256'][:12]})"
+        if warm.get("cost_model_note"):
+            model += f": {warm['cost_model_note']}"
+    elif warm.get("pretrained_cost_model"):
         model = f"pretrained on this fingerprint's records (sha256 {warm['cost_model_sha256'][:12]})"
     else:
         model = "untrained" + (f": {warm['cost_model_note']}" if warm.get("cost_model_note") else "")

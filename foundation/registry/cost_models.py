@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 
 from foundation.clock import utc_now
 from foundation.errors import RegistryError
@@ -93,6 +93,15 @@ class CostModels:
         found = self.find(fingerprint_id, tvm_version, kind)
         assert found is not None
         return found
+
+    def newest_record_id(self, tvm_version: str, fingerprint_kind: str) -> int:
+        """The id of the newest record of this TVM version on any fingerprint of the kind (cpu,
+        cuda), 0 when none: whether records arrived since a model trained across fingerprints
+        learned, without reading them."""
+        query = select(func.max(TuningRecordRow.id)).where(
+            TuningRecordRow.tvm_version == tvm_version, TuningRecordRow.fingerprint_id.like(f"{fingerprint_kind}-%"))
+        with self._unit.read() as session:
+            return int(session.scalar(query) or 0)
 
     def records_after(self, fingerprint_id: str, tvm_version: str, after_id: int, limit: int) -> list[StoredRecord]:
         """The fingerprint's records of this TVM version stored after ``after_id``, oldest first, at most ``limit``."""

@@ -295,7 +295,7 @@ class Job(_message.Message):
     def __init__(self, id: _Optional[str] = ..., state: _Optional[_Union[JobState, str]] = ..., status: _Optional[str] = ..., model: _Optional[_Union[ModelSummary, _Mapping]] = ..., target: _Optional[str] = ..., target_kind: _Optional[str] = ..., fingerprint_id: _Optional[str] = ..., cache_hit: _Optional[bool] = ..., trials_done: _Optional[int] = ..., trials_budget: _Optional[int] = ..., trial_errors: _Optional[int] = ..., shards: _Optional[_Union[ShardCounts, _Mapping]] = ..., error: _Optional[str] = ..., failed_shards: _Optional[_Iterable[_Union[ShardFailure, _Mapping]]] = ..., artifact: _Optional[_Union[ArtifactSummary, _Mapping]] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finished_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., reuse: _Optional[_Union[JobReuse, _Mapping]] = ..., weights_layout: _Optional[str] = ..., trial_plan: _Optional[_Iterable[_Union[PlannedTrials, _Mapping]]] = ..., until: _Optional[_Union[JobUntil, _Mapping]] = ..., warm_start: _Optional[_Union[JobWarmStart, _Mapping]] = ..., weights_layout_why: _Optional[str] = ..., built_untuned: _Optional[_Iterable[str]] = ..., tasks_built: _Optional[int] = ...) -> None: ...
 
 class JobWarmStart(_message.Message):
-    __slots__ = ("seeds_offered", "seeds_own_fingerprint", "seeds_other_fingerprints", "seeds_rejected", "seeds_failed", "pretrained_cost_model", "cost_model_sha256", "shards", "cost_model_note")
+    __slots__ = ("seeds_offered", "seeds_own_fingerprint", "seeds_other_fingerprints", "seeds_rejected", "seeds_failed", "pretrained_cost_model", "cost_model_sha256", "shards", "cost_model_note", "cost_model_kind")
     SEEDS_OFFERED_FIELD_NUMBER: _ClassVar[int]
     SEEDS_OWN_FINGERPRINT_FIELD_NUMBER: _ClassVar[int]
     SEEDS_OTHER_FINGERPRINTS_FIELD_NUMBER: _ClassVar[int]
@@ -305,6 +305,7 @@ class JobWarmStart(_message.Message):
     COST_MODEL_SHA256_FIELD_NUMBER: _ClassVar[int]
     SHARDS_FIELD_NUMBER: _ClassVar[int]
     COST_MODEL_NOTE_FIELD_NUMBER: _ClassVar[int]
+    COST_MODEL_KIND_FIELD_NUMBER: _ClassVar[int]
     seeds_offered: int
     seeds_own_fingerprint: int
     seeds_other_fingerprints: int
@@ -314,7 +315,8 @@ class JobWarmStart(_message.Message):
     cost_model_sha256: str
     shards: int
     cost_model_note: str
-    def __init__(self, seeds_offered: _Optional[int] = ..., seeds_own_fingerprint: _Optional[int] = ..., seeds_other_fingerprints: _Optional[int] = ..., seeds_rejected: _Optional[int] = ..., seeds_failed: _Optional[int] = ..., pretrained_cost_model: _Optional[bool] = ..., cost_model_sha256: _Optional[str] = ..., shards: _Optional[int] = ..., cost_model_note: _Optional[str] = ...) -> None: ...
+    cost_model_kind: str
+    def __init__(self, seeds_offered: _Optional[int] = ..., seeds_own_fingerprint: _Optional[int] = ..., seeds_other_fingerprints: _Optional[int] = ..., seeds_rejected: _Optional[int] = ..., seeds_failed: _Optional[int] = ..., pretrained_cost_model: _Optional[bool] = ..., cost_model_sha256: _Optional[str] = ..., shards: _Optional[int] = ..., cost_model_note: _Optional[str] = ..., cost_model_kind: _Optional[str] = ...) -> None: ...
 
 class JobUntil(_message.Message):
     __slots__ = ("goal", "goal_ms", "stopped", "summary", "rounds", "reference_latency", "reference_check")

@@ -1,15 +1,19 @@
-"""MetaSchedule's cost model for a fingerprint with few records: the cross model, blended with
-one that learns this job's own measurements.
+"""MetaSchedule's cost model for a fingerprint with few records: the cross model, taught this
+job's own measurements.
 
 The cross model (foundation.meta_schedule.warm.cross_model) ranks candidates from the first
-batch, reading this box's device features beside each candidate's program features. It is not
-retrained during a job (its training set is every fingerprint's records). What the job measures
-trains a plain XGBModel of its own, and the two are blended in rank order, the own model's
-weight growing with its samples (``own / (own + BLEND_SAMPLES)``): rank order, because only
-the order within a batch steers the search and the two models' scores are not on one scale.
-A blend rather than fine-tuning the cross booster: a retrain per batch over every
-fingerprint's samples would cost more than the trial it steers. Which ranks better is measured
-by bench/cost_model_transfer.py, not assumed.
+batch, reading this box's device features beside each candidate's program features. What the
+job measures (and whatever the fingerprint's own stored model had learned before) trains a
+plain XGBModel of its own, and one of two things is done with it (``MODE``):
+
+- ``BLEND``: the two models' scores are blended in rank order, the own model's weight growing
+  with its samples (``own / (own + BLEND_SAMPLES)``): rank order, because only the order within
+  a batch steers the search and the two models' scores are not on one scale;
+- ``FINE_TUNE``: after each measured batch, at most FINE_TUNE_ROUNDS trees fitted to every own
+  sample are grown on top of the cross model's (cross_model.fine_tuned), which alone ranks.
+
+Neither retrains on every fingerprint's samples during a job: that would cost more than the
+trial it steers. Which ranks better is bench/cost_model_transfer.py's measurement, not assumed.
 """
 
 from __future__ import annotations
@@ -24,60 +28,96 @@ from tvm.s_tir.meta_schedule.cost_model import PyCostModel
 from foundation.hardware.device_features import device_vector
 
 from .cost_models import KIND as OWN_KIND
-from .cost_models import new_model
-from .cross_model import CrossModel, load_cross_model
-from .cross_samples import program_features
+from .cost_models import load_cost_model, new_model
+from .cross_model import FEW_SAMPLES, CrossModel, fine_tuned, load_cross_model, starts_from_cross
+from .cross_samples import CrossSample, program_features
 
 if TYPE_CHECKING:  # pragma: no cover
     from foundation.hardware.fingerprint import Fingerprint
     from foundation.registry.store import RegistryStore
 
+BLEND = "blend"
+FINE_TUNE = "fine-tune"
+# What a job does with its own measurements. BLEND until bench/cost_model_transfer.py's rows "blend
+# own 7%" and "fine-tuned on own 7%" have been taken on real records (bench/cost_model_dataset.py)
+# and say otherwise: not yet measured.
+MODE = BLEND
 # Own samples at which the job's own model weighs as much as the cross model.
 BLEND_SAMPLES = 256
-# A fingerprint whose own stored model has this many samples starts from it instead. A first
-# guess, not a measurement: bench/cost_model_transfer.py's own-share column says where it lies.
-FEW_SAMPLES = 1000
+
+__all__ = ["BLEND", "FEW_SAMPLES", "FINE_TUNE", "MODE", "CrossCostModel", "blended", "cross_cost_model_for"]
 
 
 def cross_cost_model_for(store: "RegistryStore", fingerprint: "Fingerprint",
                          tvm_version: str) -> "CrossCostModel | None":
-    """The cost model a job on ``fingerprint`` starts from when it has few records of its own:
-    the hardware kind's cross model for this box's device features; None when its own stored
-    model has enough samples, or no cross model is stored."""
+    """The cost model a job on ``fingerprint`` starts from when it has few records of its own
+    (`starts_from_cross`): the hardware kind's cross model for this box's device features, whose
+    own part starts from the fingerprint's stored model when there is one; else None."""
     own = store.cost_models.find(fingerprint.id, tvm_version, OWN_KIND)
-    if own is not None and own.samples >= FEW_SAMPLES:
-        return None
     loaded = load_cross_model(store, tvm_version, fingerprint.kind)
-    return None if loaded is None else CrossCostModel(loaded[0], device_vector(fingerprint.details))
+    if loaded is None or not starts_from_cross(own, loaded[1]):
+        return None
+    own_loaded = load_cost_model(store, fingerprint.id, tvm_version) if own is not None else None
+    cross, stored = loaded
+    return CrossCostModel(cross, device_vector(fingerprint.details), own=own_loaded[0] if own_loaded else None,
+                          started_from=describe_cross(stored))
+
+
+def describe_cross(stored) -> str:
+    """How a job's notes name the cross model it started from (``stored``: its StoredCostModel,
+    or the CostModelRef a shard names it by)."""
+    return f"the cross-hardware cost model (sha256 {stored.sha256[:12]}, {stored.samples} samples)"
+
+
+def blended(cross: np.ndarray, own: np.ndarray, own_samples: int, blend_samples: int = BLEND_SAMPLES) -> np.ndarray:
+    """The blend of the two models' scores of one batch (``BLEND``): ranks, weighted by the
+    own model's samples."""
+    weight = own_samples / (own_samples + blend_samples)
+    return (1 - weight) * _ranks(cross) + weight * _ranks(own)
 
 
 @derived_object
 class CrossCostModel(PyCostModel):
-    """A PyCostModel over ``cross`` for the device ``vector`` describes (this box's)."""
+    """A PyCostModel over ``cross`` for the device ``vector`` describes (this box's).
 
-    def __init__(self, cross: CrossModel, vector: Sequence[float], blend_samples: int = BLEND_SAMPLES):
+    ``own``: the fingerprint's stored XGBModel to keep teaching (a new one if None).
+    ``batches_ranked`` counts the batches it scored: that the search asked it at all.
+    """
+
+    def __init__(self, cross: CrossModel, vector: Sequence[float], *, own=None, mode: str = MODE,
+                 blend_samples: int = BLEND_SAMPLES, started_from: str = "the cross-hardware cost model"):
         super().__init__()
+        if mode not in (BLEND, FINE_TUNE):
+            raise ValueError(f"unknown mode {mode!r}: {BLEND} or {FINE_TUNE}")
         self.cross = cross
+        self.ranking = cross  # the cross model, fine-tuned on this box's samples in FINE_TUNE mode
         self.vector = list(vector)
+        self.mode = mode
         self.blend_samples = blend_samples
-        self.own = new_model()
+        self.own = own if own is not None else new_model()
+        # Trained directly on what was measured, its scores are its own from the first booster
+        # (XGBModel's default would score at random below 100 samples); its weight is what is small.
+        self.own.num_warmup_samples = 0
+        self.started_from = started_from
+        self.batches_ranked = 0
 
     def own_weight(self) -> float:
-        """The own model's share of the blend: 0 until it has a booster and enough samples."""
-        if self.own.booster is None or self.own.data_size < self.own.num_warmup_samples:
+        """The own model's share of the blend: 0 until it has a booster."""
+        if self.mode != BLEND or self.own.booster is None:
             return 0.0
         return self.own.data_size / (self.own.data_size + self.blend_samples)
 
     def update(self, context, candidates, results) -> None:
         self.own.update(context, candidates, results)
+        if self.mode == FINE_TUNE:
+            self.ranking = fine_tuned(self.cross, own_samples(self.own), {"": self.vector})
 
     def predict(self, context, candidates) -> np.ndarray:
-        cross = self.cross.predict(program_features(context, candidates), self.vector)
-        weight = self.own_weight()
-        if weight == 0.0 or len(candidates) < 2:
-            return cross
-        own = self.own.predict(context, candidates)
-        return (1 - weight) * _ranks(cross) + weight * _ranks(own)
+        self.batches_ranked += 1
+        scores = self.ranking.predict(program_features(context, candidates), self.vector)
+        if self.own_weight() == 0.0 or len(candidates) < 2:
+            return scores
+        return blended(scores, self.own.predict(context, candidates), self.own.data_size, self.blend_samples)
 
     def load(self, path: str) -> None:
         """Load the own model (the cross model comes from the registry)."""
@@ -86,6 +126,14 @@ class CrossCostModel(PyCostModel):
     def save(self, path: str) -> None:
         """Save the own model (the cross model is in the registry)."""
         self.own.save(path)
+
+
+def own_samples(model) -> list[CrossSample]:
+    """An XGBModel's samples (its features and costs per workload) as cross samples of one box
+    (fingerprint ""), to fine-tune the cross model on."""
+    return [CrossSample("", index, "", np.asarray(features, dtype="float32"), float(cost))
+            for index, group in enumerate(model.data.values())
+            for features, cost in zip(group.features, group.costs)]
 
 
 def _ranks(scores: np.ndarray) -> np.ndarray:

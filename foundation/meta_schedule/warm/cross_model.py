@@ -9,15 +9,18 @@ trained without device features (``vectors=None``) is the baseline it is measure
 
 Stored in the registry's cost_models table as kind ``KIND``, one per hardware kind (cpu, cuda)
 and TVM version, with no table of its own: the row sits under the fingerprint of that hardware
-kind that gave it the most samples (the table keys every model by a fingerprint), and is found
-by kind, whichever fingerprint holds it (`load_cross_model`: the most recently trained). Only
-the booster is stored: it is retrained from the registry's records, never from its own samples.
+kind that gave it the most samples when it was first trained (the table keys every model by a
+fingerprint; later refreshes replace it there), and is found by kind, whichever fingerprint
+holds it (`load_cross_model`: the most recently trained). Only the booster is stored: it is
+retrained from the registry's records, never from its own samples, and only when records
+arrived since (`refresh_cross_model`, bounded in records and seconds).
 """
 
 from __future__ import annotations
 
 import io
 import logging
+import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -26,6 +29,7 @@ from typing import TYPE_CHECKING
 from foundation.errors import RegistryError
 from foundation.hardware.device_features import VECTOR_FIELDS
 
+from .cost_models import KIND as OWN_KIND
 from .cross_samples import CrossSample, registry_dataset
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -37,8 +41,22 @@ if TYPE_CHECKING:  # pragma: no cover
 
 KIND = "xgb-cross"
 FORMAT = 1
+# A fingerprint whose own stored model has this many samples starts from it instead. A first
+# guess, not a measurement: bench/cost_model_transfer.py's own-share column says where it lies.
+FEW_SAMPLES = 1000
 # Fewer samples than this train nothing worth starting from (XGBModel predicts at random below 100).
 MIN_SAMPLES = 50
+# Boosting rounds at most (XGBModel's own cap; its early stop usually ends it in far fewer).
+MAX_ROUNDS = 10_000
+# Trees a box's own records add on top of the cross model when it is fine-tuned.
+FINE_TUNE_ROUNDS = 50
+# A refresh reads at most this many of each fingerprint's newest records, and stops making samples
+# and boosting at this many seconds (what it has then is trained and stored): it runs after a job,
+# and once before the first job of a registry that has none, which must not wait on it for long.
+PER_FINGERPRINT = 3000
+REFRESH_SECONDS = 60.0
+# A job that finds none stored (and other fingerprints' records) trains it first, waiting at most this.
+START_SECONDS = 30.0
 _LOG = logging.getLogger(__name__)
 
 
@@ -84,24 +102,68 @@ def normalised_speeds(samples: Sequence[CrossSample]) -> "np.ndarray":
     return np.array([fastest[s.group] / s.cost if s.cost > 0 else 0.0 for s in samples], dtype="float32")
 
 
-def train(samples: Sequence[CrossSample], vectors: Mapping[str, Sequence[float]] | None) -> CrossModel:
+def train(samples: Sequence[CrossSample], vectors: Mapping[str, Sequence[float]] | None,
+          seconds: float | None = None) -> CrossModel:
     """A model trained on ``samples``, with each one's fingerprint's device vector from
-    ``vectors`` (None: without device features)."""
-    from .cost_models import new_model
-
+    ``vectors`` (None: without device features); ``seconds`` bounds the boosting."""
     if not samples:
         raise ValueError("no samples to train a cost model on")
     width = samples[0].program.shape[1]
     model = CrossModel(booster=None, program_width=width,  # type: ignore[arg-type]
                        device_fields=VECTOR_FIELDS if vectors is not None else ())
-    empty = [float("nan")] * len(VECTOR_FIELDS)
     kept = [s for s in samples if len(s.program)]
-    xs = [model.rows(s.program, (vectors or {}).get(s.fingerprint_id, empty)) for s in kept]
-    # MetaSchedule's XGBModel trains the booster: its objective sums a candidate's rows, and it
-    # stops early when the ranking of its training data stops improving.
-    trainer = new_model()
-    trainer._train(xs=xs, ys=normalised_speeds(kept))
-    return CrossModel(trainer.booster, width, model.device_fields)
+    xs = [model.rows(s.program, _vector(vectors, s.fingerprint_id)) for s in kept]
+    booster = boost(xs, normalised_speeds(kept), rounds=MAX_ROUNDS,
+                    until=None if seconds is None else time.monotonic() + seconds)
+    return CrossModel(booster, width, model.device_fields)
+
+
+def fine_tuned(model: CrossModel, samples: Sequence[CrossSample], vectors: Mapping[str, Sequence[float]],
+               seconds: float | None = None) -> CrossModel:
+    """``model`` with at most FINE_TUNE_ROUNDS more trees fitted to ``samples`` (one box's own
+    records): its other trees, trained on other hardware, are kept as they are."""
+    kept = [s for s in samples if len(s.program)]
+    if not kept:
+        return model
+    base = model.booster.copy()
+    # The early stop judges the new trees on the new samples, not against the old training score.
+    base.set_attr(best_score=None, best_iteration=None, best_msg=None)
+    xs = [model.rows(s.program, _vector(vectors, s.fingerprint_id)) for s in kept]
+    booster = boost(xs, normalised_speeds(kept), base=base, rounds=FINE_TUNE_ROUNDS,
+                    until=None if seconds is None else time.monotonic() + seconds)
+    return CrossModel(booster, model.program_width, model.device_fields)
+
+
+def _vector(vectors: Mapping[str, Sequence[float]] | None, fingerprint_id: str) -> Sequence[float]:
+    return (vectors or {}).get(fingerprint_id, [float("nan")] * len(VECTOR_FIELDS))
+
+
+def boost(xs: Sequence["np.ndarray"], ys: "np.ndarray", *, base: "xgboost.Booster | None" = None,
+          rounds: int, until: float | None = None) -> "xgboost.Booster":
+    """A booster trained as MetaSchedule's XGBModel trains one (its objective sums a candidate's
+    rows; it stops when the ranking of its training data stops improving), on top of ``base``
+    when given, stopped at ``until`` (a time.monotonic() value) whatever it has reached."""
+    import xgboost as xgb
+    from tvm.s_tir.meta_schedule.cost_model.xgb_model import PackSum, _get_custom_call_back
+
+    from .cost_models import new_model
+
+    settings = new_model()
+    packed = PackSum(xs=list(xs), ys=ys)
+
+    class _Until(xgb.callback.TrainingCallback):
+        def after_iteration(self, model, epoch, evals_log) -> bool:
+            return until is not None and time.monotonic() >= until
+
+    callbacks = [
+        _get_custom_call_back(
+            early_stopping_rounds=settings.early_stopping_rounds, verbose_eval=0,
+            fevals=[lambda p, _d: packed.rmse(p), lambda p, _d: packed.average_peak_score(p, settings.average_peak_n)],
+            evals=[(packed.dmatrix, "tr")]),
+        _Until(),
+    ]
+    return xgb.train(settings.config.to_dict(), packed.dmatrix, num_boost_round=rounds,
+                     obj=lambda p, _d: packed.obj_square_error(p), callbacks=callbacks, xgb_model=base)
 
 
 def model_bytes(model: CrossModel) -> bytes:
@@ -145,26 +207,61 @@ def load_cross_model(store: "RegistryStore", tvm_version: str,
     return None
 
 
+def cross_model_ref(store: "RegistryStore", fingerprint_id: str, tvm_version: str) -> "StoredCostModel | None":
+    """The stored model a job on ``fingerprint_id`` starts from (`starts_from_cross`): the
+    hardware kind's cross model or the fingerprint's own, or None. What a shard names (its
+    agent builds the model from it)."""
+    own = store.cost_models.find(fingerprint_id, tvm_version, OWN_KIND)
+    kind = fingerprint_id.split("-", 1)[0]
+    cross = next((m for m in store.cost_models.of_kind(tvm_version, KIND)
+                  if m.fingerprint_id.startswith(f"{kind}-")), None)
+    return cross if starts_from_cross(own, cross) else own
+
+
+def starts_from_cross(own: "StoredCostModel | None", cross: "StoredCostModel | None") -> bool:
+    """Whether a job starts from the cross model: there is one, the fingerprint's own model has
+    learned fewer than FEW_SAMPLES records, and the cross model more (other fingerprints' records:
+    trained on this fingerprint's alone, it knows no more than the own model does)."""
+    if cross is None:
+        return False
+    return own is None or (own.samples < FEW_SAMPLES and cross.samples > own.samples)
+
+
 def refresh_cross_model(store: "RegistryStore", tvm_version: str, hardware_kind: str = "cpu",
-                        shipped: Sequence["RegistryStore"] = ()) -> "StoredCostModel | None":
-    """Retrain the hardware kind's cross model on every record of ``store`` (and ``shipped``
+                        shipped: Sequence["RegistryStore"] = (), holder: str | None = None,
+                        seconds: float = REFRESH_SECONDS) -> "StoredCostModel | None":
+    """Retrain the hardware kind's cross model on the records of ``store`` (and ``shipped``
     packs) when records arrived since it was trained; returns what is stored (None while
-    there are too few samples)."""
+    there are too few samples).
+
+    Whether records arrived is one query; only then are they read. The retrain takes each
+    fingerprint's newest PER_FINGERPRINT records and stops at ``seconds`` (samples made and
+    trees grown by then are what it keeps). The row sits under the fingerprint of this registry
+    that gave most samples, else ``holder`` (a fingerprint of it: every sample came from packs).
+    """
     loaded = load_cross_model(store, tvm_version, hardware_kind)
-    dataset = registry_dataset([store, *shipped], tvm_version, hardware_kind)
-    if loaded is not None and dataset.last_record_id <= loaded[1].last_record_id:
+    newest = store.cost_models.newest_record_id(tvm_version, hardware_kind)
+    if loaded is not None and newest <= loaded[1].last_record_id:
         return loaded[1]
+    if newest == 0 and not shipped:
+        return loaded[1] if loaded else None
+    until = time.monotonic() + seconds
+    dataset = registry_dataset([store, *shipped], tvm_version, hardware_kind, per_fingerprint=PER_FINGERPRINT,
+                               deadline=until)
     if len(dataset.samples) < MIN_SAMPLES:
         return loaded[1] if loaded else None
-    model = train(dataset.samples, dataset.vectors)
-    # Under a fingerprint of this registry (the row's foreign key): the one that gave most samples.
+    model = train(dataset.samples, dataset.vectors, seconds=max(1.0, until - time.monotonic()))
     own = {f.id for f in store.list_fingerprints()}
     counts = Counter(s.fingerprint_id for s in dataset.samples if s.fingerprint_id in own)
-    if not counts:  # every sample from shipped packs whose fingerprints the registry lacks
-        return loaded[1] if loaded else None
-    holder = min(counts, key=lambda fp: (-counts[fp], fp))
+    if loaded is not None:  # one row per hardware kind: it stays where it is, replaced
+        holder = loaded[1].fingerprint_id
+    elif counts:
+        holder = min(counts, key=lambda fp: (-counts[fp], fp))
+    elif holder is None or holder not in own:
+        return None
     _LOG.info("cross cost model of %s trained on %d samples of %d fingerprints", hardware_kind,
               len(dataset.samples), len(dataset.vectors))
     return store.cost_models.save(holder, tvm_version, KIND, model_bytes(model),
-                                  last_record_id=dataset.last_record_id, samples=len(dataset.samples),
+                                  last_record_id=max(dataset.last_record_id, newest),
+                                  samples=len(dataset.samples),
                                   workloads=len({s.group for s in dataset.samples}))

@@ -9,6 +9,7 @@ TenSet does, so a slow box's records teach the same order as a fast box's.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -23,6 +24,8 @@ if TYPE_CHECKING:  # pragma: no cover
 
 # MetaSchedule's stand-in for "no time measured": a failed candidate is a very slow one.
 FAILED_SEC = 1e10
+# Records of one fingerprint made samples before the next fingerprint's turn.
+_CHUNK = 64
 
 
 @dataclass(frozen=True)
@@ -56,10 +59,19 @@ def program_features(context, candidates) -> list["np.ndarray"]:
     return [x.numpy().astype("float32") for x in PerStoreFeature().extract_from(context, candidates)]
 
 
-def registry_dataset(stores: Iterable["RegistryStore"], tvm_version: str, hardware_kind: str = "cpu") -> CrossDataset:
+def registry_dataset(stores: Iterable["RegistryStore"], tvm_version: str, hardware_kind: str = "cpu", *,
+                     per_fingerprint: int | None = None, deadline: float | None = None) -> CrossDataset:
     """The samples of every fingerprint of ``hardware_kind`` in ``stores`` (a registry, shipped
-    packs), each record once; a record whose trace no longer replays is left out."""
-    samples: dict[tuple[str, str], CrossSample] = {}
+    packs), each record once; a record whose trace no longer replays is left out.
+
+    ``per_fingerprint``: at most that many of each fingerprint's newest records. ``deadline`` (a
+    time.monotonic() value): records not made samples by then are left out. Samples are made a
+    few records of each fingerprint in turn, newest first, so that a deadline leaves every
+    fingerprint its share. ``last_record_id`` counts every record read, sampled or not, so a
+    refresh bounded in time does not run again until more arrive.
+    """
+    queues: list[tuple["RegistryStore", list["StoredRecord"]]] = []
+    queued: set[tuple[str, str]] = set()
     vectors: dict[str, list[float]] = {}
     last = 0
     for position, store in enumerate(stores):
@@ -68,18 +80,32 @@ def registry_dataset(stores: Iterable["RegistryStore"], tvm_version: str, hardwa
                 continue
             records = [r for r in store.records.all_records(fingerprint_id=fingerprint.id)
                        if r.tvm_version == tvm_version]
-            if not records:
+            if position == 0 and records:  # record ids are the first store's (the registry); packs do not grow
+                last = max([last, *(r.id for r in records)])
+            fresh = [r for r in records if (r.fingerprint_id, r.record_digest) not in queued]
+            if per_fingerprint is not None:
+                fresh = fresh[-per_fingerprint:]
+            if not fresh:
                 continue
             vectors.setdefault(fingerprint.id, device_vector(fingerprint.details))
-            if position == 0:  # record ids are the first store's (the registry); packs do not grow
-                last = max([last, *(r.id for r in records)])
-            fresh = [r for r in records if (r.fingerprint_id, r.record_digest) not in samples]
-            for sample in _record_samples(store, fresh):
-                samples[(sample.fingerprint_id, sample.record_digest)] = sample
-    return CrossDataset(list(samples.values()), vectors, last)
+            queued.update((r.fingerprint_id, r.record_digest) for r in fresh)
+            queues.append((store, fresh[::-1]))
+    samples: list[CrossSample] = []
+    while any(queue for _, queue in queues):
+        for store, queue in queues:
+            if deadline is not None and time.monotonic() >= deadline:
+                break
+            chunk, queue[:] = queue[:_CHUNK], queue[_CHUNK:]
+            samples += _record_samples(store, chunk, deadline)
+        else:
+            continue
+        break
+    sampled = {s.fingerprint_id for s in samples}
+    return CrossDataset(samples, {fp: v for fp, v in vectors.items() if fp in sampled}, last)
 
 
-def _record_samples(store: "RegistryStore", records: list["StoredRecord"]) -> list[CrossSample]:
+def _record_samples(store: "RegistryStore", records: list["StoredRecord"],
+                    deadline: float | None = None) -> list[CrossSample]:
     import tvm
     from tvm.s_tir import meta_schedule as ms
     from tvm.s_tir.meta_schedule.database import Workload
@@ -98,6 +124,8 @@ def _record_samples(store: "RegistryStore", records: list["StoredRecord"]) -> li
             continue
         context = ms.TuneContext(mod=mod, target=tvm.target.Target(json.loads(target_json)), task_name="cross")
         for record in group:
+            if deadline is not None and time.monotonic() >= deadline:
+                return out
             # One at a time: _samples skips a trace that no longer replays, and the sample must
             # stay paired with its record.
             candidates, results = _samples(mod, [record])

@@ -44,7 +44,6 @@ def test_the_cross_model_learns_every_fingerprint_and_is_stored_as_xgb_cross(syn
     from foundation.meta_schedule.warm.cross_samples import program_features
 
     version = tvm.__version__
-    assert load_cross_model(synthetic, version) is None
     stored = refresh_cross_model(synthetic, version)
     records = sum(len(synthetic.records.all_records(fingerprint_id=fp)) for fp, _ in BOXES)
     assert stored is not None and stored.kind == KIND and stored.samples == records == 3 * 2 * 30
@@ -134,3 +133,97 @@ def test_a_box_with_few_records_of_its_own_starts_from_the_cross_model(synthetic
     assert cross_cost_model_for(synthetic, new_box, version) is None
     assert cross_cost_model_for(synthetic, fingerprint_from_details("cuda", {
         "name": "Tesla T4", "compute_capability": "7.5", "sm_count": 40, "memory_gib": 15}), version) is None
+
+
+def test_a_refresh_reads_no_record_unless_one_arrived_and_stops_at_its_time_bound(tmp_path, target, monkeypatch):
+    import tvm
+
+    from foundation.meta_schedule.warm import cross_model
+    from foundation.meta_schedule.warm.cross_model import load_cross_model, refresh_cross_model
+
+    version = tvm.__version__
+    fresh = synthetic_registry(f"sqlite:///{tmp_path / 'registry.db'}", target, sizes=(32,), per_workload=20)
+    try:
+        # Bounded: with no time at all it makes no sample, and stores nothing.
+        assert refresh_cross_model(fresh, version, seconds=0.0) is None
+        assert load_cross_model(fresh, version) is None
+        stored = refresh_cross_model(fresh, version)
+        assert stored.samples == 3 * 20
+        assert stored.last_record_id == fresh.cost_models.newest_record_id(version, "cpu") > 0
+
+        def reads(*args, **kwargs):
+            raise AssertionError("the records were read though none arrived")
+
+        # Nothing arrived: one query says so, and no record is read.
+        monkeypatch.setattr(cross_model, "registry_dataset", reads)
+        assert refresh_cross_model(fresh, version) == stored
+        assert fresh.cost_models.newest_record_id(version, "cuda") == 0
+    finally:
+        fresh.dispose()
+
+
+def test_fine_tuning_keeps_the_cross_trees_and_grows_a_few_on_the_boxs_own_records(synthetic, target):
+    import tvm
+    from tvm.s_tir import meta_schedule as ms
+    from tvm.s_tir.meta_schedule.runner import RunnerResult
+
+    from foundation.hardware.device_features import device_vector
+    from foundation.meta_schedule.warm.cross_cost_model import FINE_TUNE, CrossCostModel
+    from foundation.meta_schedule.warm.cross_model import (
+        FINE_TUNE_ROUNDS,
+        fine_tuned,
+        load_cross_model,
+        refresh_cross_model,
+    )
+    from foundation.meta_schedule.warm.cross_samples import CrossSample, program_features
+
+    from support.cross_records import synthetic_seconds
+
+    refresh_cross_model(synthetic, tvm.__version__)
+    cross, _stored = load_cross_model(synthetic, tvm.__version__)
+    new_box = {"cores": 2, "vector_bits": 256, "fma": 1, "peak_gflops": 90.0, "copy_gbps": 15.0}
+    vector = device_vector({"device": new_box})
+    mod = matmul_module(40)
+    context = ms.TuneContext(mod=mod, target=target, task_name="t")
+    candidates = _candidates(mod, target, 40)
+    programs = program_features(context, candidates)
+    own = [CrossSample("cpu-new", 1, str(i), p, synthetic_seconds(p, new_box)) for i, p in enumerate(programs[:20])]
+    tuned = fine_tuned(cross, own, {"cpu-new": vector})
+    grown = tuned.booster.num_boosted_rounds() - cross.booster.num_boosted_rounds()
+    assert 0 < grown <= FINE_TUNE_ROUNDS
+    assert cross.booster.num_boosted_rounds() == load_cross_model(synthetic, tvm.__version__)[0].booster \
+        .num_boosted_rounds()  # the cross model itself is left as it was
+    assert not np.array_equal(tuned.predict(programs, vector), cross.predict(programs, vector))
+
+    # In a job (FINE_TUNE): each measured batch refits the new trees on every own sample, and the
+    # fine-tuned model alone ranks.
+    model = CrossCostModel(cross, vector, mode=FINE_TUNE)
+    model.update(context, candidates[:20],
+                 [RunnerResult(run_secs=[synthetic_seconds(p, new_box)], error_msg=None) for p in programs[:20]])
+    assert model.ranking is not cross and model.own_weight() == 0.0
+    np.testing.assert_array_equal(model.predict(context, candidates),
+                                  model.ranking.predict(programs, vector))
+    assert model.batches_ranked == 1
+
+
+def test_a_shard_names_the_cross_model_until_the_fingerprints_own_has_learned_more(synthetic):
+    import tvm
+
+    from foundation.meta_schedule.warm.cross_model import FEW_SAMPLES, cross_model_ref, refresh_cross_model
+
+    version = tvm.__version__
+    cross = refresh_cross_model(synthetic, version)
+    assert cross_model_ref(synthetic, "cpu-newbox00001", version) == cross
+    assert cross_model_ref(synthetic, "cuda-newbox0001", version) is None
+    holder = "cpu-newbox00002"
+    synthetic.upsert_fingerprint(holder, "cpu", "a box of its own", {})
+    few = synthetic.cost_models.save(holder, version, "xgb", b"own", last_record_id=0, samples=cross.samples - 1,
+                                     workloads=1)
+    assert cross_model_ref(synthetic, holder, version) == cross
+    # Trained on as many records as the cross model (this fingerprint's alone): its own is the start.
+    same = synthetic.cost_models.save(holder, version, "xgb", b"own2", last_record_id=0, samples=cross.samples,
+                                      workloads=1)
+    assert cross_model_ref(synthetic, holder, version) == same != few
+    many = synthetic.cost_models.save(holder, version, "xgb", b"own3", last_record_id=0,
+                                      samples=max(FEW_SAMPLES, cross.samples + 1), workloads=1)
+    assert cross_model_ref(synthetic, holder, version) == many
