@@ -45,7 +45,7 @@ class TaskProgress:
         progress: dict[tuple[str, str], dict] = {}
         after = 0
         while True:
-            events = self._cluster.events_after(job_id, after, _EVENTS_PER_READ)
+            events = self._cluster.events.events_after(job_id, after, _EVENTS_PER_READ)
             for event in events:
                 if event.kind == "task_progress":
                     progress[(event.payload.get("shard_id", ""), event.payload.get("task_name", ""))] = event.payload

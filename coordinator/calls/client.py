@@ -125,25 +125,16 @@ class ClientCalls:
                     continue
             model = model or self._ensure_model(key)
             # A job tuned in rounds has a goal of its own: it never joins another job, nor one joins it.
-            if until is None:
-                job, attached = self._cluster.attach_or_create_job(
-                    model_id=model.id, target_request=submission.target, target_kind=kind, target=target,
-                    fingerprint_id=fp_id, weights_layout=layout, options=options, now=utc_now(),
-                    status="queued: extracting tuning tasks")
-                submitted.append(Submitted(job, attached))
-                continue
-            job = self._cluster.create_job(
+            job, attached = self._cluster.jobs.create_job(
                 model_id=model.id, target_request=submission.target, target_kind=kind, target=target,
-                fingerprint_id=fp_id, trials_budget=0, options=options, now=utc_now(),
-                status=QUEUED,
-            )
-            submitted.append(Submitted(job, False))
+                fingerprint_id=fp_id, options=options, now=utc_now(), status=QUEUED,
+                attach_in=layout if until is None else None)
+            submitted.append(Submitted(job, attached))
         if not fingerprint_ids:
             model = self._ensure_model(key)
-            job, attached = self._cluster.attach_or_create_job(
+            job, attached = self._cluster.jobs.create_job(
                 model_id=model.id, target_request=submission.target, target_kind=kind, target="",
-                fingerprint_id=None, weights_layout=layout, options=options, now=utc_now(),
-                status=_waiting_status(kind))
+                fingerprint_id=None, options=options, now=utc_now(), status=_waiting_status(kind), attach_in=layout)
             if attached:
                 return [Submitted(job, True)]
             submitted.append(Submitted(job, False))
@@ -211,7 +202,7 @@ class ClientCalls:
         from foundation.hardware.targets import unusable_fingerprint
 
         usable = []
-        for fp_id in self._cluster.agents_matching(kind):
+        for fp_id in self._cluster.agents.agents_matching(kind):
             problem = unusable_fingerprint(registered_fingerprint(self._store, fp_id), kind)
             if problem:
                 logger.warning("fingerprint %s is left out of %s submits: %s", fp_id, kind, problem)
@@ -265,7 +256,7 @@ class ClientCalls:
 
     def get_job(self, job_id: str) -> JobView:
         job = self._store.get_job(job_id)
-        shards = self._cluster.shards_of(job_id)
+        shards = self._cluster.plans.shards_of(job_id)
         counts = dict.fromkeys(ShardState, 0)
         for shard in shards:
             counts[shard.state] += 1
@@ -285,24 +276,24 @@ class ClientCalls:
 
     def events(self, job_id: str, after_sequence: int, limit: int = 500) -> list[JobEvent]:
         """A job's events after ``after_sequence`` (WatchJob polls this)."""
-        return self._cluster.events_after(job_id, after_sequence, limit)
+        return self._cluster.events.events_after(job_id, after_sequence, limit)
 
     def last_event_sequence(self, job_id: str) -> int:
         self._store.get_job(job_id)  # NotFound for an unknown id
-        return self._cluster.last_event_sequence(job_id)
+        return self._cluster.events.last_event_sequence(job_id)
 
     def cancel_job(self, job_id: str, reason: str = "") -> JobView:
-        self._cluster.cancel_job(job_id, utc_now(), reason or "cancelled by user")
+        self._cluster.plans.cancel_job(job_id, utc_now(), reason or "cancelled by user")
         return self.get_job(job_id)
 
     def list_agents(self, target_kind: str = "", include_lost: bool = False) -> list[AgentView]:
         views = []
         summaries: dict[str, str] = {}
-        for agent in self._cluster.list_agents(target_kind or None, include_lost=include_lost):
+        for agent in self._cluster.agents.list_agents(target_kind or None, include_lost=include_lost):
             if agent.fingerprint_id not in summaries:
                 fp = self._store.get_fingerprint(agent.fingerprint_id)
                 summaries[agent.fingerprint_id] = fp.summary if fp else ""
-            leases = [(s.job_id, s.id, s.attempt) for s in self._cluster.leases_of_agent(agent.id)]
+            leases = [(s.job_id, s.id, s.attempt) for s in self._cluster.leases.leases_of_agent(agent.id)]
             validation = self._validation_held_by(agent.id)
             if validation is not None:
                 leases.append(validation)
@@ -312,7 +303,7 @@ class ClientCalls:
 
     def _validation_held_by(self, agent_id: str) -> tuple[str, str, int] | None:
         for job in self._store.list_jobs(limit=100, state=JobState.VALIDATING.value):
-            validation = self._cluster.get_validation(job.id)
+            validation = self._cluster.validations.get_validation(job.id)
             if validation and validation.state is ValidationState.LEASED and validation.agent_id == agent_id:
                 return (job.id, validation_id(job.id), validation.attempt)
         return None

@@ -18,7 +18,6 @@ from foundation.clock import utc_now
 from foundation.domain.job_spec import job_options
 from foundation.domain.shard_leases import trials_left
 from foundation.errors import NotFound, RegistryError
-from foundation.meta_schedule.warm.cross_model import cross_model_ref
 from foundation.meta_schedule.warm.seed_sources import OTHER_FINGERPRINT, OWN_FINGERPRINT, seed_traces_by_id
 from foundation.registry.entities import ShardClaim, ShardLease
 from foundation.registry.store import RegistryStore
@@ -66,7 +65,7 @@ class ShardCalls:
 
     def shard_offer(self, lease: ShardLease, fingerprint_id: str) -> ShardOffer:
         """What an agent is sent with a granted lease: tasks, budget, warm-start records, the seeds
-        chosen for its tasks when the job was planned, and the cost model its search starts from."""
+        chosen for its tasks when the job was planned, and the fingerprint's cost model."""
         job = lease.job
         budget, planned = trials_left(lease.shard.trials_budget, lease.shard.trials_done,
                                       [t.trials_budget for t in lease.tasks])
@@ -82,8 +81,7 @@ class ShardCalls:
         seeds = seed_traces_by_id(self._store, job.fingerprint_id, seed_ids) if any(seed_ids) \
             else [[] for _ in lease.tasks]
         warm_start = stored.spec.warm_start
-        # The fingerprint's own model, or the cross-hardware one while it has learned few records.
-        cost_model = cross_model_ref(self._store, job.fingerprint_id, self._tvm_version) \
+        cost_model = self._store.cost_models.find(job.fingerprint_id, self._tvm_version) \
             if warm_start and job.fingerprint_id else None
         return ShardOffer(
             lease=lease,
@@ -106,7 +104,7 @@ class ShardCalls:
 
     def cost_model_bytes(self, agent_id: str, model_id: int, sha256: str) -> bytes:
         """The bytes of the cost model a shard named, for an agent the coordinator knows."""
-        if self._cluster.get_agent(agent_id) is None:
+        if self._cluster.agents.get_agent(agent_id) is None:
             raise UnknownAgent(f"agent {agent_id!r} is not registered with this coordinator", "register again")
         stored = self._store.cost_models.by_id(model_id)
         if stored is None or stored.sha256 != sha256:
@@ -120,11 +118,11 @@ class ShardCalls:
     def complete_shard(self, agent_id: str, shard_id: str, attempt: int,
                        summaries: Sequence[dict] = (), warm_start: dict | None = None) -> ShardOutcome:
         """End a lease as done; ``warm_start`` (WarmStartUse as a dict) is kept with the job."""
-        shard = self._cluster.get_shard(shard_id)
+        shard = self._cluster.plans.get_shard(shard_id)
         if shard is None:
             return ShardOutcome(False, f"shard {shard_id} is unknown")
         self._write_held_progress(shard.job_id, shard_id)
-        change = self._cluster.complete_shard(shard_id, attempt, agent_id, utc_now(), warm_start=warm_start)
+        change = self._cluster.leases.complete_shard(shard_id, attempt, agent_id, utc_now(), warm_start=warm_start)
         if change.accepted:
             self._log_task_errors(change.shard.job_id, agent_id, shard_id, summaries)
             if warm_start:
@@ -135,12 +133,12 @@ class ShardCalls:
 
     def fail_shard(self, agent_id: str, shard_id: str, attempt: int, reason: str,
                    summaries: Sequence[dict] = ()) -> ShardOutcome:
-        shard = self._cluster.get_shard(shard_id)
+        shard = self._cluster.plans.get_shard(shard_id)
         if shard is None:
             return ShardOutcome(False, f"shard {shard_id} is unknown")
         self._write_held_progress(shard.job_id, shard_id)
         reason = reason or "the agent gave no reason"
-        change = self._cluster.fail_shard(shard_id, attempt, agent_id, reason, utc_now(), self._max_attempts)
+        change = self._cluster.leases.fail_shard(shard_id, attempt, agent_id, reason, utc_now(), self._max_attempts)
         if change.accepted:
             self._log_task_errors(change.shard.job_id, agent_id, shard_id, summaries)
             metrics.shard_failed(change.shard.state)
@@ -149,7 +147,7 @@ class ShardCalls:
     def _write_held_progress(self, job_id: str, shard_id: str) -> None:
         now = utc_now()
         for item in self._progress_events.held_back(shard_id):
-            self._cluster.append_event(job_id, "task_progress", dict(item, shard_id=shard_id), now)
+            self._cluster.events.append_event(job_id, "task_progress", dict(item, shard_id=shard_id), now)
 
     def _log_task_errors(self, job_id: str, agent_id: str, shard_id: str, summaries: Sequence[dict]) -> None:
         """Measurement errors are data: each task's count and a sample go into the job's log."""
@@ -158,7 +156,7 @@ class ShardCalls:
             if not errors:
                 continue
             samples = "; ".join(task.get("sample_errors", [])[:3])
-            self._cluster.append_event(job_id, "log", {
+            self._cluster.events.append_event(job_id, "log", {
                 "source": agent_id, "level": "warning",
                 "message": (f"{shard_id} task {task.get('task_name')}: {errors} of {task.get('trials', 0)} "
                             f"candidates failed ({task.get('build_errors', 0)} build, "

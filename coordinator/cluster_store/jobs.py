@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import secrets
 from datetime import datetime
 from typing import Any
 
@@ -39,71 +38,36 @@ class JobStore:
         target_kind: str,
         target: str,
         fingerprint_id: str | None,
-        trials_budget: int,
         options: dict[str, Any],
         now: datetime,
         status: str = "",
+        trials_budget: int = 0,
         parent_request: str | None = None,
-    ) -> Job:
-        """A queued job and its first event. ``fingerprint_id`` None: it waits for an agent of
-        ``target_kind`` (`bind_job_fingerprint`); ``target`` may then be empty until bound."""
-        with self._unit.write(Changes.STATE) as session:
-            return self._created_in(session, model_id=model_id, target_request=target_request,
-                                    target_kind=target_kind, target=target, fingerprint_id=fingerprint_id,
-                                    trials_budget=trials_budget, options=options, now=now, status=status,
-                                    parent_request=parent_request)
-
-    def attach_or_create_job(
-        self,
-        *,
-        model_id: str,
-        target_request: str,
-        target_kind: str,
-        target: str,
-        fingerprint_id: str | None,
-        weights_layout: WeightsLayout,
-        options: dict[str, Any],
-        now: datetime,
-        status: str = "",
+        attach_in: WeightsLayout | None = None,
     ) -> tuple[Job, bool]:
-        """The unfinished equal job (`attachable_job`) and True, or a new queued one and False.
+        """A queued job and its first event, and False. With ``attach_in``, the unfinished equal job tuning
+        weights in that form (`attachable_job`) and True, where there is one.
 
-        One transaction under the equal jobs' lock (RowLocks.lock_equal_jobs): with the look and the
-        creation apart, equal submits at once each saw no job and each made one.
+        ``fingerprint_id`` None: the job waits for an agent of ``target_kind`` (`bind_job_fingerprint`);
+        ``target`` may then be empty until bound. The look and the creation are one transaction under
+        the equal jobs' lock (RowLocks.lock_equal_jobs): apart, equal submits at once each saw no job and
+        each made one.
         """
-        matched = target_request if fingerprint_id is None else target  # unbound jobs have no canonical target yet
         with self._unit.write(Changes.STATE) as session:
-            self._locks.lock_equal_jobs(session, _equal_job_key(model_id, matched, fingerprint_id, weights_layout))
-            running = self._attachable_in(session, model_id, matched, fingerprint_id, weights_layout)
-            if running is not None:
-                return running, True
-            return self._created_in(session, model_id=model_id, target_request=target_request,
-                                    target_kind=target_kind, target=target, fingerprint_id=fingerprint_id,
-                                    trials_budget=0, options=options, now=now, status=status), False
-
-    def _created_in(self, session: Session, *, model_id: str, target_request: str, target_kind: str, target: str,
-                    fingerprint_id: str | None, trials_budget: int, options: dict[str, Any], now: datetime,
-                    status: str, parent_request: str | None = None) -> Job:
-        row = JobRow(
-            id="job-" + secrets.token_hex(5),
-            model_id=model_id,
-            target=target,
-            fingerprint_id=fingerprint_id,
-            target_kind=target_kind,
-            target_request=target_request,
-            status=status,
-            parent_request=parent_request,
-            state=JobState.QUEUED.value,
-            cache_hit=False,
-            trials_budget=trials_budget,
-            trials_done=0,
-            options=options,
-            created_at=now,
-        )
-        session.add(row)
-        session.flush()
-        self._events.append_in(session, row.id, "state_changed", {"from": "", "to": row.state, "status": status}, now)
-        return row.to_entity()
+            if attach_in is not None:
+                matched = target_request if fingerprint_id is None else target  # unbound jobs have no canonical one
+                self._locks.lock_equal_jobs(session, _equal_job_key(model_id, matched, fingerprint_id, attach_in))
+                running = self._attachable_in(session, model_id, matched, fingerprint_id, attach_in)
+                if running is not None:
+                    return running, True
+            row = JobRow.new(model_id=model_id, target=target, fingerprint_id=fingerprint_id, target_kind=target_kind,
+                             target_request=target_request, trials_budget=trials_budget, options=options, now=now,
+                             state=JobState.QUEUED.value, status=status, parent_request=parent_request)
+            session.add(row)
+            session.flush()
+            self._events.append_in(session, row.id, "state_changed", {"from": "", "to": row.state, "status": status},
+                                   now)
+            return row.to_entity(), False
 
     def attachable_job(self, model_id: str, target: str, fingerprint_id: str | None,
                        weights_layout: WeightsLayout) -> Job | None:

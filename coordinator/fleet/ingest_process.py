@@ -283,7 +283,7 @@ def _commit_groups(cluster, groups: list) -> list[tuple]:
     readable = [g for g in groups if not isinstance(g, Exception)]
     if len(readable) > 1:
         try:
-            verdicts = iter(cluster.ingest_reports([batch for group in readable for batch in group]))
+            verdicts = iter(cluster.reports.ingest_reports([batch for group in readable for batch in group]))
         except Exception:
             pass
         else:
@@ -295,7 +295,7 @@ def _commit_groups(cluster, groups: list) -> list[tuple]:
             answers.append(_failure(group, "reading a group of reports"))
             continue
         try:
-            answers.append(("ok", cluster.ingest_reports(group)))
+            answers.append(("ok", cluster.reports.ingest_reports(group)))
         except Exception as err:
             answers.append(_failure(err, f"committing {len(group)} report(s)"))
     return answers

@@ -86,7 +86,7 @@ class LiveAgents:
         found = self.cached(agent_id)
         if found is not None:
             return found
-        agent = self._cluster.get_agent(agent_id)  # registered before this process started
+        agent = self._cluster.agents.get_agent(agent_id)  # registered before this process started
         if agent is None:
             return None
         with self._lock:
@@ -102,7 +102,7 @@ class LiveAgents:
         with self._lock:
             beats, self._beats = self._beats, {}
         try:
-            self._cluster.record_heartbeats(beats)
+            self._cluster.agents.record_heartbeats(beats)
         except BaseException:
             with self._lock:  # keep them for the next flush, unless a newer beat came
                 for agent_id, at in beats.items():
@@ -158,8 +158,8 @@ class LiveAgents:
         return any((fingerprint_id, kind) in pending for kind in target_kinds)
 
     def _refresh_pending(self, version: int, now: float):
-        pending = {"shard": frozenset(self._cluster.pending_work()),
-                   "validation": frozenset(self._cluster.pending_validations())}
+        pending = {"shard": frozenset(self._cluster.leases.pending_work()),
+                   "validation": frozenset(self._cluster.validations.pending_validations())}
         cached = (pending, version, now)
         with self._lock:
             self._pending = cached

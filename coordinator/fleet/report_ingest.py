@@ -62,5 +62,5 @@ def read_report(report: UnreadReport) -> ReportedBatch:
 
 
 def ingest_reports(cluster, reports: Sequence[UnreadReport]) -> list[RecordReport]:
-    """Read a group of reports and commit them in one transaction (`ClusterStore.ingest_reports`)."""
-    return cluster.ingest_reports([read_report(report) for report in reports])
+    """Read a group of reports and commit them in one transaction (`ClusterStore.reports.ingest_reports`)."""
+    return cluster.reports.ingest_reports([read_report(report) for report in reports])

@@ -37,7 +37,7 @@ class JobMoves(Protocol):
     """Writes one guarded move of a job; False when the job was no longer in ``current``.
 
     A move into RUNNING records the start time, one into a final state the finish time (the
-    coordinator's `ClusterStore.move_job` does both, with the job's state_changed event).
+    coordinator's `ClusterStore.jobs.move_job` does both, with the job's state_changed event).
     """
 
     def move(self, job_id: str, current: JobState, new: JobState, *, status: str,

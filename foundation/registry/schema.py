@@ -7,6 +7,7 @@ row's `to_entity` works out (states as enums, failures as values).
 
 from __future__ import annotations
 
+import secrets
 from dataclasses import fields
 from datetime import datetime, timezone
 from typing import Any, TypeVar
@@ -262,6 +263,17 @@ class JobRow(Base):
     # Set by `farm cancel` from another process; the runner's heartbeat reads it and stops.
     cancel_requested_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
 
+    @classmethod
+    def new(cls, *, model_id: str, target: str, fingerprint_id: str | None, target_kind: str, target_request: str,
+            trials_budget: int, options: dict[str, Any], now: datetime, state: str = "queued",
+            cache_hit: bool = False, status: str = "", parent_request: str | None = None) -> JobRow:
+        """A new job's row: the one place a job is made, by the registry (an embedded job, a registry hit)
+        and by a coordinator's cluster store alike."""
+        return cls(id="job-" + secrets.token_hex(5), model_id=model_id, target=target, fingerprint_id=fingerprint_id,
+                   target_kind=target_kind, target_request=target_request, status=status,
+                   parent_request=parent_request, state=state, cache_hit=cache_hit, trials_budget=trials_budget,
+                   trials_done=0, options=options, created_at=now)
+
     def to_entity(self) -> Job:
         return _entity(Job, self, runner=_runner(self))
 
@@ -490,7 +502,7 @@ class ValidationRow(Base):
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime)
 
     def to_entity(self) -> Validation:
-        """Its metadata; the libraries come with a lease (`ClusterStore.claim_validation`)."""
+        """Its metadata; the libraries come with a lease (`ClusterStore.validations.claim_validation`)."""
         return _entity(Validation, self, state=ValidationState(self.state),
                        failures=[ShardFailure.from_json(f) for f in self.failures])
 

@@ -243,20 +243,9 @@ class RegistryStore:
         """A new job; ``runner`` is the process running it (embedded jobs), whose heartbeat
         starts now."""
         now = utc_now()
-        row = JobRow(
-            id="job-" + secrets.token_hex(5),
-            model_id=model_id,
-            target=target,
-            fingerprint_id=fingerprint_id,
-            target_kind=target_kind_of(target),
-            target_request=target,
-            state=state,
-            cache_hit=cache_hit,
-            trials_budget=trials_budget,
-            trials_done=0,
-            options=options,
-            created_at=now,
-        )
+        row = JobRow.new(model_id=model_id, target=target, fingerprint_id=fingerprint_id,
+                         target_kind=target_kind_of(target), target_request=target, trials_budget=trials_budget,
+                         options=options, now=now, state=state, cache_hit=cache_hit)
         if runner is not None:
             row.runner_host, row.runner_pid, row.runner_started_at = runner.host, runner.pid, runner.started_at
             row.heartbeat_at = now

@@ -133,7 +133,7 @@ def test_no_stored_agent_fails_another_callers_submit(coordinator, fingerprint):
         store.upsert_fingerprint("cpu-0badfeed0bae", "cpu", "no architecture",
                                  {**fingerprint.details, "llvm_triple": "garbage"})
         for bad in ("cpu-0badfeed0bad", "cpu-0badfeed0bae"):
-            ClusterStore(store).register_agent(
+            ClusterStore(store).agents.register_agent(
                 fingerprint_id=bad, target_kinds=["llvm"], hostname="old", address="10.0.0.9:1",
                 tvm_version="0.27.0", rpc_key=f"farm-{bad}", details={}, now=_now())
     finally:

@@ -34,14 +34,15 @@ def moved_by(before: dict[str, float], after: dict[str, float]) -> dict[str, flo
 
 
 def submitted(cluster, options: dict):
-    return cluster.create_job(model_id="model-1", target_request="cuda", target_kind="cuda", target=CUDA_TARGET,
-                              fingerprint_id=GPU, trials_budget=16, options=options, now=T0)
+    job, _ = cluster.jobs.create_job(model_id="model-1", target_request="cuda", target_kind="cuda", target=CUDA_TARGET,
+                                     fingerprint_id=GPU, trials_budget=16, options=options, now=T0)
+    return job
 
 
 def planned(cluster, job, now) -> None:
     tasks = tasks_of(2)
-    cluster.add_job_plan(job.id, tasks, split_tasks(job.id, [TaskCost(t.name, t.weight, t.flop) for t in tasks], 2, 16),
-                         now)
+    cluster.plans.add_job_plan(job.id, tasks,
+                               split_tasks(job.id, [TaskCost(t.name, t.weight, t.flop) for t in tasks], 2, 16), now)
 
 
 def test_the_wait_is_observed_when_the_job_starts_and_the_duration_when_it_ends(cluster_store):
@@ -52,11 +53,11 @@ def test_the_wait_is_observed_when_the_job_starts_and_the_duration_when_it_ends(
     planned(cluster_store, job, at(90))
     assert moved_by(wait, histogram(QUEUE_WAIT, mode="budget")) == \
         pytest.approx({"count": 1, "sum": 90, "60.0": 0, "120.0": 1, "600.0": 1, "1800.0": 1})
-    cluster_store.cancel_job(job.id, at(900))
+    cluster_store.plans.cancel_job(job.id, at(900))
     assert moved_by(took, histogram(DURATION, state="cancelled", mode="budget")) == \
         pytest.approx({"count": 1, "sum": 900, "60.0": 0, "120.0": 0, "600.0": 0, "1800.0": 1})
     # A job cancelled again, already final, is not observed twice.
-    cluster_store.cancel_job(job.id, at(1000))
+    cluster_store.plans.cancel_job(job.id, at(1000))
     assert histogram(DURATION, state="cancelled", mode="budget")["count"] == took["count"] + 1
 
 
@@ -64,7 +65,8 @@ def test_a_job_tuned_in_rounds_is_observed_as_mode_until(cluster_store):
     """The mode is read from the job's spec: a goal (`farm submit --until`) makes it `until`."""
     took, budget = histogram(DURATION, state="failed", mode="until"), histogram(DURATION, state="failed", mode="budget")
     job = submitted(cluster_store, {"seed": 1, "until_goal": "20ms"})
-    cluster_store.move_job(job.id, JobState.QUEUED, JobState.FAILED, at(30), status="failed: no plan", error="no plan")
+    cluster_store.jobs.move_job(job.id, JobState.QUEUED, JobState.FAILED, at(30), status="failed: no plan",
+                                error="no plan")
     assert moved_by(took, histogram(DURATION, state="failed", mode="until"))["count"] == 1
     assert moved_by(budget, histogram(DURATION, state="failed", mode="budget"))["count"] == 0
 
@@ -79,5 +81,5 @@ def test_a_move_rolled_back_is_not_observed(store, cluster_store):
     assert store.get_job(job.id).state == "queued"
     assert moved_by(took, histogram(DURATION, state="failed", mode="budget"))["count"] == 0
 
-    cluster_store.move_job(job.id, JobState.QUEUED, JobState.FAILED, at(60), status="failed", error="lost")
+    cluster_store.jobs.move_job(job.id, JobState.QUEUED, JobState.FAILED, at(60), status="failed", error="lost")
     assert moved_by(took, histogram(DURATION, state="failed", mode="budget"))["count"] == 1

@@ -17,8 +17,8 @@ def scrape(collector: FarmStateCollector) -> dict[str, dict[tuple, float]]:
 
 
 def progress(cluster, job_id: str, task: str, best_us: float, when: float) -> None:
-    cluster.append_event(job_id, "task_progress", {"shard_id": f"{job_id}/0", "task_name": task, "trials": 1,
-                                                   "budget": 8, "best_us": best_us}, at(when))
+    cluster.events.append_event(job_id, "task_progress", {"shard_id": f"{job_id}/0", "task_name": task, "trials": 1,
+                                                          "budget": 8, "best_us": best_us}, at(when))
 
 
 def test_states_agents_and_the_running_job_latency(store, cluster_store):
@@ -28,8 +28,8 @@ def test_states_agents_and_the_running_job_latency(store, cluster_store):
 
     job = planned_job(cluster_store, tasks=2, shards=2)
     busy, idle, lost = agent_of(cluster_store), agent_of(cluster_store), agent_of(cluster_store, now=at(-100))
-    cluster_store.mark_lost_agents(at(1), TTL)
-    assert cluster_store.claim_shard(busy.id, GPU, ["cuda"], at(1), TTL) is not None
+    cluster_store.agents.mark_lost_agents(at(1), TTL)
+    assert cluster_store.leases.claim_shard(busy.id, GPU, ["cuda"], at(1), TTL) is not None
     state = scrape(collector)
     assert state["farm_jobs"][(store.get_job(job.id).state,)] == 1 and sum(state["farm_jobs"].values()) == 1
     assert state["farm_shards"][("leased",)] == 1 and state["farm_shards"][("pending",)] == 1
@@ -76,8 +76,8 @@ def test_each_unfinished_job_says_when_it_last_moved(store, cluster_store):
     collector = FarmStateCollector(store)
     assert scrape(collector)["farm_job_last_event_timestamp_seconds"] == {}
     job = planned_job(cluster_store, tasks=2, shards=2)
-    queued = cluster_store.create_job(model_id="model-1", target_request="cuda", target_kind="cuda", target="",
-                                      fingerprint_id=None, trials_budget=8, options={"seed": 1}, now=at(5))
+    queued, _ = cluster_store.jobs.create_job(model_id="model-1", target_request="cuda", target_kind="cuda", target="",
+                                              fingerprint_id=None, trials_budget=8, options={"seed": 1}, now=at(5))
     assert scrape(collector)["farm_job_last_event_timestamp_seconds"] == {
         (job.id, "mlp", "running"): at(0).timestamp(), (queued.id, "mlp", "queued"): at(5).timestamp()}
 
@@ -85,10 +85,10 @@ def test_each_unfinished_job_says_when_it_last_moved(store, cluster_store):
     assert scrape(collector)["farm_job_last_event_timestamp_seconds"][(job.id, "mlp", "running")] == \
         at(60).timestamp()
     agent = agent_of(cluster_store)
-    assert cluster_store.claim_shard(agent.id, GPU, ["cuda"], at(90), TTL) is not None
+    assert cluster_store.leases.claim_shard(agent.id, GPU, ["cuda"], at(90), TTL) is not None
     assert scrape(collector)["farm_job_last_event_timestamp_seconds"][(job.id, "mlp", "running")] == \
         at(90).timestamp()
 
-    cluster_store.cancel_job(job.id, at(120))
+    cluster_store.plans.cancel_job(job.id, at(120))
     assert scrape(collector)["farm_job_last_event_timestamp_seconds"] == {
         (queued.id, "mlp", "queued"): at(5).timestamp()}

@@ -57,7 +57,7 @@ def test_two_agents_share_a_job(local_farm):
     from foundation.registry.store import RegistryStore
 
     store = RegistryStore(local_farm.registry_url)
-    shards = ClusterStore(store).shards_of(job_id)
+    shards = ClusterStore(store).plans.shards_of(job_id)
     assert len(shards) == 2 and {s.agent_id for s in shards} == {a["id"] for a in agents}
     # Every record landed once: as many rows as trials, no duplicate digests possible.
     records = [r for r in store.records.all_records() if r.job_id == job_id]
@@ -65,7 +65,7 @@ def test_two_agents_share_a_job(local_farm):
     # Each agent measured its tasks' plans, no more (the plan is the job's, stored with it).
     plan = {t["task"]: t["trials"] for t in store.get_job(job_id).options["trial_plan"]["tasks"]}
     assert sum(plan.values()) == done["trials_budget"] and sum(s.trials_budget for s in shards) == sum(plan.values())
-    shash_of = {t.name: t.workload_shash for t in ClusterStore(store).job_tasks(job_id)}
+    shash_of = {t.name: t.workload_shash for t in ClusterStore(store).plans.job_tasks(job_id)}
     workloads = {w: shash for w, (shash, _) in store.records.get_workloads({r.workload_id for r in records}).items()}
     for task, trials in plan.items():
         assert 0 < sum(1 for r in records if workloads[r.workload_id] == shash_of[task]) <= trials, (task, plan)

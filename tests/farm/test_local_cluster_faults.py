@@ -33,7 +33,7 @@ POSTGRES_ONLY = pytest.mark.parametrize(
 
 def leased_shards(cluster_store, job_id: str, attempt: int):
     """The job's shards if there is exactly one and it is leased under ``attempt``."""
-    shards = cluster_store.shards_of(job_id)
+    shards = cluster_store.plans.shards_of(job_id)
     return shards if [(s.state.value, s.attempt) for s in shards] == [("leased", attempt)] else None
 
 
@@ -78,8 +78,9 @@ def test_shard_failing_max_attempts_fails_the_job_with_its_reasons(make_cluster)
             cluster.kill(victim, signal.SIGKILL)
             if attempt == 1:
                 # One lost attempt re-queues the shard; the job carries on.
-                (shard,) = wait_for(lambda: [s for s in cluster_store.shards_of(job_id) if s.state.value == "pending"],
-                                    30, "the lapsed lease to be re-queued", interval=0.2)
+                (shard,) = wait_for(
+                    lambda: [s for s in cluster_store.plans.shards_of(job_id) if s.state.value == "pending"],
+                    30, "the lapsed lease to be re-queued", interval=0.2)
                 assert [f.attempt for f in shard.failures] == [1]
                 assert store.get_job(job_id).state == "running"
 
@@ -121,7 +122,7 @@ def test_one_job_per_fingerprint_and_fingerprint_picks_one(make_cluster):
     with registry_of(cluster.registry_url) as (store, cluster_store):
         for job in spread:
             # Tuned only by agents of its fingerprint, into an artifact of that fingerprint.
-            holders = {s.agent_id for s in cluster_store.shards_of(job["job"])}
+            holders = {s.agent_id for s in cluster_store.plans.shards_of(job["job"])}
             assert holders and {fingerprint_of[a] for a in holders} == {job["fingerprint"]}, (job, holders)
             artifact = store.get_artifact(job["artifact"]["id"])
             assert (artifact.fingerprint_id, artifact.job_id) == (job["fingerprint"], job["job"])
@@ -273,11 +274,11 @@ def test_build_and_validation_survive_coordinator_kills(make_cluster):
                  "tuning to end", interval=0.02)
         cluster.stop_coordinator(signal.SIGKILL)
         assert store.get_job(job_id).state == "building", store.get_job(job_id)
-        assert cluster_store.get_validation(job_id) is None
+        assert cluster_store.validations.get_validation(job_id) is None
 
         # The restarted coordinator builds again; killed once an agent validates the library.
         cluster.start_coordinator()
-        leased = wait_for(lambda: (v := cluster_store.get_validation(job_id)) and v.state == "leased" and v,
+        leased = wait_for(lambda: (v := cluster_store.validations.get_validation(job_id)) and v.state == "leased" and v,
                           120, "the validation to be leased", interval=0.05)
         # Killed once the agent has the lease in hand: a kill between the lease's commit and its
         # answer would leave it to expire instead (the agent never heard of it), another scenario.
@@ -294,7 +295,7 @@ def test_build_and_validation_survive_coordinator_kills(make_cluster):
         assert done["state"] == "succeeded", (done, cluster.log("coordinator")[-3000:], cluster.log("a1")[-3000:])
         assert done["artifact"]["validation"]["passed"]
         # The result of the lease the restart interrupted was kept, not validated again.
-        validation = cluster_store.get_validation(job_id)
+        validation = cluster_store.validations.get_validation(job_id)
         assert (validation.attempt, validation.agent_id) == (leased.attempt, leased.agent_id), validation
         assert [j.id for j in store.list_jobs(limit=10)] == [job_id]  # no new submit, no second job
 

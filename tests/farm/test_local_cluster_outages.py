@@ -42,7 +42,7 @@ def test_a_coordinator_restart_mid_shard_costs_no_attempt_and_its_stop_while_it_
 
     with registry_of(cluster.registry_url) as (store, cluster_store):
         def leased():
-            shards = cluster_store.shards_of(job_id)
+            shards = cluster_store.plans.shards_of(job_id)
             return shards if [(s.state.value, s.attempt) for s in shards] == [("leased", 1)] else None
 
         (shard,) = wait_for(leased, 120, "the shard to be leased", interval=0.2)
@@ -56,7 +56,7 @@ def test_a_coordinator_restart_mid_shard_costs_no_attempt_and_its_stop_while_it_
         # A whole TTL after the restart, the lease stands (had the outage counted, it would
         # have lapsed at the first tick), or the agent already completed it under it.
         time.sleep(ttl + 2)
-        (now,) = cluster_store.shards_of(job_id)
+        (now,) = cluster_store.plans.shards_of(job_id)
         assert (now.state.value, now.attempt, now.agent_id) in (("leased", 1, shard.agent_id),
                                                                 ("done", 1, shard.agent_id)), \
             (now.failures, cluster.log("coordinator")[-3000:], cluster.log("a1")[-3000:])
@@ -71,7 +71,7 @@ def test_a_coordinator_restart_mid_shard_costs_no_attempt_and_its_stop_while_it_
         assert "coordinator stopped" in log
         assert not [mark for mark in CRASH_MARKS if mark in log], log[-3000:]
 
-        (final,) = cluster_store.shards_of(job_id)
+        (final,) = cluster_store.plans.shards_of(job_id)
         # The same attempt, by the same agent, finished the shard: the restart cost nothing.
         assert (final.state.value, final.attempt, final.agent_id, list(final.failures)) == \
             ("done", 1, shard.agent_id, []), final

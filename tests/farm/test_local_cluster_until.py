@@ -51,7 +51,7 @@ def test_rounds_are_sharded_to_agents_judged_here_and_the_stop_is_stored(local_f
     # Each round was its own set of shards, all done, leased to the agents.
     store = RegistryStore(local_farm.registry_url)
     try:
-        shards = ClusterStore(store).shards_of(done["job"])
+        shards = ClusterStore(store).plans.shards_of(done["job"])
         assert len(shards) >= len(rounds) and all(s.state.value == "done" for s in shards)
         assert len({s.agent_id for s in shards}) == 2  # both agents tuned rounds of it
         assert measurements_by_job(store, done["job"]) == done["trials"]  # every trial committed

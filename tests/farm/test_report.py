@@ -25,13 +25,13 @@ def _job(store, flops: list[float]):
     store.upsert_model(model_id="model-1", name="cnn", source="zoo", source_digest="v1", batch=1, inputs=[],
                        weights=[], num_parameters=1)
     cluster = ClusterStore(store)
-    job = cluster.create_job(model_id="model-1", target_request="cuda", target_kind="cuda", target=CUDA_TARGET,
-                             fingerprint_id=GPU, trials_budget=8 * len(flops), options={}, now=T0)
+    job, _ = cluster.jobs.create_job(model_id="model-1", target_request="cuda", target_kind="cuda", target=CUDA_TARGET,
+                                     fingerprint_id=GPU, trials_budget=8 * len(flops), options={}, now=T0)
     tasks = [PlannedTask(f"task{i}", weight=1, flop=f, workload_shash=str(1000 + i), mod_json=f'["{1000 + i}"]',
                          trials_budget=8) for i, f in enumerate(flops)]
-    cluster.add_job_plan(job.id, tasks, split_tasks(job.id, [TaskCost(t.name, t.weight, t.flop) for t in tasks],
-                                                    1, 8 * len(flops)), T0)
-    return job, {t.name: t.workload_id for t in cluster.job_tasks(job.id)}
+    cluster.plans.add_job_plan(job.id, tasks, split_tasks(job.id, [TaskCost(t.name, t.weight, t.flop) for t in tasks],
+                                                          1, 8 * len(flops)), T0)
+    return job, {t.name: t.workload_id for t in cluster.plans.job_tasks(job.id)}
 
 
 def _measure(store, job, workload_id: int, seconds: float, trace: str) -> None:

@@ -27,7 +27,7 @@ def at(seconds: float) -> datetime:
 
 
 def agent_of(cluster: ClusterStore, fingerprint_id: str = GPU, kinds=("cuda", "llvm"), now=T0, **kw):  # type: ignore[no-untyped-def]
-    return cluster.register_agent(
+    return cluster.agents.register_agent(
         fingerprint_id=fingerprint_id, target_kinds=list(kinds), hostname="box", address="10.0.0.1:1",
         tvm_version="0.27.0", rpc_key=f"farm-{fingerprint_id}", details={}, now=now, **kw,
     )
@@ -42,13 +42,13 @@ def tasks_of(count: int) -> list[PlannedTask]:
 
 
 def planned_job(cluster: ClusterStore, tasks: int = 2, shards: int = 2, fingerprint_id=GPU, kind="cuda"):  # type: ignore[no-untyped-def]
-    job = cluster.create_job(
+    job, _ = cluster.jobs.create_job(
         model_id="model-1", target_request=kind, target_kind=kind, target=CUDA_TARGET,
         fingerprint_id=fingerprint_id, trials_budget=8 * tasks, options={"seed": 1}, now=T0,
     )
     planned = tasks_of(tasks)
     split = split_tasks(job.id, [TaskCost(t.name, t.weight, t.flop) for t in planned], shards, 8 * tasks)
-    cluster.add_job_plan(job.id, planned, split, T0)
+    cluster.plans.add_job_plan(job.id, planned, split, T0)
     return job
 
 
@@ -57,8 +57,8 @@ def validating_job(cluster: ClusterStore, store):  # type: ignore[no-untyped-def
     Returns (job, the agent that tuned it)."""
     job = planned_job(cluster, tasks=1, shards=1)
     agent = agent_of(cluster)
-    lease = cluster.claim_shard(agent.id, GPU, ["cuda"], at(1), TTL)
-    cluster.complete_shard(lease.shard.id, 1, agent.id, at(2))
+    lease = cluster.leases.claim_shard(agent.id, GPU, ["cuda"], at(1), TTL)
+    cluster.leases.complete_shard(lease.shard.id, 1, agent.id, at(2))
     store.update_job(job.id, expect_state="running", state="building")
     store.update_job(job.id, expect_state="building", state="validating")
     return job, agent

@@ -36,44 +36,45 @@ def test_heartbeats_are_written_back_in_one_flush(cluster_store, store):
     live.beat(agents[0].id, at(40))
     live.beat(agents[1].id, at(41))
     live.beat(agents[1].id, at(42))  # the latest counts
-    assert cluster_store.get_agent(agents[1].id).last_heartbeat_at == at(0)  # not written yet
+    assert cluster_store.agents.get_agent(agents[1].id).last_heartbeat_at == at(0)  # not written yet
     assert live.flush() == 2
-    assert [cluster_store.get_agent(a.id).last_heartbeat_at for a in agents] == [at(40), at(42)]
+    assert [cluster_store.agents.get_agent(a.id).last_heartbeat_at for a in agents] == [at(40), at(42)]
     assert live.flush() == 0
 
     # A lost agent that beats again is active again once the beat is written.
-    assert {a.id for a in cluster_store.mark_lost_agents(at(42 + TTL + 1), TTL)} == {a.id for a in agents}
+    assert {a.id for a in cluster_store.agents.mark_lost_agents(at(42 + TTL + 1), TTL)} == {a.id for a in agents}
     live.beat(agents[0].id, at(80))
     live.flush()
-    assert cluster_store.get_agent(agents[0].id).state == "active"
-    assert cluster_store.get_agent(agents[1].id).state == "lost"
+    assert cluster_store.agents.get_agent(agents[0].id).state == "active"
+    assert cluster_store.agents.get_agent(agents[1].id).state == "lost"
     # A beat of an agent the registry does not know is written nowhere, and said so.
-    assert cluster_store.record_heartbeats({agents[1].id: at(81), "agent-nobody": at(81)}) == {agents[1].id}
-    assert cluster_store.get_agent(agents[1].id).last_heartbeat_at == at(81)
-    assert cluster_store.get_agent(agents[1].id).state == "active" and cluster_store.get_agent("agent-nobody") is None
+    assert cluster_store.agents.record_heartbeats({agents[1].id: at(81), "agent-nobody": at(81)}) == {agents[1].id}
+    assert cluster_store.agents.get_agent(agents[1].id).last_heartbeat_at == at(81)
+    assert cluster_store.agents.get_agent(agents[1].id).state == "active"
+    assert cluster_store.agents.get_agent("agent-nobody") is None
 
 
 def test_a_settled_lease_list_stays_settled_only_until_a_shard_changes(cluster_store, store):
     live = _live(cluster_store, store)
     planned_job(cluster_store, tasks=2, shards=2)
     agent = agent_of(cluster_store)
-    lease = cluster_store.claim_shard(agent.id, GPU, ["cuda"], at(1), TTL)
+    lease = cluster_store.leases.claim_shard(agent.id, GPU, ["cuda"], at(1), TTL)
     listed = frozenset({(lease.shard.id, lease.attempt)})
 
     version = live.lease_version(agent.id)
-    verdict = cluster_store.reconcile_leases(agent.id, sorted(listed), at(2), grace=10)
+    verdict = cluster_store.leases.reconcile_leases(agent.id, sorted(listed), at(2), grace=10)
     assert verdict.settled and not verdict.cancel and not verdict.lost
     live.note_settled(agent.id, listed, version)
     assert live.is_settled(agent.id, listed, live.lease_version(agent.id))
     assert not live.is_settled(agent.id, frozenset(), live.lease_version(agent.id)), "another list is another question"
 
     # Records change no shard's state: the verdict holds.
-    assert cluster_store.report_records(lease.shard.id, 1, agent.id, records_of(lease, ["a"])).accepted
+    assert cluster_store.reports.report_records(lease.shard.id, 1, agent.id, records_of(lease, ["a"])).accepted
     assert live.is_settled(agent.id, listed, live.lease_version(agent.id))
     # A shard state change (here: the other shard leased) is a reason to look again.
-    cluster_store.claim_shard(agent.id, GPU, ["cuda"], at(3), TTL)
+    cluster_store.leases.claim_shard(agent.id, GPU, ["cuda"], at(3), TTL)
     assert not live.is_settled(agent.id, listed, live.lease_version(agent.id))
-    verdict = cluster_store.reconcile_leases(agent.id, sorted(listed), at(4), grace=10)
+    verdict = cluster_store.leases.reconcile_leases(agent.id, sorted(listed), at(4), grace=10)
     assert not verdict.settled and not verdict.lost  # the new lease is within its grace
 
 
@@ -85,26 +86,26 @@ def test_only_changes_to_an_agents_own_leases_unsettle_its_list(cluster_store, s
     for ending in ("cancel", "another shard fails"):
         job = planned_job(cluster_store, tasks=3, shards=3)
         mine, other = agent_of(cluster_store), agent_of(cluster_store)
-        lease = cluster_store.claim_shard(mine.id, GPU, ["cuda"], at(1), TTL)
+        lease = cluster_store.leases.claim_shard(mine.id, GPU, ["cuda"], at(1), TTL)
         listed = frozenset({(lease.shard.id, lease.attempt)})
         version = live.lease_version(mine.id)
-        assert cluster_store.reconcile_leases(mine.id, sorted(listed), at(2), grace=10).settled
+        assert cluster_store.leases.reconcile_leases(mine.id, sorted(listed), at(2), grace=10).settled
         live.note_settled(mine.id, listed, version)
 
-        theirs = cluster_store.claim_shard(other.id, GPU, ["cuda"], at(3), TTL)
-        assert cluster_store.complete_shard(theirs.shard.id, theirs.attempt, other.id, at(4)).accepted
+        theirs = cluster_store.leases.claim_shard(other.id, GPU, ["cuda"], at(3), TTL)
+        assert cluster_store.leases.complete_shard(theirs.shard.id, theirs.attempt, other.id, at(4)).accepted
         assert live.is_settled(mine.id, listed, live.lease_version(mine.id)), \
             "another agent's claim or completion unsettled this one"
-        assert cluster_store.reconcile_leases(mine.id, sorted(listed), at(5), grace=10).settled
+        assert cluster_store.leases.reconcile_leases(mine.id, sorted(listed), at(5), grace=10).settled
 
         if ending == "cancel":
-            cluster_store.cancel_job(job.id, at(6))
+            cluster_store.plans.cancel_job(job.id, at(6))
         else:
-            theirs = cluster_store.claim_shard(other.id, GPU, ["cuda"], at(6), TTL)
-            assert cluster_store.fail_shard(theirs.shard.id, theirs.attempt, other.id, "broken", at(7),
-                                      max_attempts=1).accepted
+            theirs = cluster_store.leases.claim_shard(other.id, GPU, ["cuda"], at(6), TTL)
+            assert cluster_store.leases.fail_shard(theirs.shard.id, theirs.attempt, other.id, "broken", at(7),
+                                                   max_attempts=1).accepted
         assert not live.is_settled(mine.id, listed, live.lease_version(mine.id)), f"{ending}: still settled"
-        verdict = cluster_store.reconcile_leases(mine.id, sorted(listed), at(8), grace=10)
+        verdict = cluster_store.leases.reconcile_leases(mine.id, sorted(listed), at(8), grace=10)
         assert [shard_id for shard_id, _, _ in verdict.cancel] == [lease.shard.id], ending
 
 
@@ -176,9 +177,9 @@ def test_idle_polls_see_pending_work_as_soon_as_it_exists_and_until_it_is_gone(c
     planned_job(cluster_store, tasks=2, shards=2)
     assert live.may_have_work(GPU, ["cuda"]) and not live.may_have_work(GPU, ["llvm"])
     assert not live.may_have_work(OTHER_GPU, ["cuda"])
-    cluster_store.claim_shard(agent.id, GPU, ["cuda"], at(1), TTL)
+    cluster_store.leases.claim_shard(agent.id, GPU, ["cuda"], at(1), TTL)
     assert live.may_have_work(GPU, ["cuda"])
-    cluster_store.claim_shard(agent.id, GPU, ["cuda"], at(1), TTL)
+    cluster_store.leases.claim_shard(agent.id, GPU, ["cuda"], at(1), TTL)
     assert not live.may_have_work(GPU, ["cuda"])
 
 
@@ -188,13 +189,13 @@ def test_idle_polls_see_a_pending_validation_until_it_is_leased(cluster_store, s
     live = _live(cluster_store, store)
     job, agent = validating_job(cluster_store, store)
     assert not live.may_have_work(GPU, ["cuda"], work="validation"), "validating, but nothing built yet"
-    cluster_store.create_validation(job.id, library=b"lib", lib_format="so", reference_library=None, inputs=[],
-                              weights=[], seed=1, runs=1, warmup=0, now=at(3))
+    cluster_store.validations.create_validation(job.id, library=b"lib", lib_format="so", reference_library=None,
+                                                inputs=[], weights=[], seed=1, runs=1, warmup=0, now=at(3))
     assert live.may_have_work(GPU, ["cuda"], work="validation")
     assert not live.may_have_work(GPU, ["llvm"], work="validation")
     assert not live.may_have_work(OTHER_GPU, ["cuda"], work="validation")
     assert not live.may_have_work(GPU, ["cuda"]), "a validation is not a shard"
-    assert cluster_store.claim_validation(agent.id, GPU, at(4)) is not None
+    assert cluster_store.validations.claim_validation(agent.id, GPU, at(4)) is not None
     assert not live.may_have_work(GPU, ["cuda"], work="validation")
 
 
@@ -212,13 +213,13 @@ class _HeldCluster:
             self.entered.set()
             self.release.wait(30)
         self.groups.append(len(batches))
-        return self._cluster.ingest_reports(batches)
+        return self._cluster.reports.ingest_reports(batches)
 
 
 def test_reports_that_arrive_during_a_commit_go_in_the_next_one(cluster_store, store):
     job = planned_job(cluster_store, tasks=2, shards=2)
     agents = [agent_of(cluster_store), agent_of(cluster_store)]
-    leases = [cluster_store.claim_shard(a.id, GPU, ["cuda"], at(1), TTL) for a in agents]
+    leases = [cluster_store.leases.claim_shard(a.id, GPU, ["cuda"], at(1), TTL) for a in agents]
     held = _HeldCluster(cluster_store)
     ingest = GroupCommit("test-reports", held.ingest_reports)
     answers: dict[int, object] = {}
@@ -254,7 +255,7 @@ def test_reports_that_arrive_during_a_commit_go_in_the_next_one(cluster_store, s
 def test_a_report_that_cannot_be_written_fails_alone(cluster_store, store):
     planned_job(cluster_store, tasks=1, shards=1)
     agent = agent_of(cluster_store)
-    lease = cluster_store.claim_shard(agent.id, GPU, ["cuda"], at(1), TTL)
+    lease = cluster_store.leases.claim_shard(agent.id, GPU, ["cuda"], at(1), TTL)
     held = _HeldCluster(cluster_store)
     ingest = GroupCommit("test-reports", held.ingest_reports)
     bad = NewRecord(workload_id=999_999, fingerprint_id=GPU, target=lease.job.target, tvm_version="0.27.0",
@@ -328,5 +329,5 @@ def test_on_the_event_loop_pending_work_is_refreshed_in_the_background(cluster_s
     planned_job(cluster_store, tasks=1, shards=1)
     assert not live.may_have_work(GPU, ["cuda"], wait=False), "the last answer, while the new one is read"
     wait_for(lambda: live.may_have_work(GPU, ["cuda"], wait=False), 10, "the new job's shard to be seen", 0.05)
-    cluster_store.claim_shard(agent.id, GPU, ["cuda"], at(1), TTL)
+    cluster_store.leases.claim_shard(agent.id, GPU, ["cuda"], at(1), TTL)
     wait_for(lambda: not live.may_have_work(GPU, ["cuda"], wait=False), 10, "the leased shard to be gone", 0.05)

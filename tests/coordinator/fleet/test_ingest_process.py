@@ -48,7 +48,7 @@ def leased(cluster_store):
     """An agent holding the one shard of a planned job: (agent, lease)."""
     planned_job(cluster_store, tasks=1, shards=1)
     agent = agent_of(cluster_store)
-    return agent, cluster_store.claim_shard(agent.id, GPU, ["cuda"], at(1), TTL)
+    return agent, cluster_store.leases.claim_shard(agent.id, GPU, ["cuda"], at(1), TTL)
 
 
 def test_unreadable_records_are_dropped_and_said_so_in_the_job_log():
@@ -76,7 +76,7 @@ def test_the_child_commits_groups_and_comes_back_after_being_killed(leased, clus
                            _report(lease, agent.id, [8], attempt=2)])
         assert [(v.accepted, v.stored, v.duplicates) for v in verdicts] == [(True, 2, 0), (True, 1, 1), (False, 0, 0)]
         assert "attempt 2" in verdicts[2].reason
-        assert store.records.count_records() == 3 and cluster_store.get_shard(lease.shard.id).trials_done == 4
+        assert store.records.count_records() == 3 and cluster_store.plans.get_shard(lease.shard.id).trials_done == 4
 
         os.kill(first, signal.SIGKILL)
         wait_for(lambda: not _alive(first), 10, "the killed child to go")
@@ -104,7 +104,7 @@ def test_a_failed_group_is_raised_as_the_registry_said_and_the_child_goes_on(
         with pytest.raises(RegistryError) as caught:
             ingest([_report(lease, agent.id, [1]), bad])
         with pytest.raises(RegistryError) as here:  # the same group, committed in this process
-            cluster_store.ingest_reports([read_report(_report(lease, agent.id, [1])), read_report(bad)])
+            cluster_store.reports.ingest_reports([read_report(_report(lease, agent.id, [1])), read_report(bad)])
         assert "999999" in caught.value.problem
         assert (type(caught.value), caught.value.problem, caught.value.fix) == (
             type(here.value), here.value.problem, here.value.fix)
@@ -163,7 +163,7 @@ def test_groups_sent_while_one_commits_are_read_meanwhile_and_answered_in_order(
         with pytest.raises(RegistryError) as caught:  # the bad group fails alone, as the registry said
             later[1].result(30)
         assert "999999" in caught.value.problem
-        assert store.records.count_records() == 4 and cluster_store.get_shard(lease.shard.id).trials_done == 6
+        assert store.records.count_records() == 4 and cluster_store.plans.get_shard(lease.shard.id).trials_done == 6
     finally:
         ingest.close()
 
@@ -179,7 +179,7 @@ def test_groups_read_meanwhile_commit_together(leased, cluster_store, store, reg
             time.sleep(0.5)
         assert [[(v.accepted, v.stored, v.duplicates) for v in f.result(30)] for f in [first, *later]] == [
             [(True, 1, 0)], [(True, 2, 0)], [(True, 2, 0)], [(True, 1, 1)]]  # 4 came with [2, 4]
-        assert store.records.count_records() == 6 and cluster_store.get_shard(lease.shard.id).trials_done == 7
+        assert store.records.count_records() == 6 and cluster_store.plans.get_shard(lease.shard.id).trials_done == 7
     finally:
         ingest.close()
 
