@@ -9,15 +9,22 @@ fingerprint in turn, ranks its records workload by workload with:
   (pairwise 0.5, top-k recall k/n);
 - cross, no device: trained on the other fingerprints' records, program features only;
 - cross + device: the same with each fingerprint's device features (the farm's xgb-cross model);
-- own 7%: trained on a random 7% (--own-share) of the held-out fingerprint's own records.
+- own 7%: trained on a random 7% (--own-share) of the held-out fingerprint's own records (the
+  per-fingerprint model a box has after a few of its own jobs);
+- blend own 7%, fine-tuned on own 7%: the two ways a job carries its own measurements into the
+  cross model (foundation.meta_schedule.warm.cross_cost_model: BLEND, FINE_TUNE), with those 7%.
 
-All four are scored on the same records: the held-out fingerprint's valid records less the
-ones the own model trained on. Measures per workload, pooled: pairs put in the right order;
-top-1 and top-5 recall (the share of the k fastest among the k ranked first).
-Prints the table and writes every row to --out (CSV).
+All are scored on the same records: the held-out fingerprint's valid records less the ones the
+own model trained on. Measures per workload: pairs put in the right order (pooled over the
+workloads), top-1 and top-5 recall (the share of the k fastest among the k ranked first, the
+mean over workloads). Labels are normalised per (workload, fingerprint) and only orders within
+one workload of one fingerprint are scored, so a box that ran slower throughout (other work
+beside it) still ranks on equal terms; a burst during some records, though, reorders them.
+Prints the table and writes every row, per workload too, to --out (JSON).
 
     .venv/bin/python bench/cost_model_transfer.py REGISTRY_URL [--shipped] [--kind cpu]
-        [--own-share 0.07] [--seed 0] [--out docs/results/cost_model_transfer.csv]
+        [--own-share 0.07] [--seed 0] [--per-fingerprint N] [--conditions TEXT]
+        [--out docs/results/cost-model-transfer.json]
 
 Exit codes: 0 done; 2 bad arguments; 3 fewer than two fingerprints with records.
 """
@@ -25,17 +32,20 @@ Exit codes: 0 done; 2 bad arguments; 3 fewer than two fingerprints with records.
 from __future__ import annotations
 
 import argparse
-import csv
+import json
+import math
+import statistics
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-MODELS = ("untrained", "cross, no device", "cross + device", "own 7%")
-COLUMNS = ("held_out", "model", "train_samples", "eval_records", "workloads", "pairs", "pairwise_accuracy",
-           "top1_recall", "top5_recall")
+MODELS = ("untrained", "cross, no device", "cross + device", "own 7%", "cross + device, blend own 7%",
+          "cross + device, fine-tuned on own 7%")
+MEASURES = ("pairwise_accuracy", "top1_recall", "top5_recall")
 
 
 def ranking(groups: Sequence[tuple[Sequence[float], Sequence[float]]]) -> dict:
@@ -69,10 +79,11 @@ def ranking(groups: Sequence[tuple[Sequence[float], Sequence[float]]]) -> dict:
 
 
 def leave_one_out(samples, vectors, held: str, own_share: float, seed: int) -> list[dict]:
-    """The four models' rows for fingerprint ``held``."""
+    """Each model's row for fingerprint ``held`` (the pooled figures, and ``per_workload``)."""
     import numpy as np
 
-    from foundation.meta_schedule.warm.cross_model import train
+    from foundation.meta_schedule.warm.cross_cost_model import blended
+    from foundation.meta_schedule.warm.cross_model import fine_tuned, train
 
     own = [s for s in samples if s.fingerprint_id == held]
     others = [s for s in samples if s.fingerprint_id != held]
@@ -85,24 +96,72 @@ def leave_one_out(samples, vectors, held: str, own_share: float, seed: int) -> l
     for s in scored:
         by_workload.setdefault(s.workload_id, []).append(s)
     groups = [g for g in by_workload.values() if len(g) >= 2]
-    models = {"untrained": None}
+    programs = [[s.program for s in g] for g in groups]
+    vector = vectors[held]
+    scores: dict[str, list | None] = {"untrained": None}
+    train_sizes = {"untrained": 0}
+    seconds: dict[str, float] = {"untrained": 0.0}
+
+    def score(name: str, model, size: int, began: float) -> None:
+        seconds[name] = time.monotonic() - began
+        scores[name] = [model.predict(p, vector) for p in programs]
+        train_sizes[name] = size
+
     if others:
-        models["cross, no device"] = train(others, None)
-        models["cross + device"] = train(others, vectors)
+        began = time.monotonic()
+        score("cross, no device", train(others, None), len(others), began)
+        began = time.monotonic()
+        cross = train(others, vectors)
+        score("cross + device", cross, len(others), began)
     if own_train:
-        models["own 7%"] = train(own_train, None)
-    train_sizes = {"untrained": 0, "cross, no device": len(others), "cross + device": len(others),
-                   "own 7%": len(own_train)}
+        began = time.monotonic()
+        own_model = train(own_train, None)
+        score("own 7%", own_model, len(own_train), began)
+    if others and own_train:
+        scores["cross + device, blend own 7%"] = [
+            blended(c, o, len(own_train)) for c, o in zip(scores["cross + device"], scores["own 7%"])]
+        train_sizes["cross + device, blend own 7%"] = len(others) + len(own_train)
+        seconds["cross + device, blend own 7%"] = seconds["cross + device"] + seconds["own 7%"]
+        began = time.monotonic()
+        score("cross + device, fine-tuned on own 7%", fine_tuned(cross, own_train, vectors),
+              len(others) + len(own_train), began)
+        seconds["cross + device, fine-tuned on own 7%"] += seconds["cross + device"]
     rows = []
     for name in MODELS:
-        if name not in models:
+        if name not in scores:
             continue
-        model = models[name]
-        scored_groups = [(None if model is None else list(model.predict([s.program for s in g], vectors[held])),
-                          [s.cost for s in g]) for g in groups]
+        by_group = scores[name]
+        pairs = [(None if by_group is None else list(by_group[i]), [s.cost for s in g]) for i, g in enumerate(groups)]
         rows.append({"held_out": held, "model": name, "train_samples": train_sizes[name],
-                     "eval_records": sum(len(g) for g in groups), **ranking(scored_groups)})
+                     "train_predict_seconds": round(seconds[name], 3), "eval_records": sum(len(g) for g in groups),
+                     **ranking(pairs),
+                     "per_workload": [{"workload_id": g[0].workload_id, "records": len(g),
+                                       **{k: v for k, v in ranking([pair]).items() if k in MEASURES}}
+                                      for g, pair in zip(groups, pairs)]})
     return rows
+
+
+def summary(rows: Sequence[dict]) -> dict[str, dict[str, float]]:
+    """Each model's measures, the mean over the held-out fingerprints."""
+    out = {}
+    for name in MODELS:
+        mine = [r for r in rows if r["model"] == name]
+        if mine:
+            out[name] = {m: round(statistics.fmean(v for r in mine if not math.isnan(v := r[m])), 4)
+                         for m in MEASURES}
+            out[name]["held_out"] = len(mine)
+    return out
+
+
+def _no_nan(value):
+    """``value`` with NaN (a workload with no pair of different times) as null: standard JSON has no NaN."""
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _no_nan(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_no_nan(v) for v in value]
+    return value
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -112,17 +171,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--kind", default="cpu", choices=("cpu", "cuda"))
     parser.add_argument("--own-share", type=float, default=0.07)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "results" / "cost_model_transfer.csv")
+    parser.add_argument("--per-fingerprint", type=int, default=None,
+                        help="at most this many of each fingerprint's newest records (default: every one)")
+    parser.add_argument("--conditions", default="",
+                        help="how the records were measured (a quiet box, or beside other work), kept in the JSON")
+    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "results" / "cost-model-transfer.json")
     args = parser.parse_args(argv)
     if not 0 < args.own_share < 1:
         print(f"error: --own-share takes a share between 0 and 1, not {args.own_share}", file=sys.stderr)
+        return 2
+    if args.per_fingerprint is not None and args.per_fingerprint < 4:
+        print(f"error: --per-fingerprint takes 4 or more, not {args.per_fingerprint}", file=sys.stderr)
         return 2
 
     from foundation.hardware.tvm_startup import install_lean_tensor_intrinsics
 
     install_lean_tensor_intrinsics("llvm" if args.kind == "cpu" else "cuda")
     import tvm
+    from timing import cpu_model
 
+    from foundation.clock import utc_now
     from foundation.meta_schedule.warm.cross_samples import registry_dataset
     from foundation.registry.packs import read_pack
     from foundation.registry.shipped_packs import shipped_packs
@@ -132,7 +200,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.shipped:
         stores += [read_pack(path)[0] for path in shipped_packs()]
     try:
-        dataset = registry_dataset(stores, tvm.__version__, args.kind)
+        began = time.monotonic()
+        dataset = registry_dataset(stores, tvm.__version__, args.kind, per_fingerprint=args.per_fingerprint)
+        extract_s = time.monotonic() - began
+        about = {f.id: {"summary": f.summary, "device": f.details.get("device") or {}}
+                 for store in stores for f in store.list_fingerprints() if f.id in dataset.vectors}
     finally:
         for store in stores:
             store.dispose()
@@ -145,15 +217,27 @@ def main(argv: list[str] | None = None) -> int:
     for held in fingerprints:
         rows += leave_one_out(dataset.samples, dataset.vectors, held, args.own_share, args.seed)
     print(f"{len(dataset.samples)} records of {len(fingerprints)} {args.kind} fingerprints, TVM {tvm.__version__}")
-    print(f"{'held out':<20} {'model':<17} {'train':>6} {'scored':>6} {'pairwise':>8} {'top-1':>6} {'top-5':>6}")
+    print(f"{'held out':<20} {'model':<37} {'train':>6} {'scored':>6} {'pairwise':>8} {'top-1':>6} {'top-5':>6}")
     for row in rows:
-        print(f"{row['held_out']:<20} {row['model']:<17} {row['train_samples']:>6} {row['eval_records']:>6} "
+        print(f"{row['held_out']:<20} {row['model']:<37} {row['train_samples']:>6} {row['eval_records']:>6} "
               f"{row['pairwise_accuracy']:>8.3f} {row['top1_recall']:>6.3f} {row['top5_recall']:>6.3f}")
+    means = summary(rows)
+    for name, figures in means.items():
+        print(f"{'mean':<20} {name:<37} {'':>6} {'':>6} {figures['pairwise_accuracy']:>8.3f} "
+              f"{figures['top1_recall']:>6.3f} {figures['top5_recall']:>6.3f}")
+    for fp in fingerprints:
+        about[fp]["records"] = sum(1 for s in dataset.samples if s.fingerprint_id == fp)
+    document = {
+        "bench": "cost_model_transfer", "date": utc_now().isoformat(timespec="seconds"), "cpu": cpu_model(),
+        "tvm": tvm.__version__, "command": "bench/cost_model_transfer.py " + " ".join(argv or sys.argv[1:]),
+        "conditions": args.conditions,
+        "labels": "normalised per (workload, fingerprint): fastest time over each record's; only orders within "
+                  "one workload of one fingerprint are scored",
+        "own_share": args.own_share, "seed": args.seed, "kind": args.kind, "extract_seconds": round(extract_s, 1),
+        "fingerprints": about, "summary": means, "rows": rows,
+    }
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    with args.out.open("w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=COLUMNS)
-        writer.writeheader()
-        writer.writerows(rows)
+    args.out.write_text(json.dumps(_no_nan(document), indent=1, allow_nan=False) + "\n")
     print(f"wrote {args.out}")
     return 0
 

@@ -6,8 +6,7 @@ so the figures it prints are no result; the script's figures come from a registr
 
 from __future__ import annotations
 
-import csv
-import math
+import json
 
 import cost_model_transfer
 import pytest
@@ -32,7 +31,7 @@ def test_a_share_outside_zero_to_one_is_refused_with_exit_2(tmp_path, capsys):
 
 
 @pytest.mark.slow
-def test_every_fingerprint_is_held_out_once_against_the_four_models(tmp_path, capsys):
+def test_every_fingerprint_is_held_out_once_against_every_model(tmp_path, capsys):
     from foundation.hardware.tvm_startup import install_lean_tensor_intrinsics
 
     install_lean_tensor_intrinsics("llvm")
@@ -42,16 +41,71 @@ def test_every_fingerprint_is_held_out_once_against_the_four_models(tmp_path, ca
 
     url = f"sqlite:///{tmp_path / 'registry.db'}"
     synthetic_registry(url, tvm.target.Target({"kind": "llvm", "num-cores": 2}), per_workload=20).dispose()
-    out = tmp_path / "transfer.csv"
-    assert cost_model_transfer.main([url, "--out", str(out)]) == 0
+    out = tmp_path / "transfer.json"
+    assert cost_model_transfer.main([url, "--out", str(out), "--conditions", "synthetic times"]) == 0
     printed = capsys.readouterr().out
     assert "120 records of 3 cpu fingerprints" in printed and f"wrote {out}" in printed
-    rows = list(csv.DictReader(out.open()))
+    document = json.loads(out.read_text())
+    assert document["conditions"] == "synthetic times"
+    assert "normalised per (workload, fingerprint)" in document["labels"]
+    assert {fp: f["records"] for fp, f in document["fingerprints"].items()} == {fp: 40 for fp, _ in BOXES}
+    rows = document["rows"]
     assert [(r["held_out"], r["model"]) for r in rows] == [
         (fp, model) for fp, _ in sorted(BOXES) for model in cost_model_transfer.MODELS]
     for row in rows:
-        assert int(row["eval_records"]) == 40 - 3  # 7% of 40 trained the own model; the rest are scored
-        assert int(row["workloads"]) == 2 and int(row["pairs"]) > 0
-        for measure in ("pairwise_accuracy", "top1_recall", "top5_recall"):
-            assert 0 <= float(row[measure]) <= 1 and not math.isnan(float(row[measure]))
-        assert int(row["train_samples"]) == {"untrained": 0, "own 7%": 3}.get(row["model"], 80)
+        assert row["eval_records"] == 40 - 3  # 7% of 40 trained the own model; the rest are scored
+        assert row["workloads"] == 2 and row["pairs"] > 0 and len(row["per_workload"]) == 2
+        for measure in cost_model_transfer.MEASURES:
+            assert 0 <= row[measure] <= 1
+            assert all(w[measure] is None or 0 <= w[measure] <= 1 for w in row["per_workload"])
+        others, own = 80, 3
+        assert row["train_samples"] == {"untrained": 0, "own 7%": own, "cross, no device": others,
+                                        "cross + device": others}.get(row["model"], others + own)
+    assert set(document["summary"]) == set(cost_model_transfer.MODELS)
+    assert all(figures["held_out"] == 3 for figures in document["summary"].values())
+
+
+def test_the_dataset_script_refuses_an_unknown_view_or_budget_with_exit_2(tmp_path, capsys):
+    import cost_model_dataset
+
+    assert cost_model_dataset.main(["--home", str(tmp_path), "--views", "native,quantum"]) == 2
+    assert "unknown view(s) quantum" in capsys.readouterr().err
+    assert cost_model_dataset.main(["--home", str(tmp_path), "--trials-per-task", "0"]) == 2
+    assert "--trials-per-task" in capsys.readouterr().err
+
+
+def test_a_view_runs_its_submit_on_its_cpus_for_its_cpu():
+    from pathlib import Path
+
+    import cost_model_dataset
+
+    view = cost_model_dataset.VIEWS["haswell-1core"]
+    assert view.command(["farm", "submit"]) == ["taskset", "-c", "0", "farm", "submit"]
+    env = view.environment(Path("/tmp/home"))
+    assert (env["FARM_CPU_VIEW_MCPU"], env["OPENBLAS_CORETYPE"], env["TVM_NUM_THREADS"]) == ("haswell", "Haswell", "1")
+    native = cost_model_dataset.VIEWS["native"].environment(Path("/tmp/home"))
+    assert "FARM_CPU_VIEW_MCPU" not in native and "TVM_NUM_THREADS" not in native
+    assert native["FARM_HOME"] == "/tmp/home" and native["FARM_SHIPPED_PACKS"] == "0"
+
+
+@pytest.mark.slow
+def test_the_dataset_script_evaluates_its_registry_with_the_shipped_packs(tmp_path, monkeypatch, capsys):
+    from foundation.hardware.tvm_startup import install_lean_tensor_intrinsics
+
+    install_lean_tensor_intrinsics("llvm")
+    import cost_model_dataset
+    import tvm
+
+    from foundation.config import SHIPPED_PACKS_DIR_ENV
+
+    from support.cross_records import synthetic_registry
+
+    synthetic_registry(f"sqlite:///{tmp_path / 'dataset.db'}", tvm.target.Target({"kind": "llvm", "num-cores": 2}),
+                       sizes=(32,), per_workload=20).dispose()
+    (tmp_path / "packs").mkdir()
+    monkeypatch.setenv(SHIPPED_PACKS_DIR_ENV, str(tmp_path / "packs"))  # none shipped: the test's records alone
+    out = tmp_path / "result.json"
+    assert cost_model_dataset.main(["--home", str(tmp_path), "--skip-tuning", "--out", str(out)]) == 0
+    document = json.loads(out.read_text())
+    assert document["conditions"].startswith("recorded on a shared 2-core VM beside other work")
+    assert "--shipped" in document["command"] and len(document["fingerprints"]) == 3
