@@ -432,6 +432,39 @@ def cost_model(page: Page) -> list[str]:
     ]
 
 
+def read_cost_model_transfer(raw: dict) -> dict:
+    """bench/cost_model_transfer.py's JSON: each model's means over the held-out fingerprints."""
+    return {"models": raw["summary"], "fingerprints": raw["fingerprints"], "conditions": raw["conditions"],
+            "own_share": raw["own_share"], "date": raw["date"]}
+
+
+def cross_model(page: Page) -> list[str]:
+    lines = [
+        "## A cost model across hardware: leave one fingerprint out",
+        "",
+        "```",
+        ".venv/bin/python bench/cost_model_dataset.py    # tunes each view of this box, then runs:",
+        ".venv/bin/python bench/cost_model_transfer.py sqlite:///DATASET.db --shipped --out docs/results/NAME.json",
+        "```",
+        "",
+        "Each fingerprint is held out in turn; its records are ranked workload by workload by a model that",
+        "never saw them: untrained (random), trained on the other fingerprints' records without and with",
+        "their device features (the farm's xgb-cross), trained on 7% of the fingerprint's own records, and",
+        "the two ways a job adds its own measurements to the cross model (a blend, fine-tuning). Means over",
+        "the held-out fingerprints; labels are normalised per workload and fingerprint.",
+    ]
+    for row in page.index.get("cost_model_transfer", []):
+        r = read_cost_model_transfer(page.raw(row["file"]))
+        held = ", ".join(f"{f['summary'].split(', llvm')[0]} ({f['records']} records)"
+                         for f in r["fingerprints"].values())
+        lines += ["", f"{page.cpu(row)}, {_date(r['date'])}, {_link(row['file'])}. Held out: {held}.", "",
+                  *_table(["model", "pairwise accuracy", "top-1 recall", "top-5 recall"],
+                          [[name, f"{m['pairwise_accuracy']:.3f}", f"{m['top1_recall']:.3f}",
+                            f"{m['top5_recall']:.3f}"] for name, m in r["models"].items()]),
+                  "", f"- Measured: {r['conditions']}"]
+    return lines
+
+
 def costs(page: Page) -> list[str]:
     rows = [[row["hand"]["what"], page.cpu(row), row["hand"]["figure"], row["hand"]["date"],
              f"`{row['command']}`", page.source(row)] for row in page.index["costs"]]
@@ -611,8 +644,8 @@ def gpu_and_suite(page: Page) -> list[str]:
     ]
 
 
-SECTIONS = [head, quick_start, parity, bert, ceiling, warm_start, cost_model, costs, coordinator, defaults, older,
-            peers, gpu_and_suite]
+SECTIONS = [head, quick_start, parity, bert, ceiling, warm_start, cost_model, cross_model, costs, coordinator, defaults,
+            older, peers, gpu_and_suite]
 
 
 def render(results: Path = RESULTS) -> str:
