@@ -38,9 +38,10 @@ if TYPE_CHECKING:  # pragma: no cover
 
 BLEND = "blend"
 FINE_TUNE = "fine-tune"
-# What a job does with its own measurements. BLEND until bench/cost_model_transfer.py's rows "blend
-# own 7%" and "fine-tuned on own 7%" have been taken on real records (bench/cost_model_dataset.py)
-# and say otherwise: not yet measured.
+# What a job does with its own measurements: BLEND ranked pairs better (0.596 of pairs against 0.555
+# fine-tuned, top-5 recall 0.629 against 0.619; top-1 0.209 against 0.256) over three held-out
+# fingerprints, and fine-tuning on a box with few records ranked worse than the cross model alone
+# (docs/results/cost-model-transfer-xeon207.json: a small dataset, partly recorded beside other work).
 MODE = BLEND
 # Own samples at which the job's own model weighs as much as the cross model.
 BLEND_SAMPLES = 256
