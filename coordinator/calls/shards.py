@@ -18,6 +18,7 @@ from foundation.clock import utc_now
 from foundation.domain.job_spec import job_options
 from foundation.domain.shard_leases import trials_left
 from foundation.errors import NotFound, RegistryError
+from foundation.meta_schedule.warm.cross_model import cross_model_ref
 from foundation.meta_schedule.warm.seed_sources import OTHER_FINGERPRINT, OWN_FINGERPRINT, seed_traces_by_id
 from foundation.registry.entities import ShardClaim, ShardLease
 from foundation.registry.store import RegistryStore
@@ -65,7 +66,7 @@ class ShardCalls:
 
     def shard_offer(self, lease: ShardLease, fingerprint_id: str) -> ShardOffer:
         """What an agent is sent with a granted lease: tasks, budget, warm-start records, the seeds
-        chosen for its tasks when the job was planned, and the fingerprint's cost model."""
+        chosen for its tasks when the job was planned, and the cost model its search starts from."""
         job = lease.job
         budget, planned = trials_left(lease.shard.trials_budget, lease.shard.trials_done,
                                       [t.trials_budget for t in lease.tasks])
@@ -81,7 +82,8 @@ class ShardCalls:
         seeds = seed_traces_by_id(self._store, job.fingerprint_id, seed_ids) if any(seed_ids) \
             else [[] for _ in lease.tasks]
         warm_start = stored.spec.warm_start
-        cost_model = self._store.cost_models.find(job.fingerprint_id, self._tvm_version) \
+        # The fingerprint's own model, or the cross-hardware one while it has learned few records.
+        cost_model = cross_model_ref(self._store, job.fingerprint_id, self._tvm_version) \
             if warm_start and job.fingerprint_id else None
         return ShardOffer(
             lease=lease,

@@ -98,8 +98,6 @@ class TuningReport:
     pretrained_cost_model: bool = False  # the search's cost model started trained on past records
     # What it started from: "this fingerprint's records", or the cross model's CrossCostModel.started_from.
     cost_model_start: str = ""
-    # What it started from: "this fingerprint's records", or the cross model's CrossCostModel.started_from.
-    cost_model_start: str = ""
 
     @staticmethod
     def combined(reports: Sequence["TuningReport"]) -> "TuningReport":
@@ -124,7 +122,6 @@ class TuningReport:
             first_build_at=next((r.first_build_at for r in reports if r.first_build_at is not None), None),
             seeds=reports[0].seeds,
             pretrained_cost_model=any(r.pretrained_cost_model for r in reports),
-            cost_model_start=next((r.cost_model_start for r in reports if r.cost_model_start), ""),
             cost_model_start=next((r.cost_model_start for r in reports if r.cost_model_start), ""),
         )
 
@@ -281,8 +278,6 @@ def _report(progress, begin: float, cancelled, pools: WorkerPools, seeds, warm) 
         first_build_at=pools.clock.first_build_at,
         seeds=seeds,
         pretrained_cost_model=warm is not None and warm.cost_model is not None,
-        cost_model_start=getattr(warm.cost_model, "started_from", "this fingerprint's records")
-        if warm is not None and warm.cost_model is not None else "",
         cost_model_start=getattr(warm.cost_model, "started_from", "this fingerprint's records")
         if warm is not None and warm.cost_model is not None else "",
     )

@@ -192,7 +192,8 @@ def test_shards_warm_start_reports_are_kept_with_the_job_and_a_stale_one_adds_no
     summed = job_warm_start(store.get_job(job.id).options["warm_start_used"])
     assert summed == {"seeds_offered": 12, "seeds_own_fingerprint": 2, "seeds_other_fingerprints": 2,
                       "seeds_rejected": 2, "seeds_failed": 0, "pretrained_cost_model": False,
-                      "cost_model_sha256": "ab" * 32, "cost_model_note": untrained["cost_model_note"], "shards": 2}
+                      "cost_model_sha256": "ab" * 32, "cost_model_kind": "",
+                      "cost_model_note": untrained["cost_model_note"], "shards": 2}
 
 
 def test_jobs_ready_to_build_are_those_the_rollup_calls_ready(cluster_store, store):
