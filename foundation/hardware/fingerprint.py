@@ -14,6 +14,7 @@ from typing import Any
 
 from foundation.errors import FarmError
 from foundation.hardware.device_features import DEVICE_KEY, cpu_device_features, cuda_device_features
+from foundation.hardware.isa_features import CODEGEN_FEATURES, features_llvm_gives
 
 # Bump when detection or canonicalization changes what goes into an id: cached fingerprints
 # computed by older code are then recomputed instead of being trusted.
@@ -21,17 +22,6 @@ SCHEMA_VERSION = 1
 
 KINDS = ("cpu", "cuda")
 
-# ISA extensions that change what LLVM may emit. Everything else in /proc/cpuinfo's flags
-# (security mitigations, virtualization bits, ...) differs between otherwise identical boxes
-# and would split their records for no reason.
-X86_CODEGEN_FEATURES = frozenset({
-    "sse4_2", "avx", "avx2", "fma", "f16c",
-    "avx512f", "avx512bw", "avx512cd", "avx512dq", "avx512vl",
-    "avx512_vnni", "avx512_bf16", "avx512_fp16",
-    "amx_tile", "amx_int8", "amx_bf16", "avx_vnni",
-})
-ARM_CODEGEN_FEATURES = frozenset({"asimd", "asimddp", "i8mm", "sve", "sve2", "bf16", "fphp"})
-CODEGEN_FEATURES = X86_CODEGEN_FEATURES | ARM_CODEGEN_FEATURES
 
 # Other spellings of the same extension (LLVM, other kernels, agents on other OSes).
 FEATURE_ALIASES = {"avx512vnni": "avx512_vnni", "avxvnni": "avx_vnni", "neon": "asimd", "dotprod": "asimddp"}
@@ -258,13 +248,13 @@ def _llvm_cpu_details(features: list[str]) -> dict:
     view = os.environ.get(CPU_VIEW_ENV, "").strip()
     if not view:
         return details
-    from foundation.hardware.targets import codegen_features
+    from tvm.target import Target
 
     triple = details["llvm_triple"]
     if not codegen.llvm_is_valid_cpu(view, triple):
         raise FarmError(f"{CPU_VIEW_ENV}={view}: LLVM does not know that CPU for {triple}",
                         f"unset {CPU_VIEW_ENV}, or name a CPU LLVM knows, such as haswell")
-    wanted = codegen_features({"kind": "llvm", "mtriple": triple, "mcpu": view})
+    wanted = features_llvm_gives(Target({"kind": "llvm", "mtriple": triple, "mcpu": view}))
     missing = sorted(wanted - set(features))
     if missing:
         raise FarmError(f"{CPU_VIEW_ENV}={view}: this CPU lacks {', '.join(missing)}, which code for {view} uses",

@@ -7,6 +7,7 @@ import re
 from typing import TYPE_CHECKING, Any
 
 from foundation.errors import BadInput, FarmError
+from foundation.hardware.isa_features import features_llvm_gives
 
 if TYPE_CHECKING:
     import tvm
@@ -32,11 +33,6 @@ _EXAMPLE = '{"kind":"llvm","mcpu":"znver4"}'
 
 
 # LLVM's spelling of the ISA features a CPU fingerprint keeps, where it differs from Linux's.
-_LLVM_FEATURE_NAMES = {
-    "sse4.2": "sse4_2", "avx512vnni": "avx512_vnni", "avx512bf16": "avx512_bf16", "avx512fp16": "avx512_fp16",
-    "avxvnni": "avx_vnni", "amx-tile": "amx_tile", "amx-int8": "amx_int8", "amx-bf16": "amx_bf16",
-    "neon": "asimd", "dotprod": "asimddp", "fullfp16": "fphp",
-}
 
 
 def parse_target_kind(user: str) -> str:
@@ -98,14 +94,9 @@ def check_runs_here(requested: dict, target: dict, fp: "Fingerprint") -> None:
 
 
 def codegen_features(target: dict) -> set[str]:
-    """The ISA features (a CPU fingerprint's spelling, foundation.hardware.fingerprint.CODEGEN_FEATURES)
+    """The ISA features (a CPU fingerprint's spelling, foundation.hardware.isa_features.CODEGEN_FEATURES)
     that LLVM may use for the llvm ``target``: its mcpu's, with its mattr."""
-    from tvm.target import codegen
-
-    from foundation.hardware.fingerprint import CODEGEN_FEATURES
-
-    features = codegen.llvm_get_cpu_features(to_tvm_target(target))
-    return {_LLVM_FEATURE_NAMES.get(f, f.replace("-", "_")) for f in features} & CODEGEN_FEATURES
+    return features_llvm_gives(to_tvm_target(target))
 
 
 def canonical_target(user: str, fp: "Fingerprint") -> dict:
