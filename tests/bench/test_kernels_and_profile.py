@@ -71,7 +71,7 @@ def _built_untuned(home: Path) -> set[str]:
     store = RegistryStore(f"sqlite:///{home / 'registry.db'}", create=False)
     try:
         [job] = store.list_jobs()
-        return set(job_notes(job).built_untuned["tasks"])
+        return set(job_notes(job).built_untuned.tasks)
     finally:
         store.dispose()
 
