@@ -163,8 +163,18 @@ class JobNotes:
     def from_json(held: dict[str, Any]) -> "JobNotes":
         """The notes a row holds (None as absent), each read by its type's `from_json`."""
         return JobNotes(WeightsLayout(held.get("weights_layout", "plain")),
-                        **{name: _TYPED_NOTES[name].from_json(value) if name in _TYPED_NOTES else value
+                        **{name: _read_note(name, value) if name in _TYPED_NOTES else value
                            for name, value in held.items() if name != "weights_layout"})
+
+
+def _read_note(name: str, value: Any) -> Any:
+    """One typed note read back; ValueError naming the note (a bare KeyError would name only its field)."""
+    try:
+        return _TYPED_NOTES[name].from_json(value)
+    except KeyError as err:
+        raise ValueError(f"its note {name} lacks {err}") from None
+    except (ValueError, TypeError, AttributeError) as err:
+        raise ValueError(f"its note {name}: {err}") from None
 
 
 # The notes kept in a JSON form of their own type (its `to_json`), read back by its `from_json`.

@@ -11,6 +11,7 @@ import pytest
 
 from farm.cli.app import main
 from farm.submit_values import SubmitResult
+from foundation.domain.reuse import ReuseMode, TaskHistory, plan_reuse
 from foundation.domain.weights_layout import WeightsLayout
 from foundation.models.model_key import model_key
 from foundation.registry import RegistryStore
@@ -42,8 +43,10 @@ def registry_job(tmp_path) -> tuple[str, Job]:
         store.upsert_fingerprint("cpu-aaaa", "cpu", "test cpu", {})
         store.upsert_model(model_id="model-1", name="mlp-tiny", source="zoo", source_digest="v1", batch=1, inputs=[],
                            weights=[], num_parameters=1)
+        # Its one task reused, the note as a job writes it.
+        reused = plan_reuse(ReuseMode.FULL, [TaskHistory("dense", 8)], 8, 8, 8).summary().to_json()
         job = store.create_job(model_id="model-1", target='{"kind":"llvm"}', fingerprint_id="cpu-aaaa",
-                               trials_budget=0, options={"reused": {"tasks": 1, "skipped": 1}}, state="succeeded")
+                               trials_budget=0, options={"reused": reused}, state="succeeded")
     finally:
         store.dispose()
     return registry, job

@@ -64,6 +64,7 @@ def test_files_a_farm_reads_its_secrets_from_map_like_every_user_path(farm, tmp_
 
 
 def test_an_unwritable_report_directory_is_bad_input_with_the_path(farm, tmp_path):
+    from foundation.domain.reuse import ReuseMode, TaskHistory, plan_reuse
     from foundation.registry import RegistryStore
 
     registry = f"sqlite:///{tmp_path / 'registry.db'}"
@@ -72,9 +73,10 @@ def test_an_unwritable_report_directory_is_bad_input_with_the_path(farm, tmp_pat
         store.upsert_fingerprint("cpu-aaaa", "cpu", "test cpu", {})
         store.upsert_model(model_id="model-1", name="mlp", source="zoo", source_digest="v1", batch=1, inputs=[],
                            weights=[], num_parameters=1)
-        # Every task reused, none measured: a job that reports without records.
+        # Every task reused, none measured: a job that reports without records (its note as a job writes it).
+        reused = plan_reuse(ReuseMode.FULL, [TaskHistory("dense", 8)], 8, 8, 8).summary().to_json()
         job = store.create_job(model_id="model-1", target='{"kind":"llvm"}', fingerprint_id="cpu-aaaa",
-                               trials_budget=0, options={"reused": {"tasks": 1, "skipped": 1}}, state="succeeded")
+                               trials_budget=0, options={"reused": reused}, state="succeeded")
     finally:
         store.dispose()
     refused(farm("report", job.id, "--out", "/proc", "--registry", registry), 2, "/proc/")

@@ -67,9 +67,10 @@ def test_a_note_is_its_type_never_its_json():
     {"reused": {**REUSED.to_json(), "per_task": []}},  # a field its type does not know
     {"built_untuned": {"tasks": ["relu"]}},  # one it lacks
     {"weights_layout_choice": {"chosen": "sideways", "why": ""}},  # a value it cannot be
+    {"reused": {"tasks": 1, "skipped": 1}},  # counts without a mode: no tvm-farm ever wrote one so
 ])
 def test_a_note_its_type_cannot_read_is_a_registry_error(note):
-    with pytest.raises(RegistryError, match="job job-9 .* cannot read"):
+    with pytest.raises(RegistryError, match=f"job job-9 .* cannot read: its note {next(iter(note))}"):
         read_options({**stored_options(SPEC), **note}, "job-9")
 
 
@@ -103,6 +104,38 @@ def test_a_row_of_another_version_is_refused():
 def test_a_bad_value_in_a_row_is_a_registry_error():
     with pytest.raises(RegistryError, match="cannot read"):
         read_options({**stored_options(SPEC), "reuse": "sometimes"})
+
+
+# A job row as the farm wrote it before its notes were typed (a shipped pack's, recorded 2026-12-03 11:46 UTC,
+# its lists cut to one entry, the trial plan's planned total with them).
+_WRITTEN_BEFORE_TYPED_NOTES = {
+    "built_untuned": {"of": 18, "tasks": ["fused_cast_reshape_subtract_multiply1"]}, "mode": "embedded",
+    "retune": False, "reuse": "auto",
+    "reused": {"mode": "auto", "planned_trials": 288, "reused": 0, "skipped": 0, "tasks": 18, "topped_up": 0,
+               "topup_trials": 0, "trials": 288, "trials_saved": 0},
+    "seed": 0, "spec_version": 1,
+    "trial_plan": {"budget": 576, "per_task_cap": 32, "planned": 8,
+                   "tasks": [{"measured": False, "minor": True, "share": 0.0, "task": "fused_split1_reshape51",
+                              "trials": 8}]},
+    "trials": None, "trials_per_task": 32, "until_request": None, "validation_runs": 20, "warm_start": False,
+    "warm_start_used": {"embedded": {"cost_model_note": "", "cost_model_sha256": "", "seeds_failed": 0,
+                                     "seeds_offered": 0, "seeds_other_fingerprints": 0, "seeds_own_fingerprint": 0,
+                                     "seeds_rejected": 0}},
+    "weights_layout": "prepacked-nchwc",
+    "weights_layout_choice": {"chosen": "prepacked-nchwc", "coverage": {"prepacked-nchwc": 0.0},
+                              "why": "auto's default for CPUs"},
+    "weights_layout_request": "auto",
+}
+
+
+def test_a_row_written_before_the_notes_were_typed_reads_and_is_written_back_the_same():
+    read = read_options(_WRITTEN_BEFORE_TYPED_NOTES, "job-1")
+    assert read.spec.mode is EMBEDDED and read.spec.trials_per_task == 32
+    assert read.notes.reused == ReuseSummary(ReuseMode.AUTO, tasks=18, reused=0, skipped=0, topped_up=0,
+                                             topup_trials=0, planned_trials=288, trials=288, trials_saved=0)
+    assert read.notes.built_untuned == BuiltUntuned(("fused_cast_reshape_subtract_multiply1",), 18)
+    assert read.notes.weights_layout is WeightsLayout.PREPACKED_NCHWC
+    assert read.to_json() == _WRITTEN_BEFORE_TYPED_NOTES
 
 
 def test_rows_from_before_the_version_read_with_the_documented_defaults():
