@@ -99,6 +99,9 @@ def job_message(view: JobView) -> farm_pb2.Job:
             topup_trials=reused.topup_trials, planned_trials=reused.planned_trials, trials=reused.trials))
     warm = job_warm_start(notes.warm_start_used)
     if warm:
+        # cost_model_start is the embedded summary's words, not on the wire: agents say their
+        # model by its kind, sha256 and note, which JobWarmStart carries.
+        warm.pop("cost_model_start", None)
         message.warm_start.CopyFrom(farm_pb2.JobWarmStart(**warm))
     for line in notes.trial_plan.tasks if notes.trial_plan else ():
         message.trial_plan.append(farm_pb2.PlannedTrials(task=line.name, trials=line.trials,

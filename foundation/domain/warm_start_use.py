@@ -26,6 +26,10 @@ def job_warm_start(by_shard: Mapping[str, Mapping[str, Any]] | None) -> dict[str
     # Pretrained only when every shard's search started from a stored model.
     out["pretrained_cost_model"] = "" not in models
     out["cost_model_sha256"] = ",".join(m for m in models if m)
+    # The embedded job's summary's words for its model (warm_start_json), kept with an embedded job;
+    # agents' reports have no such field (the wire's JobWarmStart neither): absent for their jobs.
+    if any("cost_model_start" in u for u in by_shard.values()):
+        out["cost_model_start"] = "; ".join(sorted({u.get("cost_model_start") or "" for u in by_shard.values()} - {""}))
     out["cost_model_kind"] = ",".join(sorted({u.get("cost_model_kind") or "" for u in by_shard.values()} - {""}))
     out["cost_model_note"] = "; ".join(sorted({u.get("cost_model_note") or "" for u in by_shard.values()} - {""}))
     out["shards"] = len(by_shard)

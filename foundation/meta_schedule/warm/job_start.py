@@ -138,6 +138,7 @@ def warm_start_use(report: "TuningReport", warm: WarmStart | None) -> dict[str, 
         "seeds_rejected": seeds.rejected if seeds else 0,
         "seeds_failed": seeds.failed if seeds else 0,
         "cost_model_sha256": warm.cost_model_sha256 if warm is not None and warm.cost_model is not None else "",
+        "cost_model_start": report.cost_model_start,
         "cost_model_kind": cost_model_kind(warm),
         "cost_model_note": cost_model_note(warm),
     }
