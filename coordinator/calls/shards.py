@@ -100,7 +100,7 @@ class ShardCalls:
             seed=stored.spec.seed,
             report_size=self._report_sizing.offer(),
             warm_records=warm,
-            max_seeds_per_task=int(planned_seeds.get("max_per_task") or 0) if any(seeds) else 0,
+            max_seeds_per_task=planned_seeds.max_per_task if planned_seeds and any(seeds) else 0,
             cost_model=cost_model,
         )
 

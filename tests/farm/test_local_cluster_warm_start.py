@@ -118,7 +118,8 @@ def test_a_distributed_job_measures_its_seeds_first_and_starts_from_the_stored_c
     described = farm.farm("status", job_id).stdout
     assert "Warm start" in described and f"{warm['seeds_own_fingerprint']} seeds measured first" in described
     assert f"sha256 {stored.sha256[:12]}" in described
-    assert f"starts warm: {warm['seeds_offered']} seeds offered, cost model {stored.sha256[:12]}" in farm.log("a1")
+    assert (f"starts warm: {warm['seeds_offered']} seeds offered, cost model {stored.kind} {stored.sha256[:12]}"
+            in farm.log("a1"))
     # Then the coordinator teaches the fingerprint's model what the agent reported, as an embedded job does.
     wait_for(lambda: f"cost model of {fingerprint}" in farm.log("coordinator"), 120, "the coordinator to learn")
     report = json.loads(farm.farm("report", job_id, "--out", str(tmp_path / "report"), "--registry", registry_url,
