@@ -18,11 +18,22 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
-import statistics
 import sys
-from collections.abc import Callable
 from pathlib import Path
+
+from result_readers import (
+    DEFAULT_READERS,
+    PEER_ENGINES,
+    read_between,
+    read_cache_flush_warm,
+    read_ceiling,
+    read_compare_text,
+    read_cost_model_transfer,
+    read_evaluate,
+    read_peers,
+    read_quick_start,
+    read_warm_start,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "docs" / "results"
@@ -82,120 +93,6 @@ class Page:
 
     def raw(self, name: str):
         return _json(self.results, name)
-
-
-# ---- readers: one raw file in, the figures a table shows out ----
-
-def read_compare_text(text: str) -> dict:
-    """bench/compare.py's printed report: trials, the farm-tuned and onnxruntime medians."""
-    trials = re.search(r": (\d+) tuning trials", text)
-    farm = re.search(r"^\s+TVM farm-tuned\s+([\d.]+)", text, re.MULTILINE)
-    ort = re.search(r"^\s+onnxruntime \(default threads\)\s+([\d.]+)", text, re.MULTILINE)
-    if not (trials and farm and ort):
-        raise ValueError("not a bench/compare.py report")
-    return {"trials": int(trials.group(1)), "farm_ms": float(farm.group(1)), "ort_ms": float(ort.group(1))}
-
-
-def read_quick_start(raw: dict) -> dict:
-    """bench/record_pack.py's cold submit and bench/compare.py's medians, as kept by hand in one JSON."""
-    cold = raw["cold"]
-    return {"trials": cold["trials"], "wall_s": cold["wall_s"], "farm_ms": cold["farm_ms"], "ort_ms": cold["ort_ms"],
-            "date": raw["date"]}
-
-
-def read_cache_flush_warm(raw: dict) -> dict:
-    """bench/cache_flush.py's warm side: the farm's default timing, i.e. a plain `farm submit`."""
-    whole = raw["whole_ms"]
-    return {"trials": raw["tunes"]["warm"]["trials"], "wall_s": raw["tunes"]["warm"]["wall_s"],
-            "farm_ms": whole["warm"]["median"], "ort_ms": whole["onnxruntime"]["median"], "date": raw["date"]}
-
-
-def read_evaluate(raw: dict) -> dict:
-    case = raw["cases"][0]
-    return {"trials": case["tuning"]["trials"], "farm_ms": case["engines"]["TVM farm-tuned"]["median_ms"],
-            "ort_ms": case["engines"]["onnxruntime"]["median_ms"], "ratio": case["ratios"]["tuned_over_onnxruntime"],
-            "date": raw["date_utc"], "model": case["model"], "batch": case["batch"]}
-
-
-PEER_ENGINES = ("onnxruntime", "PyTorch eager", "torch.compile", "TVM pipeline")
-
-
-def read_peers(raw: dict) -> list[dict]:
-    """bench/evaluate.py's report, one row per case: each engine's median, the farm against the fastest
-    peer, and the farm's heaviest kernel in the model with its share of the box's peak."""
-    rows = []
-    for case in raw["cases"]:
-        engines = case["engines"]
-        heaviest = next((k for k in case.get("kernels", {}).get("TVM farm-tuned", [])
-                         if k.get("share_of_peak") is not None), None)
-        rows.append({"case": f"{case['model']} b{case['batch']}", "trials": case["tuning"]["trials"],
-                     "farm_ms": engines["TVM farm-tuned"]["median_ms"],
-                     "peers_ms": {name: engines[name]["median_ms"] if name in engines else None
-                                  for name in PEER_ENGINES},
-                     "fastest_peer": case["ratios"].get("fastest_peer"),
-                     "ratio": case["ratios"]["tuned_over_best_reference"],
-                     "heaviest": heaviest, "peak_gflops": case.get("peak_gflops"), "date": raw["date_utc"]})
-    return rows
-
-
-def read_between(raw: dict) -> dict:
-    """bench/between_kernels.py's report: the share of the model between its tuned kernels, and of what."""
-    categories = raw["categories"]
-    return {"case": f"{raw['model']} b{raw['batch']}", "form": raw["weights_layout"],
-            "whole_ms": raw["whole_model_median_ms"], "share": raw["between_share_of_whole"],
-            "parts": {name: categories[name]["share_of_whole"] for name in categories if name != "tuned kernels"},
-            "date": raw["date_utc"]}
-
-
-def read_ceiling(raw: dict) -> list[dict]:
-    """Each task's speed as a share of onnxruntime's kernel, the last timing at each trial count."""
-    tasks = []
-    for task in raw["tasks"]:
-        by_trials: dict[int, float] = {}
-        for point in task["curve"]:
-            by_trials[point["trials"]] = task["onnxruntime"]["ms"] / point["ms"]
-        tasks.append({"task": task["task"], "curve": sorted(by_trials.items())})
-    return tasks
-
-
-def read_warm_start(raw: dict) -> dict:
-    pairs, donor, model = raw["pairs"], raw["donor"], raw["model"]
-    if "packs" in donor:  # --donor-packs: warm from packs of other CPU kinds
-        pair = f"packs ({', '.join(name.removesuffix('.farmpack') for name in donor['packs'])}) -> " \
-               f"{model['model']} b{model['batch']}"
-        budget = f"{model['trials_per_task']} a task"
-    else:
-        pair = f"{donor['model']} b{donor['batch']} -> b{model['batch']}"
-        budget = f"donor {donor['trials']} trials; {model['trials_per_task']} a task"
-    # A seed whose warm run never reached cold's final counts as all of cold's trials and more.
-    shares = [p["share_of_cold_trials"] if p["share_of_cold_trials"] is not None else float("inf") for p in pairs]
-    return {"pair": pair, "budget": budget,
-            "share": statistics.median(shares),
-            "estimated": statistics.median(p["estimated_ratio"] for p in pairs),
-            "timed": statistics.median(p["measured_ratio"] for p in pairs),
-            "seeds": len(pairs), "date": raw["date"]}
-
-
-def _seed_ratio(raw: dict) -> tuple[float, str]:
-    return raw["seeds"][0]["ratio"], raw["date"]
-
-
-def _ratio(raw: dict) -> tuple[float, str]:
-    return raw["ratio"], raw["date"]
-
-
-def _flushed_over_warm(raw: dict) -> tuple[float, str]:
-    return raw["flushed_over_warm"], raw["date"]
-
-
-def _trials_per_s(raw: list) -> tuple[float, str]:
-    """bench/trial_cost.py's runs, the old way first; its JSON carries no date (the index gives it)."""
-    before, after = raw[0]["trials_per_s_tuning"], raw[-1]["trials_per_s_tuning"]
-    return after / before, ""
-
-
-DEFAULT_READERS: dict[str, Callable] = {"seed_ratio": _seed_ratio, "ratio": _ratio,
-                                        "flushed_over_warm": _flushed_over_warm, "trials_per_s": _trials_per_s}
 
 
 # ---- sections ----
@@ -447,12 +344,6 @@ def cost_model(page: Page) -> list[str]:
         "  by its throughput, so it learns which are fast, not the order of the slow ones.",
         "- What would tell more: the bench on a registry of thousands of records measured on a quiet box.",
     ]
-
-
-def read_cost_model_transfer(raw: dict) -> dict:
-    """bench/cost_model_transfer.py's JSON: each model's means over the held-out fingerprints."""
-    return {"models": raw["summary"], "fingerprints": raw["fingerprints"], "conditions": raw["conditions"],
-            "own_share": raw["own_share"], "date": raw["date"]}
 
 
 def cross_model(page: Page) -> list[str]:

@@ -79,7 +79,7 @@ def test_a_negative_kernel_runs_is_refused_with_exit_2(tmp_path):
 
 @pytest.mark.slow
 def test_tvm_pipeline_at_the_farms_trials_and_each_kernels_share_of_the_peak(tmp_path):
-    import results_page
+    import result_readers
 
     out, work = tmp_path / "out", tmp_path / "pipeline"
     common = ["--out", str(out), "--runs", "4", "--untuned-runs", "0", "--warmup", "1", "--rounds", "2",
@@ -105,7 +105,7 @@ def test_tvm_pipeline_at_the_farms_trials_and_each_kernels_share_of_the_peak(tmp
     for name in ("evaluate-peers-kernels.csv", "evaluate-peers-peak.png", "evaluate-peers-latency.png"):
         assert (out / name).stat().st_size > 0
     assert "of peak" in first.stdout
-    (row,) = results_page.read_peers(report)
+    (row,) = result_readers.read_peers(report)
     assert row["case"] == "mlp-tiny b1" and row["peers_ms"]["TVM pipeline"] > 0
     assert row["peers_ms"]["torch.compile"] is None and row["heaviest"]["share_of_peak"] > 0
 

@@ -5,6 +5,7 @@ import re
 from pathlib import Path
 
 import pytest
+import result_readers
 import results_page
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -37,9 +38,9 @@ def test_every_row_names_a_known_cpu_kind_and_hand_carried_rows_their_source():
 
 def test_a_compare_report_is_read_and_anything_else_refused():
     text = (ROOT / "docs" / "results" / "compare-resnet-18-b1-40-zen5.txt").read_text()
-    assert results_page.read_compare_text(text) == {"trials": 535, "farm_ms": 10.9, "ort_ms": 8.6}
+    assert result_readers.read_compare_text(text) == {"trials": 535, "farm_ms": 10.9, "ort_ms": 8.6}
     with pytest.raises(ValueError):
-        results_page.read_compare_text("resnet-18 batch 1\n")
+        result_readers.read_compare_text("resnet-18 batch 1\n")
 
 
 def _evaluate_report(peers_ms: dict) -> dict:
