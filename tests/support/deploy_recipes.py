@@ -202,3 +202,54 @@ needs_openssl = pytest.mark.skipif(shutil.which("openssl") is None,
 # --------------------------------------------------------------------------- tools
 needs_promtool = pytest.mark.skipif(shutil.which("promtool") is None,
                                     reason="promtool is not installed (Debian package prometheus)")
+
+
+def parse_dockerfile(path: Path):
+    import dockerfile
+
+    return dockerfile.parse_file(str(path))
+
+
+def dockerfile_env(commands) -> dict[str, str]:
+    env = {}
+    for c in commands:
+        if c.cmd == "ENV":
+            env.update(dict(zip(c.value[::2], c.value[1::2], strict=True)))
+    return env
+
+
+def image_python(commands) -> str:
+    """The X.Y of the Python the image's venv is made with (`pythonX.Y -m venv`)."""
+    runs = " ".join(c.value[0] for c in commands if c.cmd == "RUN")
+    [version] = set(re.findall(r"\bpython(3\.\d+) -m venv\b", runs))
+    return version
+
+
+# A lock's line: the pin, the sha256 of each wheel of it the image's Python could take, the
+# wheel pip chose (deploy/docker/lock writes them so).
+LOCK_LINE = re.compile(r"([A-Za-z0-9._-]+)==(\S+)((?: --hash=sha256:[0-9a-f]{64})+)  # (\S+\.whl)")
+WHEELS = ROOT / "deploy" / "docker" / "wheels"
+
+
+def lock_path(python: str) -> Path:
+    return ROOT / "deploy" / "docker" / f"requirements-py{python.replace('.', '')}.txt"
+
+
+def local_wheels(pins: dict[str, tuple[str, str]]) -> set[str]:
+    """The wheels a lock names that deploy/docker/wheels holds: the index has not got them."""
+    return {wheel for _, wheel in pins.values() if (WHEELS / wheel).is_file()}
+
+
+def read_lock(path: Path) -> tuple[str, dict[str, tuple[str, str]]]:
+    """(the Python it was resolved for, {normalized name: (version, wheel file)})."""
+    from packaging.utils import canonicalize_name
+
+    text = path.read_text()
+    [python] = re.findall(r"^# python (3\.\d+)$", text, re.M)
+    pins = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            match = LOCK_LINE.fullmatch(line)
+            assert match, f"{path.name}: not `name==version --hash=sha256:H...  # wheel`: {line!r}"
+            pins[canonicalize_name(match[1])] = (match[2], match[4])
+    return python, pins
