@@ -39,6 +39,7 @@ for folder in (str(ROOT), str(ROOT / "bench")):
         sys.path.insert(0, folder)
 
 from timing import cpu_model, load_average  # noqa: E402
+from tuned_library import load_tuned_library  # noqa: E402
 from vm_calls import PREPACKED_SUFFIX, is_vm_builtin, time_calls  # noqa: E402
 
 TARGET = "llvm"
@@ -128,7 +129,6 @@ def main(argv: list[str] | None = None) -> int:
         print("error: --runs, --top and --batch must be at least 1 (pass positive counts)", file=sys.stderr)
         return 2
 
-    from farm.session import open_context
     from foundation.errors import FarmError
     from foundation.models.zoo import ZOO
 
@@ -137,25 +137,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: unknown model '{args.model}' (zoo models: {', '.join(ZOO)}; or an .onnx file)",
               file=sys.stderr)
         return 2
-    try:
-        ctx = open_context(args.registry, TARGET)  # a missing registry is refused before TVM's import
-    except FarmError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return err.exit_code
-    from foundation.hardware.tvm_startup import install_lean_tensor_intrinsics, pin_tvm_threads
-
-    pin_tvm_threads()
-    install_lean_tensor_intrinsics(TARGET)
-    import farm
-    from foundation.models.loading import load_model
-
-    try:
-        model = load_model(args.model, args.batch)
-        weights, inputs = model.make_weights(0), model.make_inputs(0)
-        deployed = farm.load(args.model, TARGET, batch=args.batch, registry=args.registry, weights=weights)
+    try:  # a missing registry is refused before TVM's import
+        tuned = load_tuned_library(args.model, args.batch, args.registry, TARGET)
     except FarmError as err:  # an unknown model (2), no tuned library (3), an unreadable registry (4)
         print(f"error: {err}", file=sys.stderr)
         return err.exit_code
+    ctx, model, inputs, deployed = tuned.ctx, tuned.model, tuned.inputs, tuned.deployed
     untuned, untuned_from = built_untuned_of(ctx, deployed, model)
     load_before = load_average()
     whole = deployed.library.time(inputs, runs=args.runs, warmup=3).median_ms

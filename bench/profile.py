@@ -33,6 +33,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from timing import cpu_model, load_average  # noqa: E402
+from tuned_library import load_tuned_library  # noqa: E402
 
 TARGET = "llvm"
 # First match wins: a TVM kernel named fused_conv2d_multiply_add_relu is a convolution.
@@ -146,32 +147,18 @@ def main(argv: list[str] | None = None) -> int:
         print("error: --runs and --top must be at least 1 (pass positive counts)", file=sys.stderr)
         return 2
 
-    from farm.session import open_context
     from foundation.errors import FarmError
     from foundation.models.zoo import ZOO
 
     if args.model not in ZOO:  # before TVM's import, which costs seconds
         print(f"error: unknown model '{args.model}' (zoo models: {', '.join(ZOO)})", file=sys.stderr)
         return 2
-    try:
-        open_context(args.registry, TARGET)  # a missing registry is refused before TVM's import
-    except FarmError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return err.exit_code
-    from foundation.hardware.tvm_startup import install_lean_tensor_intrinsics, pin_tvm_threads
-
-    pin_tvm_threads()
-    install_lean_tensor_intrinsics(TARGET)
-    import farm
-    from foundation.models.loading import load_model
-
-    try:
-        model = load_model(args.model, args.batch)
-        weights, inputs = model.make_weights(0), model.make_inputs(0)
-        deployed = farm.load(args.model, TARGET, batch=args.batch, registry=args.registry, weights=weights)
+    try:  # a missing registry is refused before TVM's import
+        tuned = load_tuned_library(args.model, args.batch, args.registry, TARGET)
     except FarmError as err:  # an unknown model (2), no tuned library (3), an unreadable registry (4)
         print(f"error: {err}", file=sys.stderr)
         return err.exit_code
+    model, weights, inputs, deployed = tuned.model, tuned.weights, tuned.inputs, tuned.deployed
     load_before = load_average()
     feeds = {spec.name: x for spec, x in zip(model.inputs, inputs)}
     plain_session = ort_session(model, weights, None)
