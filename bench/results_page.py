@@ -321,10 +321,10 @@ def warm_start(page: Page) -> list[str]:
         "  nothing within a few trials, so there is little for seeds to win; its sub-millisecond timed",
         "  libraries also spread more than their estimates (the Zen 5's 1.24 timed against 0.76",
         "  estimated is not explained). What would close it: a budget where cold has not yet found them.",
-        "- **The Xeon Emerald Rapids (2026-12-03), after warm searches began exploring** (a quarter of",
-        "  every batch drawn at random, seeds at most a quarter of a task's trials): every pair at or",
-        "  under 0.75 estimated; resnet-18 warm from the Zen 3 pack alone, on a CPU kind no pack held",
-        "  then, passed cold's final after 20 of 151 trials.",
+        "- **The Xeon Emerald Rapids rows are today's search** (a warm search draws a quarter of every",
+        "  batch at random; seeds take at most a quarter of a task's trials): every pair at or under 0.75",
+        "  estimated; resnet-18 warm from the Zen 3 pack alone passed cold's final after 20 of 151 trials.",
+        "  They predate the cross-hardware cost model's start of a new fingerprint's search.",
     ]
 
 
