@@ -69,6 +69,20 @@ def read_between(raw: dict) -> dict:
             "date": raw["date_utc"]}
 
 
+def read_in_model(raw: dict) -> list[dict]:
+    """bench/in_model_ratio.py's report: each side's heavy kernels, in the model against alone."""
+    sides = []
+    for name, side in raw["sides"].items():
+        kernels = side["kernels"]
+        sides.append({"case": f"{raw['model']} b{raw['batch']}", "side": name, "context": side["context"],
+                      "kernels": len(kernels), "kernels_ms": side["kernels_ms"],
+                      "within": sum(k["ratio_warm"] <= 1.15 for k in kernels),
+                      "weighted_ratio": sum(k["share"] * k["ratio_warm"] for k in kernels)
+                      / sum(k["share"] for k in kernels),
+                      "worst": max(k["ratio_warm"] for k in kernels), "date": raw["date_utc"]})
+    return sides
+
+
 def read_ceiling(raw: dict) -> list[dict]:
     """Each task's speed as a share of onnxruntime's kernel, the last timing at each trial count."""
     tasks = []
