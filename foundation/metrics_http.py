@@ -51,7 +51,11 @@ class _QuietHandler(WSGIRequestHandler):
 
 def _wsgi_app(registry: CollectorRegistry, health: HealthCheck | None):
     metrics = make_wsgi_app(registry)
-    text = [("Content-Type", "text/plain; charset=utf-8")]
+
+    def text() -> list[tuple[str, str]]:
+        # A new list per answer: wsgiref adds this answer's Content-Length to the list it is given,
+        # and a shared one cut every later answer to the first one's length.
+        return [("Content-Type", "text/plain; charset=utf-8")]
 
     def app(environ, start_response):
         path = environ.get("PATH_INFO")
@@ -59,11 +63,11 @@ def _wsgi_app(registry: CollectorRegistry, health: HealthCheck | None):
             return metrics(environ, start_response)
         if health is not None and path == "/healthz":
             alive, why = health()
-            start_response("200 OK" if alive else "503 Service Unavailable", text)
+            start_response("200 OK" if alive else "503 Service Unavailable", text())
             return [f"{why}\n".encode()]
         # prometheus-client answers every path with the metrics: a probe of /healthz on a daemon
         # that has no such check would take the page for a health answer.
-        start_response("404 Not Found", text)
+        start_response("404 Not Found", text())
         return [f"not found; the metrics are at /metrics{' (health at /healthz)' if health else ''}\n".encode()]
 
     return app

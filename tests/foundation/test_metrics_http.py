@@ -53,3 +53,14 @@ def test_healthz_answers_the_daemons_own_check_where_it_has_one(serve):
     stuck = serve(health=lambda: (False, "main loop stuck for 130 s"))
     assert _get(stuck, "/healthz") == (503, "main loop stuck for 130 s\n")
     assert _get(stuck, "/metrics")[0] == 200
+
+
+def test_every_answer_is_whole(serve):
+    """wsgiref writes each answer's Content-Length into the header list it is given: one list
+    shared by all answers cut every later one to the first one's length ("ok" then "the c")."""
+    said = iter(["ok", "the agent's main loop turned 0.2 s ago", "the agent's main loop turned 10.4 s ago"])
+    server = serve(health=lambda: (True, next(said)))
+    assert [_get(server, "/healthz")[1] for _ in range(3)] == [
+        "ok\n", "the agent's main loop turned 0.2 s ago\n", "the agent's main loop turned 10.4 s ago\n"]
+    assert _get(server, "/nothing") == (404, "not found; the metrics are at /metrics (health at /healthz)\n")
+    assert _get(server, "/other") == (404, "not found; the metrics are at /metrics (health at /healthz)\n")
