@@ -21,7 +21,7 @@ from prometheus_client import CollectorRegistry, Counter
 from coordinator.job_metrics import JOB_DURATION, QUEUE_WAIT
 from foundation.domain.shards import ShardState
 from foundation.hardware.versions import build_labels
-from foundation.metrics_http import MetricsServer, standard_registry
+from foundation.metrics_http import HealthCheck, MetricsServer, standard_registry
 
 if TYPE_CHECKING:  # pragma: no cover
     from coordinator.fleet import UnreadReport
@@ -133,8 +133,9 @@ def warm_start_seeds(source: str, count: int) -> None:
     WARM_START_SEEDS.labels(source).inc(count)
 
 
-def serve_metrics(listen: str, store: "RegistryStore") -> MetricsServer:
-    """Serve the coordinator's metrics on ``listen`` (host:port; port 0: any free port)."""
+def serve_metrics(listen: str, store: "RegistryStore", health: HealthCheck | None = None) -> MetricsServer:
+    """Serve the coordinator's metrics on ``listen`` (host:port; port 0: any free port), and
+    ``health`` (coordinator.serving_health) on /healthz."""
     from coordinator.state_metrics import FarmStateCollector
 
-    return MetricsServer(listen, REGISTRY, [FarmStateCollector(store)]).start()
+    return MetricsServer(listen, REGISTRY, [FarmStateCollector(store)], health=health).start()

@@ -41,6 +41,7 @@ from coordinator.registry_health import (
 from coordinator.request_decoding import DecodeRequests
 from coordinator.service import Coordinator, CoordinatorSettings
 from coordinator.servicer import FarmAgentServicer, FarmClientServicer
+from coordinator.serving_health import ServingHealth
 from foundation.errors import FarmError, RegistryError
 from foundation.metrics_http import MetricsServer
 from foundation.processes.heap import freeze_long_lived, tune_collector
@@ -112,6 +113,7 @@ class CoordinatorServer:
     health_port: int | None = None
     metrics: MetricsServer | None = None  # Prometheus' /metrics, if served
     registry: RegistryHealth | None = None  # whether the registry answers
+    serving: ServingHealth | None = None  # what /healthz on the metrics port says
     claim: RegistryClaim | None = None  # this coordinator's hold on its registry, one per registry
     # Set to end the coordinator: by a signal (run_until_signalled), or by the coordinator itself
     # when it cannot go on (its registry's schema is gone), and then `failure` says why.
@@ -159,6 +161,8 @@ class CoordinatorServer:
         stopping = asyncio.ensure_future(self.server.stop(grace))
         await asyncio.sleep(0)
         await self.health.enter_graceful_shutdown()
+        if self.serving is not None:
+            self.serving.draining()
         self.coordinator.draining = True
         await stopping
         if self.health_server is not None:  # said NOT_SERVING while the API drained
@@ -219,10 +223,12 @@ def serve(
     try:
         # Before anything serves or plans: a second coordinator on this registry stops here.
         claim = RegistryClaim(url)
+        registry = RegistryHealth(lambda answering: _set_health(loop, health_servicer, answering))
+        serving = ServingHealth(registry)
         if metrics_listen:  # a malformed or taken address ends it here, before a tracker process starts
             from coordinator.metrics import serve_metrics
 
-            metrics = serve_metrics(metrics_listen, store)
+            metrics = serve_metrics(metrics_listen, store, serving)
         if tracker is None:
             # Port 0 (any free port) is fine here, unlike in an address agents are given.
             host, _, port_text = tracker_listen.rpartition(":")
@@ -245,7 +251,6 @@ def serve(
         # for their group's commit hold none of its threads.
         pool = futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="farm-grpc")
         loop = _EventLoopThread("farm-grpc-loop")
-        registry = RegistryHealth(lambda answering: _set_health(loop, health_servicer, answering))
         server = health_server = health_port = health_servicer = None
         try:
             server, port, health_servicer = loop.run(_start_grpc(coordinator, listen, pool, access, registry))
@@ -278,11 +283,12 @@ def serve(
                                 lease_ttl=settings.lease_ttl, max_attempts=settings.max_attempts)
     running = CoordinatorServer(server, port, host, coordinator, housekeeping, health_servicer, owned, stop_ticking,
                                 None, loop, pool, ingest, health_server=health_server, health_port=health_port,
-                                metrics=metrics, registry=registry, claim=claim)
+                                metrics=metrics, registry=registry, serving=serving, claim=claim)
     claim.describe(f"{socket.getfqdn() if host in ('0.0.0.0', '::', '') else host}:{port}")
     running._ticker = threading.Thread(target=_tick_loop, args=(running, tick_interval), name="farm-tick",
                                        daemon=True)
     running._ticker.start()
+    serving.serves()
     logger.info("coordinator listening on %s:%d (%s, %s), registry %s, tracker %s", host, port,
                 "TLS" if access.tls else "plaintext", "token required" if access.token else "no token",
                 store.url, tracker)

@@ -1,0 +1,32 @@
+"""The coordinator's /healthz on its metrics port: what its gRPC health service says, for probes that speak HTTP."""
+
+from __future__ import annotations
+
+from coordinator.registry_health import RegistryHealth
+
+
+class ServingHealth:
+    """Alive (200) while the coordinator serves; 503 before its API serves, while its registry
+    fails and once it drains, as its gRPC health service then says NOT_SERVING. The metrics port
+    starts before the API does, so the coordinator tells this object when it serves and when it
+    stops (``serves()``, ``draining()``)."""
+
+    def __init__(self, registry: RegistryHealth):
+        self.registry = registry
+        self._phase = "starting"
+
+    def serves(self) -> None:
+        self._phase = "serving"
+
+    def draining(self) -> None:
+        self._phase = "draining"
+
+    def __call__(self) -> tuple[bool, str]:
+        if self._phase == "starting":
+            return False, "the coordinator is starting: its API does not serve yet"
+        if self._phase == "draining":
+            return False, "the coordinator is stopping: it takes no new calls"
+        error = self.registry.error
+        if error is not None:
+            return False, f"not serving: the coordinator's registry is failing: {error}"
+        return True, "serving"
