@@ -142,10 +142,11 @@ class ChannelAccess:
         """From the options every command that calls a coordinator takes. Any TLS file means TLS."""
         cert, key = read_certificate(tls_cert, tls_key)
         ca = read_pem(tls_ca, "--tls-ca", "TLS CA certificate")
+        now = utc_now()
         if ca is not None:
-            check_ca(ca, "the coordinator's")
+            check_ca(ca, "the coordinator's", now)
         if cert is not None:
-            check_pair(cert, key, utc_now())  # the coordinator would refuse an expired one, saying nothing
+            check_pair(cert, key, now)  # the coordinator would refuse an expired one, saying nothing
         return cls(read_token(token_file, environ), tls=bool(ca or cert), ca=ca and ca.data,
                    cert=cert and cert.data, key=key and key.data, cert_file=cert and cert.path,
                    key_file=key and key.path)
@@ -224,12 +225,11 @@ class ServerAccess:
         if client_ca is not None and cert is None:
             raise FarmError("--tls-client-ca asks for mutual TLS, which needs TLS",
                             "give the coordinator's --tls-cert and --tls-key too")
-        warning = None
+        warning, now = None, utc_now()
         if cert is not None:
-            now = utc_now()
             warning = expiry_warning(check_pair(cert, key, now), cert, now)
         if client_ca is not None:
-            check_ca(client_ca, "callers'")
+            check_ca(client_ca, "callers'", now)
         return cls(read_token(token_file, environ), cert and cert.data, key and key.data,
                    client_ca and client_ca.data, warning)
 

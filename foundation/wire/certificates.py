@@ -46,10 +46,17 @@ class PemFile:
         return "CERTIFICATE" in self.labels()
 
 
-def check_ca(pem: PemFile, whose: str) -> None:
-    """Refuse a CA file that holds no readable certificate (a key, a request, damaged text).
-    ``whose``: whose certificates the CA signs, in messages ("the coordinator's")."""
-    _certificates(pem, "CA certificate", f"give the certificate of the CA that signs {whose} certificates")
+def check_ca(pem: PemFile, whose: str, now: dt.datetime) -> None:
+    """Refuse a CA file that holds no readable certificate (a key, a request, damaged text), or
+    none valid at ``now``: OpenSSL then refuses every certificate it signed, saying only "certificate
+    verify failed". ``whose``: whose certificates the CA signs, in messages ("the coordinator's")."""
+    fix = f"give the certificate of the CA that signs {whose} certificates"
+    authorities = _certificates(pem, "CA certificate", fix)
+    troubles = [validity_trouble(authority, now) for authority in authorities]
+    if all(troubles):
+        held = "" if len(authorities) == 1 else f" (the first of {len(authorities)}, none current)"
+        raise BadInput(f"the CA certificate {pem} {troubles[0]}{held}",
+                       f"{fix}, a current one; if it is current, check this box's clock (it reads {_when(now)})")
 
 
 def check_pair(cert: PemFile, key: PemFile, now: dt.datetime) -> "x509.Certificate":

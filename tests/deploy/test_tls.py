@@ -82,7 +82,7 @@ def test_make_certs_writes_a_ca_a_coordinator_and_a_client(tmp_path, compose):
     # What the farm itself checks before gRPC gets the files: the coordinator would start with them.
     now = dt.datetime.now(dt.timezone.utc)
     pem = {name: PemFile(f"--{name}", directory / name, (directory / name).read_bytes()) for name in FILES}
-    check_ca(pem["ca.crt"], "the coordinator's")
+    check_ca(pem["ca.crt"], "the coordinator's", now)
     check_pair(pem["coordinator.crt"], pem["coordinator.key"], now)
     check_pair(pem["client.crt"], pem["client.key"], now)
 

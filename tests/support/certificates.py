@@ -31,13 +31,14 @@ class CertificateAuthority:
 
     directory: Path
     name: str = "tvm-farm test CA"
+    valid: tuple[dt.timedelta, dt.timedelta] = VALID_NOW  # the CA's own certificate, from now
 
     def __post_init__(self):
         self.directory.mkdir(parents=True, exist_ok=True)
         self._key = ec.generate_private_key(ec.SECP256R1())
         subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, self.name)])
         self._cert = (
-            _builder(subject, subject, self._key.public_key())
+            _builder(subject, subject, self._key.public_key(), self.valid)
             .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
             .add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=True, crl_sign=True,
                                          content_commitment=False, key_encipherment=False, data_encipherment=False,

@@ -107,3 +107,18 @@ def test_callers_refuse_files_that_are_not_what_their_option_takes(farm_exe, tmp
     ]
     for args, problem in cases:
         assert refused(farm_exe, tmp_path, *jobs, *args).startswith(f"error: {problem}")
+
+
+@pytest.mark.parametrize(("valid", "said"), [(EXPIRED, "expired on"), (NOT_YET_VALID, "is not valid until")])
+def test_a_ca_out_of_its_dates_is_refused_by_callers_and_the_coordinator(farm_exe, tmp_path, valid, said):
+    """OpenSSL refuses every certificate such a CA signed, in gRPC's words "certificate verify
+    failed": callers read that as the coordinator's certificate, a mutual-TLS coordinator refused
+    every caller."""
+    stale = CertificateAuthority(tmp_path / "stale", name="stale CA", valid=valid)
+    line = refused(farm_exe, tmp_path, "jobs", "--coordinator", "127.0.0.1:1", "--tls-ca", str(stale.cert))
+    assert line.startswith(f"error: the CA certificate --tls-ca {stale.cert} {said} "), line
+    assert "a current one" in line and "clock" in line
+    issued = CertificateAuthority(tmp_path / "pki").issue("coordinator", server=True)
+    line = refused(farm_exe, tmp_path, *coordinator("--tls-cert", str(issued.cert), "--tls-key", str(issued.key),
+                                                    "--tls-client-ca", str(stale.cert)))
+    assert line.startswith(f"error: the CA certificate --tls-client-ca {stale.cert} {said} "), line

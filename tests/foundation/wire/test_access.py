@@ -10,7 +10,7 @@ import pytest
 from foundation.errors import FarmError
 from foundation.wire.access import ChannelAccess, ServerAccess, is_loopback, read_token
 
-from support.certificates import CertificateAuthority
+from support.certificates import EXPIRED, CertificateAuthority
 
 
 def test_token_from_file_or_environment(tmp_path):
@@ -111,6 +111,18 @@ def test_a_large_ca_bundle_is_read(tmp_path):
     bundle = tmp_path / "bundle.pem"
     bundle.write_text(block * (600_000 // len(block)))  # some 600 KiB, as big as system CA bundles come
     assert ChannelAccess.from_files(tls_ca=bundle, environ={}).ca == bundle.read_bytes()
+
+
+def test_a_ca_bundle_with_one_current_ca_is_read(tmp_path):
+    """A system bundle holds CAs past their end beside current ones: only a file of none current is refused."""
+    stale = CertificateAuthority(tmp_path / "stale", name="stale CA", valid=EXPIRED).cert.read_text()
+    current = CertificateAuthority(tmp_path / "pki").cert.read_text()
+    bundle = tmp_path / "bundle.pem"
+    bundle.write_text(stale + current)
+    assert ChannelAccess.from_files(tls_ca=bundle, environ={}).ca == bundle.read_bytes()
+    bundle.write_text(stale + stale)
+    with pytest.raises(FarmError, match=r"--tls-ca .* expired on .* \(the first of 2, none current\)"):
+        ChannelAccess.from_files(tls_ca=bundle, environ={})
 
 
 def test_a_directory_is_refused_with_its_option(tmp_path):
