@@ -1,4 +1,5 @@
-"""`farm registry init|ls|show|import|export|sync|upgrade` (and prune|pin|unpin: farm.cli.registry_retention).
+"""`farm registry init|ls|show|import|export|sync|upgrade` (prune|pin|unpin: farm.cli.registry_retention;
+forget: farm.cli.registry_forget).
 
 `init`, `import` and `sync` (its TO) may create the registry; `ls`, `show`, `export` and
 `upgrade` need one to exist and create nothing.
@@ -12,7 +13,7 @@ from pathlib import Path
 
 import typer
 
-from farm.cli import registry_retention
+from farm.cli import registry_forget, registry_retention
 from farm.cli.command import FarmTyper
 from farm.cli.options import JSON_OPTION, REGISTRY_OPTION, env_option
 from farm.cli.output import emit_json, print_fields, print_table, stdout_console
@@ -25,6 +26,7 @@ _COUNTED = ("fingerprints", "models", "workloads", "tuning_records", "jobs", "ar
 
 app = FarmTyper(no_args_is_help=True, rich_markup_mode=None)  # plain help: see farm.cli.app
 app.add_typer(registry_retention.app)  # prune, pin, unpin
+app.add_typer(registry_forget.app)  # forget
 
 FINGERPRINT_OPTION = env_option(
     None, "--fingerprint", command="registry", metavar="ID",

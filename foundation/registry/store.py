@@ -25,6 +25,7 @@ from .job_runners import JobRunners
 from .migrate import ensure_schema, upgrade_registry
 from .pins import ArtifactPins
 from .prune import Pruning
+from .record_removal import RecordRemoval
 from .schema import (
     ArtifactRow,
     Base,
@@ -98,6 +99,8 @@ class RegistryStore:
         # Pinned artifacts, and retention (`farm registry prune`):
         self.pins = ArtifactPins(self._unit, self.insert_statement)
         self.pruning = Pruning(self._unit, self._engine)
+        # Tuning records removed on request (`farm registry forget`):
+        self.record_removal = RecordRemoval(self._unit)
 
     def __repr__(self) -> str:
         return f"RegistryStore({self.url!r})"

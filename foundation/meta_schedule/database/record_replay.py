@@ -1,11 +1,18 @@
 """A TuningRecord read from JSON against its workload, its trace replayed there as MetaSchedule
-reads a log (`TuningRecord.from_json`): a trace of another workload does not replay, and is unusable."""
+reads a log (`TuningRecord.from_json`): a trace of another workload does not replay, and is unusable;
+and which stored records are unusable so (`farm registry forget --unusable`)."""
 
 from __future__ import annotations
 
+import json
+from collections.abc import Sequence
 from typing import Any
 
 from tvm.s_tir.meta_schedule.database import TuningRecord, Workload
+
+from foundation.domain.measured_times import MIN_CALL_SECS
+from foundation.registry.entities import StoredRecord
+from foundation.registry.store import RegistryStore, target_kind_of
 
 # What a trace that does not fit its workload raises while it is replayed: TVM's errors are
 # RuntimeErrors (InternalError, ScheduleError); JSON of another shape fails as Python does.
@@ -29,3 +36,40 @@ def replayed_record(record_json: Any, workload: Workload) -> TuningRecord:
         first_line = (str(err).strip().splitlines() or [""])[-1]
         raise UnusableRecord(f"its trace does not replay on the workload ({type(err).__name__}: "
                              f"{first_line[:200]})") from None
+
+
+def stored_record_json(stored: StoredRecord) -> list:
+    """The stored record as MetaSchedule's JSON, [trace, run_secs, target, args_info]."""
+    return [json.loads(stored.trace), stored.run_secs, json.loads(stored.target),
+            None if stored.args_info is None else json.loads(stored.args_info)]
+
+
+def unusable_reason(stored: StoredRecord, workload: Workload) -> str | None:
+    """Why a stored record should not be used (its trace does not replay on ``workload``, or its
+    mean time is below any call's), or None. A tensorized trace needs its target's intrinsics
+    registered first (foundation.hardware.tvm_startup.install_lean_tensor_intrinsics)."""
+    try:
+        replayed_record(stored_record_json(stored), workload)
+    except UnusableRecord as unusable:
+        return unusable.reason
+    except ValueError as err:  # its stored text is not JSON
+        return f"it is not a TuningRecord's JSON ({type(err).__name__})"
+    if stored.mean_sec is not None and stored.mean_sec < MIN_CALL_SECS:
+        return f"its mean time, {stored.mean_sec:g} s, is below the {MIN_CALL_SECS:g} s any call of a kernel takes"
+    return None
+
+
+def unusable_records(store: RegistryStore, records: Sequence[StoredRecord]) -> dict[int, str]:
+    """Record id -> why (`unusable_reason`), for the unusable ones of ``records``."""
+    from foundation.hardware.tvm_startup import install_lean_tensor_intrinsics
+
+    workloads = {i: Workload.from_json(json.loads(mod_json))
+                 for i, (_shash, mod_json) in store.records.get_workloads({r.workload_id for r in records}).items()}
+    for kind in {target_kind_of(r.target) for r in records}:
+        install_lean_tensor_intrinsics(kind)
+    found = {}
+    for stored in records:
+        reason = unusable_reason(stored, workloads[stored.workload_id])
+        if reason is not None:
+            found[stored.id] = reason
+    return found

@@ -16,7 +16,7 @@ from tvm.s_tir.meta_schedule.database import PyDatabase, TuningRecord, Workload
 from tvm.target import Target
 
 from foundation.errors import FarmError
-from foundation.meta_schedule.database.record_replay import UnusableRecord, replayed_record
+from foundation.meta_schedule.database.record_replay import UnusableRecord, replayed_record, stored_record_json
 from foundation.meta_schedule.database.record_to_json import tuning_record_json
 from foundation.registry.entities import NewRecord, StoredRecord
 from foundation.registry.reported_records import canonical_json, new_record_from
@@ -223,18 +223,13 @@ class RegistryDatabase(PyDatabase):
                 workload = self._by_id.setdefault(
                     stored.workload_id, Workload.from_json(json.loads(mod_json))
                 )
-            record_json = [
-                json.loads(stored.trace),
-                stored.run_secs,
-                json.loads(stored.target),
-                None if stored.args_info is None else json.loads(stored.args_info),
-            ]
             try:
-                record = replayed_record(record_json, workload)
+                record = replayed_record(stored_record_json(stored), workload)
             except UnusableRecord as unusable:
                 self.unusable.add(stored.id)
-                _LOG.warning("tuning record %d of workload %d is left out: %s", stored.id, stored.workload_id,
-                             unusable.reason)
+                _LOG.warning("tuning record %d of workload %d is left out: %s (`farm registry forget --record %d "
+                             "--fingerprint %s` removes it)", stored.id, stored.workload_id, unusable.reason,
+                             stored.id, stored.fingerprint_id)
                 return None
             self._tuning_records[stored.id] = record
         return record
