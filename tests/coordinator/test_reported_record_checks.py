@@ -18,6 +18,7 @@ from foundation.registry.reported_records import new_record_from
 from foundation.wire import farm_pb2, farm_pb2_grpc
 
 from support.fake_agent import FakeAgent, record_json
+from support.foreign_records import convolution_record, file_foreign_records
 from support.polling import wait_for
 
 
@@ -36,26 +37,6 @@ def coordinator(tmp_path):
     yield server, channel
     channel.close()
     server.stop(grace=1)
-
-
-def convolution_record(target_json: str, run_secs: float) -> list:
-    """A real TuningRecord's JSON, of a convolution: its trace belongs to no task of mlp-tiny."""
-    import tvm
-    from tvm import te, topi
-    from tvm.s_tir.meta_schedule.arg_info import ArgInfo
-    from tvm.s_tir.meta_schedule.database import TuningRecord, Workload
-
-    from foundation.hardware.targets import to_tvm_target
-
-    data = te.placeholder((1, 3, 8, 8), name="data")
-    weight = te.placeholder((4, 3, 3, 3), name="weight")
-    mod = tvm.IRModule({"main": te.create_prim_func([data, weight, topi.nn.conv2d_nchw(data, weight, 1, 1, 1)])})
-    schedule = tvm.s_tir.Schedule(mod)
-    convolution = schedule.get_child_blocks(schedule.get_sblock("root"))[-1]
-    schedule.split(schedule.get_loops(convolution)[2], [None, 2])
-    record = TuningRecord(schedule.trace, Workload(mod), [run_secs], to_tvm_target(json.loads(target_json)),
-                          ArgInfo.from_prim_func(mod["main"]))
-    return record.as_json()
 
 
 def _submit(client, **fields):
@@ -140,15 +121,66 @@ def test_an_embedded_submit_leaves_out_a_stored_record_that_does_not_replay(tmp_
     first = farm.submit("mlp-tiny", "llvm", 1, trials=4, trials_per_task=2, runs=2, registry=registry,
                         build_workers=1)
     assert first.succeeded, first
-    store = RegistryStore(registry)
-    try:
-        scopes = {(r.workload_id, r.fingerprint_id, r.target, r.tvm_version) for r in store.records.all_records()}
-        for workload_id, fingerprint_id, target, version in scopes:
-            store.records.add_tuning_records([new_record_from(
-                convolution_record(target, 1e-9), workload_id=workload_id, fingerprint_id=fingerprint_id,
-                target_json=target, tvm_version=version)])
-    finally:
-        store.dispose()
+    assert file_foreign_records(registry)
     again = farm.submit("mlp-tiny", "llvm", 1, trials=4, trials_per_task=2, runs=2, registry=registry,
                         build_workers=1, retune=True)
     assert again.state is JobState.SUCCEEDED, again
+
+
+def _refused_so_far(fingerprint_id: str) -> float:
+    from coordinator import metrics
+
+    return metrics.REGISTRY.get_sample_value("farm_records_refused_total", {"fingerprint": fingerprint_id}) or 0.0
+
+
+def _run_to_success(agent, client, job_id):
+    """Carry the job to its end as an agent would: its shards reported (real records of each task)
+    and completed, its library validated; the job as it ended."""
+    def ended():
+        job = client.GetJob(farm_pb2.GetJobRequest(job_id=job_id), timeout=30)
+        if job.state in (farm_pb2.JOB_STATE_SUCCEEDED, farm_pb2.JOB_STATE_FAILED, farm_pb2.JOB_STATE_CANCELLED):
+            return job
+        if job.state == farm_pb2.JOB_STATE_VALIDATING:
+            agent.validate()
+        elif job.state == farm_pb2.JOB_STATE_RUNNING and (shard := agent.lease()) is not None:
+            agent.report(shard)
+            agent.complete(shard)
+        return None
+    return wait_for(ended, 240, f"job {job_id} ended", interval=0.2)
+
+
+def test_a_token_holders_foreign_records_are_refused_and_stored_ones_fail_no_job(coordinator, fingerprint, caplog):
+    """The issue's case over real gRPC: a registered agent leases its own submit's shard and reports,
+    for each task, a convolution's trace timed at 1 ns. Every one is refused and counted, none stored.
+    A registry that holds such records anyway (written into it directly) still plans, builds,
+    validates and stores the model, the records left out with a warning naming them."""
+    server, channel = coordinator
+    agent, client, shard = _leased_shard(server, channel, fingerprint)
+    agent.keep_beating()
+    before = _refused_so_far(fingerprint.id)
+    poison = json.dumps(convolution_record(shard.target, 1e-9))
+    reply = agent.stub.ReportRecords(farm_pb2.ReportRecordsRequest(
+        agent_id=agent.agent_id, shard_id=shard.shard_id, attempt=shard.attempt,
+        records=[farm_pb2.MeasuredRecord(task_name=t.name, workload_shash=t.workload_shash, tuning_record_json=poison)
+                 for t in shard.tasks]), timeout=60)
+    assert reply.accepted and reply.stored == 0 and reply.refused == len(shard.tasks), reply
+    assert reply.refused_reason.startswith("record of workload "), reply.refused_reason
+    assert _refused_so_far(fingerprint.id) - before == len(shard.tasks)
+    assert server.coordinator.store.records.count_records() == 0
+
+    # The agent goes on honestly: the job succeeds on its real records.
+    agent.report(shard)
+    agent.complete(shard)
+    first = _run_to_success(agent, client, shard.job_id)
+    assert first.state == farm_pb2.JOB_STATE_SUCCEEDED, first.error
+
+    poisoned = file_foreign_records(server.coordinator.store.url)
+    assert len(poisoned) == len(shard.tasks)
+    caplog.set_level("WARNING")
+    again = _run_to_success(agent, client, _submit(client, retune=True))
+    assert again.state == farm_pb2.JOB_STATE_SUCCEEDED, again.error
+    assert again.artifact.validated and again.artifact.id != first.artifact.id
+    left_out = [r.getMessage() for r in caplog.records if "is left out" in r.getMessage()]
+    assert left_out and all(f"--fingerprint {fingerprint.id}" in m for m in left_out), left_out
+    assert {int(m.split()[2]) for m in left_out} <= set(poisoned), left_out
+    agent.close()
