@@ -11,6 +11,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from farm.job_document import job_document
 from foundation.domain.jobs import FINAL_STATES
 from foundation.errors import EXIT_INTERNAL, BadInput, FarmError, NotFound, Unreachable
 from foundation.models.loaded import check_batch
@@ -58,7 +59,7 @@ def _warm_start(job) -> dict | None:
 
 
 def job_json(job) -> dict:
-    """A proto Job as the same JSON document the embedded `farm submit --json` prints."""
+    """A proto Job as the same JSON document the embedded `farm submit --json` prints (farm.job_document)."""
     artifact = None
     if job.HasField("artifact") and job.artifact.id:
         a = job.artifact
@@ -72,7 +73,7 @@ def job_json(job) -> dict:
             "slower_than_untuned": a.speed.slower_than_untuned if a.HasField("speed") else False,
             "speed": _speed(a.speed) if a.HasField("speed") else None,
         }
-    return {
+    return job_document({
         "job": job.id,
         "state": job_state_name(job.state),
         "status": job.status,
@@ -107,7 +108,21 @@ def job_json(job) -> dict:
         "created_at": _time(job, "created_at"),
         "started_at": _time(job, "started_at"),
         "finished_at": _time(job, "finished_at"),
-    }
+        # What a registry's own job has beside: no runner process here, and the row's own fields stay
+        # in the coordinator's registry.
+        "runner": None,
+        "heartbeat_at": None,
+        "cancel_requested": None,
+        "id": job.id,
+        "model_id": None,
+        "fingerprint_id": job.fingerprint_id or None,
+        "trials_done": job.trials_done,
+        "options": None,
+        "artifact_id": artifact["id"] if artifact else None,
+        "target_request": None,
+        "parent_request": None,
+        "cancel_requested_at": None,
+    })
 
 
 def _speed(speed) -> dict:

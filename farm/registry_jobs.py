@@ -13,6 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from farm.job_document import job_document as shared_document
 from farm.session import open_store
 from foundation.clock import utc_now
 from foundation.domain.job_spec import DISTRIBUTED, job_notes, job_spec
@@ -84,16 +85,17 @@ class RegistryJobs:
 
 
 def job_document(job: "Job", model: str, batch: int | None, artifact: "Artifact | None") -> dict:
-    """A registry's job as `farm jobs`, `farm status` and `farm submit` print it with --json: one
-    shape for all three, the coordinator's job fields first, then the registry row's own."""
+    """A registry's job as `farm jobs`, `farm status` and `farm submit` print it with --json, in the
+    shape a coordinator's job has too (farm.job_document)."""
     notes = job_notes(job)
-    return {
+    return shared_document({
         "job": job.id,
         "state": job.state,
         "status": job.status,
         "cache_hit": job.cache_hit,
         "trials": job.trials_done,
         "trials_budget": job.trials_budget,
+        "trial_errors": None,
         "trial_plan": notes.trial_plan.to_json() if notes.trial_plan else None,
         "fingerprint": job.fingerprint_id,
         "model": model,
@@ -103,6 +105,7 @@ def job_document(job: "Job", model: str, batch: int | None, artifact: "Artifact 
         "weights_layout": notes.weights_layout.value,
         "weights_layout_choice": notes.weights_layout_choice.to_json() if notes.weights_layout_choice else None,
         "shards": None,
+        "failed_shards": [],
         "reuse": notes.reused.to_json() if notes.reused else None,
         "until": notes.until,
         "warm_start": job_warm_start(notes.warm_start_used),
@@ -115,7 +118,6 @@ def job_document(job: "Job", model: str, batch: int | None, artifact: "Artifact 
         "created_at": _iso(job.created_at),
         "started_at": _iso(job.started_at),
         "finished_at": _iso(job.finished_at),
-        # The registry row's names, which `farm jobs --json` printed first.
         "id": job.id,
         "model_id": job.model_id,
         "fingerprint_id": job.fingerprint_id,
@@ -125,7 +127,7 @@ def job_document(job: "Job", model: str, batch: int | None, artifact: "Artifact 
         "target_request": job.target_request,
         "parent_request": job.parent_request,
         "cancel_requested_at": _iso(job.cancel_requested_at),
-    }
+    })
 
 
 def _iso(moment) -> str | None:

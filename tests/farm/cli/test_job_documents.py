@@ -1,5 +1,5 @@
-"""A registry's job is one JSON document, the same keys whether `farm jobs`, `farm status` or
-`farm submit` prints it with --json."""
+"""A job is one JSON document, the same keys whether `farm jobs`, `farm status` or `farm submit`
+prints it with --json, and whether the registry or a coordinator holds the job."""
 
 from __future__ import annotations
 
@@ -64,3 +64,19 @@ def test_jobs_status_and_submit_print_a_job_with_the_same_keys(farm_json, regist
                              target='{"kind":"llvm"}', artifact=None, weights_layout=WeightsLayout.PLAIN).to_json()
     assert set(shown) <= set(submitted)
     assert set(submitted) - set(shown) == {"seconds"}  # a submit that did not tune adds only its time
+
+
+def test_a_coordinators_job_has_the_registrys_keys(farm_json, registry_job):
+    """One shape in both modes: a script reading `farm jobs --json` works with or without --coordinator."""
+    from farm.client import job_json
+    from foundation.wire import farm_pb2
+
+    registry, job = registry_job
+    shown = farm_json("status", job.id, "--registry", registry)
+    remote = farm_pb2.Job(id="job-remote", state=farm_pb2.JOB_STATE_SUCCEEDED, target='{"kind":"llvm"}',
+                          target_kind="llvm", model=farm_pb2.ModelSummary(name="mlp-tiny", batch=1))
+    remote.failed_shards.append(farm_pb2.ShardFailure(shard_id="s-1", task_names=["dense"]))
+    document = job_json(remote)
+    assert list(document) == list(shown)  # the same keys, in the same order
+    assert document["id"] == document["job"] == "job-remote" and document["runner"] is None
+    assert shown["failed_shards"] == [] and document["failed_shards"][0]["shard"] == "s-1"
