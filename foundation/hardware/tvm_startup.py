@@ -15,6 +15,7 @@ import os
 import platform
 import signal
 import sys
+import threading
 import types
 
 _PACKAGE = "tvm.s_tir.tensor_intrin"
@@ -65,32 +66,62 @@ def use_farm_llvm_rules() -> None:
 def install_lean_tensor_intrinsics(target_kind: str) -> tuple[str, ...]:
     """Make ``tvm.s_tir.tensor_intrin`` an importable package holding only what we need.
 
-    Idempotent. If the full package was already imported, nothing changes. Returns the
-    submodules registered by this call. For LLVM targets it also registers the farm's float32
-    exp and erf (foundation.hardware.llvm_rules): every process that builds for a CPU comes here
-    first, the builder workers included, so candidates are measured as the library is built.
+    Idempotent and thread-safe: a thread returns once the intrinsics of ``target_kind`` are
+    registered, whichever thread registers them, and a process that registered one kind's (cuda's:
+    none) registers another's (llvm's x86) when it meets it. If the full package was already
+    imported, nothing changes. Returns the submodules registered by this call. For LLVM targets it
+    also registers the farm's float32 exp and erf (foundation.hardware.llvm_rules): every process
+    that builds for a CPU comes here first, the builder workers included, so candidates are measured
+    as the library is built.
     """
     pin_tvm_threads()
-    if target_kind == "llvm":
-        use_farm_llvm_rules()
-    if _PACKAGE in sys.modules:
-        return ()
+    # One thread at a time: another thread's tuning found the lean package in sys.modules while
+    # its first thread was still importing x86 ("TensorIntrin 'dot_16x4_vnni' is not registered").
+    with _REGISTERING:
+        if target_kind == "llvm":
+            use_farm_llvm_rules()
+        package = sys.modules.get(_PACKAGE)
+        if package is None:
+            package = _lean_package()
+            if package is None:  # pragma: no cover - broken TVM
+                return ()
+        elif not getattr(package, _LEAN, False):
+            return ()  # TVM's own package: every backend's intrinsics are registered
+        wanted = [name for name in intrinsic_modules(target_kind) if f"{_PACKAGE}.{name}" not in sys.modules]
+        for name in wanted:
+            importlib.import_module(f"{_PACKAGE}.{name}")
+        return tuple(wanted)
+
+
+_REGISTERING = threading.RLock()
+_LEAN = "_registered_by_tvm_farm"
+
+
+def _unlock_in_child() -> None:
+    """A process forked while another thread registered (a worker zygote) starts with the lock free."""
+    global _REGISTERING
+    _REGISTERING = threading.RLock()
+
+
+os.register_at_fork(after_in_child=_unlock_in_child)
+
+
+def _lean_package() -> types.ModuleType | None:
+    """An empty ``tvm.s_tir.tensor_intrin`` in sys.modules, marked as the farm's; None without TVM's."""
     import tvm.s_tir  # noqa: F401  (the parent package must exist first)
 
     spec = importlib.util.find_spec(_PACKAGE)
     if spec is None or spec.submodule_search_locations is None:  # pragma: no cover - broken TVM
-        return ()
+        return None
     package = types.ModuleType(_PACKAGE, "Tensor intrinsics (lean: registered by tvm-farm)")
     package.__path__ = list(spec.submodule_search_locations)
     package.__package__ = _PACKAGE
     package.__spec__ = spec
     package.__file__ = spec.origin
+    setattr(package, _LEAN, True)
     sys.modules[_PACKAGE] = package
     sys.modules["tvm.s_tir"].tensor_intrin = package
-    wanted = intrinsic_modules(target_kind)
-    for name in wanted:
-        importlib.import_module(f"{_PACKAGE}.{name}")
-    return wanted
+    return package
 
 
 class LeanWorkerInit:

@@ -70,3 +70,47 @@ def test_tvm_runtime_uses_every_available_core():
     assert proc.returncode == 0, proc.stderr
     threads, cores = proc.stdout.split()
     assert threads == cores
+
+
+def _run(code: str) -> subprocess.CompletedProcess:
+    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    return proc
+
+
+def test_a_process_that_registered_cudas_intrinsics_registers_llvms_when_it_meets_llvm():
+    """A coordinator or agent that met a cuda job first went on without x86's: an llvm job's
+    tensorized trace then failed ("TensorIntrin 'dot_16x4_vnni' is not registered")."""
+    proc = _run("""
+        from foundation.hardware.tvm_startup import install_lean_tensor_intrinsics
+        print(install_lean_tensor_intrinsics("cuda"), install_lean_tensor_intrinsics("llvm"))
+        from tvm.s_tir import TensorIntrin
+        print(TensorIntrin.get("dot_16x4_vnni", allow_missing=True) is not None)
+    """)
+    assert proc.stdout.split("\n")[:2] == ["() ('x86',)", "True"]
+
+
+def test_threads_registering_at_once_each_return_with_the_intrinsics_registered():
+    """farm.submit from two threads: the second found the package in sys.modules while the first
+    still imported x86, returned at once and tuned without it."""
+    proc = _run("""
+        import threading
+        import tvm.s_tir
+        from foundation.hardware.tvm_startup import install_lean_tensor_intrinsics
+        from tvm.s_tir import TensorIntrin
+
+        start, seen = threading.Barrier(8), []
+
+        def register():
+            start.wait()
+            install_lean_tensor_intrinsics("llvm")
+            seen.append(TensorIntrin.get("dot_16x4_vnni", allow_missing=True) is not None)
+
+        threads = [threading.Thread(target=register) for _ in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        print(seen.count(True), len(seen))
+    """)
+    assert proc.stdout.split() == ["8", "8"]
