@@ -18,6 +18,7 @@ from foundation.domain import request_limits as limits
 from foundation.domain.request_limits import MAX_ID_LENGTH, MAX_TEXT_LENGTH, Bound
 from foundation.errors import BadInput
 from foundation.wire import farm_pb2
+from foundation.wire.submission import field_name
 
 
 @dataclass(frozen=True)
@@ -113,14 +114,15 @@ _COST_MODEL_USED = {
 # Per request message: its fields (a dotted path into nested messages, `[]` for each entry of a
 # repeated field) and what each may hold. A field not named here carries no text a call quotes.
 RULES: dict[str, dict[str, Text | Number | Finite | OutputErrors | Moment | Span | Known | Items]] = {
+    # A submit's numbers are the CLI's and the API's (request_limits.SUBMIT_NUMBERS, by their wire
+    # names), refused here before the request is read; what it asks is then checked whole as theirs
+    # is (foundation.wire.submission.submission_of: asked_submission).
     "SubmitRequest": {
         "zoo_name": _ID, "target": Text(MAX_TEXT_LENGTH, required=True), "fingerprint_id": _ID,
-        "batch": Number(limits.BATCH), "trials": _or_default(limits.TRIALS),
-        "trials_per_task": _or_default(limits.TRIALS_PER_TASK), "validation_runs": _or_default(limits.VALIDATION_RUNS),
-        "seed": Number(limits.SEED), "reuse": _KIND, "weights_layout": _KIND,
-        "onnx.file_name": Text(1024), "onnx.sha256": _SHA256,
-        "until.goal": Text(64), "until.patience": _or_default(limits.PATIENCE),
-        "until.round_trials": _or_default(limits.TRIALS),
+        "batch": Number(limits.BATCH), "seed": Number(limits.SEED), "reuse": _KIND, "weights_layout": _KIND,
+        **{field_name(name): _or_default(bound) for name, bound in limits.SUBMIT_NUMBERS.items()
+           if name not in ("seed", "build_workers")},  # seed's 0 is a seed; build_workers is embedded only
+        "onnx.file_name": Text(1024), "onnx.sha256": _SHA256, "until.goal": Text(64),
     },
     "GetJobRequest": {"job_id": _REQUIRED_ID},
     "WatchJobRequest": {"job_id": _REQUIRED_ID, "after_sequence": Number(limits.ROW_ID)},

@@ -1,9 +1,11 @@
 """The Python API's arguments checked as `farm` checks its options: a FarmError in one line, before anything is written.
 
-Numbers go through the bounds `farm` and the coordinator use (foundation.domain.request_limits);
-this module checks what the command line cannot be given: a value of the wrong type (None, a
-dict, a float where a count belongs, True for a number). What a well-typed value means (a known
-model, a target, a reuse mode) is judged where it is used, for the CLI and the API alike.
+A submit's values are checked by foundation.domain.submission.asked_submission, as `farm submit`'s
+and a coordinator's callers' are; numbers go through the bounds all of them use
+(foundation.domain.request_limits). This module checks what only Python can be given: a model as
+an object, a target as a dict, paths, seconds, and values of the wrong type (None, a dict, a float
+where a count belongs, True for a number). What a well-typed value means (a known model, a target)
+is judged where it is used, for the CLI and the API alike.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ def model_source(value):
     if isinstance(value, os.PathLike):
         value = os.fspath(value)
     if not isinstance(value, str) or not value:
-        raise BadInput(f"model must be a zoo model's name or an ONNX file's path, got {_shown(value)}",
+        raise BadInput(f"model must be a zoo model's name or an ONNX file's path, got {limits.shown_value(value)}",
                        "or an onnx.ModelProto, or a torch.nn.Module with example_inputs; "
                        "e.g. farm.submit('resnet-18', 'llvm', 1)")
     limits.check_text("model", value, limits.MAX_TEXT_LENGTH)
@@ -50,14 +52,15 @@ def shapes(value) -> dict[str, int | tuple[int, ...]] | None:
         return None
     example = 'e.g. shapes={"sequence": 128} or shapes={"input_ids": [1, 128]}'
     if not isinstance(value, Mapping) or not value:
-        raise BadInput(f"shapes must map named dimensions or inputs to sizes, got {_shown(value)}", example)
+        raise BadInput(f"shapes must map named dimensions or inputs to sizes, got {limits.shown_value(value)}", example)
     checked: dict[str, int | tuple[int, ...]] = {}
     for name, size in value.items():
         if not isinstance(name, str) or not name:
-            raise BadInput(f"shapes' keys must be dimension or input names, got {_shown(name)}", example)
+            raise BadInput(f"shapes' keys must be dimension or input names, got {limits.shown_value(name)}", example)
         sizes = [size] if isinstance(size, int) and not isinstance(size, bool) else size
         if isinstance(sizes, (str, bytes, Mapping)) or not isinstance(sizes, (list, tuple)) or not sizes:
-            raise BadInput(f"shape of {name!r} must be a size or a list of sizes, got {_shown(size)}", example)
+            raise BadInput(f"shape of {name!r} must be a size or a list of sizes, got {limits.shown_value(size)}",
+                           example)
         for one in sizes:
             limits.check_number(f"shape of {name!r}", one, DIMENSION, f"give sizes from 1 to {DIMENSION.high:,}")
         checked[name] = size if isinstance(size, int) else tuple(size)
@@ -72,29 +75,27 @@ def target_text(value) -> str:
         except (TypeError, ValueError) as err:
             raise BadInput(f"target is not a JSON object: {err}",
                            'give a dict of JSON values, e.g. {"kind": "llvm", "num-cores": 2}') from None
+        except RecursionError:  # as the target's text is refused (foundation.hardware.targets)
+            raise BadInput("target is not a JSON object the farm reads (nested too deeply)",
+                           'give a TVM target, e.g. {"kind": "llvm", "num-cores": 2}') from None
     if not isinstance(value, str) or not value:
-        raise BadInput(f"target must be llvm, cuda or a TVM target (its JSON text or a dict), got {_shown(value)}",
-                       "e.g. farm.submit('resnet-18', 'llvm', 1)")
+        raise BadInput("target must be llvm, cuda or a TVM target (its JSON text or a dict), "
+                       f"got {limits.shown_value(value)}", "e.g. farm.submit('resnet-18', 'llvm', 1)")
     limits.check_text("target", value, limits.MAX_TEXT_LENGTH)
     return value
 
 
 def optional_text(name: str, value, example: str, limit: int = limits.MAX_ID_LENGTH) -> str | None:
-    """A string argument that may be left out (None)."""
-    if value is None:
-        return None
+    """A string argument that may be left out (None); a path is taken as its string."""
     if isinstance(value, os.PathLike):
         value = os.fspath(value)
-    if not isinstance(value, str):
-        raise BadInput(f"{name} must be a string, got {_shown(value)}", f"e.g. {example}")
-    limits.check_text(name, value, limit)
+    limits.check_optional_text(name, value, limit, example)
     return value
 
 
 def flag(name: str, value) -> bool:
     """A yes/no argument: True or False, not a string that merely looks like one ("no" is true)."""
-    if not isinstance(value, bool):
-        raise BadInput(f"{name} must be True or False, got {_shown(value)}", f"pass {name}=True or {name}=False")
+    limits.check_flag(name, value)
     return value
 
 
@@ -103,14 +104,6 @@ def seconds(name: str, value) -> float | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
-        raise BadInput(f"{name} must be a number of seconds, 0 or more, got {_shown(value)}",
+        raise BadInput(f"{name} must be a number of seconds, 0 or more, got {limits.shown_value(value)}",
                        f"e.g. {name}=600, or leave it out")
     return float(value)
-
-
-def _shown(value) -> str:
-    """A wrong value as an error quotes it: its type, and itself when short."""
-    if value is None:
-        return "None"
-    text = repr(value)
-    return f"{type(value).__name__} {text}" if len(text) <= 40 else type(value).__name__

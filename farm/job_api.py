@@ -13,14 +13,15 @@ from __future__ import annotations
 
 import datetime as dt
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from farm import arguments
 from farm.connection import Coordinator
+from foundation.config import check_switches
 from foundation.domain import request_limits as limits
 from foundation.domain.jobs import JobState
-from foundation.domain.submission import Submission, until_request
+from foundation.domain.submission import Submission, asked_submission
 from foundation.errors import BadInput
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -143,27 +144,24 @@ def submit(model: str, target: str = "llvm", batch: int = 1, *, trials: int | No
     from farm.model_sources import model_source
     from foundation.models.loaded import check_batch
 
+    # The environment's yes/no switches first, as `farm` checks them: one read late (FARM_KEEP_SLOWER_TUNED,
+    # after the tuning) would fail the job it was meant for.
+    check_switches()
     target = arguments.target_text(target)
     check_batch(batch)
-    limits.check_numbers(dict(trials=trials, trials_per_task=trials_per_task, build_workers=build_workers, runs=runs,
-                              seed=seed, patience=patience, round_trials=round_trials), limits.SUBMIT_NUMBERS)
-    retune, warm_start, wait = (arguments.flag(name, value)
-                                for name, value in (("retune", retune), ("warm_start", warm_start), ("wait", wait)))
-    reuse = arguments.optional_text("reuse", reuse, 'reuse="auto"', 32)
-    weights_layout = arguments.optional_text("weights_layout", weights_layout, 'weights_layout="plain"', 32)
-    if weights_layout is None:
-        weights_layout = "auto"
-    until = arguments.optional_text("until", until, 'until="onnxruntime" or until="20ms"', 64)
+    # What is asked, checked as `farm submit` and the coordinator check theirs; the model, which may be
+    # an object here, is keyed once everything else has passed (model_source may store it).
+    submission = asked_submission(
+        model="", target=target, batch=batch, trials=trials, trials_per_task=trials_per_task, retune=retune,
+        reuse=reuse, seed=seed, warm_start=warm_start, runs=runs,
+        weights_layout="auto" if weights_layout is None else weights_layout, until=until, patience=patience,
+        round_trials=round_trials, build_workers=build_workers, fingerprint=fingerprint)
+    wait = arguments.flag("wait", wait)
     registry = arguments.optional_text("registry", registry, 'registry="sqlite:///farm.db"', limits.MAX_TEXT_LENGTH)
-    fingerprint = arguments.optional_text("fingerprint", fingerprint, 'fingerprint="cpu-..."')
     timeout = arguments.seconds("timeout", timeout)
-    until_goal = until_request(until, patience, round_trials)
     remote = _coordinator(coordinator)
     source = model_source(model, batch, shapes, example_inputs)
-    submission = Submission(
-        model=source.named, target=target, batch=batch, trials=trials, trials_per_task=trials_per_task,
-        retune=retune, reuse=reuse, seed=seed, warm_start=warm_start, validation_runs=runs,
-        weights_layout=weights_layout, until=until_goal, fingerprint=fingerprint)
+    submission = replace(submission, model=source.named)
     if remote is not None:
         if source.key is not None and source.key.source != "onnx":
             raise BadInput("a torch module is tuned embedded only", "export it to ONNX to tune it on a coordinator")

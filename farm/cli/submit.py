@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import typer
@@ -13,9 +14,8 @@ from farm.cli.output import emit_json, stdout_console
 from farm.cli.run_files import checked_run_files, write_outputs
 from farm.cli.shape_option import shape_option, shaped_model
 from farm.connection import Coordinator
-from foundation.domain import request_limits as limits
 from foundation.domain.reuse import ReuseMode
-from foundation.domain.submission import Submission, until_request
+from foundation.domain.submission import asked_submission
 from foundation.domain.tuning_rounds import DEFAULT_PATIENCE, DEFAULT_ROUNDS
 from foundation.errors import BadInput, Interrupted, JobFailed
 
@@ -106,21 +106,17 @@ def submit(
     With --coordinator (or FARM_COORDINATOR) the farm's agents do the work; otherwise it runs
     here, embedded, on the registry given by --registry.
     """
-    from foundation.domain.weights_layout import check_request
-
-    check_request(weights_layout)
-    limits.check_numbers(dict(trials=trials, trials_per_task=trials_per_task, build_workers=build_workers, runs=runs,
-                              seed=seed, patience=patience, round_trials=round_trials),
-                         limits.SUBMIT_NUMBERS, spelled=option_name)
-    until_goal = until_request(until, patience, round_trials, spelled=option_name)
+    # Checked as farm.submit and the coordinator check theirs, each value named as its option.
+    submission = asked_submission(
+        model=model, target=target, batch=batch, trials=trials, trials_per_task=trials_per_task, retune=retune,
+        reuse=reuse, seed=seed, warm_start=warm_start, runs=runs, weights_layout=weights_layout, until=until,
+        patience=patience, round_trials=round_trials, build_workers=build_workers, fingerprint=fingerprint,
+        spelled=option_name)
     if report_dir is not None:
         from farm.cli.report_cmd import check_report_dir
 
         check_report_dir(report_dir)
-    submission = Submission(
-        model=shaped_model(model, batch, shape), target=target, batch=batch, trials=trials,
-        trials_per_task=trials_per_task, retune=retune, reuse=reuse, seed=seed, warm_start=warm_start,
-        validation_runs=runs, weights_layout=weights_layout, until=until_goal, fingerprint=fingerprint)
+    submission = replace(submission, model=shaped_model(model, batch, shape))
     if dry_run:
         from farm.cli.dry_run_view import print_plan
 

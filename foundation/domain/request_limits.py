@@ -77,6 +77,22 @@ def check_numbers(values: Mapping[str, int | None], bounds: Mapping[str, Bound],
         check_number(spelled(name), value, bounds[name])
 
 
+def check_flag(name: str, value: bool) -> None:
+    """Refuse a yes/no value that is not True or False: a string that merely looks like one ("no" is
+    true), 1, None. `farm` and the wire can only send a bool; a Python caller can send anything."""
+    if not isinstance(value, bool):
+        raise BadInput(f"{name} must be True or False, got {shown_value(value)}", f"pass {name}=True or {name}=False")
+
+
+def check_optional_text(name: str, value: str | None, limit: int, example: str) -> None:
+    """check_text for a string that may be left out (None), refusing first what is no string at all."""
+    if value is None:
+        return
+    if not isinstance(value, str):
+        raise BadInput(f"{name} must be a string, got {shown_value(value)}", f"e.g. {example}")
+    check_text(name, value, limit)
+
+
 def check_text(name: str, value: str, limit: int, *, required: bool = False) -> None:
     """Refuse a string longer than ``limit`` characters (or empty, when ``required``), or holding a
     NUL character, which PostgreSQL's text cannot (the call failed as if the registry were down)."""
@@ -93,3 +109,11 @@ def shown_number(value: int) -> str:
     """A number as an error quotes it: in full unless it is absurdly long."""
     text = str(value)
     return text if len(text) <= 24 else f"a number of {len(text):,} digits"
+
+
+def shown_value(value) -> str:
+    """A value of the wrong type as an error quotes it: its type, and itself when short."""
+    if value is None:
+        return "None"
+    text = repr(value)
+    return f"{type(value).__name__} {text}" if len(text) <= 40 else type(value).__name__

@@ -3,7 +3,8 @@
 A Submission is what is asked: the model, target and batch, the budget and how to spend it. Where it
 runs (this process's registry and builders, or a coordinator) is the caller's and stays out of it.
 It crosses the wire as a SubmitRequest through foundation.wire.submission, the one place that
-converts it; `--until` is read here, once, so that a goal is refused in the same words everywhere.
+converts it. Each caller makes its Submission with asked_submission, which checks every value
+(`--until` too) once for all of them, so that a value is refused in the same words everywhere.
 """
 
 from __future__ import annotations
@@ -11,10 +12,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from foundation.domain import request_limits as limits
 from foundation.domain.job_spec import DEFAULT_VALIDATION_RUNS, JobSpec, SpecError
 from foundation.domain.reuse import ReuseMode, default_mode
 from foundation.domain.tuning_rounds import DEFAULT_PATIENCE, UntilRequest, parse_goal
-from foundation.domain.weights_layout import AUTO
+from foundation.domain.weights_layout import AUTO, check_request
 from foundation.errors import BadInput
 
 GOAL_FIX = "give onnxruntime, or a latency such as 20ms"
@@ -70,6 +72,42 @@ class Submission:
                            until=self.until)
         except SpecError as err:
             raise BadInput(str(err), "see `farm submit --help`") from None
+
+
+def asked_submission(*, model: str, target: str, batch: int = 1, trials: int | None = None,
+                     trials_per_task: int | None = None, retune: bool = False, reuse: str | ReuseMode | None = None,
+                     seed: int = 0, warm_start: bool = True, runs: int = DEFAULT_VALIDATION_RUNS,
+                     weights_layout: str = AUTO, until: str | None = None, patience: int | None = None,
+                     round_trials: int | None = None, build_workers: int | None = None, fingerprint: str | None = None,
+                     onnx: OnnxUpload | None = None, spelled: Callable[[str], str] = str) -> Submission:
+    """What `farm submit`, farm.submit or a coordinator's caller asked, as a Submission: every value checked
+    here, the same for all three, before anything is written. BadInput names the first value refused as
+    ``spelled`` spells the argument (`--trials`, trials, until.patience), with the bounds of
+    foundation.domain.request_limits. ``build_workers`` is checked with the rest; it is the embedded
+    run's (MeasureSettings), not the submission's. The batch is checked where the model is keyed."""
+    limits.check_numbers(dict(trials=trials, trials_per_task=trials_per_task, build_workers=build_workers, runs=runs,
+                              seed=seed, patience=patience, round_trials=round_trials), limits.SUBMIT_NUMBERS,
+                         spelled)
+    for name, value in (("retune", retune), ("warm_start", warm_start)):
+        limits.check_flag(spelled(name), value)
+    if not isinstance(model, str):
+        raise BadInput(f"{spelled('model')} must be a zoo model's name or an ONNX file's path, "
+                       f"got {limits.shown_value(model)}", "e.g. resnet-18")
+    limits.check_text(spelled("model"), model, limits.MAX_TEXT_LENGTH)
+    if not isinstance(target, str):
+        raise BadInput(f"{spelled('target')} must be llvm, cuda or a TVM target's JSON, "
+                       f"got {limits.shown_value(target)}", "e.g. llvm")
+    limits.check_text(spelled("target"), target, limits.MAX_TEXT_LENGTH, required=True)
+    limits.check_optional_text(spelled("fingerprint"), fingerprint, limits.MAX_ID_LENGTH, "cpu-0123456789ab")
+    if not isinstance(reuse, ReuseMode):
+        limits.check_optional_text(spelled("reuse"), reuse, 32, "auto")
+    limits.check_optional_text(spelled("weights_layout"), weights_layout, 32, "plain")
+    check_request(weights_layout)
+    limits.check_optional_text(spelled("until"), until, 64, "onnxruntime or 20ms")
+    goal = until_request(until, patience, round_trials, spelled=spelled)
+    return Submission(model=model, target=target, batch=batch, trials=trials, trials_per_task=trials_per_task,
+                      retune=retune, reuse=reuse, seed=seed, warm_start=warm_start, validation_runs=runs,
+                      weights_layout=weights_layout, until=goal, fingerprint=fingerprint, onnx=onnx)
 
 
 def reuse_mode(name: str) -> ReuseMode:

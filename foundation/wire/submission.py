@@ -7,7 +7,7 @@ them; a Submission holds the defaults themselves, so one read back from its requ
 from __future__ import annotations
 
 from foundation.domain.job_spec import DEFAULT_VALIDATION_RUNS
-from foundation.domain.submission import OnnxUpload, Submission, until_request
+from foundation.domain.submission import OnnxUpload, Submission, asked_submission
 from foundation.domain.weights_layout import AUTO
 from foundation.wire import farm_pb2
 
@@ -33,18 +33,29 @@ def submit_request(submission: Submission) -> farm_pb2.SubmitRequest:
 
 
 def submission_of(request: farm_pb2.SubmitRequest) -> Submission:
-    """What a received request asks for; BadInput for a reuse mode or an `until` goal that is none."""
+    """What a received request asks for, checked as `farm submit` and farm.submit check theirs
+    (asked_submission): BadInput naming the field refused."""
     onnx = None
     if request.WhichOneof("model") == "onnx":
         onnx = OnnxUpload(request.onnx.file_name, request.onnx.content, request.onnx.sha256)
-    until = None
-    if request.HasField("until"):
-        until = until_request(request.until.goal, request.until.patience or None, request.until.round_trials or None)
-    return Submission(
+    # An unset Until is no goal; its unset numbers are the defaults.
+    until = request.until if request.HasField("until") else farm_pb2.Until()
+    return asked_submission(
         model=onnx.file_name if onnx is not None else request.zoo_name, target=request.target, batch=request.batch,
         trials=request.trials or None, trials_per_task=request.trials_per_task or None, retune=request.retune,
         reuse=request.reuse or None, seed=request.seed, warm_start=not request.cold,
-        validation_runs=request.validation_runs or DEFAULT_VALIDATION_RUNS,
-        weights_layout=request.weights_layout or AUTO, until=until, fingerprint=request.fingerprint_id or None,
-        onnx=onnx,
+        runs=request.validation_runs or DEFAULT_VALIDATION_RUNS, weights_layout=request.weights_layout or AUTO,
+        until=until.goal if request.HasField("until") else None, patience=until.patience or None,
+        round_trials=until.round_trials or None,
+        fingerprint=request.fingerprint_id or None, onnx=onnx, spelled=field_name,
     )
+
+
+# farm.submit's argument names that the wire spells otherwise.
+_FIELD_NAMES = {"model": "zoo_name", "runs": "validation_runs", "warm_start": "cold", "patience": "until.patience",
+                "round_trials": "until.round_trials", "until": "until.goal", "fingerprint": "fingerprint_id"}
+
+
+def field_name(argument: str) -> str:
+    """farm.submit's argument as SubmitRequest names its field: runs is validation_runs."""
+    return _FIELD_NAMES.get(argument, argument)
