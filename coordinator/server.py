@@ -354,14 +354,17 @@ def _check_port_free(listen: str, flag: str = "--listen") -> None:
     """Refuse a taken port before gRPC tries it (gRPC's own refusal is a log line of its own)."""
     host, _, port_text = listen.rpartition(":")
     if not port_text.isdigit() or not 0 <= int(port_text) < 65536:
-        raise _cannot_listen(listen, "it is not host:port", flag)
+        raise _cannot_listen(listen, "it is not host:port", flag,
+                             f"give {flag} as HOST:PORT, a port from 0 (any free one) to 65535")
     if int(port_text) == 0:
         return  # any free port
     try:
         addresses = socket.getaddrinfo(host.strip("[]") or None, int(port_text), type=socket.SOCK_STREAM,
                                        flags=socket.AI_PASSIVE)
     except socket.gaierror as err:
-        raise _cannot_listen(listen, f"the host is unknown ({err.strerror})", flag) from None
+        raise _cannot_listen(listen, f"the host is unknown ({err.strerror})", flag,
+                             f"give {flag} an address of this host (0.0.0.0 for all, 127.0.0.1 for loopback)"
+                             ) from None
     for family, kind, proto, _, address in addresses:
         with socket.socket(family, kind, proto) as probe:
             probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as gRPC binds
@@ -371,9 +374,9 @@ def _check_port_free(listen: str, flag: str = "--listen") -> None:
                 raise _cannot_listen(listen, err.strerror or str(err), flag) from None
 
 
-def _cannot_listen(listen: str, why: str, flag: str = "--listen") -> FarmError:
+def _cannot_listen(listen: str, why: str, flag: str = "--listen", fix: str | None = None) -> FarmError:
     return FarmError(f"the coordinator cannot listen on {listen} ({flag}): {why}",
-                     f"stop what holds the port (another coordinator?), or choose another {flag}")
+                     fix or f"stop what holds the port (another coordinator?), or choose another {flag}")
 
 
 def _set_health(loop: _EventLoopThread, health_servicer, answering: bool) -> None:

@@ -96,10 +96,16 @@ def test_a_taken_tracker_port_fails_the_coordinator(farm_exe, tmp_path):
         assert other_farms.running
 
 
-@pytest.mark.parametrize("listen", ["127.0.0.1:notaport", "no-such-host.invalid:5"])
-def test_a_bad_listen_address_is_one_line(farm_exe, tmp_path, listen):
-    proc = _coordinator(farm_exe, tmp_path, "--listen", listen, "--registry", f"sqlite:///{tmp_path / 'r.db'}")
-    assert f"cannot listen on {listen}" in _refused(proc)
+@pytest.mark.parametrize(("flag", "listen", "fix"), [
+    ("--listen", "127.0.0.1:notaport", "give --listen as HOST:PORT"),
+    ("--health-listen", "nowhere", "give --health-listen as HOST:PORT"),
+    ("--listen", "no-such-host.invalid:5", "give --listen an address of this host"),
+])
+def test_a_bad_listen_address_is_one_line(farm_exe, tmp_path, flag, listen, fix):
+    """Its fix was the taken port's ("stop what holds the port") whatever was wrong."""
+    proc = _coordinator(farm_exe, tmp_path, flag, listen, "--registry", f"sqlite:///{tmp_path / 'r.db'}")
+    line = _refused(proc)
+    assert f"cannot listen on {listen} ({flag})" in line and f"({fix}" in line and "holds the port" not in line
 
 
 def test_a_tracker_that_fails_after_the_metrics_started_frees_their_port(tmp_path):
