@@ -26,7 +26,9 @@ CLIENT_CERT_FIX = ("give --tls-cert and --tls-key (FARM_TLS_CERT, FARM_TLS_KEY):
                    "the coordinator's --tls-client-ca names, and its key")
 # OpenSSL's X509_V_ERR_* codes of a certificate whose issuer the caller does not trust.
 _UNTRUSTED_ISSUER = {2, 18, 19, 20, 21}
-_EXPIRED, _NOT_YET_VALID, _HOSTNAME_MISMATCH = 10, 9, 62
+_EXPIRED, _NOT_YET_VALID = 10, 9
+# ...of a certificate for other names than the one dialled: a host name, an IP address.
+_NAME_MISMATCH = {62, 64}
 
 
 @dataclass(frozen=True)
@@ -96,7 +98,7 @@ def _certificate_refused(err: ssl.SSLCertVerificationError, host: str, port: int
         return TlsFailure(f"certificate verify failed: the coordinator's certificate {trouble}",
                           "the coordinator needs a current certificate (its --tls-cert and --tls-key), and a "
                           "restart; if it has one, check the clocks of this box and the coordinator's")
-    if cert is not None and code == _HOSTNAME_MISMATCH:
+    if cert is not None and code in _NAME_MISMATCH:
         held = ", ".join(names(cert)) or "no name"
         return TlsFailure(f"certificate verify failed: the coordinator's certificate is for {held}, not {host}",
                           "connect by a name the certificate holds (--coordinator, FARM_COORDINATOR), or give the "

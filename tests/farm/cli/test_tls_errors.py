@@ -76,6 +76,10 @@ def test_a_certificate_for_another_host_names_the_names_it_holds(farm_exe, serve
     line = jobs_error(farm_exe, tmp_path, f"localhost:{server.port}", "--tls-ca", str(authority.cert))
     assert "the coordinator's certificate is for farm.example.com, 10.1.2.3, not localhost" in line
     assert "--coordinator" in line and "names localhost" in line
+    # Dialled by address: OpenSSL's "IP address mismatch" was told with the fix of an unknown CA.
+    line = jobs_error(farm_exe, tmp_path, f"127.0.0.1:{server.port}", "--tls-ca", str(authority.cert))
+    assert "the coordinator's certificate is for farm.example.com, 10.1.2.3, not 127.0.0.1" in line
+    assert "names 127.0.0.1" in line and "FARM_TLS_CA" not in line
 
 
 def test_a_mutual_tls_coordinator_names_the_client_certificate_it_needs(farm_exe, serve_tls, tmp_path):
