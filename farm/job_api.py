@@ -178,8 +178,9 @@ def submit(model: str, target: str = "llvm", batch: int = 1, *, trials: int | No
         from farm.submit_handle import SubmitHandle
 
         return SubmitHandle(request, lambda job_id: status(job_id, registry=registry))
-    with ctrl_c_cancels() as cancellation:
-        result = submit_job(request, cancellation=cancellation)
+    with ctrl_c_cancels() as ctrl_c:
+        result = submit_job(request, cancellation=ctrl_c.cancellation)
+        ctrl_c.ended(result.job)
     jobs = RegistryJobs.open(registry)
     return Job.from_document(jobs.document(jobs.get(result.job.id)))
 
