@@ -22,6 +22,18 @@ class Coordinator:
     tls_cert: Path | None = None
     tls_key: Path | None = None
 
+    def __post_init__(self) -> None:
+        """What a Python caller may give: an address as a string, each file as a path or its string
+        (BadInput for anything else, as the command line's options are checked)."""
+        from farm import arguments
+        from foundation.domain import request_limits as limits
+
+        arguments.optional_text("address", self.address, 'farm.Coordinator("coord:50051")', limits.MAX_ID_LENGTH)
+        for name in ("token_file", "tls_ca", "tls_cert", "tls_key"):
+            given = arguments.optional_text(name, getattr(self, name), f'{name}="/etc/tvm-farm/{name}"',
+                                            limits.MAX_TEXT_LENGTH)
+            object.__setattr__(self, name, None if given is None else Path(given))
+
     def access(self) -> "ChannelAccess":
         from foundation.wire.access import ChannelAccess
 

@@ -122,3 +122,20 @@ def test_a_switch_that_is_neither_yes_nor_no_stops_farm_submit_at_once(monkeypat
         farm.submit("mlp-tiny", "llvm", 1, registry=f"sqlite:///{registry}")
     assert str(refused.value).startswith(f"{variable}='sometimes' is neither yes nor no")
     assert not registry.exists()
+
+
+@pytest.mark.parametrize(("given", "says"), [
+    (dict(address=5), "address must be a string, got int 5"),
+    (dict(address="coord:50051", token_file=5), "token_file must be a string, got int 5"),
+    (dict(address="coord:50051", tls_ca=["ca.pem"]), "tls_ca must be a string"),
+])
+def test_a_coordinator_of_what_cannot_be_one_is_bad_input(given, says):
+    """farm.Coordinator(5) was made, and its use raised TypeError (a token file of 5: from os.fspath)."""
+    with pytest.raises(BadInput) as refused:
+        farm.Coordinator(**given)
+    assert str(refused.value).startswith(says) and refused.value.exit_code == 2
+
+
+def test_a_coordinators_files_may_be_given_as_strings():
+    coordinator = farm.Coordinator("coord:50051", token_file="token", tls_ca="ca.pem")
+    assert coordinator.token_file.name == "token" and coordinator.tls_ca.name == "ca.pem"
