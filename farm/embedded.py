@@ -120,7 +120,8 @@ def _take_turn(cancellation: Cancellation, tell) -> bool:
     waiting = ("another farm.submit in this process is running its job: waiting for it to end "
                "(one job at a time in a process: TVM's IR builders are not thread-safe)")
     tell("waiting", waiting)
-    logging.getLogger(__name__).info(waiting)  # a Python caller has no observer
+    # A Python caller has no observer: Python's last-resort handler prints a warning on stderr.
+    logging.getLogger(__name__).warning(waiting)
     while not TVM_IR_LOCK.acquire(timeout=TURN_POLL_S):
         _stop_if_cancelled(cancellation)
     return True

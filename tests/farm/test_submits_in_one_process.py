@@ -12,7 +12,9 @@ from foundation.domain.jobs import JobState
 pytestmark = pytest.mark.slow
 
 
-def test_two_threads_submitting_at_once_both_succeed_and_a_third_of_the_same_scope_is_a_hit(tmp_path):
+def test_two_threads_submitting_at_once_both_succeed_and_a_third_of_the_same_scope_is_a_hit(tmp_path, caplog):
+    """Two threads' jobs at once failed in Relax's block builder ("DataflowVar matmul is not defined") or their
+    tuning ("TensorIntrin 'dot_16x4_vnni' is not registered"); they run one at a time, the waiting one says so."""
     registry = f"sqlite:///{tmp_path / 'registry.db'}"
     ended: dict[str, farm.Job] = {}
     failed: dict[str, BaseException] = {}
@@ -31,6 +33,7 @@ def test_two_threads_submitting_at_once_both_succeed_and_a_third_of_the_same_sco
     for thread in threads:
         thread.join(timeout=900)
     assert not failed, failed
+    assert "another farm.submit in this process is running its job: waiting for it to end" in caplog.text
     assert all(job.state is JobState.SUCCEEDED for job in ended.values()), ended
     batch_1 = [ended["first"], ended["same scope"]]
     # One tuned batch 1; the other waited for it and answered from the registry.
