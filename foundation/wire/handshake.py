@@ -22,6 +22,8 @@ if TYPE_CHECKING:
     from cryptography import x509
 
 PROBE_TIMEOUT_S = 5.0
+TLS_CA_FIX = ("give --tls-ca (FARM_TLS_CA) naming the CA of its certificate, and with mutual TLS --tls-cert and "
+              "--tls-key (FARM_TLS_CERT, FARM_TLS_KEY)")
 CLIENT_CERT_FIX = ("give --tls-cert and --tls-key (FARM_TLS_CERT, FARM_TLS_KEY): a certificate signed by the CA "
                    "the coordinator's --tls-client-ca names, and its key")
 # OpenSSL's X509_V_ERR_* codes of a certificate whose issuer the caller does not trust.
@@ -45,19 +47,45 @@ def tls_failure(details: str, address: str | None = None, access: ChannelAccess 
     caller too). Without ``address`` it is told from gRPC's words alone."""
     access = access or ChannelAccess()
     said = tls_trouble(details)
-    # "Socket closed": a mutual-TLS coordinator that refused the caller's certificate.
+    # "Socket closed": a mutual-TLS coordinator that refused the caller's certificate, or a TLS
+    # coordinator called in plaintext.
     if address is not None and access.tls and (said is not None or "Socket closed" in details):
         found = _probe(address, access)
         if found is not None:
             return found
+    if address is not None and not access.tls and "Socket closed" in details and _serves_tls(address):
+        return TlsFailure("the coordinator serves TLS, and this call was plaintext", TLS_CA_FIX)
     return None if said is None else TlsFailure(said, TLS_FIX)
 
 
-def _probe(address: str, access: ChannelAccess) -> TlsFailure | None:
+def _host_port(address: str) -> tuple[str, int] | None:
     host, _, port = address.rpartition(":")
     if not host or "/" in host or not port.isdigit():
         return None  # a gRPC target (dns:///..., unix:...): gRPC's own words stand
-    host = host.strip("[]")
+    return host.strip("[]"), int(port)
+
+
+def _serves_tls(address: str) -> bool:
+    """Whether a TLS handshake with ``address`` succeeds, its certificate unchecked."""
+    where = _host_port(address)
+    if where is None:
+        return False
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+    context.set_alpn_protocols(["h2"])
+    try:
+        with socket.create_connection(where, PROBE_TIMEOUT_S) as raw, \
+                context.wrap_socket(raw, server_hostname=where[0]):
+            return True
+    except (OSError, ssl.SSLError, ValueError):
+        return False
+
+
+def _probe(address: str, access: ChannelAccess) -> TlsFailure | None:
+    where = _host_port(address)
+    if where is None:
+        return None
+    host, port = where
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     context.set_alpn_protocols(["h2"])  # as gRPC offers it; a gRPC server may refuse a client without it
     try:
@@ -70,14 +98,20 @@ def _probe(address: str, access: ChannelAccess) -> TlsFailure | None:
     except (OSError, ssl.SSLError):
         return None  # the files changed since they were checked: gRPC's own words stand
     try:
-        with socket.create_connection((host, int(port)), PROBE_TIMEOUT_S) as raw, \
+        with socket.create_connection((host, port), PROBE_TIMEOUT_S) as raw, \
                 context.wrap_socket(raw, server_hostname=host) as tls:
             # TLS 1.3 sends the caller's certificate after the handshake; a coordinator that
             # refuses it closes the connection instead of sending HTTP/2's first frame.
             return None if tls.recv(1) else _client_refused(access)
     except ssl.SSLCertVerificationError as err:
-        return _certificate_refused(err, host, int(port), access)
-    except (OSError, ssl.SSLError, ValueError):  # ValueError: a name ssl or IDNA cannot encode
+        return _certificate_refused(err, host, port, access)
+    except ssl.SSLError as err:
+        if err.reason == "WRONG_VERSION_NUMBER":  # what a TLS client reads from a plaintext server
+            return TlsFailure("the coordinator speaks plaintext, not TLS",
+                              "call it without --tls-ca, --tls-cert and --tls-key (FARM_TLS_CA, FARM_TLS_CERT, "
+                              "FARM_TLS_KEY), or serve it over TLS (its --tls-cert and --tls-key)")
+        return None
+    except (OSError, ValueError):  # ValueError: a name ssl or IDNA cannot encode
         return None
 
 

@@ -99,8 +99,11 @@ def test_a_failed_handshake_is_one_line(farm_exe, tls_coordinator, tmp_path):
     server, authority = tls_coordinator
     stranger = CertificateAuthority(tmp_path / "other", name="another CA")
     env = {**os.environ, "FARM_HOME": str(tmp_path / "home"), "FARM_TOKEN": TOKEN}
+    # A plaintext call read "cannot reach the coordinator ... Socket closed", as if nothing listened.
     for extra, reason in ((["--tls-ca", str(stranger.cert)], "certificate verify failed"),
-                          ([], "cannot reach the coordinator")):
+                          ([], "no tls connection to the coordinator at localhost:{port}: the coordinator serves "
+                               "tls, and this call was plaintext")):
+        reason = reason.format(port=server.port)
         proc = subprocess.run([farm_exe, "jobs", "--coordinator", f"localhost:{server.port}", *extra], env=env,
                               capture_output=True, text=True, timeout=120)
         lines = [line for line in proc.stderr.splitlines() if line.strip()]
@@ -108,6 +111,18 @@ def test_a_failed_handshake_is_one_line(farm_exe, tls_coordinator, tmp_path):
         assert len(lines) == 1 and lines[0].startswith("error: "), proc.stderr
         assert reason in lines[0].lower() and "FARM_TLS_CA" in lines[0]
         assert ": OK (" not in lines[0] and "Handshake failed" not in proc.stderr
+
+
+def test_a_tls_call_to_a_plaintext_coordinator_says_so(farm_exe, tmp_path):
+    """OpenSSL's "wrong version number" was all it said."""
+    server = serve(listen="localhost:0", registry_url=f"sqlite:///{tmp_path / 'registry.db'}", tracker="127.0.0.1:9190",
+                   data_dir=tmp_path / "coordinator", access=ServerAccess(token=TOKEN))
+    try:
+        authority = CertificateAuthority(tmp_path / "pki")
+        line = jobs_error(farm_exe, tmp_path, f"localhost:{server.port}", "--tls-ca", str(authority.cert))
+    finally:
+        server.stop(grace=1)
+    assert ": the coordinator speaks plaintext, not TLS (call it without --tls-ca" in line, line
 
 
 def agent_tries(farm_exe, tmp_path, address: str, *tls: str) -> list[str]:
@@ -155,3 +170,11 @@ def test_an_agent_without_the_client_certificate_names_it_in_its_log(farm_exe, s
     for line in agent_tries(farm_exe, tmp_path, f"localhost:{server.port}", "--tls-ca", str(authority.cert)):
         assert "(no TLS connection: the coordinator demands a client certificate (mutual TLS)" in line, line
         assert "--tls-cert and --tls-key (FARM_TLS_CERT, FARM_TLS_KEY)" in line, line
+
+
+def test_a_plaintext_agent_of_a_tls_coordinator_names_tls_in_its_log(farm_exe, tls_coordinator, tmp_path):
+    """It logged gRPC's "Socket closed", as for a coordinator that is away."""
+    server, _ = tls_coordinator
+    for line in agent_tries(farm_exe, tmp_path, f"localhost:{server.port}"):
+        assert "(no TLS connection: the coordinator serves TLS, and this call was plaintext; give --tls-ca " \
+               "(FARM_TLS_CA)" in line, line
