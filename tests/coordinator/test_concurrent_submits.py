@@ -3,6 +3,7 @@ identical Submits made 3 jobs on SQLite (6 of 20 on PostgreSQL) for one model, t
 
 from __future__ import annotations
 
+import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -11,7 +12,7 @@ from foundation.wire import farm_pb2, farm_pb2_grpc
 
 from support.fake_agent import FakeAgent
 
-CALLERS = 48
+CALLERS = 200  # as many as the report sent at once
 
 
 @pytest.mark.parametrize("bound", [True, False], ids=["fingerprint", "waiting-for-an-agent"])
@@ -22,9 +23,12 @@ def test_equal_submits_at_once_make_one_job(start, fingerprint, bound):
     client = farm_pb2_grpc.FarmClientStub(channel)
     request = farm_pb2.SubmitRequest(zoo_name="mlp-tiny", batch=1, target="llvm", trials_per_task=4,
                                      weights_layout="plain")
-    client.ListJobs(farm_pb2.ListJobsRequest(), timeout=30)  # the model's first load is not what races
+    client.ListJobs(farm_pb2.ListJobsRequest(), timeout=30)  # connected before the callers start
+
+    start_together = threading.Barrier(CALLERS)
 
     def submit(_):
+        start_together.wait(timeout=60)
         (submitted,) = client.Submit(request, timeout=120).jobs
         return submitted.job.id, submitted.attached
 

@@ -234,6 +234,11 @@ def test_a_shard_requeued_after_a_lost_agent_measures_only_what_is_left_of_its_b
     assert retry.budget.max_trials_global == shard.budget.max_trials_global - len(shard.tasks)
     assert retry.budget.max_trials_per_task <= retry.budget.max_trials_global
     assert sum(t.max_trials for t in retry.tasks) <= retry.budget.max_trials_global  # each task's cut to fit
+    # The heir measures what it was sent: the job ends its tuning at its budget, not past it.
+    (planned,) = {t.max_trials for t in retry.tasks}
+    assert heir.report(retry, factors=tuple(2 ** (i + 1) for i in range(planned))).accepted
+    job = farm_pb2_grpc.FarmClientStub(channel).GetJob(farm_pb2.GetJobRequest(job_id=submitted.job.id), timeout=10)
+    assert job.trials_done == job.trials_budget == shard.budget.max_trials_global, (job.trials_done, job.trials_budget)
     lost.close()
     heir.close()
 
