@@ -94,37 +94,49 @@ def test_calls_from_several_threads_each_get_their_own_answer(model):
     assert not wrong, f"{len(wrong)} calls answered another thread's inputs"
 
 
-# One thread calls the model while another times it: both in one VM at once crashed the process
-# (SIGSEGV, or "Check failed: reg < frame->register_file.size()"). In a process of its own, so
-# that a crash fails this test instead of ending the run.
+# Two threads call the model while another times it: two in one VM at once crashed the process
+# (SIGSEGV, or "Check failed: reg < frame->register_file.size()"). With a second load, the second
+# caller calls that one, which runs beside the first. In a process of its own, so that a crash
+# fails this test instead of ending the run; an error in any thread fails it too.
 CALL_WHILE_TIMING = textwrap.dedent("""
     import sys, threading
     import farm
 
-    model = farm.load("mlp-tiny", "llvm", 2, registry=sys.argv[1])
+    models = [farm.load("mlp-tiny", "llvm", 2, registry=sys.argv[1]) for _ in range(int(sys.argv[2]))]
+    model = models[0]
     inputs = model.example_inputs()
     expected = model(inputs)[0]
-    wrong, timed = [], threading.Event()
+    calls, wrong, errors, timed = [0, 0], [], [], threading.Event()
 
-    def calls():
+    def call(index):
         while not timed.is_set():
-            if not (model(inputs)[0] == expected).all():
-                wrong.append(1)
+            try:
+                if not (models[index % len(models)](inputs)[0] == expected).all():
+                    wrong.append(index)
+            except Exception as err:
+                errors.append(f"call: {type(err).__name__}: {err}"[:300])
+            calls[index] += 1
 
-    caller = threading.Thread(target=calls)
-    caller.start()
+    callers = [threading.Thread(target=call, args=(index,)) for index in range(2)]
+    for caller in callers:
+        caller.start()
     for _ in range(50):
-        model.time(inputs, runs=100, warmup=1)
+        try:
+            model.time(inputs, runs=100, warmup=1)
+        except Exception as err:
+            errors.append(f"time: {type(err).__name__}: {err}"[:300])
     timed.set()
-    caller.join()
-    print(f"wrong answers: {len(wrong)}")
-    sys.exit(1 if wrong else 0)
+    for caller in callers:
+        caller.join()
+    print(f"calls {calls}, wrong answers {len(wrong)}, errors {len(errors)}", *errors[:3], sep="\\n")
+    sys.exit(1 if wrong or errors or 0 in calls else 0)
 """)
 
 
-def test_calls_while_another_thread_times_the_model_wait_their_turn(registry):
-    done = subprocess.run([sys.executable, "-c", CALL_WHILE_TIMING, registry], capture_output=True, text=True,
-                          timeout=300)  # the unlocked VM could also hang
+@pytest.mark.parametrize("loads", [1, 2])
+def test_calls_while_another_thread_times_the_model_wait_their_turn(registry, loads):
+    done = subprocess.run([sys.executable, "-c", CALL_WHILE_TIMING, registry, str(loads)], capture_output=True,
+                          text=True, timeout=300)  # the unlocked VM could also hang
     assert done.returncode == 0, f"exit {done.returncode}\n{done.stdout}\n{done.stderr[-3000:]}"
 
 
