@@ -92,8 +92,9 @@ class MetricsServer:
 
     def start(self) -> "MetricsServer":
         host, sep, port_text = self.listen.rpartition(":")
-        if not sep or not port_text.isdigit():
-            raise FarmError(f"--metrics-listen {self.listen!r} is not host:port", "e.g. 0.0.0.0:9464")
+        if not sep or not port_text.isdigit() or int(port_text) > 65535:
+            raise FarmError(f"--metrics-listen {self.listen!r} is not host:port",
+                            "give a port from 0 (any free one) to 65535, e.g. 0.0.0.0:9464")
         # A `_created` gauge beside every counter doubles the series and says when the process
         # started, which process_start_time_seconds already does.
         disable_created_metrics()
@@ -109,8 +110,9 @@ class MetricsServer:
                                        handler_class=_QuietHandler)
         except OSError as err:
             self._unregister()
-            raise FarmError(f"cannot serve metrics on {self.listen}: {err.strerror or err}",
-                            "free the port or choose another --metrics-listen") from None
+            fix = ("give --metrics-listen an address of this host (0.0.0.0 for all, 127.0.0.1 for loopback)"
+                   if isinstance(err, socket.gaierror) else "free the port or choose another --metrics-listen")
+            raise FarmError(f"cannot serve metrics on {self.listen}: {err.strerror or err}", fix) from None
         threading.Thread(target=self._server.serve_forever, name="farm-metrics", daemon=True).start()
         self.port = self._server.server_port
         return self
