@@ -20,7 +20,7 @@ was quiet (the default text says it was not).
 
     .venv/bin/python bench/cost_model_dataset.py [--home DIR] [--views native,native-1core,haswell,haswell-1core]
         [--models resnet-18,mobilenet] [--trials-per-task 8] [--seed 0] [--skip-tuning]
-        [--per-fingerprint 1500] [--conditions TEXT] [--out docs/results/cost-model-transfer-xeon207.json]
+        [--per-fingerprint 1500] [--conditions TEXT] [--out docs/results/cost-model-transfer.json]
 
 Exit codes: 0 done; 2 bad arguments; 3 fewer than two fingerprints with records; else a submit's.
 """
@@ -107,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--per-fingerprint", type=int, default=1500,
                         help="the evaluation's records of each fingerprint, its newest (the packs hold more)")
     parser.add_argument("--conditions", default=BUSY)
-    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "results" / "cost-model-transfer-xeon207.json")
+    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "results" / "cost-model-transfer.json")
     args = parser.parse_args(argv)
     views = [v.strip() for v in args.views.split(",") if v.strip()]
     unknown = [v for v in views if v not in VIEWS]
