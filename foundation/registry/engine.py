@@ -159,10 +159,17 @@ def check_sqlite_file(url: URL, *, create: bool) -> None:
         # in a directory this user cannot write).
         what = "cannot be read by this user" if not os.access(path, os.R_OK) else "is read-only for this user"
         raise RegistryError(f"the registry {path} {what} ({exc})", SQLITE_FILE_FIX) from None
-    if tables and "alembic_version" not in tables:
+    if tables and "alembic_version" not in tables and not _farm_tables(tables):
         shown = ", ".join(sorted(tables)[:5]) + (", ..." if len(tables) > 5 else "")
         raise RegistryError(f"{path} is not a farm registry: it holds other tables ({shown}); it was left untouched",
                             "point --registry at a farm registry, or at a new path to create one")
+
+
+def _farm_tables(tables: set[str]) -> bool:
+    """The farm's own tables, its version table lost: migrate.ensure_schema says so and how to fix it."""
+    from .schema import Base
+
+    return bool(tables & set(Base.metadata.tables))
 
 
 def create_registry_engine(url: URL) -> Engine:

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from sqlalchemy import Connection, Engine, inspect, text
 from sqlalchemy.exc import SQLAlchemyError
 
-from foundation.errors import RegistryError, quoted
+from foundation.errors import OutOfResources, RegistryError, quoted
 
 from .engine import (
     CREATE_FIX,
@@ -21,6 +21,7 @@ from .engine import (
     masked,
     parse_registry_url,
     registry_error,
+    short_reason,
 )
 from .schema import Base
 
@@ -98,13 +99,11 @@ def _recorded_revision(connection: Connection, tables: set[str]) -> str | None:
 
 
 def _is_known(revision: str) -> bool:
+    """Whether ``revision`` is one of this farm's, exactly: Alembic's own lookup takes a prefix for the
+    revision it begins (a row cut to '0007' read as head, and left so) and fails on a blank one."""
     from alembic.script import ScriptDirectory
-    from alembic.util.exc import CommandError
 
-    try:
-        return ScriptDirectory.from_config(alembic_config()).get_revision(revision) is not None
-    except CommandError:
-        return False
+    return revision in {script.revision for script in ScriptDirectory.from_config(alembic_config()).walk_revisions()}
 
 
 def ensure_schema(engine: Engine, url: str, *, create: bool = True) -> None:
@@ -132,6 +131,11 @@ def ensure_schema(engine: Engine, url: str, *, create: bool = True) -> None:
     raise schema_mismatch(url, current, head)
 
 
+def farm_tables(tables: set[str]) -> bool:
+    """Whether ``tables`` are the farm's (a registry whose version row or table was lost), not another application's."""
+    return bool(tables & set(Base.metadata.tables))
+
+
 def foreign_database(url: str, tables: set[str]) -> RegistryError:
     shown = ", ".join(sorted(tables)[:5]) + (", ..." if len(tables) > 5 else "")
     return RegistryError(
@@ -153,9 +157,12 @@ def several_revisions(url: str, revisions: Sequence[str]) -> RegistryError:
 
 def schema_mismatch(url: str, current: str | None, head: str) -> RegistryError:
     if current is None:
+        return no_revision(url, head)
+    if not current.strip():
         return RegistryError(
-            f"the registry at {url} has tables but no schema revision (this farm needs {head})",
-            "point --registry at an empty database or a registry made by `farm`",
+            f"the registry at {url} records a blank schema revision (its {_VERSION_TABLE} row is empty)",
+            f"set it to the revision its tables are at: `UPDATE {_VERSION_TABLE} SET version_num = '<revision>'` "
+            f"('{head}' if this farm made it), then run `farm registry upgrade --registry {url}`",
         )
     if _is_known(current):
         return RegistryError(
@@ -163,9 +170,21 @@ def schema_mismatch(url: str, current: str | None, head: str) -> RegistryError:
             f"run `farm registry upgrade --registry {url}`",
         )
     return RegistryError(
-        f"the registry at {url} has schema revision {current}, newer than this farm knows "
-        f"(its newest is {head})",
-        "upgrade tvm-farm on this machine to the version that wrote the registry",
+        f"the registry at {url} has schema revision {current}, newer than this farm knows (its newest is {head}), "
+        f"or its {_VERSION_TABLE} row was edited",
+        "upgrade tvm-farm on this machine to the version that wrote the registry, or set the row to the revision "
+        f"its tables are at: `UPDATE {_VERSION_TABLE} SET version_num = '<revision>'`",
+    )
+
+
+def no_revision(url: str, head: str) -> RegistryError:
+    """The farm's tables and no schema revision: its version row (or table) was lost."""
+    return RegistryError(
+        f"the database at {url} holds the farm's tables but no schema revision (its {_VERSION_TABLE} table is "
+        "missing or empty)",
+        f"record the revision its tables are at: `CREATE TABLE IF NOT EXISTS {_VERSION_TABLE} (version_num "
+        f"VARCHAR(32) NOT NULL PRIMARY KEY); INSERT INTO {_VERSION_TABLE} VALUES ('<revision>')` ('{head}' if "
+        "this farm made it); or point --registry at an empty database",
     )
 
 
@@ -196,13 +215,28 @@ def _upgrade(
                     raise schema_mismatch(url, current, head)
                 from alembic import command
 
-                command.upgrade(alembic_config(connection), "head")
+                try:
+                    command.upgrade(alembic_config(connection), "head")
+                except SQLAlchemyError as exc:
+                    raise _upgrade_failed(url, current, head, exc) from exc
                 if sqlite:
                     _check_foreign_keys(connection, url)
         finally:
             if sqlite:
                 connection.connection.driver_connection.execute("PRAGMA foreign_keys=ON")
     return current, head
+
+
+def _upgrade_failed(url: str, current: str | None, head: str, exc: SQLAlchemyError) -> RegistryError:
+    """An upgrade the database refused: a full disk is said as such; else its tables were not at the
+    revision recorded (a manual migration half done), and the one transaction undid every step."""
+    full = registry_error(exc, url)
+    if isinstance(full, OutOfResources):
+        return full
+    return RegistryError(
+        f"upgrading the registry at {url} from {current or 'nothing'} to {head} failed: {short_reason(exc)}",
+        f"nothing was changed; check that its {_VERSION_TABLE} row names the revision its tables are at",
+    )
 
 
 def _check_foreign_keys(connection: Connection, url: str) -> None:
@@ -228,9 +262,9 @@ def upgrade_registry(url: str, *, create: bool = False) -> str:
             tables = set(inspect(connection).get_table_names())
             connection.rollback()
         head = head_revision()
-        if current is None and tables - set(Base.metadata.tables):
+        if current is None and tables - {_VERSION_TABLE} and not farm_tables(tables):
             raise foreign_database(masked(parsed), tables)
-        if current is None and tables:
+        if current is None and tables - {_VERSION_TABLE}:
             raise schema_mismatch(masked(parsed), current, head)
         if current is None and not create:
             raise RegistryMissing(f"no farm registry in the database at {masked(parsed)}", CREATE_FIX)
