@@ -64,6 +64,8 @@ def open_context(registry_option: str | None, user_target: str, *, create: bool 
     from foundation.hardware.versions import tvm_version
 
     fingerprint, target = local_target(user_target, tuning_here=tuning_here)
+    if tuning_here and create:  # a job here keeps its logs in FARM_HOME: one it cannot write is named now
+        config.checked_data_dir(create=True)
     store = open_store(registry_option, create=create)
     return FarmContext(store, fingerprint, target, target_json(target), tvm_version())
 

@@ -56,7 +56,8 @@ def data_dir() -> Path:
 
 def checked_data_dir(*, create: bool) -> Path:
     """`data_dir` as a command uses it, created with ``create``: BadInput naming FARM_HOME (or the
-    default it stands for) when it is not a directory, or cannot be made one."""
+    default it stands for) when it is not a directory, or cannot be made one, or (``create``) this
+    user cannot write it."""
     from foundation.errors import BadInput, OutOfResources, path_error
 
     home = data_dir()
@@ -72,6 +73,8 @@ def checked_data_dir(*, create: bool) -> Path:
             keep_fix = isinstance(refused, OutOfResources)
             raise type(refused)(f"{named} cannot be created: {err.strerror}",
                                 refused.fix if keep_fix else fix) from None
+        if not os.access(home, os.W_OK | os.X_OK):
+            raise BadInput(f"{named} is not writable by this user", fix)
     return home
 
 

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+
 import pytest
 
 from support.farm_inprocess import run_farm_inprocess
 from support.farm_process import one_error_line, run_farm
+from support.other_user import drop_to_other_user, shared_directory
 from support.small_disk import fill, small_disk
 
 
@@ -39,3 +43,20 @@ def test_a_farm_home_on_a_full_disk_says_once_that_the_jobs_logs_are_lost(farm_e
     assert proc.returncode == 0, proc.stderr
     assert len(said) == 1 and said[0].startswith(f"warning: the job's logs in {disk / 'home' / 'jobs'}"), proc.stderr
     assert "No space left on device" in said[0] and "FARM_HOME" in said[0]
+
+
+@pytest.mark.parametrize("registry", ["FARM_HOME's", "its own"])
+def test_a_farm_home_this_user_cannot_write_is_named_before_a_job_is_written(farm_exe, registry):
+    with shared_directory() as shared:
+        home = shared / "home"
+        home.mkdir(mode=0o755)  # root's: this user may read it, not write it
+        own = shared / "own" / "registry.db"
+        args = ["--registry", f"sqlite:///{own}"] if registry == "its own" else []
+        env = {**os.environ, "FARM_HOME": str(home), "HOME": str(shared)}
+        env.pop("FARM_REGISTRY", None)
+        proc = subprocess.run([farm_exe, "submit", "mlp-tiny", "llvm", "1", "--trials", "4", *args], env=env,
+                              capture_output=True, text=True, timeout=300, preexec_fn=drop_to_other_user())
+        assert proc.returncode == 2, proc.stderr
+        assert one_error_line(proc.stderr) == (f"error: FARM_HOME={home} is not writable by this user "
+                                               "(set FARM_HOME to a directory this user can write)")
+        assert not own.exists() and list(home.iterdir()) == []
