@@ -29,12 +29,13 @@ from coordinator.tvm_ir_lock import TVM_IR_LOCK
 from foundation.clock import utc_now
 from foundation.domain.job_spec import job_notes, job_options, job_spec, noted
 from foundation.domain.jobs import JobState
+from foundation.domain.rounds_outcome import RoundsOutcome
 from foundation.domain.shard_split import TaskCost, split_tasks
 from foundation.domain.tuning_rounds import UntilRequest
 from foundation.errors import FarmError
 from foundation.job_driver import steps
 from foundation.job_driver.rounds_loop import TuningInRounds
-from foundation.job_driver.tuning_rounds import RoundsOutcome, planned_so_far, set_up_goal
+from foundation.job_driver.tuning_rounds import planned_so_far, set_up_goal
 from foundation.registry.store import RegistryStore
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -87,7 +88,7 @@ class JobRounds:
             raise FarmError(f"job {job.id} has no trials to plan for its first round", "submit it without --until")
         planned, shards = self._shards(job, context, plan)
         self._store.update_job(job.id, expect_state=JobState.QUEUED.value, trials_budget=start.trials_budget,
-                               options=noted(job, **context.layout_notes, until=outcome.to_json(), trial_plan=plan))
+                               options=noted(job, **context.layout_notes, until=outcome, trial_plan=plan))
         self._cluster.plans.add_job_plan(job.id, planned, shards, utc_now())
         self.remember_workloads(job.id)
         logger.info("job %s: round 1 of at most %d, %d trials in %d shards, until %s", job.id,
@@ -114,7 +115,7 @@ class JobRounds:
         planned, shards = self._shards(job, context, plan)
         added = self._cluster.plans.add_round(
             job.id, planned, shards, utc_now(),
-            options=noted(job, until=outcome.to_json(), trial_plan=_summed(job, plan)))
+            options=noted(job, until=outcome, trial_plan=_summed(job, plan)))
         if added is None:  # cancelled meanwhile
             return None
         self.remember_workloads(job.id)
@@ -200,7 +201,7 @@ def _outcome(job: "Job") -> RoundsOutcome:
     """How the job's rounds went so far (its notes' `until`, written when its first round was planned)."""
     until = job_notes(job).until
     assert until is not None, f"job {job.id} has no rounds yet"
-    return RoundsOutcome.from_json(until)
+    return until
 
 
 def _summed(job: "Job", plan: "TrialPlan") -> "TrialPlan":

@@ -17,8 +17,9 @@ from coordinator import metrics
 from coordinator.values import AgentView, JobView
 from foundation.domain.job_spec import DISTRIBUTED, job_options
 from foundation.domain.jobs import JobState
+from foundation.domain.rounds_outcome import RoundsOutcome
 from foundation.domain.shards import ShardState
-from foundation.domain.warm_start_use import job_warm_start
+from foundation.domain.warm_start_use import WarmStartUse, job_warm_start
 from foundation.wire import farm_pb2
 
 JOB_STATES = {state: getattr(farm_pb2, f"JOB_STATE_{state.name}") for state in JobState}
@@ -107,36 +108,35 @@ def job_message(view: JobView) -> farm_pb2.Job:
         message.trial_plan.append(farm_pb2.PlannedTrials(task=line.name, trials=line.trials,
                                                          share=round(line.share, 6), minor=line.minor,
                                                          measured=line.measured))
-    goal = stored.spec.until.goal.describe() if stored.spec.until and stored.spec.mode == DISTRIBUTED else None
-    until = notes.until or ({"goal": goal} if goal else None)
-    if until:
-        message.until.CopyFrom(_until_message(until))
+    if notes.until is not None:
+        message.until.CopyFrom(_until_message(notes.until))
+    elif stored.spec.until and stored.spec.mode == DISTRIBUTED:  # before its first round: only the goal
+        message.until.CopyFrom(farm_pb2.JobUntil(goal=stored.spec.until.goal.describe()))
     return message
 
 
-def _until_message(until: dict) -> farm_pb2.JobUntil:
-    """A job's rounds (RoundsOutcome.to_json, or only its goal before the first round) on the wire."""
-    stopped = until.get("stopped")
+def _until_message(until: RoundsOutcome) -> farm_pb2.JobUntil:
+    """A job's rounds on the wire (those its plans hold, as RoundsOutcome.to_json stores them)."""
     rounds = [
         farm_pb2.TunedRound(
-            trials=r["trials"], median_ms=r["timing"]["median_ms"], upper_quartile_ms=r["timing"]["upper_quartile_ms"],
-            goal_ms=r["timing"]["goal_ms"], blocks=r["timing"]["blocks"],
-            blocks_won=-1 if r["timing"]["blocks_won"] is None else r["timing"]["blocks_won"],
-            beats=r["timing"]["beats"], estimated_ms=r.get("estimated_ms") or 0.0)
-        for r in until.get("rounds") or []
+            trials=r.trials, median_ms=r.timing.candidate_ms, upper_quartile_ms=r.timing.candidate_upper_ms,
+            goal_ms=r.timing.goal_ms, blocks=r.timing.blocks,
+            blocks_won=-1 if r.timing.blocks_won is None else r.timing.blocks_won,
+            beats=r.timing.beats, estimated_ms=r.estimated_ms or 0.0)
+        for r in until.rounds[:len(until.planned)]
     ]
-    message = farm_pb2.JobUntil(goal=until["goal"], goal_ms=until.get("goal_ms") or 0.0, stopped=stopped or "",
-                                summary=until.get("summary") or "", rounds=rounds)
-    reference = until.get("reference_latency_ms")
-    if reference:
+    message = farm_pb2.JobUntil(goal=until.goal.describe(), goal_ms=until.goal_ms, stopped=until.ending or "",
+                                summary=until.summary(), rounds=rounds)
+    reference = until.reference
+    if reference is not None:
         message.reference_latency.CopyFrom(farm_pb2.LatencyStats(
-            mean_ms=reference["mean"], median_ms=reference["median"], std_ms=reference["std"],
-            runs=reference["runs"], warmup=reference["warmup"]))
-    check = until.get("reference_check")
-    if check:
+            mean_ms=reference.mean_ms, median_ms=reference.median_ms, std_ms=reference.std_ms,
+            runs=reference.runs, warmup=reference.warmup))
+    check = until.reference_check
+    if check is not None:
         message.reference_check.CopyFrom(farm_pb2.ReferenceCheck(
-            passed=check["passed"], max_abs_err=check["max_abs_err"], rtol=check["rtol"],
-            atol_scale=check["atol_scale"], detail=check.get("detail") or ""))
+            passed=check.passed, max_abs_err=check.max_abs_err, rtol=check.rtol, atol_scale=check.atol_scale,
+            detail=check.detail))
     return message
 
 
@@ -212,12 +212,12 @@ def cost_model_ref(model) -> farm_pb2.CostModelRef:
                                  tvm_version=model.tvm_version)
 
 
-def warm_start_use(use: farm_pb2.WarmStartUse) -> dict:
-    """An agent's WarmStartUse as the job keeps it (foundation.domain.warm_start_use)."""
-    return {"seeds_offered": use.seeds_offered, "seeds_own_fingerprint": use.seeds_own_fingerprint,
-            "seeds_other_fingerprints": use.seeds_other_fingerprints, "seeds_rejected": use.seeds_rejected,
-            "seeds_failed": use.seeds_failed,
-            "cost_model_id": use.cost_model.id if use.HasField("cost_model") else None,
-            "cost_model_sha256": use.cost_model.sha256 if use.HasField("cost_model") else "",
-            "cost_model_kind": use.cost_model.kind if use.HasField("cost_model") else "",
-            "cost_model_note": use.cost_model_note}
+def warm_start_use(use: farm_pb2.WarmStartUse) -> WarmStartUse:
+    """An agent's WarmStartUse as the job keeps it."""
+    model = use.cost_model if use.HasField("cost_model") else None
+    if model is None:
+        return WarmStartUse(use.seeds_offered, use.seeds_own_fingerprint, use.seeds_other_fingerprints,
+                            use.seeds_rejected, use.seeds_failed, "", use.cost_model_note, cost_model_kind="")
+    return WarmStartUse(use.seeds_offered, use.seeds_own_fingerprint, use.seeds_other_fingerprints,
+                        use.seeds_rejected, use.seeds_failed, model.sha256, use.cost_model_note,
+                        cost_model_kind=model.kind, cost_model_id=model.id)

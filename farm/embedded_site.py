@@ -226,7 +226,7 @@ class HereSite:
                                  cancelled=self.cancellation.event, seed=spec.seed, plan=reused.tuned_plan, warm=warm)
         if reused.tasks:
             store.update_job(job.id, options=noted(store.get_job(job.id),
-                                                   warm_start_used={"embedded": warm_start_use(self.report, warm)}))
+                                                   warm_start_used=warm_start_use(self.report, warm)))
 
     def _tune_in_rounds(self, work: JobWork, start: TuningStart):
         """The tasks tuned here in rounds until good enough (`--until`)."""

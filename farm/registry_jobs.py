@@ -107,7 +107,7 @@ def job_document(job: "Job", model: str, batch: int | None, artifact: "Artifact 
         "shards": None,
         "failed_shards": [],
         "reuse": notes.reused.to_json() if notes.reused else None,
-        "until": notes.until,
+        "until": notes.until.to_json() if notes.until else None,
         "warm_start": job_warm_start(notes.warm_start_used),
         "error": job.error,
         "artifact": artifact_json(artifact) if artifact else None,

@@ -30,7 +30,7 @@ def markdown(report, image: str) -> str:
         ("trials", f"{report.trials} measured of {job.trials_budget} planned"
                    + (f", {failed} failed" if failed else "")),
         ("reuse", notes.reused.describe() if notes.reused else None),
-        ("until", notes.until.get("summary") if notes.until else None),
+        ("until", notes.until.summary() if notes.until else None),
         ("warm start", describe_warm_start(warm) if (warm := job_warm_start(notes.warm_start_used))
          else None),
         ("tuning time", _span(job)),

@@ -6,10 +6,10 @@ from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Protocol
 
 from foundation.domain.job_spec import EMBEDDED, JobSpec, job_notes
+from foundation.domain.rounds_outcome import RoundsOutcome
 from foundation.domain.submission import Submission
 from foundation.domain.weights_layout import LayoutChoice, WeightsLayout
 from foundation.job_driver.artifacts import artifact_json
-from foundation.job_driver.tuning_rounds import RoundsOutcome
 from foundation.meta_schedule.tuner import MeasureSettings, ProgressListener, TuningReport
 from foundation.meta_schedule.warm.job_start import warm_start_json
 from foundation.models.model_key import ModelKey

@@ -13,8 +13,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from foundation.domain.rounds_outcome import RoundsOutcome
 from foundation.job_driver.rounds_loop import TunedRound, TuningInRounds
-from foundation.job_driver.tuning_rounds import RoundsOutcome
 from foundation.meta_schedule.tuner import TuningBudget, TuningReport, WorkerPools
 from foundation.units import milliseconds
 

@@ -17,6 +17,7 @@ from coordinator.values import OfferedTask, ShardOffer, ShardOutcome, TrackerAdd
 from foundation.clock import utc_now
 from foundation.domain.job_spec import job_options
 from foundation.domain.shard_leases import trials_left
+from foundation.domain.warm_start_use import WarmStartUse
 from foundation.errors import NotFound, RegistryError
 from foundation.meta_schedule.warm.cross_model import cross_model_ref
 from foundation.meta_schedule.warm.seed_sources import OTHER_FINGERPRINT, OWN_FINGERPRINT, seed_traces_by_id
@@ -118,8 +119,8 @@ class ShardCalls:
             raise DamagedCostModel(err.problem, err.fix) from None
 
     def complete_shard(self, agent_id: str, shard_id: str, attempt: int,
-                       summaries: Sequence[dict] = (), warm_start: dict | None = None) -> ShardOutcome:
-        """End a lease as done; ``warm_start`` (WarmStartUse as a dict) is kept with the job."""
+                       summaries: Sequence[dict] = (), warm_start: WarmStartUse | None = None) -> ShardOutcome:
+        """End a lease as done; ``warm_start`` is kept with the job."""
         shard = self._cluster.plans.get_shard(shard_id)
         if shard is None:
             return ShardOutcome(False, f"shard {shard_id} is unknown")
@@ -127,9 +128,9 @@ class ShardCalls:
         change = self._cluster.leases.complete_shard(shard_id, attempt, agent_id, utc_now(), warm_start=warm_start)
         if change.accepted:
             self._log_task_errors(change.shard.job_id, agent_id, shard_id, summaries)
-            if warm_start:
-                metrics.warm_start_seeds(OWN_FINGERPRINT, int(warm_start.get("seeds_own_fingerprint", 0)))
-                metrics.warm_start_seeds(OTHER_FINGERPRINT, int(warm_start.get("seeds_other_fingerprints", 0)))
+            if warm_start is not None:
+                metrics.warm_start_seeds(OWN_FINGERPRINT, warm_start.seeds_own_fingerprint)
+                metrics.warm_start_seeds(OTHER_FINGERPRINT, warm_start.seeds_other_fingerprints)
             self._wake.set()
         return ShardOutcome(change.accepted, change.reason or "", change.shard.state)
 

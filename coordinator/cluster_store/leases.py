@@ -15,6 +15,7 @@ from foundation.domain.jobs import JobState
 from foundation.domain.leases import DEFAULT_MAX_ATTEMPTS, StaleAttempt
 from foundation.domain.shard_leases import HeartbeatVerdict
 from foundation.domain.shards import Shard, ShardState
+from foundation.domain.warm_start_use import WarmStartUse, WarmStartUsed
 from foundation.errors import FarmError, NotFound, RegistryError
 from foundation.registry.entities import ShardChange, ShardClaim, ShardLease, StoredShard
 from foundation.registry.schema import AgentRow, JobRow, ShardRow
@@ -220,7 +221,7 @@ class LeaseStore:
         ]
 
     def complete_shard(
-        self, shard_id: str, attempt: int, agent_id: str, now: datetime, warm_start: dict | None = None
+        self, shard_id: str, attempt: int, agent_id: str, now: datetime, warm_start: WarmStartUse | None = None
     ) -> ShardChange:
         """End a lease as done. ``warm_start``, what the shard's search started from (seeds, cost
         model), is kept with the job (its notes' warm_start_used, by shard) in the same unit of
@@ -234,8 +235,8 @@ class LeaseStore:
                 return ShardChange(False, str(exc), old, self._plans.rollup_in(session, old.job_id))
             if warm_start is not None:
                 job = self._locks.job_row(session, old.job_id)
-                used = job_notes(job).warm_start_used or {}
-                job.options = noted(job, warm_start_used={**used, shard_id: warm_start})
+                used = job_notes(job).warm_start_used or WarmStartUsed()
+                job.options = noted(job, warm_start_used=used.with_shard(shard_id, warm_start))
             return self._apply_change(session, old, new, now, reason=None)
 
     def fail_shard(

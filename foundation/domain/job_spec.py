@@ -14,9 +14,10 @@ Stored form (`JobSpec.to_json`, `JobNotes.to_json`), one flat JSON object, `spec
   copies of `until_request`'s for people reading the row (never read back);
 - the notes: `weights_layout` (the form the job tunes, once chosen), `weights_layout_choice`
   (LayoutChoice: which form and why), `reused` (ReuseSummary), `trial_plan` (TrialPlan), `until`
-  (RoundsOutcome.to_json), `warm_seeds` (WarmSeeds: the seeds planned per task), `warm_start_used`
-  (by shard), `built_untuned` (BuiltUntuned); each typed note stored as its type's `to_json` and read
-  back by its `from_json`, strictly: a note a type cannot read is a RegistryError naming the job.
+  (RoundsOutcome: how tuning in rounds went), `warm_seeds` (WarmSeeds: the seeds planned per task),
+  `warm_start_used` (WarmStartUsed: by shard), `built_untuned` (BuiltUntuned); each note stored as its
+  type's `to_json` and read back by its `from_json`, strictly, with the defaults its module documents for
+  older rows: a note a type cannot read is a RegistryError naming the job.
 
 Reading is strict: a field this farm does not know, or a spec field missing from a row of
 `spec_version` 1, is a RegistryError naming the job and the field. Rows written before the spec had
@@ -36,9 +37,11 @@ from typing import Any, Protocol
 
 from foundation.domain.built_untuned import BuiltUntuned
 from foundation.domain.reuse import ReuseMode, ReuseSummary, default_mode
+from foundation.domain.rounds_outcome import RoundsOutcome
 from foundation.domain.trial_plan import TrialPlan
 from foundation.domain.tuning_rounds import DEFAULT_PATIENCE, UntilRequest, parse_goal
 from foundation.domain.warm_seeds import WarmSeeds
+from foundation.domain.warm_start_use import WarmStartUsed
 from foundation.domain.weights_layout import REQUESTS, LayoutChoice, WeightsLayout
 from foundation.errors import RegistryError
 
@@ -140,9 +143,9 @@ class JobNotes:
     weights_layout_choice: LayoutChoice | None = None  # which form and why
     reused: ReuseSummary | None = None
     trial_plan: TrialPlan | None = None  # every task's trials (a job tuned in rounds: summed over them)
-    until: dict | None = None  # RoundsOutcome.to_json (foundation.job_driver.tuning_rounds, above this layer)
+    until: RoundsOutcome | None = None  # tuned in rounds: how they went so far
     warm_seeds: WarmSeeds | None = None  # the seeds planned per task (record ids), for a distributed job's shards
-    warm_start_used: dict | None = None  # the warm start's use by shard ("embedded" for an embedded job)
+    warm_start_used: WarmStartUsed | None = None  # the warm start's use by shard ("embedded" for an embedded job)
     built_untuned: BuiltUntuned | None = None
 
     def __post_init__(self) -> None:
@@ -156,15 +159,14 @@ class JobNotes:
         for field in fields(self)[1:]:
             value = getattr(self, field.name)
             if value is not None:
-                out[field.name] = value.to_json() if field.name in _TYPED_NOTES else value
+                out[field.name] = value.to_json()
         return out
 
     @staticmethod
     def from_json(held: dict[str, Any]) -> "JobNotes":
         """The notes a row holds (None as absent), each read by its type's `from_json`."""
         return JobNotes(WeightsLayout(held.get("weights_layout", "plain")),
-                        **{name: _read_note(name, value) if name in _TYPED_NOTES else value
-                           for name, value in held.items() if name != "weights_layout"})
+                        **{name: _read_note(name, value) for name, value in held.items() if name != "weights_layout"})
 
 
 def _read_note(name: str, value: Any) -> Any:
@@ -179,7 +181,8 @@ def _read_note(name: str, value: Any) -> Any:
 
 # The notes kept in a JSON form of their own type (its `to_json`), read back by its `from_json`.
 _TYPED_NOTES: dict[str, Any] = {"weights_layout_choice": LayoutChoice, "reused": ReuseSummary,
-                                "trial_plan": TrialPlan, "warm_seeds": WarmSeeds, "built_untuned": BuiltUntuned}
+                                "trial_plan": TrialPlan, "until": RoundsOutcome, "warm_seeds": WarmSeeds,
+                                "warm_start_used": WarmStartUsed, "built_untuned": BuiltUntuned}
 _NOTE_KEYS = tuple(field.name for field in fields(JobNotes))
 
 

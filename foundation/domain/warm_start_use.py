@@ -1,37 +1,118 @@
-"""What a distributed job's searches started from: its shards' warm-start reports, summed.
+"""What a job's searches started from: each search's warm start (an agent's shard, or an embedded job's one
+search), kept with the job as its note `warm_start_used` (foundation.domain.job_spec), and their sum.
 
 Each agent reports, with its shard's completion, the seeds it was offered, measured and could
-not apply, and the cost model its search started from (proto WarmStartUse). The job keeps them
-by shard (its notes' warm_start_used, foundation.domain.job_spec); `farm status` and `farm report` show the sum, in the
-words of the embedded job's summary (foundation.meta_schedule.warm.job_start).
+not apply, and the cost model its search started from (proto WarmStartUse); an embedded job keeps its
+search's the same way, under "embedded" (foundation.meta_schedule.warm.job_start). `farm status` and
+`farm report` show the sum, in the words of the embedded job's summary.
+
+Stored form (`WarmStartUsed.to_json`): by shard id, each search's `WarmStartUse.to_json`: the seed counts
+(SEED_COUNTS), `cost_model_sha256` and `cost_model_note`; with `cost_model_kind` (rows from before the
+cross-hardware model lack it), `cost_model_id` (a coordinator's, when a model was named) and
+`cost_model_start` (the embedded summary's words) when known. Read strictly: a field none of these is a
+ValueError, a count or text of the first group missing a KeyError; `cost_model_id` null reads as absent.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 # The kind of the cost model trained across fingerprints (foundation.meta_schedule.warm.cross_model).
 CROSS_KIND = "xgb-cross"
 SEED_COUNTS = ("seeds_offered", "seeds_own_fingerprint", "seeds_other_fingerprints", "seeds_rejected",
                "seeds_failed")
+_OPTIONAL = ("cost_model_id", "cost_model_kind", "cost_model_start")
 
 
-def job_warm_start(by_shard: Mapping[str, Mapping[str, Any]] | None) -> dict[str, Any] | None:
+@dataclass(frozen=True)
+class WarmStartUse:
+    """One search's warm start: the seeds it was offered and what became of them, and its cost model."""
+
+    seeds_offered: int
+    seeds_own_fingerprint: int
+    seeds_other_fingerprints: int
+    seeds_rejected: int
+    seeds_failed: int
+    cost_model_sha256: str  # "" when the search started untrained
+    cost_model_note: str  # why it started untrained, or which cross model; "" when there is nothing to say
+    cost_model_kind: str | None = None  # xgb, xgb-cross or ""; None: reported before kinds were kept
+    cost_model_id: int | None = None  # the registry's id of the model a coordinator named
+    cost_model_start: str | None = None  # the embedded summary's words for its model; agents report none
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {name: getattr(self, name) for name in (*SEED_COUNTS, "cost_model_sha256",
+                                                                      "cost_model_note")}
+        out.update({name: getattr(self, name) for name in _OPTIONAL if getattr(self, name) is not None})
+        return out
+
+    @staticmethod
+    def from_json(value: dict[str, Any]) -> "WarmStartUse":
+        if not isinstance(value, dict):
+            raise ValueError(f"a shard's warm start {value!r} is not an object")
+        unknown = sorted(set(value) - {*SEED_COUNTS, "cost_model_sha256", "cost_model_note", *_OPTIONAL})
+        if unknown:
+            raise ValueError(f"a shard's warm start holds {', '.join(unknown)}")
+        model_id, kind, start = (value.get(name) for name in _OPTIONAL)
+        return WarmStartUse(*(_count(value[name], name) for name in SEED_COUNTS),
+                            cost_model_sha256=_text(value["cost_model_sha256"], "cost_model_sha256"),
+                            cost_model_note=_text(value["cost_model_note"], "cost_model_note"),
+                            cost_model_kind=_text(kind, "cost_model_kind") if kind is not None else None,
+                            cost_model_id=_count(model_id, "cost_model_id") if model_id is not None else None,
+                            cost_model_start=_text(start, "cost_model_start") if start is not None else None)
+
+
+EMBEDDED_SEARCH = "embedded"  # the one search of an embedded job, where a distributed job names its shard
+
+
+@dataclass(frozen=True)
+class WarmStartUsed:
+    """A job's warm starts by search: its shards' ids, or EMBEDDED_SEARCH."""
+
+    by_shard: Mapping[str, WarmStartUse] = field(default_factory=dict)
+
+    def with_shard(self, shard_id: str, use: WarmStartUse) -> "WarmStartUsed":
+        return WarmStartUsed({**self.by_shard, shard_id: use})
+
+    def to_json(self) -> dict[str, Any]:
+        return {shard: use.to_json() for shard, use in self.by_shard.items()}
+
+    @staticmethod
+    def from_json(value: dict[str, Any]) -> "WarmStartUsed":
+        if not isinstance(value, dict):
+            raise ValueError(f"warm_start_used {value!r} is not an object by shard")
+        return WarmStartUsed({str(shard): WarmStartUse.from_json(use) for shard, use in value.items()})
+
+
+def _count(value: Any, name: str) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise ValueError(f"{name} {value!r} is not a count")
+    return value
+
+
+def _text(value: Any, name: str) -> str:
+    if not isinstance(value, str):
+        raise ValueError(f"{name} {value!r} is not text")
+    return value
+
+
+def job_warm_start(used: WarmStartUsed | None) -> dict[str, Any] | None:
     """The job's warm start from its shards' reports; None before any shard reported."""
-    if not by_shard:
+    if used is None or not used.by_shard:
         return None
-    out: dict[str, Any] = {name: sum(int(u.get(name) or 0) for u in by_shard.values()) for name in SEED_COUNTS}
-    models = sorted({u.get("cost_model_sha256") or "" for u in by_shard.values()})
+    by_shard = used.by_shard
+    out: dict[str, Any] = {name: sum(getattr(u, name) for u in by_shard.values()) for name in SEED_COUNTS}
+    models = sorted({u.cost_model_sha256 for u in by_shard.values()})
     # Pretrained only when every shard's search started from a stored model.
     out["pretrained_cost_model"] = "" not in models
     out["cost_model_sha256"] = ",".join(m for m in models if m)
     # The embedded job's summary's words for its model (warm_start_json), kept with an embedded job;
     # agents' reports have no such field (the wire's JobWarmStart neither): absent for their jobs.
-    if any("cost_model_start" in u for u in by_shard.values()):
-        out["cost_model_start"] = "; ".join(sorted({u.get("cost_model_start") or "" for u in by_shard.values()} - {""}))
-    out["cost_model_kind"] = ",".join(sorted({u.get("cost_model_kind") or "" for u in by_shard.values()} - {""}))
-    out["cost_model_note"] = "; ".join(sorted({u.get("cost_model_note") or "" for u in by_shard.values()} - {""}))
+    if any(u.cost_model_start is not None for u in by_shard.values()):
+        out["cost_model_start"] = "; ".join(sorted({u.cost_model_start or "" for u in by_shard.values()} - {""}))
+    out["cost_model_kind"] = ",".join(sorted({u.cost_model_kind or "" for u in by_shard.values()} - {""}))
+    out["cost_model_note"] = "; ".join(sorted({u.cost_model_note for u in by_shard.values()} - {""}))
     out["shards"] = len(by_shard)
     return out
 

@@ -25,13 +25,14 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from foundation.domain.job_spec import JobNotes, JobSpec, job_options, noted
 from foundation.domain.jobs import JobState
+from foundation.domain.rounds_outcome import RoundsOutcome
 from foundation.domain.weights_layout import AUTO
 from foundation.errors import FarmError, RegistryError
 from foundation.job_driver import steps
 from foundation.job_driver.built_untuned import built_untuned, describe_built_untuned
 from foundation.job_driver.driver import JobDriver, JobMoves
 from foundation.job_driver.rounds_loop import TuningInRounds
-from foundation.job_driver.tuning_rounds import RoundsOutcome, set_up_goal
+from foundation.job_driver.tuning_rounds import set_up_goal
 from foundation.units import milliseconds
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -230,7 +231,7 @@ class JobPipeline:
             self.site.tell(job, "until", tuned.rounds.summary())
             try:
                 self.store.update_job(job.id, expect_state=JobState.RUNNING.value,
-                                      options=noted(job, until=tuned.rounds.to_json()))
+                                      options=noted(job, until=tuned.rounds))
             except RegistryError:
                 return  # moved meanwhile by another process
 

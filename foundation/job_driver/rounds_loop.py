@@ -22,9 +22,10 @@ from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from foundation.domain.rounds_outcome import RoundsOutcome
 from foundation.domain.tuning_rounds import RoundResult, Stop, UntilRequest, round_budgets, verdict
 from foundation.job_driver import steps
-from foundation.job_driver.tuning_rounds import RoundJudge, RoundsOutcome
+from foundation.job_driver.tuning_rounds import RoundJudge
 
 if TYPE_CHECKING:  # pragma: no cover
     import tvm

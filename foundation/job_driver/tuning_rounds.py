@@ -1,5 +1,6 @@
-"""Tuning in rounds until the model is good enough (`farm submit --until`): the goal, how a round's model
-is judged against it, and how the rounds ended; the same for the embedded farm and the coordinator.
+"""Tuning in rounds until the model is good enough (`farm submit --until`): the goal and how a round's model
+is judged against it, the same for the embedded farm and the coordinator; how the rounds went is
+foundation.domain.rounds_outcome's RoundsOutcome.
 
 The rule is foundation.domain.tuning_rounds'. Here is its I/O: onnxruntime set up on the model's
 ONNX form (the file it came from, or the zoo's Relax graph exported op for op,
@@ -10,37 +11,27 @@ then, after each round, the built model and onnxruntime timed in alternating blo
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from foundation.domain.rounds_outcome import ReferenceCheck, ReferenceLatency, RoundsOutcome
 from foundation.domain.tuning_rounds import (
     BLOCKS,
     ONNXRUNTIME,
     RUNS_PER_BLOCK,
     Comparison,
     Goal,
-    RoundResult,
-    Stop,
     UntilRequest,
     compare,
-    stored_goal,
 )
 from foundation.errors import BadInput
-from foundation.units import milliseconds
 
 if TYPE_CHECKING:  # pragma: no cover
     import tvm
 
     from foundation.models.loaded import LoadedModel
-    from foundation.runtime.library_runner import Latency
-    from foundation.runtime.onnx_reference import Agreement, OnnxRuntimeModel
+    from foundation.runtime.onnx_reference import OnnxRuntimeModel
 
 TIMING_WARMUP = 2
-STOP_TEXT = {
-    Stop.REACHED: "reached",
-    Stop.PATIENCE: "not reached, no improvement",
-    Stop.BUDGET: "not reached, budget spent",
-}
 
 
 def check_until(until: UntilRequest) -> None:
@@ -49,96 +40,6 @@ def check_until(until: UntilRequest) -> None:
         from foundation.runtime.onnx_reference import require_onnxruntime
 
         require_onnxruntime()
-
-
-@dataclass
-class RoundsOutcome:
-    """How a job tuned in rounds went, round by round, and how it ended."""
-
-    goal: Goal
-    goal_ms: float  # onnxruntime's median timed before the first round, or the latency given
-    reference: "Latency | None" = None  # onnxruntime's, when it is the goal
-    reference_check: "Agreement | None" = None  # onnxruntime's outputs against TVM's untuned build
-    rounds: list[RoundResult] = field(default_factory=list)
-    planned: list[list[int]] = field(default_factory=list)  # each round's trials per task
-    stopped: Stop | None = None  # None: cancelled, or not ended yet
-    cancelled: bool = False
-
-    @property
-    def latency_ms(self) -> float | None:
-        return self.rounds[-1].latency_ms if self.rounds else None
-
-    def describe_goal(self) -> str:
-        if self.goal.reference != ONNXRUNTIME:
-            return self.goal.describe()
-        last = self.rounds[-1].timing.goal_ms if self.rounds else self.goal_ms
-        return f"onnxruntime's {milliseconds(last)}"
-
-    def summary(self) -> str:
-        """One line: how it ended, with the figures."""
-        goal = self.describe_goal()
-        trials = sum(r.trials for r in self.rounds)
-        done = f"after {len(self.rounds)} round{'s' * (len(self.rounds) != 1)} ({trials} trials)"
-        if self.cancelled:
-            return f"cancelled {done}; goal {goal}"
-        if self.stopped is None:
-            return f"tuning in rounds until {goal}: {done} so far"
-        if not self.rounds:
-            return f"{STOP_TEXT[self.stopped]}: no round was tuned; goal {goal}"
-        timing = self.rounds[-1].timing
-        ran = (f"the tuned model ran in {milliseconds(timing.candidate_ms)} here (upper quartile "
-               f"{milliseconds(timing.candidate_upper_ms)}" + (f", faster in {timing.blocks_won} of {timing.blocks} "
-                                                      "interleaved blocks" if timing.blocks_won is not None else "")
-               + ")")
-        if self.stopped is Stop.REACHED:
-            return f"reached: {ran}, beating {goal}, {done}"
-        why = ("the estimated latency did not improve by 1% for the last rounds" if self.stopped is Stop.PATIENCE
-               else "the budget is spent")
-        return f"{STOP_TEXT[self.stopped]}: {ran}, not beating {goal}, {done}; {why}"
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "goal": self.goal.describe(),
-            "goal_ms": self.goal_ms,
-            "reference_latency_ms": self.reference.to_json() if self.reference else None,
-            "reference_check": self.reference_check.to_json() if self.reference_check else None,
-            "stopped": self.stopped.value if self.stopped else "cancelled" if self.cancelled else None,
-            "latency_ms": self.latency_ms,
-            "summary": self.summary(),
-            "rounds": [{"trials": r.trials, "latency_ms": r.latency_ms, "estimated_ms": r.estimated_ms,
-                        "timing": r.timing.to_json(), "planned": planned}
-                       for r, planned in zip(self.rounds, self.planned)],
-            # Every round's plan, the one being tuned too (a coordinator carries on from it).
-            "planned": self.planned,
-        }
-
-    @staticmethod
-    def from_json(value: dict[str, Any]) -> "RoundsOutcome":
-        """The outcome a coordinator stored with the job (its `to_json`), to carry on from."""
-        from foundation.runtime.library_runner import Latency
-        from foundation.runtime.onnx_reference import Agreement
-
-        reference = value.get("reference_latency_ms")
-        check = value.get("reference_check")
-        stopped = value.get("stopped")
-        rounds = value.get("rounds") or []
-        return RoundsOutcome(
-            goal=stored_goal(value["goal"], value["goal_ms"]),
-            goal_ms=float(value["goal_ms"]),
-            reference=Latency(reference["mean"], reference["median"], reference["std"], reference["runs"],
-                              reference["warmup"]) if reference else None,
-            reference_check=Agreement(check["passed"], check["max_abs_err"], check.get("detail", ""))
-            if check else None,
-            rounds=[RoundResult(r["trials"], Comparison(**{k: r["timing"][k2] for k, k2 in _TIMING_KEYS}),
-                                r["estimated_ms"]) for r in rounds],
-            planned=[list(p) for p in value.get("planned", [r["planned"] for r in rounds])],
-            stopped=Stop(stopped) if stopped in {s.value for s in Stop} else None,
-            cancelled=stopped == "cancelled",
-        )
-
-
-_TIMING_KEYS = (("candidate_ms", "median_ms"), ("candidate_upper_ms", "upper_quartile_ms"), ("goal_ms", "goal_ms"),
-                ("blocks", "blocks"), ("blocks_won", "blocks_won"), ("beats", "beats"))
 
 
 class RoundJudge:
@@ -194,7 +95,8 @@ def set_up_goal(until: UntilRequest, loaded: "LoadedModel", target: "tvm.target.
                        f"{check.max_abs_err:.3g}{'; ' + check.detail if check.detail else ''}): it cannot be the goal",
                        "give a latency instead: --until 20ms")
     latency = session.time(inputs)
-    outcome = RoundsOutcome(until.goal, latency.median_ms, latency, check)
+    outcome = RoundsOutcome(until.goal, latency.median_ms, ReferenceLatency.from_json(latency.to_json()),
+                            ReferenceCheck.from_json(check.to_json()))
     return outcome, RoundJudge(until.goal, latency.median_ms, session, loaded, seed, untuned)
 
 

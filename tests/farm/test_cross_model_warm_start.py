@@ -14,6 +14,7 @@ import re
 import pytest
 
 from farm.embedded import SubmitRequest, submit
+from foundation.domain.job_spec import job_notes
 from foundation.domain.warm_start_use import describe, job_warm_start
 from foundation.registry import RegistryStore
 
@@ -60,7 +61,7 @@ def test_a_new_fingerprint_starts_from_the_cross_model_which_learns_only_when_re
     store = RegistryStore(url, create=False)
     try:
         # ... and the job's notes, which `farm status` reads: which model, and that the search asked it.
-        kept = job_warm_start(store.get_job(result.job.id).options["warm_start_used"])
+        kept = job_warm_start(job_notes(store.get_job(result.job.id)).warm_start_used)
         assert kept["cost_model_kind"] == "xgb-cross" and kept["pretrained_cost_model"], kept
         ranked = re.search(r"it ranked (\d+) batches", kept["cost_model_note"])
         assert ranked and int(ranked.group(1)) >= 1, kept

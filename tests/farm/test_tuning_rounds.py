@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from farm.tuning_rounds import round_line
+from foundation.domain.rounds_outcome import RoundsOutcome
 from foundation.domain.tuning_rounds import RoundResult, compare, parse_goal
-from foundation.job_driver.tuning_rounds import RoundsOutcome
 
 
 def test_a_round_line_says_latencies_in_the_unit_that_fits():

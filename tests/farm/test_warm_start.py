@@ -9,6 +9,7 @@ import pytest
 from sqlalchemy import create_engine, text
 
 from farm.embedded import SubmitRequest, submit
+from foundation.domain.job_spec import job_notes
 from foundation.domain.warm_start_use import job_warm_start
 from foundation.registry import RegistryStore
 
@@ -80,7 +81,7 @@ def test_another_batch_is_seeded_from_this_fingerprint_and_validates_against_the
     store = RegistryStore(url, create=False)
     try:
         mine = [r for r in store.records.all_records(fingerprint_id=fingerprint) if r.job_id == result.job.id]
-        kept = job_warm_start(store.get_job(result.job.id).options["warm_start_used"])
+        kept = job_warm_start(job_notes(store.get_job(result.job.id)).warm_start_used)
     finally:
         store.dispose()
     # Kept with the job as a distributed job keeps its shards' reports: `farm status` says it.

@@ -8,6 +8,8 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from foundation.domain.warm_start_use import EMBEDDED_SEARCH, WarmStartUse, WarmStartUsed
+
 from . import SeedTrace, WarmStart
 from .cost_models import KIND, MIN_SAMPLES, load_cost_model, refresh_cost_model
 from .cross_model import KIND as CROSS_KIND
@@ -126,22 +128,22 @@ def warm_start_json(report: "TuningReport") -> dict[str, Any]:
     }
 
 
-def warm_start_use(report: "TuningReport", warm: WarmStart | None) -> dict[str, Any]:
-    """The job's warm start as the registry keeps it with the job (its notes' warm_start_used,
-    one entry: an agent's shard reports the same, foundation.domain.warm_start_use), so that
-    `farm status` and `farm report` say it of an embedded job as of a distributed one."""
+def warm_start_use(report: "TuningReport", warm: WarmStart | None) -> WarmStartUsed:
+    """The job's warm start as the registry keeps it with the job (its notes' warm_start_used, one
+    search: an agent's shard reports the same), so that `farm status` and `farm report` say it of an
+    embedded job as of a distributed one."""
     seeds = report.seeds
-    return {
-        "seeds_offered": sum(len(s) for s in warm.seeds) if warm is not None else 0,
-        "seeds_own_fingerprint": seeds.own_fingerprint if seeds else 0,
-        "seeds_other_fingerprints": seeds.other_fingerprints if seeds else 0,
-        "seeds_rejected": seeds.rejected if seeds else 0,
-        "seeds_failed": seeds.failed if seeds else 0,
-        "cost_model_sha256": warm.cost_model_sha256 if warm is not None and warm.cost_model is not None else "",
-        "cost_model_start": report.cost_model_start,
-        "cost_model_kind": cost_model_kind(warm),
-        "cost_model_note": cost_model_note(warm),
-    }
+    return WarmStartUsed({EMBEDDED_SEARCH: WarmStartUse(
+        seeds_offered=sum(len(s) for s in warm.seeds) if warm is not None else 0,
+        seeds_own_fingerprint=seeds.own_fingerprint if seeds else 0,
+        seeds_other_fingerprints=seeds.other_fingerprints if seeds else 0,
+        seeds_rejected=seeds.rejected if seeds else 0,
+        seeds_failed=seeds.failed if seeds else 0,
+        cost_model_sha256=warm.cost_model_sha256 if warm is not None and warm.cost_model is not None else "",
+        cost_model_note=cost_model_note(warm),
+        cost_model_kind=cost_model_kind(warm),
+        cost_model_start=report.cost_model_start,
+    )})
 
 
 def cost_model_kind(warm: WarmStart | None) -> str:

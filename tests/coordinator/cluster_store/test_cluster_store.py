@@ -174,26 +174,32 @@ def test_reports_count_once_and_stale_attempts_store_nothing(cluster_store, stor
 
 
 def test_shards_warm_start_reports_are_kept_with_the_job_and_a_stale_one_adds_none(cluster_store, store):
-    from foundation.domain.warm_start_use import job_warm_start
+    from dataclasses import replace
+
+    from foundation.domain.job_spec import job_notes
+    from foundation.domain.warm_start_use import WarmStartUse, job_warm_start
 
     job = planned_job(cluster_store, tasks=2, shards=2)
     agent = agent_of(cluster_store)
     first = cluster_store.leases.claim_shard(agent.id, GPU, ["cuda"], at(1), TTL)
     second = cluster_store.leases.claim_shard(agent.id, GPU, ["cuda"], at(1), TTL)
-    used = {"seeds_offered": 6, "seeds_own_fingerprint": 2, "seeds_other_fingerprints": 1, "seeds_rejected": 1,
-            "seeds_failed": 0, "cost_model_sha256": "ab" * 32, "cost_model_note": ""}
-    untrained = {**used, "seeds_own_fingerprint": 0, "cost_model_sha256": "",
-                 "cost_model_note": "the coordinator did not send cost model 3: NOT_FOUND"}
+    used = WarmStartUse(seeds_offered=6, seeds_own_fingerprint=2, seeds_other_fingerprints=1, seeds_rejected=1,
+                        seeds_failed=0, cost_model_sha256="ab" * 32, cost_model_note="")
+    untrained = replace(used, seeds_own_fingerprint=0, cost_model_sha256="",
+                        cost_model_note="the coordinator did not send cost model 3: NOT_FOUND")
     assert cluster_store.leases.complete_shard(first.shard.id, 1, agent.id, at(5), warm_start=used).accepted
     # A second report of the same shard (a stale or repeated attempt) is refused and adds nothing.
     assert not cluster_store.leases.complete_shard(first.shard.id, 1, agent.id, at(6), warm_start=untrained).accepted
-    assert store.get_job(job.id).options["warm_start_used"] == {first.shard.id: used}
+    # Kept by shard, in the stored form the job's rows have always held.
+    assert store.get_job(job.id).options["warm_start_used"] == {first.shard.id: {
+        "seeds_offered": 6, "seeds_own_fingerprint": 2, "seeds_other_fingerprints": 1, "seeds_rejected": 1,
+        "seeds_failed": 0, "cost_model_sha256": "ab" * 32, "cost_model_note": ""}}
     assert cluster_store.leases.complete_shard(second.shard.id, 1, agent.id, at(7), warm_start=untrained).accepted
-    summed = job_warm_start(store.get_job(job.id).options["warm_start_used"])
+    summed = job_warm_start(job_notes(store.get_job(job.id)).warm_start_used)
     assert summed == {"seeds_offered": 12, "seeds_own_fingerprint": 2, "seeds_other_fingerprints": 2,
                       "seeds_rejected": 2, "seeds_failed": 0, "pretrained_cost_model": False,
                       "cost_model_sha256": "ab" * 32, "cost_model_kind": "",
-                      "cost_model_note": untrained["cost_model_note"], "shards": 2}
+                      "cost_model_note": untrained.cost_model_note, "shards": 2}
 
 
 def test_jobs_ready_to_build_are_those_the_rollup_calls_ready(cluster_store, store):

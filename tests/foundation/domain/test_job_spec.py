@@ -17,9 +17,11 @@ from foundation.domain.job_spec import (
     tuned_form,
 )
 from foundation.domain.reuse import ReuseMode, ReuseSummary
+from foundation.domain.rounds_outcome import RoundsOutcome
 from foundation.domain.trial_plan import PlannedTrials, TrialPlan
-from foundation.domain.tuning_rounds import UntilRequest, parse_goal
+from foundation.domain.tuning_rounds import RoundResult, Stop, UntilRequest, compare, parse_goal
 from foundation.domain.warm_seeds import WarmSeeds
+from foundation.domain.warm_start_use import WarmStartUse, WarmStartUsed
 from foundation.domain.weights_layout import LayoutChoice, WeightsLayout
 from foundation.errors import RegistryError
 
@@ -35,12 +37,16 @@ class _Job:
 
 REUSED = ReuseSummary(ReuseMode.FULL, tasks=2, reused=1, skipped=1, topped_up=0, topup_trials=0, planned_trials=16,
                       trials=8, trials_saved=8)
+ROUNDS = RoundsOutcome(parse_goal("2ms"), 2.0, rounds=[RoundResult(8, compare([[2.5] * 4] * 5, goal_ms=2.0), 2.4)],
+                       planned=[[8], [8]])
+USED = WarmStartUsed({"s0": WarmStartUse(4, 1, 2, 1, 0, "ab" * 32, "", cost_model_kind="xgb", cost_model_id=3)})
 
 
 def test_a_spec_and_its_notes_survive_their_stored_form():
     notes = JobNotes(WeightsLayout.PREPACKED, LayoutChoice(WeightsLayout.PREPACKED, "covered best", {"plain": 0.5}),
                      reused=REUSED, trial_plan=TrialPlan((PlannedTrials("dense", 8, 0.75, False, True),), 16, 8),
-                     warm_seeds=WarmSeeds(4, {"dense": (3, 1)}), built_untuned=BuiltUntuned(("relu",), 2))
+                     until=ROUNDS, warm_seeds=WarmSeeds(4, {"dense": (3, 1)}), warm_start_used=USED,
+                     built_untuned=BuiltUntuned(("relu",), 2))
     stored = stored_options(SPEC, notes)
     assert stored["spec_version"] == SPEC_VERSION and stored["reuse"] == "full"
     # The goal's copies for people reading the row, as the rows have always held them.
@@ -52,15 +58,23 @@ def test_a_spec_and_its_notes_survive_their_stored_form():
 
 def test_notes_change_and_the_spec_stays():
     job = _Job(stored_options(SPEC))
-    changed = noted(job, until={"goal": "2 ms", "stopped": None}, warm_seeds=WarmSeeds(0))
+    changed = noted(job, until=ROUNDS, warm_seeds=WarmSeeds(0))
     read = read_options(changed)
-    assert read.spec == SPEC and read.notes.until == {"goal": "2 ms", "stopped": None}
+    assert read.spec == SPEC and read.notes.until == ROUNDS and read.notes.until.stopped is None
     assert read.notes.warm_seeds == WarmSeeds(0) and read.notes.reused is None
+    # The rounds go on: the next write keeps what the job learned since.
+    ended = RoundsOutcome.from_json(ROUNDS.to_json())
+    ended.stopped = Stop.PATIENCE
+    assert read_options(noted(_Job(changed), until=ended)).notes.until.stopped is Stop.PATIENCE
 
 
 def test_a_note_is_its_type_never_its_json():
     with pytest.raises(SpecError, match="reused .* is not a ReuseSummary"):
         JobNotes(reused=REUSED.to_json())
+    with pytest.raises(SpecError, match="until .* is not a RoundsOutcome"):
+        JobNotes(until=ROUNDS.to_json())
+    with pytest.raises(SpecError, match="warm_start_used .* is not a WarmStartUsed"):
+        JobNotes(warm_start_used=USED.to_json())
 
 
 @pytest.mark.parametrize("note", [
@@ -68,6 +82,12 @@ def test_a_note_is_its_type_never_its_json():
     {"built_untuned": {"tasks": ["relu"]}},  # one it lacks
     {"weights_layout_choice": {"chosen": "sideways", "why": ""}},  # a value it cannot be
     {"reused": {"tasks": 1, "skipped": 1}},  # counts without a mode: no tvm-farm ever wrote one so
+    {"until": {**ROUNDS.to_json(), "stopped": "bored"}},
+    {"until": {"goal": "2 ms"}},
+    {"until": "reached"},
+    {"warm_start_used": {"s0": {**USED.to_json()["s0"], "seeds_offered": -1}}},
+    {"warm_start_used": {"s0": {"seeds_offered": 4}}},
+    {"warm_start_used": ["s0"]},
 ])
 def test_a_note_its_type_cannot_read_is_a_registry_error(note):
     with pytest.raises(RegistryError, match=f"job job-9 .* cannot read: its note {next(iter(note))}"):
