@@ -286,9 +286,17 @@ def _no_server(host: str, port: int, key: str, timeout: float, last_error: str |
 
 
 def _free_port(host: str) -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return sock.getsockname()[1]
+    """A port free on ``host``; FarmError when ``host`` is no address of this box."""
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host or None, 0, type=socket.SOCK_STREAM,
+                                                             flags=socket.AI_PASSIVE)[0]
+        with socket.socket(family, kind, proto) as sock:
+            sock.bind(address)
+            return sock.getsockname()[1]
+    except OSError as err:  # socket.gaierror too: a name that resolves to nothing
+        raise FarmError(f"the RPC tracker cannot listen on {host}: {err.strerror or err}",
+                        "give --tracker-listen an address of this host (0.0.0.0 for all, 127.0.0.1 for "
+                        "loopback)") from None
 
 
 def _answers(host: str, port: int) -> bool:
@@ -346,6 +354,7 @@ class TrackerProcess:
         """
         if self.running:
             return self
+        _free_port(self.host)  # a host that is not this box's is refused here, before a process starts
         pick_port = self.port == 0
         for _attempt in range(3 if pick_port else 1):
             port = _free_port(self.host) if pick_port else self.port
