@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from foundation.clock import utc_now
 from foundation.domain.jobs import JobState
 from foundation.domain.weights_layout import WeightsLayout
-from foundation.job_driver.library_file import shared_library_problem
+from foundation.job_driver.library_file import shared_library_problem, tvm_library_problem
 from foundation.models.model_key import ModelKey
 from foundation.units import milliseconds
 
@@ -104,13 +104,15 @@ def hit_form_why(artifact: "Artifact", default: WeightsLayout) -> str:
 
 def library_problem(artifact: "Artifact", library: bytes) -> str | None:
     """What is wrong with an artifact's stored bytes, or None if they are the ones validated and a
-    loader could map them. A hit must load: bytes replaced together with their size and sha256
-    match, and are still no library."""
+    loader could map them and TVM load. A hit must load: bytes replaced together with their size and
+    sha256 match, and are still no library, or another program's."""
     digest = hashlib.sha256(library).hexdigest()
     if digest != artifact.sha256:
         return (f"its stored library ({len(library)} bytes, sha256 {digest[:12]}…) does not match "
                 f"the one validated ({artifact.size} bytes, sha256 {artifact.sha256[:12]}…)")
-    unloadable = shared_library_problem(library) if artifact.lib_format == LIBRARY_FORMAT else None
+    unloadable = None
+    if artifact.lib_format == LIBRARY_FORMAT:
+        unloadable = shared_library_problem(library) or tvm_library_problem(library)
     if unloadable is not None:
         return f"its stored library ({len(library)} bytes) cannot be loaded: {unloadable}"
     return None
