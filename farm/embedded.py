@@ -45,6 +45,7 @@ from foundation.job_driver.runners import fail_dead_jobs, this_runner
 from foundation.job_driver.tuning_lock import ScopeLock, scope_key
 from foundation.job_driver.tuning_rounds import check_until
 from foundation.models.model_key import ModelKey, model_key
+from foundation.processes.process_limit import check_room_for_a_job
 from foundation.tvm_ir_lock import TVM_IR_LOCK
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -105,6 +106,7 @@ def submit(request: SubmitRequest, observer: JobObserver | None = None,
                             f"{key.describe()} for this target: waiting for it to finish")
             holder = lock.wait_released(holder, cancellation.event)
             waited_for = holder.job_id or "another submit"
+        check_room_for_a_job()  # a process limit too low fails a job anywhere, even ends the process
         return tune_build_commit(ctx, key, request, spec, layout, lock, observer, cancellation, begin)
     finally:
         lock.release()
