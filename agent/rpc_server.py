@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import logging
 import socket
 import struct
@@ -121,6 +122,22 @@ def _free_port(host: str) -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))
         return sock.getsockname()[1]
+
+
+def check_rpc_address(host: str, port: int) -> None:
+    """Refuse (exit 2) a ``host`` that is no address of this box, or a ``port`` another process
+    holds, before the agent registers: the server's start raised it as a bug (exit 70)."""
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as TVM binds it
+            sock.bind((host, port))
+    except OSError as err:  # socket.gaierror too: a name that resolves to nothing
+        if port and err.errno == errno.EADDRINUSE:
+            raise FarmError(f"the TVM RPC server cannot listen on {host}:{port} (--rpc-port): the port is taken",
+                            "stop what holds it, or give --rpc-port 0 for any free port") from None
+        raise FarmError(f"the TVM RPC server cannot listen on {host} (--rpc-host): {err.strerror or err}",
+                        "give --rpc-host an IPv4 address of this box (0.0.0.0 for all, 127.0.0.1 for loopback)"
+                        ) from None
 
 
 def _local_address(host: str) -> str:

@@ -63,6 +63,9 @@ def agent(
     configure_logging(log_format, log_level, terminal_stderr())
     # The daemon's stderr is its log: every line a record, in the one text layout or JSON.
     rpc_warning = _insecure_rpc_warning(rpc_host, rpc_port, access.token, allow_insecure_rpc)
+    from agent.rpc_server import check_rpc_address
+
+    check_rpc_address(rpc_host, rpc_port)
     for warning in [*open_port_warnings(access.token, metrics=metrics_listen), *filter(None, [rpc_warning])]:
         logging.getLogger("farm.agent").warning(warning.removeprefix("warning: ").rstrip())
     stop = threading.Event()

@@ -85,6 +85,26 @@ def test_no_agent_rpc_server_beyond_loopback_without_a_token(farm_exe, tmp_path)
         assert "FARM_TOKEN" in line and "--allow-insecure-rpc (FARM_AGENT_ALLOW_INSECURE_RPC=1)" in line
 
 
+def test_an_rpc_server_address_not_of_this_box_is_refused_before_registering(farm_exe, tmp_path):
+    """It registered, then ended with exit 70 (socket.gaierror, "Cannot assign requested address")."""
+    import socket
+
+    env = {**os.environ, "FARM_HOME": str(tmp_path / "home"), "FARM_TOKEN": TOKEN}
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        taken = holder.getsockname()[1]
+        for options, said in ((["--rpc-host", "no-such-host.invalid"], "cannot listen on no-such-host.invalid "
+                                                                         "(--rpc-host): "),
+                              (["--rpc-host", "192.0.2.1"], "cannot listen on 192.0.2.1 (--rpc-host): "),
+                              (["--rpc-port", str(taken)], f"cannot listen on 127.0.0.1:{taken} (--rpc-port): "
+                                                           "the port is taken")):
+            proc = subprocess.run([farm_exe, "agent", "--coordinator", "127.0.0.1:9", *options], env=env,
+                                  capture_output=True, text=True, timeout=120)
+            line = one_error_line(proc)
+            assert proc.returncode == 2 and said in line, line
+
+
 def test_an_insecure_rpc_server_starts_only_when_asked_and_says_so(make_cluster):
     cluster = make_cluster()
     cluster.start_coordinator()
