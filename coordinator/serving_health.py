@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
+import enum
+
 from coordinator.registry_health import RegistryHealth
+
+
+class _Phase(enum.Enum):
+    STARTING = "the coordinator is starting: its API does not serve yet"
+    SERVING = "serving"
+    DRAINING = "the coordinator is stopping: it takes no new calls"
 
 
 class ServingHealth:
@@ -13,20 +21,16 @@ class ServingHealth:
 
     def __init__(self, registry: RegistryHealth):
         self.registry = registry
-        self._phase = "starting"
+        self._phase = _Phase.STARTING
 
     def serves(self) -> None:
-        self._phase = "serving"
+        self._phase = _Phase.SERVING
 
     def draining(self) -> None:
-        self._phase = "draining"
+        self._phase = _Phase.DRAINING
 
     def __call__(self) -> tuple[bool, str]:
-        if self._phase == "starting":
-            return False, "the coordinator is starting: its API does not serve yet"
-        if self._phase == "draining":
-            return False, "the coordinator is stopping: it takes no new calls"
-        error = self.registry.error
-        if error is not None:
+        phase, error = self._phase, self.registry.error
+        if phase is _Phase.SERVING and error is not None:
             return False, f"not serving: the coordinator's registry is failing: {error}"
-        return True, "serving"
+        return phase is _Phase.SERVING, phase.value

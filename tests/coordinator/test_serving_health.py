@@ -78,3 +78,14 @@ def test_healthz_is_not_ok_while_the_registry_fails(start, store, registry_url, 
         restore(postgres_admin, database)
     wait_for(lambda: healthz(port)[0] == 200 or None, 30, "/healthz to say it serves again")
     assert grpc_health(channel) == health_pb2.HealthCheckResponse.SERVING
+
+
+def test_healthz_is_not_ok_before_the_api_serves():
+    """The metrics port starts first (a taken one costs no tracker process), the API later."""
+    from coordinator.registry_health import RegistryHealth
+    from coordinator.serving_health import ServingHealth
+
+    health = ServingHealth(RegistryHealth())
+    assert health() == (False, "the coordinator is starting: its API does not serve yet")
+    health.serves()
+    assert health() == (True, "serving")
