@@ -46,6 +46,7 @@ from foundation.job_driver.tuning_lock import ScopeLock, scope_key
 from foundation.job_driver.tuning_rounds import check_until
 from foundation.models.model_key import ModelKey, model_key
 from foundation.processes.process_limit import check_room_for_a_job
+from foundation.processes.scratch_space import check_scratch_space
 from foundation.tvm_ir_lock import TVM_IR_LOCK
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -107,6 +108,7 @@ def submit(request: SubmitRequest, observer: JobObserver | None = None,
             holder = lock.wait_released(holder, cancellation.event)
             waited_for = holder.job_id or "another submit"
         check_room_for_a_job()  # a process limit too low fails a job anywhere, even ends the process
+        check_scratch_space("a tuning job")  # its candidates and library are built there
         return tune_build_commit(ctx, key, request, spec, layout, lock, observer, cancellation, begin)
     finally:
         lock.release()

@@ -15,6 +15,8 @@ import tempfile
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from foundation.processes.scratch_space import check_scratch_space
+
 if TYPE_CHECKING:  # pragma: no cover
     import tvm
 
@@ -146,6 +148,7 @@ def build_library(model: "LoadedModel", target: "tvm.target.Target", database=No
     if before_compile is not None:
         lowered = before_compile(lowered)
     executable = tvm.compile(lowered, target=target)
+    check_scratch_space("building the library")  # LLVM ends the process on a full disk, raising nothing
     with tempfile.TemporaryDirectory(prefix="farm-build-") as tmp:
         path = os.path.join(tmp, "model.so")
         executable.export_library(path)

@@ -5,13 +5,14 @@ from __future__ import annotations
 import json
 import secrets
 import sqlite3
+import subprocess
 import tempfile
 from pathlib import Path
 
 import pytest
 from sqlalchemy import text
 
-from support.farm_process import FarmProcess, run_farm
+from support.farm_process import FarmProcess, farm_env, run_farm
 from support.registry_db import database_name, fresh_postgres_database
 from support.small_disk import fill, small_disk
 
@@ -88,3 +89,23 @@ def test_a_postgresql_registry_on_a_full_disk_is_exit_6(farm_exe, tmp_path, post
                 admin.execute(text(f"DROP TABLESPACE IF EXISTS {name}"))
     disk.rmdir()
     assert_out_of_disk(proc.returncode, proc.stderr)
+
+
+def submit_with_tmpdir(farm_exe: str, home: Path, tmpdir: Path, *args: str) -> subprocess.Popen:
+    env = {**farm_env(home), "TMPDIR": str(tmpdir)}
+    return subprocess.Popen([farm_exe, "submit", "mlp-tiny", "llvm", "1", "--trials", "16", "--runs", "2", *args],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def test_a_temporary_directory_without_room_for_a_build_is_exit_6_naming_it_before_a_job_is_written(farm_exe,
+                                                                                                   tmp_path):
+    # Writable (a full one Python's tempfile passes over for /tmp), with less room than a build may need.
+    with small_disk(tmp_path / "tmp", 8 * 1024) as tmpdir:
+        proc = submit_with_tmpdir(farm_exe, tmp_path / "home", tmpdir)
+        _out, err = proc.communicate(timeout=600)
+    assert_out_of_disk(proc.returncode, err)
+    assert f"disk is full for {tmpdir}, the temporary directory" in err and "TMPDIR" in err, err
+    with sqlite3.connect(f"file:{tmp_path / 'home' / 'registry.db'}?mode=ro", uri=True) as db:
+        assert db.execute("SELECT count(*) FROM jobs").fetchone() == (0,)
+    db.close()
+
