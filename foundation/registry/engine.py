@@ -280,6 +280,11 @@ def registry_error(exc: SQLAlchemyError, url: str) -> RegistryError:
         )
     if isinstance(exc, OperationalError):
         if url.startswith("sqlite") and any(s in reason for s in ("readonly", "read-only", "unable to open")):
+            if "mode=ro" in url:  # asked for: no file's permissions are to blame
+                return RegistryError(f"cannot write the registry at {url}: it was opened read-only (mode=ro in its "
+                                     f"URI), and this command writes to it",
+                                     "drop mode=ro from the URI, or give the registry's plain path: "
+                                     "sqlite:////path/to/registry.db")
             return RegistryError(f"cannot write the registry at {url}: {reason}", SQLITE_FILE_FIX)
         if "locked" in reason or "busy" in reason:
             return RegistryError(

@@ -157,3 +157,15 @@ def test_a_sqlite_uri_opens_the_file_it_names_read_only(tmp_path):
     finally:
         store.dispose()
     assert sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith("reg.db")) == []
+
+
+def test_a_write_through_a_read_only_sqlite_uri_says_it_was_opened_read_only(tmp_path):
+    RegistryStore(f"sqlite:///{tmp_path / 'reg.db'}", create=True).dispose()
+    store = RegistryStore(f"sqlite:///file:{tmp_path / 'reg.db'}?mode=ro&uri=true", create=False)
+    try:
+        with pytest.raises(RegistryError) as raised:
+            store.upsert_fingerprint("cpu-0123456789ab", "cpu", "a CPU", {})
+    finally:
+        store.dispose()
+    assert raised.value.exit_code == 4 and "opened read-only (mode=ro in its URI)" in raised.value.problem
+    assert "permissions" not in raised.value.fix and "drop mode=ro" in raised.value.fix
