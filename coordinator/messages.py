@@ -47,7 +47,7 @@ def job_message(view: JobView) -> farm_pb2.Job:
     notes = stored.notes
     message = farm_pb2.Job(
         id=job.id,
-        state=JOB_STATES[JobState(job.state)],
+        state=JOB_STATES[job.state],
         status=job.status or "",
         target=job.target or "",
         target_kind=job.target_kind or "",

@@ -51,7 +51,6 @@ from coordinator.registry_health import registry_failing
 from coordinator.request_checks import check_request
 from coordinator.values import CancelLease, LeaseRef, ReRegister, ValidationReport
 from foundation.clock import utc_now
-from foundation.domain.jobs import JobState
 from foundation.domain.shards import ShardState
 from foundation.errors import FarmError, NotFound, RegistryError
 from foundation.registry.entities import RecordReport
@@ -243,7 +242,7 @@ class FarmClientServicer(farm_pb2_grpc.FarmClientServicer):
                 after = event.sequence
             if not events:
                 view = await _in_pool(self._executor, self.calls.get_job, request.job_id)
-                if JobState(view.job.state).is_final:
+                if view.job.state.is_final:
                     # Drain what landed between the last poll and the final state.
                     if not await _in_pool(self._executor, self.calls.events, request.job_id, after):
                         return

@@ -17,7 +17,6 @@ from farm.job_document import job_document as shared_document
 from farm.session import open_store
 from foundation.clock import utc_now
 from foundation.domain.job_spec import DISTRIBUTED, job_notes, job_spec
-from foundation.domain.jobs import JobState
 from foundation.domain.warm_start_use import job_warm_start
 from foundation.errors import BadInput
 from foundation.job_driver.artifacts import artifact_json
@@ -56,7 +55,7 @@ class RegistryJobs:
     def cancel(self, job_id: str, wait: float) -> "Job":
         """Cancel ``job_id``; returns it as it is once it is final, or when ``wait`` runs out."""
         job = self.store.get_job(job_id)
-        if JobState(job.state).is_final:
+        if job.state.is_final:
             return job
         if job.runner is None:
             if job_spec(job).mode == DISTRIBUTED:
@@ -68,7 +67,7 @@ class RegistryJobs:
         deadline = time.monotonic() + wait
         while True:
             job = self.store.get_job(job_id)
-            if JobState(job.state).is_final:
+            if job.state.is_final:
                 return job
             if gone_reason(job.runner, job.heartbeat_at or job.created_at) is not None:
                 fail_dead_jobs(self.store)

@@ -136,9 +136,9 @@ class AgentCalls:
             job = self._store.get_job(job_id)
         except NotFound:
             return reason
-        if job.state == JobState.CANCELLED.value:
+        if job.state is JobState.CANCELLED:
             return f"job {job_id} was cancelled ({job.error or 'no reason given'})"
-        if job.state == JobState.FAILED.value:
+        if job.state is JobState.FAILED:
             return f"job {job_id} failed: {(job.error or '')[:300]}"
         return reason
 

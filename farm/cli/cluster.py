@@ -15,7 +15,6 @@ from farm.cli.options import JOB_ARG, JSON_OPTION, REGISTRY_OPTION, env_option, 
 from farm.cli.output import emit_json, print_fields, print_table, stderr_console
 from farm.cli.views import AGENT_COLUMNS, JOB_COLUMNS, agent_row, job_fields, job_row, jobs_described
 from farm.connection import Coordinator
-from foundation.domain.jobs import FINAL_STATES
 from foundation.errors import JobFailed, TimedOut
 from foundation.units import duration
 
@@ -82,7 +81,7 @@ def cancel(
     jobs = RegistryJobs.open(registry)
     job = jobs.cancel(job_id, wait)
     document = jobs.document(job)
-    if job.state in FINAL_STATES:
+    if job.state.is_final:
         _print_job(document, json_output)
         return
     raise TimedOut(f"job {job_id} was asked to stop, and is still {job.state} after {wait:g} s",

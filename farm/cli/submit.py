@@ -14,6 +14,7 @@ from farm.cli.output import emit_json, stdout_console
 from farm.cli.run_files import checked_run_files, write_outputs
 from farm.cli.shape_option import shape_option, shaped_model
 from farm.connection import Coordinator
+from foundation.domain.jobs import JobState
 from foundation.domain.reuse import ReuseMode
 from foundation.domain.submission import asked_submission
 from foundation.domain.tuning_rounds import DEFAULT_PATIENCE, DEFAULT_ROUNDS
@@ -151,7 +152,7 @@ def submit(
         # A registry hit tuned nothing: its report is that of the job that made the artifact.
         tuned_by = result.artifact.job_id if result.cache_hit and result.artifact else result.job.id
         report = write_job_report(tuned_by, report_dir, registry) if tuned_by else None
-    if result.job.state == "succeeded":
+    if result.job.state is JobState.SUCCEEDED:
         if json_output:
             emit_json({**result.to_json(), "report": report})
         else:
@@ -164,7 +165,7 @@ def submit(
         _print_submit(result)
     job, trials_done = result.job, result.to_json()["trials"]
     kept = f"its {trials_done} measured records are kept" if trials_done else "it measured nothing"
-    if result.job.state == "cancelled" and cancellation.signum is not None:
+    if result.job.state is JobState.CANCELLED and cancellation.signum is not None:
         raise Interrupted(f"job {job.id} cancelled ({job.error})",
                           f"{kept}; the same submit continues from them", signum=cancellation.signum,
                           document=document)

@@ -11,7 +11,9 @@ from foundation.errors import BadInput, quoted
 __all__ = ["FINAL_STATES", "TRANSITIONS", "IllegalTransition", "JobState", "check_transition", "job_states"]
 
 
-class JobState(str, enum.Enum):
+class JobState(enum.StrEnum):
+    """A job's state; its value is the name stored and sent (a JobState is that string, in JSON and f-strings)."""
+
     QUEUED = "queued"
     RUNNING = "running"  # tasks are being tuned
     BUILDING = "building"  # the model is compiled with the best records
@@ -40,7 +42,7 @@ TRANSITIONS: TransitionTable[JobState] = TransitionTable("job", JobState, {
 check_transition = TRANSITIONS.check
 
 # The states a job ends in: those the table moves nowhere from. Their names, for a query or a wire
-# state read as text (a JobState equals its name; a set would hash it by its member's name instead).
+# state read as text (a JobState equals its name, and hashes as it).
 FINAL_STATES: tuple[str, ...] = tuple(state.value for state in JobState if state.is_final)
 
 

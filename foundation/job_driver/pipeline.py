@@ -82,7 +82,7 @@ class JobWork:
 
     @property
     def state(self) -> JobState:
-        return JobState(self.job.state)
+        return self.job.state
 
 
 @dataclass(frozen=True)
@@ -316,7 +316,7 @@ class JobPipeline:
         """Whether the job is no longer the step's: moved meanwhile by another process, or cancelled now
         because this process was asked to."""
         now = self.store.get_job(work.job.id)
-        if now.state != state.value:
+        if now.state is not state:
             return True
         reason = self.site.cancel_requested(now)
         if reason is not None:

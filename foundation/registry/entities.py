@@ -9,6 +9,7 @@ from typing import Any, NamedTuple
 
 from foundation.domain import validations as validation_rules
 from foundation.domain.job_rollup import JobRollup
+from foundation.domain.jobs import JobState
 from foundation.domain.leases import AttemptFailure
 from foundation.domain.runners import Runner
 from foundation.domain.shards import Shard, ShardState
@@ -44,7 +45,7 @@ class Job:
     target: str
     # None while the job waits for an agent of its target kind (distributed mode only).
     fingerprint_id: str | None
-    state: str
+    state: JobState
     cache_hit: bool
     trials_budget: int
     trials_done: int

@@ -32,6 +32,7 @@ from sqlalchemy import (
 from sqlalchemy.orm import DeclarativeBase, Mapped, deferred, mapped_column
 
 from foundation.clock import utc_now
+from foundation.domain.jobs import JobState
 from foundation.domain.runners import Runner
 from foundation.domain.shards import ShardState
 from foundation.domain.validations import ValidationState
@@ -275,7 +276,7 @@ class JobRow(Base):
                    trials_done=0, options=options, created_at=now)
 
     def to_entity(self) -> Job:
-        return _entity(Job, self, runner=_runner(self))
+        return _entity(Job, self, state=JobState(self.state), runner=_runner(self))
 
 
 class ArtifactRow(Base):
