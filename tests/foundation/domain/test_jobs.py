@@ -1,5 +1,7 @@
 """Job state transitions (pure)."""
 
+import json
+
 import pytest
 
 from foundation.domain.jobs import FINAL_STATES, TRANSITIONS, IllegalTransition, JobState, check_transition
@@ -37,3 +39,12 @@ def test_the_final_states_are_those_the_table_moves_nowhere_from():
     assert all(TRANSITIONS.is_final(JobState(name)) for name in FINAL_STATES)
     # Read as text (a wire state's name, a row's column) and as the enum alike.
     assert "failed" in FINAL_STATES and JobState.CANCELLED in FINAL_STATES and "running" not in FINAL_STATES
+
+
+def test_a_state_is_its_stored_name_wherever_it_is_written():
+    """Rows, JSON documents, the wire and messages all carry the name: a JobState is that string."""
+    state = JobState("succeeded")
+    assert state is JobState.SUCCEEDED and state == "succeeded"
+    assert f"job {state}" == "job succeeded" and str(state) == "succeeded"
+    assert json.dumps({"state": state}) == '{"state": "succeeded"}'
+    assert "succeeded" in {state} and state in FINAL_STATES

@@ -15,6 +15,7 @@ from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import create_engine, inspect, text
 
+from foundation.domain.jobs import JobState
 from foundation.errors import NotFound, RegistryError
 from foundation.registry import NewRecord, RegistryStore, migrate, upgrade_registry
 from foundation.registry.engine import parse_registry_url
@@ -296,6 +297,7 @@ def test_jobs(store):
         job.id, expect_state="queued", state="running", started_at=job.created_at
     )
     assert running.state == "running" and running.started_at == job.created_at
+    assert running.state is JobState.RUNNING and store.get_job(job.id).state is JobState.RUNNING
     with pytest.raises(RegistryError, match="is running, not queued"):
         store.update_job(job.id, expect_state="queued", state="running")
     assert store.update_job(job.id, trials_done=64).trials_done == 64
