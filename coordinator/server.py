@@ -29,7 +29,7 @@ from coordinator.cluster_store import ClusterStore
 from coordinator.fleet import IngestProcess, ReportPolicy
 from coordinator.heap import PacedCollector
 from coordinator.housekeeping import Housekeeping
-from coordinator.registry_claim import RegistryClaim
+from coordinator.registry_claim import RegistryClaim, RegistryClaimed
 from coordinator.registry_health import (
     SUMMARY_EVERY_S,
     RegistryGate,
@@ -116,7 +116,8 @@ class CoordinatorServer:
     serving: ServingHealth | None = None  # what /healthz on the metrics port says
     claim: RegistryClaim | None = None  # this coordinator's hold on its registry, one per registry
     # Set to end the coordinator: by a signal (run_until_signalled), or by the coordinator itself
-    # when it cannot go on (its registry's schema is gone), and then `failure` says why.
+    # when it cannot go on (its registry's schema is gone, another coordinator claimed it), and then
+    # `failure` says why.
     ended: threading.Event = field(default_factory=threading.Event)
     failure: FarmError | None = None
     _stopped: bool = False
@@ -397,14 +398,17 @@ def _set_health(loop: _EventLoopThread, health_servicer, answering: bool) -> Non
 
 
 def _tick_loop(server: CoordinatorServer, interval: float) -> None:
-    """Tick until stopped; a registry whose schema is gone ends the coordinator (`server.ended`)."""
+    """Tick until stopped; a registry whose schema is gone, or that another coordinator claimed, ends
+    the coordinator (`server.ended`)."""
     coordinator, stop = server.coordinator, server._stop_ticking
     quiet = _RepeatedError()
     while not stop.is_set():
         coordinator.wake.clear()
         try:
+            if server.claim is not None:
+                server.claim.keep()
             _tick(coordinator, server.housekeeping, server.registry, quiet)
-        except RegistrySchemaLost as err:
+        except (RegistrySchemaLost, RegistryClaimed) as err:
             logger.error("%s; stopping", one_line(err))
             server.failure = err
             server.ended.set()
@@ -484,7 +488,7 @@ def leave_process(code: int) -> NoReturn:
 def run_until_signalled(server: CoordinatorServer, grace: float = 10.0,
                         announce: Callable[[], None] | None = None) -> None:
     """Block until SIGTERM or SIGINT, then drain and stop (for `farm coordinator`); raise the
-    coordinator's `failure` if it ended on its own (its registry's schema is gone). ``announce``
+    coordinator's `failure` if it ended on its own (its registry's schema is gone, or another claimed it). ``announce``
     runs once the signals are taken: a banner saying SIGTERM stops it is then true at once."""
     stop = server.ended
 
