@@ -62,7 +62,7 @@ class JobStore:
                     return running, True
             row = JobRow.new(model_id=model_id, target=target, fingerprint_id=fingerprint_id, target_kind=target_kind,
                              target_request=target_request, trials_budget=trials_budget, options=options, now=now,
-                             state=JobState.QUEUED.value, status=status, parent_request=parent_request)
+                             state=JobState.QUEUED, status=status, parent_request=parent_request)
             session.add(row)
             session.flush()
             self._events.append_in(session, row.id, "state_changed", {"from": "", "to": row.state, "status": status},

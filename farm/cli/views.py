@@ -12,6 +12,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from farm.cli.units import age
+from foundation.domain.jobs import JobState
 from foundation.domain.reuse import describe_summary
 from foundation.domain.warm_start_use import describe as describe_warm_start
 from foundation.units import duration, milliseconds, size, speedup_text
@@ -114,10 +115,11 @@ def job_fields(doc: dict) -> list[tuple[str, Any]]:
 
 
 def until_text(until: dict, state: str) -> str:
-    """How tuning in rounds (`--until`) ended, or where it is (foundation.job_driver.tuning_rounds.RoundsOutcome)."""
+    """How tuning in rounds (`--until`) ended, or where it is: a job document's `until`, as
+    foundation.domain.rounds_outcome.RoundsOutcome.to_json spells it."""
     rounds = until.get("rounds") or []
     judged = f"{len(rounds)} round{'s' * (len(rounds) != 1)} judged"
-    if not until.get("stopped") and state in ("cancelled", "failed"):
+    if not until.get("stopped") and state in (JobState.CANCELLED, JobState.FAILED):
         # Ended between rounds (a cancel, a failed shard): no stop condition was reached.
         return f"{state} while tuning in rounds until {until.get('goal')}, after {judged}"
     if until.get("summary"):

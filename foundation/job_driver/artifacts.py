@@ -128,7 +128,7 @@ def record_hit(
     """A job answered from the registry: succeeded at once, pointing at ``artifact``."""
     job = store.create_job(
         model_id=artifact.model_id, target=target_json, fingerprint_id=fingerprint_id,
-        trials_budget=0, options=options, cache_hit=True, state=JobState.SUCCEEDED.value,
+        trials_budget=0, options=options, cache_hit=True, state=JobState.SUCCEEDED,
     )
     return store.update_job(job.id, artifact_id=artifact.id, finished_at=utc_now())
 

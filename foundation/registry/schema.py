@@ -266,14 +266,14 @@ class JobRow(Base):
 
     @classmethod
     def new(cls, *, model_id: str, target: str, fingerprint_id: str | None, target_kind: str, target_request: str,
-            trials_budget: int, options: dict[str, Any], now: datetime, state: str = "queued",
+            trials_budget: int, options: dict[str, Any], now: datetime, state: JobState = JobState.QUEUED,
             cache_hit: bool = False, status: str = "", parent_request: str | None = None) -> JobRow:
         """A new job's row: the one place a job is made, by the registry (an embedded job, a registry hit)
         and by a coordinator's cluster store alike."""
         return cls(id="job-" + secrets.token_hex(5), model_id=model_id, target=target, fingerprint_id=fingerprint_id,
                    target_kind=target_kind, target_request=target_request, status=status,
-                   parent_request=parent_request, state=state, cache_hit=cache_hit, trials_budget=trials_budget,
-                   trials_done=0, options=options, created_at=now)
+                   parent_request=parent_request, state=JobState(state).value, cache_hit=cache_hit,
+                   trials_budget=trials_budget, trials_done=0, options=options, created_at=now)
 
     def to_entity(self) -> Job:
         return _entity(Job, self, state=JobState(self.state), runner=_runner(self))

@@ -12,7 +12,7 @@ from sqlalchemy import func, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 
 from foundation.clock import utc_now
-from foundation.domain.jobs import FINAL_STATES
+from foundation.domain.jobs import FINAL_STATES, JobState
 from foundation.domain.runners import Runner
 from foundation.errors import NotFound, RegistryError, quoted
 
@@ -240,7 +240,7 @@ class RegistryStore:
         trials_budget: int,
         options: dict[str, Any],
         cache_hit: bool = False,
-        state: str = "queued",
+        state: JobState = JobState.QUEUED,
         runner: Runner | None = None,
     ) -> Job:
         """A new job; ``runner`` is the process running it (embedded jobs), whose heartbeat
