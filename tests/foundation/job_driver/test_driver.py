@@ -110,24 +110,29 @@ def test_a_reused_pid_and_a_silent_other_host_are_gone(store):
     assert store.get_job(remote_fresh.id).state == "running"
 
 
-def _shared_library(module: str) -> bytes:
-    """The bytes of one of this Python's extension modules: a real shared library."""
-    import importlib
+@pytest.fixture(scope="module")
+def tvm_libraries() -> tuple[bytes, bytes]:
+    """Two libraries TVM built (mlp-tiny, untuned, batch 1 and 2): what a hit must be (library_file)."""
+    from foundation.hardware.tvm_startup import install_lean_tensor_intrinsics
 
-    path = getattr(importlib.import_module(module), "__file__", None)
-    if path is None or not path.endswith(".so"):
-        pytest.skip(f"this Python's {module} is no shared library to read")
-    with open(path, "rb") as f:
-        return f.read()
+    install_lean_tensor_intrinsics("llvm")
+    import tvm
+
+    from foundation.compile import build_library
+    from foundation.models.loading import load_model
+
+    target = tvm.target.Target({"kind": "llvm", "num-cores": 2})
+    older, newer = (build_library(load_model("mlp-tiny", batch), target, None) for batch in (1, 2))
+    return older, newer
 
 
-def test_a_corrupt_artifact_is_marked_invalid_and_an_intact_one_answers(store, registry_url):
+def test_a_corrupt_artifact_is_marked_invalid_and_an_intact_one_answers(store, registry_url, tvm_libraries):
     _seed(store)
     fields = dict(model_id="m-1", target=TARGET, fingerprint_id="cpu-1", job_id=None, lib_format="so",
                   latency={"mean_ms": 1.0, "median_ms": 1.0, "std_ms": 0.0}, untuned_latency_mean_ms=None,
                   validation={"passed": True}, tvm_version="0.27.0", software={})
-    # Real shared libraries: a hit must also be one a loader could map (library_file).
-    older_bytes, newer_bytes = _shared_library("_json"), _shared_library("_bz2")
+    # Real libraries of TVM's: a hit must also be one a loader could map and TVM load (library_file).
+    older_bytes, newer_bytes = tvm_libraries
     older = store.add_artifact(library=older_bytes, **fields)
     newer = store.add_artifact(library=newer_bytes, **fields)
     assert look_up_hit(store, KEY, TARGET, "cpu-1", "0.27.0", WeightsLayout.PLAIN).artifact == newer
