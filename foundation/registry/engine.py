@@ -266,9 +266,44 @@ def disk_full(exc: BaseException) -> bool:
     return "database or disk is full" in str(orig) or "No space left on device" in str(orig)
 
 
+# Less than this free is a full disk, to SQLite: a page or two of a file, or of its journal.
+_ROOM_BYTES = 1024 * 1024
+
+
+def _full_sqlite_scratch(url: str) -> str | None:
+    """The directory of SQLite's temporary files (VACUUM's copy, a large statement's journal) when its disk
+    is the full one and the registry's is not; None otherwise. SQLite takes the first of these that exists
+    and this user may write, whatever room it has."""
+    import shutil
+
+    try:
+        registry_dir = sqlite_path(make_url(url)).parent
+        if shutil.disk_usage(registry_dir).free < _ROOM_BYTES:
+            return None
+    except (ArgumentError, ValueError, OSError):
+        return None
+    candidates = [(os.environ[name], f"{name}={os.environ[name]}") for name in ("SQLITE_TMPDIR", "TMPDIR")
+                  if os.environ.get(name)]
+    candidates += [(d, d) for d in ("/var/tmp", "/usr/tmp", "/tmp")]
+    for directory, named in candidates:
+        if os.path.isdir(directory) and os.access(directory, os.W_OK | os.X_OK):
+            try:
+                return named if shutil.disk_usage(directory).free < _ROOM_BYTES else None
+            except OSError:
+                return None
+    return None
+
+
 def registry_error(exc: SQLAlchemyError, url: str) -> RegistryError:
     """Turn a database exception into the one-line error a user can act on."""
     reason = short_reason(exc)
+    if disk_full(exc) and url.startswith("sqlite"):
+        scratch = _full_sqlite_scratch(url)
+        if scratch is not None:
+            return RegistryFull(f"the registry at {url} cannot be written: the disk is full for SQLite's temporary "
+                                f"files, {scratch} ({reason}); the registry's own disk has room",
+                                "free some space there, or point SQLITE_TMPDIR (or TMPDIR) at a directory on a disk "
+                                "with room; its write was rolled back, nothing was half-written")
     if disk_full(exc):
         return RegistryFull(f"the registry at {url} cannot be written, its disk is full: {reason}",
                             "free some space on the disk that holds it, or point --registry / FARM_REGISTRY "

@@ -109,3 +109,19 @@ def test_a_temporary_directory_without_room_for_a_build_is_exit_6_naming_it_befo
         assert db.execute("SELECT count(*) FROM jobs").fetchone() == (0,)
     db.close()
 
+
+
+def test_a_full_disk_of_sqlites_temporary_files_is_named_not_the_registrys(farm_exe, tmp_path):
+    url = f"sqlite:///{tmp_path / 'registry.db'}"
+    # With the shipped packs: a registry of tens of MB, more than SQLite keeps in memory while it copies it.
+    made = subprocess.run([farm_exe, "registry", "init", "--registry", url], capture_output=True, text=True,
+                          env={**farm_env(tmp_path / "home"), "FARM_SHIPPED_PACKS": "1"}, timeout=300)
+    assert made.returncode == 0, made.stderr
+    with small_disk(tmp_path / "tmp", 512) as tmpdir:
+        fill(tmpdir)  # VACUUM copies the registry there
+        env = {**farm_env(tmp_path / "home"), "TMPDIR": str(tmpdir)}
+        proc = subprocess.run([farm_exe, "registry", "prune", "--vacuum", "--registry", url], env=env,
+                              capture_output=True, text=True, timeout=300)
+    assert_out_of_disk(proc.returncode, proc.stderr)
+    assert f"the disk is full for SQLite's temporary files, TMPDIR={tmpdir} (" in proc.stderr, proc.stderr
+    assert "the registry's own disk has room" in proc.stderr, proc.stderr
