@@ -9,7 +9,7 @@ from sqlalchemy import event, select, update
 from sqlalchemy.orm import Session
 
 from coordinator import job_metrics
-from foundation.domain.job_spec import tuned_form
+from foundation.domain.job_spec import read_options
 from foundation.domain.jobs import JobState, check_transition
 from foundation.domain.weights_layout import WeightsLayout
 from foundation.errors import RegistryError
@@ -72,7 +72,7 @@ class JobStore:
     def attachable_job(self, model_id: str, target: str, fingerprint_id: str | None,
                        weights_layout: WeightsLayout) -> Job | None:
         """The oldest unfinished job tuning the same model for the same target and fingerprint,
-        in the same form of weights.
+        in the same form of weights, and not in rounds (`--until`).
 
         With ``fingerprint_id`` None, a job still waiting for its fingerprint whose target was
         requested as ``target`` (unbound jobs have no canonical target yet).
@@ -89,9 +89,11 @@ class JobStore:
             query = query.where(JobRow.fingerprint_id.is_(None), JobRow.target_request == target)
         else:
             query = query.where(JobRow.fingerprint_id == fingerprint_id, JobRow.target == target)
-        # The form is in the job's options (JSON); a model has few unfinished jobs.
+        # The form and the goal are in the job's options (JSON); a model has few unfinished jobs.
         for row in session.scalars(query.order_by(JobRow.created_at, JobRow.id)):
-            if tuned_form(row.options) is weights_layout:
+            stored = read_options(row.options, row.id)
+            # A job tuned in rounds has a goal of its own: no submit joins it.
+            if stored.notes.weights_layout is weights_layout and stored.spec.until is None:
                 return row.to_entity()
         return None
 
