@@ -166,7 +166,7 @@ def submit(model: str, target: str = "llvm", batch: int = 1, *, trials: int | No
         if source.key is not None and source.key.source != "onnx":
             raise BadInput("a torch module is tuned embedded only", "export it to ONNX to tune it on a coordinator")
         return _submit_remote(remote.client(), submission, wait=wait, timeout=timeout)
-    from farm.api_interrupts import ctrl_c_cancels
+    from farm.api_interrupts import cancelled_at_exit, ctrl_c_cancels
     from farm.embedded import SubmitRequest
     from farm.embedded import submit as submit_job
     from farm.registry_jobs import RegistryJobs
@@ -177,7 +177,7 @@ def submit(model: str, target: str = "llvm", batch: int = 1, *, trials: int | No
     if not wait:  # runs in a background thread of this process: its events, wait() and cancel()
         from farm.submit_handle import SubmitHandle
 
-        return SubmitHandle(request, lambda job_id: status(job_id, registry=registry))
+        return cancelled_at_exit(SubmitHandle(request, lambda job_id: status(job_id, registry=registry)))
     with ctrl_c_cancels() as ctrl_c:
         result = submit_job(request, cancellation=ctrl_c.cancellation)
         ctrl_c.ended(result.job)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import queue
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -36,6 +37,8 @@ class SubmitEvent:
 
 
 _END = object()
+# How often a caller's wait wakes, to let a Ctrl-C through.
+WAKE_S = 0.2
 
 
 class SubmitHandle:
@@ -49,6 +52,9 @@ class SubmitHandle:
         self._events: queue.Queue = queue.Queue()
         self._cancellation = Cancellation()
         self._job_known = threading.Event()
+        # Set when the submit ends. Not the thread's is_alive(): after a join that Ctrl-C interrupted,
+        # CPython (3.11 here) takes the running thread for stopped.
+        self._ended = threading.Event()
         self._job_id: str | None = None
         self._result = None
         self._error: BaseException | None = None
@@ -60,17 +66,20 @@ class SubmitHandle:
     def job_id(self, timeout: float | None = None) -> str | None:
         """The job's id once the registry has it (a hit's, or the tuning job's), waiting up to
         ``timeout`` seconds for it; None if the submit ended before any job (bad input, say)."""
-        self._job_known.wait(timeout)
+        _wait_for(self._job_known, timeout)
         return self._job_id
 
     @property
     def done(self) -> bool:
-        return not self._thread.is_alive()
+        return self._ended.is_set()
 
     def events(self) -> Iterator[SubmitEvent]:
         """Every event, as it happens, until the submit ends (then the iteration stops)."""
         while True:
-            event = self._events.get()
+            try:
+                event = self._events.get(timeout=WAKE_S)
+            except queue.Empty:  # a moment for Ctrl-C (_wait_for)
+                continue
             if event is _END:
                 self._events.put(_END)  # a second iteration ends at once too
                 return
@@ -79,8 +88,7 @@ class SubmitHandle:
     def wait(self, timeout: float | None = None) -> Any:
         """The job as it ended (a farm.Job); TimedOut if it runs past ``timeout`` seconds (it goes on), and
         the submit's own error (BadInput, say) if it raised one."""
-        self._thread.join(timeout)
-        if self._thread.is_alive():
+        if not _wait_for(self._ended, timeout):
             raise TimedOut(f"the submit of {self._request.model} is still running after {timeout:g} s",
                            "wait again, or cancel() it")
         if self._error is not None:
@@ -90,6 +98,11 @@ class SubmitHandle:
     def cancel(self, reason: str = "cancelled by its caller") -> None:
         """Stop the job after the batch in flight; it ends cancelled with its records kept."""
         self._cancellation.request(reason)
+
+    def abandon(self, timeout: float) -> None:
+        """The process exits now, the job's thread with it: mark the job cancelled, giving up after
+        ``timeout`` seconds (then its next reader marks it failed, its runner gone)."""
+        self._cancellation.abandon(timeout)
 
     # -- the job's observer (farm.submit_values.JobObserver) --------------------------------
 
@@ -127,7 +140,21 @@ class SubmitHandle:
             self._error = err
         finally:
             self._job_known.set()
+            self._ended.set()
             self._events.put(_END)
+
+
+def _wait_for(event: threading.Event, timeout: float | None) -> bool:
+    """``event.wait(timeout)`` in steps of WAKE_S: the signal of a Ctrl-C may reach any thread of the
+    process, and the main thread runs Python's handler (KeyboardInterrupt) only once it wakes, which a
+    wait without a timeout does when the submit ends."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while not event.is_set():
+        left = WAKE_S if deadline is None else min(WAKE_S, deadline - time.monotonic())
+        if left <= 0:
+            return False
+        event.wait(left)
+    return True
 
 
 def _snapshot(task) -> dict:

@@ -48,6 +48,20 @@ CALLER = textwrap.dedent("""
         sys.exit(1)
     print("farm.submit returned")
 """)
+# A background submit (wait=False) that the caller waits for; its job cannot outlive the process.
+WAITING_ON_A_HANDLE = textwrap.dedent("""
+    import sys
+    import farm
+
+    handle = farm.submit("mlp-tiny", "llvm", 2, trials=96, trials_per_task=48, runs=2, registry=sys.argv[1],
+                         wait=False)
+    try:
+        handle.wait()
+    except KeyboardInterrupt:
+        print("caller got KeyboardInterrupt")
+        sys.exit(0)
+    print("the job ended")
+""")
 FIRST_BATCH = 16  # MetaSchedule measures 16 candidates a batch at this budget
 
 
@@ -58,8 +72,8 @@ def probe(registry_url):
     probe.dispose()
 
 
-def _caller(tmp_path: Path, *args: str) -> FarmProcess:
-    return FarmProcess(subprocess.Popen([sys.executable, "-c", CALLER, *args], env=farm_env(tmp_path / "home"),
+def _caller(tmp_path: Path, *args: str, script: str = CALLER) -> FarmProcess:
+    return FarmProcess(subprocess.Popen([sys.executable, "-c", script, *args], env=farm_env(tmp_path / "home"),
                                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                         start_new_session=True))
 
@@ -116,3 +130,22 @@ def test_ctrl_c_before_any_job_started_says_nothing_was_written(tmp_path, regist
     assert "waiting for it to end" in told.read_text()
     assert out == "caller got KeyboardInterrupt: interrupted by SIGINT before any job started: nothing was written"
     assert probe.scalar("SELECT COUNT(*) FROM jobs") == 0
+
+
+@pytest.mark.parametrize("registry_url", ["sqlite"], indirect=True)
+def test_ctrl_c_while_waiting_on_a_background_submit_ends_the_process_and_cancels_the_job(tmp_path, registry_url,
+                                                                                          probe):
+    caller = _caller(tmp_path, registry_url, script=WAITING_ON_A_HANDLE)
+    try:
+        job_id, committed = probe.wait_for_records(FIRST_BATCH)
+        caller.interrupt_group(signal.SIGINT)
+        code, out, err = caller.finish(timeout=180)
+    finally:
+        caller.kill()
+    assert (code, out.strip()) == (0, "caller got KeyboardInterrupt"), f"exit {code}\n{out}\n{err[-3000:]}"
+    assert f"farm.submit: the process is exiting: {job_id} stops after the batch in flight" in err, err[-3000:]
+    job = probe.job(job_id)
+    assert job["state"] == "cancelled", job
+    assert probe.records_of(job_id) == job["trials_done"] >= committed
+    assert job["trials_done"] < 96, "the exit waited for the whole tune"
+    assert probe.scalar("SELECT COUNT(*) FROM tuning_locks") == 0
