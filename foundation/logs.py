@@ -12,10 +12,14 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import datetime as dt
+import errno
 import functools
 import json
 import logging
-from collections.abc import Callable, Iterator
+import os
+import sys
+import threading
+from collections.abc import Callable, Iterable, Iterator
 from enum import Enum
 from typing import IO, Any
 
@@ -149,3 +153,36 @@ def configured() -> tuple[LogFormat, LogLevel] | None:
 
 def _word(choice: Enum | str) -> str:
     return (choice.value if isinstance(choice, Enum) else choice).lower()
+
+
+class LostLogs:
+    """Says once, on ``stream``, that a job's log files in ``where`` are not kept because their disk is
+    full (or its quota used up), and the job goes on: file handlers that cannot write a record would
+    otherwise print a traceback per record to stderr, which is itself one of those files while a job
+    tunes (foundation.processes.native_stderr), so every line would be lost without a word."""
+
+    def __init__(self, where: os.PathLike[str] | str, stream: IO[str]):
+        self.where = where
+        self.stream = stream
+        self._said = threading.Event()
+
+    def say(self, err: OSError) -> None:
+        """The one warning, the first time only."""
+        if self._said.is_set():
+            return
+        self._said.set()
+        self.stream.write(f"warning: the job's logs in {self.where} are not kept: {err.strerror or err} there "
+                          "(free some space, or set FARM_HOME to a directory on another disk); the job goes on\n")
+        self.stream.flush()
+
+    def watch(self, handlers: Iterable[logging.Handler]) -> None:
+        """Route the full-disk failures of ``handlers`` here; any other failure they report as before."""
+        for handler in handlers:
+            handler.handleError = functools.partial(self._handle_error, handler.handleError)  # type: ignore[method-assign]
+
+    def _handle_error(self, report: Callable[[logging.LogRecord], None], record: logging.LogRecord) -> None:
+        err = sys.exc_info()[1]
+        if isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT):
+            self.say(err)
+            return
+        report(record)

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 
 from foundation.domain.trial_plan import TaskDemand, TrialPlan, plan_trials
 from foundation.hardware.tvm_startup import install_lean_tensor_intrinsics
+from foundation.logs import LostLogs
 from foundation.meta_schedule.measure import MeasureSettings, RPCMeasure, WorkerPools
 from foundation.meta_schedule.planned_search import COLD_EXPLORATION, WARM_EXPLORATION, planned_search
 from foundation.meta_schedule.progress import (
@@ -34,7 +35,7 @@ from foundation.meta_schedule.progress import (
 from foundation.meta_schedule.task_scheduler import LatencyHistory, joined_gradient
 from foundation.meta_schedule.untuned_form import measure_untuned_forms, measures_untuned_form
 from foundation.meta_schedule.warm.cost_models import new_model
-from foundation.processes.native_stderr import native_stderr_to
+from foundation.processes.native_stderr import native_stderr_to, terminal_stderr
 
 if TYPE_CHECKING:  # pragma: no cover
     import tvm
@@ -178,23 +179,28 @@ def tune(
     work_dir.mkdir(parents=True, exist_ok=True)
     begin = time.monotonic()
     plan = plan or trial_plan(tasks, budget, database, trial_caps=trial_caps)
+    # The job's logs are a record of it, not what it makes: on a full disk it goes on, saying so once,
+    # on the terminal (stderr itself points at a log file there while it tunes).
+    terminal = terminal_stderr()
+    lost = LostLogs(work_dir, terminal)
     try:
         _write_task_list(work_dir, tasks, plan.trials)
     except OSError as err:
         if err.errno not in (errno.ENOSPC, errno.EDQUOT):
+            terminal.close()
             raise
-        # The job's logs are a record of it, not what it makes: it goes on, saying once that they are
-        # lost (MetaSchedule's log handlers would drop every line silently on that disk).
-        logging.getLogger(__name__).warning(
-            "warning: the job's logs in %s are not kept: %s there (free some space, or set FARM_HOME to a "
-            "directory on another disk); the job goes on", work_dir, err.strerror)
+        lost.say(err)
     progress = [
         TaskProgress(index=i, name=t.name, weight=t.weight, flop=t.flop,
                      budget=planned, planned=planned, started=begin)
         for i, (t, planned) in enumerate(zip(tasks, plan.trials))
     ]
     search_plan = list(plan.trials)  # what each task's search may measure: less the seeds measured first
-    contexts = _tune_contexts(tasks, target, work_dir, seed, search_plan, explorations(warm, len(tasks)))
+    try:
+        contexts = _tune_contexts(tasks, target, work_dir, seed, search_plan, explorations(warm, len(tasks)), lost=lost)
+    except BaseException:
+        terminal.close()
+        raise
     live = LiveProgress(progress, listener)
     picks = TaskPickHandler(live)
     logging.getLogger(_MS_LOGGER).addHandler(picks)
@@ -263,6 +269,7 @@ def tune(
         pools.live = None
         pools.timings = None
         logging.getLogger(_MS_LOGGER).removeHandler(picks)
+        terminal.close()
         if hasattr(database, "flush"):
             database.flush()
         if listener:
@@ -364,11 +371,11 @@ def explorations(warm, tasks: int) -> list[float]:
 
 
 def _tune_contexts(tasks, target, work_dir: Path, seed: int | None, planned: list[int],
-                   exploration: list[float] | None = None):
+                   exploration: list[float] | None = None, *, lost: LostLogs | None = None):
     from tvm.s_tir import meta_schedule as ms
     from tvm.s_tir.meta_schedule.utils import fork_seed
 
-    loggers = _task_loggers(work_dir, [t.name for t in tasks])
+    loggers = _task_loggers(work_dir, [t.name for t in tasks], lost=lost)
     seeds = fork_seed(seed, n=len(tasks))
     return [
         ms.TuneContext(
@@ -399,9 +406,10 @@ def _space_generator(target):
     return "post-order-apply"
 
 
-def _task_loggers(work_dir: Path, task_names: list[str]) -> list[logging.Logger]:
+def _task_loggers(work_dir: Path, task_names: list[str], *, lost: LostLogs | None = None) -> list[logging.Logger]:
     """MetaSchedule's per-task log files under work_dir/logs, with its console handler
-    replaced by a null one: stdout belongs to `--json`, and the farm draws its own progress."""
+    replaced by a null one: stdout belongs to `--json`, and the farm draws its own progress.
+    ``lost`` says once when a full disk stops them."""
     from tvm.s_tir.meta_schedule.logging import create_loggers
 
     log_dir = work_dir / "logs"
@@ -423,7 +431,11 @@ def _task_loggers(work_dir: Path, task_names: list[str]) -> list[logging.Logger]
     finally:
         for handler in unnamed:
             global_logger.addHandler(handler)
-    return [logging.getLogger(name) for name in names]
+    loggers = [logging.getLogger(name) for name in names]
+    if lost is not None:
+        lost.watch(h for logger in [global_logger, *loggers] for h in logger.handlers
+                   if isinstance(h, logging.FileHandler))
+    return loggers
 
 
 class _BatchEnd:

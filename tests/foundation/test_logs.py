@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import io
 import json
 import logging
@@ -11,7 +12,7 @@ import threading
 import pytest
 
 import foundation.logs
-from foundation.logs import LIBRARIES, LogFormat, LogLevel, configure_logging, log_ids, set_process_ids
+from foundation.logs import LIBRARIES, LogFormat, LogLevel, LostLogs, configure_logging, log_ids, set_process_ids
 
 
 @pytest.fixture
@@ -153,3 +154,31 @@ def test_a_job_step_names_its_job_on_every_record(configured):
     first, after = (json.loads(line) for line in _lines(stream))
     assert (first["message"], first["job_id"]) == ("building now", "job-3")
     assert "job_id" not in after
+
+
+class _FullDisk(io.StringIO):
+    def write(self, text: str) -> int:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+
+def test_log_files_on_a_full_disk_are_said_lost_once_and_other_failures_as_before(monkeypatch):
+    terminal = io.StringIO()
+    full, broken = logging.StreamHandler(_FullDisk()), logging.StreamHandler(io.StringIO())
+    broken.setFormatter(logging.Formatter("%(bad_field)s"))  # a KeyError, no disk's fault
+    reported = []
+    monkeypatch.setattr(logging.Handler, "handleError", lambda self, record: reported.append(record.getMessage()))
+    LostLogs("/home/farm/jobs/job-1", terminal).watch([full, broken])
+    logger = logging.getLogger("farm-test-lost-logs")
+    logger.propagate = False
+    logger.addHandler(full)
+    logger.addHandler(broken)
+    try:
+        for n in range(3):
+            logger.warning("record %d", n)
+    finally:
+        logger.removeHandler(full)
+        logger.removeHandler(broken)
+    assert terminal.getvalue().splitlines() == [
+        "warning: the job's logs in /home/farm/jobs/job-1 are not kept: No space left on device there "
+        "(free some space, or set FARM_HOME to a directory on another disk); the job goes on"]
+    assert reported == ["record 0", "record 1", "record 2"]

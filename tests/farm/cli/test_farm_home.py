@@ -8,7 +8,7 @@ import subprocess
 import pytest
 
 from support.farm_inprocess import run_farm_inprocess
-from support.farm_process import one_error_line, run_farm
+from support.farm_process import FarmProcess, one_error_line, run_farm
 from support.other_user import drop_to_other_user, shared_directory
 from support.small_disk import fill, small_disk
 
@@ -60,3 +60,24 @@ def test_a_farm_home_this_user_cannot_write_is_named_before_a_job_is_written(far
         assert one_error_line(proc.stderr) == (f"error: FARM_HOME={home} is not writable by this user "
                                                "(set FARM_HOME to a directory this user can write)")
         assert not own.exists() and list(home.iterdir()) == []
+
+
+@pytest.mark.slow
+def test_a_farm_home_whose_disk_fills_while_tuning_says_once_that_the_jobs_logs_are_lost(farm_exe, tmp_path):
+    with small_disk(tmp_path / "disk", 2048) as disk:
+        job = FarmProcess.start(farm_exe, disk / "home", "submit", "mlp-tiny", "llvm", "1", "--trials", "16",
+                                "--runs", "2", "--registry", f"sqlite:///{tmp_path / 'registry.db'}")
+        try:
+            said = []
+            for line in job.proc.stderr:  # tuning: MetaSchedule's task logs are being written
+                said.append(line)
+                if " tune " in line:
+                    fill(disk)
+                    break
+            code, _out, rest = job.finish()
+        finally:
+            job.kill()
+    lost = [line for line in "".join(said + [rest]).splitlines() if "are not kept" in line]
+    assert code == 0, rest
+    assert len(lost) == 1 and lost[0].startswith(f"warning: the job's logs in {disk / 'home' / 'jobs'}"), rest
+    assert "No space left on device" in lost[0] and "FARM_HOME" in lost[0] and "Logging error" not in rest
