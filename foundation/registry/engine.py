@@ -155,6 +155,7 @@ def check_sqlite_file(url: URL, *, create: bool) -> None:
         if getattr(exc, "sqlite_errorcode", None) == _SQLITE_NOTADB:
             raise RegistryError(f"{path} is not a SQLite database ({exc})",
                                 "point --registry at a farm registry, or at a new path to create one") from None
+        _check_open_files_left()
         # Unreadable, or read-only where even reading writes (a WAL registry without its -shm file,
         # in a directory this user cannot write).
         what = "cannot be read by this user" if not os.access(path, os.R_OK) else "is read-only for this user"
@@ -170,6 +171,29 @@ def _farm_tables(tables: set[str]) -> bool:
     from .schema import Base
 
     return bool(tables & set(Base.metadata.tables))
+
+
+# Files SQLite opens for a WAL registry: the database, its -wal and its -shm.
+_SQLITE_FILES = 3
+
+
+def _check_open_files_left() -> None:
+    """OutOfResources naming the open-file limit (`ulimit -n`) where SQLite's "unable to open database file"
+    came from having too few files left to open the registry's, not from its permissions."""
+    import errno
+    import resource
+
+    from foundation.errors import out_of_resources
+
+    soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    try:
+        left = soft - (len(os.listdir("/proc/self/fd")) - 1)  # less the listing's own
+    except OSError as err:
+        if err.errno not in (errno.EMFILE, errno.ENFILE):
+            return
+        left = 0
+    if soft != resource.RLIM_INFINITY and left < _SQLITE_FILES:
+        raise out_of_resources(OSError(errno.EMFILE, os.strerror(errno.EMFILE))) from None
 
 
 def create_registry_engine(url: URL) -> Engine:
@@ -314,6 +338,8 @@ def registry_error(exc: SQLAlchemyError, url: str) -> RegistryError:
             "nothing was written; check the ids passed in (model, fingerprint, job, workload)",
         )
     if isinstance(exc, OperationalError):
+        if url.startswith("sqlite") and "unable to open" in reason:
+            _check_open_files_left()
         if url.startswith("sqlite") and any(s in reason for s in ("readonly", "read-only", "unable to open")):
             if "mode=ro" in url:  # asked for: no file's permissions are to blame
                 return RegistryError(f"cannot write the registry at {url}: it was opened read-only (mode=ro in its "

@@ -5,6 +5,8 @@ from __future__ import annotations
 import hashlib
 import os
 import sqlite3
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -169,3 +171,26 @@ def test_a_write_through_a_read_only_sqlite_uri_says_it_was_opened_read_only(tmp
         store.dispose()
     assert raised.value.exit_code == 4 and "opened read-only (mode=ro in its URI)" in raised.value.problem
     assert "permissions" not in raised.value.fix and "drop mode=ro" in raised.value.fix
+
+
+OPEN_WITH_NO_FILE_LEFT = """
+import os, resource, sys
+import foundation.registry.migrate, foundation.registry.store  # imported while files are left
+from foundation.errors import FarmError
+from foundation.registry import RegistryStore
+open_now = len(os.listdir("/proc/self/fd")) - 1  # less the listing's own
+resource.setrlimit(resource.RLIMIT_NOFILE, (open_now, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+try:
+    RegistryStore(sys.argv[1], create=False)
+except FarmError as err:
+    print(err.exit_code, err)
+"""
+
+
+def test_a_registry_opened_with_no_file_left_names_the_open_file_limit_not_its_permissions(tmp_path):
+    url = f"sqlite:///{tmp_path / 'reg.db'}"
+    RegistryStore(url, create=True).dispose()
+    proc = subprocess.run([sys.executable, "-c", OPEN_WITH_NO_FILE_LEFT, url], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.stdout.startswith("6 out of open files") and "`ulimit -n`" in proc.stdout, proc.stdout + proc.stderr
+    assert "permissions" not in proc.stdout and "read-only" not in proc.stdout
