@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from farm.cli.interrupts import LAST_WORDS_S, cancel_on_signals
+from foundation.domain.jobs import JobState
 from foundation.errors import Interrupted
 from foundation.job_driver.cancellation import Cancellation
 from foundation.processes.native_stderr import terminal_stderr
@@ -78,7 +79,7 @@ def ctrl_c_cancels() -> Iterator[CtrlC]:
 def _what_became_of(job, reason: str | None) -> str:
     if job is None:
         return f"{reason} before any job started: nothing was written"
-    if job.state == "cancelled":
+    if job.state is JobState.CANCELLED:
         return (f"{reason}: job {job.id} was cancelled, its measured records kept (farm.status({job.id!r}) "
                 "shows it; the same submit continues from them)")
     return f"{reason}: job {job.id} had already ended {job.state} (farm.status({job.id!r}) shows it)"

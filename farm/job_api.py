@@ -223,7 +223,7 @@ def cancel(job_id: str, *, registry: str | None = None, coordinator: str | Coord
 
     registry_jobs = RegistryJobs.open(registry)
     job = registry_jobs.cancel(job_id, wait)
-    if not JobState(job.state).is_final:
+    if not job.state.is_final:
         raise TimedOut(f"job {job_id} was asked to stop, and is still {job.state} after {wait:g} s",
                        f"its process stops after the batch in flight; see farm.status({job_id!r})")
     return Job.from_document(registry_jobs.document(job))
