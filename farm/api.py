@@ -18,7 +18,7 @@ import numpy as np
 from farm import arguments
 from farm.session import open_context
 from foundation.domain.weights_layout import WeightsLayout
-from foundation.errors import BadInput, FarmError, NotFound, RegistryError
+from foundation.errors import BadInput, FarmError, NotFound, RegistryError, out_of_resources
 from foundation.job_driver.artifacts import library_problem
 from foundation.job_driver.library_scopes import library_scopes
 from foundation.models.model_key import ModelKey
@@ -193,6 +193,9 @@ def load(model, target: str | Mapping = "llvm", batch: int = 1, *, registry: str
                                stored_latency_ms=artifact.latency_median_ms,
                                stored_threads=(artifact.speed or {}).get("threads"))
     except Exception as err:  # a library that passes sha256 but not the loader
+        box = out_of_resources(err)  # or this box out of disk, files or processes while it was written or loaded
+        if box is not None:
+            raise box from None
         raise RegistryError(f"artifact {artifact.id} cannot be loaded: {err}",
                         f"re-tune it with `farm submit {model} {target} {batch} --retune`") from None
     loaded.set_weights(weights)

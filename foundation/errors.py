@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import errno
 import os
+import resource  # here, not where a limit is named: with no file left, its module could not be opened then
 import signal
 from typing import Any
 
@@ -188,8 +189,6 @@ def out_of_resources(err: BaseException) -> OutOfResources | None:
 
 
 def _limit(name: str, command: str) -> str:
-    import resource
-
     soft, _hard = resource.getrlimit(getattr(resource, name))
     shown = "unlimited" if soft == resource.RLIM_INFINITY else f"{soft:,}"
     return f"this process's limit (`{command}`) is {shown}"

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import errno
 import os
+import resource  # here: with no file left, its module could not be opened where it is used
 import sqlite3
 import time
 from pathlib import Path
@@ -12,7 +14,7 @@ from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, IntegrityError, OperationalError, SQLAlchemyError
 from sqlalchemy.pool import StaticPool
 
-from foundation.errors import BadInput, NotFound, OutOfResources, RegistryError, quoted
+from foundation.errors import BadInput, NotFound, OutOfResources, RegistryError, out_of_resources, quoted
 
 URL_FIX = (
     "check --registry / FARM_REGISTRY: sqlite:///path/to/registry.db or postgresql://user@host/db"
@@ -180,11 +182,6 @@ _SQLITE_FILES = 3
 def _check_open_files_left() -> None:
     """OutOfResources naming the open-file limit (`ulimit -n`) where SQLite's "unable to open database file"
     came from having too few files left to open the registry's, not from its permissions."""
-    import errno
-    import resource
-
-    from foundation.errors import out_of_resources
-
     soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     try:
         left = soft - (len(os.listdir("/proc/self/fd")) - 1)  # less the listing's own

@@ -55,3 +55,21 @@ def test_an_open_file_limit_is_exit_6_naming_the_limit_not_a_file(farm_exe, home
         pytest.skip(f"{files} open files were enough for this job here")
     line = assert_one_line_naming(proc, "`ulimit -n`")
     assert f"is {files}" in line and "cannot use" not in line
+
+
+@pytest.mark.slow
+def test_farm_run_under_any_open_file_limit_loads_or_names_the_limit_never_blames_the_artifact(farm_exe,
+                                                                                               tuned_mlp_tiny,
+                                                                                               tmp_path):
+    # Out of files while the library was written to a temporary file, it read "artifact ... cannot be
+    # loaded: Too many open files (re-tune it with ...)", exit 4.
+    home = tuned_mlp_tiny.copy_to(tmp_path / "home")
+    env = {**os.environ, "FARM_HOME": str(home)}
+    env.pop("FARM_REGISTRY", None)
+    for files in range(5, 13):
+        proc = subprocess.run([farm_exe, "run", "mlp-tiny", "llvm", "2", "--runs", "1", "--warmup", "0"], env=env,
+                              capture_output=True, text=True, timeout=300,
+                              preexec_fn=lambda files=files: resource.setrlimit(resource.RLIMIT_NOFILE, (files, files)))
+        if proc.returncode != 0:
+            line = assert_one_line_naming(proc, "`ulimit -n`")
+            assert f"is {files}" in line and "re-tune" not in line, line
