@@ -57,11 +57,14 @@ class RoundJudge:
 
     def judge(self, library: bytes, target_kind: str) -> Comparison:
         """The model built from ``library`` against the goal (foundation.domain.tuning_rounds.compare)."""
+        from foundation.hardware.fingerprint import available_cores
         from foundation.runtime.interleaved_timing import time_interleaved
         from foundation.runtime.library_runner import LoadedLibrary
 
         inputs = self.loaded.make_inputs(self.seed)
-        model = LoadedLibrary(library, target_kind)
+        # On every core, as validation times a library: the pool is the calling thread's, and a
+        # farm.load(..., threads=1) on this thread (a notebook's) would have left it on one.
+        model = LoadedLibrary(library, target_kind, threads=None if target_kind == "cuda" else available_cores())
         model.set_weights(self.loaded.make_weights(self.seed))
         reference = self.onnxruntime.timer(inputs) if self.onnxruntime is not None else None
         mine, theirs = time_interleaved(model.timer(inputs), reference, BLOCKS, RUNS_PER_BLOCK, TIMING_WARMUP)
