@@ -166,6 +166,19 @@ _RESOURCE_WORDS = {
     "Disk quota exceeded": errno.EDQUOT,
 }
 _DISK_FIX = "free some space or choose another disk; nothing was half-written"
+# What ran out, by errno, as a message names it.
+_SHORTAGES = {errno.EMFILE: "open files (`ulimit -n`)", errno.ENFILE: "open files (the system's)",
+              errno.EAGAIN: "processes or threads (`ulimit -u`)", errno.ENOSPC: "disk space",
+              errno.EDQUOT: "disk quota"}
+
+
+def shortage_in(text: str) -> str | None:
+    """What the box ran out of, where an error's text (a candidate's, another process's) says so in the
+    OS's words; None for any other text."""
+    code = next((c for words, c in _RESOURCE_WORDS.items() if words in text), None)
+    if code is None:
+        code = next((c for c in _SHORTAGES if f"[Errno {c}]" in text), None)
+    return _SHORTAGES.get(code) if code is not None else None
 
 
 def out_of_resources(err: BaseException) -> OutOfResources | None:

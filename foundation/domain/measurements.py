@@ -19,6 +19,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from foundation.errors import shortage_in
+
 MAX_FAILED_SHARE = 0.9
 DOMINANT_WORK_SHARE = 0.5
 
@@ -44,12 +46,17 @@ def measurements_failed(tasks: Sequence[TaskOutcome]) -> str | None:
     example = next((t.first_error for t in tasks if t.first_error), None)
     detail = f"; first error: {example[:300]}" if example else ""
     if errors > MAX_FAILED_SHARE * trials:
+        # Run out of files, processes or disk, every candidate fails whatever the target.
+        shortage = shortage_in(example) if example else None
+        cause = f"this box seems to have run out of {shortage}" if shortage else "the target may not match this device"
         return (f"{errors} of {trials} measured candidates failed (more than {MAX_FAILED_SHARE:.0%}); "
-                f"the target may not match this device{detail}")
+                f"{cause}{detail}")
     work = sum(t.weight * t.flop for t in tasks)
     for task in tasks:
         share = task.weight * task.flop / work if work > 0 else 0.0
         if task.trials and task.errors == task.trials and share >= DOMINANT_WORK_SHARE:
+            shortage = shortage_in(example) if example else None
+            cause = f" (this box seems to have run out of {shortage})" if shortage else ""
             return (f"all {task.trials} measured candidates of task {task.name}, {share:.0%} of the model's "
-                    f"work, failed{detail}")
+                    f"work, failed{cause}{detail}")
     return None

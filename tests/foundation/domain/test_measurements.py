@@ -26,3 +26,12 @@ def test_a_dominant_task_with_no_valid_candidate_fails_the_job():
     assert reason == "all 8 measured candidates of task conv, 90% of the model's work, failed"
     # A small task with none valid is not enough: it runs untuned.
     assert measurements_failed([task("conv", 64, 0, flop=9e6), task("add", 8, 8, flop=1e6)]) is None
+
+
+def test_candidates_failed_by_the_box_running_out_name_the_limit_not_the_target():
+    for first_error, named in [("[Errno 24] Too many open files: '/dev/null'", "open files (`ulimit -n`)"),
+                               ("BlockingIOError: [Errno 11] Resource temporarily unavailable",
+                                "processes or threads (`ulimit -u`)"),
+                               ("OSError: [Errno 28] No space left on device", "disk space")]:
+        reason = measurements_failed([task("a", 4, 4, first_error=first_error)])
+        assert f"this box seems to have run out of {named}" in reason and "target may not match" not in reason, reason
