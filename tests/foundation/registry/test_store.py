@@ -144,6 +144,25 @@ def test_newer_or_unmanaged_schema_is_refused(registry_url):
         RegistryStore(registry_url)
 
 
+@pytest.mark.parametrize("row, said", [("", "records a blank schema revision"),
+                                       ("0007", "revision 0007, newer than this farm knows"),
+                                       ("0005_prepack", "from 0005_prepack to")],
+                         ids=["blank", "a prefix", "older than the tables"])
+def test_a_version_row_edited_by_hand_is_refused_and_upgrade_changes_nothing(registry_url, row, said):
+    RegistryStore(registry_url).dispose()
+    engine = _raw_engine(registry_url)
+    with engine.begin() as connection:
+        connection.execute(text("UPDATE alembic_version SET version_num = :row"), {"row": row})
+    with pytest.raises(RegistryError) as opened:
+        RegistryStore(registry_url)
+    with pytest.raises(RegistryError) as upgraded:
+        upgrade_registry(registry_url)
+    assert said in str(upgraded.value) and "internal" not in str(opened.value)
+    with engine.connect() as connection:
+        assert connection.execute(text("SELECT version_num FROM alembic_version")).scalars().all() == [row]
+    engine.dispose()
+
+
 def _open_at_once(url: str, openers: int) -> list[BaseException]:
     """Open a RegistryStore on ``url`` from ``openers`` threads at once; what they raised."""
     errors: list[BaseException] = []
