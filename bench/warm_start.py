@@ -58,7 +58,9 @@ def _submit(registry: Path, model: str, batch: int, trials_per_task: int, seed: 
 
     request = SubmitRequest(model=model, target="llvm", batch=batch, registry=f"sqlite:///{registry}",
                             trials_per_task=trials_per_task, seed=seed, warm_start=warm, reuse="off",
-                            validation_runs=20)
+                            # Both runs tune: a library already stored (the donor's, or one of a compatible
+                            # fingerprint, the same CPU at another core count) would answer the submit.
+                            retune=True, validation_runs=20)
     result = submit(request)
     if result.job.state != "succeeded":
         raise SystemExit(f"error: {model} batch {batch} ({'warm' if warm else 'cold'}) ended {result.job.state}: "
