@@ -42,3 +42,19 @@ def fill(directory: Path) -> None:
                     raise
     finally:
         os.close(fd)
+
+
+def fill_once_tuning(job, disk: Path) -> tuple[int, str]:
+    """Fill ``disk`` as soon as ``job`` (a support.farm_process.FarmProcess of a submit) says it tunes, then
+    let it finish: its exit code and everything it wrote on stderr. The process is killed if this fails."""
+    try:
+        said = []
+        for line in job.proc.stderr:  # the tune has begun: its logs and measured batches are being written
+            said.append(line)
+            if " tune " in line:
+                fill(disk)
+                break
+        code, _out, rest = job.finish()
+    finally:
+        job.kill()
+    return code, "".join(said) + rest

@@ -10,7 +10,7 @@ import pytest
 from support.farm_inprocess import run_farm_inprocess
 from support.farm_process import FarmProcess, one_error_line, run_farm
 from support.other_user import drop_to_other_user, shared_directory
-from support.small_disk import fill, small_disk
+from support.small_disk import fill, fill_once_tuning, small_disk
 
 
 @pytest.mark.parametrize("command", [["submit", "mlp-tiny", "llvm", "1", "--trials", "4"], ["jobs"],
@@ -67,17 +67,8 @@ def test_a_farm_home_whose_disk_fills_while_tuning_says_once_that_the_jobs_logs_
     with small_disk(tmp_path / "disk", 2048) as disk:
         job = FarmProcess.start(farm_exe, disk / "home", "submit", "mlp-tiny", "llvm", "1", "--trials", "16",
                                 "--runs", "2", "--registry", f"sqlite:///{tmp_path / 'registry.db'}")
-        try:
-            said = []
-            for line in job.proc.stderr:  # tuning: MetaSchedule's task logs are being written
-                said.append(line)
-                if " tune " in line:
-                    fill(disk)
-                    break
-            code, _out, rest = job.finish()
-        finally:
-            job.kill()
-    lost = [line for line in "".join(said + [rest]).splitlines() if "are not kept" in line]
+        code, rest = fill_once_tuning(job, disk)  # tuning: MetaSchedule's task logs are being written
+    lost = [line for line in rest.splitlines() if "are not kept" in line]
     assert code == 0, rest
     assert len(lost) == 1 and lost[0].startswith(f"warning: the job's logs in {disk / 'home' / 'jobs'}"), rest
     assert "No space left on device" in lost[0] and "FARM_HOME" in lost[0] and "Logging error" not in rest

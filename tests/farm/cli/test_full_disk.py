@@ -14,7 +14,7 @@ from sqlalchemy import text
 
 from support.farm_process import FarmProcess, farm_env, run_farm
 from support.registry_db import database_name, fresh_postgres_database
-from support.small_disk import fill, small_disk
+from support.small_disk import fill, fill_once_tuning, small_disk
 
 
 @pytest.fixture
@@ -43,17 +43,8 @@ def test_a_registry_disk_that_fills_while_tuning_fails_the_job_with_exit_6(farm_
     url = f"sqlite:///{registry_disk / 'registry.db'}"
     job = FarmProcess.start(farm_exe, tmp_path / "home", "submit", "mlp-tiny", "llvm", "1", "--trials", "48",
                             "--registry", url)
-    try:
-        said = []
-        for line in job.proc.stderr:  # the first measured batch is in: the disk fills under the tune
-            said.append(line)
-            if " tune " in line:
-                fill(registry_disk)
-                break
-        code, _out, rest = job.finish()
-    finally:
-        job.kill()
-    assert_out_of_disk(code, "".join(said) + rest)
+    code, said = fill_once_tuning(job, registry_disk)  # the disk fills under the tune
+    assert_out_of_disk(code, said)
     with sqlite3.connect(f"file:{registry_disk / 'registry.db'}?mode=ro", uri=True) as db:
         state, error = db.execute("SELECT state, error FROM jobs").fetchone()
         assert db.execute("PRAGMA integrity_check").fetchone() == ("ok",)

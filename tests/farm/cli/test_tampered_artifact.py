@@ -7,30 +7,19 @@ import hashlib
 import json
 import os
 import sqlite3
-import sys
 
 import pytest
 
 from support.farm_inprocess import run_farm_inprocess
 from support.farm_process import one_error_line, run_farm
+from support.shared_libraries import python_extension_library
 
 pytestmark = pytest.mark.slow
 
 
-def another_shared_library() -> bytes:
-    """A real shared library that TVM did not build: one of this Python's extension modules."""
-    import _json  # noqa: F401  (a C extension, where this interpreter has one)
-
-    path = sys.modules["_json"].__file__
-    if path is None or not path.endswith(".so"):
-        pytest.skip("this Python has no shared-library extension module to read")
-    with open(path, "rb") as f:
-        return f.read()
-
-
 @pytest.mark.parametrize("replacement, said", [
     (lambda: os.urandom(4096), "cannot be loaded: it is not an ELF file"),
-    (another_shared_library, "cannot be loaded: it is a shared library but not one TVM built"),
+    (python_extension_library, "cannot be loaded: it is a shared library but not one TVM built"),
 ], ids=["garbage", "another library"])
 def test_a_consistently_tampered_artifact_is_corrupt_and_never_a_hit(farm_exe, tuned_mlp_tiny, tmp_path,
                                                                       replacement, said):

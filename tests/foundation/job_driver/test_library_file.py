@@ -3,23 +3,18 @@
 from __future__ import annotations
 
 import os
-import sys
 
 import pytest
 
 from foundation.job_driver.library_file import shared_library_problem, tvm_library_problem
 
+from support.shared_libraries import python_extension_library
+
 
 @pytest.fixture(scope="module")
 def library() -> bytes:
-    """A real shared library of this box: Python's own extension modules are ones."""
-    import _json  # noqa: F401  (a C extension, where this interpreter has one)
-
-    path = sys.modules["_json"].__file__
-    if path is None or not path.endswith(".so"):
-        pytest.skip("this Python has no shared-library extension module to read")
-    with open(path, "rb") as f:
-        return f.read()
+    """A real shared library of this box that TVM did not build."""
+    return python_extension_library()
 
 
 def test_a_shared_library_whole_is_one(library):
