@@ -1,6 +1,7 @@
 """An agent's Prometheus metrics, served on ``farm agent --metrics-listen`` (plain HTTP, /metrics).
 
-Seeds measured first (`farm_warm_start_seeds_total{source}`) are counted by the seed round.
+Seeds measured first (`farm_warm_start_seeds_total{source}`) are counted by the seed round;
+reported records the coordinator refused (`farm_reported_records_refused_total`) as each report is answered.
 Trials and build/measure durations are counted as candidates come back from the builder and
 the runner (`MeasureMetrics`, the worker pools' observer); what the agent is (its fingerprint
 and device) and how often its TVM RPC server was restarted are read from the running Agent
@@ -36,6 +37,11 @@ OUTCOMES = ("ok", "build_error", "run_error", "timeout")
 
 TRIALS = Counter("farm_trials", "Candidates built and measured, by what became of them.",
                  ["fingerprint", "target_kind", "outcome"], registry=REGISTRY)
+# Refused by the coordinator, never stored: a trace that does not replay on its task, or times no
+# kernel takes (coordinator.calls.record_checks). Any at all means this agent measures wrongly.
+REPORTED_RECORDS_REFUSED = Counter(
+    "farm_reported_records_refused", "Records this agent reported that the coordinator refused.",
+    ["fingerprint"], registry=REGISTRY)
 # A batch is MetaSchedule's num_trials_per_iter candidates (16 by default): built in parallel
 # by the build workers, measured one after another on the device.
 BUILD_DURATION = Histogram(

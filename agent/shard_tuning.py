@@ -10,6 +10,7 @@ from typing import Protocol
 
 import numpy as np
 
+from agent import metrics
 from agent.coordinator_calls import lease_of, retry_unavailable
 from agent.cost_models import CostModelCache
 from agent.state.events import Event, ReportAccepted, ReportRefused, ShardFailed, ShardStopped, ShardTuned
@@ -62,6 +63,36 @@ class _ShardProgress(ProgressListener):
         ]
 
 
+def report_records(agent: LeaseHolder, shard, batch, progress, batching, stop: threading.Event) -> None:
+    """Send ``batch`` ((workload shash, TuningRecord JSON) pairs) measured under ``shard``'s lease,
+    with the tasks' ``progress``; retried while the coordinator is away, until ``stop`` is set.
+
+    The answer goes to the agent (``post``); records the coordinator refused (a trace that does
+    not replay on its task, times no kernel takes) are counted and said in one warning line: the
+    rest of the report was kept, and the shard tunes on.
+    """
+    from foundation.wire import farm_pb2
+
+    records = [farm_pb2.MeasuredRecord(workload_shash=shash, tuning_record_json=record_json)
+               for shash, record_json in batch]
+    request = farm_pb2.ReportRecordsRequest(agent_id=agent.agent_id, shard_id=shard.shard_id,
+                                            attempt=shard.attempt, records=records, progress=progress)
+    reply = retry_unavailable(lambda: agent.stub.ReportRecords(request, timeout=30), stop,
+                              "report records", patience=agent.settings.report_patience_sec,
+                              explain_tls=agent.explain_tls)
+    if reply is None:
+        return
+    if not reply.accepted:
+        agent.post(ReportRefused(lease_of(shard), reply.reason))
+        return
+    batching.follow(reply.records_per_report, reply.report_within.ToTimedelta().total_seconds())
+    if reply.refused:
+        metrics.REPORTED_RECORDS_REFUSED.labels(agent.fingerprint.id).inc(reply.refused)
+        logger.warning("%s: the coordinator refused %d of the %d record(s) reported; the first: %s",
+                       shard.shard_id, reply.refused, len(records), reply.refused_reason)
+    agent.post(ReportAccepted(time.monotonic()))
+
+
 def tune_shard(agent: LeaseHolder, shard, cancelled: threading.Event) -> ShardTuned | ShardFailed | ShardStopped:
     """Tune every task of ``shard``; records stream to the coordinator as they are measured.
 
@@ -75,7 +106,6 @@ def tune_shard(agent: LeaseHolder, shard, cancelled: threading.Event) -> ShardTu
     from foundation.hardware.tvm_startup import install_lean_tensor_intrinsics
     from foundation.meta_schedule.database.shard_database import ReportBatching, shard_database
     from foundation.meta_schedule.tuner import TuningBudget, tune
-    from foundation.wire import farm_pb2
 
     target_doc = json.loads(shard.target)
     install_lean_tensor_intrinsics(target_doc["kind"])
@@ -87,24 +117,7 @@ def tune_shard(agent: LeaseHolder, shard, cancelled: threading.Event) -> ShardTu
     batching.follow(shard.records_per_report, shard.report_within.ToTimedelta().total_seconds())
 
     def report(batch):
-        records = [
-            farm_pb2.MeasuredRecord(workload_shash=shash, tuning_record_json=record_json)
-            for shash, record_json in batch
-        ]
-        request = farm_pb2.ReportRecordsRequest(
-            agent_id=agent.agent_id, shard_id=shard.shard_id, attempt=shard.attempt,
-            records=records, progress=progress.to_proto(shard.shard_id),
-        )
-        reply = retry_unavailable(lambda: agent.stub.ReportRecords(request, timeout=30), stop_reporting,
-                                   "report records", patience=agent.settings.report_patience_sec,
-                                   explain_tls=agent.explain_tls)
-        if reply is None:
-            return
-        if reply.accepted:
-            batching.follow(reply.records_per_report, reply.report_within.ToTimedelta().total_seconds())
-            agent.post(ReportAccepted(time.monotonic()))
-        else:
-            agent.post(ReportRefused(lease, reply.reason))
+        report_records(agent, shard, batch, progress.to_proto(shard.shard_id), batching, stop_reporting)
 
     lease = lease_of(shard)
     database = None
