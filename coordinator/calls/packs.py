@@ -5,11 +5,14 @@ A pack is the one format both directions speak (foundation.registry.packs): what
 sync of the registry into an in-memory one, written as a pack file and read out in chunks;
 what arrives is spooled to a file, checked whole (every table's digest) and only then synced
 into the registry, so a damaged or cut-short upload changes nothing. Either way the bytes pass
-through a file in the coordinator's data directory, never whole through memory.
+through a file in the coordinator's data directory, never whole through memory. A record that
+arrives poisoned (times no kernel takes, a trace that does not replay on its workload) is refused
+as a reported one is: not stored, counted in the answer and logged.
 """
 
 from __future__ import annotations
 
+import logging
 import shutil
 import tempfile
 from pathlib import Path
@@ -20,6 +23,8 @@ from foundation.errors import BadInput
 from foundation.registry.packs import in_memory_registry, read_pack, write_pack
 from foundation.registry.store import RegistryStore
 from foundation.registry.sync import SyncCounts, SyncFilter, sync_registries
+
+logger = logging.getLogger("farm.coordinator")
 
 CHUNK_BYTES = 1 << 20
 # The largest pack the coordinator takes in: records and cost models of a whole fleet fit many
@@ -87,10 +92,17 @@ class PackCalls:
         return PackFile(self._spool, "import.farmpack")
 
     def import_(self, received: PackFile) -> SyncCounts:
-        """Check the spooled pack whole, then sync it into the registry."""
+        """Check the spooled pack whole, then sync it into the registry, each record checked."""
+        from foundation.meta_schedule.database.record_replay import ArrivingRecordCheck
+
         received.written()
         pack, _header = read_pack(received.path)
         try:
-            return sync_registries(pack, self._store)
+            counts = sync_registries(pack, self._store, check=ArrivingRecordCheck())
         finally:
             pack.dispose()
+        refused = counts.skipped.get("refused_records", 0)
+        if refused:
+            logger.warning("an imported pack held %d record(s) that were refused; the first: %s",
+                           refused, counts.refused_reason)
+        return counts

@@ -238,6 +238,7 @@ def sync(
     import sys
     import tempfile
 
+    from foundation.meta_schedule.database.record_replay import ArrivingRecordCheck
     from foundation.registry.engine import RegistryMissing
     from foundation.registry.packs import in_memory_registry, is_pack, read_pack, write_pack
     from foundation.registry.store import RegistryStore
@@ -274,7 +275,10 @@ def sync(
             if not json_output and of:
                 print(f"{what.replace('_', ' '):<15} {done:,} of {of:,}", file=sys.stderr, flush=True)
 
-        counts = sync_registries(source_store, destination_store, only, dry_run=dry_run, progress=progress)
+        # Records are checked on their way into a registry or pack; a coordinator checks its own.
+        check = None if _is_coordinator(destination) else ArrivingRecordCheck()
+        counts = sync_registries(source_store, destination_store, only, dry_run=dry_run, progress=progress,
+                                 check=check)
         copied = counts.to_json()
         if is_pack(destination) and not dry_run:
             write_pack(destination_store, Path(destination), _pack_about())
@@ -284,6 +288,10 @@ def sync(
             copied = _coordinator(destination).client().import_pack(spool / "sent.farmpack")
     finally:
         shutil.rmtree(spool, ignore_errors=True)
+    refused = copied.get("skipped", {}).get("refused_records", 0)
+    if refused:
+        print(f"warning: {refused} record(s) were refused, not copied (times no kernel takes, or a trace that "
+              f"does not replay on its workload); the first: {copied.get('refused_reason')}", file=sys.stderr)
     named = {"from": source, "to": destination}
     document = {side: given if is_pack(given) or _is_coordinator(given) else str(_registry_url(given))
                 for side, given in named.items()} | {"dry_run": dry_run, "copied": copied}
@@ -292,6 +300,7 @@ def sync(
         return
     copied = dict(copied)
     skipped = copied.pop("skipped", {})
+    copied.pop("refused_reason", None)
     verb = "would copy" if dry_run else "copied"
     parts = [f"{n:,} {k.replace('_', ' ')}" for k, n in copied.items() if n and k != "artifact_bytes"]
     stdout_console().print(f"{verb} {', '.join(parts) if parts else 'nothing: TO has all FROM holds'}"

@@ -12,6 +12,12 @@ Parents are written before their children, each batch in one transaction: a sync
 any point leaves the destination consistent (every row it holds is whole, every reference
 resolves), and the next sync finishes the copy. A second sync of the same pair copies nothing.
 Records of another TVM version travel too; the registry never serves them as hits.
+
+A sync given a ``check`` (the CLI's into a registry or pack, a coordinator's ImportPack) refuses
+the records that arrive poisoned: times no call of a kernel takes (foundation.domain.measured_times)
+or, as the check says, a trace that does not replay on the workload it is filed under. A refused
+record is not stored, counted in ``skipped["refused_records"]``, and the first reason kept; the
+rest of the sync goes on. It stays missing, so the next sync refuses it again.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ from typing import Any
 from sqlalchemy import func, select
 
 from foundation.domain.jobs import FINAL_STATES
+from foundation.domain.measured_times import implausible_times
 from foundation.errors import NotFound, RegistryError
 from foundation.registry.entities import NewRecord
 from foundation.registry.schema import (
@@ -78,27 +85,38 @@ class SyncCounts:
     artifacts: int = 0
     artifact_bytes: int = 0
     skipped: dict[str, int] = field(default_factory=dict)
+    refused_reason: str | None = None  # why the first refused record was (skipped["refused_records"])
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        counts = asdict(self)
+        if counts["refused_reason"] is None:  # nothing refused: the counts alone
+            del counts["refused_reason"]
+        return counts
 
 
 Progress = Callable[[str, int, int], None]  # (what, done, of)
+# Why a record arriving may not be stored, or None: (its workload's module JSON, the record's row as
+# _record_json gives it). The registry needs no TVM: a caller that can replay a trace passes one
+# (foundation.meta_schedule.database.record_replay.ArrivingRecordCheck).
+RecordCheck = Callable[[str, dict[str, Any]], str | None]
 
 
 def sync_registries(source: RegistryStore, destination: RegistryStore, only: SyncFilter = SyncFilter(), *,
-                    dry_run: bool = False, progress: Progress | None = None) -> SyncCounts:
-    """Copy into ``destination`` what ``source`` holds and it lacks (``only`` what the filter takes)."""
-    return _Sync(source, destination, only, dry_run, progress or (lambda what, done, of: None)).run()
+                    dry_run: bool = False, progress: Progress | None = None,
+                    check: RecordCheck | None = None) -> SyncCounts:
+    """Copy into ``destination`` what ``source`` holds and it lacks (``only`` what the filter takes);
+    with a ``check``, records with implausible times or that it refuses are left out and counted."""
+    return _Sync(source, destination, only, dry_run, progress or (lambda what, done, of: None), check).run()
 
 
 class _Sync:
     def __init__(self, source: RegistryStore, destination: RegistryStore, only: SyncFilter, dry_run: bool,
-                 progress: Progress):
+                 progress: Progress, check: RecordCheck | None = None):
         if source is destination or (source.url == destination.url and source.url != "sqlite://"):
             raise RegistryError(f"FROM and TO are the same registry ({source.url})", "name two registries")
         self.source, self.destination, self.only, self.dry_run, self.progress = (
             source, destination, only, dry_run, progress)
+        self.check = check
         self.counts = SyncCounts()
 
     def run(self) -> SyncCounts:
@@ -223,6 +241,8 @@ class _Sync:
                 TuningRecordRow.record_digest.in_([r["record_digest"] for r in records]))).all())
         # A record the destination holds with as many measurements is already there: skipped whole.
         wanted = [r for r in records if stored.get(r["record_digest"], 0) < 1 + len(extra.get(r["id"], []))]
+        if self.check is not None:
+            wanted = [r for r in wanted if not self._refused(r, extra.get(r["id"], []), workloads[r["workload_id"]][1])]
         fresh_workloads = {r["workload_id"] for r in wanted if workloads[r["workload_id"]][2] not in known_workloads}
         self.counts.workloads += len(fresh_workloads)
         if not wanted:
@@ -246,6 +266,23 @@ class _Sync:
             [(workloads[w][0], workloads[w][1]) for w in order], new)
         self.counts.records += inserted
         self.counts.measurements += merged
+
+    def _refused(self, record: dict[str, Any], extra: list[dict[str, Any]], mod_json: str) -> bool:
+        """Whether ``record`` is refused (counted, its reason kept if it is the first)."""
+        assert self.check is not None
+        reason = None
+        for measured in [record, *extra]:
+            # The floor of any kernel's call: a registry row does not say its workload's FLOPs.
+            reason = reason or implausible_times(measured["run_secs"], 0.0)
+        # A trace MetaSchedule already refused (no mean time) is data, never served: kept as it is.
+        if reason is None and record["trace_valid"]:
+            reason = self.check(mod_json, record)
+        if reason is None:
+            return False
+        self.counts.skipped["refused_records"] = self.counts.skipped.get("refused_records", 0) + 1
+        if self.counts.refused_reason is None:
+            self.counts.refused_reason = f"record {record['record_digest'][:12]}: {reason}"
+        return True
 
     def _need_fingerprints(self, ids: set[str]) -> None:
         """Copy the fingerprints records name (a filter on models or targets may have left them out)."""

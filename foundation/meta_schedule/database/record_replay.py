@@ -1,6 +1,7 @@
 """A TuningRecord read from JSON against its workload, its trace replayed there as MetaSchedule
 reads a log (`TuningRecord.from_json`): a trace of another workload does not replay, and is unusable;
-and which stored records are unusable so (`farm registry forget --unusable`)."""
+which stored records are unusable so (`farm registry forget --unusable`); and which records arriving
+in a sync are (`ArrivingRecordCheck`, foundation.registry.sync's RecordCheck)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import Any
 from tvm.s_tir.meta_schedule.database import TuningRecord, Workload
 
 from foundation.domain.measured_times import MIN_CALL_SECS
+from foundation.hardware.versions import tvm_version
 from foundation.registry.entities import StoredRecord
 from foundation.registry.store import RegistryStore, target_kind_of
 
@@ -73,3 +75,42 @@ def unusable_records(store: RegistryStore, records: Sequence[StoredRecord]) -> d
         if reason is not None:
             found[stored.id] = reason
     return found
+
+
+class ArrivingRecordCheck:
+    """Why a record arriving in a sync may not be stored (foundation.registry.sync.RecordCheck): its
+    trace does not replay on its workload. A record of another TVM is not replayed: this TVM may not
+    read its trace, and the registry never serves it here."""
+
+    def __init__(self):
+        self._version = tvm_version()
+        self._workloads: dict[str, Workload | str] = {}  # module JSON -> its Workload, or why it cannot be read
+
+    def __call__(self, mod_json: str, record: dict) -> str | None:
+        from foundation.hardware.tvm_startup import install_lean_tensor_intrinsics
+
+        if record["tvm_version"] != self._version:
+            return None
+        try:
+            record_json = [json.loads(record["trace"]), record["run_secs"], json.loads(record["target"]),
+                           None if record["args_info"] is None else json.loads(record["args_info"])]
+        except (ValueError, TypeError) as err:
+            return f"it is not a TuningRecord's JSON ({type(err).__name__})"
+        workload = self._workload(mod_json)
+        if isinstance(workload, str):
+            return workload
+        # A tensorized trace names the target's intrinsics: registered as the builders do.
+        install_lean_tensor_intrinsics(target_kind_of(record["target"]))
+        try:
+            replayed_record(record_json, workload)
+        except UnusableRecord as unusable:
+            return unusable.reason
+        return None
+
+    def _workload(self, mod_json: str) -> Workload | str:
+        if mod_json not in self._workloads:
+            try:
+                self._workloads[mod_json] = Workload.from_json(json.loads(mod_json))
+            except REPLAY_ERRORS as err:
+                self._workloads[mod_json] = f"its workload's module cannot be read ({type(err).__name__})"
+        return self._workloads[mod_json]

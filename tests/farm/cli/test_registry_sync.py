@@ -3,7 +3,7 @@ mid-sync, bad FROM and TO.
 
 FROM is the run's tuned home (support.tuned_registry); TO is an empty registry of each backend
 (the ``registry_url`` fixture). The kill test grows a copy of FROM with generated records (their
-traces need not apply anywhere: a sync copies rows, it does not replay them) so that a real
+traces need not apply anywhere: they are another TVM version's, whose traces a sync does not replay) so that a real
 `farm registry sync` process is still copying when SIGKILL reaches it.
 """
 
