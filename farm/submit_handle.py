@@ -131,9 +131,12 @@ class SubmitHandle:
 
     def _run(self) -> None:
         from farm.embedded import submit as submit_job
+        from foundation.processes.native_stderr import process_stderr_kept
 
         try:
-            self._result = submit_job(self._request, observer=self, cancellation=self._cancellation)
+            # The caller's stderr stays the caller's while the job tunes: only its workers write to its log.
+            with process_stderr_kept():
+                self._result = submit_job(self._request, observer=self, cancellation=self._cancellation)
             if self._job_id is None:  # a registry hit: its job exists only once answered
                 self.job_started(self._result.job.id)
         except BaseException as err:  # handed to wait(): this thread has no caller to raise to

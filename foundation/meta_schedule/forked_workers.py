@@ -44,6 +44,7 @@ import threading
 from foundation.config import fork_workers, fork_zygote
 from foundation.processes.forked_process import ForkedChild, ForkedGroupLeader, ForkedProcess
 from foundation.processes.heap import freeze_at_exit, freeze_long_lived, tune_collector
+from foundation.processes.native_stderr import worker_stderr
 from foundation.processes.process_group import Launcher
 
 ZYGOTE_MODULE = __name__  # what the zygote runs (`python -m`)
@@ -304,9 +305,12 @@ def _forking_pool_class() -> type:
             main_read, worker_write = os.pipe()
             worker_read, main_write = os.pipe()
             devnull = os.open(os.devnull, os.O_WRONLY)
+            # A background job's log, when this process's fd 2 stays the caller's (native_stderr).
+            job_log = worker_stderr()
             try:
                 stdout = _stream_fd(self._stdout, 1, devnull)
-                stderr = stdout if self._stderr == subprocess.STDOUT else _stream_fd(self._stderr, 2, devnull)
+                stderr = stdout if self._stderr == subprocess.STDOUT else _stream_fd(
+                    self._stderr, 2 if job_log is None else job_log, devnull)
                 self._proc = self._zygote.spawn(worker_read, worker_write, stdout, stderr)
             except ChildProcessError:  # no zygote here: this process's workers start as TVM starts them
                 os.close(main_read)
@@ -316,6 +320,8 @@ def _forking_pool_class() -> type:
             finally:
                 for fd in (worker_read, worker_write, devnull):
                     os.close(fd)
+                if job_log is not None:
+                    os.close(job_log)
             self._reader = os.fdopen(main_read, "rb")
             self._writer = os.fdopen(main_write, "wb")
 

@@ -3,8 +3,16 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
+import threading
 
-from foundation.processes.native_stderr import native_stderr_to, terminal_stderr
+from foundation.processes.native_stderr import (
+    native_stderr_to,
+    process_stderr_kept,
+    terminal_stderr,
+    worker_stderr,
+)
 
 
 def pool_design_space() -> int:
@@ -54,3 +62,50 @@ def test_overlapping_redirections_share_the_first_file(tmp_path, capfd):
     os.write(2, b"back\n")
     assert first.read_text() == "inner\nstill redirected\n" and not second.exists()
     assert capfd.readouterr().err == "back\n"
+
+
+def test_a_thread_that_keeps_the_process_stderr_sends_only_its_workers_to_the_file(tmp_path, capfd):
+    """A job in a library caller's background thread: fd 2 stays the caller's, and a worker started
+    meanwhile writes its stderr to the job's log."""
+    log = tmp_path / "logs" / "tvm.log"
+    seen: list[int | None] = []
+
+    def job() -> None:
+        with process_stderr_kept(), native_stderr_to(log):
+            os.write(2, b"the caller's line\n")
+            job_log = worker_stderr()
+            seen.append(job_log)
+            try:
+                subprocess.run([sys.executable, "-c", "import os; os.write(2, b'a worker line\\n')"],
+                               stderr=job_log, check=True)
+            finally:
+                os.close(job_log)
+
+    thread = threading.Thread(target=job)
+    thread.start()
+    thread.join()
+    assert seen and seen[0] is not None
+    assert worker_stderr() is None  # the job has ended: workers inherit fd 2 again
+    assert capfd.readouterr().err == "the caller's line\n"
+    assert log.read_text() == "a worker line\n"
+
+
+def test_keeping_the_process_stderr_is_the_calling_threads_only(tmp_path, capfd):
+    """Another thread's redirection (the CLI's tune) still points fd 2 at its file."""
+    kept = threading.Event()
+    release = threading.Event()
+
+    def background() -> None:
+        with process_stderr_kept():
+            kept.set()
+            release.wait(10)
+
+    thread = threading.Thread(target=background)
+    thread.start()
+    kept.wait(10)
+    with native_stderr_to(tmp_path / "tvm.log"):
+        os.write(2, b"redirected\n")
+    release.set()
+    thread.join()
+    assert (tmp_path / "tvm.log").read_text() == "redirected\n"
+    assert capfd.readouterr().err == ""
