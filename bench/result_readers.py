@@ -83,6 +83,17 @@ def read_in_model(raw: dict) -> list[dict]:
     return sides
 
 
+def read_model_cost(raw: dict) -> dict:
+    """bench/trial_cost.py's job: the cost model's share of its tuning (prediction in the evolutionary
+    search and updates after each batch) and the refresh after the job."""
+    scopes, stages = raw["metaschedule_scopes_s"], raw["stages_s"]
+    model_s = (scopes.get("EvoSearch/Evolve/PredictNormalizedScore", 0.0)
+               + scopes.get("MeasureCallback/UpdateCostModel", 0.0))
+    return {"trials": raw["trials"], "wall_s": raw["wall_s"], "tuning_s": stages["running"], "model_s": model_s,
+            "share": model_s / stages["running"], "after_s": stages.get("learned", 0.0),
+            "latency_ms": raw["artifact_latency_ms"], "date": raw.get("date", "")}
+
+
 def read_ceiling(raw: dict) -> list[dict]:
     """Each task's speed as a share of onnxruntime's kernel, the last timing at each trial count."""
     tasks = []

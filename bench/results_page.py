@@ -31,6 +31,7 @@ from result_readers import (
     read_cost_model_transfer,
     read_evaluate,
     read_in_model,
+    read_model_cost,
     read_peers,
     read_quick_start,
     read_warm_start,
@@ -388,6 +389,25 @@ def cross_model(page: Page) -> list[str]:
         "  caches, measured peak) do not help yet: with four boxes they name a box more than they",
         "  describe it. What would tell: more CPU kinds' packs (each session's box adds one).",
     ]
+    costs = [(row, read_model_cost(page.raw(row["file"]))) for row in page.index.get("cross_model_cost", [])]
+    if costs:
+        lines += [
+            "",
+            "What the cross model costs a job (`bench/trial_cost.py`: the job's MetaSchedule scopes and stages):",
+            "",
+            *_table(["start", "CPU", "trials", "cost model s (share of tuning)", "refresh after the job s",
+                     "job wall s", "library ms", "command", "conditions", "raw"],
+                    [[row["start"], page.cpu(row), m["trials"], f"{m['model_s']:.1f} ({m['share']:.0%})",
+                      f"{m['after_s']:.1f}", f"{m['wall_s']:.0f}", _ms(m["latency_ms"]), f"`{row['command']}`",
+                      row["conditions"], _link(row["file"])] for row, m in costs]),
+            "",
+            "- **Missed: the goal is under 5% of a trial's time.** Predicting with the cross model (its trees",
+            "  and the device features joined to every candidate) costs several times MetaSchedule's own",
+            "  model in the evolutionary search, and the refresh after a job that added records spends its",
+            "  whole budget (cross_model.REFRESH_SECONDS). What would close it: fewer, shallower trees for",
+            "  prediction (a cap on boosting rounds, measured against the ranking above), and a refresh only",
+            "  once the new records are a real share of its samples, or off the job's path.",
+        ]
     return lines
 
 
