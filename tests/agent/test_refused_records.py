@@ -11,14 +11,12 @@ import logging
 import threading
 from types import SimpleNamespace
 
-import grpc
 import pytest
 
 from agent import metrics
 from agent.daemon import AgentSettings
 from agent.shard_tuning import report_records
 from agent.state.events import ReportAccepted
-from coordinator.server import serve
 from foundation.meta_schedule.database.shard_database import ReportBatching
 from foundation.registry import RegistryStore
 from foundation.wire import farm_pb2, farm_pb2_grpc
@@ -26,16 +24,13 @@ from foundation.wire import farm_pb2, farm_pb2_grpc
 from support.fake_agent import FakeAgent, record_json
 from support.foreign_records import convolution_record
 from support.polling import wait_for
+from support.served_coordinator import served_coordinator
 
 
 @pytest.fixture
 def coordinator(tmp_path):
-    server = serve(listen="127.0.0.1:0", registry_url=f"sqlite:///{tmp_path / 'registry.db'}",
-                   tracker="127.0.0.1:9190", heartbeat_interval=0.5, tick_interval=0.1, data_dir=tmp_path / "c")
-    channel = grpc.insecure_channel(server.address)
-    yield server, channel
-    channel.close()
-    server.stop(grace=1)
+    with served_coordinator(tmp_path) as served:
+        yield served
 
 
 def test_the_agent_says_and_counts_the_records_its_coordinator_refused(coordinator, caplog):

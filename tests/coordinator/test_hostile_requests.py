@@ -19,6 +19,7 @@ from foundation.wire import farm_pb2, farm_pb2_grpc
 
 from support.fake_agent import FakeAgent
 from support.polling import wait_for
+from support.served_coordinator import served_coordinator
 
 HUGE = "x" * 100_000
 UINT32_MAX = 2**32 - 1
@@ -34,13 +35,8 @@ def fingerprint():
 @pytest.fixture(scope="module")
 def coordinator(tmp_path_factory):
     """One coordinator on SQLite for the module: the refusals below leave nothing behind."""
-    home = tmp_path_factory.mktemp("hostile")
-    server = serve(listen="127.0.0.1:0", registry_url=f"sqlite:///{home / 'registry.db'}",
-                   tracker="127.0.0.1:9190", heartbeat_interval=0.5, tick_interval=0.1, data_dir=home / "coordinator")
-    channel = grpc.insecure_channel(server.address)
-    yield server, channel
-    channel.close()
-    server.stop(grace=1)
+    with served_coordinator(tmp_path_factory.mktemp("hostile")) as served:
+        yield served
 
 
 def refused(call, request) -> grpc.RpcError:

@@ -6,12 +6,10 @@ from __future__ import annotations
 
 import json
 
-import grpc
 import pytest
 
 import farm
 from coordinator.cluster_store import ClusterStore
-from coordinator.server import serve
 from foundation.domain.jobs import JobState
 from foundation.registry import RegistryStore
 from foundation.registry.reported_records import new_record_from
@@ -20,6 +18,7 @@ from foundation.wire import farm_pb2, farm_pb2_grpc
 from support.fake_agent import FakeAgent, record_json
 from support.foreign_records import convolution_record, file_foreign_records
 from support.polling import wait_for
+from support.served_coordinator import served_coordinator
 
 
 @pytest.fixture(scope="module")
@@ -31,12 +30,8 @@ def fingerprint():
 
 @pytest.fixture
 def coordinator(tmp_path):
-    server = serve(listen="127.0.0.1:0", registry_url=f"sqlite:///{tmp_path / 'registry.db'}",
-                   tracker="127.0.0.1:9190", heartbeat_interval=0.5, tick_interval=0.1, data_dir=tmp_path / "c")
-    channel = grpc.insecure_channel(server.address)
-    yield server, channel
-    channel.close()
-    server.stop(grace=1)
+    with served_coordinator(tmp_path) as served:
+        yield served
 
 
 def _submit(client, **fields):

@@ -25,6 +25,7 @@ from foundation.registry import NewRecord, RegistryStore
 from foundation.registry.engine import parse_registry_url
 
 from support.farm_inprocess import run_farm_inprocess
+from support.served_coordinator import served_coordinator
 
 pytestmark = pytest.mark.slow
 
@@ -217,16 +218,12 @@ def test_a_damaged_pack_is_refused_whole(home, tmp_path):
 
 
 def test_sync_from_and_to_a_coordinator_over_grpc(home, tmp_path, monkeypatch, tuned_mlp_tiny):
-    from coordinator.server import serve
     from foundation.wire.access import ServerAccess
 
     source = f"sqlite:///{home / 'registry.db'}"
-    served = tmp_path / "coordinator.db"
+    served = tmp_path / "served" / "registry.db"
     monkeypatch.setenv("FARM_TOKEN", "sync-test-token")
-    server = serve(listen="127.0.0.1:0", registry_url=f"sqlite:///{served}", tracker="127.0.0.1:9190",
-                   heartbeat_interval=0.5, lease_ttl=30.0, tick_interval=0.1, data_dir=tmp_path / "coordinator",
-                   access=ServerAccess(token="sync-test-token"))
-    try:
+    with served_coordinator(served.parent, lease_ttl=30.0, access=ServerAccess(token="sync-test-token")) as (server, _):
         there = f"grpc://{server.address}"
         sent = farm_here(home, "registry", "sync", source, there, "--json")
         assert sent.returncode == 0, sent.stderr
@@ -246,5 +243,3 @@ def test_sync_from_and_to_a_coordinator_over_grpc(home, tmp_path, monkeypatch, t
         refused = farm_here(home, "registry", "sync", there, str(tmp_path / "never.db"))
         assert refused.returncode == 2 and "token" in refused.stderr, refused.stderr  # as every command says it
         assert len(refused.stderr.strip().splitlines()) == 1 and not (tmp_path / "never.db").exists()
-    finally:
-        server.stop(grace=1)

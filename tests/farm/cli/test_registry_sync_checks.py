@@ -17,6 +17,7 @@ from foundation.registry.sync import sync_registries
 
 from support.farm_inprocess import run_farm_inprocess
 from support.foreign_records import file_foreign_records
+from support.served_coordinator import served_coordinator
 
 pytestmark = pytest.mark.slow
 
@@ -75,21 +76,15 @@ def test_a_pack_synced_into_a_registry_file_leaves_its_poisoned_records_out(pois
 
 
 def test_a_pack_synced_into_a_coordinator_leaves_its_poisoned_records_out(poisoned_pack, tmp_path, monkeypatch):
-    from coordinator.server import serve
     from foundation.wire.access import ServerAccess
 
     home, pack, honest, poisoned = poisoned_pack
-    served = tmp_path / "coordinator.db"
+    served = tmp_path / "served" / "registry.db"
     monkeypatch.setenv("FARM_TOKEN", "sync-test-token")
-    server = serve(listen="127.0.0.1:0", registry_url=f"sqlite:///{served}", tracker="127.0.0.1:9190",
-                   heartbeat_interval=0.5, lease_ttl=30.0, tick_interval=0.1, data_dir=tmp_path / "coordinator",
-                   access=ServerAccess(token="sync-test-token"))
-    try:
+    with served_coordinator(served.parent, lease_ttl=30.0, access=ServerAccess(token="sync-test-token")) as (server, _):
         sent = run_farm_inprocess("registry", "sync", str(pack), f"grpc://{server.address}", "--json", home=home)
         assert sent.returncode == 0, sent.stderr
         copied = json.loads(sent.stdout)["copied"]
         assert copied["skipped"]["refused_records"] == poisoned and copied["records"] == len(honest), copied
         _says_refused(sent, poisoned)
         assert _digests(f"sqlite:///{served}") == honest
-    finally:
-        server.stop(grace=1)
