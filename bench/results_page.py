@@ -17,7 +17,6 @@ tests/bench/test_results_page.py fails when the committed page is not what this 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -28,73 +27,15 @@ from result_readers import (
     read_cache_flush_warm,
     read_ceiling,
     read_compare_text,
-    read_cost_model_transfer,
     read_evaluate,
     read_in_model,
-    read_model_cost,
     read_peers,
     read_quick_start,
-    read_warm_start,
 )
+from results_format import HAND, RESULTS, ROOT, Page, day, link, mmss, ms, table, times
+from results_learning import cost_model, cross_model, warm_start
 
-ROOT = Path(__file__).resolve().parent.parent
-RESULTS = ROOT / "docs" / "results"
 PAGE = ROOT / "docs" / "benchmarks.md"
-HAND = "‡"
-
-
-def load_index(results: Path = RESULTS) -> dict:
-    return json.loads((results / "index.json").read_text())
-
-
-def _json(results: Path, name: str):
-    return json.loads((results / name).read_text())
-
-
-def _link(name: str) -> str:
-    return f"[{name}](results/{name})"
-
-
-def _x(ratio: float) -> str:
-    return f"{ratio:.2f}x"
-
-
-def _ms(value: float) -> str:
-    return f"{value:.1f}" if value >= 10 else f"{value:.2f}"
-
-
-def _date(text: str) -> str:
-    return text[:10]
-
-
-def _mmss(seconds: float) -> str:
-    return f"{int(seconds // 60)} min {int(round(seconds % 60))} s"
-
-
-def _table(headers: list[str], rows: list[list[str]]) -> list[str]:
-    lines = ["| " + " | ".join(headers) + " |", "|" + " --- |" * len(headers)]
-    lines += ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows]
-    return lines
-
-
-class Page:
-    """The raw results and the index, with a row's CPU name and source cell read the same way everywhere."""
-
-    def __init__(self, results: Path = RESULTS):
-        self.results = results
-        self.index = load_index(results)
-        self.cpus = self.index["cpus"]
-
-    def cpu(self, row: dict) -> str:
-        return self.cpus[row["cpu"]].split(" (")[0]
-
-    def source(self, row: dict) -> str:
-        if "file" in row:
-            return _link(row["file"])
-        return f"{HAND} \"{row['from']}\""
-
-    def raw(self, name: str):
-        return _json(self.results, name)
 
 
 # ---- sections ----
@@ -138,14 +79,14 @@ def quick_start(page: Page) -> list[str]:
             r = read_quick_start(raw) if row.get("read") == "quick_start" else read_cache_flush_warm(raw)
             if "from_pack" in raw:
                 packed.append((page.cpu(row), raw["from_pack"], row["file"]))
-            cells = [str(r["trials"]), _mmss(r["wall_s"]), _ms(r["farm_ms"]), _ms(r["ort_ms"]),
-                     f"**{_x(r['farm_ms'] / r['ort_ms'])}**", _date(r["date"])]
+            cells = [str(r["trials"]), mmss(r["wall_s"]), ms(r["farm_ms"]), ms(r["ort_ms"]),
+                     f"**{times(r['farm_ms'] / r['ort_ms'])}**", day(r["date"])]
         rows.append([page.cpu(row), *cells, page.source(row)])
     budget = []
     for row in page.index["budget_zen5"]:
         r = read_compare_text((page.results / row["file"]).read_text())
-        budget.append([str(row["per_task"]), str(r["trials"]), f"{row['wall']} {HAND}", _ms(r["farm_ms"]),
-                       _ms(r["ort_ms"]), _x(r["farm_ms"] / r["ort_ms"]), _link(row["file"])])
+        budget.append([str(row["per_task"]), str(r["trials"]), f"{row['wall']} {HAND}", ms(r["farm_ms"]),
+                       ms(r["ort_ms"]), times(r["farm_ms"] / r["ort_ms"]), link(row["file"])])
     return [
         "## The quick start: resnet-18 b1 at 32 trials a task against onnxruntime",
         "",
@@ -158,7 +99,7 @@ def quick_start(page: Page) -> list[str]:
         "Goal (issue 26): within 1.3x of onnxruntime in no more than 6 minutes. The wall time is the",
         "whole submit (tuning, build, validation).",
         "",
-        *_table(["CPU", "trials", "wall", "farm-tuned ms", "onnxruntime ms", "farm / onnxruntime", "measured",
+        *table(["CPU", "trials", "wall", "farm-tuned ms", "onnxruntime ms", "farm / onnxruntime", "measured",
                  "raw"], rows),
         "",
         "- **Met on the Zen 4 only.** onnxruntime's convolutions run at the box's nominal peak on every",
@@ -175,7 +116,7 @@ def quick_start(page: Page) -> list[str]:
         "  trials a task the convolutions themselves are slower than onnxruntime's.",
         *[f"- **From the shipped pack** on the {cpu.split(' (')[0]}: a fresh home's quick start is a registry hit "
           f"in {p['wall_s']:g} s ({p['records_loaded']:,} records loaded), the library of the cold tune above "
-          f"({_ms(p['farm_ms'])} ms against onnxruntime's {_ms(p['ort_ms'])} ms in a later run; {_link(f)})."
+          f"({ms(p['farm_ms'])} ms against onnxruntime's {ms(p['ort_ms'])} ms in a later run; {link(f)})."
           for cpu, p, f in packed],
         "- **What would close it** (not built): a trial plan that gives the heaviest convolutions about",
         "  128 trials at the quick start's budget, measured as a default change (the quick start on",
@@ -185,7 +126,7 @@ def quick_start(page: Page) -> list[str]:
         "The budget against the ratio on the Zen 5 (`farm submit ... --trials-per-task N`, then",
         f"`bench/compare.py`; wall times {HAND} \"The quick start on a Zen 5 at 16, 32, 40 and 48 trials a task\"):",
         "",
-        *_table(["per task", "trials", "wall", "farm-tuned ms", "onnxruntime ms", "ratio", "raw"], budget),
+        *table(["per task", "trials", "wall", "farm-tuned ms", "onnxruntime ms", "ratio", "raw"], budget),
     ]
 
 
@@ -193,10 +134,10 @@ def parity(page: Page) -> list[str]:
     rows = []
     for row in page.index["parity_resnet"]:
         raw = page.raw(row["file"])
-        curve = " · ".join(f"{p['trials']:,}: {_x(p['farm_over_onnxruntime'])}" for p in raw["points"])
+        curve = " · ".join(f"{p['trials']:,}: {times(p['farm_over_onnxruntime'])}" for p in raw["points"])
         last = raw["points"][-1]
         rows.append([page.cpu(row), curve, f"{last['trials']:,}", f"{raw['wall_s'] / 60:.0f} min",
-                     _date(last["at"]), page.source(row)])
+                     day(last["at"]), page.source(row)])
     commands = [f"    {row['command']}" for row in page.index["parity_resnet"]]
     return [
         "## Trials to parity: resnet-18 b1 as trials grow",
@@ -207,7 +148,7 @@ def parity(page: Page) -> list[str]:
         "",
         *commands,
         "",
-        *_table(["CPU", "trials: farm / onnxruntime", "last point", "steps' wall", "measured", "raw"], rows),
+        *table(["CPU", "trials: farm / onnxruntime", "last point", "steps' wall", "measured", "raw"], rows),
         "",
         "- **Not at parity on either box.** On the Zen 4 the curve is flat from the first step",
         "  (1.03-1.22x, within this VM's step-to-step noise); on the Zen 3 it is still falling at 1,772",
@@ -234,15 +175,15 @@ def bert(page: Page) -> list[str]:
         else:
             r = read_evaluate(raw)
         note = f" ({row['note']})" if "note" in row else ""
-        rows.append([page.cpu(row) + note, f"{r['trials']:,}", _ms(r["farm_ms"]), _ms(r["ort_ms"]),
-                     f"**{_x(r['ratio'])}**", _date(r["date"]), page.source(row)])
+        rows.append([page.cpu(row) + note, f"{r['trials']:,}", ms(r["farm_ms"]), ms(r["ort_ms"]),
+                     f"**{times(r['ratio'])}**", day(r["date"]), page.source(row)])
     commands = [f"    {row['command']}" for row in page.index["bert"]]
     return [
         "## bert b1 (sequence 128) against onnxruntime",
         "",
         *commands,
         "",
-        *_table(["CPU", "trials", "farm-tuned ms", "onnxruntime ms", "farm / onnxruntime", "measured", "raw"], rows),
+        *table(["CPU", "trials", "farm-tuned ms", "onnxruntime ms", "farm / onnxruntime", "measured", "raw"], rows),
         "",
         "- **Ahead of onnxruntime on the Zen 4** after its first step (a second timing of the same",
         "  library: 0.87x). Not measured on the Xeon family 6 model 167.",
@@ -267,8 +208,8 @@ def ceiling(page: Page) -> list[str]:
             continue
         raw = page.raw(row["file"])
         for task in read_ceiling(raw):
-            curve = "; ".join(f"{trials}: {_x(ratio)}" for trials, ratio in task["curve"])
-            rows.append([page.cpu(row), f"{raw['model']}: `{task['task']}`", curve, _date(raw["date_utc"]),
+            curve = "; ".join(f"{trials}: {times(ratio)}" for trials, ratio in task["curve"])
+            rows.append([page.cpu(row), f"{raw['model']}: `{task['task']}`", curve, day(raw["date_utc"]),
                          page.source(row)])
     return [
         "## The ceiling: the heaviest kernels against onnxruntime's",
@@ -278,7 +219,7 @@ def ceiling(page: Page) -> list[str]:
         "kernel for the same operator (its profiler), numpy's sgemm and the box's nominal peak. The",
         "figure: the kernel's speed as a share of onnxruntime's, by trials.",
         "",
-        *_table(["CPU", "model: tasks", "trials: speed / onnxruntime's", "measured", "raw"], rows),
+        *table(["CPU", "model: tasks", "trials: speed / onnxruntime's", "measured", "raw"], rows),
         "",
         "- **The search space is not the limit**: on every CPU measured the heaviest kernels reach",
         "  0.85-1.03x onnxruntime's (bert's dense layers up to 1.28x) with 128-256 trials each. What",
@@ -289,135 +230,13 @@ def ceiling(page: Page) -> list[str]:
     ]
 
 
-def warm_start(page: Page) -> list[str]:
-    rows = []
-    for row in page.index["warm_start"]:
-        r = read_warm_start(page.raw(row["file"]))
-        share = "never" if r["share"] == float("inf") else f"{r['share']:.1%}"
-        rows.append([page.cpu(row), row.get("pair", r["pair"]), r["budget"], share, f"{r['estimated']:.2f}",
-                     f"{r['timed']:.2f}", _date(r["date"]), _link(row["file"])])
-    return [
-        "## Warm starts: seeds from a similar model and a pretrained cost model",
-        "",
-        "```",
-        ".venv/bin/python bench/warm_start.py --donor-trials-per-task 48 --trials-per-task 16 --seeds 0 1 2 \\",
-        "    --plot docs/results/warm-start-NAME.png --json    # resnet-tiny b4 -> b1; --donor/--model: others",
-        "```",
-        "",
-        "A donor (the model at batch 4) is tuned cold; the model at batch 1 is then tuned from two copies",
-        "of that registry at the same budget: cold (no seeds, an untrained cost model) and warm (the",
-        "donor's best records as seeds, measured first; the donor's cost model). With `--donor-packs DIR`",
-        "the warm side starts from packs of other CPU kinds instead, as a fresh farm on a box kind no pack",
-        "holds does. Medians of three seeds; plots beside each JSON. Goals (issue 53): warm/cold at most",
-        "1.0 on every pair and 0.8 on this benchmark's pairs; on a box kind no pack holds, warm from the",
-        "packs at cold's final latency within 20% of cold's trials. Runs made with `--parallel` tune cold",
-        "and warm at once: their curves (estimated) share the box alike, but each library is timed while",
-        "the other run may still tune, so their timed ratios spread far more than the estimates.",
-        "",
-        *_table(["CPU", "pair", "budget", "warm reaches cold's final", "warm/cold estimated",
-                 "warm/cold timed", "measured", "raw"], rows),
-        "",
-        "- **The CNN pairs meet both goals when the donor is tuned longer than the job** (48 a task",
-        "  seeding 16: resnet-tiny on the Zen 5, squeezenet on the Zen 4, a model never tuned while warm",
-        "  starts were built). With a donor at the job's own budget (Xeon, Zen 3) warm/cold holds but",
-        "  cold's final takes 14-24% of its trials: 16 a task finds better than the seeds.",
-        "- **bert-tiny misses the trials goal everywhere**: its dense layers reach cold's final from",
-        "  nothing within a few trials, so there is little for seeds to win; its sub-millisecond timed",
-        "  libraries also spread more than their estimates (the Zen 5's 1.24 timed against 0.76",
-        "  estimated is not explained). What would close it: a budget where cold has not yet found them.",
-        "- **The Xeon Emerald Rapids rows are today's search** (a warm search draws a quarter of every",
-        "  batch at random; seeds take at most a quarter of a task's trials): every pair at or under 0.75",
-        "  estimated; resnet-18 warm from the Zen 3 pack alone passed cold's final after 20 of 151 trials.",
-        "  They predate the cross-hardware cost model's start of a new fingerprint's search.",
-        "- **A compatible fingerprint** (Xeon family 6 model 167 under `taskset -c 0`: the same CPU, one",
-        "  core, a fingerprint of its own), seeded from the box's 2-core records: warm passed cold's final",
-        "  after 20 of 150 trials (13%) and ended at 0.33 of cold's estimated latency (one seed, quiet).",
-        "- **A fingerprint no pack holds, from the cross-hardware cost model and the packs' seeds**",
-        "  (issue 54's end to end: the model 167's AVX2 view, FARM_CPU_VIEW_MCPU=haswell, warm from the",
-        "  three shipped packs): warm passed cold's final after 20 of 150 trials (13%) on every seed and",
-        "  ended at 0.38 of cold's estimated latency (0.37-0.47): within the goal (a fifth of cold's trials,",
-        "  no seed slower). The 20 trials are each task's first measured seed.",
-    ]
-
-
-def cost_model(page: Page) -> list[str]:
-    rows = [[page.cpu(row), row["hand"]["case"], row["hand"]["figure"], row["hand"]["date"],
-             f"`{row['command']}`", page.source(row)] for row in page.index["cost_model"]]
-    return [
-        "## The cost model's ranking of records it never saw",
-        "",
-        *_table(["CPU", "held out", "ranking", "measured", "command", "raw"], rows),
-        "",
-        "- A stored model orders held-out schedules of a workload it was trained on better than an",
-        "  untrained one once it holds about a hundred of them; 40 are not enough. It did not rank",
-        "  records of another shape better than chance. The bench ranks the model after the store-and-",
-        "  load round trip a job does (below 100 samples MetaSchedule's XGBModel otherwise scores at",
-        "  random), and top-k recall is the figure to read: XGBModel's objective weighs each candidate",
-        "  by its throughput, so it learns which are fast, not the order of the slow ones.",
-        "- What would tell more: the bench on a registry of thousands of records measured on a quiet box.",
-    ]
-
-
-def cross_model(page: Page) -> list[str]:
-    lines = [
-        "## A cost model across hardware: leave one fingerprint out",
-        "",
-        "```",
-        ".venv/bin/python bench/cost_model_dataset.py    # tunes each view of this box, then runs:",
-        ".venv/bin/python bench/cost_model_transfer.py sqlite:///DATASET.db --shipped --out docs/results/NAME.json",
-        "```",
-        "",
-        "Each fingerprint is held out in turn; its records are ranked workload by workload by a model that",
-        "never saw them: untrained (random), trained on the other fingerprints' records without and with",
-        "their device features (the farm's xgb-cross), trained on 7% of the fingerprint's own records, and",
-        "the two ways a job adds its own measurements to the cross model (a blend, fine-tuning). Means over",
-        "the held-out fingerprints; labels are normalised per workload and fingerprint.",
-    ]
-    for row in page.index.get("cost_model_transfer", []):
-        r = read_cost_model_transfer(page.raw(row["file"]))
-        held = ", ".join(f"{f['summary'].split(', llvm')[0]} ({f['records']} records)"
-                         for f in r["fingerprints"].values())
-        lines += ["", f"{page.cpu(row)}, {_date(r['date'])}, {_link(row['file'])}. Held out: {held}.", "",
-                  *_table(["model", "pairwise accuracy", "top-1 recall", "top-5 recall"],
-                          [[name, f"{m['pairwise_accuracy']:.3f}", f"{m['top1_recall']:.3f}",
-                            f"{m['top5_recall']:.3f}"] for name, m in r["models"].items()]),
-                  "", f"- Measured: {r['conditions']}"]
-    lines += [
-        "- With four fingerprints (three shipped packs and this box's AVX2 view), the cross model ranks",
-        "  a fingerprint it never saw better than an untrained one on every held-out fingerprint, and",
-        "  better than 7% of the fingerprint's own records. The device features (cores, vector width,",
-        "  caches, measured peak) do not help yet: with four boxes they name a box more than they",
-        "  describe it. What would tell: more CPU kinds' packs (each session's box adds one).",
-    ]
-    costs = [(row, read_model_cost(page.raw(row["file"]))) for row in page.index.get("cross_model_cost", [])]
-    if costs:
-        lines += [
-            "",
-            "What the cross model costs a job (`bench/trial_cost.py`: the job's MetaSchedule scopes and stages):",
-            "",
-            *_table(["start", "CPU", "trials", "cost model s (share of tuning)", "refresh after the job s",
-                     "job wall s", "library ms", "command", "conditions", "raw"],
-                    [[row["start"], page.cpu(row), m["trials"], f"{m['model_s']:.1f} ({m['share']:.0%})",
-                      f"{m['after_s']:.1f}", f"{m['wall_s']:.0f}", _ms(m["latency_ms"]), f"`{row['command']}`",
-                      row["conditions"], _link(row["file"])] for row, m in costs]),
-            "",
-            "- **Missed: the goal is under 5% of a trial's time.** Predicting with the cross model (its trees",
-            "  and the device features joined to every candidate) costs several times MetaSchedule's own",
-            "  model in the evolutionary search, and the refresh after a job that added records spends its",
-            "  whole budget (cross_model.REFRESH_SECONDS). What would close it: fewer, shallower trees for",
-            "  prediction (a cap on boosting rounds, measured against the ranking above), and a refresh only",
-            "  once the new records are a real share of its samples, or off the job's path.",
-        ]
-    return lines
-
-
 def costs(page: Page) -> list[str]:
     rows = [[row["hand"]["what"], page.cpu(row), row["hand"]["figure"], row["hand"]["date"],
              f"`{row['command']}`", page.source(row)] for row in page.index["costs"]]
     return [
         "## Hit, import and start-up costs",
         "",
-        *_table(["what", "CPU", "figure", "measured", "command", "raw"], rows),
+        *table(["what", "CPU", "figure", "measured", "command", "raw"], rows),
         "",
         "- A registry hit never imports TVM: on a slower CPU it sits at the 1-second goal, most of it",
         "  the interpreter and imports (SQLAlchemy's models the largest since opening a registry stopped",
@@ -443,7 +262,7 @@ def coordinator(page: Page) -> list[str]:
         "`farm coordinator` on PostgreSQL; clients, PostgreSQL and the coordinator share the 2 cores.",
         f"N = 1000 on the {page.cpu(scale)}, {scale['rows'][0]['date']}, two runs ({page.source(scale)}):",
         "",
-        *_table(["N = 1000", "figure"], rows),
+        *table(["N = 1000", "figure"], rows),
         "",
         "- **Goal met** for heartbeats, idle agents' lease calls and records/s; **missed for a granted",
         "  lease** (p99 80-86 ms): a claim is a durable write of several statements whose Python runs at",
@@ -468,7 +287,7 @@ def defaults(page: Page) -> list[str]:
             figure, date = row["hand"]["figure"], row["hand"]["date"]
         else:
             value, when = DEFAULT_READERS[row["read"]](page.raw(row["file"]))
-            figure, date = f"{value:.3f}", _date(when or row["date"])
+            figure, date = f"{value:.3f}", day(when or row["date"])
         rows.append([row["lever"], page.cpu(row), figure, date, page.source(row)])
     return [
         "## What the defaults rest on",
@@ -477,7 +296,7 @@ def defaults(page: Page) -> list[str]:
         "way's (below 1 is faster), or its trials/s over the old way's where so named. The command is",
         "in each raw file's `command` field.",
         "",
-        *_table(["lever", "CPU", "figure", "measured", "raw"], rows),
+        *table(["lever", "CPU", "figure", "measured", "raw"], rows),
         "",
         "- Prepacked weights with blocked activations (`prepacked-nchwc`, the block the target's vector:",
         "  16 with AVX-512, else 8) is what `--weights-layout auto` means on CPUs; mobilenet at 16 a task",
@@ -492,8 +311,8 @@ def older(page: Page) -> list[str]:
     rows = []
     for row in page.index["older"]:
         r = read_evaluate(page.raw(row["file"]))
-        rows.append([f"{r['model']} b{r['batch']}", page.cpu(row), row["note"], f"{r['trials']:,}", _ms(r["farm_ms"]),
-                     _ms(r["ort_ms"]), _x(r["ratio"]), _date(r["date"]), _link(row["file"])])
+        rows.append([f"{r['model']} b{r['batch']}", page.cpu(row), row["note"], f"{r['trials']:,}", ms(r["farm_ms"]),
+                     ms(r["ort_ms"]), times(r["ratio"]), day(r["date"]), link(row["file"])])
     return [
         "## Other models, not yet re-measured with today's defaults",
         "",
@@ -501,7 +320,7 @@ def older(page: Page) -> list[str]:
         "then times untuned TVM, the farm-tuned library and onnxruntime interleaved, every output checked",
         "against untuned TVM first):",
         "",
-        *_table(["case", "CPU", "form", "trials", "farm-tuned ms", "onnxruntime ms", "ratio", "measured",
+        *table(["case", "CPU", "form", "trials", "farm-tuned ms", "onnxruntime ms", "ratio", "measured",
                  "raw"], rows),
         "",
         "- mobilenet's depthwise convolutions move more bytes than they compute: a plan by FLOPs gave one",
@@ -516,12 +335,12 @@ def peers(page: Page) -> list[str]:
     rows = []
     for row in page.index.get("peers", []):
         for r in read_peers(page.raw(row["file"])):
-            peers_ms = [_ms(r["peers_ms"][name]) if r["peers_ms"][name] is not None else "-" for name in PEER_ENGINES]
+            peers_ms = [ms(r["peers_ms"][name]) if r["peers_ms"][name] is not None else "-" for name in PEER_ENGINES]
             k = r["heaviest"]
             kernel = f"{k['kernel']}: {k['share_of_peak']:.0%} of {r['peak_gflops']:.0f} GFLOP/s" if k else "-"
-            rows.append([r["case"], page.cpu(row), row["budget"], f"{r['trials']:,}", _ms(r["farm_ms"]), *peers_ms,
-                         f"**{_x(r['ratio'])}** ({r['fastest_peer']})", kernel, _date(r["date"]),
-                         _link(row["file"])])
+            rows.append([r["case"], page.cpu(row), row["budget"], f"{r['trials']:,}", ms(r["farm_ms"]), *peers_ms,
+                         f"**{times(r['ratio'])}** ({r['fastest_peer']})", kernel, day(r["date"]),
+                         link(row["file"])])
     lines = [
         "## Peers: the farm against onnxruntime, PyTorch and TVM's own pipeline",
         "",
@@ -545,7 +364,7 @@ def peers(page: Page) -> list[str]:
         "",
     ]
     if rows:
-        lines += _table(["case", "CPU", "budget", "trials", "farm-tuned ms", *(f"{n} ms" for n in PEER_ENGINES),
+        lines += table(["case", "CPU", "budget", "trials", "farm-tuned ms", *(f"{n} ms" for n in PEER_ENGINES),
                          "farm / fastest peer", "farm's heaviest kernel", "measured", "raw"], rows)
     else:
         lines.append("No figure yet: the table needs a quiet box (the commands above).")
@@ -562,10 +381,10 @@ def peers(page: Page) -> list[str]:
         "",
     ]
     if between:
-        lines += _table(["case", "CPU", "form", "whole ms", "between", "of which", "measured", "raw"],
-                        [[b["case"], page.cpu(b["row"]), b["form"], _ms(b["whole_ms"]), f"{b['share']:.1%}",
+        lines += table(["case", "CPU", "form", "whole ms", "between", "of which", "measured", "raw"],
+                        [[b["case"], page.cpu(b["row"]), b["form"], ms(b["whole_ms"]), f"{b['share']:.1%}",
                           ", ".join(f"{name} {share:.1%}" for name, share in b["parts"].items() if share >= 0.001),
-                          _date(b["date"]), _link(b["row"]["file"])] for b in between])
+                          day(b["date"]), link(b["row"]["file"])] for b in between])
     else:
         lines.append("No figure yet: it needs a quiet box.")
     lines += [
@@ -582,11 +401,11 @@ def peers(page: Page) -> list[str]:
     in_model = [side | {"row": row} for row in page.index.get("in_model", [])
                 for side in read_in_model(page.raw(row["file"]))]
     if in_model:
-        lines += _table(["case", "CPU", "side", "kernels", "within 1.15x", "in model / alone (by share)",
+        lines += table(["case", "CPU", "side", "kernels", "within 1.15x", "in model / alone (by share)",
                          "worst", "measured", "raw"],
                         [[m["case"], page.cpu(m["row"]), m["side"], m["kernels"], m["within"],
-                          f"{m['weighted_ratio']:.2f}x", f"{m['worst']:.2f}x", _date(m["date"]),
-                          _link(m["row"]["file"])] for m in in_model])
+                          f"{m['weighted_ratio']:.2f}x", f"{m['worst']:.2f}x", day(m["date"]),
+                          link(m["row"]["file"])] for m in in_model])
     else:
         lines.append("No figure yet: it needs a quiet box.")
     return lines

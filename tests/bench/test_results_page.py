@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 import result_readers
+import results_format
 import results_page
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -21,7 +22,7 @@ def test_the_page_stays_under_600_lines():
 
 
 def test_every_raw_result_the_index_or_the_page_names_exists():
-    index = results_page.load_index()
+    index = results_format.load_index()
     named = {row["file"] for rows in index.values() if isinstance(rows, list) for row in rows if "file" in row}
     linked = set(re.findall(r"\]\(results/([^)]+)\)", results_page.render())) - {""}
     assert named and named <= linked
@@ -29,7 +30,7 @@ def test_every_raw_result_the_index_or_the_page_names_exists():
 
 
 def test_every_row_names_a_known_cpu_kind_and_hand_carried_rows_their_source():
-    index = results_page.load_index()
+    index = results_format.load_index()
     for rows in (rows for rows in index.values() if isinstance(rows, list)):
         for row in rows:
             assert row["cpu"] in index["cpus"], row
@@ -66,7 +67,7 @@ def test_the_peers_table_reads_each_engine_and_the_farms_heaviest_kernel(tmp_pat
     (tmp_path / "between.json").write_text(json.dumps({
         "model": "resnet-18", "batch": 1, "weights_layout": "prepacked-nchwc", "whole_model_median_ms": 20.0,
         "between_share_of_whole": 0.18, "categories": categories, "date_utc": "2026-12-03T15:10:00+00:00"}))
-    lines = results_page.peers(results_page.Page(tmp_path))
+    lines = results_page.peers(results_format.Page(tmp_path))
     (row,) = [line for line in lines if line.startswith("| resnet-50 b1")]
     cells = [cell.strip() for cell in row.strip("|").split("|")]
     assert cells[:10] == ["resnet-50 b1", "AMD EPYC family 25 model 17", "quick start", "1,234", "10.0", "8.00",
