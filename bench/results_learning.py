@@ -47,14 +47,10 @@ def warm_start(page: Page) -> list[str]:
         "  batch at random; seeds take at most a quarter of a task's trials): every pair at or under 0.75",
         "  estimated; resnet-18 warm from the Zen 3 pack alone passed cold's final after 20 of 151 trials.",
         "  They predate the cross-hardware cost model's start of a new fingerprint's search.",
-        "- **A compatible fingerprint** (Xeon family 6 model 167 under `taskset -c 0`: the same CPU, one",
-        "  core, a fingerprint of its own), seeded from the box's 2-core records: warm passed cold's final",
-        "  after 20 of 150 trials (13%) and ended at 0.33 of cold's estimated latency (one seed, quiet).",
-        "- **A fingerprint no pack holds, from the cross-hardware cost model and the packs' seeds**",
-        "  (issue 54's end to end: the model 167's AVX2 view, FARM_CPU_VIEW_MCPU=haswell, warm from the",
-        "  three shipped packs): warm passed cold's final after 20 of 150 trials (13%) on every seed and",
-        "  ended at 0.38 of cold's estimated latency (0.37-0.47): within the goal (a fifth of cold's trials,",
-        "  no seed slower). The 20 trials are each task's first measured seed.",
+        "- **The model 167 rows** are a compatible fingerprint (the box under `taskset -c 0`, seeded from",
+        "  its 2-core records) and a fingerprint no pack holds (its AVX2 view, FARM_CPU_VIEW_MCPU=haswell,",
+        "  warm from the three shipped packs through the cross-hardware cost model): both within the",
+        "  goals; the 20 trials are each task's first measured seed.",
     ]
 
 
@@ -119,11 +115,9 @@ def cross_model(page: Page) -> list[str]:
                       f"{m['after_s']:.1f}", f"{m['wall_s']:.0f}", ms(m["latency_ms"]), f"`{row['command']}`",
                       row["conditions"], link(row["file"])] for row, m in costs]),
             "",
-            "- **Missed: the goal is under 5% of a trial's time.** Predicting with the cross model (its trees",
-            "  and the device features joined to every candidate) costs several times MetaSchedule's own",
-            "  model in the evolutionary search, and the refresh after a job that added records spends its",
-            "  whole budget (cross_model.REFRESH_SECONDS). What would close it: fewer, shallower trees for",
-            "  prediction (a cap on boosting rounds, measured against the ranking above), and a refresh only",
-            "  once the new records are a real share of its samples, or off the job's path.",
+            "- **Missed: under 5% of a trial's time.** The cross model predicts several times slower than",
+            "  MetaSchedule's own, and the refresh after a job spends its whole budget. What would close it:",
+            "  fewer, shallower trees (measured against the ranking above); a refresh only once new records",
+            "  are a real share of its samples, or off the job's path.",
         ]
     return lines
