@@ -209,6 +209,22 @@ def export_logs(
                                f"{fp_id} to {path}")
 
 
+def _arriving_record_check():
+    """The replay check of records arriving in a sync (record_replay.ArrivingRecordCheck), made at the
+    first record it is asked about: a sync that brings no record never starts TVM."""
+    made = None
+
+    def check(mod_json: str, record: dict) -> str | None:
+        nonlocal made
+        if made is None:
+            from foundation.meta_schedule.database.record_replay import ArrivingRecordCheck
+
+            made = ArrivingRecordCheck()
+        return made(mod_json, record)
+
+    return check
+
+
 @app.command()
 def sync(
     source: str = typer.Argument(..., metavar="FROM", help="The registry to copy from: a URL (sqlite:///..., "
@@ -238,7 +254,6 @@ def sync(
     import sys
     import tempfile
 
-    from foundation.meta_schedule.database.record_replay import ArrivingRecordCheck
     from foundation.registry.engine import RegistryMissing
     from foundation.registry.packs import in_memory_registry, is_pack, read_pack, write_pack
     from foundation.registry.store import RegistryStore
@@ -276,7 +291,7 @@ def sync(
                 print(f"{what.replace('_', ' '):<15} {done:,} of {of:,}", file=sys.stderr, flush=True)
 
         # Records are checked on their way into a registry or pack; a coordinator checks its own.
-        check = None if _is_coordinator(destination) else ArrivingRecordCheck()
+        check = None if _is_coordinator(destination) else _arriving_record_check()
         counts = sync_registries(source_store, destination_store, only, dry_run=dry_run, progress=progress,
                                  check=check)
         copied = counts.to_json()
