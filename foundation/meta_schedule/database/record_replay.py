@@ -40,10 +40,14 @@ def replayed_record(record_json: Any, workload: Workload) -> TuningRecord:
                              f"{first_line[:200]})") from None
 
 
+def record_json(trace: str, run_secs: Any, target: str, args_info: str | None) -> list:
+    """A record's stored columns as MetaSchedule's JSON, [trace, run_secs, target, args_info]."""
+    return [json.loads(trace), run_secs, json.loads(target), None if args_info is None else json.loads(args_info)]
+
+
 def stored_record_json(stored: StoredRecord) -> list:
     """The stored record as MetaSchedule's JSON, [trace, run_secs, target, args_info]."""
-    return [json.loads(stored.trace), stored.run_secs, json.loads(stored.target),
-            None if stored.args_info is None else json.loads(stored.args_info)]
+    return record_json(stored.trace, stored.run_secs, stored.target, stored.args_info)
 
 
 def unusable_reason(stored: StoredRecord, workload: Workload) -> str | None:
@@ -92,8 +96,7 @@ class ArrivingRecordCheck:
         if record["tvm_version"] != self._version:
             return None
         try:
-            record_json = [json.loads(record["trace"]), record["run_secs"], json.loads(record["target"]),
-                           None if record["args_info"] is None else json.loads(record["args_info"])]
+            arriving = record_json(record["trace"], record["run_secs"], record["target"], record["args_info"])
         except (ValueError, TypeError) as err:
             return f"it is not a TuningRecord's JSON ({type(err).__name__})"
         workload = self._workload(mod_json)
@@ -102,7 +105,7 @@ class ArrivingRecordCheck:
         # A tensorized trace names the target's intrinsics: registered as the builders do.
         install_lean_tensor_intrinsics(target_kind_of(record["target"]))
         try:
-            replayed_record(record_json, workload)
+            replayed_record(arriving, workload)
         except UnusableRecord as unusable:
             return unusable.reason
         return None
