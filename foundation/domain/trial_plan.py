@@ -8,6 +8,9 @@ convolution got none. The plan gives trials where the model's latency is instead
   per inference, its weight). Once tasks have been measured (records in the registry, an
   earlier round), their measured time x weight replaces the estimate, and tasks not yet
   measured are estimated at the measured tasks' FLOP rate, so both kinds compare.
+- Where each task's ceiling is known (the least its work can take on the box: its FLOPs at the
+  fingerprint's measured peak) and its time measured, its share is what it loses against that
+  ceiling: its time less its ceiling (a two-phase job's second phase, foundation.domain.trial_phases).
 - Once the model itself has been timed kernel by kernel (after a round of `farm submit --until`,
   foundation.job_driver.in_model_times), a task's share is what it loses *in the model*: its time
   there less its ceiling (the least its work can take on the box). A kernel timed fast alone but
@@ -59,13 +62,18 @@ class PlannedTrials:
     minor: bool  # nothing worth tuning: capped at MINOR_TRIALS
     measured: bool  # the share comes from a measured time, not from FLOPs
     in_model_ms: float | None = None  # the share is of what the model loses: its time in the model
-    loss_ms: float | None = None  # ... less its ceiling
+    loss_ms: float | None = None  # ... (or its measured time x calls) less its ceiling
+    phases: tuple[int, ...] = ()  # its trials in each phase planned so far (foundation.domain.trial_phases)
 
     def to_json(self) -> dict[str, Any]:
-        line = {"task": self.name, "trials": self.trials, "share": round(self.share, 6),
-                "minor": self.minor, "measured": self.measured}
+        line: dict[str, Any] = {"task": self.name, "trials": self.trials, "share": round(self.share, 6),
+                                "minor": self.minor, "measured": self.measured}
         if self.in_model_ms is not None:
             line.update(in_model_ms=round(self.in_model_ms, 6), loss_ms=round(self.loss_ms or 0.0, 6))
+        elif self.loss_ms is not None:
+            line.update(loss_ms=round(self.loss_ms, 6))
+        if self.phases:
+            line.update(phases=list(self.phases))
         return line
 
 
@@ -76,6 +84,10 @@ class TrialPlan:
     tasks: tuple[PlannedTrials, ...]
     budget: int
     per_task_cap: int
+    # A two-phase plan's trials in each phase (foundation.domain.trial_phases): planned, before the
+    # first phase (its trials, then what the second re-plans); measured and planned, after it.
+    phases: tuple[int, ...] = ()
+    peak_gflops: float | None = None  # the box's peak the second phase's ceilings are taken at
 
     @property
     def total(self) -> int:
@@ -86,24 +98,34 @@ class TrialPlan:
         return [t.trials for t in self.tasks]
 
     def to_json(self) -> dict[str, Any]:
-        return {"budget": self.budget, "per_task_cap": self.per_task_cap, "planned": self.total,
-                "tasks": [t.to_json() for t in self.tasks]}
+        document: dict[str, Any] = {"budget": self.budget, "per_task_cap": self.per_task_cap, "planned": self.total,
+                                    "tasks": [t.to_json() for t in self.tasks]}
+        if self.phases:
+            document["phases"] = list(self.phases)
+        if self.peak_gflops is not None:
+            document["peak_gflops"] = self.peak_gflops
+        return document
 
     @staticmethod
     def from_json(document: dict[str, Any]) -> "TrialPlan":
         return TrialPlan(
             tasks=tuple(PlannedTrials(t["task"], int(t["trials"]), float(t["share"]), bool(t["minor"]),
-                                      bool(t.get("measured", False)), t.get("in_model_ms"), t.get("loss_ms"))
+                                      bool(t.get("measured", False)), t.get("in_model_ms"), t.get("loss_ms"),
+                                      tuple(int(p) for p in t.get("phases", ())))
                         for t in document["tasks"]),
             budget=int(document["budget"]),
             per_task_cap=int(document["per_task_cap"]),
+            phases=tuple(int(p) for p in document.get("phases", ())),
+            peak_gflops=document.get("peak_gflops"),
         )
 
 
 def latency_shares(tasks: Sequence[TaskDemand]) -> list[float]:
-    """Each task's estimated share of the model's latency, or of what it loses in the model (see the
-    module's docstring); they sum to 1."""
+    """Each task's estimated share of the model's latency, or of what it loses in the model or against
+    its ceiling (see the module's docstring); they sum to 1."""
     cost = in_model_losses(tasks)
+    if cost is None:
+        cost = ceiling_losses(tasks)
     if cost is None:
         cost = estimated_task_ms(tasks)
     if cost is None:
@@ -126,6 +148,20 @@ def in_model_losses(tasks: Sequence[TaskDemand]) -> list[float] | None:
         spent = task.in_model_ms if _in_model(task) else alone[i] if alone is not None else 0.0
         losses.append(max(0.0, spent - max(task.ceiling_ms, 0.0)))  # type: ignore[operator]
     return losses
+
+
+def ceiling_losses(tasks: Sequence[TaskDemand]) -> list[float] | None:
+    """What each task loses against its ceiling, in ms an inference: its time (measured, or estimated
+    at the measured tasks' FLOP rate) less its ceiling, never below 0. None where no ceiling is known,
+    no task is measured, or no task loses anything (a peak measured below what kernels reach): the
+    times themselves then decide."""
+    if not any(t.ceiling_ms > 0 for t in tasks):
+        return None
+    times = estimated_task_ms(tasks)
+    if times is None:
+        return None
+    losses = [max(0.0, ms - max(t.ceiling_ms, 0.0)) for ms, t in zip(times, tasks)]
+    return losses if sum(losses) > 0 else None
 
 
 def estimated_task_ms(tasks: Sequence[TaskDemand]) -> list[float] | None:
@@ -181,10 +217,12 @@ def plan_trials(tasks: Sequence[TaskDemand], budget: int, per_task_cap: int | No
             trials[i] += more
     measured = [_is_measured(t) for t in tasks]
     losses = in_model_losses(tasks)
+    against_ceiling = ceiling_losses(tasks) if losses is None else None
     return TrialPlan(
         tasks=tuple(PlannedTrials(t.name, trials[i], shares[i], minor[i], measured[i],
                                   t.in_model_ms if losses is not None and _in_model(t) else None,
-                                  losses[i] if losses is not None and _in_model(t) else None)
+                                  losses[i] if losses is not None and _in_model(t) else
+                                  against_ceiling[i] if against_ceiling is not None else None)
                     for i, t in enumerate(tasks)),
         budget=budget,
         per_task_cap=cap,
