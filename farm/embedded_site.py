@@ -13,7 +13,9 @@ from farm.tuning_rounds import summed_plan, tune_in_rounds
 from foundation import config
 from foundation.domain.job_spec import JobSpec, noted
 from foundation.domain.jobs import JobState
+from foundation.domain.trial_phases import merged
 from foundation.domain.weights_layout import WeightsLayout
+from foundation.hardware.device_features import DEVICE_KEY
 from foundation.job_driver import steps
 from foundation.job_driver.admission import model_row, new_job_options
 from foundation.job_driver.cancellation import Cancellation
@@ -221,12 +223,17 @@ class HereSite:
         warm = (warm_start_for(store, ctx.fingerprint.id, ctx.tvm_version, seeds.traces, seeds.per_task)
                 if seeds.per_task else None)
         tell("running", start.status.removeprefix("running: "))
+        device = ctx.fingerprint.details.get(DEVICE_KEY) or {}
         self.report = tuner.tune(reused.tasks, self.target(job), self.database(job), reused.budget,
                                  config.job_work_dir(job.id), pools=self.pools, listener=self.tally,
-                                 cancelled=self.cancellation.event, seed=spec.seed, plan=reused.tuned_plan, warm=warm)
+                                 cancelled=self.cancellation.event, seed=spec.seed, plan=reused.tuned_plan, warm=warm,
+                                 peak_gflops=device.get("peak_gflops"))
         if reused.tasks:
-            store.update_job(job.id, options=noted(store.get_job(job.id),
-                                                   warm_start_used=warm_start_use(self.report, warm)))
+            notes = {"warm_start_used": warm_start_use(self.report, warm)}
+            if self.report.plan is not None:  # two phases: what each gave
+                self.trial_plan = merged(reused.trial_plan, self.report.plan)
+                notes["trial_plan"] = self.trial_plan
+            store.update_job(job.id, options=noted(store.get_job(job.id), **notes))
 
     def _tune_in_rounds(self, work: JobWork, start: TuningStart):
         """The tasks tuned here in rounds until good enough (`--until`)."""

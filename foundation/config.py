@@ -40,6 +40,10 @@ MIN_REPEAT_MS_ENV = "FARM_MIN_REPEAT_MS"
 # warm/flushed/weights/producer/auto: the cache state a CPU candidate is timed in, as its kernel meets it
 # inside the model or not (foundation.domain.timing_context; unset: warm, or flushed with CPU_CACHE_FLUSH_ENV).
 TIMING_CONTEXT_ENV = "FARM_TIMING_CONTEXT"
+# 1/true/yes: a job's trials are spent in two phases, the second re-planned from what the first measured
+# against each task's ceiling, and a task may take 4x the average unless --trials-per-task caps it
+# (foundation.domain.trial_phases); unset, one phase as before.
+PHASED_PLAN_ENV = "FARM_PHASED_PLAN"
 # 0/false/no: a new registry does not load the packs tvm-farm ships (foundation.registry.shipped_packs).
 SHIPPED_PACKS_ENV = "FARM_SHIPPED_PACKS"
 # A directory of .farmpack files a new registry loads instead of those tvm-farm ships (a team's own).
@@ -148,7 +152,7 @@ def env_flag(name: str, default: bool) -> bool:
 # Every yes/no switch read from the environment: the CLI checks them all before a command runs,
 # so a mistyped one stops the command at once, not a worker process deep in a job.
 SWITCHES = {KEEP_SLOWER_ENV: False, FORK_WORKERS_ENV: True, FORK_ZYGOTE_ENV: True, POLYNOMIAL_EXP_ENV: True,
-            POLYNOMIAL_ERF_ENV: True, CPU_CACHE_FLUSH_ENV: False, SHIPPED_PACKS_ENV: True}
+            POLYNOMIAL_ERF_ENV: True, CPU_CACHE_FLUSH_ENV: False, SHIPPED_PACKS_ENV: True, PHASED_PLAN_ENV: False}
 
 
 def check_switches() -> None:
@@ -185,6 +189,11 @@ def polynomial_erf() -> bool:
 def cpu_cache_flush() -> bool:
     """Whether CPU candidates are timed with their weights flushed from the caches (CPU_CACHE_FLUSH_ENV)."""
     return env_flag(CPU_CACHE_FLUSH_ENV, False)
+
+
+def phased_plan() -> bool:
+    """Whether a job's trials are spent in two phases (PHASED_PLAN_ENV)."""
+    return env_flag(PHASED_PLAN_ENV, False)
 
 
 def job_work_dir(job_id: str) -> Path:

@@ -38,8 +38,16 @@ def print_plan(submission: "Submission", registry: str | None, *, json_output: b
     console.print(f"estimate     {duration(plan['estimated_seconds'])} for {plan['trials']} trials at this box's "
                   f"{rate:.3g} trials/s" if rate else
                   "estimate     none: the registry has no tuned job of this fingerprint to take a trial rate from")
-    if plan["trial_plan"]:
+    trial_plan = plan["trial_plan"]
+    if trial_plan and trial_plan.get("phases"):
+        first, rest = trial_plan["phases"]
+        console.print(f"phases       {first} trials first, by the plan below (its 'phase 1' column); then the "
+                      f"{rest} left re-planned from what they measure, to the tasks furthest from their ceiling "
+                      f"(best time x calls less FLOPs at the box's peak), at most {trial_plan['per_task_cap']} a task")
+    if trial_plan:
         actions = {t["task"]: t.get("action", "tune") for t in (plan["reuse"] or {}).get("per_task", [])}
-        print_table(("task", "trials", "share", "reuse"),
+        phased = bool(trial_plan.get("phases"))
+        print_table(("task", "trials", "share", "reuse") + (("phase 1",) if phased else ()),
                     [(t["task"], t["trials"], f"{t['share']:.1%}", actions.get(t["task"], "tune"))
-                     for t in plan["trial_plan"]["tasks"]])
+                     + ((t["phases"][0] if t.get("phases") else t["trials"],) if phased else ())
+                     for t in trial_plan["tasks"]])

@@ -150,10 +150,18 @@ def plan_lines(plan: dict) -> list[str]:
         basis = "share of the model's latency" + (" (measured where the registry has records)"
                                                   if any(t.get("measured") for t in tasks)
                                                   else " (estimated from FLOPs x calls)")
+    phases = plan.get("phases")
+    if phases and any(len(t.get("phases", ())) > 1 for t in tasks):  # tuned in two phases: what each gave
+        basis = (f"share of what it lost against its ceiling after the first phase ({phases[0]} trials by "
+                 f"FLOPs, then {phases[1]} re-planned)")
+    elif phases:
+        basis += f"; {phases[0]} in a first phase, the {phases[1]} left re-planned from what it measures"
     lines = [f"{plan['planned']} of {plan['budget']} trials over {len(tasks)} tasks, by each task's {basis}"]
     lines += [f"{t['task']:<{width}}  {t['share']:>6.1%}  {t['trials']:>5} trials"
               + (f"  ({t['in_model_ms']:.3f} ms in the model, {t['loss_ms']:.3f} ms above its ceiling)"
-                 if t.get("in_model_ms") is not None else "") for t in tuned]
+                 if t.get("in_model_ms") is not None else "")
+              + (f"  ({t['phases'][0]} + {t['phases'][1]}, {t['loss_ms']:.3f} ms above its ceiling)"
+                 if len(t.get("phases", ())) > 1 and t.get("loss_ms") is not None else "") for t in tuned]
     if minor:
         lines.append(f"{len(minor)} with nothing to tune: " + ", ".join(f"{t['task']} {t['trials']}" for t in minor))
     return lines

@@ -23,7 +23,7 @@ modes run (tests/test_steps_both_modes.py).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from foundation import config
@@ -66,6 +66,7 @@ def plan(loaded: "LoadedModel", target: "tvm.target.Target", database: Any, spec
     With no form asked for (``spec.weights_layout`` None: chosen already, or a job from before the
     choice was kept) the tasks are ``form``'s."""
     from foundation.compile import extract_tuning_tasks
+    from foundation.domain.trial_phases import first_phase
     from foundation.meta_schedule.layout_choice import choose_layout
     from foundation.meta_schedule.reuse import decide_reuse
     from foundation.meta_schedule.tuner import TuningBudget
@@ -76,8 +77,14 @@ def plan(loaded: "LoadedModel", target: "tvm.target.Target", database: Any, spec
         tasks, choice, form = chosen.tasks, chosen.choice, chosen.choice.chosen
     else:
         tasks = extract_tuning_tasks(loaded, target, prepack=form.prepacks, block_activations=form.blocks_activations)
-    budget = TuningBudget.for_tasks(len(tasks), spec.trials, spec.trials_per_task)
+    # Two phases (config.phased_plan): the plan's trials are the whole budget's, with a first phase marked
+    # in them; the embedded tuner re-plans the rest once it is measured, a coordinator tunes them in one.
+    # Tuning in rounds re-plans every round already.
+    phased = config.phased_plan() and spec.until is None
+    budget = TuningBudget.for_tasks(len(tasks), spec.trials, spec.trials_per_task, phased=phased)
     reused = decide_reuse(tasks, database, spec.reuse, budget) if spec.until is None else None
+    if phased and reused is not None:
+        reused = replace(reused, trial_plan=first_phase(reused.trial_plan))
     return Planned(tasks, form, choice, budget, reused)
 
 

@@ -34,8 +34,8 @@ class ReusedTuning:
     def tuned_plan(self) -> TrialPlan:
         """The trial plan of the tasks to measure."""
         kept = {t.name for t in self.tasks}
-        return TrialPlan(tuple(line for line in self.trial_plan.tasks if line.name in kept),
-                         self.budget.max_trials_global, self.trial_plan.per_task_cap)
+        return replace(self.trial_plan, tasks=tuple(line for line in self.trial_plan.tasks if line.name in kept),
+                       budget=self.budget.max_trials_global)
 
 
 def decide_reuse(tasks: Sequence["TuningTask"], database: "RegistryDatabase", mode: ReuseMode | str,

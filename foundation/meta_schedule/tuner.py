@@ -20,6 +20,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from foundation.domain.trial_phases import ceiling_ms, first_phase_trials, phased_cap, second_phase
 from foundation.domain.trial_plan import TaskDemand, TrialPlan, plan_trials
 from foundation.hardware.tvm_startup import install_lean_tensor_intrinsics
 from foundation.logs import LostLogs
@@ -67,19 +68,22 @@ class TuningBudget:
     num_trials_per_iter: int = 16
 
     @staticmethod
-    def for_tasks(num_tasks: int, trials: int | None, trials_per_task: int | None) -> "TuningBudget":
+    def for_tasks(num_tasks: int, trials: int | None, trials_per_task: int | None,
+                  phased: bool = False) -> "TuningBudget":
         """A budget from the user's options.
 
         Neither given: 32 trials per task in all, spread by the plan with no per-task cap. Only
         a global budget: any task may be planned all of it. Only a per-task cap: that many
-        times the tasks in all, and no task more than the cap.
+        times the tasks in all, and no task more than the cap. ``phased`` (a two-phase plan,
+        foundation.domain.trial_phases): with no per-task cap given, a task may take a multiple
+        of the average (`phased_cap`), not all of the budget; a cap given stays the cap.
         """
         if trials is None:
             total = (trials_per_task or DEFAULT_TRIALS_PER_TASK) * max(num_tasks, 1)
-            per_task = min(trials_per_task or total, total)
         else:
             total = trials
-            per_task = min(trials_per_task or total, total)
+        uncapped = phased_cap(total, num_tasks) if phased else total
+        per_task = min(trials_per_task or uncapped, total)
         return TuningBudget(
             max_trials_global=total,
             max_trials_per_task=per_task,
@@ -99,6 +103,8 @@ class TuningReport:
     pretrained_cost_model: bool = False  # the search's cost model started trained on past records
     # What it started from: "this fingerprint's records", or the cross model's CrossCostModel.started_from.
     cost_model_start: str = ""
+    # A two-phase plan as it was tuned: each task's trials in each phase (foundation.domain.trial_phases).
+    plan: TrialPlan | None = None
 
     @staticmethod
     def combined(reports: Sequence["TuningReport"]) -> "TuningReport":
@@ -149,6 +155,7 @@ def tune(
     plan: TrialPlan | None = None,
     trial_caps: Sequence[int | None] | None = None,
     warm: "WarmStart | None" = None,
+    peak_gflops: float | None = None,
 ) -> TuningReport:
     """Tune ``tasks`` for ``target``; records go to ``database`` as they are measured.
 
@@ -167,12 +174,16 @@ def tune(
     ``warm`` (foundation.meta_schedule.warm) brings seeds transplanted from similar workloads,
     measured first and out of each task's plan (every task's best seed before any task's second:
     the model's estimate exists after one seed a task), and a cost model trained on past records.
+
+    A two-phase ``plan`` (foundation.domain.trial_phases: its ``phases`` set) is tuned in two searches:
+    its first phase, seeds and untuned forms included, then what it left re-planned from each task's
+    best measured time against its ceiling at ``peak_gflops`` (the fingerprint's; None: by time alone),
+    with the same cost model; the report's ``plan`` says what each phase gave.
     """
     if not tasks:  # every task reused: nothing to search
         return TuningReport(tasks=[], seconds=0.0, cancelled=cancelled is not None and cancelled.is_set())
     target_kind = target.kind.name
     install_lean_tensor_intrinsics(target_kind)
-    from tvm.s_tir import meta_schedule as ms
 
     pools = pools or WorkerPools()
     builder, runner = pools.get(target_kind)
@@ -195,9 +206,12 @@ def tune(
                      budget=planned, planned=planned, started=begin)
         for i, (t, planned) in enumerate(zip(tasks, plan.trials))
     ]
-    search_plan = list(plan.trials)  # what each task's search may measure: less the seeds measured first
+    first = first_phase_trials(plan)
+    search_plan = list(first)  # what each task's search may measure: less the seeds measured first
     try:
-        contexts = _tune_contexts(tasks, target, work_dir, seed, search_plan, explorations(warm, len(tasks)), lost=lost)
+        loggers = _task_loggers(work_dir, [t.name for t in tasks], lost=lost)
+        contexts = _tune_contexts(tasks, target, work_dir, seed, search_plan, explorations(warm, len(tasks)),
+                                  loggers=loggers)
     except BaseException:
         terminal.close()
         raise
@@ -226,7 +240,7 @@ def tune(
                 untuned_trial = 1 if measures_untuned_form(target) else 0
                 seed_round = SeedRound(contexts, warm.seeds,
                                        [min(warm.seeds_per_task(planned), planned - untuned_trial)
-                                        for planned in plan.trials],
+                                        for planned in first],
                                        target, builder, runner, database, _space_generator(target), cancelled,
                                        live.picked)
                 seed_round.measure_best()
@@ -237,28 +251,21 @@ def tune(
                 seeds = seed_round.finish(pretrained)
             for i, measured in enumerate(untuned):  # the untuned form and the seeds come out of the plan
                 search_plan[i] = max(0, search_plan[i] - measured - (seeds.per_task[i] if seeds else 0))
-            if sum(search_plan) <= 0 or (cancelled is not None and cancelled.is_set()):
-                return _report(progress, begin, cancelled, pools, seeds, warm)
-            ms.tune_tasks(
-                tasks=contexts,
-                task_weights=[float(t.weight) for t in tasks],
-                work_dir=str(work_dir),
-                # Each task's search stops at its plan (planned_search), whose sum is within the budget.
-                max_trials_global=sum(search_plan),
-                max_trials_per_task=max(search_plan),
-                num_trials_per_iter=budget.num_trials_per_iter,
-                builder=builder,
-                runner=runner,
-                database=database,
-                cost_model=cost_model,
-                # MetaSchedule's default callbacks, but for RemoveBuildArtifact: its rmtree raised into
-                # the tune when a killed worker's files were still appearing (a measurement timeout on
-                # a loaded box), ending the job; _BatchEnd removes the build directories instead.
-                measure_callbacks=[ms.measure_callback.AddToDatabase(), ms.measure_callback.UpdateCostModel(),
-                                   batch_end.tvm_object],
-                # A task whose plan is spent is ended, never picked again.
-                task_scheduler=joined_gradient(history, cancelled, seed, list(search_plan)),
-            )
+            search = _Search(tasks, database, cost_model, budget.num_trials_per_iter, builder, runner, work_dir,
+                             cancelled, seed)
+            if sum(search_plan) > 0 and not (cancelled is not None and cancelled.is_set()):
+                search.run(contexts, search_plan, history, batch_end)
+            if plan.phases and not (cancelled is not None and cancelled.is_set()):
+                phased = _second_phase(tasks, plan, database, [p.trials for p in progress], peak_gflops)
+                for task, line in zip(progress, phased.tasks):
+                    task.planned = task.budget = line.trials
+                if sum(line.phases[1] for line in phased.tasks) > 0:
+                    second = [line.phases[1] for line in phased.tasks]
+                    history = LatencyHistory(len(tasks))
+                    contexts = _tune_contexts(tasks, target, work_dir, None if seed is None else seed + 1,
+                                              second, explorations(warm, len(tasks)), loggers=loggers)
+                    search.run(contexts, second, history, _BatchEnd(history, database))
+                return _report(progress, begin, cancelled, pools, seeds, warm, phased)
     except Exception as err:
         # TVM hands the database's own error back as a RuntimeError of its text (registry_database).
         kept = getattr(database, "farm_error", None)
@@ -277,7 +284,59 @@ def tune(
     return _report(progress, begin, cancelled, pools, seeds, warm)
 
 
-def _report(progress, begin: float, cancelled, pools: WorkerPools, seeds, warm) -> TuningReport:
+@dataclass
+class _Search:
+    """MetaSchedule's search over the tasks, one call a phase: each task stopped at its plan, every
+    batch committed as it is measured, the cost model kept from one phase to the next."""
+
+    tasks: Sequence["TuningTask"]
+    database: object
+    cost_model: object
+    num_trials_per_iter: int
+    builder: object
+    runner: object
+    work_dir: Path
+    cancelled: threading.Event | None
+    seed: int | None
+
+    def run(self, contexts, search_plan: list[int], history: LatencyHistory, batch_end: "_BatchEnd") -> None:
+        from tvm.s_tir import meta_schedule as ms
+
+        ms.tune_tasks(
+            tasks=contexts,
+            task_weights=[float(t.weight) for t in self.tasks],
+            work_dir=str(self.work_dir),
+            # Each task's search stops at its plan (planned_search), whose sum is within the budget.
+            max_trials_global=sum(search_plan),
+            max_trials_per_task=max(search_plan),
+            num_trials_per_iter=self.num_trials_per_iter,
+            builder=self.builder,
+            runner=self.runner,
+            database=self.database,
+            cost_model=self.cost_model,
+            # MetaSchedule's default callbacks, but for RemoveBuildArtifact: its rmtree raised into
+            # the tune when a killed worker's files were still appearing (a measurement timeout on
+            # a loaded box), ending the job; _BatchEnd removes the build directories instead.
+            measure_callbacks=[ms.measure_callback.AddToDatabase(), ms.measure_callback.UpdateCostModel(),
+                               batch_end.tvm_object],
+            # A task whose plan is spent is ended, never picked again.
+            task_scheduler=joined_gradient(history, self.cancelled, self.seed, list(search_plan)),
+        )
+
+
+def _second_phase(tasks: Sequence["TuningTask"], plan: TrialPlan, database, spent: Sequence[int],
+                  peak_gflops: float | None) -> TrialPlan:
+    """What a two-phase ``plan`` leaves after its first phase (each task measured ``spent``), re-planned
+    from the best records ``database`` now holds against each task's ceiling at ``peak_gflops``."""
+    if hasattr(database, "flush"):  # the first phase's last records, read back below
+        database.flush()
+    demands = [TaskDemand(t.name, t.flop, t.weight, _best_ms(database, t.mod),
+                          ceiling_ms=ceiling_ms(t.flop, t.weight, peak_gflops)) for t in tasks]
+    return second_phase(plan, demands, spent, peak_gflops)
+
+
+def _report(progress, begin: float, cancelled, pools: WorkerPools, seeds, warm,
+            plan: TrialPlan | None = None) -> TuningReport:
     return TuningReport(
         tasks=progress,
         seconds=time.monotonic() - begin,
@@ -287,6 +346,7 @@ def _report(progress, begin: float, cancelled, pools: WorkerPools, seeds, warm) 
         pretrained_cost_model=warm is not None and warm.cost_model is not None,
         cost_model_start=getattr(warm.cost_model, "started_from", "this fingerprint's records")
         if warm is not None and warm.cost_model is not None else "",
+        plan=plan,
     )
 
 
@@ -371,11 +431,15 @@ def explorations(warm, tasks: int) -> list[float]:
 
 
 def _tune_contexts(tasks, target, work_dir: Path, seed: int | None, planned: list[int],
-                   exploration: list[float] | None = None, *, lost: LostLogs | None = None):
+                   exploration: list[float] | None = None, *, lost: LostLogs | None = None,
+                   loggers: list[logging.Logger] | None = None):
+    """The tasks' TuneContexts, logging to ``loggers`` (default: new ones under ``work_dir``; a
+    second phase's contexts log where the first phase's did)."""
     from tvm.s_tir import meta_schedule as ms
     from tvm.s_tir.meta_schedule.utils import fork_seed
 
-    loggers = _task_loggers(work_dir, [t.name for t in tasks], lost=lost)
+    if loggers is None:
+        loggers = _task_loggers(work_dir, [t.name for t in tasks], lost=lost)
     seeds = fork_seed(seed, n=len(tasks))
     return [
         ms.TuneContext(

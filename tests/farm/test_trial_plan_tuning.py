@@ -52,3 +52,23 @@ def test_a_small_budget_measures_every_task_that_matters_and_no_task_exceeds_its
     assert sum(measured.values()) == result.report.trials
     # Each task's progress counted to its plan, not to the budget.
     assert [t.planned for t in result.report.tasks] == plan.trials
+
+
+def test_a_two_phase_job_notes_what_each_phase_gave(tmp_path, monkeypatch):
+    """FARM_PHASED_PLAN=1: the job tunes its first phase by FLOPs, then the rest by each task's loss against
+    its ceiling at the fingerprint's peak; the job's plan says what each phase gave, and the registry holds
+    as many records of each task as the two phases planned."""
+    monkeypatch.setenv(config.PHASED_PLAN_ENV, "1")
+    url = f"sqlite:///{tmp_path / 'r.db'}"
+    request = SubmitRequest(model="mlp-tiny", target="llvm", batch=1, registry=url, trials=24,
+                            measure=MeasureSettings(min_repeat_ms=5), validation_runs=1)
+    result = submit(request)
+    assert result.job.state == "succeeded", result.job.error
+    plan = result.plan
+    assert plan is not None and len(plan.phases) == 2 and plan.total <= 24
+    assert all(len(line.phases) == 2 and line.trials == sum(line.phases) for line in plan.tasks)
+    assert all(line.loss_ms is not None for line in plan.tasks)
+    assert plan.peak_gflops is not None and plan.peak_gflops > 0  # the fingerprint's measured peak
+    assert RegistryStore(url).get_job(result.job.id).options["trial_plan"] == plan.to_json()
+    assert [t.trials for t in result.report.tasks] == plan.trials == [t.planned for t in result.report.tasks]
+    assert result.report.trials == plan.total == result.job.trials_done

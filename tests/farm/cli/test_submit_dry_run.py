@@ -61,3 +61,27 @@ def test_bad_input_to_a_dry_run_is_one_line_and_exit_2(tmp_path, args, says):
     lines = done.stderr.strip().splitlines()
     assert done.returncode == 2 and len(lines) == 1 and says in lines[0], done.stderr
     assert not (tmp_path / "home" / "registry.db").exists()
+
+
+def test_a_two_phase_plan_shows_its_first_phase_and_what_is_left(tmp_path):
+    home = tmp_path / "home"
+    phased = {"FARM_PHASED_PLAN": "1"}
+    done = run_farm_inprocess("submit", "mlp-tiny", "llvm", "1", "--dry-run", "--trials", "40", "--json",
+                              home=home, env=phased)
+    assert done.returncode == 0, done.stderr
+    plan = json.loads(done.stdout)["trial_plan"]
+    first = [t["phases"][0] for t in plan["tasks"]]
+    assert plan["phases"] == [sum(first), plan["planned"] - sum(first)] and 0 < sum(first) < plan["planned"]
+    assert plan["per_task_cap"] == 40  # 4x the average of 20, within the budget
+    flat = json.loads(run_farm_inprocess("submit", "mlp-tiny", "llvm", "1", "--dry-run", "--trials", "40",
+                                         "--json", home=home).stdout)["trial_plan"]
+    assert "phases" not in flat and [t["trials"] for t in flat["tasks"]] == [t["trials"] for t in plan["tasks"]]
+    shown = run_farm_inprocess("submit", "mlp-tiny", "llvm", "1", "--dry-run", "--trials", "40", home=home,
+                               env=phased)
+    assert shown.returncode == 0 and "phase 1" in shown.stdout and f"{sum(first)} trials first" in shown.stdout
+    capped = json.loads(run_farm_inprocess("submit", "mlp-tiny", "llvm", "1", "--dry-run", "--trials-per-task",
+                                           "8", "--json", home=home, env=phased).stdout)["trial_plan"]
+    assert capped["per_task_cap"] == 8  # a cap given stays the cap
+    refused = run_farm_inprocess("submit", "mlp-tiny", "llvm", "1", "--dry-run", home=home,
+                                 env={"FARM_PHASED_PLAN": "twice"})
+    assert refused.returncode == 2 and "FARM_PHASED_PLAN='twice' is neither yes nor no" in refused.stderr

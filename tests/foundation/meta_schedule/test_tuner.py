@@ -233,3 +233,38 @@ def test_a_task_with_a_cap_of_its_own_stops_there(mlp, pools, tmp_path):
     with pytest.raises(ValueError, match="1 trial caps for 2 tasks"):
         tune(tasks, target, db, TuningBudget(4, 2, 2), tmp_path, pools=pools, trial_caps=[None])
     assert tune([], target, db, TuningBudget(4, 2, 2), tmp_path, pools=pools).trials == 0
+
+
+def test_a_two_phase_plan_gives_its_second_phase_to_the_task_furthest_from_its_ceiling(mlp, pools, tmp_path):
+    """The first phase tunes half of each task's trials by FLOPs; the second re-plans the rest from the
+    records just measured: each task's best time x calls less its FLOPs at the peak."""
+    from tvm.s_tir import meta_schedule as ms
+
+    from foundation.domain.trial_phases import ceiling_ms, first_phase, first_phase_trials
+    from foundation.meta_schedule.tuner import _best_ms, trial_plan
+
+    target, tasks = mlp
+    db = ms.database.MemoryDatabase()
+    budget = TuningBudget.for_tasks(len(tasks), 32, None, phased=True)
+    plan = first_phase(trial_plan(tasks, budget, db))
+    first = first_phase_trials(plan)
+    assert plan.phases == (sum(first), 32 - sum(first)) and all(f < t for f, t in zip(first, plan.trials))
+    peak = 100.0
+    report = tune(tasks, target, db, budget, tmp_path, pools=pools, seed=1, plan=plan, peak_gflops=peak)
+    tuned = report.plan
+    assert tuned is not None and tuned.peak_gflops == peak
+    assert [line.phases[0] for line in tuned.tasks] == first  # the first phase measured what it planned
+    assert [t.trials for t in report.tasks] == [line.trials for line in tuned.tasks]  # ... and the second too
+    assert [t.planned for t in report.tasks] == tuned.trials
+    assert report.trials == len(db) == tuned.total == 32
+    assert tuned.phases == (sum(first), 32 - sum(first))
+    # Each task's loss, as the records the first phase committed give it, is what the second phase went by.
+    losses = [tuned.tasks[i].loss_ms for i in range(len(tasks))]
+    assert all(loss is not None and loss > 0 for loss in losses)
+    second = [line.phases[1] for line in tuned.tasks]
+    furthest = losses.index(max(losses))
+    assert second[furthest] == max(second) and second[furthest] > second[1 - furthest]
+    # Re-reading the database now (after the second phase too) only lowers each task's best time.
+    for task, loss in zip(tasks, losses):
+        now = _best_ms(db, task.mod) * task.weight - ceiling_ms(task.flop, task.weight, peak)
+        assert now <= loss + 1e-9
