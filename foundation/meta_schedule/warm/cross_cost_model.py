@@ -29,7 +29,7 @@ from foundation.hardware.device_features import device_vector
 
 from .cost_models import KIND as OWN_KIND
 from .cost_models import load_cost_model, new_model
-from .cross_model import FEW_SAMPLES, CrossModel, fine_tuned, load_cross_model, starts_from_cross
+from .cross_model import FEW_SAMPLES, CrossModel, PackedPrograms, fine_tuned, load_cross_model, starts_from_cross
 from .cross_samples import CrossSample, program_features
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -114,11 +114,15 @@ class CrossCostModel(PyCostModel):
             self.ranking = fine_tuned(self.cross, own_samples(self.own), {"": self.vector})
 
     def predict(self, context, candidates) -> np.ndarray:
+        # The candidates' features are extracted and packed once for both models: extraction is
+        # most of a prediction's cost, and XGBModel.predict would extract them again.
         self.batches_ranked += 1
-        scores = self.ranking.predict(program_features(context, candidates), self.vector)
+        packed = PackedPrograms.of(program_features(context, candidates))
+        scores = self.ranking.predict_packed(packed, self.vector)
         if self.own_weight() == 0.0 or len(candidates) < 2:
             return scores
-        return blended(scores, self.own.predict(context, candidates), self.own.data_size, self.blend_samples)
+        own = packed.scores(self.own.booster.inplace_predict(packed.rows)) if len(packed.rows) else scores
+        return blended(scores, own, self.own.data_size, self.blend_samples)
 
     def load(self, path: str) -> None:
         """Load the own model (the cross model comes from the registry)."""

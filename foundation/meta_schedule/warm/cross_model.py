@@ -69,19 +69,20 @@ class CrossModel:
     def predict(self, programs: Sequence["np.ndarray"], vector: Sequence[float]) -> "np.ndarray":
         """Predicted normalised speed of each program (higher: faster) on the device ``vector``
         describes; a program with no store rows scores 0."""
-        import numpy as np
-        from tvm.s_tir.meta_schedule.cost_model.xgb_model import PackSum
+        return self.predict_packed(PackedPrograms.of(programs), vector)
 
-        scores = np.zeros(len(programs), dtype="float64")
-        present = [i for i, p in enumerate(programs) if len(p)]
-        if present:
-            rows = [self.rows(programs[i], vector) for i in present]
-            packed = PackSum(xs=rows, ys=None)
-            scores[present] = packed.predict_with_score(self.booster.predict(packed.dmatrix))
-        return scores
+    def predict_packed(self, packed: "PackedPrograms", vector: Sequence[float]) -> "np.ndarray":
+        """`predict` of programs packed once (a search scores thousands a batch): one matrix,
+        the device columns appended to all its rows at once, predicted in place (no DMatrix)."""
+        import numpy as np
+
+        if not len(packed.rows):
+            return packed.scores(np.zeros(0, dtype="float32"))
+        return packed.scores(self.booster.inplace_predict(self.rows(packed.rows, vector)))
 
     def rows(self, program: "np.ndarray", vector: Sequence[float]) -> "np.ndarray":
-        """``program``'s rows as this model reads them: with the device vector when it has one."""
+        """``program``'s rows (or a batch's, stacked) as this model reads them: with the device
+        vector when it has one."""
         import numpy as np
 
         if program.shape[1] != self.program_width:
@@ -90,6 +91,33 @@ class CrossModel:
             return program
         device = np.broadcast_to(np.asarray(vector, dtype="float32"), (len(program), len(vector)))
         return np.hstack([program, device]).astype("float32")
+
+
+@dataclass(frozen=True)
+class PackedPrograms:
+    """A batch of programs' store rows stacked in one matrix, each row knowing its program: what
+    a booster predicts rows of, and how row scores sum to a program's (MetaSchedule's PackSum,
+    without its DMatrix, kept for every model that scores the batch)."""
+
+    rows: "np.ndarray"  # (rows of every program, program width) float32
+    ids: "np.ndarray"  # the program of each row
+    count: int  # programs, those with no row among them
+
+    @classmethod
+    def of(cls, programs: Sequence["np.ndarray"]) -> "PackedPrograms":
+        import numpy as np
+
+        present = [p for p in programs if len(p)]
+        width = present[0].shape[1] if present else 0
+        rows = np.concatenate(present).astype("float32", copy=False) if present else np.zeros((0, width), "float32")
+        ids = np.repeat(np.arange(len(programs)), [len(p) for p in programs])
+        return cls(rows, ids, len(programs))
+
+    def scores(self, row_scores: "np.ndarray") -> "np.ndarray":
+        """Each program's score: the sum of its rows' (0 for a program with none)."""
+        import numpy as np
+
+        return np.bincount(self.ids, weights=row_scores, minlength=self.count).astype("float64", copy=False)
 
 
 def normalised_speeds(samples: Sequence[CrossSample]) -> "np.ndarray":
