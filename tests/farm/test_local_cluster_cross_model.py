@@ -1,7 +1,7 @@
 """The cross-hardware cost model in the distributed farm, with real processes: for an agent whose
 fingerprint has no records, the coordinator's shard names the cross model; the agent fetches it,
 reads it with its own device features, starts its search from it and reports so; after the job
-the coordinator retrains it on what the agent measured.
+the coordinator retrains it on what the agent measured, a share of what it had learned.
 
 The other fingerprints' records are synthetic (tests/support/cross_records.py); the job is real.
 """
@@ -30,9 +30,12 @@ def test_an_agent_of_a_new_fingerprint_starts_from_the_cross_model_the_coordinat
     install_lean_tensor_intrinsics("llvm")
     import tvm
 
-    from foundation.meta_schedule.warm.cross_model import refresh_cross_model
+    from foundation.meta_schedule.warm.cross_model import NEW_SHARE, refresh_cross_model
 
-    store = synthetic_registry(registry_url, tvm.target.Target({"kind": "llvm", "num-cores": 2}))
+    # Few samples (3 boxes x 17), so that the job's records (8 trials of each of mlp-tiny's two
+    # tasks) are a share of them the model retrains on.
+    store = synthetic_registry(registry_url, tvm.target.Target({"kind": "llvm", "num-cores": 2}), sizes=(32,),
+                               per_workload=17)
     try:
         cross = refresh_cross_model(store, tvm.__version__)
     finally:
@@ -45,7 +48,7 @@ def test_an_agent_of_a_new_fingerprint_starts_from_the_cross_model_the_coordinat
     [agent] = farm.wait_agents(1)
     assert agent["fingerprint_id"] not in {fp for fp, _ in BOXES}
 
-    done = json.loads(farm.farm("submit", "mlp-tiny", "llvm", "2", "--trials-per-task", "4", "--runs", "3",
+    done = json.loads(farm.farm("submit", "mlp-tiny", "llvm", "2", "--trials-per-task", "8", "--runs", "3",
                                 "--weights-layout", "plain", "--json", "--timeout", "400").stdout)
     assert done["state"] == "succeeded", done
     warm = json.loads(farm.farm("status", done["job"], "--json").stdout)["warm_start"]
@@ -55,12 +58,13 @@ def test_an_agent_of_a_new_fingerprint_starts_from_the_cross_model_the_coordinat
     assert ranked and int(ranked.group(1)) >= 1, warm
     assert "cost model cross-hardware" in farm.farm("status", done["job"]).stdout
     assert f"cost model xgb-cross {cross.sha256[:12]}" in farm.log("a1")
-    # The coordinator retrains it on the agent's records once the job is done.
+    # The coordinator retrains it on the agent's records once the job is done: they are a share of its samples.
     wait_for(lambda: "cross-hardware cost model of cpu" in farm.log("coordinator"), 120,
              "the coordinator to retrain the cross model")
     store = RegistryStore(registry_url, create=False)
     try:
         [after] = store.cost_models.of_kind(tvm.__version__, "xgb-cross")
+        assert after.samples - cross.samples >= NEW_SHARE * cross.samples, (after, cross)
         assert after.sha256 != cross.sha256 and after.last_record_id > cross.last_record_id
     finally:
         store.dispose()

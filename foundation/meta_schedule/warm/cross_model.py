@@ -12,14 +12,16 @@ and TVM version, with no table of its own: the row sits under the fingerprint of
 kind that gave it the most samples when it was first trained (the table keys every model by a
 fingerprint; later refreshes replace it there), and is found by kind, whichever fingerprint
 holds it (`load_cross_model`: the most recently trained). Only the booster is stored: it is
-retrained from the registry's records, never from its own samples, and only when records
-arrived since (`refresh_cross_model`, bounded in records and seconds).
+retrained from the registry's records, never from its own samples, and only once the records
+arrived since are a share of what it learned (`refresh_cross_model`, bounded in records and
+seconds).
 """
 
 from __future__ import annotations
 
 import io
 import logging
+import math
 import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -55,6 +57,12 @@ FINE_TUNE_ROUNDS = 50
 # and once before the first job of a registry that has none, which must not wait on it for long.
 PER_FINGERPRINT = 3000
 REFRESH_SECONDS = 60.0
+# A stored model is retrained once the records stored since it learned are this share of its
+# samples (XGBModel's adaptive training waits for a fifth more too): a retrain makes every sample
+# again (a trace replayed and its features extracted each) and takes the whole REFRESH_SECONDS on a
+# registry of a few thousand records, after every job that measured anything; a job's few hundred
+# records barely move a model of thousands, and the fingerprint's own model learns them at once.
+NEW_SHARE = 0.2
 # A job that finds none stored (and other fingerprints' records) trains it first, waiting at most this.
 START_SECONDS = 30.0
 _LOG = logging.getLogger(__name__)
@@ -255,21 +263,39 @@ def starts_from_cross(own: "StoredCostModel | None", cross: "StoredCostModel | N
     return own is None or (own.samples < FEW_SAMPLES and cross.samples > own.samples)
 
 
+def arrived_share(store: "RegistryStore", tvm_version: str, hardware_kind: str, stored: "StoredCostModel") -> bool:
+    """Whether the records stored since ``stored`` learned are NEW_SHARE of its samples or more
+    (read up to that many, no more)."""
+    wanted = max(1, math.ceil(NEW_SHARE * stored.samples))
+    arrived = 0
+    for fingerprint in store.list_fingerprints():
+        if fingerprint.kind != hardware_kind:
+            continue
+        arrived += len(store.cost_models.records_after(fingerprint.id, tvm_version, stored.last_record_id,
+                                                       wanted - arrived))
+        if arrived >= wanted:
+            return True
+    return False
+
+
 def refresh_cross_model(store: "RegistryStore", tvm_version: str, hardware_kind: str = "cpu",
                         shipped: Sequence["RegistryStore"] = (), holder: str | None = None,
                         seconds: float = REFRESH_SECONDS) -> "StoredCostModel | None":
     """Retrain the hardware kind's cross model on the records of ``store`` (and ``shipped``
-    packs) when records arrived since it was trained; returns what is stored (None while
-    there are too few samples).
+    packs) once the records arrived since it was trained are NEW_SHARE of its samples (a model
+    with none stored: when there are records); returns what is stored (None while there are too
+    few samples).
 
-    Whether records arrived is one query; only then are they read. The retrain takes each
+    Whether records arrived is one query; only then are they counted, up to the share, and
+    only when there are enough are they all read. The retrain takes each
     fingerprint's newest PER_FINGERPRINT records and stops at ``seconds`` (samples made and
     trees grown by then are what it keeps). The row sits under the fingerprint of this registry
     that gave most samples, else ``holder`` (a fingerprint of it: every sample came from packs).
     """
     loaded = load_cross_model(store, tvm_version, hardware_kind)
     newest = store.cost_models.newest_record_id(tvm_version, hardware_kind)
-    if loaded is not None and newest <= loaded[1].last_record_id:
+    if loaded is not None and (newest <= loaded[1].last_record_id
+                               or not arrived_share(store, tvm_version, hardware_kind, loaded[1])):
         return loaded[1]
     if newest == 0 and not shipped:
         return loaded[1] if loaded else None

@@ -5,6 +5,7 @@ cost models learn when it ends."""
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -92,9 +93,11 @@ def learn_from_job(store: "RegistryStore", fingerprint_id: str, target: "tvm.tar
 
 def learn_across_fingerprints(store: "RegistryStore", fingerprint_id: str, tvm_version: str,
                               tell: Callable[[str, str], None]) -> None:
-    """Retrain the cross-hardware model of ``fingerprint_id``'s hardware kind when records
-    arrived since it learned (bounded: cross_model.REFRESH_SECONDS); logged, never raised."""
+    """Retrain the cross-hardware model of ``fingerprint_id``'s hardware kind once the records
+    arrived since it learned are a share of its samples (cross_model.NEW_SHARE; bounded:
+    cross_model.REFRESH_SECONDS); logged, never raised."""
     from .cross_model import MIN_SAMPLES as CROSS_MIN_SAMPLES
+    from .cross_model import NEW_SHARE as CROSS_NEW_SHARE
     from .cross_model import refresh_cross_model
 
     kind = fingerprint_id.split("-", 1)[0]
@@ -109,7 +112,8 @@ def learn_across_fingerprints(store: "RegistryStore", fingerprint_id: str, tvm_v
         tell("learned", f"cross-hardware cost model of {kind}: not trained yet, fewer than {CROSS_MIN_SAMPLES} "
                         "records")
     elif before is not None and stored.sha256 == before.sha256:
-        tell("learned", f"cross-hardware cost model of {kind}: unchanged, {stored.samples} samples (no new records)")
+        tell("learned", f"cross-hardware cost model of {kind}: unchanged, {stored.samples} samples (retrained once "
+                        f"{math.ceil(CROSS_NEW_SHARE * stored.samples)} records arrived since it learned)")
     else:
         tell("learned", f"cross-hardware cost model of {kind}: {stored.samples} samples of {stored.workloads} "
                         "workload-fingerprint groups")

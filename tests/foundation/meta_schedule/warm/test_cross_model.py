@@ -162,6 +162,37 @@ def test_a_refresh_reads_no_record_unless_one_arrived_and_stops_at_its_time_boun
         fresh.dispose()
 
 
+def test_a_refresh_waits_until_the_records_arrived_are_a_share_of_what_it_learned(tmp_path, target, monkeypatch):
+    import tvm
+
+    from foundation.meta_schedule.warm import cross_model
+    from foundation.meta_schedule.warm.cross_model import NEW_SHARE, refresh_cross_model
+
+    version = tvm.__version__
+    url = f"sqlite:///{tmp_path / 'registry.db'}"
+    store = synthetic_registry(url, target, sizes=(32,), per_workload=20)
+    try:
+        stored = refresh_cross_model(store, version)
+        assert stored.samples == 3 * 20
+        # 3 boxes x 3 records of a new workload: fewer than a fifth of 60 samples. Not even read.
+        synthetic_registry(url, target, sizes=(40,), per_workload=3).dispose()
+        assert 9 < NEW_SHARE * stored.samples <= 15
+        with monkeypatch.context() as patched:
+            patched.setattr(cross_model, "registry_dataset", _never_read)
+            assert refresh_cross_model(store, version) == stored
+        # 6 more: 15 arrived since it learned, a fifth and more. Retrained on every record.
+        synthetic_registry(url, target, sizes=(48,), per_workload=2).dispose()
+        again = refresh_cross_model(store, version)
+        assert again.sha256 != stored.sha256 and again.samples == 60 + 9 + 6, again
+        assert again.last_record_id == store.cost_models.newest_record_id(version, "cpu")
+    finally:
+        store.dispose()
+
+
+def _never_read(*args, **kwargs):
+    raise AssertionError("the records were read though too few arrived to retrain on")
+
+
 def test_fine_tuning_keeps_the_cross_trees_and_grows_a_few_on_the_boxs_own_records(synthetic, target):
     import tvm
     from tvm.s_tir import meta_schedule as ms
