@@ -140,6 +140,8 @@ def run_job(args, size, registry: str) -> dict:
     tuning_s = spans.get("running", 0.0)
     scopes = {name: float(seconds) for name, seconds in profiler.get().items()}
     tasks = result.report.tasks if result.report else []
+    model_s = (scopes.get("EvoSearch/Evolve/PredictNormalizedScore", 0.0)
+               + scopes.get("MeasureCallback/UpdateCostModel", 0.0))
     estimate = (sum(t.best_sec * t.weight for t in tasks) * 1e3
                 if tasks and all(t.best_sec is not None for t in tasks) else None)
     return {
@@ -152,6 +154,12 @@ def run_job(args, size, registry: str) -> dict:
                    "built": batches.candidates_built, "measured": batches.candidates_measured},
         "cpu_s": {"farm_process": cpu_end[0] - cpu_begin[0], "worker_processes": cpu_end[1] - cpu_begin[1]},
         "metaschedule_scopes_s": dict(sorted(scopes.items(), key=lambda kv: -kv[1])),
+        # the cost model's prediction in the search and its updates after each measured batch, and
+        # the stored models' refresh after the job (its "learned" stage: the cross model's)
+        "cost_model": {"s": model_s, "share_of_tuning": model_s / tuning_s if tuning_s else None,
+                       "refresh_after_job_s": spans.get("learned", 0.0),
+                       "start": result.report.cost_model_start if result.report else None},
+        "date": time.strftime("%Y-%m-%d", time.gmtime()),
         "registry": registry,
         # the tuner's measured best of each task x its calls: the latency the search reached, free of
         # the end-to-end timing's noise (the tuned tasks only)
@@ -228,6 +236,10 @@ def print_job(report: dict, flush: bool = False) -> None:
     print(f"  in tuning: build {t['build_s']:.1f} s ({t['built']} candidates), measure "
           f"{t['measure_s']:.1f} s ({t['measured']}), the rest (search, cost model, commits) "
           f"{other:.1f} s, of it the search {t['search_s']:.1f} s; {report['trials_per_s_tuning']:.2f} trials/s")
+    model = report["cost_model"]
+    print(f"  cost model: prediction + updates {model['s']:.1f} s ({100 * (model['share_of_tuning'] or 0):.1f}% of "
+          f"tuning), refresh after the job {model['refresh_after_job_s']:.1f} s; started from "
+          f"{model['start'] or 'nothing stored'}")
     print(f"  CPU: farm process {report['cpu_s']['farm_process']:.1f} s, worker processes "
           f"{report['cpu_s']['worker_processes']:.1f} s")
     print("  MetaSchedule's profiler (wall s, nested scopes overlap):")
