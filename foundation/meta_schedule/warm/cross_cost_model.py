@@ -18,6 +18,7 @@ trial it steers. Which ranks better is bench/cost_model_transfer.py's measuremen
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -45,6 +46,9 @@ FINE_TUNE = "fine-tune"
 MODE = BLEND
 # Own samples at which the job's own model weighs as much as the cross model.
 BLEND_SAMPLES = 256
+# Candidates whose features a job keeps (a few KiB each): more than a task's population of 512
+# scored over its generations, the measured best among them.
+CACHED_PROGRAMS = 4096
 
 __all__ = ["BLEND", "FEW_SAMPLES", "FINE_TUNE", "MODE", "CrossCostModel", "blended", "cross_cost_model_for"]
 
@@ -101,6 +105,7 @@ class CrossCostModel(PyCostModel):
         self.own.num_warmup_samples = 0
         self.started_from = started_from
         self.batches_ranked = 0
+        self.features = FeatureCache()
 
     def own_weight(self) -> float:
         """The own model's share of the blend: 0 until it has a booster."""
@@ -117,7 +122,7 @@ class CrossCostModel(PyCostModel):
         # The candidates' features are extracted and packed once for both models: extraction is
         # most of a prediction's cost, and XGBModel.predict would extract them again.
         self.batches_ranked += 1
-        packed = PackedPrograms.of(program_features(context, candidates))
+        packed = PackedPrograms.of(self.features.of(context, candidates))
         scores = self.ranking.predict_packed(packed, self.vector)
         if self.own_weight() == 0.0 or len(candidates) < 2:
             return scores
@@ -131,6 +136,39 @@ class CrossCostModel(PyCostModel):
     def save(self, path: str) -> None:
         """Save the own model (the cross model is in the registry)."""
         self.own.save(path)
+
+
+class FeatureCache:
+    """The program features of the candidates scored lately, by their program's structural hash.
+
+    The evolutionary search scores its whole population every generation, and much of it again:
+    parents carried over unmutated, the measured best it starts each round from. Extracting a
+    candidate's features (PerStoreFeature lowers its program) takes tens of milliseconds for a
+    convolution; hashing its program a fraction of one.
+    """
+
+    def __init__(self, capacity: int = CACHED_PROGRAMS):
+        self.capacity = capacity
+        self._programs: OrderedDict[int, np.ndarray] = OrderedDict()
+        self.hits = self.misses = 0
+
+    def of(self, context, candidates) -> list[np.ndarray]:
+        import tvm_ffi
+
+        keys = [int(tvm_ffi.structural_hash(c.sch.mod)) for c in candidates]
+        missing = {k: i for i, k in enumerate(keys) if k not in self._programs}
+        if missing:
+            fresh = program_features(context, [candidates[i] for i in missing.values()])
+            self._programs.update(zip(missing, fresh))
+        self.misses += len(missing)
+        self.hits += len(keys) - len(missing)
+        out = []
+        for key in keys:
+            self._programs.move_to_end(key)
+            out.append(self._programs[key])
+        while len(self._programs) > self.capacity:
+            self._programs.popitem(last=False)
+        return out
 
 
 def own_samples(model) -> list[CrossSample]:

@@ -75,6 +75,7 @@ def test_the_cross_cost_model_drives_a_search_and_blends_in_the_jobs_own_measure
 
     from foundation.hardware.device_features import device_vector
     from foundation.meta_schedule.warm.cross_cost_model import CrossCostModel
+    from foundation.meta_schedule.warm.cross_cost_model import blended as blend
     from foundation.meta_schedule.warm.cross_model import load_cross_model, refresh_cross_model
     from foundation.meta_schedule.warm.cross_samples import program_features
 
@@ -103,9 +104,39 @@ def test_the_cross_cost_model_drives_a_search_and_blends_in_the_jobs_own_measure
     model.update(context, candidates,
                  [RunnerResult(run_secs=[synthetic_seconds(p, new_box)], error_msg=None) for p in programs])
     assert 0 < model.own_weight() < 1
+    misses, hits = model.features.misses, model.features.hits
     blended = model.predict(context, candidates)
     assert len(blended) == 120 and ((0 <= blended) & (blended <= 1)).all()
+    # The features extracted once serve both models: the own model's part is what it predicts itself.
+    np.testing.assert_allclose(blended, blend(alone, model.own.predict(context, candidates), model.own.data_size))
+    # The second batch of the same candidates: their features were kept from the first, none extracted again.
+    assert (model.features.misses, model.features.hits) == (misses, hits + 120)
     assert not np.array_equal(np.argsort(blended), np.argsort(alone))
+
+
+def test_a_batch_packed_once_scores_each_program_as_metaschedules_packsum_does(synthetic, target):
+    import tvm
+    from tvm.s_tir import meta_schedule as ms
+    from tvm.s_tir.meta_schedule.cost_model.xgb_model import PackSum
+
+    from foundation.hardware.device_features import device_vector
+    from foundation.meta_schedule.warm.cross_model import PackedPrograms, load_cross_model, refresh_cross_model
+    from foundation.meta_schedule.warm.cross_samples import program_features
+
+    refresh_cross_model(synthetic, tvm.__version__)
+    cross, _stored = load_cross_model(synthetic, tvm.__version__)
+    mod = matmul_module(40)
+    programs = program_features(ms.TuneContext(mod=mod, target=target, task_name="t"), _candidates(mod, target, 20))
+    vector = device_vector({"device": BOXES[0][1]})
+    with_empty = [*programs[:5], programs[0][:0], *programs[5:]]  # a program with no store rows scores 0
+    rows = [cross.rows(p, vector) for p in programs]
+    packsum = PackSum(xs=rows, ys=None)
+    expected = packsum.predict_with_score(cross.booster.predict(packsum.dmatrix))
+    scores = cross.predict(with_empty, vector)
+    assert scores[5] == 0.0 and len(scores) == 21
+    np.testing.assert_allclose(np.delete(scores, 5), expected, rtol=1e-6)
+    packed = PackedPrograms.of(with_empty)
+    assert packed.rows.shape == (sum(len(p) for p in programs), programs[0].shape[1]) and packed.count == 21
 
 
 def test_a_box_with_few_records_of_its_own_starts_from_the_cross_model(synthetic):
