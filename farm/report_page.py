@@ -60,7 +60,15 @@ def markdown(report, image: str) -> str:
     plan = notes.trial_plan
     planned = {t.name: t for t in plan.tasks} if plan else {}
     lines += ["## Tasks", "", f"Task names and weights come from {report.tasks_from}."]
-    if plan and planned:
+    phased = plan is not None and len(plan.phases) == 2 and any(len(t.phases) == 2 for t in plan.tasks)
+    if plan and planned and phased:
+        peak = f"{plan.peak_gflops:g} GFLOP/s, the box's measured peak" if plan.peak_gflops else "no known peak"
+        lines += ["", f"The trial plan gave {plan.total} of {plan.budget} trials in two phases: {plan.phases[0]} by "
+                      "each task's share of the model's latency as estimated before tuning (FLOPs x calls, or "
+                      f"measured times where the registry had them), then {plan.phases[1]} by what each task lost "
+                      f"against its ceiling after the first (its best time x calls less its FLOPs at {peak}); "
+                      "planned is first + second, the estimated share the second's."]
+    elif plan and planned:
         lines += ["", f"The trial plan gave {plan.total} of {plan.budget} trials by each task's share of the "
                       "model's latency as estimated before tuning (FLOPs x calls, or measured times where the "
                       "registry had them); tasks with nothing to tune got a small cap."]
@@ -71,8 +79,10 @@ def markdown(report, image: str) -> str:
     for task in sorted(report.tasks, key=lambda t: -(t.final or 0) * t.weight):
         share = f"{(task.final or 0) * task.weight / total:.0%}" if task.final else "-"
         line = planned.get(task.name)
-        plan_cells = (f"{line.trials}{' (nothing to tune)' if line.minor else ''} | ", f"{line.share:.0%}"
-                      ) if line else ("- | ", "-")
+        plan_cells = ("- | ", "-")
+        if line:
+            trials = f"{line.phases[0]} + {line.phases[1]}" if len(line.phases) == 2 else str(line.trials)
+            plan_cells = (f"{trials}{' (nothing to tune)' if line.minor else ''} | ", f"{line.share:.0%}")
         lines.append(f"| {task.name} | {task.weight} | {plan_cells[0]}{task.trials} | {task.failed} | "
                      f"{duration(task.first_valid)} | {duration(task.final)} | {plan_cells[1]} | {share} |")
     return "\n".join(lines) + "\n"

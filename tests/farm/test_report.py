@@ -94,3 +94,21 @@ def test_many_tasks_are_plotted_in_microseconds_with_the_small_ones_grouped(stor
     assert time_unit([42e-6, 3e-6]) == ("us", 1e-6) and time_unit([2e-3]) == ("ms", 1e-3)
     assert time_unit([0.9995]) == ("ms", 1e-3) and time_unit([12.0]) == ("s", 1.0)
     assert len(flops) > NAMED_TASKS + 1  # so the plot groups the smallest as "other"
+
+
+def test_a_two_phase_plan_is_told_phase_by_phase(store, tmp_path):
+    from foundation.domain.job_spec import noted
+    from foundation.domain.trial_phases import first_phase, first_phase_trials, second_phase
+    from foundation.domain.trial_plan import TaskDemand, plan_trials
+
+    job, workload = _job(store, [1e6, 2e6])
+    first = first_phase(plan_trials([TaskDemand("task0", 1e6, 1), TaskDemand("task1", 2e6, 1)], 16))
+    measured = [TaskDemand("task0", 1e6, 1, 1.0, ceiling_ms=0.01), TaskDemand("task1", 2e6, 1, 0.05, ceiling_ms=0.02)]
+    plan = second_phase(first, measured, first_phase_trials(first), 100.0)
+    store.update_job(job.id, options=noted(store.get_job(job.id), trial_plan=plan))
+    _measure(store, job, workload["task0"], 1e-3, "a")
+    write_job_report(job.id, tmp_path / "report", store.url)
+    page = (tmp_path / "report" / f"{job.id}.md").read_text()
+    assert f"in two phases: {plan.phases[0]} by each task's share" in page and "at 100 GFLOP/s" in page
+    task0 = plan.tasks[0]
+    assert f"| task0 | 1 | {task0.phases[0]} + {task0.phases[1]} | 1 |" in page
