@@ -141,8 +141,14 @@ def _trials_per_s(raw: list) -> tuple[float, str]:
     return after / before, ""
 
 
+def _two_over_one(raw: dict) -> tuple[float, str]:
+    """bench/plan_ab.py's pairs: the median of two phases' latency over one phase's, pair by pair."""
+    return statistics.median(raw["two_over_one_by_pair"]), raw["date"]
+
+
 DEFAULT_READERS: dict[str, Callable] = {"seed_ratio": _seed_ratio, "ratio": _ratio,
-                                        "flushed_over_warm": _flushed_over_warm, "trials_per_s": _trials_per_s}
+                                        "flushed_over_warm": _flushed_over_warm, "trials_per_s": _trials_per_s,
+                                        "two_over_one": _two_over_one}
 
 
 def read_cost_model_transfer(raw: dict) -> dict:
