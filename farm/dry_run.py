@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from farm.session import FarmContext, local_target, open_context
+from farm.session import FarmContext, open_context
 from foundation.domain.jobs import FINAL_STATES
 from foundation.domain.weights_layout import weights_layout_for
+from foundation.hardware.targets import local_target
 from foundation.models.model_key import model_key
 
 if TYPE_CHECKING:  # pragma: no cover

@@ -1,6 +1,7 @@
 """An embedded job once it is this process's to run: the job's recipe (foundation.job_driver.pipeline) advanced
 here until the job ends, its tuning and validation run in this process, under the scope's tuning lock and
-this process's heartbeat (farm.embedded decides whether it runs)."""
+this process's heartbeat (its admission, foundation.job_driver.embedded_admission, decides whether it runs and
+writes its rows)."""
 
 from __future__ import annotations
 
@@ -8,22 +9,21 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from farm.session import FarmContext
-from farm.submit_values import JobObserver, SubmitRequest, SubmitResult
+from farm.submit_values import JobObserver, SubmitResult
 from farm.tuning_rounds import summed_plan, tune_in_rounds
 from foundation import config
-from foundation.domain.job_spec import JobSpec, noted
+from foundation.domain.job_spec import noted
 from foundation.domain.jobs import JobState
 from foundation.domain.trial_phases import merged
-from foundation.domain.weights_layout import WeightsLayout
 from foundation.hardware.device_features import DEVICE_KEY
 from foundation.job_driver import steps
-from foundation.job_driver.admission import model_row, new_job_options
 from foundation.job_driver.cancellation import Cancellation
 from foundation.job_driver.driver import JobDriver, RegistryJobMoves, tuning_failure
+from foundation.job_driver.embedded_admission import EmbeddedAdmission
 from foundation.job_driver.pipeline import JobPipeline, JobWork, Tuned, TuningStart, Validated
 from foundation.job_driver.runners import Heartbeat
 from foundation.job_driver.tuning_lock import ScopeLock
-from foundation.meta_schedule.tuner import TuningReport, WorkerPools
+from foundation.meta_schedule.tuner import MeasureSettings, TuningReport, WorkerPools
 from foundation.meta_schedule.warm.job_start import learn_from_job, warm_start_for, warm_start_use
 from foundation.models.model_key import ModelKey
 from foundation.tvm_ir_lock import TVM_IR_LOCK
@@ -64,12 +64,13 @@ class _TrialTally:
             self.observer.planned(plan)
 
 
-def tune_build_commit(ctx: FarmContext, key: ModelKey, request: SubmitRequest, spec: JobSpec, layout: WeightsLayout,
-                       lock: ScopeLock, observer: JobObserver | None, cancellation: Cancellation,
-                       begin: float) -> SubmitResult:
-    """Run a job here under the tuning lock, with this process's heartbeat beating the lock and the job."""
+def tune_build_commit(ctx: FarmContext, admission: EmbeddedAdmission, measure: MeasureSettings,
+                      observer: JobObserver | None, cancellation: Cancellation, begin: float) -> SubmitResult:
+    """Run a job here under the tuning lock ``admission`` holds, with this process's heartbeat beating the lock
+    and the job."""
     from foundation.models.loading import load_model
 
+    key, lock = admission.asked.key, admission.lock
     tell = observer.stage if observer else (lambda state, detail: None)
     # Nothing is printed or written before the model loads: a broken file is refused cleanly.
     loaded = load_model(str(key.path) if key.path else key.name, key.batch)
@@ -78,8 +79,9 @@ def tune_build_commit(ctx: FarmContext, key: ModelKey, request: SubmitRequest, s
     heartbeat.lock_scope = lock.scope
     heartbeat.start()
     try:
-        site = HereSite(ctx, key, loaded, request, heartbeat, observer, cancellation)
-        job = site.admit(spec, layout, lock)
+        job = admission.new_job(loaded)
+        site = HereSite(ctx, key, loaded, measure, heartbeat, observer, cancellation)
+        site.started(job)
         return site.run(job, lock, begin)
     finally:
         heartbeat.stop()
@@ -91,14 +93,18 @@ class HereSite:
 
     ir_lock = TVM_IR_LOCK  # held already by this thread, for the whole job (farm.embedded)
 
-    def __init__(self, ctx: FarmContext, key: ModelKey, loaded: "LoadedModel", request: SubmitRequest,
+    def __init__(self, ctx: FarmContext, key: ModelKey, loaded: "LoadedModel", measure: MeasureSettings,
                  heartbeat: Heartbeat, observer: JobObserver | None, cancellation: Cancellation):
-        self.ctx, self.key, self.loaded = ctx, key, loaded
+        self.ctx = ctx
+        self.key = key
+        self.loaded = loaded
         self.tvm_version = ctx.tvm_version
-        self.heartbeat, self.observer, self.cancellation = heartbeat, observer, cancellation
+        self.heartbeat = heartbeat
+        self.observer = observer
+        self.cancellation = cancellation
         self._tell = observer.stage if observer else (lambda state, detail: None)
         self.tally = _TrialTally(observer)
-        self.pools = WorkerPools(request.measure)
+        self.pools = WorkerPools(measure)
         self.report: TuningReport | None = None
         self.trial_plan: "TrialPlan | None" = None
         self._start: TuningStart | None = None
@@ -106,20 +112,13 @@ class HereSite:
         self._built: steps.Built | None = None
         self._database: Any = None
 
-    def admit(self, spec: JobSpec, layout: WeightsLayout, lock: ScopeLock) -> "Job":
-        """The job's model and job rows, the job named on the lock and the heartbeat."""
-        ctx, store, key, loaded = self.ctx, self.ctx.store, self.key, self.loaded
-        store.upsert_fingerprint(ctx.fingerprint.id, ctx.fingerprint.kind, ctx.fingerprint.summary,
-                                 ctx.fingerprint.details)
-        model = model_row(store, key, loaded)
-        job = store.create_job(model_id=model.id, target=ctx.target_json, fingerprint_id=ctx.fingerprint.id,
-                               trials_budget=0, options=new_job_options(spec, layout), runner=lock.runner)
-        lock.name_job(job.id)
+    def started(self, job: "Job") -> None:
+        """The job named on the heartbeat, which writes its trials from now on, and told to a caller waiting
+        for its id."""
         self.heartbeat.job_id = job.id
         if self.observer is not None and hasattr(self.observer, "job_started"):  # a caller waiting for the id
             self.observer.job_started(job.id)
         self.heartbeat.count_trials(lambda: self.tally.trials)
-        return job
 
     def run(self, job: "Job", lock: ScopeLock, begin: float) -> SubmitResult:
         """The job advanced until it ends; an error, or a Python caller's Ctrl-C, ends a job not ended yet."""

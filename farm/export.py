@@ -110,13 +110,13 @@ def _bound_library(deployed: "LoadedForExport") -> bytes:
     """The deployed model's library compiled again from the registry's records, its weights bound into `main`."""
     import tvm
 
-    from farm.session import open_store
     from foundation.compile import build_library, weights_bound
     from foundation.domain.untuned_speed import SpeedCheck
     from foundation.domain.weights_layout import WeightsLayout
     from foundation.hardware.targets import to_tvm_target
     from foundation.meta_schedule.database.registry_database import tvm_database_for
     from foundation.models.loading import load_model
+    from foundation.registry.opening import open_store
     from foundation.tvm_ir_lock import TVM_IR_LOCK
 
     artifact, key = deployed.artifact, deployed.key

@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from farm.job_document import job_document as shared_document
-from farm.session import open_store
 from foundation.clock import utc_now
 from foundation.domain.job_spec import DISTRIBUTED, job_notes, job_spec
 from foundation.domain.warm_start_use import job_warm_start
@@ -22,6 +21,7 @@ from foundation.errors import BadInput
 from foundation.job_driver.artifacts import artifact_json
 from foundation.job_driver.driver import JobDriver, RegistryJobMoves
 from foundation.job_driver.runners import fail_dead_jobs, gone_reason
+from foundation.registry.opening import open_store
 
 if TYPE_CHECKING:  # pragma: no cover
     from foundation.registry.entities import Artifact, Job

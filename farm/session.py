@@ -1,8 +1,7 @@
 """What every command resolves first: the registry, this box's fingerprint, the target.
 
 Only commands that create data (`submit`, `coordinator`, `registry import`, `registry init`)
-open the registry with ``create=True``; the others refuse a registry that does not exist
-rather than make an empty one where a mistyped path points.
+open the registry with ``create=True`` (foundation.registry.opening).
 """
 
 from __future__ import annotations
@@ -12,13 +11,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from foundation import config
-from foundation.errors import BadInput
-from foundation.hardware.fingerprint import local_fingerprint
+from foundation.hardware.targets import local_target, target_json, to_tvm_target
 
 if TYPE_CHECKING:  # pragma: no cover
     import tvm
 
+    from farm.submit_values import SubmitRequest
     from foundation.hardware.fingerprint import Fingerprint
+    from foundation.job_driver.admission import AskedJob
     from foundation.registry.store import RegistryStore
 
 
@@ -37,31 +37,16 @@ class FarmContext:
         return software_versions(self.target["kind"])
 
     def tvm_target(self) -> "tvm.target.Target":
-        from foundation.hardware.targets import to_tvm_target
-
         return to_tvm_target(self.target)
-
-
-def open_store(registry_option: str | None, *, create: bool = False) -> "RegistryStore":
-    from foundation.registry.engine import parse_registry_url, sqlite_in_memory
-    from foundation.registry.store import RegistryStore
-
-    url = config.registry_url(registry_option)
-    if url == config.default_registry_url():  # FARM_HOME's registry: a FARM_HOME it cannot be in is named
-        config.checked_data_dir(create=create)
-    if sqlite_in_memory(parse_registry_url(url)):
-        raise BadInput(f"the registry {url!r} is in memory: it would keep nothing after this command",
-                       "give a file, such as sqlite:///path/to/registry.db")
-    return RegistryStore(url, create=create)
 
 
 def open_context(registry_option: str | None, user_target: str, *, create: bool = False,
                  tuning_here: bool = False) -> FarmContext:
     """Validate the target, detect the fingerprint, then open the registry (in that order,
     so that bad input is refused before anything is created). ``tuning_here``: also refuse a
-    target whose instructions this CPU lacks (`FarmContext.check_local_tuning`)."""
-    from foundation.hardware.targets import target_json
+    target whose instructions this CPU lacks (foundation.hardware.targets.check_runs_here)."""
     from foundation.hardware.versions import tvm_version
+    from foundation.registry.opening import open_store
 
     fingerprint, target = local_target(user_target, tuning_here=tuning_here)
     if tuning_here and create:  # a job here keeps its logs in FARM_HOME: one it cannot write is named now
@@ -70,15 +55,19 @@ def open_context(registry_option: str | None, user_target: str, *, create: bool 
     return FarmContext(store, fingerprint, target, target_json(target), tvm_version())
 
 
-def local_target(user_target: str, *, tuning_here: bool = False) -> tuple["Fingerprint", dict]:
-    """This box's fingerprint for the target's kind, and the canonical target, checked as
-    `open_context` checks it; no registry is opened."""
-    from foundation.hardware.targets import canonical_target, check_llvm_cpu, check_runs_here, parse_target
+def open_submit(request: "SubmitRequest") -> tuple[FarmContext, "AskedJob"]:
+    """An embedded submit's context, and what it asks as typed values. Each value is checked before the
+    registry is opened or made: the model first, then the job's spec, a target this CPU cannot tune, and a
+    form of weights that target cannot take."""
+    from foundation.hardware.versions import tvm_version
+    from foundation.job_driver.admission import asked_job
+    from foundation.job_driver.embedded_admission import embedded_spec, keyed_here
+    from foundation.registry.opening import open_store
 
-    requested = parse_target(user_target)
-    fingerprint = local_fingerprint(requested["kind"])
-    target = canonical_target(user_target, fingerprint)
-    check_llvm_cpu(requested, target)
-    if tuning_here:
-        check_runs_here(requested, target, fingerprint)
-    return fingerprint, target
+    key = keyed_here(request.model, request.batch)
+    spec = embedded_spec(request)
+    fingerprint, target = local_target(request.target, tuning_here=True)
+    asked = asked_job(key, spec, target["kind"], request.fingerprint)
+    config.checked_data_dir(create=True)  # a job here keeps its logs in FARM_HOME: one it cannot write is named now
+    store = open_store(request.registry, create=True)
+    return FarmContext(store, fingerprint, target, target_json(target), tvm_version()), asked

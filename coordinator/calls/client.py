@@ -26,10 +26,9 @@ from foundation.domain.jobs import JobState
 from foundation.domain.shards import ShardState
 from foundation.domain.submission import Submission
 from foundation.domain.validations import ValidationState
-from foundation.domain.weights_layout import AUTO, WeightsLayout, auto_forms, weights_layout_for
+from foundation.domain.weights_layout import WeightsLayout, weights_layout_for
 from foundation.errors import FarmError, NotFound
-from foundation.job_driver.admission import QUEUED, answered_by, model_row, new_job_options
-from foundation.job_driver.artifacts import find_hit, look_up_fastest_hit
+from foundation.job_driver.admission import QUEUED, AskedJob, answered_by, first_hit, model_row, new_job_options
 from foundation.job_driver.library_scopes import library_scopes
 from foundation.models.loaded import check_batch
 from foundation.models.model_key import ModelKey, looks_like_path, model_key
@@ -80,9 +79,9 @@ class ClientCalls:
         except FarmError as err:
             raise InvalidRequest(err.problem, err.fix) from None
         until = _until(submission, kind)
-        job_spec = submission.job_spec(DISTRIBUTED)
+        asked = AskedJob(key, submission.job_spec(DISTRIBUTED), layout)
         # The planner may take another form for auto (foundation.meta_schedule.layout_choice).
-        options = new_job_options(job_spec, layout)
+        options = new_job_options(asked.spec, asked.layout)
         if until is not None:
             # Each round's model is timed here, on the coordinator's CPU: it tunes for that one.
             own = self._own_fingerprint(kind)
@@ -116,11 +115,10 @@ class ClientCalls:
             if not submission.retune:
                 if known is None:
                     known = {f.id: f.details for f in self._store.list_fingerprints()}
-                hit = self._hit(key, target, fp_id, layout, auto=submission.weights_layout == AUTO, kind=kind,
-                                known=known)
+                hit = self._hit(key, target, fp_id, asked.hit_forms(kind), known=known)
                 metrics.registry_lookup(hit is not None)
                 if hit is not None:
-                    answered, _ = answered_by(self._store, hit, job_spec, layout, target, fp_id)
+                    answered, _ = answered_by(self._store, hit, asked.spec, asked.layout, target, fp_id)
                     submitted.append(Submitted(answered, False))
                     continue
             model = model or self._ensure_model(key)
@@ -141,24 +139,17 @@ class ClientCalls:
         self._wake.set()
         return submitted
 
-    def _hit(self, key: ModelKey, target: str, fp_id: str, layout: WeightsLayout, *, auto: bool,
-             kind: str, known: dict[str, dict]) -> Artifact | None:
-        """The library answering a submit for ``fp_id``: its own, else the newest of a compatible
-        fingerprint's (the same hardware at another size: foundation.job_driver.library_scopes);
+    def _hit(self, key: ModelKey, target: str, fp_id: str, forms: tuple[WeightsLayout, ...], *,
+             known: dict[str, dict]) -> Artifact | None:
+        """The library answering a submit for ``fp_id`` in one of ``forms``: its own, else the newest of a
+        compatible fingerprint's (the same hardware at another size: foundation.job_driver.library_scopes);
         ``known``: the registry's fingerprints, read once per submit."""
         scopes = library_scopes(self._store, target, fp_id, known.get(fp_id, {}), known=known)
-        for scope in scopes:
-            if auto:  # the fastest library of any form auto may take
-                hit = look_up_fastest_hit(self._store, key, scope.target_json, scope.fingerprint_id,
-                                          self._tvm_version, auto_forms(kind)).artifact
-            else:
-                hit = find_hit(self._store, key, scope.target_json, scope.fingerprint_id, self._tvm_version, layout)
-            if hit is not None:
-                if not scope.is_own(fp_id):
-                    logger.info("%s for %s answered by %s's library (the same hardware at another size)",
-                                key.describe(), fp_id, scope.fingerprint_id)
-                return hit
-        return None
+        found = first_hit(self._store, key, scopes, self._tvm_version, forms)
+        if found.scope is not None and not found.scope.is_own(fp_id):
+            logger.info("%s for %s answered by %s's library (the same hardware at another size)",
+                        key.describe(), fp_id, found.scope.fingerprint_id)
+        return found.artifact
 
     def _targets(self, user_target: str, fingerprint_ids: list[str], *, named: bool) -> dict[str, str]:
         """Each fingerprint's canonical target (JSON), for those whose agents can measure it.

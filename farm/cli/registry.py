@@ -17,8 +17,8 @@ from farm.cli import registry_forget, registry_retention
 from farm.cli.command import FarmTyper
 from farm.cli.options import JSON_OPTION, REGISTRY_OPTION, env_option
 from farm.cli.output import emit_json, print_fields, print_table, stdout_console
-from farm.session import open_store
 from foundation.errors import BadInput, NotFound, path_error, quoted
+from foundation.registry.opening import open_store
 
 # What `farm registry ls` counts, in this order (the registry's own tables; the distributed
 # mode's bookkeeping is left out).
@@ -149,8 +149,8 @@ def import_logs(
 ) -> None:
     """Import a TVM MetaSchedule JSON database for a fingerprint: checked whole first, then stored."""
     from farm.cli.progress import ConsoleProgress
-    from farm.session import open_store
     from foundation.meta_schedule.database.tvm_logs import read_tvm_logs, store_tvm_logs, worth_telling
+    from foundation.registry.opening import open_store
 
     if not path.exists():  # before the registry is opened, and maybe created
         raise NotFound(f"no such directory: {path}", "give the work_dir of a TVM JSONDatabase")
@@ -413,7 +413,8 @@ def _import_context(registry: str | None, target: str, fingerprint: str | None):
     """`_context_for` an import, creating nothing: where there is no registry yet, the context's
     store is None (the import creates it once the log is read), and only this box's fingerprint
     can be imported for (a fresh registry knows no other)."""
-    from farm.session import FarmContext, local_target
+    from farm.session import FarmContext
+    from foundation.hardware.targets import local_target
     from foundation.registry.engine import RegistryMissing
 
     try:

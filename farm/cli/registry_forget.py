@@ -10,8 +10,8 @@ import sys
 from farm.cli.command import FarmTyper
 from farm.cli.options import JSON_OPTION, REGISTRY_OPTION, env_option
 from farm.cli.output import emit_json, print_table, stdout_console
-from farm.session import open_store
 from foundation.errors import BadInput, NotFound, quoted
+from foundation.registry.opening import open_store
 
 app = FarmTyper(rich_markup_mode=None)  # its command joins `farm registry` (farm.cli.registry)
 
@@ -109,7 +109,7 @@ def _fingerprint(store, given: str | None, target: str) -> str:  # type: ignore[
             raise NotFound(f"fingerprint {quoted(given)} is not in the registry",
                            "`farm registry show` lists the fingerprints it holds")
         return given
-    from farm.session import local_target
+    from foundation.hardware.targets import local_target
 
     local, chosen = local_target(target)
     if store.get_fingerprint(local.id) is None:

@@ -14,8 +14,8 @@ from farm.cli.command import FarmTyper
 from farm.cli.options import JSON_OPTION, REGISTRY_OPTION, env_option
 from farm.cli.output import emit_json, print_table, stdout_console
 from farm.cli.units import age
-from farm.session import open_store
 from foundation.domain.retention import DEFAULT_KEEP
+from foundation.registry.opening import open_store
 from foundation.units import size
 
 app = FarmTyper(rich_markup_mode=None)  # its commands join `farm registry` (farm.cli.registry)

@@ -65,10 +65,10 @@ def write_job_report(job_id: str, out: Path, registry: str | None) -> dict:
     """Write the report of ``job_id`` into ``out``; return what was written, as JSON."""
     from farm.report import job_report, write_report
     from farm.report_plot import require_matplotlib
-    from farm.session import open_store
     from foundation.domain.job_spec import job_notes
     from foundation.domain.warm_start_use import job_warm_start
     from foundation.errors import path_error
+    from foundation.registry.opening import open_store
 
     require_matplotlib()
     made = job_report(open_store(registry), job_id)

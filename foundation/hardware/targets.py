@@ -133,6 +133,20 @@ def measurable_target(user: str, fp: "Fingerprint") -> dict:
     return target
 
 
+def local_target(user_target: str, *, tuning_here: bool = False) -> tuple["Fingerprint", dict]:
+    """This box's fingerprint for the target's kind, and the canonical target; BadInput for an mcpu LLVM does
+    not know, and with ``tuning_here`` (`farm submit` tunes here) for code this CPU cannot run."""
+    from foundation.hardware.fingerprint import local_fingerprint
+
+    requested = parse_target(user_target)
+    fingerprint = local_fingerprint(requested["kind"])
+    target = canonical_target(user_target, fingerprint)
+    check_llvm_cpu(requested, target)
+    if tuning_here:
+        check_runs_here(requested, target, fingerprint)
+    return fingerprint, target
+
+
 def unusable_fingerprint(fp: "Fingerprint", kind: str) -> str | None:
     """Why a stored fingerprint cannot give a ``kind`` target (its kind, or details it lacks), or None.
 

@@ -43,20 +43,13 @@ class HitLookup:
     invalidated: list["Artifact"] = field(default_factory=list)
 
 
-def find_hit(
-    store: "RegistryStore", key: ModelKey, target_json: str, fingerprint_id: str, tvm_version: str,
-    weights_layout: WeightsLayout,
-) -> "Artifact | None":
-    """The newest validated, intact artifact for this model, target, fingerprint, TVM version
-    and form of weights (an artifact of the other form was tuned on other TIR: not a hit)."""
-    return look_up_hit(store, key, target_json, fingerprint_id, tvm_version, weights_layout).artifact
-
-
 def look_up_hit(
     store: "RegistryStore", key: ModelKey, target_json: str, fingerprint_id: str, tvm_version: str,
     weights_layout: WeightsLayout,
 ) -> HitLookup:
-    """`find_hit`, also saying which artifacts it found corrupt and marked invalid.
+    """The newest validated, intact artifact for this model, target, fingerprint, TVM version and form of
+    weights (an artifact of the other form was tuned on other TIR: not a hit), and those it found corrupt and
+    marked invalid on the way.
 
     Looked up by the model's name, batch and source digest, so no TVM import is needed.
     """
