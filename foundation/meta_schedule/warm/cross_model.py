@@ -1,10 +1,12 @@
 """An xgb cost model trained on the records of every fingerprint, with their device features.
 
 Each sample's program features (PerStoreFeature rows, foundation.meta_schedule.warm.cross_samples)
-get its fingerprint's device vector (foundation.hardware.device_features.device_vector) appended to
-every row; labels are normalised per (workload, fingerprint); the booster is trained with
-MetaSchedule's own XGBModel objective (a candidate's score is the sum over its rows). A model
-trained without device features (``vectors=None``) is the baseline it is measured against
+get device columns appended to every row, computed from the row and its fingerprint's device
+vector (foundation.hardware.device_features.device_vector): what the row's loops are on that box
+(foundation.meta_schedule.warm.program_on_device, ``DEVICE_COLUMNS``); labels are normalised per
+(workload, fingerprint); the booster is trained with MetaSchedule's own XGBModel objective (a
+candidate's score is the sum over its rows). Models trained without device columns
+(``vectors=None``) or with the raw device fields are the baselines it is measured against
 (bench/cost_model_transfer.py).
 
 Stored in the registry's cost_models table as kind ``KIND``, one per hardware kind (cpu, cuda)
@@ -33,6 +35,7 @@ from foundation.hardware.device_features import VECTOR_FIELDS
 
 from .cost_models import KIND as OWN_KIND
 from .cross_samples import CrossSample, registry_dataset
+from .program_on_device import DEVICE_COLUMNS, device_columns
 
 if TYPE_CHECKING:  # pragma: no cover
     import numpy as np
@@ -72,7 +75,7 @@ _LOG = logging.getLogger(__name__)
 class CrossModel:
     booster: "xgboost.Booster"
     program_width: int
-    device_fields: tuple[str, ...]  # empty: trained without device features
+    device_fields: tuple[str, ...]  # the device columns each row gets (device_columns); empty: none
 
     def predict(self, programs: Sequence["np.ndarray"], vector: Sequence[float]) -> "np.ndarray":
         """Predicted normalised speed of each program (higher: faster) on the device ``vector``
@@ -89,16 +92,15 @@ class CrossModel:
         return packed.scores(self.booster.inplace_predict(self.rows(packed.rows, vector)))
 
     def rows(self, program: "np.ndarray", vector: Sequence[float]) -> "np.ndarray":
-        """``program``'s rows (or a batch's, stacked) as this model reads them: with the device
-        vector when it has one."""
+        """``program``'s rows (or a batch's, stacked) as this model reads them: with its device
+        columns, computed from each row and the device ``vector``, when it has some."""
         import numpy as np
 
         if program.shape[1] != self.program_width:
             raise ValueError(f"program features of width {program.shape[1]}, the model reads {self.program_width}")
         if not self.device_fields:
             return program
-        device = np.broadcast_to(np.asarray(vector, dtype="float32"), (len(program), len(vector)))
-        return np.hstack([program, device]).astype("float32")
+        return np.hstack([program, device_columns(program, vector, self.device_fields)]).astype("float32")
 
 
 @dataclass(frozen=True)
@@ -139,14 +141,15 @@ def normalised_speeds(samples: Sequence[CrossSample]) -> "np.ndarray":
 
 
 def train(samples: Sequence[CrossSample], vectors: Mapping[str, Sequence[float]] | None,
-          seconds: float | None = None) -> CrossModel:
-    """A model trained on ``samples``, with each one's fingerprint's device vector from
-    ``vectors`` (None: without device features); ``seconds`` bounds the boosting."""
+          seconds: float | None = None, device_fields: Sequence[str] = DEVICE_COLUMNS) -> CrossModel:
+    """A model trained on ``samples``, each row with the ``device_fields`` columns of its
+    fingerprint's device vector from ``vectors`` (None: without device columns); ``seconds``
+    bounds the boosting."""
     if not samples:
         raise ValueError("no samples to train a cost model on")
     width = samples[0].program.shape[1]
     model = CrossModel(booster=None, program_width=width,  # type: ignore[arg-type]
-                       device_fields=VECTOR_FIELDS if vectors is not None else ())
+                       device_fields=tuple(device_fields) if vectors is not None else ())
     kept = [s for s in samples if len(s.program)]
     xs = [model.rows(s.program, _vector(vectors, s.fingerprint_id)) for s in kept]
     booster = boost(xs, normalised_speeds(kept), rounds=MAX_ROUNDS,
@@ -222,8 +225,10 @@ def model_from_bytes(blob: bytes) -> CrossModel:
     if int(arrays["format"][0]) != FORMAT:
         raise ValueError(f"cross cost model format {int(arrays['format'][0])}, this farm reads {FORMAT}")
     fields = tuple(str(f) for f in arrays["device_fields"])
-    if fields and fields != VECTOR_FIELDS:
-        raise ValueError("the cross cost model was trained on other device features than this farm measures")
+    if fields and fields != DEVICE_COLUMNS:
+        # A model of other columns (the raw device fields of before) would misread every row: a
+        # refresh retrains it.
+        raise ValueError("the cross cost model was trained on other device features than this farm computes")
     booster = xgb.Booster()
     booster.load_model(bytearray(arrays["booster"].tobytes()))
     return CrossModel(booster, int(arrays["program_width"][0]), fields)

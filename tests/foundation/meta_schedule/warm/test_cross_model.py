@@ -39,9 +39,10 @@ def test_the_cross_model_learns_every_fingerprint_and_is_stored_as_xgb_cross(syn
     import tvm
     from tvm.s_tir import meta_schedule as ms
 
-    from foundation.hardware.device_features import device_vector
+    from foundation.hardware.device_features import VECTOR_FIELDS, device_vector
     from foundation.meta_schedule.warm.cross_model import KIND, load_cross_model, refresh_cross_model
     from foundation.meta_schedule.warm.cross_samples import program_features
+    from foundation.meta_schedule.warm.program_on_device import DEVICE_COLUMNS
 
     version = tvm.__version__
     stored = refresh_cross_model(synthetic, version)
@@ -52,7 +53,7 @@ def test_the_cross_model_learns_every_fingerprint_and_is_stored_as_xgb_cross(syn
     # The per-fingerprint model of the row it sits under is another kind: neither replaces the other.
     assert synthetic.cost_models.find(stored.fingerprint_id, version, "xgb") is None
     model, again = load_cross_model(synthetic, version)
-    assert again == stored and model.device_fields
+    assert again == stored and model.device_fields == DEVICE_COLUMNS
     assert load_cross_model(synthetic, version, "cuda") is None
     # Nothing stored since: it is not retrained.
     assert refresh_cross_model(synthetic, version) == stored
@@ -65,7 +66,7 @@ def test_the_cross_model_learns_every_fingerprint_and_is_stored_as_xgb_cross(syn
     assert all(np.isfinite(scores).all() and len(scores) == 12 for scores in by_box.values())
     assert not np.array_equal(by_box[BOXES[0][0]], by_box[BOXES[1][0]])
     # A box with no device features at all still gets scores (missing values, not an error).
-    assert np.isfinite(model.predict(programs, [math.nan] * len(model.device_fields))).all()
+    assert np.isfinite(model.predict(programs, [math.nan] * len(VECTOR_FIELDS))).all()
 
 
 def test_the_cross_cost_model_drives_a_search_and_blends_in_the_jobs_own_measurements(synthetic, target):
@@ -112,6 +113,37 @@ def test_the_cross_cost_model_drives_a_search_and_blends_in_the_jobs_own_measure
     # The second batch of the same candidates: their features were kept from the first, none extracted again.
     assert (model.features.misses, model.features.hits) == (misses, hits + 120)
     assert not np.array_equal(np.argsort(blended), np.argsort(alone))
+
+
+def test_a_stored_model_of_the_raw_device_fields_is_not_read_and_the_next_refresh_replaces_it(tmp_path, target):
+    import tvm
+
+    from foundation.hardware.device_features import VECTOR_FIELDS
+    from foundation.meta_schedule.warm.cross_model import (
+        KIND,
+        load_cross_model,
+        model_bytes,
+        refresh_cross_model,
+        train,
+    )
+    from foundation.meta_schedule.warm.cross_samples import registry_dataset
+    from foundation.meta_schedule.warm.program_on_device import DEVICE_COLUMNS
+
+    version = tvm.__version__
+    store = synthetic_registry(f"sqlite:///{tmp_path / 'registry.db'}", target, sizes=(32,), per_workload=20)
+    try:
+        dataset = registry_dataset([store], version)
+        # Its columns were the device fields as they are: read as today's columns, every row would be misread.
+        before = train(dataset.samples, dataset.vectors, device_fields=VECTOR_FIELDS)
+        holder = BOXES[0][0]
+        store.cost_models.save(holder, version, KIND, model_bytes(before), last_record_id=0,
+                               samples=len(dataset.samples), workloads=3)
+        assert load_cross_model(store, version) is None
+        stored = refresh_cross_model(store, version)
+        assert stored is not None and stored.fingerprint_id == holder
+        assert load_cross_model(store, version)[0].device_fields == DEVICE_COLUMNS
+    finally:
+        store.dispose()
 
 
 def test_a_batch_packed_once_scores_each_program_as_metaschedules_packsum_does(synthetic, target):
