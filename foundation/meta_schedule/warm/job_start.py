@@ -41,14 +41,15 @@ def warm_start_for(store: "RegistryStore", fingerprint_id: str, tvm_version: str
 def _cross_start(store: "RegistryStore", fingerprint_id: str, tvm_version: str):
     """(CrossCostModel, its stored row) when the job starts from the cross model, else None."""
     from .cross_cost_model import cross_cost_model_for  # imports TVM: only a job that tunes comes here
-    from .cross_model import START_SECONDS, cross_model_ref, refresh_cross_model
+    from .cross_model import START_SECONDS, cross_model_ref, load_cross_model, refresh_cross_model
 
     fingerprint = store.get_fingerprint(fingerprint_id)
     if fingerprint is None:
         return None
-    stored_any = any(m.fingerprint_id.startswith(f"{fingerprint.kind}-")
-                     for m in store.cost_models.of_kind(tvm_version, CROSS_KIND))
-    if not stored_any and _others_measured(store, fingerprint, tvm_version):
+    # A stored model this farm cannot read (one of other device columns, as shipped packs of an older
+    # farm carry) counts as none: the job trains one first rather than start as if no box were known.
+    readable = load_cross_model(store, tvm_version, fingerprint.kind) is not None
+    if not readable and _others_measured(store, fingerprint, tvm_version):
         try:
             refresh_cross_model(store, tvm_version, fingerprint.kind, holder=fingerprint.id, seconds=START_SECONDS)
         except Exception:  # the job starts as it would have without one

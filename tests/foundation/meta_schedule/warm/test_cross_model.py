@@ -146,6 +146,34 @@ def test_a_stored_model_of_the_raw_device_fields_is_not_read_and_the_next_refres
         store.dispose()
 
 
+def test_a_job_on_a_new_box_trains_the_cross_model_first_where_the_stored_one_cannot_be_read(tmp_path, target):
+    """Shipped packs of an older farm carry a cross model of the raw device fields: a job on a box with no
+    records of its own starts from a cross model trained then, not from nothing."""
+    import tvm
+
+    from foundation.hardware.device_features import VECTOR_FIELDS
+    from foundation.meta_schedule.warm.cross_cost_model import CrossCostModel
+    from foundation.meta_schedule.warm.cross_model import KIND, load_cross_model, model_bytes, train
+    from foundation.meta_schedule.warm.cross_samples import registry_dataset
+    from foundation.meta_schedule.warm.job_start import warm_start_for
+    from foundation.meta_schedule.warm.program_on_device import DEVICE_COLUMNS
+
+    version = tvm.__version__
+    store = synthetic_registry(f"sqlite:///{tmp_path / 'registry.db'}", target, sizes=(32,), per_workload=40)
+    try:
+        dataset = registry_dataset([store], version)
+        old = train(dataset.samples, dataset.vectors, device_fields=VECTOR_FIELDS)
+        store.cost_models.save(BOXES[0][0], version, KIND, model_bytes(old), last_record_id=0,
+                               samples=len(dataset.samples), workloads=3)
+        new_box = BOXES[-1][0]
+        warm = warm_start_for(store, new_box, version, seeds=[], max_seeds_per_task=0)
+        assert isinstance(warm.cost_model, CrossCostModel)
+        model, stored = load_cross_model(store, version)
+        assert model.device_fields == DEVICE_COLUMNS and warm.cost_model_sha256 == stored.sha256
+    finally:
+        store.dispose()
+
+
 def test_a_batch_packed_once_scores_each_program_as_metaschedules_packsum_does(synthetic, target):
     import tvm
     from tvm.s_tir import meta_schedule as ms
