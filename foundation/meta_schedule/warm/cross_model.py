@@ -69,6 +69,7 @@ NEW_SHARE = 0.2
 # A job that finds none stored (and other fingerprints' records) trains it first, waiting at most this.
 START_SECONDS = 30.0
 _LOG = logging.getLogger(__name__)
+_UNREADABLE_SAID: set[str] = set()  # the stored models load_cross_model has warned of
 
 
 @dataclass(frozen=True)
@@ -243,7 +244,10 @@ def load_cross_model(store: "RegistryStore", tvm_version: str,
         try:
             return model_from_bytes(store.cost_models.blob(stored)), stored
         except (RegistryError, ValueError, KeyError, OSError) as err:
-            _LOG.warning("not using the cross cost model stored under %s: %s", stored.fingerprint_id, err)
+            # A job reads the stored model several times (start, blend, refresh): said once per model.
+            if stored.sha256 not in _UNREADABLE_SAID:
+                _UNREADABLE_SAID.add(stored.sha256)
+                _LOG.warning("not using the cross cost model stored under %s: %s", stored.fingerprint_id, err)
             return None
     return None
 
