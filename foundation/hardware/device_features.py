@@ -8,13 +8,18 @@ fingerprint it has few records of. They are stored in the fingerprint's details 
 fingerprint measure slightly different peaks, and must still share their records.
 
 The probes take under a second together; the CPU's run once per box (cached with the
-fingerprint, foundation.hardware.fingerprint.cached_cpu_fingerprint).
+fingerprint, foundation.hardware.fingerprint.cached_cpu_fingerprint). The CPU's device features
+say which probes measured them (``PROBE_KEY``, foundation.domain.device_probes).
 """
 
 from __future__ import annotations
 
 import math
+import os
 import re
+import subprocess
+import sys
+import threading
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -22,6 +27,7 @@ from typing import Any
 
 # One spelling for the domain's comparisons (which leave these numbers out) and the detection.
 from foundation.domain.compatible_fingerprints import DEVICE_DETAILS as DEVICE_KEY
+from foundation.domain.device_probes import PROBE_KEY, PROBE_VERSION
 
 # The order of a device vector (`device_vector`): CPU and GPU fields side by side, a field the
 # hardware lacks is NaN, which XGBoost treats as missing rather than as zero.
@@ -37,10 +43,12 @@ _VECTOR_BITS = {"avx512f": 512, "sve": 128, "avx2": 256, "avx": 256, "sse4_2": 1
 _FMA_FEATURES = frozenset({"fma", "asimd", "sve", "avx512f"})
 
 # Sizes of the probes: a float32 matmul that fits in L2 on any current CPU (compute bound), and a
-# copy several times the largest L3 of a core complex (memory bound). Each is timed min-of-N:
-# a pause on a busy box lengthens one run, never shortens one.
+# copy several times the largest L3 of a core complex (memory bound). Each is timed best-of-N:
+# a pause on a busy box lengthens one run, never shortens one. The matmul probe times rounds of
+# _MATMUL_PER_ROUND matmuls on every core at once: a round is long against the threads' start.
 _MATMUL_N = 256
-_MATMUL_RUNS = 20
+_MATMUL_ROUNDS = 10
+_MATMUL_PER_ROUND = 10
 _COPY_BYTES = 64 * 2**20
 _COPY_RUNS = 5
 
@@ -51,14 +59,16 @@ _CPUFREQ_MAX = Path("/sys/devices/system/cpu/cpu0/cpufreq/cpuinfo_max_freq")
 
 def cpu_device_features(details: Mapping[str, Any]) -> dict[str, Any]:
     """This CPU's device features, from its fingerprint ``details`` (cores, caches, ISA) and two
-    short probes; the probes run on the threads this process may use, as tuning does."""
+    short probes; the peak is measured on the cores this process may use, as tuning runs."""
     features = set(details.get("features", ()))
+    cores = int(details.get("cores") or 1)
     device: dict[str, Any] = {
-        "cores": int(details.get("cores") or 1),
+        "cores": cores,
         "vector_bits": max((bits for f, bits in _VECTOR_BITS.items() if f in features), default=64),
         "fma": int(bool(features & _FMA_FEATURES)),
-        "peak_gflops": round(matmul_gflops(), 2),
+        "peak_gflops": round(matmul_gflops(cores), 2),
         "copy_gbps": round(copy_gbps(), 2),
+        PROBE_KEY: PROBE_VERSION,
     }
     device.update(_cache_kib())
     mhz = cpu_mhz()
@@ -67,15 +77,64 @@ def cpu_device_features(details: Mapping[str, Any]) -> dict[str, Any]:
     return device
 
 
-def matmul_gflops() -> float:
-    """GFLOP/s of a float32 matmul (NumPy's BLAS): what the box's cores and vectors reach."""
+def matmul_gflops(cores: int) -> float:
+    """GFLOP/s of float32 matmuls (NumPy's BLAS) on ``cores`` cores at once: what the box's cores
+    and vectors reach together, whatever the BLAS's own thread setting. A farm process runs its
+    BLAS on one thread (farm/cli/launch.py sets OPENBLAS_NUM_THREADS=1): one matmul there reads one
+    core. So each core gets a single-threaded matmul of its own, from a Python thread (NumPy
+    releases the GIL in it): in this process when its BLAS runs on one thread, else in a child
+    process whose BLAS does (here, BLAS's own threads would spin beside the probe's after any
+    multithreaded call and take the cores it measures)."""
+    if os.environ.get("OPENBLAS_NUM_THREADS") == "1":
+        return concurrent_matmul_gflops(cores)
+    try:
+        child = subprocess.run([sys.executable, "-c", _PROBE_IN_CHILD, str(cores)], capture_output=True, text=True,
+                               env={**os.environ, **_ONE_BLAS_THREAD}, timeout=_CHILD_SECONDS)
+        return float(child.stdout)
+    except (OSError, ValueError, subprocess.SubprocessError):  # no interpreter to start: this process's BLAS
+        return concurrent_matmul_gflops(cores)
+
+
+# The child's environment and code: every BLAS NumPy may be built with, on one thread.
+_ONE_BLAS_THREAD = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+_PROBE_IN_CHILD = ("import sys; from foundation.hardware.device_features import concurrent_matmul_gflops; "
+                   "print(concurrent_matmul_gflops(int(sys.argv[1])))")
+_CHILD_SECONDS = 120
+
+
+def concurrent_matmul_gflops(cores: int) -> float:
+    """GFLOP/s of ``cores`` float32 matmuls at once, one a Python thread, in rounds of
+    _MATMUL_PER_ROUND each; a round's time runs from its first thread's start to its last one's
+    end. Each reads one core where this process's BLAS runs on one thread (matmul_gflops)."""
     import numpy as np
 
-    a = np.random.default_rng(0).random((_MATMUL_N, _MATMUL_N), dtype=np.float32)
-    b = a.T.copy()
-    a @ b  # the first call pays for BLAS's thread start
-    best = _best_seconds(lambda: a @ b, _MATMUL_RUNS)
-    return 2 * _MATMUL_N**3 / best / 1e9
+    start = threading.Barrier(cores)
+    spans: list[list[tuple[float, float]]] = [[] for _ in range(_MATMUL_ROUNDS + 1)]
+    failed: list[BaseException] = []
+
+    def matmuls(seed: int) -> None:
+        try:
+            a = np.random.default_rng(seed).random((_MATMUL_N, _MATMUL_N), dtype=np.float32)
+            b = a.T.copy()
+            for span in spans:  # the first round pays for BLAS's buffers: not counted
+                start.wait()
+                begin = time.perf_counter()
+                for _ in range(_MATMUL_PER_ROUND):
+                    a @ b
+                span.append((begin, time.perf_counter()))
+        except BaseException as err:  # raised below, in the caller's thread
+            failed.append(err)
+            start.abort()  # the other threads stop waiting for this one
+
+    threads = [threading.Thread(target=matmuls, args=(seed,), name=f"peak-probe-{seed}") for seed in range(cores)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if failed:
+        raise next((e for e in failed if not isinstance(e, threading.BrokenBarrierError)), failed[0])
+    best = min(max(end for _, end in span) - min(begin for begin, _ in span) for span in spans[1:])
+    return cores * _MATMUL_PER_ROUND * 2 * _MATMUL_N**3 / max(best, 1e-9) / 1e9
 
 
 def copy_gbps() -> float:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from foundation.domain.device_probes import measured_by_current_probes
 from foundation.errors import FarmError
 from foundation.hardware.device_features import DEVICE_KEY, cpu_device_features, cuda_device_features
 from foundation.hardware.isa_features import CODEGEN_FEATURES, features_llvm_gives
@@ -207,7 +208,9 @@ def cached_cpu_fingerprint(cache_dir: Path) -> Fingerprint:
     path = Path(cache_dir) / f"cpu-fingerprint-{key[:16]}.json"
     try:
         stored = json.loads(path.read_text())
-        if stored.get("key") == key and isinstance(stored.get(DEVICE_KEY), dict):
+        # Device features of older probes are measured again; the id does not change (they are outside it).
+        if (stored.get("key") == key and isinstance(stored.get(DEVICE_KEY), dict)
+                and measured_by_current_probes(stored[DEVICE_KEY])):
             return fingerprint_from_details("cpu", {**cheap, **stored["llvm"], DEVICE_KEY: stored[DEVICE_KEY]})
     except (OSError, ValueError, KeyError, TypeError, AttributeError, FarmError):
         pass

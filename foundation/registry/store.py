@@ -12,6 +12,7 @@ from sqlalchemy import func, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 
 from foundation.clock import utc_now
+from foundation.domain.device_probes import newer_measurement
 from foundation.domain.jobs import FINAL_STATES, JobState
 from foundation.domain.runners import Runner
 from foundation.errors import NotFound, RegistryError, quoted
@@ -138,9 +139,10 @@ class RegistryStore:
         # (docs/benchmarks.md, "Coordinator at scale").
         known = self.get_fingerprint(fp_id)
         # Measured device features (peak, bandwidth) differ a little between boxes of one fingerprint
-        # and are no part of its id: the first measured stays, or every registration rewrote the row.
+        # and are no part of its id: the first measured stays, or every registration rewrote the row;
+        # a measurement by newer probes replaces it (foundation.domain.device_probes).
         if known is not None and "device" in known.details:
-            details = {**details, "device": known.details["device"]}
+            details = {**details, "device": newer_measurement(known.details["device"], details.get("device") or {})}
         if known is not None and (known.kind, known.summary, known.details) == (kind, summary, details):
             return known
         stmt = self.insert_statement(FingerprintRow).values(

@@ -6,6 +6,7 @@ import json
 import math
 
 from foundation.domain.compatible_fingerprints import compatible
+from foundation.domain.device_probes import PROBE_KEY, PROBE_VERSION
 from foundation.domain.fingerprint_nearness import SAME_FINGERPRINT, nearness_tier
 from foundation.hardware.device_features import DEVICE_KEY, VECTOR_FIELDS, cpu_device_features, device_vector
 from foundation.hardware.fingerprint import cached_cpu_fingerprint, fingerprint_from_details
@@ -65,3 +66,21 @@ def test_the_cached_fingerprint_carries_them_measured_once(tmp_path, monkeypatch
     monkeypatch.setattr(fingerprint_module, "_MEASURED_DEVICES", {})  # as a new process: only the file
     again = cached_cpu_fingerprint(tmp_path)
     assert again == first
+
+
+def test_a_cached_fingerprint_of_older_probes_is_measured_again_under_its_id(tmp_path, monkeypatch):
+    import foundation.hardware.fingerprint as fingerprint_module
+
+    first = cached_cpu_fingerprint(tmp_path)
+    assert first.details[DEVICE_KEY][PROBE_KEY] == PROBE_VERSION
+    (cache_file,) = tmp_path.glob("cpu-fingerprint-*.json")
+    stored = json.loads(cache_file.read_text())
+    # As probe version 1 left it: no version, one core's peak.
+    stored[DEVICE_KEY] = {**{k: v for k, v in stored[DEVICE_KEY].items() if k != PROBE_KEY}, "peak_gflops": 1.5}
+    cache_file.write_text(json.dumps(stored))
+    monkeypatch.setattr(fingerprint_module, "_MEASURED_DEVICES", {})  # as a new process: only the file
+
+    again = cached_cpu_fingerprint(tmp_path)
+    assert again.id == first.id
+    assert again.details[DEVICE_KEY][PROBE_KEY] == PROBE_VERSION and again.details[DEVICE_KEY]["peak_gflops"] != 1.5
+    assert json.loads(cache_file.read_text())[DEVICE_KEY] == again.details[DEVICE_KEY]

@@ -1,5 +1,6 @@
 """A fingerprint's measured device features are kept as first stored: boxes of one fingerprint
-measure them a little apart, and no registration rewrites the row for that."""
+measure them a little apart, and no registration rewrites the row for that; a measurement by
+newer probes replaces them."""
 
 from __future__ import annotations
 
@@ -12,3 +13,18 @@ def test_the_first_measured_device_features_stay(store):
     # What is not measured still updates the row: a probe that learned a field.
     grown = store.upsert_fingerprint("cpu-aaaa", "cpu", "a cpu", {**details, "l3_kib": 32768, "device": {}})
     assert grown.details["l3_kib"] == 32768 and grown.details["device"] == {"peak_gflops": 100.0}
+
+
+def test_device_features_of_newer_probes_replace_older_ones(store):
+    details = {"cores": 2, "model": "AMD EPYC"}
+    one_core = {"peak_gflops": 103.9}  # probe version 1 stored no version
+    every_core = {"peak_gflops": 190.2, "probe_version": 2}
+    store.upsert_fingerprint("cpu-bbbb", "cpu", "a cpu", {**details, "device": one_core})
+    newer = store.upsert_fingerprint("cpu-bbbb", "cpu", "a cpu", {**details, "device": every_core})
+    assert newer.details["device"] == every_core
+    # An agent still on the older code does not take it back, and the first current one stays.
+    assert store.upsert_fingerprint("cpu-bbbb", "cpu", "a cpu", {**details, "device": one_core}).details["device"] \
+        == every_core
+    again = store.upsert_fingerprint("cpu-bbbb", "cpu", "a cpu",
+                                     {**details, "device": {"peak_gflops": 185.0, "probe_version": 2}})
+    assert again.details["device"] == every_core
