@@ -77,6 +77,10 @@ def main() -> int:
             store = RegistryStore(f"sqlite:///{home / 'registry.db'}", create=False)
             try:
                 sync_registries(store, pack, SyncFilter(fingerprint=fingerprint.id, artifacts=not args.no_artifacts))
+                # A sync keeps the pack's fingerprint row as it was; registered again, its device
+                # features measured by older probes give way to the submit's (device_features).
+                measured = store.get_fingerprint(fingerprint.id)
+                pack.upsert_fingerprint(measured.id, measured.kind, measured.summary, measured.details)
             finally:
                 store.dispose()
     header = write_pack(pack, out, {

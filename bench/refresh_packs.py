@@ -1,0 +1,238 @@
+"""Refresh what the shipped packs derive from their records: each box's peak where it was measured
+on one core, and the cross cost model, trained in today's format on every pack's records.
+
+A pack's records are timings of its box and are never touched here. What is derived from them is:
+
+- the fingerprint's ``peak_gflops`` (foundation.hardware.device_features): packs recorded before
+  probe version 2 hold what `farm submit` measured, with OPENBLAS_NUM_THREADS=1 (farm/cli/launch.py):
+  one core's matmul. Such a peak is corrected only where the pack's own kernels show it is not the
+  box's: the pack's three fastest tuned kernels (a workload's FLOPs over its best record's time, on
+  every core of the box) each beat it by --kernel-margin or more. The corrected figure is the one-core
+  figure times --core-scaling, what probe version 2 reads over what one core reads on a box whose
+  cores are its own (`--measure-scaling` times both probes here: run it on a quiet box). The pack's
+  fingerprint keeps the one-core figure beside it (``peak_gflops_one_core``) and no probe version:
+  a box of that fingerprint replaces it with its own measurement in its registry.
+- the hardware kind's cross cost model (foundation.meta_schedule.warm.cross_model, kind xgb-cross),
+  trained on the records of every pack given, with their device features as corrected, and stored
+  in each pack under its fingerprint (the same model in each: whichever pack a registry loads
+  last, a job starts from a model of every pack's records, without training one first).
+
+Each pack keeps its header (who recorded it, the CPU, the date) and gains an entry in ``refreshed``:
+what changed, the evidence, this command and the date. Prints one JSON document.
+
+    .venv/bin/python bench/refresh_packs.py [--packs foundation/registry/shipped] [--evidence-only]
+        [--measure-scaling | --core-scaling 1.87] [--kernel-margin 1.3] [--seconds 600]
+
+Exit codes: 0 done; 2 bad arguments; 3 no pack, or too few samples to train a cross model.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from timing import cpu_model  # noqa: E402
+
+# Header fields write_pack sets itself.
+_OWN_HEADER = ("format", "version", "tables")
+# Kernels of a pack listed as evidence, the fastest in GFLOP/s first.
+_KERNELS_SHOWN = 3
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--packs", type=Path, default=ROOT / "foundation" / "registry" / "shipped")
+    parser.add_argument("--evidence-only", action="store_true", help="print the evidence, change nothing")
+    scaling = parser.add_mutually_exclusive_group()
+    scaling.add_argument("--core-scaling", type=float, help="probe version 2's figure over one core's")
+    scaling.add_argument("--measure-scaling", action="store_true", help="time both probes on this box for it")
+    parser.add_argument("--kernel-margin", type=float, default=1.3,
+                        help="a peak is one core's where the pack's fastest kernel beats it by this")
+    parser.add_argument("--seconds", type=float, default=None, help="bound the cross model's training")
+    args = parser.parse_args(argv)
+    if args.kernel_margin <= 1.0 or (args.core_scaling is not None and args.core_scaling < 1.0):
+        print("error: --kernel-margin must be above 1 and --core-scaling at least 1", file=sys.stderr)
+        return 2
+
+    from foundation.registry.packs import read_pack
+    from foundation.registry.shipped_packs import shipped_packs
+
+    paths = shipped_packs(args.packs)
+    if not paths:
+        print(f"error: no pack in {args.packs}", file=sys.stderr)
+        return 3
+    packs = [(path, *read_pack(path)) for path in paths]
+    try:
+        evidence = {path.name: pack_evidence(store) for path, store, _header in packs}
+        scaling = measured_scaling() if args.measure_scaling else None
+        core_scaling = scaling["scaling"] if scaling else args.core_scaling
+        if args.evidence_only:
+            print(json.dumps({"cpu": cpu_model(), "packs": evidence, "scaling": scaling}, indent=1))
+            return 0
+        corrections = {}
+        for path, store, _header in packs:
+            corrections[path.name] = correct_peak(store, evidence[path.name], core_scaling, args.kernel_margin)
+        trained = train_cross_model([store for _path, store, _header in packs], args.seconds)
+        if trained is None:
+            print("error: too few samples in the packs to train a cross cost model", file=sys.stderr)
+            return 3
+        out = {"cpu": cpu_model(), "scaling": scaling, "core_scaling": core_scaling, "packs": {}}
+        for path, store, header in packs:
+            refreshed = write_refreshed(path, store, header, trained, corrections[path.name], evidence[path.name],
+                                        core_scaling, scaling)
+            out["packs"][path.name] = refreshed
+        print(json.dumps(out, indent=1))
+        return 0
+    finally:
+        for _path, store, _header in packs:
+            store.dispose()
+
+
+def pack_evidence(store) -> dict[str, Any]:
+    """The pack's fingerprint, its stored device features, and its fastest tuned kernels in
+    GFLOP/s (TVM's FLOP count of the workload over its best record's time)."""
+    import tvm  # noqa: F401  (registers what the workloads' JSON names)
+    from tvm.s_tir.analysis import estimate_tir_flops
+    from tvm.s_tir.meta_schedule.database import Workload
+
+    [fingerprint] = [f for f in store.list_fingerprints() if f.kind == "cpu"]
+    records = store.records.all_records(fingerprint_id=fingerprint.id)
+    best: dict[int, float] = {}
+    shapes: dict[int, list] = {}  # the workload's arguments' shapes: which kernel it is
+    for record in records:
+        seconds = record.mean_sec
+        if seconds is not None and 0 < seconds < 1e9:
+            best[record.workload_id] = min(best.get(record.workload_id, seconds), seconds)
+            shapes.setdefault(record.workload_id, [a[2] for a in json.loads(record.args_info or "[]")])
+    kernels = []
+    for workload_id, (_shash, mod_json) in store.records.get_workloads(set(best)).items():
+        flops = float(estimate_tir_flops(Workload.from_json(json.loads(mod_json)).mod))
+        kernels.append({"workload_id": workload_id, "shapes": shapes.get(workload_id), "gflop": round(flops / 1e9, 4),
+                        "best_ms": round(best[workload_id] * 1e3, 4),
+                        "gflops": round(flops / best[workload_id] / 1e9, 1)})
+    kernels.sort(key=lambda k: -k["gflops"])
+    device = dict(fingerprint.details.get("device") or {})
+    return {"fingerprint": fingerprint.id, "summary": fingerprint.summary, "device": device,
+            "records": len(records), "fastest_kernels": kernels[:_KERNELS_SHOWN]}
+
+
+def measured_scaling() -> dict[str, Any]:
+    """This box's peak probe (version 2, every core) over the same probe on one thread (what
+    version 1 read in a farm process), best of three each, interleaved."""
+    import os
+
+    from foundation.hardware.device_features import matmul_gflops
+
+    cores = len(os.sched_getaffinity(0))
+    every, one = [], []
+    for _ in range(3):
+        every.append(matmul_gflops(cores))
+        one.append(matmul_gflops(1))
+    return {"cores": cores, "every_core_gflops": round(max(every), 1), "one_core_gflops": round(max(one), 1),
+            "scaling": round(max(every) / max(one), 3), "cpu": cpu_model()}
+
+
+def correct_peak(store, evidence: dict[str, Any], core_scaling: float | None, margin: float) -> dict[str, Any]:
+    """The pack's peak corrected where its kernels show it was one core's (see the module's
+    docstring); what was done and why."""
+    from sqlalchemy import update
+
+    from foundation.domain.device_probes import PROBE_KEY
+    from foundation.registry.schema import FingerprintRow
+    from foundation.registry.session import Changes
+
+    device = evidence["device"]
+    peak = device.get("peak_gflops")
+    # The slowest of the few fastest kernels: one kernel's timing (a tiny one, a lucky run) proves little.
+    fastest = evidence["fastest_kernels"][-1]["gflops"] if evidence["fastest_kernels"] else None
+    if "peak_gflops_one_core" in device:
+        return {"peak_gflops": peak, "changed": False, "why": "corrected before (peak_gflops_one_core is stored)"}
+    if device.get(PROBE_KEY, 1) >= 2:
+        return {"peak_gflops": peak, "changed": False, "why": "measured by probe version 2 (every core)"}
+    if peak is None or fastest is None or fastest < margin * peak:
+        return {"peak_gflops": peak, "changed": False,
+                "why": f"the pack's {_KERNELS_SHOWN} fastest kernels (down to {fastest} GFLOP/s) do not all beat the "
+                       f"stored peak by {margin}x: no evidence that it is one core's"}
+    if core_scaling is None:
+        return {"peak_gflops": peak, "changed": False,
+                "why": "one core's by its kernels, but no --core-scaling or --measure-scaling given"}
+    corrected = round(peak * core_scaling, 2)
+    fingerprint = evidence["fingerprint"]
+    details = store.get_fingerprint(fingerprint).details
+    details = {**details, "device": {**details["device"], "peak_gflops": corrected, "peak_gflops_one_core": peak}}
+    with store.unit_of_work.write(Changes.STATE) as session:
+        session.execute(update(FingerprintRow).where(FingerprintRow.id == fingerprint).values(details=details))
+    return {"peak_gflops": corrected, "was": peak, "changed": True,
+            "why": f"the pack's {_KERNELS_SHOWN} fastest kernels read {fastest} GFLOP/s or more on the box's cores, "
+                   f"{fastest / peak:.2f}x the stored peak or more: the probe ran on one core (probe version 1 in "
+                   f"`farm submit`, OPENBLAS_NUM_THREADS=1); scaled by {core_scaling}, probe version 2 over one "
+                   f"core's on a box whose cores are its own"}
+
+
+def train_cross_model(stores, seconds: float | None):
+    """The cross model trained on every pack's records (each fingerprint's device features as
+    its pack now holds them), with what it learned; None with too few samples."""
+    import time
+
+    from foundation.hardware.versions import tvm_version
+    from foundation.meta_schedule.warm.cross_model import MIN_SAMPLES, PER_FINGERPRINT, model_bytes, train
+    from foundation.meta_schedule.warm.cross_samples import registry_dataset
+
+    begin = time.monotonic()
+    dataset = registry_dataset(stores, tvm_version(), "cpu", per_fingerprint=PER_FINGERPRINT)
+    if len(dataset.samples) < MIN_SAMPLES:
+        return None
+    sampled = time.monotonic() - begin
+    model = train(dataset.samples, dataset.vectors, seconds=seconds)
+    return {"blob": model_bytes(model), "samples": len(dataset.samples),
+            "workloads": len({s.group for s in dataset.samples}), "fingerprints": sorted(dataset.vectors),
+            "trees": model.booster.num_boosted_rounds(), "sample_s": round(sampled, 1),
+            "train_s": round(time.monotonic() - begin - sampled, 1), "tvm_version": tvm_version()}
+
+
+def write_refreshed(path: Path, store, header: dict[str, Any], trained: dict[str, Any], correction: dict[str, Any],
+                    evidence: dict[str, Any], core_scaling: float | None, scaling: dict | None) -> dict[str, Any]:
+    """Store the cross model in the pack under its fingerprint and write the pack again, its
+    header kept and a ``refreshed`` entry added; that entry."""
+    import hashlib
+
+    from sqlalchemy import func, select
+
+    from foundation.clock import utc_now
+    from foundation.meta_schedule.warm.cross_model import KIND
+    from foundation.registry.packs import write_pack
+    from foundation.registry.schema import TuningRecordRow
+
+    fingerprint = evidence["fingerprint"]
+    with store.unit_of_work.read() as session:
+        last = session.scalar(select(func.max(TuningRecordRow.id)).where(
+            TuningRecordRow.fingerprint_id == fingerprint, TuningRecordRow.tvm_version == trained["tvm_version"])) or 0
+    store.cost_models.save(fingerprint, trained["tvm_version"], KIND, trained["blob"], last_record_id=last,
+                           samples=trained["samples"], workloads=trained["workloads"])
+    entry = {
+        "date": utc_now().isoformat(),
+        "command": " ".join(["python", *sys.argv]),
+        "cpu": cpu_model(),
+        "peak_gflops": correction,
+        "fastest_kernels": evidence["fastest_kernels"],
+        "core_scaling": core_scaling,
+        "scaling_measured": scaling,
+        "cross_cost_model": {"kind": KIND, "sha256": hashlib.sha256(trained["blob"]).hexdigest(),
+                             **{k: trained[k] for k in ("samples", "workloads", "fingerprints", "trees", "sample_s",
+                                                        "train_s", "tvm_version")}},
+    }
+    about = {k: v for k, v in header.items() if k not in _OWN_HEADER}
+    about["refreshed"] = [*header.get("refreshed", []), entry]
+    write_pack(store, path, about)
+    return entry
+
+
+if __name__ == "__main__":
+    sys.exit(main())
