@@ -26,7 +26,7 @@ from foundation.job_driver.library_scopes import LibraryScope, library_scopes
 from foundation.job_driver.runners import fail_dead_jobs, this_runner
 from foundation.job_driver.tuning_lock import ScopeLock, scope_key
 from foundation.job_driver.tuning_rounds import check_until
-from foundation.models.model_key import ModelKey, model_key
+from foundation.models.model_key import ModelKey, named_model_key
 from foundation.processes.process_limit import check_room_for_a_job
 from foundation.processes.scratch_space import check_scratch_space
 from foundation.tvm_ir_lock import TVM_IR_LOCK
@@ -60,7 +60,7 @@ class TuningHere(Protocol):
 def keyed_here(model: "str | ModelKey", batch: int) -> ModelKey:
     """The key of the model named here, or keyed here already (in memory: farm.model_sources); a file that is
     no ONNX model is refused before the registry is opened or made."""
-    key = model if isinstance(model, ModelKey) else model_key(model, batch)
+    key = model if isinstance(model, ModelKey) else named_model_key(model, batch)
     if key.source == "onnx":
         from foundation.models.onnx_import import read_model
 

@@ -53,11 +53,18 @@ def is_onnx_model(value) -> bool:
 def model_key(name_or_path, batch: int, shapes: dict | None = None) -> ModelKey:
     """The key of a zoo model name, an ONNX file or an in-memory ONNX model, with ``shapes`` (named
     dimensions, or whole input shapes) fixed in the model; bad names, files and shapes raise FarmError."""
+    if is_onnx_model(name_or_path) or shapes:
+        check_batch(batch)
+        return _stored_onnx_key(name_or_path, batch, shapes or {})
+    return named_model_key(name_or_path, batch)
+
+
+def named_model_key(name_or_path: str, batch: int) -> ModelKey:
+    """The key of a model as a request names one, a zoo model's name or an ONNX file's path, read as it stands
+    (nothing is stored: the key's path is the user's file); bad names and files raise FarmError."""
     from foundation.models.zoo import known_models, zoo_source_digest
 
     check_batch(batch)
-    if is_onnx_model(name_or_path) or shapes:
-        return _stored_onnx_key(name_or_path, batch, shapes or {})
     if looks_like_path(name_or_path):
         path = Path(name_or_path).expanduser()
         check_onnx_path(path, name_or_path)
