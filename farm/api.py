@@ -19,8 +19,7 @@ from farm import arguments
 from farm.session import open_context
 from foundation.domain.weights_layout import WeightsLayout
 from foundation.errors import BadInput, FarmError, NotFound, RegistryError, out_of_resources
-from foundation.job_driver.artifacts import library_problem
-from foundation.job_driver.library_scopes import library_scopes
+from foundation.job_driver.hits import library_problem, library_scopes
 from foundation.models.model_key import ModelKey
 
 if TYPE_CHECKING:  # pragma: no cover

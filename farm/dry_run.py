@@ -71,7 +71,7 @@ def _stored_library(ctx: FarmContext, key, request: "SubmitRequest"):
     """The artifact a submit would answer with, looked up read-only as `farm.load` looks (the submit
     itself also checks its bytes); None if it would tune."""
     from foundation.domain.weights_layout import AUTO
-    from foundation.job_driver.library_scopes import library_scopes
+    from foundation.job_driver.hits import library_scopes
 
     stored = ctx.store.find_model(key.name, key.batch, key.source_digest)
     if stored is None:

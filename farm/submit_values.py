@@ -39,7 +39,7 @@ class SubmitRequest(Submission):
     is the same attribute in both modes. ``model`` may also be a model already keyed here (in memory:
     farm.model_sources); ``fingerprint`` names a compatible one (this CPU at another size) whose
     library answers; None: this box's, else the nearest compatible one's
-    (foundation.job_driver.library_scopes).
+    (foundation.job_driver.hits).
     """
 
     model: str | ModelKey

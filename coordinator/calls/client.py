@@ -28,8 +28,8 @@ from foundation.domain.submission import Submission
 from foundation.domain.validations import ValidationState
 from foundation.domain.weights_layout import WeightsLayout, weights_layout_for
 from foundation.errors import FarmError, NotFound
-from foundation.job_driver.admission import QUEUED, AskedJob, answered_by, first_hit, model_row, new_job_options
-from foundation.job_driver.library_scopes import library_scopes
+from foundation.job_driver.admission import QUEUED, AskedJob, model_row, new_job_options
+from foundation.job_driver.hits import answered_by, first_hit, library_scopes
 from foundation.models.loaded import check_batch
 from foundation.models.model_key import ModelKey, looks_like_path, model_key
 from foundation.registry.entities import Artifact, JobEvent, Model
@@ -142,7 +142,7 @@ class ClientCalls:
     def _hit(self, key: ModelKey, target: str, fp_id: str, forms: tuple[WeightsLayout, ...], *,
              known: dict[str, dict]) -> Artifact | None:
         """The library answering a submit for ``fp_id`` in one of ``forms``: its own, else the newest of a
-        compatible fingerprint's (the same hardware at another size: foundation.job_driver.library_scopes);
+        compatible fingerprint's (the same hardware at another size: foundation.job_driver.hits);
         ``known``: the registry's fingerprints, read once per submit."""
         scopes = library_scopes(self._store, target, fp_id, known.get(fp_id, {}), known=known)
         found = first_hit(self._store, key, scopes, self._tvm_version, forms)

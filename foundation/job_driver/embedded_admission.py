@@ -20,9 +20,9 @@ from foundation import config
 from foundation.domain.job_spec import EMBEDDED, JobSpec
 from foundation.domain.weights_layout import LayoutChoice, check_request
 from foundation.errors import Interrupted
-from foundation.job_driver.admission import AskedJob, answered_by, first_hit, model_row, new_job_options
+from foundation.job_driver.admission import AskedJob, model_row, new_job_options
 from foundation.job_driver.cancellation import Cancellation
-from foundation.job_driver.library_scopes import LibraryScope, library_scopes
+from foundation.job_driver.hits import LibraryScope, answered_by, first_hit, library_scopes
 from foundation.job_driver.runners import fail_dead_jobs, this_runner
 from foundation.job_driver.tuning_lock import ScopeLock, scope_key
 from foundation.job_driver.tuning_rounds import check_until

@@ -1,7 +1,7 @@
 """A library tuned on this CPU at another size answers `farm run`, `farm.load` and a submit here.
 
 The run's tuned home was tuned on the whole box; the tests run `farm` under `taskset -c 0`, a
-box of one core: another fingerprint id, the same hardware (foundation.job_driver.library_scopes).
+box of one core: another fingerprint id, the same hardware (foundation.job_driver.hits).
 """
 
 from __future__ import annotations

@@ -10,8 +10,8 @@ from foundation.domain.submission import Submission
 from foundation.domain.weights_layout import CPU_FORMS, WeightsLayout
 from foundation.errors import BadInput
 from foundation.hardware.targets import target_json
-from foundation.job_driver.admission import asked_job, first_hit
-from foundation.job_driver.library_scopes import LibraryScope, library_scopes
+from foundation.job_driver.admission import asked_job
+from foundation.job_driver.hits import LibraryScope, first_hit, library_scopes
 from foundation.models.model_key import ModelKey
 from foundation.registry.engine import parse_registry_url
 

@@ -14,8 +14,8 @@ from sqlalchemy import create_engine, text
 from foundation.domain.jobs import IllegalTransition, JobState
 from foundation.domain.runners import HEARTBEAT_TTL_S, Runner
 from foundation.domain.weights_layout import WeightsLayout
-from foundation.job_driver.artifacts import look_up_hit
 from foundation.job_driver.driver import JobDriver, RegistryJobMoves, tuning_failure, validation_failure
+from foundation.job_driver.hits import look_up_hit
 from foundation.job_driver.runners import fail_dead_jobs, host_name, process_start_time, this_runner
 from foundation.job_driver.tuning_lock import ScopeLock
 from foundation.meta_schedule.progress import TaskProgress

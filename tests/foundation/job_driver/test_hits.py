@@ -6,7 +6,7 @@ import pytest
 
 from foundation.errors import BadInput, NotFound
 from foundation.hardware.targets import target_json
-from foundation.job_driver.library_scopes import LibraryScope, library_scopes
+from foundation.job_driver.hits import LibraryScope, library_scopes
 
 ZEN4 = {"arch": "x86_64", "vendor": "AuthenticAMD", "x86_family": 25, "cores": 2, "l3_kib": 32768,
         "features": ["avx2", "avx512f", "fma"], "model": "AMD EPYC 9R14", "llvm_mcpu": "znver4",
