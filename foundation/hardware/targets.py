@@ -105,7 +105,11 @@ def canonical_target(user: str, fp: "Fingerprint") -> dict:
     Filling in mcpu/num-cores matters: a bare `llvm` target compiles for a generic x86-64 and
     one thread, so its records would not be the ones this box's users want.
     """
-    given = _parse(user)
+    return _canonical(_parse(user), fp)
+
+
+def _canonical(given: dict[str, Any], fp: "Fingerprint") -> dict:
+    """canonical_target of a target parsed already; ``given`` loses its host: pass a copy of one still read."""
     kind = given["kind"]
     if fp.kind != FINGERPRINT_KIND[kind]:
         raise FarmError(f"target {kind} needs a {FINGERPRINT_KIND[kind]} fingerprint, got {fp.kind} ({fp.id})",
@@ -126,8 +130,8 @@ def measurable_target(user: str, fp: "Fingerprint") -> dict:
     """canonical_target, refused (BadInput) where agents of ``fp`` cannot measure it: an mcpu
     LLVM does not know (check_llvm_cpu), or code their CPU cannot run (check_runs_here). What a
     coordinator tunes for a fingerprint; `farm submit` on its own box checks the same."""
-    target = canonical_target(user, fp)
     requested = _parse(user)
+    target = _canonical(dict(requested), fp)
     check_llvm_cpu(requested, target)
     check_runs_here(requested, target, fp)
     return target
@@ -140,7 +144,7 @@ def local_target(user_target: str, *, tuning_here: bool = False) -> tuple["Finge
 
     requested = parse_target(user_target)
     fingerprint = local_fingerprint(requested["kind"])
-    target = canonical_target(user_target, fingerprint)
+    target = _canonical(dict(requested), fingerprint)
     check_llvm_cpu(requested, target)
     if tuning_here:
         check_runs_here(requested, target, fingerprint)
