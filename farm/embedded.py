@@ -26,7 +26,6 @@ import time
 from farm.embedded_site import tune_build_commit
 from farm.session import open_submit
 from farm.submit_values import JobObserver, SubmitRequest, SubmitResult
-from foundation.errors import FarmError
 from foundation.job_driver.cancellation import Cancellation
 from foundation.job_driver.embedded_admission import EmbeddedAdmission
 
@@ -53,4 +52,4 @@ def submit(request: SubmitRequest, observer: JobObserver | None = None,
         return tune_build_commit(ctx, admission, request.measure, observer, cancellation, begin)
 
 
-__all__ = ["Cancellation", "FarmError", "SubmitRequest", "SubmitResult", "submit"]
+__all__ = ["Cancellation", "SubmitRequest", "SubmitResult", "submit"]
