@@ -127,10 +127,17 @@ def concurrent_matmul_gflops(cores: int) -> float:
             start.abort()  # the other threads stop waiting for this one
 
     threads = [threading.Thread(target=matmuls, args=(seed,), name=f"peak-probe-{seed}") for seed in range(cores)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    started = []
+    try:
+        for thread in threads:
+            thread.start()  # raises where the process may start no more threads (ulimit -u)
+            started.append(thread)
+    except BaseException:
+        start.abort()  # the threads started stop waiting for the others, and end
+        raise
+    finally:
+        for thread in started:
+            thread.join()
     if failed:
         raise next((e for e in failed if not isinstance(e, threading.BrokenBarrierError)), failed[0])
     best = min(max(end for _, end in span) - min(begin for begin, _ in span) for span in spans[1:])
