@@ -58,3 +58,33 @@ def test_the_threads_are_chosen_from_calls_spanning_a_window_not_three_calls():
     # A library slower than the window is called three times, as before.
     slow = iter([30.0, 31.0, 29.0, 1.0])
     assert fastest_call(lambda: next(slow)) == 29.0
+
+
+def test_a_disturbed_timing_is_taken_again_and_the_quieter_kept(monkeypatch):
+    import foundation.runtime.validation as validation
+
+    monkeypatch.setattr(validation, "RETIME_PAUSE_S", 0.0)
+    burst = [[22.0, 49.0, 71.2, 23.0], [55.3, 21.9, 88.4, 48.7], [22.3, 60.1, 47.5, 21.0]]
+    calls = []
+
+    def quiet_call() -> float:
+        calls.append(21.5 + 0.1 * (len(calls) % 5))
+        return calls[-1]
+
+    kept = validation._undisturbed(quiet_call, burst, per_block=4)
+    assert kept != burst and all(21.5 <= x <= 21.9 for block in kept for x in block)
+    assert len(kept) == len(burst) and all(len(block) == 4 for block in kept)
+
+    # A quiet first timing is kept as it is, the library not called again.
+    calls.clear()
+    quiet = [[21.3, 20.8, 21.9, 22.4], [21.0, 21.6, 20.9, 22.1], [21.4, 21.2, 23.0, 21.8]]
+    assert validation._undisturbed(quiet_call, quiet, per_block=4) is quiet
+    assert not calls
+
+    # Re-timings that stay slower than the first leave it, after RETIMES tries.
+    def busy_call() -> float:
+        calls.append(90.0 if len(calls) % 2 else 30.0)
+        return calls[-1]
+
+    assert validation._undisturbed(busy_call, burst, per_block=4) is burst
+    assert len(calls) == validation.RETIMES * (len(burst) * 4 + 1)  # each with one warm-up call

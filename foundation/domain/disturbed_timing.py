@@ -1,0 +1,40 @@
+"""Whether a library's timing was taken while the box was busy, and which of two timings to keep.
+
+A job stores its library's latency, shows it on every registry hit, and picks the fastest of
+several libraries by it (foundation.job_driver.hits). One timing taken through a burst of other
+work stays wrong for good: a resnet-18 that runs in 21-24 ms was stored at 49.2 ms median with a
+27.8 ms standard deviation (a Zen 4 pack). On a quiet box two timings of one library differ by a
+few percent and their runs spread little (resnet-18: interquartile range 4-6% of the median);
+a burst that lands on part of the runs widens that spread long before it moves the median.
+
+So a timing whose interquartile range exceeds ``DISTURBED_SPREAD`` of its median is taken again,
+up to ``RETIMES`` times, and the timing with the lowest median is kept: load only ever lengthens
+a run, so the lower median is the one nearer the library's own time.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+
+DISTURBED_SPREAD = 0.2
+RETIMES = 2
+MIN_RUNS = 8  # fewer runs than this give no spread worth reading
+
+
+def spread(runs: Sequence[float]) -> float:
+    """The runs' interquartile range over their median (0 for fewer than MIN_RUNS runs)."""
+    if len(runs) < MIN_RUNS:
+        return 0.0
+    q1, median, q3 = statistics.quantiles(runs, n=4)
+    return (q3 - q1) / median if median > 0 else 0.0
+
+
+def disturbed(runs: Sequence[float]) -> bool:
+    """Whether the runs spread as a timing through other work does (see the module's docstring)."""
+    return spread(runs) > DISTURBED_SPREAD
+
+
+def quieter(again: Sequence[float], kept: Sequence[float]) -> bool:
+    """Whether a second timing of one library, ``again``, is the one to keep: its median is lower."""
+    return bool(again) and (not kept or statistics.median(again) < statistics.median(kept))
