@@ -82,6 +82,7 @@ def quick_start(page: Page) -> list[str]:
             cells = [str(r["trials"]), mmss(r["wall_s"]), ms(r["farm_ms"]), ms(r["ort_ms"]),
                      f"**{times(r['farm_ms'] / r['ort_ms'])}**", day(r["date"])]
         rows.append([page.cpu(row), *cells, page.source(row)])
+    others = [(page.cpu(row), page.raw(row["file"]), row["file"]) for row in page.index.get("quick_start_other_packs", [])]
     budget = []
     for row in page.index["budget_zen5"]:
         r = read_compare_text((page.results / row["file"]).read_text())
@@ -123,6 +124,14 @@ def quick_start(page: Page) -> list[str]:
           f"in {p['wall_s']:g} s ({p['records_loaded']:,} records loaded), the library of the cold tune above "
           f"({ms(p['farm_ms'])} ms against onnxruntime's {ms(p['ort_ms'])} ms in a later run; {link(f)})."
           for cpu, p, f in packed],
+        *[f"- **From the other kinds' packs** on the {cpu.split(' (')[0]} (its own pack left out: what a first "
+          f"user of an unpacked kind gets): {o['trials']} trials, tuning {o['tuning_s'] // 60} min {o['tuning_s'] % 60} s, "
+          f"{ms(o['farm_ms'])} ms against onnxruntime's {ms(o['ort_ms'])} ({o['farm_ms'] / o['ort_ms']:.2f}x), "
+          f"{int(o['wall_s']) // 60} min {int(o['wall_s']) % 60} s in all: the job trained a cross model before tuning "
+          f"({o['after_tuning_s']['cross_model_at_start']:g} s) and after it "
+          f"({o['after_tuning_s']['cross_model_retrain']:g} s), the packs' stored ones being of older device columns; "
+          f"the packs now carry readable ones (`bench/refresh_packs.py`), not re-measured since ({link(f)})."
+          for cpu, o, f in others],
         "- **What would close it** (not built): a trial plan that gives the heaviest convolutions about",
         "  128 trials at the quick start's budget, measured as a default change (the quick start on",
         "  several CPU kinds, `bench/warm_start.py`, the log import); then timing with the caches flushed",
@@ -387,10 +396,15 @@ def peers(page: Page) -> list[str]:
             "  (\"The ceiling\"; in the model each runs within 1.02x of its time alone, \"The heavy kernels in",
             "  the model\" below). TVM's pipeline at the same trials and cap leaves most of resnet-18's",
             "  convolutions and bert's attention matmul at its default schedules (1.7-2.7 GFLOP/s).",
-            "- Shares of the peak above 100% mean the fingerprint's peak probe (a numpy sgemm) reads below",
-            "  what tuned kernels reach on this box.",
-            "- Not yet measured: mobilenet and resnet-50 (the model never tuned while the farm was built),",
-            "  and the hour's budget: each needs about an hour of a quiet box.",
+            "- mobilenet and resnet-50 (a fresh home: mobilenet answered from the Zen 4's shipped pack, its",
+            "  library tuned at this budget; resnet-50 tuned warm from the packs, 6 of its 29 tasks reused):",
+            "  ahead of PyTorch eager, `torch.compile` and TVM's pipeline on both, behind onnxruntime.",
+            "  mobilenet's reason is its depthwise convolutions: the heaviest runs at 35% of the peak after",
+            "  32 trials. resnet-50 was timed while other tests ran on the box (interquartile ranges 19 ms",
+            "  of the farm's 59, 10 of onnxruntime's 49): its ratio wants a quiet re-run.",
+            "- Shares of the peak are of the one-core probe these runs read (96-99 GFLOP/s); the probe now",
+            "  measures every core (about 195 on this Zen 4), which halves them and puts every kernel below 100%.",
+            "- Not yet measured: the hour's budget (about an hour of a quiet box per model).",
         ]
     else:
         lines.append("No figure yet: the table needs a quiet box (the commands above).")
