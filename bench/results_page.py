@@ -82,7 +82,8 @@ def quick_start(page: Page) -> list[str]:
             cells = [str(r["trials"]), mmss(r["wall_s"]), ms(r["farm_ms"]), ms(r["ort_ms"]),
                      f"**{times(r['farm_ms'] / r['ort_ms'])}**", day(r["date"])]
         rows.append([page.cpu(row), *cells, page.source(row)])
-    others = [(page.cpu(row), page.raw(row["file"]), row["file"]) for row in page.index.get("quick_start_other_packs", [])]
+    others = [(page.cpu(row), page.raw(row["file"]), row["file"])
+              for row in page.index.get("quick_start_other_packs", [])]
     budget = []
     for row in page.index["budget_zen5"]:
         r = read_compare_text((page.results / row["file"]).read_text())
@@ -125,9 +126,9 @@ def quick_start(page: Page) -> list[str]:
           f"({ms(p['farm_ms'])} ms against onnxruntime's {ms(p['ort_ms'])} ms in a later run; {link(f)})."
           for cpu, p, f in packed],
         *[f"- **From the other kinds' packs** on the {cpu.split(' (')[0]} (its own pack left out: what a first "
-          f"user of an unpacked kind gets): {o['trials']} trials, tuning {o['tuning_s'] // 60} min {o['tuning_s'] % 60} s, "
-          f"{ms(o['farm_ms'])} ms against onnxruntime's {ms(o['ort_ms'])} ({o['farm_ms'] / o['ort_ms']:.2f}x), "
-          f"{int(o['wall_s']) // 60} min {int(o['wall_s']) % 60} s in all: the job trained a cross model before tuning "
+          f"user of an unpacked kind gets): {o['trials']} trials, tuning {mmss(o['tuning_s'])}, "
+          f"{ms(o['farm_ms'])} ms against onnxruntime's {ms(o['ort_ms'])} ({times(o['farm_ms'] / o['ort_ms'])}), "
+          f"{mmss(o['wall_s'])} in all: the job trained a cross model before tuning "
           f"({o['after_tuning_s']['cross_model_at_start']:g} s) and after it "
           f"({o['after_tuning_s']['cross_model_retrain']:g} s), the packs' stored ones being of older device columns; "
           f"the packs now carry readable ones (`bench/refresh_packs.py`), not re-measured since ({link(f)})."
