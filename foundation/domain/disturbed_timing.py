@@ -16,25 +16,31 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Sequence
+from itertools import chain
+
+# Timings come as blocks of runs (foundation.runtime.interleaved_timing); each rule reads all of them.
+Blocks = Sequence[Sequence[float]]
 
 DISTURBED_SPREAD = 0.2
 RETIMES = 2
 MIN_RUNS = 8  # fewer runs than this give no spread worth reading
 
 
-def spread(runs: Sequence[float]) -> float:
+def spread(blocks: Blocks) -> float:
     """The runs' interquartile range over their median (0 for fewer than MIN_RUNS runs)."""
+    runs = list(chain.from_iterable(blocks))
     if len(runs) < MIN_RUNS:
         return 0.0
     q1, median, q3 = statistics.quantiles(runs, n=4)
     return (q3 - q1) / median if median > 0 else 0.0
 
 
-def disturbed(runs: Sequence[float]) -> bool:
+def disturbed(blocks: Blocks) -> bool:
     """Whether the runs spread as a timing through other work does (see the module's docstring)."""
-    return spread(runs) > DISTURBED_SPREAD
+    return spread(blocks) > DISTURBED_SPREAD
 
 
-def quieter(again: Sequence[float], kept: Sequence[float]) -> bool:
+def quieter(again: Blocks, kept: Blocks) -> bool:
     """Whether a second timing of one library, ``again``, is the one to keep: its median is lower."""
-    return bool(again) and (not kept or statistics.median(again) < statistics.median(kept))
+    new, old = list(chain.from_iterable(again)), list(chain.from_iterable(kept))
+    return bool(new) and (not old or statistics.median(new) < statistics.median(old))

@@ -109,7 +109,8 @@ def canonical_target(user: str, fp: "Fingerprint") -> dict:
 
 
 def _canonical(given: dict[str, Any], fp: "Fingerprint") -> dict:
-    """canonical_target of a target parsed already; ``given`` loses its host: pass a copy of one still read."""
+    """canonical_target of a target parsed already (``given`` is left as it was)."""
+    given = dict(given)
     kind = given["kind"]
     if fp.kind != FINGERPRINT_KIND[kind]:
         raise FarmError(f"target {kind} needs a {FINGERPRINT_KIND[kind]} fingerprint, got {fp.kind} ({fp.id})",
@@ -131,7 +132,7 @@ def measurable_target(user: str, fp: "Fingerprint") -> dict:
     LLVM does not know (check_llvm_cpu), or code their CPU cannot run (check_runs_here). What a
     coordinator tunes for a fingerprint; `farm submit` on its own box checks the same."""
     requested = _parse(user)
-    target = _canonical(dict(requested), fp)
+    target = _canonical(requested, fp)
     check_llvm_cpu(requested, target)
     check_runs_here(requested, target, fp)
     return target
@@ -144,7 +145,7 @@ def local_target(user_target: str, *, tuning_here: bool = False) -> tuple["Finge
 
     requested = parse_target(user_target)
     fingerprint = local_fingerprint(requested["kind"])
-    target = _canonical(dict(requested), fingerprint)
+    target = _canonical(requested, fingerprint)
     check_llvm_cpu(requested, target)
     if tuning_here:
         check_runs_here(requested, target, fingerprint)

@@ -209,14 +209,10 @@ def _undisturbed(timer, blocks: list[list[float]], per_block: int) -> list[list[
     interleaved runs: its verdict compares two libraries under the same load."""
     kept = blocks
     for _ in range(RETIMES):
-        if not disturbed(_flat(kept)):
+        if not disturbed(kept):
             break
         time.sleep(RETIME_PAUSE_S)
         again, _ = time_interleaved(timer, None, max(len(blocks), 1), per_block, warmup=1)
-        if quieter(_flat(again), _flat(kept)):
+        if quieter(again, kept):
             kept = again
     return kept
-
-
-def _flat(blocks: Sequence[Sequence[float]]) -> list[float]:
-    return [x for block in blocks for x in block]
