@@ -68,6 +68,15 @@ def head(page: Page) -> list[str]:
     return lines
 
 
+def cross_model_training(seconds: dict) -> str:
+    """What a job from other kinds' packs spent on the cross-hardware cost model, in words."""
+    before, after = seconds["cross_model_at_start"], seconds["cross_model_retrain"]
+    if not before and not after:
+        return "it started from the packs' stored cross model, training none before or after tuning"
+    return (f"the job trained a cross model before tuning ({before:g} s) and after it ({after:g} s), "
+            "the packs' stored ones being of older device columns")
+
+
 def quick_start(page: Page) -> list[str]:
     rows, packed = [], []
     for row in page.index["quick_start"]:
@@ -128,10 +137,7 @@ def quick_start(page: Page) -> list[str]:
         *[f"- **From the other kinds' packs** on the {cpu.split(' (')[0]} (its own pack left out: what a first "
           f"user of an unpacked kind gets): {o['trials']} trials, tuning {mmss(o['tuning_s'])}, "
           f"{ms(o['farm_ms'])} ms against onnxruntime's {ms(o['ort_ms'])} ({times(o['farm_ms'] / o['ort_ms'])}), "
-          f"{mmss(o['wall_s'])} in all: the job trained a cross model before tuning "
-          f"({o['after_tuning_s']['cross_model_at_start']:g} s) and after it "
-          f"({o['after_tuning_s']['cross_model_retrain']:g} s), the packs' stored ones being of older device columns; "
-          f"the packs now carry readable ones (`bench/refresh_packs.py`), not re-measured since ({link(f)})."
+          f"{mmss(o['wall_s'])} in all; {cross_model_training(o['after_tuning_s'])} ({link(f)})."
           for cpu, o, f in others],
         "- **What would close it** (not built): a trial plan that gives the heaviest convolutions about",
         "  128 trials at the quick start's budget, measured as a default change (the quick start on",
