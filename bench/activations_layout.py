@@ -98,7 +98,8 @@ def transforms_between_convs(main_script: str) -> int:
 
 
 def tune(model: str, batch: int, trials_per_task: int, seed: int, form: str, block: int, work_dir: Path) -> dict:
-    from farm.embedded import SubmitRequest, submit
+    from farm.embedded import submit
+    from farm.submit_values import SubmitRequest
 
     home = work_dir / f"seed{seed}" / form
     home.mkdir(parents=True, exist_ok=True)

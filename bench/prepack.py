@@ -51,7 +51,8 @@ def load_average() -> str:
 
 
 def tune(model: str, batch: int, trials_per_task: int, seed: int, form: str, registry: str) -> dict:
-    from farm.embedded import SubmitRequest, submit
+    from farm.embedded import submit
+    from farm.submit_values import SubmitRequest
 
     begin = time.monotonic()
     result = submit(SubmitRequest(model=model, target="llvm", batch=batch, registry=registry,

@@ -111,7 +111,9 @@ def run_job(args, size, registry: str) -> dict:
     from timing import cpu_model, load_average
     from tvm.s_tir import meta_schedule as ms
 
-    import farm.embedded as embedded
+    import farm.embedded_site as embedded_site
+    from farm.embedded import submit
+    from farm.submit_values import SubmitRequest
     from foundation.meta_schedule.measure import WorkerPools
     from foundation.meta_schedule.planned_search import sized_searches
 
@@ -121,16 +123,15 @@ def run_job(args, size, registry: str) -> dict:
         def __init__(self, settings=None, observer=None):
             super().__init__(settings, observer or batches)
 
-    embedded.WorkerPools = ObservedPools
+    embedded_site.WorkerPools = ObservedPools  # where the job's site makes its pools
     stages = StageClock()
     load_before = load_average()
     cpu_begin = cpu_seconds()
     begin = time.monotonic()
     with ms.Profiler() as profiler, (sized_searches(size) if size is not None else contextlib.nullcontext()):
-        result = embedded.submit(embedded.SubmitRequest(model=args.model, target="llvm", batch=args.batch,
-                                                        registry=registry, trials_per_task=args.trials_per_task,
-                                                        seed=args.seed),
-                                 stages)
+        result = submit(SubmitRequest(model=args.model, target="llvm", batch=args.batch, registry=registry,
+                                      trials_per_task=args.trials_per_task, seed=args.seed),
+                        stages)
     end = time.monotonic()
     cpu_end = cpu_seconds()
     if result.job.state != "succeeded":

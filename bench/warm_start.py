@@ -54,7 +54,8 @@ from timing import cpu_model, load_average  # noqa: E402
 
 
 def _submit(registry: Path, model: str, batch: int, trials_per_task: int, seed: int, warm: bool):
-    from farm.embedded import SubmitRequest, submit
+    from farm.embedded import submit
+    from farm.submit_values import SubmitRequest
 
     request = SubmitRequest(model=model, target="llvm", batch=batch, registry=f"sqlite:///{registry}",
                             trials_per_task=trials_per_task, seed=seed, warm_start=warm, reuse="off",

@@ -20,9 +20,9 @@ _EXPORTS = {
     "status": "farm.job_api",
     "jobs": "farm.job_api",
     "cancel": "farm.job_api",
-    "Job": "farm.job_api",
-    "JobArtifact": "farm.job_api",
-    "Latency": "farm.job_api",
+    "Job": "farm.job_document",
+    "JobArtifact": "farm.job_document",
+    "Latency": "farm.job_document",
     "Coordinator": "farm.connection",
 }
 __all__ = sorted(_EXPORTS)

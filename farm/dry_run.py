@@ -17,7 +17,7 @@ from foundation.hardware.targets import local_target
 from foundation.models.model_key import model_key
 
 if TYPE_CHECKING:  # pragma: no cover
-    from farm.embedded import SubmitRequest
+    from farm.submit_values import SubmitRequest
     from foundation.registry.store import RegistryStore
 
 RATE_JOBS = 20  # the newest finished jobs of the fingerprint the rate is taken from

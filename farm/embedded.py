@@ -51,5 +51,3 @@ def submit(request: SubmitRequest, observer: JobObserver | None = None,
                                 layout_choice=answered.choice)
         return tune_build_commit(ctx, admission, request.measure, observer, cancellation, begin)
 
-
-__all__ = ["Cancellation", "SubmitRequest", "SubmitResult", "submit"]

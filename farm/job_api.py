@@ -6,101 +6,25 @@
     farm.status(job.id).state, [j.id for j in farm.jobs()]
 
 Every function reads the same job document `farm status --json` prints (the registry's, or a
-coordinator's), so the CLI and the API never disagree about a job.
+coordinator's) as a farm.Job (farm.job_document), so the CLI and the API never disagree about a job.
 """
 
 from __future__ import annotations
 
-import datetime as dt
 import time
-from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from farm import arguments
 from farm.connection import Coordinator
+from farm.job_document import Job
 from foundation.config import check_switches
 from foundation.domain import request_limits as limits
-from foundation.domain.jobs import JobState
 from foundation.domain.submission import Submission, asked_submission
 from foundation.errors import BadInput
 
 if TYPE_CHECKING:  # pragma: no cover
     from farm.submit_handle import SubmitHandle
-
-
-@dataclass(frozen=True)
-class Latency:
-    """A library's latency over its timed runs, in milliseconds."""
-
-    mean_ms: float
-    median_ms: float
-    std_ms: float
-
-
-@dataclass(frozen=True)
-class JobArtifact:
-    """The library a succeeded job stored (load it with farm.load)."""
-
-    id: str
-    sha256: str
-    size: int | None
-    latency: Latency
-    untuned_mean_ms: float | None  # the same model built without tuning, for comparison
-    validated: bool
-
-
-@dataclass(frozen=True)
-class Job:
-    """One job as the registry or the coordinator knows it."""
-
-    id: str
-    state: JobState
-    status: str  # one sentence on what it does or waits for
-    model: str
-    batch: int | None
-    target: str
-    fingerprint: str | None  # None until a coordinator's first agent of the target kind decides
-    cache_hit: bool  # answered from the registry: nothing was tuned
-    trials: int
-    trials_budget: int
-    error: str | None
-    artifact: JobArtifact | None
-    created_at: dt.datetime | None
-    finished_at: dt.datetime | None
-    # The whole document `farm status --json` prints: plan, reuse, warm start, rounds ...
-    document: dict[str, Any] = field(repr=False, compare=False)
-
-    @property
-    def done(self) -> bool:
-        return self.state.is_final
-
-    @property
-    def succeeded(self) -> bool:
-        return self.state is JobState.SUCCEEDED
-
-    @staticmethod
-    def from_document(doc: dict[str, Any]) -> "Job":
-        artifact = doc.get("artifact")
-        return Job(
-            id=doc["job"], state=JobState(doc["state"]), status=doc.get("status") or "", model=doc["model"],
-            batch=doc.get("batch"), target=doc.get("target") or "", fingerprint=doc.get("fingerprint"),
-            cache_hit=bool(doc.get("cache_hit")), trials=int(doc.get("trials") or 0),
-            trials_budget=int(doc.get("trials_budget") or 0), error=doc.get("error"),
-            artifact=_artifact(artifact) if artifact else None, created_at=_when(doc.get("created_at")),
-            finished_at=_when(doc.get("finished_at")), document=doc,
-        )
-
-
-def _artifact(doc: dict[str, Any]) -> JobArtifact:
-    latency = doc.get("latency_ms") or {}
-    return JobArtifact(id=doc["id"], sha256=doc["sha256"], size=doc.get("size"),
-                       latency=Latency(latency.get("mean"), latency.get("median"), latency.get("std")),
-                       untuned_mean_ms=doc.get("untuned_latency_ms"),
-                       validated=bool((doc.get("validation") or {}).get("passed")))
-
-
-def _when(value: str | None) -> dt.datetime | None:
-    return dt.datetime.fromisoformat(value) if value else None
 
 
 def _coordinator(coordinator: str | Coordinator | None) -> Coordinator | None:
@@ -167,10 +91,10 @@ def submit(model: str, target: str = "llvm", batch: int = 1, *, trials: int | No
             raise BadInput("a torch module is tuned embedded only", "export it to ONNX to tune it on a coordinator")
         return _submit_remote(remote.client(), submission, wait=wait, timeout=timeout)
     from farm.api_interrupts import cancelled_at_exit, ctrl_c_cancels
-    from farm.embedded import SubmitRequest
     from farm.embedded import submit as submit_job
     from farm.registry_jobs import RegistryJobs
-    from foundation.meta_schedule.tuner import MeasureSettings
+    from farm.submit_values import SubmitRequest
+    from foundation.meta_schedule.measure import MeasureSettings
 
     request = SubmitRequest.of(submission, registry=registry, model=source.request,
                                measure=MeasureSettings(build_workers=build_workers))

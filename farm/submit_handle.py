@@ -22,7 +22,7 @@ from foundation.errors import TimedOut
 from foundation.job_driver.cancellation import Cancellation
 
 if TYPE_CHECKING:  # pragma: no cover
-    from farm.embedded import SubmitRequest
+    from farm.submit_values import SubmitRequest
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,9 @@ from foundation.domain.rounds_outcome import RoundsOutcome
 from foundation.domain.submission import Submission
 from foundation.domain.weights_layout import LayoutChoice, WeightsLayout
 from foundation.job_driver.artifacts import artifact_json
-from foundation.meta_schedule.tuner import MeasureSettings, ProgressListener, TuningReport
+from foundation.meta_schedule.measure import MeasureSettings
+from foundation.meta_schedule.progress import ProgressListener
+from foundation.meta_schedule.tuner import TuningReport
 from foundation.meta_schedule.warm.job_start import warm_start_json
 from foundation.models.model_key import ModelKey
 

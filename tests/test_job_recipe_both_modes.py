@@ -14,8 +14,9 @@ from dataclasses import replace
 
 import pytest
 
-from farm.embedded import SubmitRequest, submit
+from farm.embedded import submit
 from farm.local_cluster import Cluster
+from farm.submit_values import SubmitRequest
 from foundation.domain.job_spec import job_notes, job_spec
 from foundation.job_driver.pipeline import BUILDING, JobPipeline
 

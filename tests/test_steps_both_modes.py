@@ -14,7 +14,8 @@ import grpc
 import pytest
 
 from coordinator.server import serve
-from farm.embedded import SubmitRequest, submit
+from farm.embedded import submit
+from farm.submit_values import SubmitRequest
 from foundation.job_driver import steps
 from foundation.wire import farm_pb2, farm_pb2_grpc
 

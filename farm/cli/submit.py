@@ -130,9 +130,9 @@ def submit(
         return remote_submit(coordinator.client(), submission, wait=wait, timeout=timeout, json_output=json_output,
                              report_dir=report_dir, registry=registry)
     from farm.cli.interrupts import cancel_on_signals
-    from farm.embedded import SubmitRequest
     from farm.embedded import submit as submit_job
-    from foundation.meta_schedule.tuner import MeasureSettings
+    from farm.submit_values import SubmitRequest
+    from foundation.meta_schedule.measure import MeasureSettings
 
     # This process's threads are the command's own: its workers' zygote can be a fork of it.
     request = SubmitRequest.of(submission, registry=registry,

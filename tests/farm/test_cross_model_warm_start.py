@@ -13,7 +13,8 @@ import re
 
 import pytest
 
-from farm.embedded import SubmitRequest, submit
+from farm.embedded import submit
+from farm.submit_values import SubmitRequest
 from foundation.domain.job_spec import job_notes
 from foundation.domain.warm_start_use import describe, job_warm_start
 from foundation.registry import RegistryStore

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from farm.embedded import SubmitRequest, submit
+from farm.embedded import submit
+from farm.submit_values import SubmitRequest
 from foundation.meta_schedule.measure import MeasureSettings
 
 pytestmark = pytest.mark.slow

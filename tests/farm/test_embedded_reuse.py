@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from farm.embedded import SubmitRequest, submit
+from farm.embedded import submit
 from farm.registry_jobs import RegistryJobs
+from farm.submit_values import SubmitRequest
 from foundation.meta_schedule.measure import MeasureSettings
 from foundation.registry import RegistryStore
 

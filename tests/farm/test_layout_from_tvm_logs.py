@@ -9,7 +9,8 @@ import pytest
 from typer.testing import CliRunner
 
 from farm.cli.app import app
-from farm.embedded import SubmitRequest, submit
+from farm.embedded import submit
+from farm.submit_values import SubmitRequest
 from foundation.domain.reuse import TaskAction
 from foundation.domain.weights_layout import CPU_DEFAULT, WeightsLayout
 from foundation.meta_schedule.measure import MeasureSettings

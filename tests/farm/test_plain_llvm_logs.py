@@ -10,7 +10,8 @@ import pytest
 from typer.testing import CliRunner
 
 from farm.cli.app import app
-from farm.embedded import SubmitRequest, submit
+from farm.embedded import submit
+from farm.submit_values import SubmitRequest
 from foundation.meta_schedule.measure import MeasureSettings
 
 from support.tvm_logs import tvm_tuned_log

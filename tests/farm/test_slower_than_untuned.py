@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from farm.embedded import SubmitRequest, submit
+from farm.embedded import submit
+from farm.submit_values import SubmitRequest
 from foundation.config import KEEP_SLOWER_ENV
 from foundation.meta_schedule.measure import MeasureSettings
 

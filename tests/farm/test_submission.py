@@ -11,7 +11,7 @@ import pytest
 
 import farm
 from coordinator.server import serve
-from farm.embedded import SubmitRequest
+from farm.submit_values import SubmitRequest
 from foundation.domain.job_spec import DEFAULT_VALIDATION_RUNS, DISTRIBUTED, EMBEDDED, job_options
 from foundation.domain.reuse import ReuseMode
 from foundation.domain.submission import OnnxUpload, Submission, until_request

@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import pytest
 
-from farm.embedded import SubmitRequest
+from farm.submit_values import SubmitRequest
 from foundation.domain.job_spec import DEFAULT_VALIDATION_RUNS, DISTRIBUTED, EMBEDDED
 from foundation.domain.tuning_rounds import UntilRequest, parse_goal
 from foundation.errors import BadInput

@@ -8,7 +8,8 @@ from collections import Counter
 
 import pytest
 
-from farm.embedded import SubmitRequest, submit
+from farm.embedded import submit
+from farm.submit_values import SubmitRequest
 from foundation import config
 from foundation.meta_schedule.measure import MeasureSettings
 from foundation.registry.store import RegistryStore

@@ -8,7 +8,8 @@ import subprocess
 
 import pytest
 
-from farm.embedded import SubmitRequest, submit
+from farm.embedded import submit
+from farm.submit_values import SubmitRequest
 from foundation.domain.tuning_rounds import BLOCKS, Stop, parse_goal
 from foundation.job_driver.tuning_rounds import UntilRequest
 from foundation.meta_schedule.measure import MeasureSettings

@@ -8,7 +8,8 @@ import shutil
 import pytest
 from sqlalchemy import create_engine, text
 
-from farm.embedded import SubmitRequest, submit
+from farm.embedded import submit
+from farm.submit_values import SubmitRequest
 from foundation.domain.job_spec import job_notes
 from foundation.domain.warm_start_use import job_warm_start
 from foundation.registry import RegistryStore

@@ -80,3 +80,46 @@ def test_a_coordinators_job_has_the_registrys_keys(farm_json, registry_job):
     assert list(document) == list(shown)  # the same keys, in the same order
     assert document["id"] == document["job"] == "job-remote" and document["runner"] is None
     assert shown["failed_shards"] == [] and document["failed_shards"][0]["shard"] == "s-1"
+
+
+def test_a_coordinators_job_this_version_cannot_read_is_one_line(monkeypatch, capsys, tmp_path):
+    """A coordinator of another version may send a note this one cannot read (here a reuse mode it does not
+    know): `farm status` says so in one line naming it, exit 4, not a traceback nor an "internal error"."""
+    from farm.client import CoordinatorClient
+    from foundation.wire import farm_pb2
+
+    job = farm_pb2.Job(id="job-remote", state=farm_pb2.JOB_STATE_SUCCEEDED, target_kind="llvm",
+                       model=farm_pb2.ModelSummary(name="mlp-tiny", batch=1), reuse=farm_pb2.JobReuse(mode="most"))
+    monkeypatch.setattr(CoordinatorClient, "get_job", lambda self, job_id: job)
+    monkeypatch.setenv("FARM_HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("FARM_DEBUG", raising=False)
+    monkeypatch.setattr(sys, "argv", ["farm", "status", "job-remote", "--coordinator", "127.0.0.1:50051"])
+    with pytest.raises(SystemExit) as exited:
+        main()
+    out, err = capsys.readouterr()
+    assert exited.value.code == 4 and out == "", err
+    [line] = err.splitlines()
+    assert line.startswith("error: job job-remote's document does not read as this tvm-farm's: ValueError: 'most'")
+    assert "another tvm-farm version" in line
+
+
+@pytest.mark.slow
+def test_a_tuned_jobs_status_reads_back_typed(tuned_mlp_tiny, farm_json, tmp_path):
+    """The document `farm status --json` prints of a job tuned here reads as a farm.Job with its notes typed."""
+    from farm.cli.views import job_fields
+    from farm.job_document import Job
+
+    home = tuned_mlp_tiny.copy_to(tmp_path / "tuned")
+    submitted = tuned_mlp_tiny.submitted
+    registry = f"sqlite:///{home / 'registry.db'}"
+    job = Job.from_document(farm_json("status", submitted["job"], "--registry", registry))
+    assert job.succeeded and job.id == submitted["job"] and job.trials == submitted["trials"] > 0
+    assert 0 < job.trial_plan.total <= job.trials_budget and [t.name for t in job.trial_plan.tasks] == [
+        t["task"] for t in submitted["trial_plan"]["tasks"]]
+    assert job.weights_layout.value == submitted["weights_layout"] and job.weights_layout_choice.why
+    assert job.reuse.mode.value == submitted["reuse"]["mode"] and job.warm_start.shards == 1
+    assert job.artifact.id == submitted["artifact"]["id"] and job.artifact.validated
+    assert job.artifact.latency.mean_ms == submitted["artifact"]["latency_ms"]["mean"]
+    assert job.created_at <= job.started_at <= job.finished_at
+    fields = dict(job_fields(job.document))
+    assert fields["Plan"].startswith(f"{job.trial_plan.total} of {job.trials_budget} trials") and fields["Latency"]
