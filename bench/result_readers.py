@@ -146,9 +146,14 @@ def _two_over_one(raw: dict) -> tuple[float, str]:
     return statistics.median(raw["two_over_one_by_pair"]), raw["date"]
 
 
+def _context_over_warm(raw: dict) -> tuple[float, str]:
+    """bench/cache_flush.py's pairs: the median of the context's latency over warm's, pair by pair."""
+    return statistics.median(raw["context_over_warm_by_pair"]), raw["date"]
+
+
 DEFAULT_READERS: dict[str, Callable] = {"seed_ratio": _seed_ratio, "ratio": _ratio,
                                         "flushed_over_warm": _flushed_over_warm, "trials_per_s": _trials_per_s,
-                                        "two_over_one": _two_over_one}
+                                        "two_over_one": _two_over_one, "context_over_warm": _context_over_warm}
 
 
 def read_cost_model_transfer(raw: dict) -> dict:

@@ -455,6 +455,19 @@ def peers(page: Page) -> list[str]:
                           link(m["row"]["file"])] for m in in_model])
     else:
         lines.append("No figure yet: it needs a quiet box.")
+    lines += [
+        "",
+        "- **Timing in the model's context, A/B on the Zen 4** (`bench/cache_flush.py resnet-18 --context",
+        "  auto --pairs 3 --trials-per-task 32`, \"What the defaults rest on\"): `auto` against `warm`",
+        "  read 1.405, 1.190 and 0.723, median 1.19: no gain, and a spread that is the search's own",
+        "  (in pair 1 auto's `fused_conv2d_NCHWc3_multiply2_add3_relu21`, timed warm like every small",
+        "  layer, found a 4.5 ms schedule where warm's found 1.1 ms; in pair 3 warm's library was the",
+        "  slow one). Here the heavy kernels already run 1.04x their warm time in the model by share",
+        "  (8 of 9 within 1.15x; auto's side 0.99x, 7 of 7: the warm-1 and auto-1 rows), so there is",
+        "  little for a context to win on this kind; `warm` stays the default. The Xeon model 167, where",
+        "  the heavy kernels lose 1.09x in the model, had two pairs of `flushed` at 0.943 and 0.887;",
+        "  `auto` there, and a second kind's three pairs, are not measured.",
+    ]
     return lines
 
 
