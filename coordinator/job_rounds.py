@@ -25,7 +25,6 @@ from coordinator.cluster_store import ClusterStore
 from coordinator.hints import WorkloadJson
 from coordinator.model_cache import ModelCache
 from coordinator.onnx_uploads import onnx_path
-from coordinator.tvm_ir_lock import TVM_IR_LOCK
 from foundation.clock import utc_now
 from foundation.domain.job_spec import job_notes, job_options, job_spec, noted
 from foundation.domain.jobs import JobState
@@ -37,6 +36,7 @@ from foundation.job_driver import steps
 from foundation.job_driver.rounds_loop import TuningInRounds
 from foundation.job_driver.tuning_rounds import planned_so_far, set_up_goal
 from foundation.registry.store import RegistryStore
+from foundation.tvm_ir_lock import TVM_IR_LOCK
 
 if TYPE_CHECKING:  # pragma: no cover
 

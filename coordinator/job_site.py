@@ -23,7 +23,6 @@ from coordinator.hints import WorkloadJson
 from coordinator.job_rounds import JobRounds
 from coordinator.model_cache import ModelCache
 from coordinator.onnx_uploads import onnx_path
-from coordinator.tvm_ir_lock import TVM_IR_LOCK
 from foundation.clock import utc_now
 from foundation.domain.job_rollup import JobOutcome
 from foundation.domain.job_spec import noted
@@ -38,6 +37,7 @@ from foundation.job_driver.driver import JobDriver
 from foundation.job_driver.pipeline import JobPipeline, JobWork, Tuned, TuningStart, Validated, target_of
 from foundation.logs import log_ids
 from foundation.registry.store import RegistryStore
+from foundation.tvm_ir_lock import TVM_IR_LOCK
 
 if TYPE_CHECKING:  # pragma: no cover
     from foundation.models.loaded import LoadedModel

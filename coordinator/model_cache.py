@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from coordinator.onnx_uploads import onnx_path
-from coordinator.tvm_ir_lock import TVM_IR_LOCK
 from foundation.errors import FarmError
+from foundation.tvm_ir_lock import TVM_IR_LOCK
 
 if TYPE_CHECKING:  # pragma: no cover
     from foundation.models.loaded import LoadedModel

@@ -23,7 +23,8 @@ from foundation.job_driver.embedded_admission import EmbeddedAdmission
 from foundation.job_driver.pipeline import JobPipeline, JobWork, Tuned, TuningStart, Validated
 from foundation.job_driver.runners import Heartbeat
 from foundation.job_driver.tuning_lock import ScopeLock
-from foundation.meta_schedule.tuner import MeasureSettings, TuningReport, WorkerPools
+from foundation.meta_schedule.measure import MeasureSettings, WorkerPools
+from foundation.meta_schedule.tuner import TuningReport
 from foundation.meta_schedule.warm.job_start import learn_from_job, warm_start_for, warm_start_use
 from foundation.models.model_key import ModelKey
 from foundation.tvm_ir_lock import TVM_IR_LOCK

@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING
 
 from foundation.domain.rounds_outcome import RoundsOutcome
 from foundation.job_driver.rounds_loop import TunedRound, TuningInRounds
-from foundation.meta_schedule.tuner import TuningBudget, TuningReport, WorkerPools
+from foundation.meta_schedule.measure import WorkerPools
+from foundation.meta_schedule.tuner import TuningBudget, TuningReport
 from foundation.units import milliseconds
 
 if TYPE_CHECKING:  # pragma: no cover

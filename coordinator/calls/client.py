@@ -18,7 +18,6 @@ from coordinator.hints import RpcServerFlags, TaskProgress
 from coordinator.ids import validation_id
 from coordinator.model_cache import ModelCache
 from coordinator.onnx_uploads import store_onnx
-from coordinator.tvm_ir_lock import TVM_IR_LOCK
 from coordinator.values import AgentView, JobView, Submitted
 from foundation.clock import utc_now
 from foundation.domain.job_spec import DISTRIBUTED
@@ -34,6 +33,7 @@ from foundation.models.loaded import check_batch
 from foundation.models.model_key import ModelKey, looks_like_path, model_key
 from foundation.registry.entities import Artifact, JobEvent, Model
 from foundation.registry.store import RegistryStore
+from foundation.tvm_ir_lock import TVM_IR_LOCK
 
 if TYPE_CHECKING:  # pragma: no cover
     from foundation.domain.tuning_rounds import UntilRequest

@@ -57,7 +57,7 @@ class ReportedRecordCheck:
         # A tensorized trace names the target's intrinsics: registered as the agents' builders do.
         install_lean_tensor_intrinsics(target_kind)
         try:
-            # TIR schedules only, no Relax BlockBuilder: outside coordinator.tvm_ir_lock, so that
+            # TIR schedules only, no Relax BlockBuilder: outside foundation.tvm_ir_lock, so that
             # reports do not wait behind a plan or a build.
             replayed_record(record, self._workload(workload_id))
         except UnusableRecord as unusable:

@@ -385,7 +385,7 @@ def upgrade(
     """Migrate the registry's schema to the version this farm needs."""
     from foundation.config import registry_url
     from foundation.registry.engine import masked, parse_registry_url
-    from foundation.registry.store import upgrade_registry
+    from foundation.registry.migrate import upgrade_registry
 
     url = registry_url(registry)
     revision = upgrade_registry(url, create=create)

@@ -5,10 +5,10 @@ from __future__ import annotations
 import enum
 from collections.abc import Iterable
 
-from foundation.domain.transitions import IllegalTransition, TransitionTable
+from foundation.domain.transitions import TransitionTable
 from foundation.errors import BadInput, quoted
 
-__all__ = ["FINAL_STATES", "TRANSITIONS", "IllegalTransition", "JobState", "check_transition", "job_states"]
+__all__ = ["FINAL_STATES", "TRANSITIONS", "JobState", "check_transition", "job_states"]
 
 
 class JobState(enum.StrEnum):

@@ -19,13 +19,11 @@ import enum
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 
-from foundation.domain.leases import DEFAULT_MAX_ATTEMPTS, AttemptFailure, LeaseRules, StaleAttempt
+from foundation.domain.leases import DEFAULT_MAX_ATTEMPTS, AttemptFailure, LeaseRules
 from foundation.domain.transitions import IllegalTransition, TransitionTable
 
 __all__ = [
-    "DEFAULT_MAX_ATTEMPTS",
     "IllegalValidationTransition",
-    "StaleAttempt",
     "Validation",
     "ValidationState",
     "allowed_sources",

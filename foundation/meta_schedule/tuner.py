@@ -24,7 +24,7 @@ from foundation.domain.trial_phases import ceiling_ms, first_phase_trials, phase
 from foundation.domain.trial_plan import TaskDemand, TrialPlan, plan_trials
 from foundation.hardware.tvm_startup import install_lean_tensor_intrinsics
 from foundation.logs import LostLogs
-from foundation.meta_schedule.measure import MeasureSettings, RPCMeasure, WorkerPools
+from foundation.meta_schedule.measure import WorkerPools
 from foundation.meta_schedule.planned_search import COLD_EXPLORATION, WARM_EXPLORATION, planned_search
 from foundation.meta_schedule.progress import (
     KEPT_ERRORS_PER_TASK,
@@ -45,7 +45,6 @@ if TYPE_CHECKING:  # pragma: no cover
     from foundation.meta_schedule.warm import SeedRoundReport, WarmStart
 
 __all__ = [
-    "MeasureSettings", "RPCMeasure", "WorkerPools", "ProgressListener", "TaskProgress",
     "TuningBudget", "TuningReport", "estimated_ms", "trial_plan", "tune",
 ]
 

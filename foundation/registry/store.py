@@ -23,7 +23,7 @@ from .engine import check_sqlite_file, create_registry_engine, masked, parse_reg
 from .entities import Artifact, Fingerprint, Job, Model
 from .holdings import Holdings
 from .job_runners import JobRunners
-from .migrate import ensure_schema, upgrade_registry
+from .migrate import ensure_schema
 from .pins import ArtifactPins
 from .prune import Pruning
 from .record_removal import RecordRemoval
@@ -35,14 +35,11 @@ from .schema import (
     ModelRow,
 )
 from .session import Changes, UnitOfWork
-from .tuning_records import TuningRecords, mean_run_sec, record_digest
+from .tuning_records import TuningRecords
 
 __all__ = [
     "RegistryStore",
-    "mean_run_sec",
-    "record_digest",
     "target_kind_of",
-    "upgrade_registry",
 ]
 
 _JOB_FIELDS = frozenset(

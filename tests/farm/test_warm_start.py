@@ -127,7 +127,8 @@ def test_a_similar_model_submitted_with_defaults_is_seeded_first_across_tasks(tm
 def test_an_incompatible_seed_is_rejected_and_the_task_still_tunes(donors, tmp_path):
     from foundation.compile import extract_tuning_tasks
     from foundation.meta_schedule.database.registry_database import tvm_database_for
-    from foundation.meta_schedule.tuner import TuningBudget, WorkerPools, tune
+    from foundation.meta_schedule.measure import WorkerPools
+    from foundation.meta_schedule.tuner import TuningBudget, tune
     from foundation.meta_schedule.warm import SeedTrace, WarmStart, find_seed_traces
     from foundation.meta_schedule.warm.seed_round import SeedRoundReport, transplanted_seeds
     from foundation.meta_schedule.warm.transplant import Transplanter

@@ -3,7 +3,7 @@
 Each sample's program features (PerStoreFeature rows, foundation.meta_schedule.warm.cross_samples)
 get device columns appended to every row, computed from the row and its fingerprint's device
 vector (foundation.hardware.device_features.device_vector): what the row's loops are on that box
-(foundation.meta_schedule.warm.program_on_device, ``DEVICE_COLUMNS``); labels are normalised per
+(foundation.meta_schedule.warm.program_on_device, ``COLUMNS``); labels are normalised per
 (workload, fingerprint); the booster is trained with MetaSchedule's own XGBModel objective (a
 candidate's score is the sum over its rows). Models trained without device columns
 (``vectors=None``) or with the raw device fields are the baselines it is measured against
@@ -35,7 +35,7 @@ from foundation.hardware.device_features import VECTOR_FIELDS
 
 from .cost_models import KIND as OWN_KIND
 from .cross_samples import CrossSample, registry_dataset
-from .program_on_device import DEVICE_COLUMNS, device_columns
+from .program_on_device import COLUMNS, device_columns
 
 if TYPE_CHECKING:  # pragma: no cover
     import numpy as np
@@ -142,7 +142,7 @@ def normalised_speeds(samples: Sequence[CrossSample]) -> "np.ndarray":
 
 
 def train(samples: Sequence[CrossSample], vectors: Mapping[str, Sequence[float]] | None,
-          seconds: float | None = None, device_fields: Sequence[str] = DEVICE_COLUMNS) -> CrossModel:
+          seconds: float | None = None, device_fields: Sequence[str] = COLUMNS) -> CrossModel:
     """A model trained on ``samples``, each row with the ``device_fields`` columns of its
     fingerprint's device vector from ``vectors`` (None: without device columns); ``seconds``
     bounds the boosting."""
@@ -226,7 +226,7 @@ def model_from_bytes(blob: bytes) -> CrossModel:
     if int(arrays["format"][0]) != FORMAT:
         raise ValueError(f"cross cost model format {int(arrays['format'][0])}, this farm reads {FORMAT}")
     fields = tuple(str(f) for f in arrays["device_fields"])
-    if fields and fields != DEVICE_COLUMNS:
+    if fields and fields != COLUMNS:
         # A model of other columns (the raw device fields of before) would misread every row: a
         # refresh retrains it.
         raise ValueError("the cross cost model was trained on other device features than this farm computes")

@@ -40,6 +40,8 @@ _REUSE_BUFFERS = 3
 _CACHE_LINE = 64
 _FLOAT_BYTES = 4
 
+# What the farm's cross model reads beside the program features (cross_model): these derived
+# columns alone; the raw device fields ranked worse (bench/cost_model_transfer.py).
 COLUMNS = (
     "vector_fill", "vector_len_over_lanes", "parallel_balance", "parallel_over_cores",
     *(f"buffer{b}_reuse_over_{level}" for b in range(_REUSE_BUFFERS) for level in ("l1", "l2", "l3")),
@@ -47,10 +49,6 @@ COLUMNS = (
     "inner_intensity_over_balance", "intensity_over_balance",
     "compute_log2_us", "memory_log2_us", "roofline_log2_us",
 )
-
-# What the farm's cross model reads beside the program features (cross_model): the derived
-# columns alone; the raw device fields ranked worse (bench/cost_model_transfer.py).
-DEVICE_COLUMNS = COLUMNS
 
 _FIELD = {name: i for i, name in enumerate(VECTOR_FIELDS)}
 

@@ -10,8 +10,9 @@ from sqlalchemy import text
 
 from coordinator.cluster_store import AgentMismatch, ClusterStore, UnknownAgent
 from foundation.domain.job_rollup import JobOutcome
-from foundation.domain.jobs import IllegalTransition, JobState
+from foundation.domain.jobs import JobState
 from foundation.domain.shards import ShardState
+from foundation.domain.transitions import IllegalTransition
 from foundation.domain.weights_layout import WeightsLayout
 from foundation.registry import RegistryStore, migrate, upgrade_registry
 from foundation.registry.engine import create_registry_engine, parse_registry_url

@@ -4,7 +4,8 @@ import json
 
 import pytest
 
-from foundation.domain.jobs import FINAL_STATES, TRANSITIONS, IllegalTransition, JobState, check_transition
+from foundation.domain.jobs import FINAL_STATES, TRANSITIONS, JobState, check_transition
+from foundation.domain.transitions import IllegalTransition
 
 
 def test_the_happy_path_is_legal():

@@ -6,7 +6,6 @@ import random
 import pytest
 
 from foundation.domain.job_rollup import JobOutcome, rollup
-from foundation.domain.jobs import IllegalTransition
 from foundation.domain.leases import StaleAttempt, judges_silence
 from foundation.domain.shard_leases import (
     accept_report,
@@ -22,6 +21,7 @@ from foundation.domain.shard_leases import (
 )
 from foundation.domain.shard_split import TaskCost, estimated_cost, split_tasks
 from foundation.domain.shards import IllegalShardTransition, ShardState, allowed_sources, check_transition
+from foundation.domain.transitions import IllegalTransition
 
 TTL = 30.0
 

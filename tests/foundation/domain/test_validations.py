@@ -4,8 +4,8 @@ import itertools
 
 import pytest
 
-from foundation.domain.jobs import IllegalTransition
 from foundation.domain.leases import StaleAttempt
+from foundation.domain.transitions import IllegalTransition
 from foundation.domain.validations import (
     IllegalValidationTransition,
     Validation,

@@ -11,8 +11,9 @@ import threading
 import pytest
 from sqlalchemy import create_engine, text
 
-from foundation.domain.jobs import IllegalTransition, JobState
+from foundation.domain.jobs import JobState
 from foundation.domain.runners import HEARTBEAT_TTL_S, Runner
+from foundation.domain.transitions import IllegalTransition
 from foundation.domain.weights_layout import WeightsLayout
 from foundation.job_driver.driver import JobDriver, RegistryJobMoves, tuning_failure, validation_failure
 from foundation.job_driver.hits import look_up_hit

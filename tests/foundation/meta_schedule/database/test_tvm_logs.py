@@ -188,7 +188,7 @@ def test_unmeasured_and_failed_records_still_import(store, tmp_path):
 def test_the_registry_never_ranks_an_impossible_time(store, tmp_path):
     """Under the import's check, the registry's own: a time no run gives is no valid measurement."""
     from foundation.registry import NewRecord
-    from foundation.registry.store import mean_run_sec
+    from foundation.registry.tuning_records import mean_run_sec
 
     assert [mean_run_sec(s) for s in ([2e-3, 4e-3], [1e10], [-1.0], [float("nan")], [float("inf")], [0.0],
                                        [1e-3, -1e-3], [], None)] == [3e-3] + [None] * 8

@@ -233,8 +233,9 @@ def test_a_tune_starts_from_the_stored_model_and_keeps_teaching_it(measured, tar
     from foundation.compile import TuningTask
     from foundation.meta_schedule import tuner
     from foundation.meta_schedule.database.registry_database import canonical_target_json, tvm_database_for
+    from foundation.meta_schedule.measure import WorkerPools
     from foundation.meta_schedule.planned_search import COLD_EXPLORATION
-    from foundation.meta_schedule.tuner import TuningBudget, WorkerPools, tune
+    from foundation.meta_schedule.tuner import TuningBudget, tune
     from foundation.meta_schedule.warm import WarmStart
     from foundation.meta_schedule.warm.cost_models import load_cost_model, refresh_cost_model
 

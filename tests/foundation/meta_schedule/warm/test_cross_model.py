@@ -43,7 +43,7 @@ def test_the_cross_model_learns_every_fingerprint_and_is_stored_as_xgb_cross(syn
     from foundation.hardware.device_features import VECTOR_FIELDS, device_vector
     from foundation.meta_schedule.warm.cross_model import KIND, load_cross_model, refresh_cross_model
     from foundation.meta_schedule.warm.cross_samples import program_features
-    from foundation.meta_schedule.warm.program_on_device import DEVICE_COLUMNS
+    from foundation.meta_schedule.warm.program_on_device import COLUMNS
 
     version = tvm.__version__
     stored = refresh_cross_model(synthetic, version)
@@ -54,7 +54,7 @@ def test_the_cross_model_learns_every_fingerprint_and_is_stored_as_xgb_cross(syn
     # The per-fingerprint model of the row it sits under is another kind: neither replaces the other.
     assert synthetic.cost_models.find(stored.fingerprint_id, version, "xgb") is None
     model, again = load_cross_model(synthetic, version)
-    assert again == stored and model.device_fields == DEVICE_COLUMNS
+    assert again == stored and model.device_fields == COLUMNS
     assert load_cross_model(synthetic, version, "cuda") is None
     # Nothing stored since: it is not retrained.
     assert refresh_cross_model(synthetic, version) == stored
@@ -130,7 +130,7 @@ def test_a_stored_model_of_the_raw_device_fields_is_not_read_and_the_next_refres
         train,
     )
     from foundation.meta_schedule.warm.cross_samples import registry_dataset
-    from foundation.meta_schedule.warm.program_on_device import DEVICE_COLUMNS
+    from foundation.meta_schedule.warm.program_on_device import COLUMNS
 
     version = tvm.__version__
     store = synthetic_registry(f"sqlite:///{tmp_path / 'registry.db'}", target, sizes=(32,), per_workload=20)
@@ -149,7 +149,7 @@ def test_a_stored_model_of_the_raw_device_fields_is_not_read_and_the_next_refres
         assert len(said) == 1, said  # once per stored model, not at every read a job makes
         stored = refresh_cross_model(store, version)
         assert stored is not None and stored.fingerprint_id == holder
-        assert load_cross_model(store, version)[0].device_fields == DEVICE_COLUMNS
+        assert load_cross_model(store, version)[0].device_fields == COLUMNS
     finally:
         store.dispose()
 
@@ -164,7 +164,7 @@ def test_a_job_on_a_new_box_trains_the_cross_model_first_where_the_stored_one_ca
     from foundation.meta_schedule.warm.cross_model import KIND, load_cross_model, model_bytes, train
     from foundation.meta_schedule.warm.cross_samples import registry_dataset
     from foundation.meta_schedule.warm.job_start import warm_start_for
-    from foundation.meta_schedule.warm.program_on_device import DEVICE_COLUMNS
+    from foundation.meta_schedule.warm.program_on_device import COLUMNS
 
     version = tvm.__version__
     store = synthetic_registry(f"sqlite:///{tmp_path / 'registry.db'}", target, sizes=(32,), per_workload=40)
@@ -177,7 +177,7 @@ def test_a_job_on_a_new_box_trains_the_cross_model_first_where_the_stored_one_ca
         warm = warm_start_for(store, new_box, version, seeds=[], max_seeds_per_task=0)
         assert isinstance(warm.cost_model, CrossCostModel)
         model, stored = load_cross_model(store, version)
-        assert model.device_fields == DEVICE_COLUMNS and warm.cost_model_sha256 == stored.sha256
+        assert model.device_fields == COLUMNS and warm.cost_model_sha256 == stored.sha256
     finally:
         store.dispose()
 
