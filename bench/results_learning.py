@@ -3,6 +3,8 @@ cost model's ranking and the cost model across hardware, with what they cost a j
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from result_readers import read_cost_model_transfer, read_model_cost, read_warm_start
 from results_format import Page, day, link, ms, table
 
@@ -83,6 +85,7 @@ def cross_model(page: Page) -> list[str]:
         "```",
         ".venv/bin/python bench/cost_model_dataset.py    # tunes each view of this box, then runs:",
         ".venv/bin/python bench/cost_model_transfer.py sqlite:///DATASET.db --shipped --out docs/results/NAME.json",
+        ".venv/bin/python bench/cost_model_transfer_plot.py docs/results/NAME.json    # the figure beside it",
         "```",
         "",
         "Each fingerprint is held out in turn; its records are ranked workload by workload by a model that",
@@ -100,6 +103,9 @@ def cross_model(page: Page) -> list[str]:
                           [[name, f"{m['pairwise_accuracy']:.3f}", f"{m['top1_recall']:.3f}",
                             f"{m['top5_recall']:.3f}"] for name, m in r["models"].items()]),
                   "", f"- Measured: {r['conditions']}"]
+        figure = Path(row["file"]).with_suffix(".png").name  # bench/cost_model_transfer_plot.py
+        if (page.results / figure).exists():
+            lines.append(f"- Per held-out fingerprint: {link(figure)}.")
     lines += [
         "- With seven fingerprints (the four shipped packs and three views of the Zen 4: AVX2 code, and",
         "  AVX-512 and AVX2 code on one core), the cross model ranks a fingerprint it never saw far better",
