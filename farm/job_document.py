@@ -25,6 +25,7 @@ from typing import Any
 
 from foundation.domain.built_untuned import BuiltUntuned
 from foundation.domain.jobs import JobState
+from foundation.domain.json_fields import check_object
 from foundation.domain.reuse import ReuseSummary
 from foundation.domain.rounds_outcome import RoundsOutcome
 from foundation.domain.trial_plan import TrialPlan
@@ -71,7 +72,7 @@ class Latency:
     @staticmethod
     def from_json(value: Mapping[str, Any]) -> "Latency":
         """Its document's `latency_ms`: mean, median and std, no other field."""
-        _only(value, "latency_ms", {"mean", "median", "std"})
+        check_object(value, "latency_ms", {"mean", "median", "std"})
         return Latency(_number(value["mean"], "mean"), _number(value["median"], "median"),
                        _number(value["std"], "std"))
 
@@ -91,7 +92,7 @@ class JobArtifact:
     @staticmethod
     def from_json(value: Mapping[str, Any]) -> "JobArtifact":
         """A document's `artifact` (foundation.job_driver.artifacts.artifact_json, or a coordinator's)."""
-        _only(value, "artifact", None)
+        check_object(value, "artifact", None)
         size, untuned, speed = value.get("size"), value["untuned_latency_ms"], value.get("speed")
         return JobArtifact(
             id=_text(value["id"], "artifact.id"), sha256=_text(value["sha256"], "artifact.sha256"),
@@ -121,10 +122,10 @@ class FailedShard:
 
     @staticmethod
     def from_json(value: Mapping[str, Any]) -> "FailedShard":
-        _only(value, "failed_shards", {"shard", "tasks", "attempts"})
+        check_object(value, "failed_shards", {"shard", "tasks", "attempts"})
         attempts = []
         for attempt in value["attempts"]:
-            _only(attempt, "failed_shards.attempts", {"attempt", "agent", "reason"})
+            check_object(attempt, "failed_shards.attempts", {"attempt", "agent", "reason"})
             attempts.append(ShardAttempt(_count(attempt["attempt"], "attempt"), _text(attempt["agent"], "agent"),
                                          _text(attempt["reason"], "reason")))
         return FailedShard(_text(value["shard"], "shard"), tuple(_text(t, "task") for t in value["tasks"]),
@@ -160,7 +161,7 @@ class JobWarmStart:
 
     @staticmethod
     def from_json(value: Mapping[str, Any]) -> "JobWarmStart":
-        _only(value, "warm_start", {*SEED_COUNTS, "pretrained_cost_model", *_WARM_START_TEXTS, "shards",
+        check_object(value, "warm_start", {*SEED_COUNTS, "pretrained_cost_model", *_WARM_START_TEXTS, "shards",
                                     "cost_model_start"})
         start = value.get("cost_model_start")
         return JobWarmStart(*(_count(value[name], name) for name in SEED_COUNTS),
@@ -279,15 +280,6 @@ def _rounds(until: Mapping[str, Any]) -> RoundsOutcome:
     if not value.get("goal_ms") and value.get("goal") != ONNXRUNTIME and not value.get("rounds"):
         value["goal_ms"] = parse_goal(_text(value["goal"], "until.goal")).latency_ms
     return RoundsOutcome.from_json(value)
-
-
-def _only(value: Any, what: str, names: set[str] | None) -> None:
-    """``value`` is an object, holding no field but ``names`` (None: any)."""
-    if not isinstance(value, Mapping):
-        raise ValueError(f"{what} {value!r} is not an object")
-    unknown = sorted(set(value) - names) if names is not None else []
-    if unknown:
-        raise ValueError(f"{what} holds {', '.join(unknown)}")
 
 
 def _text(value: Any, name: str) -> str:

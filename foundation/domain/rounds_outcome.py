@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from foundation.domain.json_fields import check_object
 from foundation.domain.tuning_rounds import ONNXRUNTIME, Comparison, Goal, RoundResult, Stop, stored_goal
 from foundation.units import milliseconds
 
@@ -45,7 +46,7 @@ class ReferenceLatency:
 
     @staticmethod
     def from_json(value: dict[str, Any]) -> "ReferenceLatency":
-        _known(value, "reference_latency_ms", {"mean", "median", "std", "runs", "warmup"})
+        check_object(value, "reference_latency_ms", {"mean", "median", "std", "runs", "warmup"})
         return ReferenceLatency(float(value["mean"]), float(value["median"]), float(value["std"]),
                                 int(value["runs"]), int(value["warmup"]))
 
@@ -67,7 +68,7 @@ class ReferenceCheck:
 
     @staticmethod
     def from_json(value: dict[str, Any]) -> "ReferenceCheck":
-        _known(value, "reference_check", {"passed", "max_abs_err", "rtol", "atol_scale", "detail"})
+        check_object(value, "reference_check", {"passed", "max_abs_err", "rtol", "atol_scale", "detail"})
         return ReferenceCheck(_bool(value["passed"], "reference_check.passed"), float(value["max_abs_err"]),
                               float(value["rtol"]), float(value["atol_scale"]), str(value.get("detail") or ""))
 
@@ -141,7 +142,7 @@ class RoundsOutcome:
     @staticmethod
     def from_json(value: dict[str, Any]) -> "RoundsOutcome":
         """Its `to_json`, read strictly, with the module's documented defaults for rows that lack a field."""
-        _known(value, "until", {"goal", "goal_ms", "reference_latency_ms", "reference_check", "stopped",
+        check_object(value, "until", {"goal", "goal_ms", "reference_latency_ms", "reference_check", "stopped",
                                 "latency_ms", "summary", "rounds", "planned"})
         goal_ms = float(value["goal_ms"])
         stopped = value.get("stopped")
@@ -169,27 +170,19 @@ _TIMING_KEYS = (("candidate_ms", "median_ms"), ("candidate_upper_ms", "upper_qua
 
 def _round(value: dict[str, Any], goal_ms: float, reached: bool) -> RoundResult:
     """One judged round as stored; one from before rounds were timed in blocks has only its latency."""
-    _known(value, "until.rounds", {"trials", "latency_ms", "estimated_ms", "timing", "planned"})
+    check_object(value, "until.rounds", {"trials", "latency_ms", "estimated_ms", "timing", "planned"})
     estimated = value["estimated_ms"]
     estimated_ms = float(estimated) if estimated is not None else None
     if "timing" not in value:
         latency = float(value["latency_ms"])
         return RoundResult(int(value["trials"]), Comparison(latency, latency, goal_ms, 0, None, reached), estimated_ms)
     timing = value["timing"]
-    _known(timing, "until.rounds.timing", {stored for _, stored in _TIMING_KEYS})
+    check_object(timing, "until.rounds.timing", {stored for _, stored in _TIMING_KEYS})
     won = timing["blocks_won"]
     return RoundResult(int(value["trials"]), Comparison(
         float(timing["median_ms"]), float(timing["upper_quartile_ms"]), float(timing["goal_ms"]),
         int(timing["blocks"]), int(won) if won is not None else None, _bool(timing["beats"], "timing.beats")),
         estimated_ms)
-
-
-def _known(value: dict[str, Any], what: str, names: set[str]) -> None:
-    if not isinstance(value, dict):
-        raise ValueError(f"{what} {value!r} is not an object")
-    unknown = sorted(set(value) - names)
-    if unknown:
-        raise ValueError(f"{what} holds {', '.join(unknown)}")
 
 
 def _bool(value: Any, what: str) -> bool:
