@@ -25,7 +25,7 @@ from typing import Any
 
 from foundation.domain.built_untuned import BuiltUntuned
 from foundation.domain.jobs import JobState
-from foundation.domain.json_fields import check_object
+from foundation.domain.json_fields import check_object, count, flag, number, text
 from foundation.domain.reuse import ReuseSummary
 from foundation.domain.rounds_outcome import RoundsOutcome
 from foundation.domain.trial_plan import TrialPlan
@@ -73,8 +73,8 @@ class Latency:
     def from_json(value: Mapping[str, Any]) -> "Latency":
         """Its document's `latency_ms`: mean, median and std, no other field."""
         check_object(value, "latency_ms", {"mean", "median", "std"})
-        return Latency(_number(value["mean"], "mean"), _number(value["median"], "median"),
-                       _number(value["std"], "std"))
+        return Latency(number(value["mean"], "mean"), number(value["median"], "median"),
+                       number(value["std"], "std"))
 
 
 @dataclass(frozen=True)
@@ -95,11 +95,11 @@ class JobArtifact:
         check_object(value, "artifact", None)
         size, untuned, speed = value.get("size"), value["untuned_latency_ms"], value.get("speed")
         return JobArtifact(
-            id=_text(value["id"], "artifact.id"), sha256=_text(value["sha256"], "artifact.sha256"),
-            size=_count(size, "artifact.size") if size is not None else None,
+            id=text(value["id"], "artifact.id"), sha256=text(value["sha256"], "artifact.sha256"),
+            size=count(size, "artifact.size") if size is not None else None,
             latency=Latency.from_json(value["latency_ms"]),
-            untuned_mean_ms=_number(untuned, "untuned_latency_ms") if untuned is not None else None,
-            validated=_flag((value["validation"] or {}).get("passed", False), "validation.passed"),
+            untuned_mean_ms=number(untuned, "untuned_latency_ms") if untuned is not None else None,
+            validated=flag((value["validation"] or {}).get("passed", False), "validation.passed"),
             speed=SpeedCheck.from_json(speed) if speed else None)
 
 
@@ -126,9 +126,9 @@ class FailedShard:
         attempts = []
         for attempt in value["attempts"]:
             check_object(attempt, "failed_shards.attempts", {"attempt", "agent", "reason"})
-            attempts.append(ShardAttempt(_count(attempt["attempt"], "attempt"), _text(attempt["agent"], "agent"),
-                                         _text(attempt["reason"], "reason")))
-        return FailedShard(_text(value["shard"], "shard"), tuple(_text(t, "task") for t in value["tasks"]),
+            attempts.append(ShardAttempt(count(attempt["attempt"], "attempt"), text(attempt["agent"], "agent"),
+                                         text(attempt["reason"], "reason")))
+        return FailedShard(text(value["shard"], "shard"), tuple(text(t, "task") for t in value["tasks"]),
                            tuple(attempts))
 
 
@@ -164,11 +164,11 @@ class JobWarmStart:
         check_object(value, "warm_start", {*SEED_COUNTS, "pretrained_cost_model", *_WARM_START_TEXTS, "shards",
                                     "cost_model_start"})
         start = value.get("cost_model_start")
-        return JobWarmStart(*(_count(value[name], name) for name in SEED_COUNTS),
-                            pretrained_cost_model=_flag(value["pretrained_cost_model"], "pretrained_cost_model"),
-                            **{name: _text(value[name], name) for name in _WARM_START_TEXTS},
-                            shards=_count(value["shards"], "shards"),
-                            cost_model_start=_text(start, "cost_model_start") if start is not None else None)
+        return JobWarmStart(*(count(value[name], name) for name in SEED_COUNTS),
+                            pretrained_cost_model=flag(value["pretrained_cost_model"], "pretrained_cost_model"),
+                            **{name: text(value[name], name) for name in _WARM_START_TEXTS},
+                            shards=count(value["shards"], "shards"),
+                            cost_model_start=text(start, "cost_model_start") if start is not None else None)
 
     def describe(self) -> str:
         """One line for people, in the words of foundation.domain.warm_start_use.describe."""
@@ -239,26 +239,26 @@ def _job(doc: Mapping[str, Any]) -> Job:
     warm, artifact, built, layout = doc["warm_start"], doc["artifact"], doc["built_untuned"], doc["weights_layout"]
     shards, errors, batch = doc["shards"], doc["trial_errors"], doc["batch"]
     return Job(
-        id=_text(doc["job"], "job"),
+        id=text(doc["job"], "job"),
         state=JobState(doc["state"]),
         status=_optional_text(doc["status"], "status") or "",
-        model=_text(doc["model"], "model"),
-        batch=_count(batch, "batch") if batch is not None else None,
+        model=text(doc["model"], "model"),
+        batch=count(batch, "batch") if batch is not None else None,
         target=_optional_text(doc["target"], "target") or "",
         fingerprint=_optional_text(doc["fingerprint"], "fingerprint"),
-        cache_hit=_flag(doc["cache_hit"], "cache_hit"),
-        trials=_count(doc["trials"], "trials"),
-        trials_budget=_count(doc["trials_budget"] or 0, "trials_budget"),
+        cache_hit=flag(doc["cache_hit"], "cache_hit"),
+        trials=count(doc["trials"], "trials"),
+        trials_budget=count(doc["trials_budget"] or 0, "trials_budget"),
         error=_optional_text(doc["error"], "error"),
         artifact=JobArtifact.from_json(artifact) if artifact else None,
         created_at=_moment(doc["created_at"], "created_at"),
         finished_at=_moment(doc["finished_at"], "finished_at"),
         target_kind=_optional_text(doc["target_kind"], "target_kind") or "",
-        trial_errors=_count(errors, "trial_errors") if errors is not None else None,
+        trial_errors=count(errors, "trial_errors") if errors is not None else None,
         trial_plan=TrialPlan.from_json({"per_task_cap": plan["budget"], **plan}) if plan else None,
         weights_layout=WeightsLayout(layout) if layout else None,
         weights_layout_choice=LayoutChoice.from_json(choice) if choice else None,
-        shards={_text(state, "shards"): _count(n, "shards") for state, n in shards.items()} if shards else None,
+        shards={text(state, "shards"): count(n, "shards") for state, n in shards.items()} if shards else None,
         failed_shards=tuple(FailedShard.from_json(f) for f in doc["failed_shards"] or ()),
         # A coordinator's reuse is the summary; a submit's own document adds its tasks (`per_task`).
         reuse=ReuseSummary.from_json({k: v for k, v in reuse.items() if k != "per_task"}) if reuse else None,
@@ -278,39 +278,15 @@ def _rounds(until: Mapping[str, Any]) -> RoundsOutcome:
     if "planned" not in value and not any("planned" in r for r in value.get("rounds") or ()):
         value["planned"] = []
     if not value.get("goal_ms") and value.get("goal") != ONNXRUNTIME and not value.get("rounds"):
-        value["goal_ms"] = parse_goal(_text(value["goal"], "until.goal")).latency_ms
+        value["goal_ms"] = parse_goal(text(value["goal"], "until.goal")).latency_ms
     return RoundsOutcome.from_json(value)
 
 
-def _text(value: Any, name: str) -> str:
-    if not isinstance(value, str):
-        raise ValueError(f"{name} {value!r} is not text")
-    return value
-
-
 def _optional_text(value: Any, name: str) -> str | None:
-    return None if value is None else _text(value, name)
-
-
-def _count(value: Any, name: str) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        raise ValueError(f"{name} {value!r} is not a count")
-    return value
-
-
-def _number(value: Any, name: str) -> float:
-    if not isinstance(value, (int, float)) or isinstance(value, bool):
-        raise ValueError(f"{name} {value!r} is not a number")
-    return float(value)
-
-
-def _flag(value: Any, name: str) -> bool:
-    if not isinstance(value, bool):
-        raise ValueError(f"{name} {value!r} is not true or false")
-    return value
+    return None if value is None else text(value, name)
 
 
 def _moment(value: Any, name: str) -> dt.datetime | None:
     if value is None or isinstance(value, dt.datetime):
         return value
-    return dt.datetime.fromisoformat(_text(value, name))
+    return dt.datetime.fromisoformat(text(value, name))

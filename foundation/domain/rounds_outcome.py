@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from foundation.domain.json_fields import check_object
+from foundation.domain.json_fields import check_object, flag
 from foundation.domain.tuning_rounds import ONNXRUNTIME, Comparison, Goal, RoundResult, Stop, stored_goal
 from foundation.units import milliseconds
 
@@ -69,7 +69,7 @@ class ReferenceCheck:
     @staticmethod
     def from_json(value: dict[str, Any]) -> "ReferenceCheck":
         check_object(value, "reference_check", {"passed", "max_abs_err", "rtol", "atol_scale", "detail"})
-        return ReferenceCheck(_bool(value["passed"], "reference_check.passed"), float(value["max_abs_err"]),
+        return ReferenceCheck(flag(value["passed"], "reference_check.passed"), float(value["max_abs_err"]),
                               float(value["rtol"]), float(value["atol_scale"]), str(value.get("detail") or ""))
 
 
@@ -181,11 +181,5 @@ def _round(value: dict[str, Any], goal_ms: float, reached: bool) -> RoundResult:
     won = timing["blocks_won"]
     return RoundResult(int(value["trials"]), Comparison(
         float(timing["median_ms"]), float(timing["upper_quartile_ms"]), float(timing["goal_ms"]),
-        int(timing["blocks"]), int(won) if won is not None else None, _bool(timing["beats"], "timing.beats")),
+        int(timing["blocks"]), int(won) if won is not None else None, flag(timing["beats"], "timing.beats")),
         estimated_ms)
-
-
-def _bool(value: Any, what: str) -> bool:
-    if not isinstance(value, bool):
-        raise ValueError(f"{what} {value!r} is not true or false")
-    return value

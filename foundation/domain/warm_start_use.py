@@ -19,6 +19,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from foundation.domain import json_fields
+
 # The kind of the cost model trained across fingerprints (foundation.meta_schedule.warm.cross_model).
 CROSS_KIND = "xgb-cross"
 SEED_COUNTS = ("seeds_offered", "seeds_own_fingerprint", "seeds_other_fingerprints", "seeds_rejected",
@@ -55,12 +57,13 @@ class WarmStartUse:
         if unknown:
             raise ValueError(f"a shard's warm start holds {', '.join(unknown)}")
         model_id, kind, start = (value.get(name) for name in _OPTIONAL)
-        return WarmStartUse(*(_count(value[name], name) for name in SEED_COUNTS),
-                            cost_model_sha256=_text(value["cost_model_sha256"], "cost_model_sha256"),
-                            cost_model_note=_text(value["cost_model_note"], "cost_model_note"),
-                            cost_model_kind=_text(kind, "cost_model_kind") if kind is not None else None,
-                            cost_model_id=_count(model_id, "cost_model_id") if model_id is not None else None,
-                            cost_model_start=_text(start, "cost_model_start") if start is not None else None)
+        return WarmStartUse(*(json_fields.count(value[name], name) for name in SEED_COUNTS),
+                            cost_model_sha256=json_fields.text(value["cost_model_sha256"], "cost_model_sha256"),
+                            cost_model_note=json_fields.text(value["cost_model_note"], "cost_model_note"),
+                            cost_model_kind=json_fields.text(kind, "cost_model_kind") if kind is not None else None,
+                            cost_model_id=(json_fields.count(model_id, "cost_model_id")
+                                           if model_id is not None else None),
+                            cost_model_start=json_fields.text(start, "cost_model_start") if start is not None else None)
 
 
 EMBEDDED_SEARCH = "embedded"  # the one search of an embedded job, where a distributed job names its shard
@@ -83,18 +86,6 @@ class WarmStartUsed:
         if not isinstance(value, dict):
             raise ValueError(f"warm_start_used {value!r} is not an object by shard")
         return WarmStartUsed({str(shard): WarmStartUse.from_json(use) for shard, use in value.items()})
-
-
-def _count(value: Any, name: str) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        raise ValueError(f"{name} {value!r} is not a count")
-    return value
-
-
-def _text(value: Any, name: str) -> str:
-    if not isinstance(value, str):
-        raise ValueError(f"{name} {value!r} is not text")
-    return value
 
 
 def job_warm_start(used: WarmStartUsed | None) -> dict[str, Any] | None:
