@@ -21,15 +21,15 @@ import hashlib
 import json
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from foundation.clock import utc_now
 from foundation.domain.compatible_fingerprints import compatible, compatible_first
-from foundation.domain.job_spec import JobNotes, JobSpec, stored_options
+from foundation.domain.job_spec import JobNotes, JobSpec, job_options, stored_options
 from foundation.domain.jobs import JobState
 from foundation.domain.weights_layout import AUTO, LayoutChoice, WeightsLayout
-from foundation.errors import BadInput, NotFound
+from foundation.errors import BadInput, NotFound, RegistryError
 from foundation.hardware.targets import target_json as spelled
 from foundation.job_driver.artifacts import LIBRARY_FORMAT
 from foundation.job_driver.library_file import shared_library_problem, tvm_library_problem
@@ -189,10 +189,36 @@ def hit_choice(hit: "Artifact", spec: JobSpec, layout: WeightsLayout) -> LayoutC
 def answered_by(store: "RegistryStore", hit: "Artifact", spec: JobSpec, layout: WeightsLayout, target_json: str,
                 fingerprint_id: str) -> tuple["Job", LayoutChoice]:
     """The job a hit answers, recorded succeeded, tuning nothing, its notes saying which form and why (the
-    choice, returned too)."""
+    choice, returned too), and what the library was tuned with where that is less than was asked for."""
     choice = hit_choice(hit, spec, layout)
+    short = tuned_short_of(store, hit, spec)
+    if short is not None:
+        choice = replace(choice, why=f"{choice.why}; {short}")
     job = record_hit(store, hit, target_json, fingerprint_id, stored_options(spec, JobNotes(choice.chosen, choice)))
     return job, choice
+
+
+def tuned_short_of(store: "RegistryStore", hit: "Artifact", spec: JobSpec) -> str | None:
+    """What ``hit``'s library was tuned with, said where a submit's --trials or --trials-per-task asks for more
+    (a hit answers whatever the budget: a submit asking for more would otherwise get fewer trials than it named
+    without a word); None when it asks for no budget, or no more, or the tuning job is not in this registry."""
+    if (spec.trials is None and spec.trials_per_task is None) or not hit.job_id:
+        return None
+    try:
+        tuned = store.get_job(hit.job_id)
+        plan = job_options(tuned).notes.trial_plan
+    except (NotFound, RegistryError):
+        return None
+    short = []
+    if spec.trials is not None and spec.trials > tuned.trials_done:
+        short.append(f"{spec.trials} trials")
+    if spec.trials_per_task is not None and plan is not None and spec.trials_per_task > plan.per_task_cap:
+        short.append(f"{spec.trials_per_task} a task")
+    if not short:
+        return None
+    cap = f" (at most {plan.per_task_cap} a task)" if plan is not None else ""
+    return (f"it was tuned with {tuned.trials_done} trials{cap}, fewer than the {' and '.join(short)} asked for: "
+            f"`--retune` tunes on from its records")
 
 
 def hit_form_why(artifact: "Artifact", default: WeightsLayout) -> str:

@@ -80,6 +80,22 @@ def test_second_submit_is_a_registry_hit(home, tuned):
     assert hit["artifact"]["sha256"] == tuned["artifact"]["sha256"]
 
 
+def test_a_hit_says_when_its_library_was_tuned_with_fewer_trials_than_asked(home, tuned):
+    cap = tuned["trial_plan"]["per_task_cap"]
+    more = farm_here(home, "submit", "mlp-tiny", "llvm", "2", "--trials-per-task", str(cap + 56), "--json")
+    hit = json.loads(more.stdout)
+    assert hit["cache_hit"] is True and hit["artifact"]["id"] == tuned["artifact"]["id"]
+    why = hit["weights_layout_choice"]["why"]
+    assert f"tuned with {tuned['trials']} trials (at most {cap} a task), fewer than the {cap + 56} a task" in why
+    assert "--retune" in why
+    shown = farm_here(home, "submit", "mlp-tiny", "llvm", "2", "--trials-per-task", str(cap + 56))
+    assert "fewer than the" in shown.stdout
+    # As much as it was tuned with: nothing to say.
+    same = json.loads(farm_here(home, "submit", "mlp-tiny", "llvm", "2", "--trials-per-task", str(cap),
+                                "--trials", str(tuned["trials"]), "--json").stdout)
+    assert same["cache_hit"] is True and "fewer than" not in same["weights_layout_choice"]["why"]
+
+
 def test_run_loads_the_stored_library(farm_exe, home, tuned, tmp_path, monkeypatch):
     x = np.random.default_rng(1).standard_normal((2, 64)).astype("float32")
     np.save(tmp_path / "x.npy", x)
