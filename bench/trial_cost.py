@@ -82,6 +82,37 @@ class BatchClock:
         self.candidates_measured += len(results)
 
 
+class ExtractionClock:
+    """MetaSchedule's feature extraction, timed wherever it is called: the cost model's prediction
+    (the cross model's FeatureCache, for the candidates it has not cached) and its update (XGBModel
+    extracts the measured candidates' features again). The part of the cost model's time that any
+    model reading PerStoreFeature pays, against the model's own."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self.candidates = 0
+
+    @contextlib.contextmanager
+    def observing(self):
+        from tvm.s_tir.meta_schedule.feature_extractor import FeatureExtractor
+
+        extract = FeatureExtractor.extract_from
+
+        def timed(extractor, context, candidates):
+            begin = time.perf_counter()
+            try:
+                return extract(extractor, context, candidates)
+            finally:
+                self.seconds += time.perf_counter() - begin
+                self.candidates += len(candidates)
+
+        FeatureExtractor.extract_from = timed
+        try:
+            yield self
+        finally:
+            FeatureExtractor.extract_from = extract
+
+
 def cpu_seconds() -> tuple[float, float]:
     me, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
     return me.ru_utime + me.ru_stime, children.ru_utime + children.ru_stime
@@ -128,7 +159,9 @@ def run_job(args, size, registry: str) -> dict:
     load_before = load_average()
     cpu_begin = cpu_seconds()
     begin = time.monotonic()
-    with ms.Profiler() as profiler, (sized_searches(size) if size is not None else contextlib.nullcontext()):
+    extraction = ExtractionClock()
+    with ms.Profiler() as profiler, extraction.observing(), \
+            (sized_searches(size) if size is not None else contextlib.nullcontext()):
         result = submit(SubmitRequest(model=args.model, target="llvm", batch=args.batch, registry=registry,
                                       trials_per_task=args.trials_per_task, seed=args.seed),
                         stages)
@@ -159,6 +192,7 @@ def run_job(args, size, registry: str) -> dict:
         # the stored models' refresh after the job (its "learned" stage: the cross model's)
         "cost_model": {"s": model_s, "share_of_tuning": model_s / tuning_s if tuning_s else None,
                        "refresh_after_job_s": spans.get("learned", 0.0),
+                       "feature_extraction_s": extraction.seconds, "candidates_extracted": extraction.candidates,
                        "start": result.report.cost_model_start if result.report else None},
         "date": time.strftime("%Y-%m-%d", time.gmtime()),
         "registry": registry,
@@ -241,6 +275,8 @@ def print_job(report: dict, flush: bool = False) -> None:
     print(f"  cost model: prediction + updates {model['s']:.1f} s ({100 * (model['share_of_tuning'] or 0):.1f}% of "
           f"tuning), refresh after the job {model['refresh_after_job_s']:.1f} s; started from "
           f"{model['start'] or 'nothing stored'}")
+    print(f"  of it MetaSchedule's feature extraction {model['feature_extraction_s']:.1f} s "
+          f"({model['candidates_extracted']} candidates)")
     print(f"  CPU: farm process {report['cpu_s']['farm_process']:.1f} s, worker processes "
           f"{report['cpu_s']['worker_processes']:.1f} s")
     print("  MetaSchedule's profiler (wall s, nested scopes overlap):")

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 from tvm.ir.utils import derived_object
 from tvm.s_tir.meta_schedule.cost_model import PyCostModel
+from tvm.s_tir.meta_schedule.feature_extractor import PyFeatureExtractor
 
 from foundation.hardware.device_features import device_vector
 
@@ -106,6 +107,9 @@ class CrossCostModel(PyCostModel):
         self.started_from = started_from
         self.batches_ranked = 0
         self.features = FeatureCache()
+        # The own model's update extracts the measured candidates' features again; the search
+        # scored them a moment before, so the cache has them.
+        self.own.extractor = CachedFeatures(self.features)
 
     def own_weight(self) -> float:
         """The own model's share of the blend: 0 until it has a booster."""
@@ -169,6 +173,20 @@ class FeatureCache:
         while len(self._programs) > self.capacity:
             self._programs.popitem(last=False)
         return out
+
+
+@derived_object
+class CachedFeatures(PyFeatureExtractor):
+    """PerStoreFeature's features read through a FeatureCache, as MetaSchedule's extractors return them."""
+
+    def __init__(self, cache: FeatureCache):
+        super().__init__()
+        self.cache = cache
+
+    def extract_from(self, context, candidates) -> list:
+        import tvm
+
+        return [tvm.runtime.tensor(features) for features in self.cache.of(context, candidates)]
 
 
 def own_samples(model) -> list[CrossSample]:

@@ -103,16 +103,24 @@ def test_the_cross_cost_model_drives_a_search_and_blends_in_the_jobs_own_measure
     np.testing.assert_array_equal(alone, cross.predict(program_features(context, candidates), model.vector))
     # The job's own measurements train its own model; once it has a booster they weigh in.
     programs = program_features(context, candidates)
+    misses, hits = model.features.misses, model.features.hits
     model.update(context, candidates,
                  [RunnerResult(run_secs=[synthetic_seconds(p, new_box)], error_msg=None) for p in programs])
     assert 0 < model.own_weight() < 1
+    # The update read the candidates' features from the cache the search's scoring filled, the same
+    # features PerStoreFeature extracts.
+    assert (model.features.misses, model.features.hits) == (misses, hits + 120)
+    learned = [f for group in model.own.data.values() for f in group.features]
+    assert len(learned) == 120
+    for kept, extracted in zip(learned, programs):
+        np.testing.assert_array_equal(kept, extracted)
     misses, hits = model.features.misses, model.features.hits
     blended = model.predict(context, candidates)
+    # The second batch of the same candidates: their features were kept from the first, none extracted again.
+    assert (model.features.misses, model.features.hits) == (misses, hits + 120)
     assert len(blended) == 120 and ((0 <= blended) & (blended <= 1)).all()
     # The features extracted once serve both models: the own model's part is what it predicts itself.
     np.testing.assert_allclose(blended, blend(alone, model.own.predict(context, candidates), model.own.data_size))
-    # The second batch of the same candidates: their features were kept from the first, none extracted again.
-    assert (model.features.misses, model.features.hits) == (misses, hits + 120)
     assert not np.array_equal(np.argsort(blended), np.argsort(alone))
 
 
