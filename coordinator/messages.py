@@ -19,6 +19,7 @@ from foundation.domain.job_spec import DISTRIBUTED, job_options
 from foundation.domain.jobs import JobState
 from foundation.domain.rounds_outcome import RoundsOutcome
 from foundation.domain.shards import ShardState
+from foundation.domain.trial_plan import PlannedTrials, TrialPlan
 from foundation.domain.warm_start_use import WarmStartUse, job_warm_start
 from foundation.wire import farm_pb2
 
@@ -104,14 +105,28 @@ def job_message(view: JobView) -> farm_pb2.Job:
         # model by its kind, sha256 and note, which JobWarmStart carries.
         warm.pop("cost_model_start", None)
         message.warm_start.CopyFrom(farm_pb2.JobWarmStart(**warm))
-    for line in notes.trial_plan.tasks if notes.trial_plan else ():
-        message.trial_plan.append(farm_pb2.PlannedTrials(task=line.name, trials=line.trials,
-                                                         share=round(line.share, 6), minor=line.minor,
-                                                         measured=line.measured))
+    if notes.trial_plan is not None:
+        message.trial_plan.extend(_planned_trials(line) for line in notes.trial_plan.tasks)
+        message.trial_plan_budget.CopyFrom(_trial_plan_budget(notes.trial_plan))
     if notes.until is not None:
         message.until.CopyFrom(_until_message(notes.until))
     elif stored.spec.until and stored.spec.mode == DISTRIBUTED:  # before its first round: only the goal
-        message.until.CopyFrom(farm_pb2.JobUntil(goal=stored.spec.until.goal.describe()))
+        goal = stored.spec.until.goal
+        message.until.CopyFrom(farm_pb2.JobUntil(goal=goal.describe(), goal_ms=goal.latency_ms or 0.0))
+    return message
+
+
+def _planned_trials(line: PlannedTrials) -> farm_pb2.PlannedTrials:
+    """One task's line of a trial plan, its figures rounded as PlannedTrials.to_json stores them."""
+    stored = line.to_json()
+    return farm_pb2.PlannedTrials(task=stored.pop("task"), **stored)
+
+
+def _trial_plan_budget(plan: TrialPlan) -> farm_pb2.TrialPlanBudget:
+    """What a trial plan split and how, beside its tasks' lines."""
+    message = farm_pb2.TrialPlanBudget(budget=plan.budget, per_task_cap=plan.per_task_cap, phases=plan.phases)
+    if plan.peak_gflops is not None:
+        message.peak_gflops = plan.peak_gflops
     return message
 
 
@@ -126,7 +141,8 @@ def _until_message(until: RoundsOutcome) -> farm_pb2.JobUntil:
         for r in until.rounds[:len(until.planned)]
     ]
     message = farm_pb2.JobUntil(goal=until.goal.describe(), goal_ms=until.goal_ms, stopped=until.ending or "",
-                                summary=until.summary(), rounds=rounds)
+                                summary=until.summary(), rounds=rounds,
+                                planned=[farm_pb2.RoundPlan(trials=trials) for trials in until.planned])
     reference = until.reference
     if reference is not None:
         message.reference_latency.CopyFrom(farm_pb2.LatencyStats(

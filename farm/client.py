@@ -137,10 +137,13 @@ def _until(job) -> dict | None:
     if not job.HasField("until"):
         return None
     u = job.until
+    planned = [list(p.trials) for p in u.planned]
+    # An older coordinator sends no plans: its rounds read with none.
     rounds = [{"trials": r.trials, "latency_ms": r.median_ms, "estimated_ms": r.estimated_ms or None,
                "timing": {"median_ms": r.median_ms, "upper_quartile_ms": r.upper_quartile_ms, "goal_ms": r.goal_ms,
                           "blocks": r.blocks, "blocks_won": None if r.blocks_won < 0 else r.blocks_won,
-                          "beats": r.beats}} for r in u.rounds]
+                          "beats": r.beats}, **({"planned": planned[i]} if i < len(planned) else {})}
+              for i, r in enumerate(u.rounds)]
     reference = ({"mean": u.reference_latency.mean_ms, "median": u.reference_latency.median_ms,
                   "std": u.reference_latency.std_ms, "runs": u.reference_latency.runs,
                   "warmup": u.reference_latency.warmup} if u.HasField("reference_latency") else None)
@@ -150,16 +153,35 @@ def _until(job) -> dict | None:
              if u.HasField("reference_check") else None)
     return {"goal": u.goal, "goal_ms": u.goal_ms, "reference_latency_ms": reference, "reference_check": check,
             "stopped": u.stopped or None, "summary": u.summary or None,
-            "latency_ms": rounds[-1]["latency_ms"] if rounds else None, "rounds": rounds}
+            "latency_ms": rounds[-1]["latency_ms"] if rounds else None, "rounds": rounds, "planned": planned}
 
 
 def _trial_plan(job) -> dict | None:
-    """The job's trial plan as TrialPlan.to_json gives it (the budget is the job's)."""
-    if not job.trial_plan:
+    """The job's trial plan as TrialPlan.to_json gives it. An older coordinator sends only its lines: the
+    budget is then the job's and the per_task_cap left out (farm.job_document says how it reads)."""
+    older = not job.HasField("trial_plan_budget")
+    if older and not job.trial_plan:
         return None
-    tasks = [{"task": t.task, "trials": t.trials, "share": t.share, "minor": t.minor, "measured": t.measured}
-             for t in job.trial_plan]
-    return {"budget": job.trials_budget, "planned": sum(t["trials"] for t in tasks), "tasks": tasks}
+    tasks = [_planned_trials(t) for t in job.trial_plan]
+    planned = sum(t["trials"] for t in tasks)
+    if older:
+        return {"budget": job.trials_budget, "planned": planned, "tasks": tasks}
+    plan = job.trial_plan_budget
+    return {"budget": plan.budget, "per_task_cap": plan.per_task_cap, "planned": planned, "tasks": tasks,
+            **({"phases": list(plan.phases)} if plan.phases else {}),
+            **({"peak_gflops": plan.peak_gflops} if plan.HasField("peak_gflops") else {})}
+
+
+def _planned_trials(line) -> dict:
+    """A proto PlannedTrials as PlannedTrials.to_json spells it."""
+    out = {"task": line.task, "trials": line.trials, "share": line.share, "minor": line.minor,
+           "measured": line.measured}
+    for name in ("in_model_ms", "loss_ms"):
+        if line.HasField(name):
+            out[name] = getattr(line, name)
+    if line.phases:
+        out["phases"] = list(line.phases)
+    return out
 
 
 def agent_json(agent) -> dict:

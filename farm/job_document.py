@@ -11,9 +11,8 @@ row's own fields (model_id, options, requests) stay in the coordinator's registr
 Each note is read by its own type's reader (TrialPlan, RoundsOutcome, ReuseSummary, LayoutChoice,
 BuiltUntuned, SpeedCheck), so a document this version cannot read, such as a coordinator of another
 version sends, is refused as a whole with one line that names the field (MalformedJob), never
-half-shown. What a coordinator's wire does not carry is read with these documented defaults: a
-trial plan's `per_task_cap` is its budget (the wire has no cap), its rounds' plans are none, and a
-latency goal given before the first round (`goal_ms` still 0) is the goal's own text.
+half-shown. Only an older coordinator's document, from before the wire carried them, reads with defaults: a
+trial plan without `per_task_cap` is capped at its budget, a latency goal's `goal_ms` of 0 is its words.
 """
 
 from __future__ import annotations
@@ -255,7 +254,7 @@ def _job(doc: Mapping[str, Any]) -> Job:
         finished_at=_moment(doc["finished_at"], "finished_at"),
         target_kind=_optional_text(doc["target_kind"], "target_kind") or "",
         trial_errors=count(errors, "trial_errors") if errors is not None else None,
-        trial_plan=TrialPlan.from_json({"per_task_cap": plan["budget"], **plan}) if plan else None,
+        trial_plan=_trial_plan(plan) if plan else None,
         weights_layout=WeightsLayout(layout) if layout else None,
         weights_layout_choice=LayoutChoice.from_json(choice) if choice else None,
         shards={text(state, "shards"): count(n, "shards") for state, n in shards.items()} if shards else None,
@@ -271,15 +270,17 @@ def _job(doc: Mapping[str, Any]) -> Job:
     )
 
 
+def _trial_plan(plan: Mapping[str, Any]) -> TrialPlan:
+    """A document's `trial_plan` (TrialPlan.to_json); an older coordinator's has no `per_task_cap`."""
+    return TrialPlan.from_json(plan if "per_task_cap" in plan else {**plan, "per_task_cap": plan["budget"]})
+
+
 def _rounds(until: Mapping[str, Any]) -> RoundsOutcome:
-    """A document's `until` (RoundsOutcome.to_json), with the defaults of the module's docstring for what a
-    coordinator's wire does not carry."""
-    value = dict(until)
-    if "planned" not in value and not any("planned" in r for r in value.get("rounds") or ()):
-        value["planned"] = []
-    if not value.get("goal_ms") and value.get("goal") != ONNXRUNTIME and not value.get("rounds"):
-        value["goal_ms"] = parse_goal(text(value["goal"], "until.goal")).latency_ms
-    return RoundsOutcome.from_json(value)
+    """A document's `until` (RoundsOutcome.to_json); an older coordinator's latency goal has no `goal_ms`
+    before the first round."""
+    if until["goal_ms"] or until["goal"] == ONNXRUNTIME or until["rounds"]:
+        return RoundsOutcome.from_json(dict(until))
+    return RoundsOutcome.from_json({**until, "goal_ms": parse_goal(text(until["goal"], "until.goal")).latency_ms})
 
 
 def _optional_text(value: Any, name: str) -> str | None:

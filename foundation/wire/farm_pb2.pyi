@@ -239,7 +239,7 @@ class ListAgentsResponse(_message.Message):
     def __init__(self, agents: _Optional[_Iterable[_Union[Agent, _Mapping]]] = ...) -> None: ...
 
 class Job(_message.Message):
-    __slots__ = ("id", "state", "status", "model", "target", "target_kind", "fingerprint_id", "cache_hit", "trials_done", "trials_budget", "trial_errors", "shards", "error", "failed_shards", "artifact", "created_at", "started_at", "finished_at", "reuse", "weights_layout", "trial_plan", "until", "warm_start", "weights_layout_why", "built_untuned", "tasks_built")
+    __slots__ = ("id", "state", "status", "model", "target", "target_kind", "fingerprint_id", "cache_hit", "trials_done", "trials_budget", "trial_errors", "shards", "error", "failed_shards", "artifact", "created_at", "started_at", "finished_at", "reuse", "weights_layout", "trial_plan", "until", "warm_start", "weights_layout_why", "built_untuned", "tasks_built", "trial_plan_budget")
     ID_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     STATUS_FIELD_NUMBER: _ClassVar[int]
@@ -266,6 +266,7 @@ class Job(_message.Message):
     WEIGHTS_LAYOUT_WHY_FIELD_NUMBER: _ClassVar[int]
     BUILT_UNTUNED_FIELD_NUMBER: _ClassVar[int]
     TASKS_BUILT_FIELD_NUMBER: _ClassVar[int]
+    TRIAL_PLAN_BUDGET_FIELD_NUMBER: _ClassVar[int]
     id: str
     state: JobState
     status: str
@@ -292,7 +293,20 @@ class Job(_message.Message):
     weights_layout_why: str
     built_untuned: _containers.RepeatedScalarFieldContainer[str]
     tasks_built: int
-    def __init__(self, id: _Optional[str] = ..., state: _Optional[_Union[JobState, str]] = ..., status: _Optional[str] = ..., model: _Optional[_Union[ModelSummary, _Mapping]] = ..., target: _Optional[str] = ..., target_kind: _Optional[str] = ..., fingerprint_id: _Optional[str] = ..., cache_hit: _Optional[bool] = ..., trials_done: _Optional[int] = ..., trials_budget: _Optional[int] = ..., trial_errors: _Optional[int] = ..., shards: _Optional[_Union[ShardCounts, _Mapping]] = ..., error: _Optional[str] = ..., failed_shards: _Optional[_Iterable[_Union[ShardFailure, _Mapping]]] = ..., artifact: _Optional[_Union[ArtifactSummary, _Mapping]] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finished_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., reuse: _Optional[_Union[JobReuse, _Mapping]] = ..., weights_layout: _Optional[str] = ..., trial_plan: _Optional[_Iterable[_Union[PlannedTrials, _Mapping]]] = ..., until: _Optional[_Union[JobUntil, _Mapping]] = ..., warm_start: _Optional[_Union[JobWarmStart, _Mapping]] = ..., weights_layout_why: _Optional[str] = ..., built_untuned: _Optional[_Iterable[str]] = ..., tasks_built: _Optional[int] = ...) -> None: ...
+    trial_plan_budget: TrialPlanBudget
+    def __init__(self, id: _Optional[str] = ..., state: _Optional[_Union[JobState, str]] = ..., status: _Optional[str] = ..., model: _Optional[_Union[ModelSummary, _Mapping]] = ..., target: _Optional[str] = ..., target_kind: _Optional[str] = ..., fingerprint_id: _Optional[str] = ..., cache_hit: _Optional[bool] = ..., trials_done: _Optional[int] = ..., trials_budget: _Optional[int] = ..., trial_errors: _Optional[int] = ..., shards: _Optional[_Union[ShardCounts, _Mapping]] = ..., error: _Optional[str] = ..., failed_shards: _Optional[_Iterable[_Union[ShardFailure, _Mapping]]] = ..., artifact: _Optional[_Union[ArtifactSummary, _Mapping]] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finished_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., reuse: _Optional[_Union[JobReuse, _Mapping]] = ..., weights_layout: _Optional[str] = ..., trial_plan: _Optional[_Iterable[_Union[PlannedTrials, _Mapping]]] = ..., until: _Optional[_Union[JobUntil, _Mapping]] = ..., warm_start: _Optional[_Union[JobWarmStart, _Mapping]] = ..., weights_layout_why: _Optional[str] = ..., built_untuned: _Optional[_Iterable[str]] = ..., tasks_built: _Optional[int] = ..., trial_plan_budget: _Optional[_Union[TrialPlanBudget, _Mapping]] = ...) -> None: ...
+
+class TrialPlanBudget(_message.Message):
+    __slots__ = ("budget", "per_task_cap", "phases", "peak_gflops")
+    BUDGET_FIELD_NUMBER: _ClassVar[int]
+    PER_TASK_CAP_FIELD_NUMBER: _ClassVar[int]
+    PHASES_FIELD_NUMBER: _ClassVar[int]
+    PEAK_GFLOPS_FIELD_NUMBER: _ClassVar[int]
+    budget: int
+    per_task_cap: int
+    phases: _containers.RepeatedScalarFieldContainer[int]
+    peak_gflops: float
+    def __init__(self, budget: _Optional[int] = ..., per_task_cap: _Optional[int] = ..., phases: _Optional[_Iterable[int]] = ..., peak_gflops: _Optional[float] = ...) -> None: ...
 
 class JobWarmStart(_message.Message):
     __slots__ = ("seeds_offered", "seeds_own_fingerprint", "seeds_other_fingerprints", "seeds_rejected", "seeds_failed", "pretrained_cost_model", "cost_model_sha256", "shards", "cost_model_note", "cost_model_kind")
@@ -319,7 +333,7 @@ class JobWarmStart(_message.Message):
     def __init__(self, seeds_offered: _Optional[int] = ..., seeds_own_fingerprint: _Optional[int] = ..., seeds_other_fingerprints: _Optional[int] = ..., seeds_rejected: _Optional[int] = ..., seeds_failed: _Optional[int] = ..., pretrained_cost_model: _Optional[bool] = ..., cost_model_sha256: _Optional[str] = ..., shards: _Optional[int] = ..., cost_model_note: _Optional[str] = ..., cost_model_kind: _Optional[str] = ...) -> None: ...
 
 class JobUntil(_message.Message):
-    __slots__ = ("goal", "goal_ms", "stopped", "summary", "rounds", "reference_latency", "reference_check")
+    __slots__ = ("goal", "goal_ms", "stopped", "summary", "rounds", "reference_latency", "reference_check", "planned")
     GOAL_FIELD_NUMBER: _ClassVar[int]
     GOAL_MS_FIELD_NUMBER: _ClassVar[int]
     STOPPED_FIELD_NUMBER: _ClassVar[int]
@@ -327,6 +341,7 @@ class JobUntil(_message.Message):
     ROUNDS_FIELD_NUMBER: _ClassVar[int]
     REFERENCE_LATENCY_FIELD_NUMBER: _ClassVar[int]
     REFERENCE_CHECK_FIELD_NUMBER: _ClassVar[int]
+    PLANNED_FIELD_NUMBER: _ClassVar[int]
     goal: str
     goal_ms: float
     stopped: str
@@ -334,7 +349,14 @@ class JobUntil(_message.Message):
     rounds: _containers.RepeatedCompositeFieldContainer[TunedRound]
     reference_latency: LatencyStats
     reference_check: ReferenceCheck
-    def __init__(self, goal: _Optional[str] = ..., goal_ms: _Optional[float] = ..., stopped: _Optional[str] = ..., summary: _Optional[str] = ..., rounds: _Optional[_Iterable[_Union[TunedRound, _Mapping]]] = ..., reference_latency: _Optional[_Union[LatencyStats, _Mapping]] = ..., reference_check: _Optional[_Union[ReferenceCheck, _Mapping]] = ...) -> None: ...
+    planned: _containers.RepeatedCompositeFieldContainer[RoundPlan]
+    def __init__(self, goal: _Optional[str] = ..., goal_ms: _Optional[float] = ..., stopped: _Optional[str] = ..., summary: _Optional[str] = ..., rounds: _Optional[_Iterable[_Union[TunedRound, _Mapping]]] = ..., reference_latency: _Optional[_Union[LatencyStats, _Mapping]] = ..., reference_check: _Optional[_Union[ReferenceCheck, _Mapping]] = ..., planned: _Optional[_Iterable[_Union[RoundPlan, _Mapping]]] = ...) -> None: ...
+
+class RoundPlan(_message.Message):
+    __slots__ = ("trials",)
+    TRIALS_FIELD_NUMBER: _ClassVar[int]
+    trials: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, trials: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class ReferenceCheck(_message.Message):
     __slots__ = ("passed", "max_abs_err", "rtol", "atol_scale", "detail")
@@ -389,18 +411,24 @@ class JobReuse(_message.Message):
     def __init__(self, mode: _Optional[str] = ..., tasks: _Optional[int] = ..., skipped: _Optional[int] = ..., topped_up: _Optional[int] = ..., topup_trials: _Optional[int] = ..., planned_trials: _Optional[int] = ..., trials: _Optional[int] = ...) -> None: ...
 
 class PlannedTrials(_message.Message):
-    __slots__ = ("task", "trials", "share", "minor", "measured")
+    __slots__ = ("task", "trials", "share", "minor", "measured", "in_model_ms", "loss_ms", "phases")
     TASK_FIELD_NUMBER: _ClassVar[int]
     TRIALS_FIELD_NUMBER: _ClassVar[int]
     SHARE_FIELD_NUMBER: _ClassVar[int]
     MINOR_FIELD_NUMBER: _ClassVar[int]
     MEASURED_FIELD_NUMBER: _ClassVar[int]
+    IN_MODEL_MS_FIELD_NUMBER: _ClassVar[int]
+    LOSS_MS_FIELD_NUMBER: _ClassVar[int]
+    PHASES_FIELD_NUMBER: _ClassVar[int]
     task: str
     trials: int
     share: float
     minor: bool
     measured: bool
-    def __init__(self, task: _Optional[str] = ..., trials: _Optional[int] = ..., share: _Optional[float] = ..., minor: _Optional[bool] = ..., measured: _Optional[bool] = ...) -> None: ...
+    in_model_ms: float
+    loss_ms: float
+    phases: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, task: _Optional[str] = ..., trials: _Optional[int] = ..., share: _Optional[float] = ..., minor: _Optional[bool] = ..., measured: _Optional[bool] = ..., in_model_ms: _Optional[float] = ..., loss_ms: _Optional[float] = ..., phases: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class ModelSummary(_message.Message):
     __slots__ = ("name", "source", "source_digest", "batch")

@@ -3,6 +3,7 @@ the job, and a document this version cannot read refused in one line."""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 
 import pytest
@@ -14,12 +15,12 @@ from farm.client import job_json
 from farm.job_document import Job, JobArtifact, Latency, MalformedJob
 from farm.registry_jobs import job_document
 from foundation.domain.built_untuned import BuiltUntuned
-from foundation.domain.job_spec import JobNotes
+from foundation.domain.job_spec import DISTRIBUTED, JobNotes, JobSpec, stored_options
 from foundation.domain.jobs import JobState
 from foundation.domain.reuse import ReuseMode, TaskHistory, plan_reuse
 from foundation.domain.rounds_outcome import RoundsOutcome
 from foundation.domain.trial_plan import PlannedTrials, TrialPlan
-from foundation.domain.tuning_rounds import ONNXRUNTIME, Comparison, Goal, RoundResult, Stop
+from foundation.domain.tuning_rounds import ONNXRUNTIME, Comparison, Goal, RoundResult, Stop, UntilRequest
 from foundation.domain.untuned_speed import SpeedCheck
 from foundation.domain.warm_start_use import EMBEDDED_SEARCH, WarmStartUse, WarmStartUsed
 from foundation.domain.weights_layout import LayoutChoice, WeightsLayout
@@ -29,9 +30,11 @@ from foundation.registry.entities import Job as StoredJob
 from foundation.wire import farm_pb2
 
 NOW = dt.datetime(2026, 1, 2, 3, 4, 5, tzinfo=dt.timezone.utc)
-PLAN = TrialPlan(tasks=(PlannedTrials("fused_dense", 40, 0.7, False, True),
-                        PlannedTrials("fused_dense1", 22, 0.3, False, False),
-                        PlannedTrials("reshape", 2, 0.0, True, False)), budget=64, per_task_cap=64)
+# Capped below its budget, in two phases, its first task timed in the model: every figure the plan has.
+PLAN = TrialPlan(tasks=(PlannedTrials("fused_dense", 40, 0.7, False, True, 1.25, 0.5, (20, 20)),
+                        PlannedTrials("fused_dense1", 22, 0.3, False, False, None, 0.125, (11, 11)),
+                        PlannedTrials("reshape", 2, 0.0, True, False, phases=(2,))), budget=64, per_task_cap=40,
+                 phases=(33, 31), peak_gflops=96.5)
 UNTIL = RoundsOutcome(goal=Goal(ONNXRUNTIME), goal_ms=20.0,
                       rounds=[RoundResult(8, Comparison(30.0, 31.0, 20.5, 5, 0, False), 29.0)],
                       planned=[[4, 4, 0]], stopped=Stop.PATIENCE)
@@ -87,10 +90,11 @@ def test_an_embedded_jobs_document_reads_back_as_the_notes_it_was_written_from()
 def test_a_coordinators_document_reads_as_the_same_notes():
     embedded, remote = both_documents()
     mine, theirs = Job.from_document(embedded), Job.from_document(remote)
-    # The wire carries the plan's lines, not its cap: read as the budget.
-    assert theirs.trial_plan.tasks == PLAN.tasks and theirs.trial_plan.per_task_cap == theirs.trial_plan.budget == 64
+    # The plan and the rounds as the notes hold them: the cap, phases and peak, and each round's plan.
+    assert remote["trial_plan"] == embedded["trial_plan"] and theirs.trial_plan == mine.trial_plan == PLAN
+    assert remote["until"] == embedded["until"] and theirs.until.planned == mine.until.planned == [[4, 4, 0]]
     assert theirs.reuse == mine.reuse and theirs.built_untuned == mine.built_untuned
-    assert theirs.until.summary() == mine.until.summary() and theirs.until.planned == []
+    assert theirs.until.summary() == mine.until.summary()
     assert theirs.warm_start.describe() == mine.warm_start.describe()
     assert theirs.weights_layout_choice.why == mine.weights_layout_choice.why
     assert theirs.artifact.speed.describe() == mine.artifact.speed.describe() and theirs.artifact.validated
@@ -102,12 +106,42 @@ def test_a_coordinators_document_reads_as_the_same_notes():
     assert lines["Until"] == UNTIL.summary() and lines["Reuse"] == NOTES.reused.describe()
 
 
-def test_a_coordinators_latency_goal_before_its_first_round_reads_as_its_goal():
+def test_a_coordinators_latency_goal_before_its_first_round_is_its_own_figure():
+    """Its words round it ("12.3457 ms"); the wire carries the goal itself, as the job's rounds will hold it."""
+    goal = Goal("latency", 12.3456789)
+    spec = JobSpec(DISTRIBUTED, "plain", trials=64, until=UntilRequest(goal))
+    job, model, _ = stored_job()
+    job = dataclasses.replace(job, state=JobState.QUEUED, options=stored_options(spec), artifact_id=None)
+    remote = job_json(job_message(JobView(job, model, {}, [], None, 0)))
+    assert remote["until"]["goal"] == "12.3457 ms" and remote["until"]["goal_ms"] == 12.3456789
+    read = Job.from_document(remote)
+    assert read.until.goal == goal and read.until.goal_ms == 12.3456789 and not read.until.rounds
+
+
+def test_an_older_coordinators_latency_goal_before_its_first_round_reads_as_its_words():
+    """A coordinator from before JobUntil.goal_ms was set before the first round sends the goal's words only."""
     remote = job_json(farm_pb2.Job(id="job-2", state=farm_pb2.JOB_STATE_RUNNING, until=farm_pb2.JobUntil(goal="20 ms"),
                                    model=farm_pb2.ModelSummary(name="mlp-tiny", batch=1)))
     job = Job.from_document(remote)
-    assert job.until.goal == Goal("latency", 20.0) and not job.until.rounds
+    assert job.until.goal == Goal("latency", 20.0) and job.until.goal_ms == 20.0 and not job.until.rounds
     assert dict(job_fields(remote))["Until"] == "tuning in rounds until 20 ms: 0 rounds judged so far"
+
+
+def test_an_older_coordinators_plan_and_rounds_read_with_the_documented_defaults():
+    """A coordinator from before Job.trial_plan_budget and JobUntil.planned sends the plan's lines and the rounds
+    only: the plan reads capped at the job's budget, the rounds with no plans; the rest as a current one's."""
+    job, model, artifact = stored_job()
+    message = job_message(JobView(job, model, {}, [], artifact, 0))
+    message.ClearField("trial_plan_budget")
+    message.until.ClearField("planned")
+    for line in message.trial_plan:
+        for name in ("in_model_ms", "loss_ms", "phases"):
+            line.ClearField(name)
+    older = Job.from_document(job_json(message))
+    assert older.trial_plan.budget == older.trial_plan.per_task_cap == job.trials_budget == 64
+    assert [(t.name, t.trials, t.share) for t in older.trial_plan.tasks] == [(t.name, t.trials, t.share)
+                                                                             for t in PLAN.tasks]
+    assert older.until.planned == [] and older.until.rounds == UNTIL.rounds and older.until.goal_ms == 20.0
 
 
 @pytest.mark.parametrize("change, says", [
@@ -117,6 +151,7 @@ def test_a_coordinators_latency_goal_before_its_first_round_reads_as_its_goal():
     (lambda doc: doc["artifact"]["latency_ms"].pop("median"), "lacks 'median'"),
     (lambda doc: doc.update(state="paused"), "'paused' is not a valid JobState"),
     (lambda doc: doc.pop("trial_plan"), "lacks 'trial_plan'"),
+    (lambda doc: doc["until"].pop("goal_ms"), "lacks 'goal_ms'"),
 ])
 def test_a_document_this_version_cannot_read_is_refused_naming_what(change, says):
     _, remote = both_documents()

@@ -55,8 +55,12 @@ def test_rounds_are_sharded_to_agents_judged_here_and_the_stop_is_stored(local_f
         assert len(shards) >= len(rounds) and all(s.state.value == "done" for s in shards)
         assert len({s.agent_id for s in shards}) == 2  # both agents tuned rounds of it
         assert measurements_by_job(store, done["job"]) == done["trials"]  # every trial committed
-        stored = store.get_job(done["job"]).options["until"]
+        options = store.get_job(done["job"]).options
+        stored = options["until"]
         assert stored["stopped"] == until["stopped"] and len(stored["rounds"]) == len(rounds)
+        # The coordinator's document carries what the job's notes hold: each round's plan, the plan's cap.
+        assert until["planned"] == stored["planned"] and until["rounds"] == stored["rounds"]
+        assert done["trial_plan"] == options["trial_plan"]
     finally:
         store.dispose()
 
