@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from farm.dry_run_plan import DryRunPlan
 from farm.session import FarmContext, open_context
 from foundation.domain.jobs import FINAL_STATES
 from foundation.domain.weights_layout import weights_layout_for
@@ -23,8 +24,8 @@ if TYPE_CHECKING:  # pragma: no cover
 RATE_JOBS = 20  # the newest finished jobs of the fingerprint the rate is taken from
 
 
-def plan_submit(request: "SubmitRequest") -> dict:
-    """The plan document of what ``request`` would tune here; FarmError for what a submit refuses."""
+def plan_submit(request: "SubmitRequest") -> DryRunPlan:
+    """What ``request`` would tune here; FarmError for what a submit refuses."""
     from foundation.job_driver import steps
     from foundation.meta_schedule.database.registry_database import tvm_database_for
     from foundation.models.loading import load_model
@@ -43,28 +44,17 @@ def plan_submit(request: "SubmitRequest") -> dict:
     with TVM_IR_LOCK:
         planned = steps.plan(loaded, ctx.tvm_target(), database, spec, layout)
     reused = planned.reused
-    trial_plan = reused.trial_plan if reused is not None else None
-    trials = reused.plan.trials if reused is not None else planned.budget.max_trials_global
-    rate = measured_trial_rate(ctx.store, ctx.fingerprint.id)
     hit = None if request.retune else _stored_library(ctx, key, request)
-    return {
-        "registry_hit": hit.id if hit is not None else None,  # a submit would answer with it and tune nothing
-        "dry_run": True,
-        "model": key.name,
-        "batch": key.batch,
-        "target": ctx.target_json,
-        "fingerprint": ctx.fingerprint.id,
-        "weights_layout": planned.form.value,
-        "weights_layout_choice": planned.choice.to_json() if planned.choice else None,
-        "tasks": len(planned.tasks),
-        "budget": {"trials": planned.budget.max_trials_global, "per_task": planned.budget.max_trials_per_task},
-        "trial_plan": trial_plan.to_json() if trial_plan else None,
-        "reuse": ({**reused.plan.summary().to_json(), "per_task": [t.to_json() for t in reused.plan.tasks]}
-                  if reused else None),
-        "trials": trials,
-        "trials_per_second": rate,
-        "estimated_seconds": round(trials / rate, 1) if rate else None,
-    }
+    return DryRunPlan(
+        model=key.name, batch=key.batch, target=ctx.target_json, fingerprint=ctx.fingerprint.id,
+        registry_hit=hit.id if hit is not None else None, weights_layout=planned.form,
+        weights_layout_choice=planned.choice, tasks=len(planned.tasks),
+        budget_trials=planned.budget.max_trials_global, budget_per_task=planned.budget.max_trials_per_task,
+        trial_plan=reused.trial_plan if reused is not None else None,
+        reuse=reused.plan if reused is not None else None,
+        trials=reused.plan.trials if reused is not None else planned.budget.max_trials_global,
+        trials_per_second=measured_trial_rate(ctx.store, ctx.fingerprint.id),
+    )
 
 
 def _stored_library(ctx: FarmContext, key, request: "SubmitRequest"):

@@ -1,16 +1,12 @@
-"""The plan document of `farm submit --dry-run` (farm.dry_run.plan_submit), read back typed for the terminal.
-
-Its notes are read by their own types' readers (LayoutChoice, TrialPlan, ReuseSummary), strictly: a field
-missing is a KeyError, one of the wrong kind a ValueError.
-"""
+"""The plan of `farm submit --dry-run` (farm.dry_run.plan_submit): what a submit would tune, typed for the
+terminal, and the document `--json` prints (`DryRunPlan.to_json`)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-from foundation.domain.reuse import ReuseSummary, TaskAction
+from foundation.domain.reuse import ReusePlan, TaskAction
 from foundation.domain.trial_plan import TrialPlan
 from foundation.domain.weights_layout import LayoutChoice, WeightsLayout
 
@@ -21,7 +17,7 @@ class DryRunPlan:
 
     model: str
     batch: int
-    target: str
+    target: str  # canonical target JSON
     fingerprint: str
     registry_hit: str | None  # the artifact a submit would answer with, tuning nothing
     weights_layout: WeightsLayout
@@ -30,30 +26,36 @@ class DryRunPlan:
     budget_trials: int
     budget_per_task: int
     trial_plan: TrialPlan | None
-    reuse: ReuseSummary | None
+    reuse: ReusePlan | None  # None: tuned in rounds, which decide no reuse
     trials: int  # what the job would measure, reuse taken off
     trials_per_second: float | None  # this fingerprint's past jobs' rate; None without one
-    estimated_seconds: float | None
-    actions: Mapping[str, TaskAction] = field(default_factory=dict)  # reuse's action for each task
+
+    @property
+    def estimated_seconds(self) -> float | None:
+        return round(self.trials / self.trials_per_second, 1) if self.trials_per_second else None
 
     def action(self, task: str) -> TaskAction:
-        return self.actions.get(task, TaskAction.TUNE)
+        """What reuse does with ``task``; tuned when reuse decided nothing of it."""
+        actions = {t.name: t.action for t in self.reuse.tasks} if self.reuse else {}
+        return actions.get(task, TaskAction.TUNE)
 
-    @staticmethod
-    def from_json(plan: Mapping[str, Any]) -> "DryRunPlan":
-        choice, trial_plan, reuse = plan["weights_layout_choice"], plan["trial_plan"], plan["reuse"]
-        rate, seconds, hit = plan["trials_per_second"], plan["estimated_seconds"], plan["registry_hit"]
-        per_task = reuse.get("per_task", []) if reuse else []
-        return DryRunPlan(
-            model=str(plan["model"]), batch=int(plan["batch"]), target=str(plan["target"]),
-            fingerprint=str(plan["fingerprint"]), registry_hit=str(hit) if hit is not None else None,
-            weights_layout=WeightsLayout(plan["weights_layout"]),
-            weights_layout_choice=LayoutChoice.from_json(choice) if choice else None,
-            tasks=int(plan["tasks"]), budget_trials=int(plan["budget"]["trials"]),
-            budget_per_task=int(plan["budget"]["per_task"]),
-            trial_plan=TrialPlan.from_json(trial_plan) if trial_plan else None,
-            reuse=ReuseSummary.from_json({k: v for k, v in reuse.items() if k != "per_task"}) if reuse else None,
-            trials=int(plan["trials"]), trials_per_second=float(rate) if rate is not None else None,
-            estimated_seconds=float(seconds) if seconds is not None else None,
-            actions={str(t["task"]): TaskAction(t["action"]) for t in per_task},
-        )
+    def to_json(self) -> dict[str, Any]:
+        reuse, choice, trial_plan = self.reuse, self.weights_layout_choice, self.trial_plan
+        return {
+            "registry_hit": self.registry_hit,
+            "dry_run": True,
+            "model": self.model,
+            "batch": self.batch,
+            "target": self.target,
+            "fingerprint": self.fingerprint,
+            "weights_layout": self.weights_layout.value,
+            "weights_layout_choice": choice.to_json() if choice else None,
+            "tasks": self.tasks,
+            "budget": {"trials": self.budget_trials, "per_task": self.budget_per_task},
+            "trial_plan": trial_plan.to_json() if trial_plan else None,
+            "reuse": ({**reuse.summary().to_json(), "per_task": [t.to_json() for t in reuse.tasks]}
+                      if reuse else None),
+            "trials": self.trials,
+            "trials_per_second": self.trials_per_second,
+            "estimated_seconds": self.estimated_seconds,
+        }

@@ -12,15 +12,13 @@ if TYPE_CHECKING:  # pragma: no cover
 
 def print_plan(submission: "Submission", registry: str | None, *, json_output: bool) -> None:
     from farm.dry_run import plan_submit
-    from farm.dry_run_plan import DryRunPlan
     from farm.submit_values import SubmitRequest
     from foundation.units import duration
 
-    document = plan_submit(SubmitRequest.of(submission, registry=registry))
+    plan = plan_submit(SubmitRequest.of(submission, registry=registry))
     if json_output:
-        emit_json(document)
+        emit_json(plan.to_json())
         return
-    plan = DryRunPlan.from_json(document)
     console = stdout_console()
     console.print(f"plan         {plan.model} batch {plan.batch}  target {plan.target}  (dry run: nothing written)")
     console.print(f"fingerprint  {plan.fingerprint}")
