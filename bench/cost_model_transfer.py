@@ -1,8 +1,8 @@
 """Leave one fingerprint out: how well cost models trained on other hardware rank a box's records.
 
-Builds the dataset from a registry (and, with --shipped, the packs tvm-farm ships): every record
-of every fingerprint of one hardware kind, as MetaSchedule's program features with its
-fingerprint's device features (foundation.meta_schedule.warm.cross_samples). Then, for each
+Builds the dataset from a registry (and, with --shipped, the packs tvm-farm ships; with --packs, those
+in a folder): every record of every fingerprint of one hardware kind, as MetaSchedule's program
+features with its fingerprint's device features (foundation.meta_schedule.warm.cross_samples). Then, for each
 fingerprint in turn, ranks its records workload by workload with:
 
 - untrained: an untrained XGBModel predicts at random; its expected scores are shown
@@ -26,7 +26,7 @@ one workload of one fingerprint are scored, so a box that ran slower throughout 
 beside it) still ranks on equal terms; a burst during some records, though, reorders them.
 Prints the table and writes every row, per workload too, to --out (JSON).
 
-    .venv/bin/python bench/cost_model_transfer.py REGISTRY_URL [--shipped] [--kind cpu]
+    .venv/bin/python bench/cost_model_transfer.py REGISTRY_URL [--shipped] [--packs DIR] [--kind cpu]
         [--own-share 0.07] [--seed 0] [--per-fingerprint N] [--conditions TEXT]
         [--out docs/results/cost-model-transfer.json]
 
@@ -175,6 +175,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("registry")
     parser.add_argument("--shipped", action="store_true", help="add the records of the packs tvm-farm ships")
+    parser.add_argument("--packs", type=Path, action="append", default=[], metavar="DIR",
+                        help="add the records of every .farmpack in DIR (bench/dataset: the views kept by "
+                             "bench/cost_model_dataset.py); repeatable")
     parser.add_argument("--kind", default="cpu", choices=("cpu", "cuda"))
     parser.add_argument("--own-share", type=float, default=0.07)
     parser.add_argument("--seed", type=int, default=0)
@@ -206,6 +209,7 @@ def main(argv: list[str] | None = None) -> int:
     stores = [RegistryStore(args.registry, create=False)]
     if args.shipped:
         stores += [read_pack(path)[0] for path in shipped_packs()]
+    stores += [read_pack(path)[0] for folder in args.packs for path in sorted(folder.glob("*.farmpack"))]
     try:
         began = time.monotonic()
         dataset = registry_dataset(stores, tvm.__version__, args.kind, per_fingerprint=args.per_fingerprint)

@@ -106,7 +106,70 @@ def test_the_dataset_script_evaluates_its_registry_with_the_shipped_packs(tmp_pa
     (tmp_path / "packs").mkdir()
     monkeypatch.setenv(SHIPPED_PACKS_DIR_ENV, str(tmp_path / "packs"))  # none shipped: the test's records alone
     out = tmp_path / "result.json"
-    assert cost_model_dataset.main(["--home", str(tmp_path), "--skip-tuning", "--out", str(out)]) == 0
+    kept = tmp_path / "kept"  # no view kept from earlier runs
+    assert cost_model_dataset.main(["--home", str(tmp_path), "--skip-tuning", "--keep", str(kept),
+                                    "--out", str(out)]) == 0
     document = json.loads(out.read_text())
     assert document["conditions"].startswith("recorded on a shared 2-core VM beside other work")
     assert "--shipped" in document["command"] and len(document["fingerprints"]) == 3
+
+
+def test_the_older_isas_are_views_with_the_probes_kernels_held_to_them():
+    from pathlib import Path
+
+    import cost_model_dataset
+
+    for name, core in (("sandybridge", "Sandybridge"), ("nehalem-1core", "Nehalem")):
+        env = cost_model_dataset.VIEWS[name].environment(Path("/tmp/home"))
+        assert (env["FARM_CPU_VIEW_MCPU"], env["OPENBLAS_CORETYPE"]) == (name.removesuffix("-1core"), core)
+    assert set(cost_model_dataset.DEFAULT_VIEWS) < set(cost_model_dataset.VIEWS)
+
+
+@pytest.mark.slow
+def test_each_views_records_are_kept_as_a_pack_added_to_and_read_back_by_the_evaluation(
+        tmp_path, monkeypatch, capsys):
+    from foundation.hardware.tvm_startup import install_lean_tensor_intrinsics
+
+    install_lean_tensor_intrinsics("llvm")
+    import cost_model_dataset
+    import tvm
+
+    from foundation.config import SHIPPED_PACKS_DIR_ENV
+    from foundation.registry.packs import read_pack
+
+    from support.cross_records import BOXES, synthetic_registry
+
+    url = f"sqlite:///{tmp_path / 'dataset.db'}"
+    synthetic_registry(url, tvm.target.Target({"kind": "llvm", "num-cores": 2}), sizes=(32,), per_workload=20).dispose()
+    (first, _), (second, _), (shipped, _) = BOXES
+    packs = tmp_path / "packs"
+    packs.mkdir()
+    (packs / f"{shipped}.farmpack").write_bytes(b"")  # this box as it is: a shipped pack's, never kept
+    monkeypatch.setenv(SHIPPED_PACKS_DIR_ENV, str(packs))
+    log = [{"view": "haswell", "fingerprint": first, "rc": 0, "command": "farm submit resnet-18 ..."},
+           {"view": "nehalem", "fingerprint": second, "rc": 0, "command": "farm submit mobilenet ..."},
+           {"view": "native", "fingerprint": shipped, "rc": 0, "command": "farm submit resnet-18 ..."},
+           {"view": "sandybridge", "rc": 1, "command": "farm submit resnet-18 ...", "error": "failed"}]
+    kept = tmp_path / "kept"
+    cost_model_dataset.keep_views(url, log, kept)
+    assert sorted(p.name for p in kept.iterdir()) == sorted(f"{fp}.farmpack" for fp in (first, second))
+    store, header = read_pack(kept / f"{first}.farmpack")
+    records = len(store.records.all_records(fingerprint_id=first))
+    assert records == 20 and not store.records.all_records(fingerprint_id=second)
+    assert header["view"] == "haswell" and header["tuned_with"] == ["farm submit resnet-18 ..."]
+    assert header["cpus"] and header["dates"] and header["tables"]["artifacts"]["rows"] == 0
+    store.dispose()
+    # Kept again (the next session's run): added to, nothing twice.
+    cost_model_dataset.keep_views(url, log, kept)
+    again, _ = read_pack(kept / f"{first}.farmpack")
+    assert len(again.records.all_records(fingerprint_id=first)) == records
+    again.dispose()
+    # The evaluation reads the kept views beside a registry that holds none of them.
+    (packs / f"{shipped}.farmpack").unlink()
+    out = tmp_path / "result.json"
+    empty = f"sqlite:///{tmp_path / 'empty.db'}"
+    from foundation.registry.store import RegistryStore
+
+    RegistryStore(empty).dispose()
+    assert cost_model_transfer.main([empty, "--packs", str(kept), "--out", str(out)]) == 0
+    assert set(json.loads(out.read_text())["fingerprints"]) == {first, second}
