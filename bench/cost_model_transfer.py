@@ -8,11 +8,11 @@ fingerprint in turn, ranks its records workload by workload with:
 - untrained: an untrained XGBModel predicts at random; its expected scores are shown
   (pairwise 0.5, top-k recall k/n);
 - cross, no device: trained on the other fingerprints' records, program features only;
-- cross + raw device: the same with each fingerprint's device features as they are, one
-  constant per box on every row (what the farm's model read before);
-- cross + device: the same with each row's program features read against its box's device
-  (foundation.meta_schedule.warm.program_on_device: lanes and cores filled, reuse against each
-  cache, intensity against the box's balance, a roofline time): the farm's xgb-cross model;
+- cross + device: the same with each fingerprint's device features as they are, one constant
+  per box on every row (cross_model.DEVICE_FIELDS): the farm's xgb-cross model;
+- cross + derived device: the same with each row's program features read against its box's device
+  instead (foundation.meta_schedule.warm.program_on_device: lanes and cores filled, reuse against
+  each cache, intensity against the box's balance, a roofline time);
 - own 7%: trained on a random 7% (--own-share) of the held-out fingerprint's own records (the
   per-fingerprint model a box has after a few of its own jobs);
 - blend own 7%, fine-tuned on own 7%: the two ways a job carries its own measurements into the
@@ -47,7 +47,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-MODELS = ("untrained", "cross, no device", "cross + raw device", "cross + device", "own 7%",
+MODELS = ("untrained", "cross, no device", "cross + device", "cross + derived device", "own 7%",
           "cross + device, blend own 7%", "cross + device, fine-tuned on own 7%")
 MEASURES = ("pairwise_accuracy", "top1_recall", "top5_recall")
 
@@ -86,9 +86,9 @@ def leave_one_out(samples, vectors, held: str, own_share: float, seed: int) -> l
     """Each model's row for fingerprint ``held`` (the pooled figures, and ``per_workload``)."""
     import numpy as np
 
-    from foundation.hardware.device_features import VECTOR_FIELDS
     from foundation.meta_schedule.warm.cross_cost_model import blended
     from foundation.meta_schedule.warm.cross_model import fine_tuned, train
+    from foundation.meta_schedule.warm.program_on_device import COLUMNS
 
     own = [s for s in samples if s.fingerprint_id == held]
     others = [s for s in samples if s.fingerprint_id != held]
@@ -116,10 +116,10 @@ def leave_one_out(samples, vectors, held: str, own_share: float, seed: int) -> l
         began = time.monotonic()
         score("cross, no device", train(others, None), len(others), began)
         began = time.monotonic()
-        score("cross + raw device", train(others, vectors, device_fields=VECTOR_FIELDS), len(others), began)
-        began = time.monotonic()
         cross = train(others, vectors)
         score("cross + device", cross, len(others), began)
+        began = time.monotonic()
+        score("cross + derived device", train(others, vectors, device_fields=COLUMNS), len(others), began)
     if own_train:
         began = time.monotonic()
         own_model = train(own_train, None)

@@ -1,13 +1,12 @@
 """An xgb cost model trained on the records of every fingerprint, with their device features.
 
 Each sample's program features (PerStoreFeature rows, foundation.meta_schedule.warm.cross_samples)
-get device columns appended to every row, computed from the row and its fingerprint's device
-vector (foundation.hardware.device_features.device_vector): what the row's loops are on that box
-(foundation.meta_schedule.warm.program_on_device, ``COLUMNS``); labels are normalised per
+get device columns appended to every row: its fingerprint's device features
+(foundation.hardware.device_features.device_vector, ``DEVICE_FIELDS``); labels are normalised per
 (workload, fingerprint); the booster is trained with MetaSchedule's own XGBModel objective (a
 candidate's score is the sum over its rows). Models trained without device columns
-(``vectors=None``) or with the raw device fields are the baselines it is measured against
-(bench/cost_model_transfer.py).
+(``vectors=None``) or with each row read against its box (foundation.meta_schedule.warm.program_on_device,
+``COLUMNS``) are the baselines it is measured against (bench/cost_model_transfer.py).
 
 Stored in the registry's cost_models table as kind ``KIND``, one per hardware kind (cpu, cuda)
 and TVM version, with no table of its own: the row sits under the fingerprint of that hardware
@@ -35,7 +34,7 @@ from foundation.hardware.device_features import VECTOR_FIELDS
 
 from .cost_models import KIND as OWN_KIND
 from .cross_samples import CrossSample, registry_dataset
-from .program_on_device import COLUMNS, device_columns
+from .program_on_device import device_columns
 
 if TYPE_CHECKING:  # pragma: no cover
     import numpy as np
@@ -46,6 +45,13 @@ if TYPE_CHECKING:  # pragma: no cover
 
 KIND = "xgb-cross"
 FORMAT = 1
+# The device columns of every row: the box's device features as they are. Leaving one fingerprint
+# out of eleven (the four shipped packs, seven views of a Zen 4: AVX2, AVX without FMA and SSE4.2
+# code, one core and two), they ranked a box never seen better than no device columns (0.764 of
+# pairs against 0.756, top-1 0.400 against 0.344) and than each row read against its box
+# (program_on_device.COLUMNS, 0.738: its roofline columns misread a box without FMA);
+# docs/results/cost-model-transfer-zen4.json. Over seven fingerprints no device columns had ranked best.
+DEVICE_FIELDS = VECTOR_FIELDS
 # A fingerprint whose own stored model has this many samples starts from it instead. A first
 # guess, not a measurement: bench/cost_model_transfer.py's own-share column says where it lies.
 FEW_SAMPLES = 1000
@@ -142,7 +148,7 @@ def normalised_speeds(samples: Sequence[CrossSample]) -> "np.ndarray":
 
 
 def train(samples: Sequence[CrossSample], vectors: Mapping[str, Sequence[float]] | None,
-          seconds: float | None = None, device_fields: Sequence[str] = COLUMNS) -> CrossModel:
+          seconds: float | None = None, device_fields: Sequence[str] = DEVICE_FIELDS) -> CrossModel:
     """A model trained on ``samples``, each row with the ``device_fields`` columns of its
     fingerprint's device vector from ``vectors`` (None: without device columns); ``seconds``
     bounds the boosting."""
@@ -226,9 +232,9 @@ def model_from_bytes(blob: bytes) -> CrossModel:
     if int(arrays["format"][0]) != FORMAT:
         raise ValueError(f"cross cost model format {int(arrays['format'][0])}, this farm reads {FORMAT}")
     fields = tuple(str(f) for f in arrays["device_fields"])
-    if fields and fields != COLUMNS:
-        # A model of other columns (the raw device fields of before) would misread every row: a
-        # refresh retrains it.
+    if fields and fields != DEVICE_FIELDS:
+        # A model of other columns (each row read against its box, as before) would misread every
+        # row: a refresh retrains it.
         raise ValueError("the cross cost model was trained on other device features than this farm computes")
     booster = xgb.Booster()
     booster.load_model(bytearray(arrays["booster"].tobytes()))

@@ -40,8 +40,9 @@ _REUSE_BUFFERS = 3
 _CACHE_LINE = 64
 _FLOAT_BYTES = 4
 
-# What the farm's cross model reads beside the program features (cross_model): these derived
-# columns alone; the raw device fields ranked worse (bench/cost_model_transfer.py).
+# bench/cost_model_transfer.py's "cross + derived device": over seven fingerprints these ranked
+# about as the raw device fields did, over eleven worse (cross_model.DEVICE_FIELDS, what the farm's
+# cross model reads).
 COLUMNS = (
     "vector_fill", "vector_len_over_lanes", "parallel_balance", "parallel_over_cores",
     *(f"buffer{b}_reuse_over_{level}" for b in range(_REUSE_BUFFERS) for level in ("l1", "l2", "l3")),

@@ -43,7 +43,6 @@ def test_the_cross_model_learns_every_fingerprint_and_is_stored_as_xgb_cross(syn
     from foundation.hardware.device_features import VECTOR_FIELDS, device_vector
     from foundation.meta_schedule.warm.cross_model import KIND, load_cross_model, refresh_cross_model
     from foundation.meta_schedule.warm.cross_samples import program_features
-    from foundation.meta_schedule.warm.program_on_device import COLUMNS
 
     version = tvm.__version__
     stored = refresh_cross_model(synthetic, version)
@@ -54,7 +53,7 @@ def test_the_cross_model_learns_every_fingerprint_and_is_stored_as_xgb_cross(syn
     # The per-fingerprint model of the row it sits under is another kind: neither replaces the other.
     assert synthetic.cost_models.find(stored.fingerprint_id, version, "xgb") is None
     model, again = load_cross_model(synthetic, version)
-    assert again == stored and model.device_fields == COLUMNS
+    assert again == stored and model.device_fields == VECTOR_FIELDS
     assert load_cross_model(synthetic, version, "cuda") is None
     # Nothing stored since: it is not retrained.
     assert refresh_cross_model(synthetic, version) == stored
@@ -124,13 +123,13 @@ def test_the_cross_cost_model_drives_a_search_and_blends_in_the_jobs_own_measure
     assert not np.array_equal(np.argsort(blended), np.argsort(alone))
 
 
-def test_a_stored_model_of_the_raw_device_fields_is_not_read_and_the_next_refresh_replaces_it(
+def test_a_stored_model_of_other_device_columns_is_not_read_and_the_next_refresh_replaces_it(
         tmp_path, target, caplog, monkeypatch):
     import tvm
 
-    from foundation.hardware.device_features import VECTOR_FIELDS
     from foundation.meta_schedule.warm import cross_model
     from foundation.meta_schedule.warm.cross_model import (
+        DEVICE_FIELDS,
         KIND,
         load_cross_model,
         model_bytes,
@@ -144,8 +143,8 @@ def test_a_stored_model_of_the_raw_device_fields_is_not_read_and_the_next_refres
     store = synthetic_registry(f"sqlite:///{tmp_path / 'registry.db'}", target, sizes=(32,), per_workload=20)
     try:
         dataset = registry_dataset([store], version)
-        # Its columns were the device fields as they are: read as today's columns, every row would be misread.
-        before = train(dataset.samples, dataset.vectors, device_fields=VECTOR_FIELDS)
+        # Its columns were each row read against its box: read as today's columns, every row would be misread.
+        before = train(dataset.samples, dataset.vectors, device_fields=COLUMNS)
         holder = BOXES[0][0]
         store.cost_models.save(holder, version, KIND, model_bytes(before), last_record_id=0,
                                samples=len(dataset.samples), workloads=3)
@@ -157,19 +156,18 @@ def test_a_stored_model_of_the_raw_device_fields_is_not_read_and_the_next_refres
         assert len(said) == 1, said  # once per stored model, not at every read a job makes
         stored = refresh_cross_model(store, version)
         assert stored is not None and stored.fingerprint_id == holder
-        assert load_cross_model(store, version)[0].device_fields == COLUMNS
+        assert load_cross_model(store, version)[0].device_fields == DEVICE_FIELDS
     finally:
         store.dispose()
 
 
 def test_a_job_on_a_new_box_trains_the_cross_model_first_where_the_stored_one_cannot_be_read(tmp_path, target):
-    """Shipped packs of an older farm carry a cross model of the raw device fields: a job on a box with no
+    """Shipped packs of an older farm carry a cross model of other device columns: a job on a box with no
     records of its own starts from a cross model trained then, not from nothing."""
     import tvm
 
-    from foundation.hardware.device_features import VECTOR_FIELDS
     from foundation.meta_schedule.warm.cross_cost_model import CrossCostModel
-    from foundation.meta_schedule.warm.cross_model import KIND, load_cross_model, model_bytes, train
+    from foundation.meta_schedule.warm.cross_model import DEVICE_FIELDS, KIND, load_cross_model, model_bytes, train
     from foundation.meta_schedule.warm.cross_samples import registry_dataset
     from foundation.meta_schedule.warm.job_start import warm_start_for
     from foundation.meta_schedule.warm.program_on_device import COLUMNS
@@ -178,14 +176,14 @@ def test_a_job_on_a_new_box_trains_the_cross_model_first_where_the_stored_one_ca
     store = synthetic_registry(f"sqlite:///{tmp_path / 'registry.db'}", target, sizes=(32,), per_workload=40)
     try:
         dataset = registry_dataset([store], version)
-        old = train(dataset.samples, dataset.vectors, device_fields=VECTOR_FIELDS)
+        old = train(dataset.samples, dataset.vectors, device_fields=COLUMNS)
         store.cost_models.save(BOXES[0][0], version, KIND, model_bytes(old), last_record_id=0,
                                samples=len(dataset.samples), workloads=3)
         new_box = BOXES[-1][0]
         warm = warm_start_for(store, new_box, version, seeds=[], max_seeds_per_task=0)
         assert isinstance(warm.cost_model, CrossCostModel)
         model, stored = load_cross_model(store, version)
-        assert model.device_fields == COLUMNS and warm.cost_model_sha256 == stored.sha256
+        assert model.device_fields == DEVICE_FIELDS and warm.cost_model_sha256 == stored.sha256
     finally:
         store.dispose()
 
