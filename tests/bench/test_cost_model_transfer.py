@@ -59,8 +59,8 @@ def test_every_fingerprint_is_held_out_once_against_every_model(tmp_path, capsys
             assert 0 <= row[measure] <= 1
             assert all(w[measure] is None or 0 <= w[measure] <= 1 for w in row["per_workload"])
         others, own = 80, 3
-        trained_on_others = {"untrained": 0, "own 7%": own, "cross, no device": others, "cross + derived device": others,
-                             "cross + device": others}
+        trained_on_others = {"untrained": 0, "own 7%": own, "cross, no device": others, "cross + device": others,
+                             "cross + derived device": others}
         assert row["train_samples"] == trained_on_others.get(row["model"], others + own)
     assert set(document["summary"]) == set(cost_model_transfer.MODELS)
     assert all(figures["held_out"] == 3 for figures in document["summary"].values())
