@@ -91,6 +91,9 @@ def read_model_cost(raw: dict) -> dict:
                + scopes.get("MeasureCallback/UpdateCostModel", 0.0))
     return {"trials": raw["trials"], "wall_s": raw["wall_s"], "tuning_s": stages["running"], "model_s": model_s,
             "share": model_s / stages["running"], "after_s": stages.get("learned", 0.0),
+            # MetaSchedule's feature extraction within it (trial_cost.py's ExtractionClock; older runs lack it)
+            "extraction_s": raw["cost_model"].get("feature_extraction_s"),
+            "extracted": raw["cost_model"].get("candidates_extracted"),
             "latency_ms": raw["artifact_latency_ms"], "date": raw.get("date", "")}
 
 
