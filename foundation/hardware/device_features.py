@@ -51,6 +51,15 @@ _MATMUL_ROUNDS = 10
 _MATMUL_PER_ROUND = 10
 _COPY_BYTES = 64 * 2**20
 _COPY_RUNS = 5
+# The matmul probe's rounds fit in about a second: work beside it for longer (another job's worker
+# processes ending) lowers every round. Where every core together reads under _SCALING_FLOOR of the
+# cores times one core's reading, the probe is taken again after _PEAK_PAUSE_S, up to
+# _PEAK_RETRIES times, the best kept. (The Zen 4's two cores read 1.9x one; a two-core probe
+# seconds after another job read 111 GFLOP/s, 205 alone.) A box whose cores share their vector
+# units (SMT siblings) reads low every time: it pays the retries and keeps its reading.
+_SCALING_FLOOR = 0.6
+_PEAK_RETRIES = 2
+_PEAK_PAUSE_S = 2.0
 
 _CACHE_SYSFS = Path("/sys/devices/system/cpu/cpu0/cache")
 _CPUINFO = Path("/proc/cpuinfo")
@@ -66,7 +75,7 @@ def cpu_device_features(details: Mapping[str, Any]) -> dict[str, Any]:
         "cores": cores,
         "vector_bits": max((bits for f, bits in _VECTOR_BITS.items() if f in features), default=64),
         "fma": int(bool(features & _FMA_FEATURES)),
-        "peak_gflops": round(matmul_gflops(cores), 2),
+        "peak_gflops": round(box_peak_gflops(cores), 2),
         "copy_gbps": round(copy_gbps(), 2),
         PROBE_KEY: PROBE_VERSION,
     }
@@ -75,6 +84,21 @@ def cpu_device_features(details: Mapping[str, Any]) -> dict[str, Any]:
     if mhz:
         device["mhz"] = mhz
     return device
+
+
+def box_peak_gflops(cores: int) -> float:
+    """The box's peak on ``cores`` cores: `matmul_gflops`, taken again while it reads as if other
+    work held some of the cores (see _SCALING_FLOOR), the best reading kept."""
+    best = matmul_gflops(cores)
+    if cores < 2:
+        return best
+    floor = _SCALING_FLOOR * cores * matmul_gflops(1)
+    for _ in range(_PEAK_RETRIES):
+        if best >= floor:
+            break
+        time.sleep(_PEAK_PAUSE_S)
+        best = max(best, matmul_gflops(cores))
+    return best
 
 
 def matmul_gflops(cores: int) -> float:
