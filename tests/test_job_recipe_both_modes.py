@@ -10,6 +10,7 @@ this process for both, is wrapped to note the job's row after each step that mov
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import replace
 
 import pytest
@@ -71,6 +72,11 @@ def test_one_spec_takes_the_same_steps_in_both_modes(moves, tmp_path):
         done = json.loads(cluster.farm("submit", "mlp-tiny", "llvm", "1", "--trials", str(TRIALS),
                                        "--trials-per-task", str(PER_TASK), "--seed", str(SEED), "--runs", str(RUNS),
                                        "--weights-layout", "plain", "--cold", "--json", "--timeout", "400").stdout)
+        # The coordinator's thread notes its last move just after writing the row `farm submit` reads done.
+        noted_by = time.monotonic() + 30
+        while done["state"] == "succeeded" and time.monotonic() < noted_by and \
+                not any(m["to"] == "succeeded" for m in moves["distributed"]):
+            time.sleep(0.05)
     finally:
         stray = cluster.close()
         server.stop(grace=1)
