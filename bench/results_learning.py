@@ -121,9 +121,10 @@ def cross_model(page: Page) -> list[str]:
         "  without FMA (0.58 against 0.76). The margin over no device features is small, and the device",
         "  columns were chosen among eight sets tried on this evaluation (the raw fields, a subset",
         "  without the probes, the per-row columns with and without the roofline, both together);",
-        "  over the seven fingerprints before, no device features ranked best. The probes are noisy",
-        "  too: the AVX2 view's two-core peak read 111 GFLOP/s here, 170 a session earlier. More",
-        "  fingerprints settle it: each box kind's views (`bench/cost_model_dataset.py`).",
+        "  over the seven fingerprints before, no device features ranked best. The AVX2 view's two-core",
+        "  peak read 111 GFLOP/s in this dataset, probed seconds after another job (205 alone); the probe",
+        "  is now taken again when every core reads like fewer. More fingerprints settle it: each box",
+        "  kind's views (`bench/cost_model_dataset.py`).",
     ]
     costs = [(row, read_model_cost(page.raw(row["file"]))) for row in page.index.get("cross_model_cost", [])]
     if costs:
