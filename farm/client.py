@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from farm.job_document import job_document
 from foundation.domain.jobs import FINAL_STATES
+from foundation.domain.trial_plan import PlannedTrials, TrialPlan
 from foundation.errors import EXIT_INTERNAL, BadInput, FarmError, NotFound, Unreachable
 from foundation.models.loaded import check_batch
 from foundation.models.model_key import check_onnx_path, looks_like_path
@@ -162,26 +163,20 @@ def _trial_plan(job) -> dict | None:
     older = not job.HasField("trial_plan_budget")
     if older and not job.trial_plan:
         return None
-    tasks = [_planned_trials(t) for t in job.trial_plan]
-    planned = sum(t["trials"] for t in tasks)
+    tasks = tuple(_planned_trials(t) for t in job.trial_plan)
     if older:
-        return {"budget": job.trials_budget, "planned": planned, "tasks": tasks}
+        return {"budget": job.trials_budget, "planned": sum(t.trials for t in tasks),
+                "tasks": [t.to_json() for t in tasks]}
     plan = job.trial_plan_budget
-    return {"budget": plan.budget, "per_task_cap": plan.per_task_cap, "planned": planned, "tasks": tasks,
-            **({"phases": list(plan.phases)} if plan.phases else {}),
-            **({"peak_gflops": plan.peak_gflops} if plan.HasField("peak_gflops") else {})}
+    return TrialPlan(tasks, plan.budget, plan.per_task_cap, tuple(plan.phases),
+                     plan.peak_gflops if plan.HasField("peak_gflops") else None).to_json()
 
 
-def _planned_trials(line) -> dict:
-    """A proto PlannedTrials as PlannedTrials.to_json spells it."""
-    out = {"task": line.task, "trials": line.trials, "share": line.share, "minor": line.minor,
-           "measured": line.measured}
-    for name in ("in_model_ms", "loss_ms"):
-        if line.HasField(name):
-            out[name] = getattr(line, name)
-    if line.phases:
-        out["phases"] = list(line.phases)
-    return out
+def _planned_trials(line) -> PlannedTrials:
+    """A proto PlannedTrials as the domain's."""
+    return PlannedTrials(line.task, line.trials, line.share, line.minor, line.measured,
+                         line.in_model_ms if line.HasField("in_model_ms") else None,
+                         line.loss_ms if line.HasField("loss_ms") else None, tuple(line.phases))
 
 
 def agent_json(agent) -> dict:
