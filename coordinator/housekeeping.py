@@ -14,15 +14,13 @@ import logging
 from coordinator import metrics
 from coordinator.background_worker import BackgroundWorker
 from coordinator.cluster_store import ClusterStore
-from coordinator.fingerprints import registered_fingerprint
 from coordinator.fleet import LiveAgents
 from coordinator.job_site import CoordinatorJobs
+from coordinator.waiting_jobs import WaitingJobs
 from foundation.clock import utc_now
 from foundation.domain.jobs import JobState
 from foundation.domain.leases import judges_silence
 from foundation.domain.validations import ValidationState
-from foundation.errors import FarmError
-from foundation.job_driver.admission import QUEUED
 from foundation.registry.store import RegistryStore
 
 logger = logging.getLogger("farm.coordinator")
@@ -38,6 +36,7 @@ class Housekeeping:
         self._cluster = cluster
         self._live = live
         self._jobs = jobs
+        self._waiting = WaitingJobs(store, cluster, jobs.fail)
         self._lease_ttl = lease_ttl
         self._max_attempts = max_attempts
         self._started = utc_now()
@@ -83,23 +82,7 @@ class Housekeeping:
                 self._jobs.settle(job.id)
 
     def _bind_waiting_jobs(self, now: dt.datetime) -> None:
-        from foundation.hardware.targets import TUNABLE_KINDS, measurable_target, target_json
+        from foundation.hardware.targets import TUNABLE_KINDS
 
         for kind in TUNABLE_KINDS:
-            waiting = self._cluster.jobs.queued_jobs_without_fingerprint(kind)
-            if not waiting:
-                continue
-            matching = self._cluster.agents.agents_matching(kind)
-            if not matching:
-                continue
-            # The fingerprint with the most agents tunes fastest.
-            fp_id = max(sorted(matching), key=lambda f: matching[f])
-            fingerprint = registered_fingerprint(self._store, fp_id)
-            for job in waiting:
-                try:  # as a submit with agents there checks it (coordinator.calls.client)
-                    target = target_json(measurable_target(job.target_request, fingerprint))
-                except FarmError as err:
-                    self._jobs.fail(job.id, JobState.QUEUED, "failed: bad target", str(err))
-                    continue
-                self._cluster.jobs.bind_job_fingerprint(job.id, fp_id, target, now,
-                                                        status=QUEUED)
+            self._waiting.bind(kind, now)

@@ -40,6 +40,7 @@ from coordinator.hints import RpcServerFlags, TaskProgress, WorkloadJson
 from coordinator.job_site import CoordinatorJobs
 from coordinator.model_cache import ModelCache
 from coordinator.values import TrackerAddress
+from coordinator.waiting_jobs import WaitingJobs
 from foundation.clock import utc_now
 from foundation.domain.leases import DEFAULT_MAX_ATTEMPTS
 from foundation.registry.store import RegistryStore
@@ -100,7 +101,8 @@ class Coordinator:
         self.pack_calls = PackCalls(store, data_dir=settings.data_dir,
                                     about={"command": "farm coordinator (ExportPack)", "cpu": "",
                                            "tvm_version": version})
-        self.client_calls = ClientCalls(store, cluster, models, progress, rpc_servers, data_dir=settings.data_dir,
+        self.client_calls = ClientCalls(store, cluster, models, progress, rpc_servers,
+                                        WaitingJobs(store, cluster, jobs.fail), data_dir=settings.data_dir,
                                         tvm_version=version, draining=draining, wake=wake)
         self.agent_calls = AgentCalls(
             store, cluster, self.live, rpc_servers, tvm_version=version, tracker=tracker,

@@ -19,6 +19,7 @@ from coordinator.ids import validation_id
 from coordinator.model_cache import ModelCache
 from coordinator.onnx_uploads import store_onnx
 from coordinator.values import AgentView, JobView, Submitted
+from coordinator.waiting_jobs import WaitingJobs
 from foundation.clock import utc_now
 from foundation.domain.job_spec import DISTRIBUTED
 from foundation.domain.jobs import JobState
@@ -46,13 +47,14 @@ class ClientCalls:
     ``wake`` brings early; while ``draining`` is set, nothing new is taken."""
 
     def __init__(self, store: RegistryStore, cluster: ClusterStore, models: ModelCache, progress: TaskProgress,
-                 rpc_servers: RpcServerFlags, *, data_dir: Path, tvm_version: str, draining: threading.Event,
-                 wake: threading.Event):
+                 rpc_servers: RpcServerFlags, waiting: WaitingJobs, *, data_dir: Path, tvm_version: str,
+                 draining: threading.Event, wake: threading.Event):
         self._store = store
         self._cluster = cluster
         self._models = models
         self._progress = progress
         self._rpc_servers = rpc_servers
+        self._waiting = waiting
         self._data_dir = data_dir
         self._tvm_version = tvm_version
         self._draining = draining
@@ -106,6 +108,10 @@ class ClientCalls:
             fingerprint_ids = [stored.id]
         else:
             fingerprint_ids = self._usable_fingerprints(kind)
+        if fingerprint_ids:
+            # A job submitted before these agents registered is bound now, not at the next tick, so this
+            # submit joins it rather than making a second equal job.
+            self._waiting.bind(kind, utc_now())
 
         submitted = []
         model: Model | None = None

@@ -1,8 +1,10 @@
-"""Equal submits at once make one job: the attach-or-create check was two transactions, and 200
-identical Submits made 3 jobs on SQLite (6 of 20 on PostgreSQL) for one model, target and fingerprint."""
+"""Equal submits make one job: the attach-or-create check was two transactions, and 200 identical
+Submits made 3 jobs on SQLite (6 of 20 on PostgreSQL) for one model, target and fingerprint; and a
+submit between an agent's registration and the next tick did not see the job waiting for that agent."""
 
 from __future__ import annotations
 
+import json
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
@@ -39,3 +41,29 @@ def test_equal_submits_at_once_make_one_job(start, fingerprint, bound):
     assert {job_id for job_id, _ in answers} == {jobs[0].id}
     assert sorted(attached for _, attached in answers) == [False] + [True] * (CALLERS - 1)
     client.CancelJob(farm_pb2.CancelJobRequest(job_id=jobs[0].id), timeout=30)
+
+
+def test_a_submit_before_the_tick_binds_a_waiting_job_joins_it(store, fingerprint, tmp_path):
+    """The coordinator's parts without its server, so no tick runs: what a submit finds between an agent's
+    registration and the tick that binds the job waiting for that agent. It made a second equal job."""
+    from coordinator.cluster_store import ClusterStore
+    from coordinator.service import Coordinator, CoordinatorSettings
+    from foundation.domain.submission import Submission
+
+    coordinator = Coordinator(store, ClusterStore(store), "127.0.0.1:9190",
+                              CoordinatorSettings(data_dir=tmp_path / "coordinator"))
+    try:
+        asked = Submission(model="mlp-tiny", target="llvm", trials_per_task=4, weights_layout="plain")
+        (waiting,) = coordinator.client_calls.submit(asked)
+        assert waiting.job.fingerprint_id is None and not waiting.attached
+        coordinator.agent_calls.register_agent(
+            fingerprint_id=fingerprint.id, fingerprint_summary=fingerprint.summary,
+            fingerprint_json=json.dumps(fingerprint.to_json()), target_kinds=["llvm"], hostname="agent",
+            tvm_version=coordinator.tvm_version, address="127.0.0.1")
+
+        (joined,) = coordinator.client_calls.submit(asked)
+        assert joined.attached and joined.job.id == waiting.job.id
+        assert joined.job.fingerprint_id == fingerprint.id
+        assert [job.id for job in store.list_jobs()] == [waiting.job.id]
+    finally:
+        coordinator.close()
