@@ -428,7 +428,7 @@ def peers(page: Page) -> list[str]:
             "  (`bench/in_model_ratio.py`, \"The heavy kernels in the model\" below) they run 1.14-1.15x their",
             "  alone time, but alone at 3.24 and 2.97 ms: on this VM bert's weight-streaming matmuls move by a",
             "  third from one process or minute to the next, and the whole library with them (123-188 ms,",
-            "  `bench/huge_pages.py`). The timing-context A/B below found a faster library at this budget.",
+            "  `bench/huge_pages.py`). How candidates are timed made no difference here (the A/B below).",
         ]
     else:
         lines.append("No figure yet: the table needs a quiet box (the commands above).")
