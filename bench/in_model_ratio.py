@@ -108,7 +108,7 @@ def measure_side(name: str, registry: str, args) -> dict:
     from _same_records import model_and_records
 
     from foundation.compile import build_library, extract_tuning_tasks
-    from foundation.domain.timing_context import TaskTiming, TimingContext, task_timing
+    from foundation.domain.timing_context import DEFAULT_TIMING_CONTEXT, TaskTiming, TimingContext, task_timing
     from foundation.domain.weights_layout import weights_layout_for
     from foundation.job_driver.in_model_times import kernel_names, kernel_times_ms, task_of
     from foundation.meta_schedule.timing_context import buffer_roles, l2_kib_here
@@ -125,7 +125,8 @@ def measure_side(name: str, registry: str, args) -> dict:
         if index is not None:
             task_ms[index] += ms
     total = sum(kernels.values())
-    context = TimingContext(args.context_of.get(name, "auto"))
+    # A registry side was tuned as the farm tunes unless --side-context says otherwise.
+    context = TimingContext(args.context_of.get(name, DEFAULT_TIMING_CONTEXT.value))
     l2_kib = l2_kib_here()
     rows = []
     for index, task in enumerate(tasks):
@@ -172,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--side", action="append", default=[], metavar="NAME=REGISTRY",
                         help="a registry holding the model's records (repeatable)")
     parser.add_argument("--side-context", action="append", default=[], metavar="NAME=CONTEXT",
-                        help="the context a --side's candidates were timed in (default auto)")
+                        help="the context a --side's candidates were timed in (default: the farm's, warm)")
     parser.add_argument("--tune", type=int, default=None, metavar="TRIALS_PER_TASK",
                         help="tune one side per --contexts here, under --work, first")
     parser.add_argument("--contexts", default="warm,auto", help="the contexts --tune tunes a side in")

@@ -34,8 +34,8 @@ def test_bad_arguments_exit_2_with_one_line(tmp_path, args, says):
 def test_a_tuned_models_kernels_in_the_model_against_alone(tuned_mlp_home, tmp_path):
     registry = f"sqlite:///{tuned_mlp_home / 'registry.db'}"
     out = tmp_path / "ratio.json"
-    done = ratio("mlp-tiny", "--side", f"default={registry}", "--side-context", "default=weights", "--runs", "3",
-                 "--repeat", "2", "--out", str(out), home=tuned_mlp_home)
+    done = ratio("mlp-tiny", "--side", f"default={registry}", "--side-context", "default=weights",
+                 "--side", f"farm={registry}", "--runs", "3", "--repeat", "2", "--out", str(out), home=tuned_mlp_home)
     assert done.returncode == 0, done.stderr
     report = json.loads(out.read_text())
     side = report["sides"]["default"]
@@ -47,3 +47,6 @@ def test_a_tuned_models_kernels_in_the_model_against_alone(tuned_mlp_home, tmp_p
         assert k["ratio_warm"] == pytest.approx(k["in_model_ms"] / k["alone_warm_ms"])
         assert k["ratio_context"] == pytest.approx(k["in_model_ms"] / k["alone_context_ms"])
     assert "candidates timed weights" in done.stdout
+    # A side named without --side-context was tuned as the farm tunes: warm.
+    assert report["sides"]["farm"]["context"] == "warm"
+    assert {k["alone_context"] for k in report["sides"]["farm"]["kernels"] if k["tuned"]} == {"warm"}
