@@ -58,6 +58,10 @@ def warm_start(page: Page) -> list[str]:
         "  as they are): three seeds, each past cold's final after 20 of cold's 150 trials (13.3%),",
         "  warm/cold 0.40-0.45 estimated and 0.38-0.46 timed: the goals of issue 54 (a fifth of cold's",
         "  trials, never slower than cold) met on every seed.",
+        "- **The Zen 5's AVX2 view**, the same run after this Zen 5's own pack joined the shipped four",
+        "  (the packs' cross model retrained on all five: 7,829 samples): each seed past cold's final after",
+        "  20 of cold's 150 trials (13.3%), warm/cold 0.35-0.46 estimated and 0.40-0.50 timed: the goals",
+        "  met on every seed of a second CPU kind.",
     ]
 
 

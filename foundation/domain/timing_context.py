@@ -41,7 +41,8 @@ class TimingContext(str, Enum):
         return self in (TimingContext.FLUSHED, TimingContext.WEIGHTS, TimingContext.PRODUCER)
 
 
-# The default until A/B tunes on two CPU kinds say otherwise (docs/cli.md names the command).
+# A/B tunes on two CPU kinds disagree on `auto` (slower on a Zen 4, faster on a Zen 5: docs/benchmarks.md),
+# so the default stays TVM's.
 DEFAULT_TIMING_CONTEXT = TimingContext.WARM
 CONTEXTS = tuple(c.value for c in TimingContext)
 
