@@ -7,6 +7,7 @@ import pytest
 
 import farm
 from foundation.errors import FarmError, Interrupted, TimedOut
+from foundation.tvm_ir_lock import TVM_IR_LOCK
 
 pytestmark = pytest.mark.slow
 
@@ -44,10 +45,15 @@ def test_a_cancelled_background_submit_ends_cancelled(tmp_path):
     assert running.job_id(timeout=300) is not None  # its job exists: cancelled, it ends so
     running.cancel()
     assert running.wait(timeout=300).state == "cancelled"
-    unstarted = farm.submit("mlp-tiny", "llvm", 4, trials_per_task=64, runs=2, registry=registry, wait=False)
-    unstarted.cancel()  # before its job exists, as `farm submit` answers Ctrl-C then: nothing written
-    with pytest.raises(Interrupted, match="before any job started"):
-        unstarted.wait(timeout=300)
+    # Before its job exists, as `farm submit` answers Ctrl-C then: nothing written. This thread holds the
+    # process's turn to run a job, so the submit waits for it and its job cannot exist before the cancel
+    # (unheld, a thread that ran ahead of this one on a busy box had made its job already).
+    with TVM_IR_LOCK:
+        unstarted = farm.submit("mlp-tiny", "llvm", 4, trials_per_task=64, runs=2, registry=registry, wait=False)
+        unstarted.cancel()
+        with pytest.raises(Interrupted, match="before any job started"):
+            unstarted.wait(timeout=300)
+    assert unstarted.job_id(timeout=0) is None
 
 
 def test_bad_input_is_raised_by_the_call_not_the_thread(tmp_path):
