@@ -10,6 +10,7 @@ this process for both, is wrapped to note the job's row after each step that mov
 from __future__ import annotations
 
 import json
+import threading
 import time
 from dataclasses import replace
 
@@ -37,16 +38,23 @@ def moves(monkeypatch) -> dict[str, list[dict]]:
     """Each mode's moves, as its job's row stood after each step that moved it."""
     made: dict[str, list[dict]] = {"embedded": [], "distributed": []}
     real = JobPipeline.advance
+    # A guarded move takes a job out of a state once. Two coordinator threads may take the same step (the
+    # tick and a reported validation both settle a validating job): the one that lost the race re-reads the
+    # row the other moved, and its step's move is the winner's, noted once.
+    noting = threading.Lock()
 
     def noted(self, work):
         before = work.state
         try:
             real(self, work)
         finally:
-            if work.state is not before:
-                job = work.job
-                made[job_spec(job).mode].append({"from": before.value, "to": job.state, "status": job.status,
-                                                 "notes": job_notes(job), "job": job})
+            job = work.job
+            with noting:
+                mine = made[job_spec(job).mode]
+                if work.state is not before and not any(m["job"].id == job.id and m["from"] == before.value
+                                                        for m in mine):
+                    mine.append({"from": before.value, "to": job.state, "status": job.status,
+                                 "notes": job_notes(job), "job": job})
 
     monkeypatch.setattr(JobPipeline, "advance", noted)
     return made
