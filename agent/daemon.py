@@ -95,8 +95,9 @@ class AgentSettings:
     work_dir: Path | None = None
     session_timeout_sec: float = 60.0
     min_repeat_ms: int = field(default_factory=min_repeat_ms_setting)  # FARM_MIN_REPEAT_MS, else 40
-    # The cache state CPU candidates are timed in: FARM_TIMING_CONTEXT, else warm (foundation.domain.timing_context).
-    timing_context: TimingContext = field(default_factory=timing_context_setting)
+    # The cache state CPU candidates are timed in: FARM_TIMING_CONTEXT, else (None) the one the agent's
+    # fingerprint's shipped pack chose, else warm (foundation.domain.timing_context).
+    timing_context: TimingContext | None = field(default_factory=timing_context_setting)
     # How long a report may wait for an unreachable coordinator before the shard gives up.
     report_patience_sec: float = 120.0
     access: ChannelAccess | None = None  # token and TLS to present (foundation.wire.access)
@@ -459,6 +460,7 @@ class Agent:
                 min_repeat_ms=self.settings.min_repeat_ms,
                 timing_context=self.settings.timing_context,
                 l2_kib=self.fingerprint.details.get(DEVICE_KEY, {}).get("l2_kib"),
+                fingerprint_id=self.fingerprint.id,
                 rpc=RPCMeasure(self.tracker.host, self.tracker.port, self.tracker.key,
                                session_timeout_sec=self.settings.session_timeout_sec),
             ), observer=MeasureMetrics(self.fingerprint.id, self.settings.target_kinds))

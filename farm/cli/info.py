@@ -41,8 +41,14 @@ def fingerprint(
 
     fp = local_fingerprint(parse_target_kind(target))
     software = software_versions(fp.kind if fp.kind != "cpu" else "llvm")
+    timing = None
+    if fp.kind == "cpu":  # the cache state its candidates are timed in (foundation.domain.timing_context)
+        from foundation.meta_schedule.timing_context import timing_context_here
+
+        chosen = timing_context_here(fp.id)
+        timing = {"context": chosen.context.value, "why": chosen.why}
     if json_output:
-        emit_json({**fp.to_json(), "software": software})
+        emit_json({**fp.to_json(), "software": software, **({"timing_context": timing} if timing else {})})
         return
     console = stdout_console()
     console.print(f"fingerprint  {fp.id}")
@@ -50,6 +56,8 @@ def fingerprint(
     for k, v in fp.details.items():
         console.print(f"  {k:<18} {v}")
     console.print("software     " + ", ".join(f"{k} {v}" for k, v in software.items()))
+    if timing:
+        console.print(f"timing       {timing['context']}: {timing['why']}", markup=False)
 
 
 def versions_text() -> str:

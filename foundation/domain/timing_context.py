@@ -22,8 +22,11 @@ Pure: buffer sizes and the fingerprint's cache sizes in, a context out.
 
 from __future__ import annotations
 
+import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
+from typing import Any
 
 from foundation.errors import BadInput
 
@@ -41,10 +44,15 @@ class TimingContext(str, Enum):
         return self in (TimingContext.FLUSHED, TimingContext.WEIGHTS, TimingContext.PRODUCER)
 
 
-# A/B tunes on two CPU kinds disagree on `auto` (slower on a Zen 4, faster on a Zen 5: docs/benchmarks.md),
-# so the default stays TVM's.
+# A/B tunes on CPU kinds disagree on `auto` (slower on a Zen 4, faster on a Zen 5: docs/benchmarks.md), so
+# the default stays TVM's, and a CPU kind's pack carries the context its own A/B chose (HardwareTiming).
 DEFAULT_TIMING_CONTEXT = TimingContext.WARM
 CONTEXTS = tuple(c.value for c in TimingContext)
+
+# A context replaces warm on a CPU kind only when whole tunes timed in it built faster libraries by this
+# much (the median of context/warm over the pairs) and in most pairs: one pair moves ±30% on these VMs.
+CHOICE_MEDIAN_AT_MOST = 0.95
+CHOICE_MIN_PAIRS = 3
 
 
 def parse_timing_context(text: str, source: str) -> TimingContext:
@@ -95,3 +103,53 @@ def task_timing(requested: TimingContext, roles: BufferRoles, l2_kib: int | None
         return TaskTiming(TimingContext.WEIGHTS, roles,
                           f"its weights ({size / 1024:.0f} KiB) exceed the L2 ({l2_kib} KiB)")
     return TaskTiming(TimingContext.WARM, roles, f"its weights ({size / 1024:.0f} KiB) fit in the L2 ({l2_kib} KiB)")
+
+
+@dataclass(frozen=True)
+class HardwareTiming:
+    """The context one CPU kind times its candidates in when nothing else is asked, and the A/B that chose
+    it: whole tunes in pairs, ``ratios`` the context's library time over warm's, pair by pair."""
+
+    context: TimingContext  # the one chosen: the tried one, or warm
+    tried: TimingContext
+    ratios: tuple[float, ...]
+    evidence: tuple[str, ...]  # the A/B's result files
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.ratios)
+
+    @property
+    def wins(self) -> int:
+        return sum(r < 1 for r in self.ratios)
+
+    def describe(self) -> str:
+        return (f"{self.context.value}: {self.tried.value}/warm {self.median:.3f} (median of {len(self.ratios)} "
+                f"A/B tunes, {self.wins} won)")
+
+    def to_json(self) -> dict[str, Any]:
+        return {"context": self.context.value, "tried": self.tried.value, "ratios": [round(r, 4) for r in self.ratios],
+                "median": round(self.median, 4), "wins": self.wins, "evidence": list(self.evidence)}
+
+    @classmethod
+    def from_json(cls, data: Any) -> "HardwareTiming | None":
+        """A pack header's entry; None for one this version cannot read (a newer context, a damaged entry)."""
+        try:
+            ratios = tuple(float(r) for r in data["ratios"])
+            return cls(TimingContext(data["context"]), TimingContext(data["tried"]), ratios,
+                       tuple(str(e) for e in data.get("evidence", ())))
+        except (KeyError, TypeError, ValueError):
+            return None
+
+
+def choose_hardware_timing(tried: TimingContext, ratios: Sequence[float], evidence: Sequence[str]) -> HardwareTiming:
+    """The context a CPU kind's A/B chose: ``tried`` where its median and most pairs beat warm
+    (CHOICE_MEDIAN_AT_MOST over at least CHOICE_MIN_PAIRS pairs), else warm."""
+    if tried is TimingContext.WARM:
+        raise BadInput("an A/B of warm against itself chooses nothing", "give the A/B of another context")
+    if len(ratios) < CHOICE_MIN_PAIRS or any(not r > 0 for r in ratios):
+        raise BadInput(f"{len(ratios)} A/B pair(s) with positive ratios are too few to choose a timing context",
+                       f"run at least {CHOICE_MIN_PAIRS} pairs (bench/cache_flush.py --pairs {CHOICE_MIN_PAIRS})")
+    median = statistics.median(ratios)
+    better = median <= CHOICE_MEDIAN_AT_MOST and 2 * sum(r < 1 for r in ratios) > len(ratios)
+    return HardwareTiming(tried if better else TimingContext.WARM, tried, tuple(ratios), tuple(evidence))

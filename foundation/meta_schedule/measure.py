@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import signal
@@ -22,6 +23,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
     from foundation.meta_schedule.progress import LiveProgress
 
+log = logging.getLogger(__name__)
 
 # MetaSchedule's builders and runners, and the farm's builder, report a timed-out candidate as
 # "<who>: Timeout, killed after N seconds".
@@ -85,7 +87,8 @@ class MeasureSettings:
     a flush of its weights (weights), of every argument but the first (flushed), of everything with
     the activations read back (producer), or per task by its weights against ``l2_kib`` (auto; None:
     this box's fingerprint's). Unset: TIMING_CONTEXT_ENV, else flushed where ``cache_flush``
-    (FARM_CPU_CACHE_FLUSH, its older spelling), else warm.
+    (FARM_CPU_CACHE_FLUSH, its older spelling), else None: the one the shipped pack of
+    ``fingerprint_id`` (None: this box's) chose by its A/B, else warm, decided as a tuning run starts.
 
     ``zygote_forked_here``: the workers' zygote is a fork of this process, started as the pools are
     (forked_workers.fork_zygote_here), for a process whose every thread its caller knows: the
@@ -102,13 +105,14 @@ class MeasureSettings:
     zygote_forked_here: bool = False
     timing_context: TimingContext | None = None
     l2_kib: int | None = None
+    fingerprint_id: str | None = None
 
     def __post_init__(self) -> None:
         if self.timing_context is None:
             from foundation.meta_schedule.timing_context import timing_context_setting
 
             context = timing_context_setting() if os.environ.get(TIMING_CONTEXT_ENV, "").strip() else (
-                TimingContext.FLUSHED if self.cache_flush else TimingContext.WARM)
+                TimingContext.FLUSHED if self.cache_flush else None)
             object.__setattr__(self, "timing_context", context)
         elif not isinstance(self.timing_context, TimingContext):
             object.__setattr__(self, "timing_context", TimingContext(self.timing_context))
@@ -258,10 +262,14 @@ class WorkerPools:
     def plan_timings(self, mods: Sequence["tvm.IRModule"], target_kind: str) -> list[TaskTiming] | None:
         """Each task's timing context for a tuning run of ``mods`` (its tasks' workloads), kept until
         the run ends (``timings = None``); None where every task is timed alike (a GPU, warm, flushed)."""
-        from foundation.meta_schedule.timing_context import l2_kib_here, task_timings
+        from foundation.meta_schedule.timing_context import hardware_timing_context, l2_kib_here, task_timings
 
         context = self.settings.timing_context
-        if target_kind != "llvm" or context in (None, TimingContext.WARM, TimingContext.FLUSHED):
+        if target_kind == "llvm" and context is None:
+            chosen = hardware_timing_context(self.settings.fingerprint_id)
+            log.info("CPU candidates timed %s: %s", chosen.context.value, chosen.why)
+            context = chosen.context
+        if target_kind != "llvm" or context in (None, TimingContext.WARM):
             self.timings = None
             return None
         l2_kib = self.settings.l2_kib

@@ -33,13 +33,46 @@ if TYPE_CHECKING:  # pragma: no cover
 FLUSHED_REPEATS = 10
 
 
-def timing_context_setting() -> TimingContext:
-    """TIMING_CONTEXT_ENV, else `flushed` where FARM_CPU_CACHE_FLUSH=1 (its older spelling), else the
-    default; a bad value is BadInput."""
+def timing_context_setting() -> TimingContext | None:
+    """TIMING_CONTEXT_ENV, else `flushed` where FARM_CPU_CACHE_FLUSH=1 (its older spelling); None where
+    neither is set (the hardware's own: ``hardware_timing_context``). A bad value is BadInput."""
     raw = os.environ.get(TIMING_CONTEXT_ENV, "").strip()
     if raw:
         return parse_timing_context(raw, TIMING_CONTEXT_ENV)
-    return TimingContext.FLUSHED if cpu_cache_flush() else DEFAULT_TIMING_CONTEXT
+    return TimingContext.FLUSHED if cpu_cache_flush() else None
+
+
+@dataclass(frozen=True)
+class ChosenContext:
+    """The context a tuning run times its CPU candidates in when none was asked for, and why."""
+
+    context: TimingContext
+    why: str
+
+
+def timing_context_here(fingerprint_id: str | None = None) -> ChosenContext:
+    """The context a CPU tuning run started now times its candidates in: the environment's, else the
+    hardware's (``hardware_timing_context``)."""
+    asked = timing_context_setting()
+    if asked is None:
+        return hardware_timing_context(fingerprint_id)
+    source = TIMING_CONTEXT_ENV if os.environ.get(TIMING_CONTEXT_ENV, "").strip() else "FARM_CPU_CACHE_FLUSH=1"
+    return ChosenContext(asked, f"asked for ({source})")
+
+
+def hardware_timing_context(fingerprint_id: str | None = None) -> ChosenContext:
+    """The context the shipped pack of ``fingerprint_id`` (None: this box's) chose by its A/B, else the
+    default."""
+    from foundation.registry.shipped_packs import shipped_hardware_timing
+
+    if fingerprint_id is None:
+        from foundation.hardware.fingerprint import local_fingerprint
+
+        fingerprint_id = local_fingerprint("llvm").id
+    chosen = shipped_hardware_timing(fingerprint_id)
+    if chosen is None:
+        return ChosenContext(DEFAULT_TIMING_CONTEXT, f"the default (no pack of {fingerprint_id} chose one)")
+    return ChosenContext(chosen.context, f"the pack of {fingerprint_id} chose {chosen.describe()}")
 
 
 def buffer_roles(mod: "tvm.IRModule") -> BufferRoles:

@@ -123,6 +123,27 @@ def read_pack(path: Path) -> tuple[RegistryStore, dict[str, Any]]:
     return store, header
 
 
+def read_pack_header(path: Path) -> dict[str, Any]:
+    """The header of the pack at ``path``, its first line alone (its rows unread and unchecked: what
+    `read_pack` checks); BadInput for a file that is not a pack."""
+    path = Path(path)
+    try:
+        with gzip.open(path, "rb") as packed:
+            header = json.loads(packed.readline())
+    except FileNotFoundError:
+        raise NotFound(f"no pack at {path}", f"a pack is a {SUFFIX} file written by `farm registry sync FROM PACK`") \
+            from None
+    except (EOFError, zlib.error, ValueError) as err:
+        raise _damaged(path, f"its header does not read ({str(err)[:80]})") from None
+    except OSError as err:
+        if isinstance(err, gzip.BadGzipFile) or err.errno is None:
+            raise _damaged(path, f"not a gzip file ({err})") from None
+        raise path_error(err, path, doing="read the pack") from None
+    if not isinstance(header, dict) or header.get("format") != FORMAT:
+        raise _damaged(path, "its first line is not a tvm-farm pack header")
+    return header
+
+
 def _check_header(path: Path, header: Any, lines: dict[str, list[bytes]]) -> None:
     if not isinstance(header, dict) or header.get("format") != FORMAT:
         raise _damaged(path, "its first line is not a tvm-farm pack header")

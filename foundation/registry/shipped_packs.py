@@ -7,6 +7,10 @@ whose fingerprint a pack holds, its records are this fingerprint's (measured on 
 and a submit reuses them; on a compatible or the nearest box they are seeds, measured here
 first (foundation.meta_schedule.warm). Records stay under the fingerprint that measured them;
 nothing is refiled.
+
+A pack's header may also carry the timing context its CPU kind's A/B chose
+(foundation.domain.timing_context.HardwareTiming, written by bench/pack_timing_context.py): a box of
+that fingerprint times its candidates in it unless FARM_TIMING_CONTEXT says otherwise.
 """
 
 from __future__ import annotations
@@ -16,12 +20,16 @@ from pathlib import Path
 from sqlalchemy import select
 
 from foundation import config
-from foundation.registry.packs import SUFFIX, read_pack
+from foundation.domain.timing_context import HardwareTiming
+from foundation.errors import FarmError
+from foundation.registry.packs import SUFFIX, read_pack, read_pack_header
 from foundation.registry.schema import TuningRecordRow
 from foundation.registry.store import RegistryStore
 from foundation.registry.sync import SyncCounts, sync_registries
 
 SHIPPED = Path(__file__).with_name("shipped")
+# The key of a pack header's HardwareTiming.
+TIMING_CONTEXT_KEY = "timing_context"
 
 
 def shipped_packs(directory: Path | None = None) -> list[Path]:
@@ -45,3 +53,19 @@ def load_shipped_packs(store: RegistryStore, directory: Path | None = None) -> d
         finally:
             pack.dispose()
     return loaded
+
+
+def shipped_hardware_timing(fingerprint_id: str, directory: Path | None = None) -> HardwareTiming | None:
+    """The timing context the shipped pack of ``fingerprint_id`` carries; None where no pack of it does
+    (nor where packs are not wanted: FARM_SHIPPED_PACKS=0). A pack whose header does not read counts
+    as none: its rows are checked where it is loaded."""
+    if directory is None and not config.shipped_packs_wanted():
+        return None
+    for path in shipped_packs(directory):
+        try:
+            header = read_pack_header(path)
+        except FarmError:
+            continue
+        if header.get("fingerprint") == fingerprint_id and TIMING_CONTEXT_KEY in header:
+            return HardwareTiming.from_json(header[TIMING_CONTEXT_KEY])
+    return None

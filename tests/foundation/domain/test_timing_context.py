@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from foundation.domain.timing_context import BufferRoles, TimingContext, parse_timing_context, task_timing
+from foundation.domain.timing_context import (
+    BufferRoles,
+    HardwareTiming,
+    TimingContext,
+    choose_hardware_timing,
+    parse_timing_context,
+    task_timing,
+)
 from foundation.errors import BadInput
 
 # A dense task: activations (0), weights (1), bias (2), output (3).
@@ -38,3 +45,38 @@ def test_an_unknown_context_is_refused_naming_the_choices():
     with pytest.raises(BadInput) as err:
         parse_timing_context("cold", "FARM_TIMING_CONTEXT")
     assert "FARM_TIMING_CONTEXT='cold'" in str(err.value) and "weights" in err.value.fix
+
+
+# Two CPU kinds' A/B pairs (auto's library time over warm's, docs/results/timing-context-auto-*.json).
+ZEN5_RESNET = (0.865, 0.858, 0.692, 0.916, 1.019)
+ZEN4_POOLED = (1.405, 1.190, 0.723, 1.048, 0.902, 1.057, 0.848, 0.750, 0.997)
+
+
+def test_a_cpu_kind_whose_ab_beat_warm_in_median_and_most_pairs_chooses_the_context():
+    chosen = choose_hardware_timing(TimingContext.AUTO, ZEN5_RESNET, ["ab.json"])
+    assert chosen.context is TimingContext.AUTO and chosen.wins == 4 and chosen.median == pytest.approx(0.865)
+    assert chosen.describe() == "auto: auto/warm 0.865 (median of 5 A/B tunes, 4 won)"
+
+
+def test_a_cpu_kind_whose_ab_did_not_beat_warm_by_enough_keeps_warm_and_says_what_was_tried():
+    chosen = choose_hardware_timing(TimingContext.AUTO, ZEN4_POOLED, ["a.json", "b.json"])
+    assert chosen.context is TimingContext.WARM and chosen.tried is TimingContext.AUTO and chosen.wins == 5
+    # A low median carried by a minority of pairs is not enough either.
+    assert choose_hardware_timing(TimingContext.AUTO, (0.5, 0.6, 1.01, 1.02, 1.03), []).context is TimingContext.WARM
+    assert choose_hardware_timing(TimingContext.AUTO, (0.96, 0.97, 0.98), []).context is TimingContext.WARM
+
+
+@pytest.mark.parametrize("ratios", [(0.8, 0.8), (0.8, 0.0, 0.8), (0.8, float("nan"), 0.8)])
+def test_too_few_or_unusable_pairs_choose_nothing(ratios):
+    with pytest.raises(BadInput, match="too few to choose a timing context"):
+        choose_hardware_timing(TimingContext.AUTO, ratios, [])
+    with pytest.raises(BadInput, match="warm against itself"):
+        choose_hardware_timing(TimingContext.WARM, ZEN5_RESNET, [])
+
+
+def test_a_hardware_timing_reads_back_from_its_json_and_an_unreadable_one_is_none():
+    chosen = choose_hardware_timing(TimingContext.WEIGHTS, ZEN5_RESNET, ["ab.json"])
+    assert HardwareTiming.from_json(chosen.to_json()) == HardwareTiming(
+        TimingContext.WEIGHTS, TimingContext.WEIGHTS, tuple(round(r, 4) for r in ZEN5_RESNET), ("ab.json",))
+    for unreadable in ({"context": "sometimes", "tried": "auto", "ratios": [1]}, {"context": "auto"}, None, "auto"):
+        assert HardwareTiming.from_json(unreadable) is None

@@ -11,7 +11,13 @@ from foundation.domain.timing_context import TimingContext
 from foundation.errors import BadInput
 from foundation.hardware import cache_state
 from foundation.meta_schedule.measure import CACHE_FLUSH_REPEATS, MeasureSettings, RPCMeasure, WorkerPools
-from foundation.meta_schedule.timing_context import ContextEvaluator, buffer_roles, timing_context_setting
+from foundation.meta_schedule.timing_context import (
+    ContextEvaluator,
+    buffer_roles,
+    hardware_timing_context,
+    timing_context_here,
+    timing_context_setting,
+)
 
 from support.tvm_records import build_and_time, matmul_module
 
@@ -19,10 +25,10 @@ HOST = "127.0.0.1"
 KEY = "timing-context-test"
 
 
-def test_the_setting_is_warm_unless_the_environment_says_otherwise(monkeypatch):
+def test_the_setting_is_the_hardwares_unless_the_environment_says_otherwise(monkeypatch):
     monkeypatch.delenv(TIMING_CONTEXT_ENV, raising=False)
     monkeypatch.delenv(CPU_CACHE_FLUSH_ENV, raising=False)
-    assert timing_context_setting() is TimingContext.WARM and MeasureSettings().timing_context is TimingContext.WARM
+    assert timing_context_setting() is None and MeasureSettings().timing_context is None  # decided as a run starts
     monkeypatch.setenv(CPU_CACHE_FLUSH_ENV, "1")  # the older spelling of `flushed`
     assert MeasureSettings().timing_context is TimingContext.FLUSHED
     monkeypatch.setenv(TIMING_CONTEXT_ENV, "auto")  # the new one wins
@@ -149,6 +155,79 @@ def test_auto_times_a_task_whose_weights_outgrow_the_l2_after_a_flush_and_the_ot
     assert set(records_run_secs(database, small.mod)) == {1}
 
 
+def write_pack_choosing(directory, fingerprint_id: str, context: TimingContext):
+    """A pack in ``directory`` for ``fingerprint_id`` whose header carries ``context`` as its A/B's choice."""
+    from foundation.domain.timing_context import choose_hardware_timing
+    from foundation.registry.packs import in_memory_registry, write_pack
+    from foundation.registry.shipped_packs import TIMING_CONTEXT_KEY
+
+    directory.mkdir(exist_ok=True)
+    chosen = choose_hardware_timing(context, (0.8, 0.85, 0.9), ["ab.json"])
+    store = in_memory_registry()
+    try:
+        write_pack(store, directory / f"{fingerprint_id}.farmpack",
+                   {"fingerprint": fingerprint_id, TIMING_CONTEXT_KEY: chosen.to_json()})
+    finally:
+        store.dispose()
+
+
+@pytest.fixture
+def packs_here(monkeypatch, tmp_path):
+    """A directory of shipped packs (FARM_SHIPPED_PACKS_DIR), with nothing in the environment asking for a
+    context; this box's fingerprint id."""
+    from foundation.config import SHIPPED_PACKS_DIR_ENV, SHIPPED_PACKS_ENV
+    from foundation.hardware.fingerprint import local_fingerprint
+
+    for name in (TIMING_CONTEXT_ENV, CPU_CACHE_FLUSH_ENV, SHIPPED_PACKS_ENV):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv(SHIPPED_PACKS_DIR_ENV, str(tmp_path / "packs"))
+    (tmp_path / "packs").mkdir()
+    return tmp_path / "packs", local_fingerprint("llvm").id
+
+
+def test_a_box_times_in_the_context_its_packs_ab_chose_unless_asked_otherwise(monkeypatch, packs_here):
+    from foundation.config import SHIPPED_PACKS_ENV
+
+    packs, here = packs_here
+    chosen = hardware_timing_context()
+    assert chosen.context is TimingContext.WARM and f"no pack of {here} chose one" in chosen.why
+    write_pack_choosing(packs, "cpu-000000000000", TimingContext.PRODUCER)  # another kind's
+    write_pack_choosing(packs, here, TimingContext.AUTO)
+    chosen = timing_context_here()
+    assert chosen.context is TimingContext.AUTO
+    assert chosen.why == f"the pack of {here} chose auto: auto/warm 0.850 (median of 3 A/B tunes, 3 won)"
+    assert hardware_timing_context("cpu-000000000000").context is TimingContext.PRODUCER
+    (packs / "broken.farmpack").write_bytes(b"not a pack")  # a damaged pack is not this box's choice
+    assert timing_context_here().context is TimingContext.AUTO
+    monkeypatch.setenv(TIMING_CONTEXT_ENV, "warm")  # asked for: the environment wins
+    assert timing_context_here() == type(chosen)(TimingContext.WARM, "asked for (FARM_TIMING_CONTEXT)")
+    monkeypatch.delenv(TIMING_CONTEXT_ENV)
+    monkeypatch.setenv(SHIPPED_PACKS_ENV, "0")  # nothing of the shipped packs
+    assert timing_context_here().context is TimingContext.WARM
+
+
+def test_a_tuning_run_times_each_task_as_the_packs_choice_says(mlp_tasks, target, tmp_path, packs_here):
+    from tvm.s_tir import meta_schedule as ms
+
+    from foundation.meta_schedule import tuner
+
+    packs, here = packs_here
+    write_pack_choosing(packs, here, TimingContext.AUTO)
+    dense = [t for t in mlp_tasks if "matmul" in t.name]
+    large, small = sorted(dense, key=lambda t: -buffer_roles(t.mod).weight_bytes)
+    database = ms.database.MemoryDatabase()
+    settings = MeasureSettings(l2_kib=16, min_repeat_ms=5)  # nothing asked: the pack's auto, by a 16 KiB L2
+    assert settings.timing_context is None
+    with WorkerPools(settings) as pools:
+        report = tuner.tune([large, small], target, database, tuner.TuningBudget(4, 2, 2), tmp_path, pools=pools,
+                            seed=1)
+    assert report.trials > 0
+    assert set(records_run_secs(database, large.mod)) == {CACHE_FLUSH_REPEATS}
+    assert set(records_run_secs(database, small.mod)) == {1}
+    with WorkerPools(MeasureSettings(l2_kib=16, fingerprint_id="cpu-000000000000")) as pools:  # no pack of it
+        assert pools.plan_timings([large.mod], "llvm") is None
+
+
 @pytest.mark.slow
 def test_the_weights_context_through_the_tracker_uses_the_farm_servers_preprocs(target):
     import tvm
@@ -174,3 +253,20 @@ def test_the_weights_context_through_the_tracker_uses_the_farm_servers_preprocs(
                 pools.live.picked(0)
                 run_secs, _ = build_and_time(builder, runner, mod, target)
     assert len(run_secs) == CACHE_FLUSH_REPEATS and all(s > 0 for s in run_secs), run_secs
+
+
+def test_farm_fingerprint_says_which_context_this_box_times_in_and_why(packs_here, farm_home):
+    import json
+
+    from foundation.config import SHIPPED_PACKS_DIR_ENV
+
+    from support.farm_inprocess import run_farm_inprocess
+
+    packs, here = packs_here
+    write_pack_choosing(packs, here, TimingContext.AUTO)
+    shown = run_farm_inprocess("fingerprint", "--json", home=farm_home, env={SHIPPED_PACKS_DIR_ENV: str(packs)})
+    assert shown.returncode == 0, shown.stderr
+    assert json.loads(shown.stdout)["timing_context"] == {
+        "context": "auto", "why": f"the pack of {here} chose auto: auto/warm 0.850 (median of 3 A/B tunes, 3 won)"}
+    text = run_farm_inprocess("fingerprint", home=farm_home, env={TIMING_CONTEXT_ENV: "weights"})
+    assert "timing       weights: asked for (FARM_TIMING_CONTEXT)" in text.stdout
