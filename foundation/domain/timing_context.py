@@ -136,9 +136,11 @@ class HardwareTiming:
         """A pack header's entry; None for one this version cannot read (a newer context, a damaged entry)."""
         try:
             ratios = tuple(float(r) for r in data["ratios"])
+            if not ratios or not all(r > 0 for r in ratios):
+                return None
             return cls(TimingContext(data["context"]), TimingContext(data["tried"]), ratios,
                        tuple(str(e) for e in data.get("evidence", ())))
-        except (KeyError, TypeError, ValueError):
+        except (AttributeError, KeyError, TypeError, ValueError):
             return None
 
 

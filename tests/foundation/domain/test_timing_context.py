@@ -78,5 +78,9 @@ def test_a_hardware_timing_reads_back_from_its_json_and_an_unreadable_one_is_non
     chosen = choose_hardware_timing(TimingContext.WEIGHTS, ZEN5_RESNET, ["ab.json"])
     assert HardwareTiming.from_json(chosen.to_json()) == HardwareTiming(
         TimingContext.WEIGHTS, TimingContext.WEIGHTS, tuple(round(r, 4) for r in ZEN5_RESNET), ("ab.json",))
-    for unreadable in ({"context": "sometimes", "tried": "auto", "ratios": [1]}, {"context": "auto"}, None, "auto"):
+    for unreadable in ({"context": "sometimes", "tried": "auto", "ratios": [1]}, {"context": "auto"}, None, "auto",
+                       ["auto"], {"context": "auto", "tried": "auto", "ratios": []},
+                       {"context": "auto", "tried": "auto", "ratios": [0.9, -1]},
+                       {"context": "auto", "tried": "auto", "ratios": "0.9"},
+                       {"context": "auto", "tried": "auto", "ratios": [0.9], "evidence": 5}):
         assert HardwareTiming.from_json(unreadable) is None
