@@ -261,7 +261,8 @@ class WorkerPools:
 
     def plan_timings(self, mods: Sequence["tvm.IRModule"], target_kind: str) -> list[TaskTiming] | None:
         """Each task's timing context for a tuning run of ``mods`` (its tasks' workloads), kept until
-        the run ends (``timings = None``); None where every task is timed alike (a GPU, warm, flushed)."""
+        the run ends (``timings = None``); None where every task is timed warm, or on a GPU. With no
+        context asked for, the one this fingerprint's shipped pack chose (logged)."""
         from foundation.meta_schedule.timing_context import hardware_timing_context, l2_kib_here, task_timings
 
         context = self.settings.timing_context
