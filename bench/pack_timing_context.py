@@ -26,8 +26,6 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-# Header fields write_pack sets itself.
-_OWN_HEADER = ("format", "version", "tables")
 
 
 def pairs_of(paths: list[Path], cpu: str) -> tuple[str, list[float]]:
@@ -61,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from foundation.domain.timing_context import TimingContext, choose_hardware_timing
     from foundation.errors import BadInput, FarmError
-    from foundation.registry.packs import read_pack, write_pack
+    from foundation.registry.packs import header_about, read_pack, write_pack
     from foundation.registry.shipped_packs import TIMING_CONTEXT_KEY
 
     try:
@@ -81,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
             from foundation.clock import utc_now
 
             entry["date"] = utc_now().isoformat()
-            about = {k: v for k, v in header.items() if k not in _OWN_HEADER}
+            about = header_about(header)
             about[TIMING_CONTEXT_KEY] = entry
             write_pack(store, args.pack, about)
     finally:

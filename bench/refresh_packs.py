@@ -40,8 +40,6 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from timing import cpu_model  # noqa: E402
 
-# Header fields write_pack sets itself.
-_OWN_HEADER = ("format", "version", "tables")
 # Kernels of a pack listed as evidence, the fastest in GFLOP/s first.
 _KERNELS_SHOWN = 3
 
@@ -207,7 +205,7 @@ def write_refreshed(path: Path, store, header: dict[str, Any], trained: dict[str
 
     from foundation.clock import utc_now
     from foundation.meta_schedule.warm.cross_model import KIND
-    from foundation.registry.packs import write_pack
+    from foundation.registry.packs import header_about, write_pack
     from foundation.registry.schema import TuningRecordRow
 
     fingerprint = evidence["fingerprint"]
@@ -228,7 +226,7 @@ def write_refreshed(path: Path, store, header: dict[str, Any], trained: dict[str
                              **{k: trained[k] for k in ("samples", "workloads", "fingerprints", "trees", "sample_s",
                                                         "train_s", "tvm_version")}},
     }
-    about = {k: v for k, v in header.items() if k not in _OWN_HEADER}
+    about = header_about(header)
     about["refreshed"] = [*header.get("refreshed", []), entry]
     write_pack(store, path, about)
     return entry

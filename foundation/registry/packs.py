@@ -20,6 +20,8 @@ import json
 import os
 import tempfile
 import zlib
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -45,6 +47,8 @@ from foundation.registry.store import RegistryStore
 FORMAT = "tvm-farm-pack"
 VERSION = 1
 SUFFIX = ".farmpack"
+# Header fields write_pack sets itself.
+_OWN_HEADER = ("format", "version", "tables")
 # Parents before children: a pack loads in this order.
 TABLES: tuple[type[Base], ...] = (FingerprintRow, ModelRow, JobRow, WorkloadRow, TuningRecordRow,
                                   TuningMeasurementRow, CostModelRow, ArtifactRow)
@@ -92,23 +96,12 @@ def read_pack(path: Path) -> tuple[RegistryStore, dict[str, Any]]:
     """An in-memory registry holding the pack at ``path``, and its header; BadInput for a pack that
     is damaged (a digest, a count or a line that does not match), NotFound for none there."""
     path = Path(path)
-    if not path.is_file():
-        raise NotFound(f"no pack at {path}", f"a pack is a {SUFFIX} file written by `farm registry sync FROM PACK`")
-    try:
-        with gzip.open(path, "rb") as packed:
-            header = json.loads(packed.readline())
-            lines: dict[str, list[bytes]] = {name: [] for name in _BY_NAME}
-            for raw in packed:
-                line = raw.rstrip(b"\n")
-                lines.setdefault(json.loads(line).get("table"), []).append(line)
-    except OSError as err:
-        if isinstance(err, (gzip.BadGzipFile, EOFError)) or err.errno is None:
-            raise _damaged(path, f"not a gzip file, or cut short ({err})") from None
-        raise path_error(err, path, doing="read the pack") from None
-    except (EOFError, zlib.error) as err:
-        raise _damaged(path, f"cut short or corrupt ({err})") from None
-    except (ValueError, AttributeError) as err:
-        raise _damaged(path, f"a line is not a pack row ({str(err)[:80]})") from None
+    with _reading(path) as packed:
+        header = json.loads(packed.readline())
+        lines: dict[str, list[bytes]] = {name: [] for name in _BY_NAME}
+        for raw in packed:
+            line = raw.rstrip(b"\n")
+            lines.setdefault(json.loads(line).get("table"), []).append(line)
     _check_header(path, header, lines)
     store = in_memory_registry()
     try:
@@ -125,23 +118,37 @@ def read_pack(path: Path) -> tuple[RegistryStore, dict[str, Any]]:
 
 def read_pack_header(path: Path) -> dict[str, Any]:
     """The header of the pack at ``path``, its first line alone (its rows unread and unchecked: what
-    `read_pack` checks); BadInput for a file that is not a pack."""
+    `read_pack` checks); BadInput for a file that is not a pack, NotFound for none there."""
     path = Path(path)
-    try:
-        with gzip.open(path, "rb") as packed:
-            header = json.loads(packed.readline())
-    except FileNotFoundError:
-        raise NotFound(f"no pack at {path}", f"a pack is a {SUFFIX} file written by `farm registry sync FROM PACK`") \
-            from None
-    except (EOFError, zlib.error, ValueError) as err:
-        raise _damaged(path, f"its header does not read ({str(err)[:80]})") from None
-    except OSError as err:
-        if isinstance(err, gzip.BadGzipFile) or err.errno is None:
-            raise _damaged(path, f"not a gzip file ({err})") from None
-        raise path_error(err, path, doing="read the pack") from None
+    with _reading(path) as packed:
+        header = json.loads(packed.readline())
     if not isinstance(header, dict) or header.get("format") != FORMAT:
         raise _damaged(path, "its first line is not a tvm-farm pack header")
     return header
+
+
+def header_about(header: dict[str, Any]) -> dict[str, Any]:
+    """What a pack written again keeps of ``header``: all but the fields `write_pack` sets itself."""
+    return {k: v for k, v in header.items() if k not in _OWN_HEADER}
+
+
+@contextmanager
+def _reading(path: Path) -> Iterator[gzip.GzipFile]:
+    """The pack at ``path`` opened for reading, what goes wrong as it is read said as NotFound,
+    BadInput (damaged) or the path's own error."""
+    if not path.is_file():
+        raise NotFound(f"no pack at {path}", f"a pack is a {SUFFIX} file written by `farm registry sync FROM PACK`")
+    try:
+        with gzip.open(path, "rb") as packed:
+            yield packed
+    except OSError as err:
+        if isinstance(err, (gzip.BadGzipFile, EOFError)) or err.errno is None:
+            raise _damaged(path, f"not a gzip file, or cut short ({err})") from None
+        raise path_error(err, path, doing="read the pack") from None
+    except (EOFError, zlib.error) as err:
+        raise _damaged(path, f"cut short or corrupt ({err})") from None
+    except (ValueError, AttributeError) as err:
+        raise _damaged(path, f"a line is not a pack row ({str(err)[:80]})") from None
 
 
 def _check_header(path: Path, header: Any, lines: dict[str, list[bytes]]) -> None:
