@@ -27,7 +27,7 @@ from typing import Any
 
 # One spelling for the domain's comparisons (which leave these numbers out) and the detection.
 from foundation.domain.compatible_fingerprints import DEVICE_DETAILS as DEVICE_KEY
-from foundation.domain.device_probes import PROBE_KEY, PROBE_VERSION
+from foundation.domain.device_probes import PROBE_KEY, PROBE_LOAD_KEY, PROBE_VERSION
 
 # The order of a device vector (`device_vector`): CPU and GPU fields side by side, a field the
 # hardware lacks is NaN, which XGBoost treats as missing rather than as zero.
@@ -71,6 +71,7 @@ def cpu_device_features(details: Mapping[str, Any]) -> dict[str, Any]:
     short probes; the peak is measured on the cores this process may use, as tuning runs."""
     features = set(details.get("features", ()))
     cores = int(details.get("cores") or 1)
+    load = load_per_core()  # before the probes, whose own work would count
     device: dict[str, Any] = {
         "cores": cores,
         "vector_bits": max((bits for f, bits in _VECTOR_BITS.items() if f in features), default=64),
@@ -78,12 +79,21 @@ def cpu_device_features(details: Mapping[str, Any]) -> dict[str, Any]:
         "peak_gflops": round(box_peak_gflops(cores), 2),
         "copy_gbps": round(copy_gbps(), 2),
         PROBE_KEY: PROBE_VERSION,
+        PROBE_LOAD_KEY: round(load, 2),
     }
     device.update(_cache_kib())
     mhz = cpu_mhz()
     if mhz:
         device["mhz"] = mhz
     return device
+
+
+def load_per_core() -> float:
+    """The box's runnable processes a core, averaged over the last minute (0.0 where the OS says none)."""
+    try:
+        return os.getloadavg()[0] / (os.cpu_count() or 1)
+    except OSError:
+        return 0.0
 
 
 def box_peak_gflops(cores: int) -> float:

@@ -12,9 +12,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from foundation.domain.device_probes import measured_by_current_probes
+from foundation.domain.device_probes import probe_again
 from foundation.errors import FarmError
-from foundation.hardware.device_features import DEVICE_KEY, cpu_device_features, cuda_device_features
+from foundation.hardware.device_features import DEVICE_KEY, cpu_device_features, cuda_device_features, load_per_core
 from foundation.hardware.isa_features import CODEGEN_FEATURES, features_llvm_gives
 
 # Bump when detection or canonicalization changes what goes into an id: cached fingerprints
@@ -208,9 +208,10 @@ def cached_cpu_fingerprint(cache_dir: Path) -> Fingerprint:
     path = Path(cache_dir) / f"cpu-fingerprint-{key[:16]}.json"
     try:
         stored = json.loads(path.read_text())
-        # Device features of older probes are measured again; the id does not change (they are outside it).
+        # Device features of older probes, or probed on a busy box, are measured again (the latter once
+        # the box is quiet); the id does not change (they are outside it).
         if (stored.get("key") == key and isinstance(stored.get(DEVICE_KEY), dict)
-                and measured_by_current_probes(stored[DEVICE_KEY])):
+                and not probe_again(stored[DEVICE_KEY], load_per_core())):
             return fingerprint_from_details("cpu", {**cheap, **stored["llvm"], DEVICE_KEY: stored[DEVICE_KEY]})
     except (OSError, ValueError, KeyError, TypeError, AttributeError, FarmError):
         pass

@@ -6,7 +6,7 @@ import json
 import math
 
 from foundation.domain.compatible_fingerprints import compatible
-from foundation.domain.device_probes import PROBE_KEY, PROBE_VERSION
+from foundation.domain.device_probes import PROBE_KEY, PROBE_LOAD_KEY, PROBE_VERSION
 from foundation.domain.fingerprint_nearness import SAME_FINGERPRINT, nearness_tier
 from foundation.hardware.device_features import DEVICE_KEY, VECTOR_FIELDS, cpu_device_features, device_vector
 from foundation.hardware.fingerprint import cached_cpu_fingerprint, fingerprint_from_details
@@ -51,9 +51,14 @@ def test_this_box_has_sane_device_features():
 
 
 def test_the_cached_fingerprint_carries_them_measured_once(tmp_path, monkeypatch):
+    import foundation.hardware.device_features as device_features
     import foundation.hardware.fingerprint as fingerprint_module
 
+    for module in (device_features, fingerprint_module):  # a quiet box (a busy one's probe is taken again)
+        monkeypatch.setattr(module, "load_per_core", lambda: 0.05)
+    monkeypatch.setattr(fingerprint_module, "_MEASURED_DEVICES", {})  # probed in this test, not by one before
     first = cached_cpu_fingerprint(tmp_path)
+    assert first.details[DEVICE_KEY][PROBE_LOAD_KEY] == 0.05
     assert first.details[DEVICE_KEY]["peak_gflops"] > 0
     vector = device_vector(first.details)
     assert len(vector) == len(VECTOR_FIELDS) and vector[VECTOR_FIELDS.index("peak_gflops")] > 0
@@ -84,6 +89,30 @@ def test_a_cached_fingerprint_of_older_probes_is_measured_again_under_its_id(tmp
     assert again.id == first.id
     assert again.details[DEVICE_KEY][PROBE_KEY] == PROBE_VERSION and again.details[DEVICE_KEY]["peak_gflops"] != 1.5
     assert json.loads(cache_file.read_text())[DEVICE_KEY] == again.details[DEVICE_KEY]
+
+
+def test_a_cached_fingerprint_probed_on_a_busy_box_is_measured_again_once_the_box_is_quiet(tmp_path, monkeypatch):
+    import foundation.hardware.device_features as device_features
+    import foundation.hardware.fingerprint as fingerprint_module
+
+    load = [1.4]  # runnable processes a core: `pip install` beside the first probe
+    for module in (device_features, fingerprint_module):
+        monkeypatch.setattr(module, "load_per_core", lambda: load[0])
+    monkeypatch.setattr(fingerprint_module, "_MEASURED_DEVICES", {})
+    busy = cached_cpu_fingerprint(tmp_path)
+    assert busy.details[DEVICE_KEY][PROBE_LOAD_KEY] == 1.4
+    probes = []
+    real_probe = fingerprint_module.cpu_device_features
+    monkeypatch.setattr(fingerprint_module, "cpu_device_features", lambda d: probes.append(1) or real_probe(d))
+    monkeypatch.setattr(fingerprint_module, "_MEASURED_DEVICES", {})  # as a new process: only the file
+    assert cached_cpu_fingerprint(tmp_path) == busy and probes == []  # still busy: nothing better to be had
+
+    load[0] = 0.1
+    monkeypatch.setattr(fingerprint_module, "_MEASURED_DEVICES", {})
+    quiet = cached_cpu_fingerprint(tmp_path)
+    assert probes == [1] and quiet.id == busy.id and quiet.details[DEVICE_KEY][PROBE_LOAD_KEY] == 0.1
+    monkeypatch.setattr(fingerprint_module, "_MEASURED_DEVICES", {})
+    assert cached_cpu_fingerprint(tmp_path) == quiet and probes == [1]  # kept from then on
 
 
 def test_a_peak_read_as_if_other_work_held_a_core_is_probed_again_and_the_best_kept(monkeypatch):
