@@ -64,7 +64,7 @@ class _ShardProgress(ProgressListener):
 
 
 def report_records(agent: LeaseHolder, shard, batch, progress, batching, stop: threading.Event) -> None:
-    """Send ``batch`` ((workload shash, TuningRecord JSON) pairs) measured under ``shard``'s lease,
+    """Send ``batch`` ((workload shash, TuningRecord JSON, timing context) triples) measured under ``shard``'s lease,
     with the tasks' ``progress``; retried while the coordinator is away, until ``stop`` is set.
 
     The answer goes to the agent (``post``); records the coordinator refused (a trace that does
@@ -73,8 +73,8 @@ def report_records(agent: LeaseHolder, shard, batch, progress, batching, stop: t
     """
     from foundation.wire import farm_pb2
 
-    records = [farm_pb2.MeasuredRecord(workload_shash=shash, tuning_record_json=record_json)
-               for shash, record_json in batch]
+    records = [farm_pb2.MeasuredRecord(workload_shash=shash, tuning_record_json=record_json, timing_context=context)
+               for shash, record_json, context in batch]
     request = farm_pb2.ReportRecordsRequest(agent_id=agent.agent_id, shard_id=shard.shard_id,
                                             attempt=shard.attempt, records=records, progress=progress)
     reply = retry_unavailable(lambda: agent.stub.ReportRecords(request, timeout=30), stop,

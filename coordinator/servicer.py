@@ -53,7 +53,7 @@ from coordinator.values import CancelLease, LeaseRef, ReRegister, ValidationRepo
 from foundation.clock import utc_now
 from foundation.domain.shards import ShardState
 from foundation.errors import FarmError, NotFound, RegistryError
-from foundation.registry.entities import RecordReport
+from foundation.registry.entities import WARM_CONTEXT, RecordReport
 from foundation.registry.sync import SyncFilter
 from foundation.wire import farm_pb2, farm_pb2_grpc
 from foundation.wire.submission import submission_of
@@ -364,7 +364,7 @@ class FarmAgentServicer(farm_pb2_grpc.FarmAgentServicer):
 
     @_rpc_async
     async def ReportRecords(self, request, context):
-        records = [(r.workload_shash, r.tuning_record_json) for r in request.records]
+        records = [(r.workload_shash, r.tuning_record_json, r.timing_context or WARM_CONTEXT) for r in request.records]
         progress = [
             {"task_name": p.task_name, "trials": p.trials, "budget": p.budget, "build_errors": p.build_errors,
              "run_errors": p.run_errors, "best_us": p.best_us, "best_gflops": p.best_gflops}

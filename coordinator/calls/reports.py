@@ -22,6 +22,7 @@ from coordinator.fleet import GroupCommit, KnownAgent, LiveAgents, ProgressEvent
 from coordinator.hints import TaskProgress
 from foundation.clock import utc_now
 from foundation.domain.shard_split import job_of_shard
+from foundation.domain.timing_context import RECORD_CONTEXTS
 from foundation.errors import NotFound
 from foundation.registry.entities import RecordReport
 from foundation.registry.store import RegistryStore
@@ -30,6 +31,9 @@ logger = logging.getLogger("farm.coordinator")
 
 # Jobs whose reporting facts are kept before the memory is cleared and refilled on demand.
 _MAX_REMEMBERED_JOBS = 1_000
+
+# A report's records as an agent sent them: (workload shash, TuningRecord JSON, timing context).
+ReportedRecords = Sequence[tuple[str, str, str]]
 
 
 @dataclass(frozen=True)
@@ -71,8 +75,8 @@ class ReportCalls:
         self._record_check = ReportedRecordCheck(store)
 
     def report_records(self, agent_id: str, shard_id: str, attempt: int,
-                       records: Sequence[tuple[str, str]], progress: Sequence[dict]) -> RecordReport:
-        """Keep a batch of (workload shash, TuningRecord JSON) measured under a lease.
+                       records: ReportedRecords, progress: Sequence[dict]) -> RecordReport:
+        """Keep a batch of (workload shash, TuningRecord JSON, timing context) measured under a lease.
 
         Every reported candidate counts as a trial, even one without a record to keep
         (failures are data); a stale attempt keeps nothing. The report is committed with
@@ -85,7 +89,7 @@ class ReportCalls:
         return self.finish_report(prepared, self._reports.submit(prepared.report))
 
     def prepare_report(self, agent_id: str, shard_id: str, attempt: int,
-                       records: Sequence[tuple[str, str]], progress: Sequence[dict]) -> PreparedReport | RecordReport:
+                       records: ReportedRecords, progress: Sequence[dict]) -> PreparedReport | RecordReport:
         """A report checked against its job, ready for `enqueue_report`; or the answer already.
 
         Its records stay text here: whoever commits the group reads them (coordinator.fleet.report_ingest).
@@ -96,7 +100,7 @@ class ReportCalls:
         return self._prepared(job, self._live.known(agent_id), agent_id, shard_id, attempt, records, progress)
 
     def prepare_cached_report(self, agent_id: str, shard_id: str, attempt: int,
-                              records: Sequence[tuple[str, str]], progress: Sequence[dict]) -> PreparedReport | None:
+                              records: ReportedRecords, progress: Sequence[dict]) -> PreparedReport | None:
         """`prepare_report` from memory alone, as almost every report can be; None when the
         registry must be read. Waits on no registry, so the server calls it on its event loop."""
         with self._lock:
@@ -124,10 +128,10 @@ class ReportCalls:
             return prepared
         target_kind = json.loads(job.target)["kind"]
         kept, refused = [], []
-        for workload_id, record_json in report.records:
+        for workload_id, record_json, timing_context in report.records:
             reason = self._record_check.refusal(workload_id, job.flops.get(workload_id, 0.0), target_kind, record_json)
             if reason is None:
-                kept.append((workload_id, record_json))
+                kept.append((workload_id, record_json, timing_context))
             else:
                 refused.append(f"record of workload {workload_id} refused: {reason}")
         if not refused:
@@ -154,16 +158,19 @@ class ReportCalls:
         return result
 
     def _prepared(self, job: _ReportingJob, agent: KnownAgent | None, agent_id: str, shard_id: str, attempt: int,
-                  records: Sequence[tuple[str, str]], progress: Sequence[dict]) -> PreparedReport:
+                  records: ReportedRecords, progress: Sequence[dict]) -> PreparedReport:
         kept, dropped = [], []
-        for shash, record_json in records:
+        for shash, record_json, timing_context in records:
             if not record_json:
                 continue  # a candidate that failed: a trial without a record
             workload_id = job.workloads.get(shash)
             if workload_id is None:
                 dropped.append(f"workload {shash} is not one of job {job.id}'s tasks")
                 continue
-            kept.append((workload_id, record_json))
+            if timing_context not in RECORD_CONTEXTS:
+                dropped.append(f"timing context {timing_context[:40]!r} is not one of {', '.join(RECORD_CONTEXTS)}")
+                continue
+            kept.append((workload_id, record_json, timing_context))
         events = [("task_progress", dict(item, shard_id=shard_id))
                   for item in self._progress_events.due(shard_id, list(progress))]
         report = UnreadReport(shard_id, attempt, agent_id, job.id, job.fingerprint_id, job.target, self._tvm_version,

@@ -21,7 +21,7 @@ from foundation.domain.warm_start_use import WarmStartUse
 from foundation.errors import NotFound, RegistryError
 from foundation.meta_schedule.warm.cross_model import cross_model_ref
 from foundation.meta_schedule.warm.seed_sources import OTHER_FINGERPRINT, OWN_FINGERPRINT, seed_traces_by_id
-from foundation.registry.entities import ShardClaim, ShardLease
+from foundation.registry.entities import WARM_CONTEXT, ShardClaim, ShardLease
 from foundation.registry.store import RegistryStore
 
 
@@ -73,9 +73,14 @@ class ShardCalls:
                                       [t.trials_budget for t in lease.tasks])
         per_task = max(1, min(max(planned, default=1), budget))
         warm = []
+        records = self._store.records
         for task in lease.tasks:
-            for record in self._store.records.top_k_records(task.workload_id, job.fingerprint_id, job.target,
-                                                    self._tvm_version, self._warm_records_per_task):
+            # Ranked within one timing context (times of two do not compare): the agent's search
+            # starts from them, and its own records are ranked where they are filed.
+            context = records.context_to_rank(task.workload_id, job.fingerprint_id, job.target, self._tvm_version,
+                                              WARM_CONTEXT)
+            for record in records.top_k_records(task.workload_id, job.fingerprint_id, job.target,
+                                                self._tvm_version, self._warm_records_per_task, context):
                 warm.append((task.workload_shash, _record_json(record)))
         stored = job_options(job)
         planned_seeds = stored.notes.warm_seeds

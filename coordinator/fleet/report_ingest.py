@@ -32,7 +32,7 @@ class UnreadReport:
     target: str  # the job's target, canonical JSON: the scope records are filed under
     tvm_version: str
     software: dict[str, Any]
-    records: Sequence[tuple[int, str]]  # (registry workload id, TuningRecord JSON)
+    records: Sequence[tuple[int, str, str]]  # (registry workload id, TuningRecord JSON, timing context)
     trials: int  # candidates measured, with or without a record worth keeping
     dropped: Sequence[str] = ()  # why reported records were not kept, found before reading
     events: Sequence[tuple[str, dict[str, Any]]] = ()
@@ -41,12 +41,12 @@ class UnreadReport:
 def read_report(report: UnreadReport) -> ReportedBatch:
     """The report with its records read; unreadable ones are dropped and said so in the job's log."""
     records, dropped = [], list(report.dropped)
-    for workload_id, record_json in report.records:
+    for workload_id, record_json, timing_context in report.records:
         try:
             record = new_record_from(
                 json.loads(record_json), workload_id=workload_id, fingerprint_id=report.fingerprint_id,
                 target_json=report.target, tvm_version=report.tvm_version, software=report.software,
-                job_id=report.job_id)
+                job_id=report.job_id, timing_context=timing_context)
             if record.run_secs is not None and not all(math.isfinite(s) for s in record.run_secs):
                 raise ValueError("its run_secs are not all finite (the registry's JSON cannot hold NaN or infinity)")
             records.append(record)

@@ -158,8 +158,9 @@ def _chosen(store, choice, unusable: bool, *,  # type: ignore[no-untyped-def]
 
 def _entry(stored) -> dict:  # type: ignore[no-untyped-def]
     return {"id": stored.id, "workload_id": stored.workload_id, "target": stored.target,
-            "tvm_version": stored.tvm_version, "mean_sec": stored.mean_sec, "run_secs": stored.run_secs,
-            "measurements": stored.measurements, "job_id": stored.job_id, "created_at": stored.created_at.isoformat()}
+            "tvm_version": stored.tvm_version, "timing_context": stored.timing_context, "mean_sec": stored.mean_sec,
+            "run_secs": stored.run_secs, "measurements": stored.measurements, "job_id": stored.job_id,
+            "created_at": stored.created_at.isoformat()}
 
 
 def _row(entry: dict) -> list:

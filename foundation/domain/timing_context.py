@@ -48,6 +48,8 @@ class TimingContext(str, Enum):
 # the default stays TVM's, and a CPU kind's pack carries the context its own A/B chose (HardwareTiming).
 DEFAULT_TIMING_CONTEXT = TimingContext.WARM
 CONTEXTS = tuple(c.value for c in TimingContext)
+# What a record can say it was timed in: auto is a choice per task, each task timed in one of these.
+RECORD_CONTEXTS = tuple(c.value for c in TimingContext if c is not TimingContext.AUTO)
 
 # A context replaces warm on a CPU kind only when whole tunes timed in it built faster libraries by this
 # much (the median of context/warm over the pairs) and in most pairs: one pair moves ±30% on these VMs.

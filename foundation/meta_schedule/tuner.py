@@ -20,6 +20,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from foundation.domain.timing_context import TimingContext
 from foundation.domain.trial_phases import ceiling_ms, first_phase_trials, phased_cap, second_phase
 from foundation.domain.trial_plan import TaskDemand, TrialPlan, plan_trials
 from foundation.hardware.tvm_startup import install_lean_tensor_intrinsics
@@ -218,7 +219,10 @@ def tune(
     picks = TaskPickHandler(live)
     logging.getLogger(_MS_LOGGER).addHandler(picks)
     pools.live = live
-    pools.plan_timings([t.mod for t in tasks], target_kind)  # each task's cache state as timed
+    timings = pools.plan_timings([t.mod for t in tasks], target_kind)  # each task's cache state as timed
+    if hasattr(database, "time_tasks_in"):  # the farm's databases file each record under its task's context
+        timed_in = [t.context.value for t in timings] if timings else [TimingContext.WARM.value] * len(tasks)
+        database.time_tasks_in([t.mod for t in tasks], timed_in)
     history = LatencyHistory(len(tasks))
     batch_end = _BatchEnd(history, database)
     if listener:

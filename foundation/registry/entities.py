@@ -13,7 +13,12 @@ from foundation.domain.jobs import JobState
 from foundation.domain.leases import AttemptFailure
 from foundation.domain.runners import Runner
 from foundation.domain.shards import Shard, ShardState
+from foundation.domain.timing_context import TimingContext
 from foundation.domain.validations import ValidationState
+
+# What a record says it was timed in where nothing says otherwise: every record before contexts
+# were kept, a user's TVM log (TVM's runner times back to back), a GPU's.
+WARM_CONTEXT = TimingContext.WARM.value
 
 
 @dataclass(frozen=True)
@@ -129,6 +134,9 @@ class NewRecord:
     # MetaSchedule also rejects a trace with no instruction before post-processing;
     # only TVM can tell, so the caller says.
     trace_valid: bool = True
+    # The cache state it was timed in (foundation.domain.timing_context): records are ranked only
+    # beside others timed in the same one.
+    timing_context: str = WARM_CONTEXT
 
 
 class Measurement(NamedTuple):
@@ -159,6 +167,7 @@ class StoredRecord:
     # Measurements merged into it (mean_sec is over the valid ones; run_secs is the first's).
     measurements: int = 1
     valid_measurements: int = 0
+    timing_context: str = WARM_CONTEXT
 
 
 # -- the distributed mode ---------------------------------------------------------------------

@@ -190,6 +190,8 @@ def _plain(value: Any) -> Any:
 def _typed(table: type[Base], row: dict[str, Any]) -> dict[str, Any]:
     typed = {}
     for column in table.__table__.columns:
+        if column.name not in row and column.server_default is not None:
+            continue  # a column newer than the pack (tuning_records.timing_context): the registry's default
         value = row.get(column.name)
         if value is not None and isinstance(column.type, LargeBinary):
             value = base64.b64decode(value["base64"])

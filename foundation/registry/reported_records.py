@@ -10,7 +10,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .entities import NewRecord
+from .entities import WARM_CONTEXT, NewRecord
 
 # One encoder for every call: json.dumps with options builds a new one each time, which was a
 # tenth of the cost of a report in the coordinator.
@@ -52,6 +52,7 @@ def new_record_from(
     tvm_version: str,
     software: dict[str, Any] | None = None,
     job_id: str | None = None,
+    timing_context: str = WARM_CONTEXT,
 ) -> NewRecord:
     """A registry record from ``TuningRecord.as_json()`` ([trace, run_secs, target, args_info]).
 
@@ -73,4 +74,5 @@ def new_record_from(
         software=dict(software or {}),
         job_id=job_id,
         trace_valid=trace_json_is_valid(trace),
+        timing_context=timing_context,
     )

@@ -149,6 +149,7 @@ class TuningRecordRow(Base):
             "fingerprint_id",
             "target",
             "tvm_version",
+            "timing_context",
             "mean_sec",
             "id",
         ),
@@ -159,6 +160,9 @@ class TuningRecordRow(Base):
     fingerprint_id: Mapped[str] = mapped_column(ForeignKey("fingerprints.id"))
     target: Mapped[str] = mapped_column(Text)
     tvm_version: Mapped[str] = mapped_column(String(64))
+    # The cache state the schedule was timed in (foundation.domain.timing_context, never auto):
+    # times of two contexts do not compare, so it is part of the scope records are ranked in.
+    timing_context: Mapped[str] = mapped_column(String(16), default="warm", server_default="warm")
     software: Mapped[dict] = mapped_column(JSON)
     trace: Mapped[str] = mapped_column(Text)
     args_info: Mapped[str | None] = mapped_column(Text)

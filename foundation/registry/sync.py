@@ -256,7 +256,7 @@ class _Sync:
                     workload_id=index[r["workload_id"]], fingerprint_id=r["fingerprint_id"], target=r["target"],
                     tvm_version=r["tvm_version"], trace=r["trace"], run_secs=measured["run_secs"],
                     args_info=r["args_info"], software=r["software"], job_id=measured["job_id"],
-                    trace_valid=r["trace_valid"]))
+                    trace_valid=r["trace_valid"], timing_context=r["timing_context"]))
         if self.dry_run:
             self.counts.records += sum(1 for r in wanted if r["record_digest"] not in stored)
             self.counts.measurements += sum(len(extra.get(r["id"], [])) for r in wanted)
@@ -352,4 +352,4 @@ def _record_json(row: TuningRecordRow) -> dict[str, Any]:
     return {"id": row.id, "workload_id": row.workload_id, "fingerprint_id": row.fingerprint_id, "target": row.target,
             "tvm_version": row.tvm_version, "software": row.software, "trace": row.trace, "args_info": row.args_info,
             "run_secs": row.run_secs, "job_id": row.job_id, "record_digest": row.record_digest,
-            "trace_valid": not refused_trace}
+            "trace_valid": not refused_trace, "timing_context": row.timing_context}

@@ -15,7 +15,7 @@ from sqlalchemy.orm import Session
 from foundation.clock import utc_now
 from foundation.errors import RegistryError
 
-from .entities import Measurement, NewRecord, StoredRecord
+from .entities import WARM_CONTEXT, Measurement, NewRecord, StoredRecord
 from .schema import Base, TuningMeasurementRow, TuningRecordRow, WorkloadRow
 from .session import Changes, UnitOfWork
 
@@ -38,6 +38,7 @@ _RECORD_COLUMNS = (
     ("software", "json"), ("trace", "text"), ("args_info", "text"), ("run_secs", "json"),
     ("mean_sec", "float8"), ("job_id", "text"), ("record_digest", "text"), ("created_at", "timestamptz"),
     ("measurements", "int4"), ("valid_measurements", "int4"), ("measurement_digest", "text"),
+    ("timing_context", "text"),
 )
 _COLUMN_NAMES = ", ".join(name for name, _ in _RECORD_COLUMNS)
 # JSON values travel as text arrays and are read once each, as the row is made.
@@ -86,7 +87,12 @@ def mean_run_sec(run_secs: Sequence[float | None] | None, trace_valid: bool = Tr
 
 
 def record_digest(mod_sha256: str, record: NewRecord) -> str:
-    parts = (mod_sha256, record.fingerprint_id, record.target, record.tvm_version, record.trace)
+    """Which record a measured trace is: its workload, scope and trace. A record timed warm is
+    keyed as before contexts were kept, so that the digests of every registry, pack and log filed
+    then still name the same records."""
+    parts: tuple[str, ...] = (mod_sha256, record.fingerprint_id, record.target, record.tvm_version, record.trace)
+    if record.timing_context != WARM_CONTEXT:
+        parts = (*parts, record.timing_context)
     return hashlib.sha256("\x1f".join(parts).encode()).hexdigest()
 
 
@@ -259,6 +265,7 @@ class TuningRecords:
                     "measurements": 1,
                     "valid_measurements": 0 if mean is None else 1,
                     "measurement_digest": measurement_digest(digest, record.run_secs),
+                    "timing_context": record.timing_context,
                     "_record": record,
                 },
             )
@@ -356,6 +363,7 @@ class TuningRecords:
         fingerprint_id: str | None,
         target: str | None,
         tvm_version: str | None,
+        timing_context: str | None = None,
     ) -> Select[tuple[TuningRecordRow]]:
         query = select(TuningRecordRow)
         if workload_id is not None:
@@ -367,7 +375,27 @@ class TuningRecords:
             query = query.where(TuningRecordRow.target == target)
         if tvm_version is not None:
             query = query.where(TuningRecordRow.tvm_version == tvm_version)
+        if timing_context is not None:
+            query = query.where(TuningRecordRow.timing_context == timing_context)
         return query
+
+    def context_to_rank(
+        self, workload_id: int | Iterable[int], fingerprint_id: str, target: str, tvm_version: str, preferred: str
+    ) -> str:
+        """The one timing context a workload's records are ranked in (times of two contexts do not
+        compare): ``preferred`` (the reader's) where it has a valid record, else the context with the
+        most (warm on a tie: every record before contexts were kept), else ``preferred``."""
+        query = (
+            self._record_query(workload_id, fingerprint_id, target, tvm_version)
+            .where(TuningRecordRow.mean_sec.is_not(None))
+            .with_only_columns(TuningRecordRow.timing_context, func.count())
+            .group_by(TuningRecordRow.timing_context)
+        )
+        with self._unit.read() as session:
+            counts: dict[str, int] = dict(session.execute(query).all())
+        if not counts or counts.get(preferred):
+            return preferred
+        return max(counts, key=lambda c: (counts[c], c == WARM_CONTEXT, c))
 
     def top_k_records(
         self,
@@ -376,12 +404,14 @@ class TuningRecords:
         target: str,
         tvm_version: str,
         k: int,
+        timing_context: str | None = None,
     ) -> list[StoredRecord]:
-        """The k fastest valid records; ties keep the order they were stored in, as TVM does."""
+        """The k fastest valid records (of one ``timing_context``: None, any); ties keep the order
+        they were stored in, as TVM does."""
         if k <= 0:
             return []
         query = (
-            self._record_query(workload_id, fingerprint_id, target, tvm_version)
+            self._record_query(workload_id, fingerprint_id, target, tvm_version, timing_context)
             .where(TuningRecordRow.mean_sec.is_not(None))
             .order_by(TuningRecordRow.mean_sec, TuningRecordRow.id)
             .limit(k)
@@ -405,15 +435,16 @@ class TuningRecords:
             return first + [Measurement(run_secs, mean, job_id) for run_secs, mean, job_id in later]
 
     def measured_counts(
-        self, workload_ids: Iterable[int], fingerprint_id: str, target: str, tvm_version: str
+        self, workload_ids: Iterable[int], fingerprint_id: str, target: str, tvm_version: str,
+        timing_context: str | None = None,
     ) -> dict[int, int]:
-        """Valid measured records per workload in the scope (workloads with none are left out);
-        each workload is one range of the scope index."""
+        """Valid measured records per workload in the scope (of one ``timing_context``: None, any;
+        workloads with none are left out); each workload is one range of the scope index."""
         ids = sorted(set(workload_ids))
         if not ids:
             return {}
         query = (
-            self._record_query(ids, fingerprint_id, target, tvm_version)
+            self._record_query(ids, fingerprint_id, target, tvm_version, timing_context)
             .where(TuningRecordRow.mean_sec.is_not(None))
             .with_only_columns(TuningRecordRow.workload_id, func.count())
             .group_by(TuningRecordRow.workload_id)

@@ -871,20 +871,22 @@ class ReportRecordsRequest(_message.Message):
     def __init__(self, agent_id: _Optional[str] = ..., shard_id: _Optional[str] = ..., attempt: _Optional[int] = ..., records: _Optional[_Iterable[_Union[MeasuredRecord, _Mapping]]] = ..., progress: _Optional[_Iterable[_Union[TaskProgress, _Mapping]]] = ...) -> None: ...
 
 class MeasuredRecord(_message.Message):
-    __slots__ = ("task_name", "workload_shash", "workload_mod_json", "tuning_record_json", "run_secs", "error")
+    __slots__ = ("task_name", "workload_shash", "workload_mod_json", "tuning_record_json", "run_secs", "error", "timing_context")
     TASK_NAME_FIELD_NUMBER: _ClassVar[int]
     WORKLOAD_SHASH_FIELD_NUMBER: _ClassVar[int]
     WORKLOAD_MOD_JSON_FIELD_NUMBER: _ClassVar[int]
     TUNING_RECORD_JSON_FIELD_NUMBER: _ClassVar[int]
     RUN_SECS_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
+    TIMING_CONTEXT_FIELD_NUMBER: _ClassVar[int]
     task_name: str
     workload_shash: str
     workload_mod_json: str
     tuning_record_json: str
     run_secs: _containers.RepeatedScalarFieldContainer[float]
     error: MeasureError
-    def __init__(self, task_name: _Optional[str] = ..., workload_shash: _Optional[str] = ..., workload_mod_json: _Optional[str] = ..., tuning_record_json: _Optional[str] = ..., run_secs: _Optional[_Iterable[float]] = ..., error: _Optional[_Union[MeasureError, _Mapping]] = ...) -> None: ...
+    timing_context: str
+    def __init__(self, task_name: _Optional[str] = ..., workload_shash: _Optional[str] = ..., workload_mod_json: _Optional[str] = ..., tuning_record_json: _Optional[str] = ..., run_secs: _Optional[_Iterable[float]] = ..., error: _Optional[_Union[MeasureError, _Mapping]] = ..., timing_context: _Optional[str] = ...) -> None: ...
 
 class MeasureError(_message.Message):
     __slots__ = ("stage", "message")

@@ -45,9 +45,9 @@ def test_the_agent_says_and_counts_the_records_its_coordinator_refused(coordinat
                                          weights_layout="plain", reuse="off"), timeout=120)
     shard = wait_for(leaser.lease, 120, "a shard leased", interval=0.2)
     task = shard.tasks[0]
-    batch = [(task.workload_shash, json.dumps(convolution_record(shard.target, 1e-9))),
-             (task.workload_shash, json.dumps(convolution_record(shard.target, 1e-5))),
-             (task.workload_shash, record_json(task, shard.target, 4))]
+    batch = [(task.workload_shash, json.dumps(convolution_record(shard.target, 1e-9)), "warm"),
+             (task.workload_shash, json.dumps(convolution_record(shard.target, 1e-5)), "warm"),
+             (task.workload_shash, record_json(task, shard.target, 4), "warm")]
     posted = []
     holder = SimpleNamespace(agent_id=leaser.agent_id, stub=leaser.stub, fingerprint=fingerprint,
                              settings=AgentSettings(coordinator=server.address), explain_tls=None,
@@ -69,4 +69,40 @@ def test_the_agent_says_and_counts_the_records_its_coordinator_refused(coordinat
         assert [r.run_secs for r in store.records.all_records()] == [[4e-5]]
     finally:
         store.dispose()
+    client.CancelJob(farm_pb2.CancelJobRequest(job_id=shard.job_id), timeout=30)
+
+
+def test_each_reported_record_is_filed_under_the_timing_context_it_was_timed_in(coordinator):
+    """The agent's report names each record's timing context; the coordinator files it there, and drops
+    a record naming none it knows (auto is a choice, not a context a record was timed in)."""
+    from foundation.hardware.fingerprint import local_fingerprint
+
+    server, channel = coordinator
+    fingerprint = local_fingerprint("llvm")
+    leaser = FakeAgent(channel, fingerprint)
+    leaser.register()
+    client = farm_pb2_grpc.FarmClientStub(channel)
+    client.Submit(farm_pb2.SubmitRequest(zoo_name="mlp-tiny", batch=1, target="llvm", trials_per_task=4,
+                                         weights_layout="plain", reuse="off"), timeout=120)
+    shard = wait_for(leaser.lease, 120, "a shard leased", interval=0.2)
+    task = shard.tasks[0]
+    batch = [(task.workload_shash, record_json(task, shard.target, 4), "weights"),
+             (task.workload_shash, record_json(task, shard.target, 5), "warm"),
+             (task.workload_shash, record_json(task, shard.target, 6), "auto"),
+             (task.workload_shash, record_json(task, shard.target, 7), "x" * 500)]
+    posted = []
+    holder = SimpleNamespace(agent_id=leaser.agent_id, stub=leaser.stub, fingerprint=fingerprint,
+                             settings=AgentSettings(coordinator=server.address), explain_tls=None,
+                             post=posted.append)
+    report_records(holder, shard, batch, [], ReportBatching(), threading.Event())
+
+    assert [type(e) for e in posted] == [ReportAccepted], posted
+    store = RegistryStore(server.coordinator.store.url)
+    try:
+        stored = {tuple(r.run_secs): r.timing_context for r in store.records.all_records()}
+        assert stored == {(1e-5 * 4,): "weights", (1e-5 * 5,): "warm"}
+    finally:
+        store.dispose()
+    said = [e.payload.get("message", "") for e in server.coordinator.cluster.events.events_after(shard.job_id)]
+    assert any("2 reported record(s) were not kept: timing context 'auto' is not one of" in m for m in said), said
     client.CancelJob(farm_pb2.CancelJobRequest(job_id=shard.job_id), timeout=30)

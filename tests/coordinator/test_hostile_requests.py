@@ -386,7 +386,7 @@ def test_a_reported_record_of_any_shape_is_dropped_not_the_group():
                                        [[[[]]], None, {}, None], [[[], []], [None], {}, None],
                                        [[[], []], [1e-3, math.nan], {}, None], [[[], []], [math.inf], {}, None])]
     report = UnreadReport("job-1.s0", 1, "agent-1", "job-1", "cpu-aaaa", '{"kind":"llvm"}', "0.27.0", {},
-                          records=[(7, r) for r in [good, *hostile]], trials=6)
+                          records=[(7, r, "warm") for r in [good, *hostile]], trials=6)
     batch = read_report(report)
     assert [r.run_secs for r in batch.records] == [[0.5]]
     assert batch.events[-1][1]["message"].startswith(f"{len(hostile)} reported record(s) were not kept")

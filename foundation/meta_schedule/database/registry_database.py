@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import json
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 import tvm
@@ -120,6 +120,11 @@ class RegistryDatabase(PyDatabase):
         # The last FarmError a method raised into TVM (`_keeps_farm_error`).
         self.farm_error: FarmError | None = None
         self.unusable: set[int] = set()  # ids of stored records whose trace does not replay
+        # The cache state each workload's records are filed and ranked under, by workload id: what
+        # the tuner times it in (time_tasks_in), else what a tune on this fingerprint would
+        # (default_timing_context).
+        self._contexts: dict[int, str] = {}
+        self._default_context: Callable[[IRModule], str] | None = None
 
     # -- workloads -------------------------------------------------------------------
 
@@ -174,19 +179,46 @@ class RegistryDatabase(PyDatabase):
         workload = Workload(mod)
         return self._by_id[self._commit(workload)]
 
+    # -- timing contexts ---------------------------------------------------------------
+
+    def time_tasks_in(self, mods: Sequence[IRModule], timing_contexts: Sequence[str]) -> None:
+        """The tuner times the candidates of task ``mods[i]`` in ``timing_contexts[i]``: its records
+        are filed, and ranked, under it."""
+        for mod, context in zip(mods, timing_contexts):
+            for workload_id in self._matching_ids(mod) or [self._commit(Workload(mod))]:
+                self._contexts[workload_id] = context
+
+    def timing_context_of(self, workload_id: int, mod: IRModule) -> str:
+        """The context the records of ``workload_id`` (whose IRModule is ``mod``) are filed under and
+        read in."""
+        context = self._contexts.get(workload_id)
+        if context is None:
+            if self._default_context is None:
+                self._default_context = default_timing_context(self.store, self.fingerprint_id, self._record_target)
+            context = self._contexts[workload_id] = self._default_context(mod)
+        return context
+
+    def _ranked_context(self, ids: list[int], mod: IRModule) -> str:
+        """The one context the records of ``ids`` (one workload's) are ranked in: this reader's, else
+        the one that has records (TuningRecords.context_to_rank)."""
+        return self.store.records.context_to_rank(ids, self.fingerprint_id, self.target_json, self.tvm_version,
+                                                  self.timing_context_of(ids[0], mod))
+
     # -- records ---------------------------------------------------------------------
 
     @_keeps_farm_error
     def commit_tuning_record(self, record: TuningRecord) -> None:
+        workload_id = self._workload_id(record.workload)
         self._pending.append(
             new_record_from(
                 tuning_record_json(record),
-                workload_id=self._workload_id(record.workload),
+                workload_id=workload_id,
                 fingerprint_id=self.fingerprint_id,
                 target_json=self.target_json,
                 tvm_version=self.tvm_version,
                 software=self.software,
                 job_id=self.job_id,
+                timing_context=self.timing_context_of(workload_id, record.workload.mod),
             )
         )
         if len(self._pending) >= self.flush_every:
@@ -245,10 +277,11 @@ class RegistryDatabase(PyDatabase):
         ids = self._matching_ids(workload.mod)
         if not ids or top_k == 0:
             return []
+        context = self._ranked_context(ids, workload.mod)
         wanted = top_k
         while True:
             stored = self.store.records.top_k_records(
-                ids, self.fingerprint_id, self.target_json, self.tvm_version, wanted
+                ids, self.fingerprint_id, self.target_json, self.tvm_version, wanted, context
             )
             usable = self._usable(stored)
             if len(usable) >= top_k or len(stored) < wanted:
@@ -270,13 +303,15 @@ class RegistryDatabase(PyDatabase):
         return self._usable(stored)
 
     def measured_count(self, mod: IRModule) -> int:
-        """Valid measured records of ``mod``'s workload in this scope: what a job may reuse
-        (foundation.meta_schedule.reuse). Measured records only, whatever seeds the search."""
+        """Valid measured records of ``mod``'s workload in this scope, of the context they are ranked
+        in: what a job may reuse (foundation.meta_schedule.reuse). Measured records only, whatever
+        seeds the search."""
         self.flush()
         ids = self._matching_ids(mod)
         if not ids:
             return 0
-        counts = self.store.records.measured_counts(ids, self.fingerprint_id, self.target_json, self.tvm_version)
+        counts = self.store.records.measured_counts(ids, self.fingerprint_id, self.target_json, self.tvm_version,
+                                                    self._ranked_context(ids, mod))
         return sum(counts.values())
 
     @_keeps_farm_error
@@ -287,6 +322,29 @@ class RegistryDatabase(PyDatabase):
             target=self.target_json,
             tvm_version=self.tvm_version,
         )
+
+
+def default_timing_context(store: RegistryStore, fingerprint_id: str, target: Target) -> Callable[[IRModule], str]:
+    """Each task's timing context as a tune on ``fingerprint_id`` would time it (MeasureSettings'
+    rule): the context asked for here, else the one its pack chose, per task as its weights and the
+    fingerprint's L2 say; warm on a GPU."""
+    from foundation.domain.timing_context import TimingContext, task_timing
+    from foundation.hardware.device_features import DEVICE_KEY
+    from foundation.meta_schedule.timing_context import buffer_roles, timing_context_here
+
+    requested = timing_context_here(fingerprint_id).context if target.kind.name == "llvm" else TimingContext.WARM
+    if requested is TimingContext.WARM:
+        return lambda _mod: TimingContext.WARM.value
+    fingerprint = store.get_fingerprint(fingerprint_id)
+    l2_kib = ((fingerprint.details.get(DEVICE_KEY) or {}).get("l2_kib") if fingerprint is not None else None)
+    l2_kib = int(l2_kib) if isinstance(l2_kib, int | float) and l2_kib > 0 else None
+
+    def context_of(mod: IRModule) -> str:
+        if "main" not in {gv.name_hint for gv in mod.get_global_vars()}:
+            return TimingContext.WARM.value  # not a tuning task's form (an imported log's): its roles are unknown
+        return task_timing(requested, buffer_roles(mod), l2_kib).context.value
+
+    return context_of
 
 
 def tvm_database_for(

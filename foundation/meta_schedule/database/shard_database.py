@@ -14,12 +14,13 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from foundation.domain.timing_context import TimingContext
 from foundation.meta_schedule.database.report_pipeline import ReportPipeline
 
 _LOG = logging.getLogger(__name__)
 
-# A batch of measured records, each as (workload shash, TuningRecord JSON text).
-Reporter = Callable[[list[tuple[str, str]]], None]
+# A batch of measured records, each as (workload shash, TuningRecord JSON text, timing context).
+Reporter = Callable[[list[tuple[str, str, str]]], None]
 
 
 @dataclass
@@ -86,12 +87,15 @@ def shard_database(
         return shash
 
     batching = batching or ReportBatching()
+    # The cache state each task's candidates are timed in (time_tasks_in), by workload shash; warm
+    # where the tuner says nothing (a GPU, a warm run).
+    contexts: dict[str, str] = {}
 
     @derived_object
     class _ShardDatabase(PyDatabase):
         def __init__(self):
             super().__init__()
-            self.pending: list[tuple[str, str]] = []
+            self.pending: list[tuple[str, str, str]] = []
             self.pending_since = 0.0  # when the oldest pending record was measured
             self.reports = ReportPipeline(report)
 
@@ -106,11 +110,18 @@ def shard_database(
             now = clock()
             if not self.pending:
                 self.pending_since = now
-            self.pending.append((shash_for(record.workload), json.dumps(tuning_record_json(record))))
+            shash = shash_for(record.workload)
+            context = contexts.get(shash, TimingContext.WARM.value)
+            self.pending.append((shash, json.dumps(tuning_record_json(record)), context))
             # MetaSchedule commits a round's candidates together, so the time bound is looked
             # at often enough without a timer of its own.
             if len(self.pending) >= batching.records or now - self.pending_since >= batching.within_s:
                 self._send_pending()
+
+        def time_tasks_in(self, mods, timing_contexts) -> None:
+            """The tuner times the candidates of task ``mods[i]`` in ``timing_contexts[i]``: its records say so."""
+            for mod, context in zip(mods, timing_contexts):
+                contexts[shash_for(inner.commit_workload(mod))] = context
 
         def get_top_k(self, workload, top_k):
             return inner.get_top_k(workload, top_k)

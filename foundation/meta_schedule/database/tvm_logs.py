@@ -15,7 +15,7 @@ from typing import Any
 
 from foundation.errors import FarmError, NotFound
 from foundation.meta_schedule.database.record_spool import RecordSpool
-from foundation.registry.entities import NewRecord
+from foundation.registry.entities import WARM_CONTEXT, NewRecord
 from foundation.registry.store import RegistryStore
 
 WORKLOAD_FILE = "database_workload.json"
@@ -408,11 +408,13 @@ def export_tvm_logs(
     """Write the scope's records as a JSONDatabase work_dir; needs no TVM.
 
     Each record carries the target it was measured for, so one file may hold several.
-    The files are replaced, not appended to.
+    The files are replaced, not appended to. TVM ranks a log's records of a workload together, and
+    times of two timing contexts do not compare: a workload's records are written of one context
+    alone (`_one_context_each`).
     """
-    stored = store.records.all_records(
+    stored = _one_context_each(store.records.all_records(
         fingerprint_id=fingerprint_id, target=target_json, tvm_version=tvm_version
-    )
+    ))
     workloads = store.records.get_workloads(r.workload_id for r in stored)
     order = sorted(workloads)
     index = {workload_id: i for i, workload_id in enumerate(order)}
@@ -437,6 +439,21 @@ def export_tvm_logs(
         ],
     })
     return {"workloads": len(order), "records": len(stored)}
+
+
+def _one_context_each(stored: list) -> list:
+    """``stored`` with each workload's records of one timing context: the context other than warm
+    with the most valid records (only a fingerprint whose tunes time it so has any), else warm."""
+    valid: dict[int, dict[str, int]] = {}
+    for r in stored:
+        of_workload = valid.setdefault(r.workload_id, {})
+        of_workload[r.timing_context] = of_workload.get(r.timing_context, 0) + (r.mean_sec is not None)
+    chosen: dict[int, str] = {}
+    for workload_id, contexts in valid.items():
+        measured = sorted((c for c in contexts if c != WARM_CONTEXT and contexts[c] > 0), key=lambda c: -contexts[c])
+        chosen[workload_id] = (measured[0] if measured else WARM_CONTEXT if WARM_CONTEXT in contexts
+                               else max(contexts, key=lambda c: contexts[c]))
+    return [r for r in stored if chosen[r.workload_id] == r.timing_context]
 
 
 def _run_secs(record) -> list[float] | None:

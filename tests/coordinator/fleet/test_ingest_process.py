@@ -38,7 +38,7 @@ def _report(lease, agent_id: str, factors, **changes) -> UnreadReport:
     fields = dict(
         shard_id=lease.shard.id, attempt=lease.attempt, agent_id=agent_id, job_id=lease.job.id,
         fingerprint_id=GPU, target=CPU_TARGET, tvm_version="0.27.0", software={"tvm": "0.27.0"},
-        records=[(workload_id, _record_json(f)) for f in factors], trials=len(factors),
+        records=[(workload_id, _record_json(f), "warm") for f in factors], trials=len(factors),
     )
     return UnreadReport(**(fields | changes))
 
@@ -55,12 +55,13 @@ def test_unreadable_records_are_dropped_and_said_so_in_the_job_log():
     good = json.dumps([[[], []], [0.5], {"kind": "llvm"}, None])
     report = UnreadReport(
         "job-1.s0", 1, "agent-1", "job-1", GPU, CPU_TARGET, "0.27.0", {},
-        records=[(7, good), (7, "{not json"), (7, json.dumps({"a": 1}))], trials=4,
+        records=[(7, good, "weights"), (7, "{not json", "warm"), (7, json.dumps({"a": 1}), "warm")], trials=4,
         dropped=["workload 99 is not one of job job-1's tasks"], events=[("task_progress", {"trials": 4})],
     )
     batch = read_report(report)
     [record] = batch.records
     assert (record.workload_id, record.target, record.run_secs, record.job_id) == (7, CPU_TARGET, [0.5], "job-1")
+    assert record.timing_context == "weights"
     assert batch.trials == 4 and batch.events[0] == ("task_progress", {"trials": 4})
     kind, log = batch.events[1]
     assert kind == "log" and log["level"] == "warning" and log["source"] == "agent-1"
@@ -100,7 +101,7 @@ def test_a_failed_group_is_raised_as_the_registry_said_and_the_child_goes_on(
     ingest = IngestProcess(registry_url)
     try:
         child = ingest.pid
-        bad = _report(lease, agent.id, [3], records=[(999_999, _record_json(3))])
+        bad = _report(lease, agent.id, [3], records=[(999_999, _record_json(3), "warm")])
         with pytest.raises(RegistryError) as caught:
             ingest([_report(lease, agent.id, [1]), bad])
         with pytest.raises(RegistryError) as here:  # the same group, committed in this process
@@ -153,7 +154,7 @@ def test_groups_sent_while_one_commits_are_read_meanwhile_and_answered_in_order(
             first = ingest.submit([_report(lease, agent.id, [1, 2])])
             time.sleep(0.5)  # its transaction waits on the held rows
             later = [ingest.submit([_report(lease, agent.id, [2, 4])]),
-                     ingest.submit([_report(lease, agent.id, [3], records=[(999_999, _record_json(3))])]),
+                     ingest.submit([_report(lease, agent.id, [3], records=[(999_999, _record_json(3), "warm")])]),
                      ingest.submit([_report(lease, agent.id, [4, 8]), _report(lease, agent.id, [8], attempt=2)])]
             time.sleep(0.5)
             assert not any(f.done() for f in [first, *later])

@@ -26,24 +26,26 @@ def tasks():
 def test_records_stream_in_batches_and_warm_the_next_shard(tasks, tmp_path):
     import tvm_ffi
 
+    from foundation.domain.timing_context import TimingContext
     from foundation.meta_schedule.database.shard_database import ReportBatching, shard_database
     from foundation.meta_schedule.measure import MeasureSettings, WorkerPools
     from foundation.meta_schedule.tuner import TuningBudget, tune
 
     target, tuning_tasks = tasks
     workloads = [(str(tvm_ffi.structural_hash(t.mod)), t.mod) for t in tuning_tasks]
-    batches: list[list[tuple[str, str]]] = []
+    batches: list[list[tuple[str, str, str]]] = []
     db = shard_database(workloads, [], batches.append, ReportBatching(records=4))
-    pools = WorkerPools(MeasureSettings(min_repeat_ms=5))
+    pools = WorkerPools(MeasureSettings(min_repeat_ms=5, timing_context=TimingContext.WARM))
     report = tune(tuning_tasks, target, db, TuningBudget(12, 6, 6), tmp_path / "a", pools=pools, seed=3)
     db.flush()
     sent = [record for batch in batches for record in batch]
     assert len(sent) == report.trials == len(db)
     assert all(len(batch) <= 4 for batch in batches) and len(batches) >= 3
-    assert {shash for shash, _ in sent} <= {shash for shash, _ in workloads}
+    assert {shash for shash, _, _ in sent} <= {shash for shash, _ in workloads}
+    assert {context for _, _, context in sent} == {"warm"}
 
     # A second shard of the same tasks starts from those records (MetaSchedule's top-k).
-    warm = sent
+    warm = [(shash, record) for shash, record, _ in sent]
     second: list = []
     db2 = shard_database(workloads, warm, lambda batch: second.extend(batch), ReportBatching(records=4))
     for shash, mod in workloads:
@@ -101,7 +103,7 @@ def test_the_search_goes_on_while_a_report_is_in_flight(tasks):
     def slow_coordinator(batch):
         in_flight.set()
         assert answer.acquire(timeout=30)
-        batches.append([json.loads(record)[1] for _, record in batch])
+        batches.append([json.loads(record)[1] for _, record, _ in batch])
 
     workloads = [(str(tvm_ffi.structural_hash(task.mod)), task.mod)]
     db = shard_database(workloads, [], slow_coordinator, ReportBatching(records=2))
@@ -130,7 +132,7 @@ def test_batches_follow_the_coordinator_and_no_record_waits_past_the_bound(tasks
     batches = []
     batching = ReportBatching(records=3, within_s=10.0)
     db = shard_database([(str(tvm_ffi.structural_hash(task.mod)), task.mod)], [],
-                        lambda batch: batches.append([json.loads(record)[1][0] for _, record in batch]),
+                        lambda batch: batches.append([json.loads(record)[1][0] for _, record, _ in batch]),
                         batching, clock=lambda: now[0])
     workload = db.commit_workload(task.mod)
     trace = tvm.s_tir.Schedule(task.mod).trace
