@@ -138,7 +138,7 @@ class PackedPrograms:
 
 
 def normalised_speeds(samples: Sequence[CrossSample]) -> "np.ndarray":
-    """Each sample's label: the fastest time of its (workload, fingerprint) group over its own."""
+    """Each sample's label: the fastest time of its group (workload, fingerprint, timing context) over its own."""
     import numpy as np
 
     fastest: dict[str, float] = {}

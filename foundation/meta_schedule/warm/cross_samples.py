@@ -35,10 +35,13 @@ class CrossSample:
     record_digest: str
     program: "np.ndarray"  # (stores, features) float32
     cost: float  # seconds; FAILED_SEC for a run that failed
+    timing_context: str = "warm"  # the cache state its time was taken in
 
     @property
     def group(self) -> str:
-        return f"{self.workload_id}@{self.fingerprint_id}"
+        """The samples whose costs compare: one workload's on one fingerprint, timed in one context."""
+        group = f"{self.workload_id}@{self.fingerprint_id}"
+        return group if self.timing_context == "warm" else f"{group}/{self.timing_context}"
 
     @property
     def failed(self) -> bool:
@@ -134,5 +137,6 @@ def _record_samples(store: "RegistryStore", records: list["StoredRecord"],
             [program] = program_features(context, candidates)
             run_secs = results[0].run_secs
             cost = float(run_secs[0]) if run_secs else FAILED_SEC
-            out.append(CrossSample(record.fingerprint_id, workload_id, record.record_digest, program, cost))
+            out.append(CrossSample(record.fingerprint_id, workload_id, record.record_digest, program, cost,
+                                   record.timing_context))
     return out
