@@ -28,31 +28,34 @@ from support.served_coordinator import served_coordinator
 
 
 @pytest.fixture
-def coordinator(tmp_path):
-    with served_coordinator(tmp_path) as served:
-        yield served
-
-
-def test_the_agent_says_and_counts_the_records_its_coordinator_refused(coordinator, caplog):
+def leased(tmp_path):
+    """A served coordinator with a job of mlp-tiny, one of whose shards the fake agent leased; what the real
+    agent's report_records takes of an agent: (server, shard, holder, what the holder was posted)."""
     from foundation.hardware.fingerprint import local_fingerprint
 
-    server, channel = coordinator
-    fingerprint = local_fingerprint("llvm")
-    leaser = FakeAgent(channel, fingerprint)
-    leaser.register()
-    client = farm_pb2_grpc.FarmClientStub(channel)
-    client.Submit(farm_pb2.SubmitRequest(zoo_name="mlp-tiny", batch=1, target="llvm", trials_per_task=4,
-                                         weights_layout="plain", reuse="off"), timeout=120)
-    shard = wait_for(leaser.lease, 120, "a shard leased", interval=0.2)
+    with served_coordinator(tmp_path) as (server, channel):
+        fingerprint = local_fingerprint("llvm")
+        leaser = FakeAgent(channel, fingerprint)
+        leaser.register()
+        client = farm_pb2_grpc.FarmClientStub(channel)
+        client.Submit(farm_pb2.SubmitRequest(zoo_name="mlp-tiny", batch=1, target="llvm", trials_per_task=4,
+                                             weights_layout="plain", reuse="off"), timeout=120)
+        shard = wait_for(leaser.lease, 120, "a shard leased", interval=0.2)
+        posted: list = []
+        holder = SimpleNamespace(agent_id=leaser.agent_id, stub=leaser.stub, fingerprint=fingerprint,
+                                 settings=AgentSettings(coordinator=server.address), explain_tls=None,
+                                 post=posted.append)
+        yield server, shard, holder, posted
+        client.CancelJob(farm_pb2.CancelJobRequest(job_id=shard.job_id), timeout=30)
+
+
+def test_the_agent_says_and_counts_the_records_its_coordinator_refused(leased, caplog):
+    server, shard, holder, posted = leased
     task = shard.tasks[0]
     batch = [(task.workload_shash, json.dumps(convolution_record(shard.target, 1e-9)), "warm"),
              (task.workload_shash, json.dumps(convolution_record(shard.target, 1e-5)), "warm"),
              (task.workload_shash, record_json(task, shard.target, 4), "warm")]
-    posted = []
-    holder = SimpleNamespace(agent_id=leaser.agent_id, stub=leaser.stub, fingerprint=fingerprint,
-                             settings=AgentSettings(coordinator=server.address), explain_tls=None,
-                             post=posted.append)
-    series = ("farm_reported_records_refused_total", {"fingerprint": fingerprint.id})
+    series = ("farm_reported_records_refused_total", {"fingerprint": holder.fingerprint.id})
     before = metrics.REGISTRY.get_sample_value(*series) or 0.0
 
     with caplog.at_level(logging.WARNING, logger="farm.agent"):
@@ -69,31 +72,17 @@ def test_the_agent_says_and_counts_the_records_its_coordinator_refused(coordinat
         assert [r.run_secs for r in store.records.all_records()] == [[4e-5]]
     finally:
         store.dispose()
-    client.CancelJob(farm_pb2.CancelJobRequest(job_id=shard.job_id), timeout=30)
 
 
-def test_each_reported_record_is_filed_under_the_timing_context_it_was_timed_in(coordinator):
+def test_each_reported_record_is_filed_under_the_timing_context_it_was_timed_in(leased):
     """The agent's report names each record's timing context; the coordinator files it there, and drops
     a record naming none it knows (auto is a choice, not a context a record was timed in)."""
-    from foundation.hardware.fingerprint import local_fingerprint
-
-    server, channel = coordinator
-    fingerprint = local_fingerprint("llvm")
-    leaser = FakeAgent(channel, fingerprint)
-    leaser.register()
-    client = farm_pb2_grpc.FarmClientStub(channel)
-    client.Submit(farm_pb2.SubmitRequest(zoo_name="mlp-tiny", batch=1, target="llvm", trials_per_task=4,
-                                         weights_layout="plain", reuse="off"), timeout=120)
-    shard = wait_for(leaser.lease, 120, "a shard leased", interval=0.2)
+    server, shard, holder, posted = leased
     task = shard.tasks[0]
     batch = [(task.workload_shash, record_json(task, shard.target, 4), "weights"),
              (task.workload_shash, record_json(task, shard.target, 5), "warm"),
              (task.workload_shash, record_json(task, shard.target, 6), "auto"),
              (task.workload_shash, record_json(task, shard.target, 7), "x" * 500)]
-    posted = []
-    holder = SimpleNamespace(agent_id=leaser.agent_id, stub=leaser.stub, fingerprint=fingerprint,
-                             settings=AgentSettings(coordinator=server.address), explain_tls=None,
-                             post=posted.append)
     report_records(holder, shard, batch, [], ReportBatching(), threading.Event())
 
     assert [type(e) for e in posted] == [ReportAccepted], posted
@@ -105,4 +94,3 @@ def test_each_reported_record_is_filed_under_the_timing_context_it_was_timed_in(
         store.dispose()
     said = [e.payload.get("message", "") for e in server.coordinator.cluster.events.events_after(shard.job_id)]
     assert any("2 reported record(s) were not kept: timing context 'auto' is not one of" in m for m in said), said
-    client.CancelJob(farm_pb2.CancelJobRequest(job_id=shard.job_id), timeout=30)

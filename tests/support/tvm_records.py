@@ -64,3 +64,21 @@ def build_and_time(builder, runner, mod, target):  # type: ignore[no-untyped-def
     result = future.result()
     assert result.error_msg is None, result.error_msg
     return [float(s) for s in result.run_secs], args
+
+
+def lean_cpu_target():  # type: ignore[no-untyped-def]
+    """A 2-core `llvm` target, with only the CPU's tensor intrinsics registered (as every farm process)."""
+    from foundation.hardware.tvm_startup import install_lean_tensor_intrinsics
+
+    install_lean_tensor_intrinsics("llvm")
+    import tvm
+
+    return tvm.target.Target({"kind": "llvm", "num-cores": 2})
+
+
+def mlp_tiny_tasks(target):  # type: ignore[no-untyped-def]
+    """mlp-tiny's tuning tasks in the CPU's default form (prepacked weights, blocked activations)."""
+    from foundation.compile import extract_tuning_tasks
+    from foundation.models.loading import load_model
+
+    return extract_tuning_tasks(load_model("mlp-tiny", 1), target, prepack=True, block_activations=True)

@@ -8,18 +8,15 @@ import pytest
 from foundation.domain.weights_layout import WeightsLayout
 from foundation.job_driver.in_model_times import in_model_times, kernel_names, task_ceiling_ms
 
+from support.tvm_records import lean_cpu_target
+
 FORM = WeightsLayout.PREPACKED_NCHWC  # the CPU's default
 DEVICE = {"peak_gflops": 20.0}
 
 
 @pytest.fixture(scope="module")
 def target():
-    from foundation.hardware.tvm_startup import install_lean_tensor_intrinsics
-
-    install_lean_tensor_intrinsics("llvm")
-    import tvm
-
-    return tvm.target.Target({"kind": "llvm", "num-cores": 2})
+    return lean_cpu_target()
 
 
 @pytest.fixture(scope="module")

@@ -19,7 +19,7 @@ from foundation.meta_schedule.timing_context import (
     timing_context_setting,
 )
 
-from support.tvm_records import build_and_time, matmul_module
+from support.tvm_records import build_and_time, lean_cpu_target, matmul_module, mlp_tiny_tasks
 
 HOST = "127.0.0.1"
 KEY = "timing-context-test"
@@ -54,21 +54,12 @@ def test_a_flushing_context_times_one_call_a_repeat_and_only_flushed_asks_tvm_to
 
 @pytest.fixture(scope="module")
 def target():
-    from foundation.hardware.tvm_startup import install_lean_tensor_intrinsics
-
-    install_lean_tensor_intrinsics("llvm")
-    import tvm
-
-    return tvm.target.Target({"kind": "llvm", "num-cores": 2})
+    return lean_cpu_target()
 
 
 @pytest.fixture(scope="module")
 def mlp_tasks(target):
-    """mlp-tiny's tasks in the CPU's default form (prepacked weights)."""
-    from foundation.compile import extract_tuning_tasks
-    from foundation.models.loading import load_model
-
-    return extract_tuning_tasks(load_model("mlp-tiny", 1), target, prepack=True, block_activations=True)
+    return mlp_tiny_tasks(target)
 
 
 def test_a_prepacked_tasks_weights_are_the_buffers_it_marks_layout_free(mlp_tasks):

@@ -6,22 +6,16 @@ import pytest
 from alembic import command
 from sqlalchemy import create_engine, event, text
 
-from foundation.registry import NewRecord, RegistryStore, migrate
+from foundation.registry import RegistryStore, migrate
 from foundation.registry.engine import parse_registry_url
 
-TARGET = '{"kind":"llvm"}'
-SCOPE = ("cpu-aaaa", TARGET, "0.27.0")
+from support.scoped_records import SCOPE, scoped_workload
+from support.scoped_records import scoped_record as _record
 
 
 @pytest.fixture
 def workload(store) -> int:
-    store.upsert_fingerprint("cpu-aaaa", "cpu", "test cpu", {})
-    return store.records.commit_workload("123", '["123","bW9k"]')
-
-
-def _record(workload_id: int, trace: str, run_secs, job_id=None, **more) -> NewRecord:  # type: ignore[no-untyped-def]
-    return NewRecord(workload_id=workload_id, fingerprint_id=SCOPE[0], target=SCOPE[1], tvm_version=SCOPE[2],
-                     trace=trace, run_secs=run_secs, job_id=job_id, **more)
+    return scoped_workload(store)
 
 
 def _only(store, workload):  # type: ignore[no-untyped-def]

@@ -16,19 +16,16 @@ from foundation.registry import NewRecord, RegistryStore, migrate
 from foundation.registry.engine import parse_registry_url
 from foundation.registry.tuning_records import record_digest
 
-TARGET = '{"kind":"llvm"}'
-SCOPE = ("cpu-aaaa", TARGET, "0.27.0")
+from support.scoped_records import SCOPE, scoped_record, scoped_workload
 
 
 @pytest.fixture
 def workload(store) -> int:
-    store.upsert_fingerprint("cpu-aaaa", "cpu", "test cpu", {})
-    return store.records.commit_workload("123", '["123","bW9k"]')
+    return scoped_workload(store)
 
 
 def _record(workload_id: int, trace: str, run_secs, context: str = "warm") -> NewRecord:  # type: ignore[no-untyped-def]
-    return NewRecord(workload_id=workload_id, fingerprint_id=SCOPE[0], target=SCOPE[1], tvm_version=SCOPE[2],
-                     trace=trace, run_secs=run_secs, timing_context=context)
+    return scoped_record(workload_id, trace, run_secs, timing_context=context)
 
 
 def test_a_warm_record_keeps_the_digest_it_had_before_contexts_were_kept():

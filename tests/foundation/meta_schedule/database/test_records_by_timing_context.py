@@ -15,6 +15,8 @@ from foundation.meta_schedule.measure import MeasureSettings, WorkerPools
 from foundation.meta_schedule.timing_context import buffer_roles
 from foundation.registry import RegistryStore
 
+from support.tvm_records import lean_cpu_target, mlp_tiny_tasks
+
 pytestmark = pytest.mark.slow
 
 FINGERPRINT = "cpu-aaaa"
@@ -24,21 +26,13 @@ L2_KIB = 16
 
 @pytest.fixture(scope="module")
 def target():
-    from foundation.hardware.tvm_startup import install_lean_tensor_intrinsics
-
-    install_lean_tensor_intrinsics("llvm")
-    import tvm
-
-    return tvm.target.Target({"kind": "llvm", "num-cores": 2})
+    return lean_cpu_target()
 
 
 @pytest.fixture(scope="module")
 def dense(target):
     """mlp-tiny's two dense tasks in the CPU's default form: (large weights, small weights)."""
-    from foundation.compile import extract_tuning_tasks
-    from foundation.models.loading import load_model
-
-    tasks = extract_tuning_tasks(load_model("mlp-tiny", 1), target, prepack=True, block_activations=True)
+    tasks = mlp_tiny_tasks(target)
     large, small = sorted((t for t in tasks if "matmul" in t.name), key=lambda t: -buffer_roles(t.mod).weight_bytes)
     return large, small
 
