@@ -11,9 +11,9 @@ weight, the guess TVM's own flush makes.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from foundation.config import TIMING_CONTEXT_ENV, cpu_cache_flush
 from foundation.domain.timing_context import (
@@ -98,12 +98,17 @@ def buffer_roles(mod: "tvm.IRModule") -> BufferRoles:
 
 def l2_kib_here() -> int | None:
     """This box's L2 per core in KiB, from its fingerprint's device features; None if unknown."""
-    from foundation.hardware.device_features import DEVICE_KEY
     from foundation.hardware.fingerprint import local_fingerprint
 
-    device = local_fingerprint("llvm").details.get(DEVICE_KEY) or {}
-    value = device.get("l2_kib")
-    return int(value) if isinstance(value, int | float) and value > 0 else None
+    return l2_kib_of(local_fingerprint("llvm").details)
+
+
+def l2_kib_of(details: Mapping[str, Any]) -> int | None:
+    """The L2 per core in KiB that a fingerprint's ``details`` measured; None if unknown."""
+    from foundation.hardware.device_features import DEVICE_KEY
+
+    value = (details.get(DEVICE_KEY) or {}).get("l2_kib")
+    return int(value) if isinstance(value, int | float) and not isinstance(value, bool) and value > 0 else None
 
 
 def task_timings(mods: Sequence["tvm.IRModule"], requested: TimingContext, l2_kib: int | None) -> list[TaskTiming]:

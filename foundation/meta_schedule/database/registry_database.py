@@ -329,15 +329,13 @@ def default_timing_context(store: RegistryStore, fingerprint_id: str, target: Ta
     rule): the context asked for here, else the one its pack chose, per task as its weights and the
     fingerprint's L2 say; warm on a GPU."""
     from foundation.domain.timing_context import TimingContext, task_timing
-    from foundation.hardware.device_features import DEVICE_KEY
-    from foundation.meta_schedule.timing_context import buffer_roles, timing_context_here
+    from foundation.meta_schedule.timing_context import buffer_roles, l2_kib_of, timing_context_here
 
     requested = timing_context_here(fingerprint_id).context if target.kind.name == "llvm" else TimingContext.WARM
     if requested is TimingContext.WARM:
         return lambda _mod: TimingContext.WARM.value
     fingerprint = store.get_fingerprint(fingerprint_id)
-    l2_kib = ((fingerprint.details.get(DEVICE_KEY) or {}).get("l2_kib") if fingerprint is not None else None)
-    l2_kib = int(l2_kib) if isinstance(l2_kib, int | float) and l2_kib > 0 else None
+    l2_kib = l2_kib_of(fingerprint.details) if fingerprint is not None else None
 
     def context_of(mod: IRModule) -> str:
         if "main" not in {gv.name_hint for gv in mod.get_global_vars()}:

@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from foundation.domain.timing_context import TimingContext
 from foundation.hardware.device_features import device_vector
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -35,13 +36,13 @@ class CrossSample:
     record_digest: str
     program: "np.ndarray"  # (stores, features) float32
     cost: float  # seconds; FAILED_SEC for a run that failed
-    timing_context: str = "warm"  # the cache state its time was taken in
+    timing_context: str = TimingContext.WARM.value  # the cache state its time was taken in
 
     @property
     def group(self) -> str:
         """The samples whose costs compare: one workload's on one fingerprint, timed in one context."""
         group = f"{self.workload_id}@{self.fingerprint_id}"
-        return group if self.timing_context == "warm" else f"{group}/{self.timing_context}"
+        return group if self.timing_context == TimingContext.WARM.value else f"{group}/{self.timing_context}"
 
     @property
     def failed(self) -> bool:
