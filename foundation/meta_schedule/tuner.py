@@ -220,16 +220,19 @@ def tune(
     logging.getLogger(_MS_LOGGER).addHandler(picks)
     pools.live = live
     timings = pools.plan_timings([t.mod for t in tasks], target_kind)  # each task's cache state as timed
+    timed_in = [t.context.value for t in timings] if timings else [TimingContext.WARM.value] * len(tasks)
     if hasattr(database, "time_tasks_in"):  # the farm's databases file each record under its task's context
-        timed_in = [t.context.value for t in timings] if timings else [TimingContext.WARM.value] * len(tasks)
         database.time_tasks_in([t.mod for t in tasks], timed_in)
     history = LatencyHistory(len(tasks))
     batch_end = _BatchEnd(history, database)
     if listener:
         listener.started(progress)
+    from foundation.meta_schedule.warm.context_groups import grouped_by_context
+
     pretrained = warm.cost_model if warm is not None else None
     # A cold search's model is MetaSchedule's "xgb" (adaptive training), on the farm's threads.
-    cost_model = pretrained if pretrained is not None else new_model(adaptive_training=True)
+    cost_model = grouped_by_context(pretrained if pretrained is not None else new_model(adaptive_training=True),
+                                    contexts, timed_in)
     seeds = None
     try:
         with native_stderr_to(work_dir / "logs" / NATIVE_LOG):
@@ -251,7 +254,7 @@ def tune(
                                             live.picked)
             if seed_round is not None:
                 seed_round.measure_rest()
-                seeds = seed_round.finish(pretrained)
+                seeds = seed_round.finish(cost_model if pretrained is not None else None)
             for i, measured in enumerate(untuned):  # the untuned form and the seeds come out of the plan
                 search_plan[i] = max(0, search_plan[i] - measured - (seeds.per_task[i] if seeds else 0))
             search = _Search(tasks, database, cost_model, budget.num_trials_per_iter, builder, runner, work_dir,

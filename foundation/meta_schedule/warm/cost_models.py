@@ -64,7 +64,7 @@ def model_bytes(model) -> bytes:
     """``model`` (an XGBModel) as the registry stores it: booster and samples, no pickle."""
     import numpy as np
 
-    groups = list(model.data.values())
+    keys, groups = list(model.data.keys()), list(model.data.values())
     features = [np.asarray(f, dtype="float32") for g in groups for f in g.features]
     width = features[0].shape[1] if features else 0
     booster = b"" if model.booster is None else bytes(model.booster.save_raw("ubj"))
@@ -72,7 +72,7 @@ def model_bytes(model) -> bytes:
     np.savez_compressed(
         buffer,
         format=np.array([FORMAT], dtype="int64"),
-        group_hashes=np.array([str(g.group_hash) for g in groups], dtype=str),
+        group_hashes=np.array([str(key) for key in keys], dtype=str),  # a context's group's own key
         group_sizes=np.array([len(g.costs) for g in groups], dtype="int64"),
         costs=np.concatenate([np.asarray(g.costs, dtype="float32") for g in groups]) if groups
         else np.zeros(0, "float32"),
@@ -130,31 +130,37 @@ def load_cost_model(store: "RegistryStore", fingerprint_id: str,
 def learn(model, target: "tvm.target.Target", workloads: dict[int, "tvm.IRModule"],
           records: Sequence["StoredRecord"]) -> int:
     """Add ``records`` (of ``workloads``, by id) to ``model``'s samples and train it once on all
-    of them; returns how many records became samples (a trace that no longer replays is skipped)."""
+    of them; returns how many records became samples (a trace that no longer replays is skipped).
+    A workload's records of each timing context are a group of their own (context_groups)."""
     from tvm.s_tir import meta_schedule as ms
+    from tvm.s_tir.meta_schedule.utils import shash2hex
 
-    by_workload: dict[int, list] = {}
+    from foundation.meta_schedule.warm.context_groups import samples_filed_in
+
+    by_group: dict[tuple[int, str], list] = {}
     for record in records:
-        by_workload.setdefault(record.workload_id, []).append(record)
+        by_group.setdefault((record.workload_id, record.timing_context), []).append(record)
     groups = []
-    for workload_id, group in by_workload.items():
+    for (workload_id, timing_context), group in by_group.items():
         mod = workloads.get(workload_id)
         if mod is None:
             continue
         candidates, results = _samples(mod, group)
         if candidates:
-            groups.append((ms.TuneContext(mod=mod, target=target, task_name="cost-model"), candidates, results))
+            groups.append((ms.TuneContext(mod=mod, target=target, task_name="cost-model"), timing_context,
+                           candidates, results))
     adaptive = model.adaptive_training
     model.adaptive_training = True
     try:
-        for i, (context, candidates, results) in enumerate(groups):
+        for i, (context, timing_context, candidates, results) in enumerate(groups):
             # XGBModel retrains on everything at each update; only the last one trains here.
             model.last_train_size = 0 if i == len(groups) - 1 else 10**15
-            model.update(context, candidates, results)
+            with samples_filed_in(model, shash2hex(context.mod), timing_context):
+                model.update(context, candidates, results)
     finally:
         model.adaptive_training = adaptive
         model.last_train_size = model.data_size
-    return sum(len(c) for _, c, _ in groups)
+    return sum(len(c) for _, _, c, _ in groups)
 
 
 def _samples(mod: "tvm.IRModule", records: Sequence["StoredRecord"]) -> tuple[list, list]:

@@ -165,6 +165,36 @@ def test_an_agents_shard_reports_each_record_with_its_tasks_context(target, dens
     assert {(shash[s], context) for s, _, context in sent} == {(large.name, "weights"), (small.name, "warm")}
 
 
+def test_a_tunes_cost_model_labels_each_tasks_samples_within_its_context(store, target, dense, tmp_path):
+    """The search's model, and a model later taught the registry's records, group the large task's samples
+    (timed after its weights were flushed) apart from warm ones of the same workload."""
+    import json
+
+    from tvm.s_tir import meta_schedule as ms
+    from tvm.s_tir.meta_schedule.database import Workload
+    from tvm.s_tir.meta_schedule.utils import shash2hex
+
+    from foundation.meta_schedule import tuner
+    from foundation.meta_schedule.warm import WarmStart
+    from foundation.meta_schedule.warm.cost_models import learn, new_model
+
+    hashes = [shash2hex(ms.TuneContext(mod=t.mod, target=target, task_name=t.name).mod) for t in dense]
+    searched = new_model()
+    settings = MeasureSettings(timing_context=TimingContext.AUTO, l2_kib=L2_KIB, min_repeat_ms=5)
+    with WorkerPools(settings) as pools:
+        tuner.tune(list(dense), target, database(store, target), tuner.TuningBudget(8, 4, 2), tmp_path, pools=pools,
+                   seed=1, warm=WarmStart(cost_model=searched))
+    expected = {f"{hashes[0]}@weights", hashes[1]}
+    assert set(searched.data) == expected
+
+    recorded = [r for r in store.records.all_records(fingerprint_id=FINGERPRINT) if r.mean_sec is not None]
+    modules = {i: Workload.from_json(json.loads(mod_json)).mod
+               for i, (_shash, mod_json) in store.records.get_workloads({r.workload_id for r in recorded}).items()}
+    taught = new_model()
+    assert learn(taught, target, modules, recorded) == len(recorded)
+    assert set(taught.data) == expected
+
+
 def _new(stored, context: str):  # type: ignore[no-untyped-def]
     """A stored record as a new one timed in ``context``."""
     from foundation.registry.entities import NewRecord
