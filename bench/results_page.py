@@ -428,13 +428,20 @@ def peers(page: Page) -> list[str]:
             "  before resnet-50's quiet run, every core's (about 193-199 on this Zen 4) since, which halves them.",
             "- The hour's budget, resnet-18 on the Zen 4 (about 1.5 h of a quiet box): 1.04x onnxruntime, ahead",
             "  of PyTorch; the 0.9x goal is not met: the convolutions reach 180-221 GFLOP/s, flat from 439",
-            "  trials on (as bench/parity.py found). TVM's pipeline at that budget, and mobilenet and",
-            "  resnet-50 at the hour, are not measured yet (about 1.5-2 h of a quiet box each).",
+            "  trials on (as bench/parity.py found). TVM's pipeline at that budget, and resnet-50 at the",
+            "  hour, are not measured yet (about 1.5-2 h of a quiet box each).",
             "- bert at resnet-18's hour cap (192 a task, 27 min of tuning): 1.03x onnxruntime, inside the",
             "  farm's own spread (IQR 42 ms of 158), level with TVM's pipeline. The kernel-level reason: its",
             "  two heaviest matmuls (9.4 MB of weights each, past the 1 MB L2) run 1.14-1.15x their alone time",
             "  in the model, and their alone time itself moves by a third between processes on this VM (the",
             "  whole library 123-188 ms, `bench/huge_pages.py`).",
+            "- mobilenet at the Xeon family 6 model 167's hour (80 a task: its pack's job and a retune, 74 min",
+            "  of tuning on 2 cores): 1.21x onnxruntime (4.46 against 3.69 ms; 1.69x at the",
+            "  quick start's budget), ahead of `torch.compile` (9.57) and PyTorch eager (20.7); TVM's pipeline",
+            "  not run (another hour and more here). The kernel-level reason: its pointwise convolutions (79%",
+            "  of the model) run at 43-66% of the probe's 283 GFLOP/s in the model, its depthwise ones (14%)",
+            "  at 9-48%, the heaviest of those (4%) at 14%; the classifier (3%) streams its 4 MB of weights",
+            "  at 18 GFLOP/s.",
         ]
     else:
         lines.append("No figure yet: the table needs a quiet box (the commands above).")
