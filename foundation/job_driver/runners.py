@@ -22,6 +22,7 @@ import psutil
 from foundation.clock import utc_now
 from foundation.domain.runners import HEARTBEAT_INTERVAL_S, HEARTBEAT_TTL_S, Runner, runner_gone
 from foundation.job_driver.driver import JobDriver, RegistryJobMoves
+from foundation.processes.start_times import process_start_time
 
 if TYPE_CHECKING:  # pragma: no cover
     from foundation.registry.entities import Job
@@ -36,20 +37,12 @@ def host_name() -> str:
     return socket.gethostname()
 
 
-def process_start_time(pid: int) -> float | None:
-    """When the live process ``pid`` started (epoch seconds); None if there is none."""
-    try:
-        process = psutil.Process(pid)
-        if process.status() == psutil.STATUS_ZOMBIE:
-            return None
-        return process.create_time()
-    except psutil.Error:
-        return None
-
-
 @functools.lru_cache(maxsize=1)
 def _this_runner(pid: int) -> Runner:
-    return Runner(host_name(), pid, psutil.Process(pid).create_time())
+    started_at = process_start_time(pid)
+    if started_at is None:  # only where this process's own entry cannot be read: psutil's reading
+        started_at = psutil.Process(pid).create_time()
+    return Runner(host_name(), pid, started_at)
 
 
 def this_runner() -> Runner:
