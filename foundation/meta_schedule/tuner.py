@@ -184,6 +184,7 @@ def tune(
         return TuningReport(tasks=[], seconds=0.0, cancelled=cancelled is not None and cancelled.is_set())
     target_kind = target.kind.name
     install_lean_tensor_intrinsics(target_kind)
+    from foundation.meta_schedule.warm.context_groups import grouped_by_context  # TVM's meta_schedule
 
     pools = pools or WorkerPools()
     builder, runner = pools.get(target_kind)
@@ -227,8 +228,6 @@ def tune(
     batch_end = _BatchEnd(history, database)
     if listener:
         listener.started(progress)
-    from foundation.meta_schedule.warm.context_groups import grouped_by_context
-
     pretrained = warm.cost_model if warm is not None else None
     # A cold search's model is MetaSchedule's "xgb" (adaptive training), on the farm's threads.
     cost_model = grouped_by_context(pretrained if pretrained is not None else new_model(adaptive_training=True),

@@ -24,6 +24,7 @@ import psutil
 _PROC = Path("/proc")
 _BOOT_ID = _PROC / "sys" / "kernel" / "random" / "boot_id"
 _SHARED_MEMORY = Path("/dev/shm")
+_HAS_PROC = (_PROC / "self" / "stat").exists()
 
 
 def process_start_time(pid: int) -> float | None:
@@ -33,21 +34,15 @@ def process_start_time(pid: int) -> float | None:
         process = psutil.Process(pid)
         if process.status() == psutil.STATUS_ZOMBIE:
             return None
-        since_boot = _seconds_since_boot(pid)
-        if since_boot is None:
+        if not _HAS_PROC:
             return process.create_time()
-        return boot_epoch() + since_boot
+        return boot_epoch() + _seconds_since_boot(pid)
     except (psutil.Error, OSError):
         return None
 
 
-def _seconds_since_boot(pid: int) -> float | None:
-    try:
-        stat = (_PROC / str(pid) / "stat").read_text()
-    except FileNotFoundError:
-        if not _PROC.joinpath("self").exists():
-            return None  # no /proc here
-        raise
+def _seconds_since_boot(pid: int) -> float:
+    stat = (_PROC / str(pid) / "stat").read_text()
     # Field 22 (starttime), counted after the command name, which may hold spaces and parentheses.
     fields = stat[stat.rindex(")") + 2:].split()
     return int(fields[19]) / os.sysconf("SC_CLK_TCK")
