@@ -18,7 +18,8 @@ the constant-initialised ones (BatchNorm, LayerNorm, biases) perturbed, which wo
 graph pass. Then warm-up, and the timed runs interleaved round-robin. Last, the farm-tuned library
 and TVM's pipeline run --kernel-runs more inferences with every call timed (bench/vm_calls.py):
 each kernel's time in the model, GFLOP/s and share of this box's peak (the fingerprint's measured
-peak_gflops). Results go to OUT/evaluate-TAG.json, .csv and -kernels.csv, with three plots:
+peak_gflops, or the fastest rate a kernel reached here, alone in tuning or in the model, where that is
+higher: `peak_from` says which). Results go to OUT/evaluate-TAG.json, .csv and -kernels.csv, with three plots:
 latency per case (one bar per engine), the model's best latency against trials, and the heaviest
 kernels' share of the peak.
 
@@ -53,7 +54,14 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from peer_engines import TORCH_COMPILE, TVM_PIPELINE, torch_compile_engine, tvm_pipeline_engine  # noqa: E402
 from timing import Engine, check_outputs, cpu_model, interleaved, load_average  # noqa: E402
-from vm_calls import kernel_rows, model_function_flops, peak_gflops_of, time_calls  # noqa: E402
+from vm_calls import (  # noqa: E402
+    kernel_rows,
+    model_function_flops,
+    peak_gflops_of,
+    reached_peak,
+    time_calls,
+    with_shares_of,
+)
 
 SYSTEMS = ("TVM untuned", "TVM farm-tuned", "onnxruntime", "PyTorch eager", TORCH_COMPILE, TVM_PIPELINE)
 PEERS = ("onnxruntime", "PyTorch eager", TORCH_COMPILE, TVM_PIPELINE)
@@ -174,7 +182,8 @@ def torch_engine(model, weights, target_kind: str) -> tuple[Engine | None, str]:
 
 
 def tuning_history(store, model_id: str, fingerprint: str, target_json: str) -> dict:
-    """Every tuning job of this model here, oldest first, and the model's best estimate against trials."""
+    """Every tuning job of this model here, oldest first, the model's best estimate against trials, and
+    each task's fastest rate alone (GFLOP/s of its best record)."""
     from farm.report import job_report
 
     jobs = [j for j in store.list_jobs(limit=10_000)
@@ -183,6 +192,7 @@ def tuning_history(store, model_id: str, fingerprint: str, target_json: str) -> 
     jobs.sort(key=lambda j: j.created_at)
     curve, offset, listed = [], 0, []
     best: dict[int, float] = {}  # each workload's best mean so far, over this model's jobs
+    fastest_alone: dict[str, float] = {}  # GFLOP/s of each task's best record, where its FLOPs are known
     for job in jobs:
         seconds = (job.finished_at - job.started_at).total_seconds() if job.finished_at and job.started_at else None
         listed.append({"job": job.id, "trials": job.trials_done, "budget": job.trials_budget,
@@ -195,7 +205,10 @@ def tuning_history(store, model_id: str, fingerprint: str, target_json: str) -> 
             continue
         curve += _carried_curve(store, job.id, report.tasks, best, offset)
         offset += report.trials
-    return {"jobs": listed, "trials": offset, "curve_trials_ms": curve}
+        for task in report.tasks:
+            if task.flop > 0 and task.final:
+                fastest_alone[task.name] = max(fastest_alone.get(task.name, 0.0), task.flop / task.final / 1e9)
+    return {"jobs": listed, "trials": offset, "curve_trials_ms": curve, "fastest_alone": fastest_alone}
 
 
 def _carried_curve(store, job_id: str, tasks, best: dict[int, float], offset: int) -> list[tuple[int, float]]:
@@ -293,18 +306,23 @@ def evaluate_case(case: Case, args, log) -> dict:
     others = {n: stats[n]["median_ms"] for n in PEERS if n in stats}
     fastest = min(others, key=others.get) if others else None
     ort_ms = stats.get("onnxruntime", {}).get("median_ms")
-    peak = peak_gflops_of(ctx.fingerprint)
     kernels = {}
     if args.kernel_runs > 0:
         from foundation.domain.weights_layout import WeightsLayout
 
         log(f"{case.label}: every call timed, {args.kernel_runs} inferences per TVM library ...")
         flops = model_function_flops(model, ctx.tvm_target(), WeightsLayout(artifact.weights_layout))
-        kernels["TVM farm-tuned"] = kernel_rows(time_calls(deployed.library, inputs, args.kernel_runs), flops, peak)
+        kernels["TVM farm-tuned"] = kernel_rows(time_calls(deployed.library, inputs, args.kernel_runs), flops, None)
         if pipeline is not None and pipeline[0] is not None:
             info = pipeline[2]
             kernels[TVM_PIPELINE] = kernel_rows(time_calls(info["library"], inputs, args.kernel_runs),
-                                                info["flops"], peak)
+                                                info["flops"], None)
+    rates = {f"{row['kernel']} in {engine}'s library": row["gflops"]
+             for engine, rows in kernels.items() for row in rows if row["gflops"]}
+    rates.update({f"{name} timed alone in tuning": gflops for name, gflops in history["fastest_alone"].items()})
+    peak = reached_peak(peak_gflops_of(ctx.fingerprint), rates)
+    for rows in kernels.values():
+        with_shares_of(rows, peak["peak_gflops"])
     return {
         "model": case.model, "batch": case.batch, "trials_per_task_asked": case.trials_per_task,
         "artifact": {"id": artifact.id, "job": artifact.job_id, "weights_layout": artifact.weights_layout,
@@ -318,7 +336,7 @@ def evaluate_case(case: Case, args, log) -> dict:
         "engines": stats,
         "tvm_pipeline": ({k: v for k, v in pipeline[2].items() if k in ("summary", "work")}
                          if pipeline is not None and pipeline[2] is not None else None),
-        "peak_gflops": peak,
+        **peak,
         "kernels": kernels,
         "ratios": {
             "tuned_over_onnxruntime": tuned / ort_ms if ort_ms else None,
@@ -510,7 +528,8 @@ def print_kernels(case: dict, top: int) -> None:
     """The heaviest kernels of each profiled TVM library, with their share of the box's peak."""
     peak = case["peak_gflops"]
     for engine, rows in case["kernels"].items():
-        print(f"  {engine}, heaviest kernels in the model (peak {f'{peak:.0f} GFLOP/s' if peak else 'unknown'}):")
+        where = f"{peak:.0f} GFLOP/s: {case.get('peak_from', 'the probe')}" if peak else "unknown"
+        print(f"  {engine}, heaviest kernels in the model (peak {where}):")
         for row in rows[:top]:
             speed = (f"{row['gflops']:7.1f} GFLOP/s" + (f" {row['share_of_peak']:6.1%} of peak"
                                                        if row["share_of_peak"] is not None else "")

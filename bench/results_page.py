@@ -390,7 +390,8 @@ def peers(page: Page) -> list[str]:
         "(`bench/tvm_pipeline.py`), and every engine runs the same weights and input, outputs checked",
         "against untuned TVM, timed interleaved. resnet-50 was never tuned while the farm was built.",
         "Beside each case, the farm's heaviest kernel in the model as a share of the box's peak (the",
-        "fingerprint's measured `peak_gflops`); `evaluate-TAG-kernels.csv` has every kernel of the farm's",
+        "fingerprint's measured `peak_gflops`, or the fastest rate a kernel reached on the box where that",
+        "is higher: the raw file's `peak_from`); `evaluate-TAG-kernels.csv` has every kernel of the farm's",
         "library and of TVM's pipeline.",
         "",
     ]

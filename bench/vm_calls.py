@@ -5,8 +5,9 @@ runs before and after every call the VM makes, kernels and its own builtins alik
 is timed here with perf_counter around it (a few microseconds of hook per call, which the
 profiled sum shows against the unprofiled whole). A kernel's FLOPs are TVM's estimate of the
 PrimFunc the library calls by that name; its share of the peak is its GFLOP/s in the model over
-the fingerprint's `details["device"]["peak_gflops"]` (foundation/hardware/device_features.py:
-numpy's float32 matmul on every core, measured when the box was fingerprinted).
+the box's peak: the fingerprint's `details["device"]["peak_gflops"]` (foundation/hardware/device_features.py:
+numpy's float32 matmul on every core, measured when the box was fingerprinted), or the fastest rate a
+kernel reached on the box where that is higher (`reached_peak`: the sgemm reads low on some CPUs).
 """
 
 from __future__ import annotations
@@ -116,6 +117,24 @@ def kernel_rows(times: CallTimes, flops: Mapping[str, float], peak_gflops: float
             "gflop_per_call": flop / 1e9 if flop is not None else None, "gflops": gflops,
             "share_of_peak": gflops / peak_gflops if gflops is not None and peak_gflops else None,
         })
+    return rows
+
+
+def reached_peak(probe_gflops: float | None, rates: Mapping[str, float]) -> dict:
+    """The box's peak for shares of it: the probe's ``probe_gflops``, or the fastest of ``rates`` (GFLOP/s
+    by what reached it) where that is higher: NumPy's sgemm read 224-251 GFLOP/s on an Ice Lake Xeon whose
+    tuned convolutions reached 319, and a share of a probe a kernel beats says nothing."""
+    fastest = max(rates, key=rates.get, default=None)
+    if fastest is not None and rates[fastest] > (probe_gflops or 0.0):
+        return {"peak_gflops": rates[fastest], "probe_gflops": probe_gflops,
+                "peak_from": f"{fastest}, faster than the probe ({probe_gflops or 0:.0f} GFLOP/s)"}
+    return {"peak_gflops": probe_gflops, "probe_gflops": probe_gflops, "peak_from": "the probe"}
+
+
+def with_shares_of(rows: list[dict], peak_gflops: float | None) -> list[dict]:
+    """``rows`` (`kernel_rows`) with each kernel's share of ``peak_gflops``."""
+    for row in rows:
+        row["share_of_peak"] = row["gflops"] / peak_gflops if row["gflops"] is not None and peak_gflops else None
     return rows
 
 

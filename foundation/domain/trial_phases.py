@@ -7,7 +7,8 @@ while ~128 bring them to parity (docs/benchmarks.md, "The ceiling"); which of th
 once they are measured. So a two-phase job spends part of its budget by the plan (`first_phase`:
 `FIRST_PHASE_SHARE` of each task's trials, every task measured), then re-plans the rest
 (`second_phase`) by what each task loses against its ceiling: its best measured time x its calls less
-its FLOPs at the box's measured peak (foundation.domain.trial_plan.ceiling_losses). Its per-task cap,
+its FLOPs at the box's measured peak, or at the fastest measured kernel's rate where a kernel beat that
+peak (foundation.domain.trial_plan.ceiling_losses). Its per-task cap,
 unless the user gave one, is `CAP_FACTOR` times the average task's trials (`phased_cap`), so a laggard
 can take several times its even share.
 

@@ -11,6 +11,10 @@ convolution got none. The plan gives trials where the model's latency is instead
 - Where each task's ceiling is known (the least its work can take on the box: its FLOPs at the
   fingerprint's measured peak) and its time measured, its share is what it loses against that
   ceiling: its time less its ceiling (a two-phase job's second phase, foundation.domain.trial_phases).
+  A kernel measured faster than that peak shows the probe read low (NumPy's BLAS reached 224-251
+  GFLOP/s on an Ice Lake Xeon whose tuned convolutions reached 319): the ceilings are then taken at
+  the fastest measured kernel's rate instead (`reached_ceilings`), so no task's loss reads as none
+  merely because the probe was slow.
 - Once the model itself has been timed kernel by kernel (after a round of `farm submit --until`,
   foundation.job_driver.in_model_times), a task's share is what it loses *in the model*: its time
   there less its ceiling (the least its work can take on the box). A kernel timed fast alone but
@@ -144,24 +148,43 @@ def in_model_losses(tasks: Sequence[TaskDemand]) -> list[float] | None:
         return None
     alone = estimated_task_ms(tasks)
     losses = []
-    for i, task in enumerate(tasks):
+    for i, (task, ceiling) in enumerate(zip(tasks, reached_ceilings(tasks))):
         spent = task.in_model_ms if _in_model(task) else alone[i] if alone is not None else 0.0
-        losses.append(max(0.0, spent - max(task.ceiling_ms, 0.0)))  # type: ignore[operator]
+        losses.append(max(0.0, spent - ceiling))  # type: ignore[operator]
     return losses
 
 
 def ceiling_losses(tasks: Sequence[TaskDemand]) -> list[float] | None:
     """What each task loses against its ceiling, in ms an inference: its time (measured, or estimated
-    at the measured tasks' FLOP rate) less its ceiling, never below 0. None where no ceiling is known,
-    no task is measured, or no task loses anything (a peak measured below what kernels reach): the
-    times themselves then decide."""
+    at the measured tasks' FLOP rate) less its ceiling (`reached_ceilings`), never below 0. None where
+    no ceiling is known, no task is measured, or no task loses anything: the times themselves then
+    decide."""
     if not any(t.ceiling_ms > 0 for t in tasks):
         return None
     times = estimated_task_ms(tasks)
     if times is None:
         return None
-    losses = [max(0.0, ms - max(t.ceiling_ms, 0.0)) for ms, t in zip(times, tasks)]
+    losses = [max(0.0, ms - ceiling) for ms, ceiling in zip(times, reached_ceilings(tasks))]
     return losses if sum(losses) > 0 else None
+
+
+def reached_ceilings(tasks: Sequence[TaskDemand]) -> list[float]:
+    """Each task's ceiling (ms an inference, 0 where unknown), no tighter than the box has shown it
+    can go: where a kernel was measured (alone or in the model) at a higher FLOP rate than the peak
+    the ceilings were taken at, every ceiling is taken at that kernel's rate instead."""
+    ceilings = [max(t.ceiling_ms, 0.0) for t in tasks]
+    # FLOP per ms an inference: the rate the ceilings were taken at, and the best any kernel reached.
+    peak = max((t.flop * t.weight / c for t, c in zip(tasks, ceilings) if c > 0 and t.flop > 0), default=0.0)
+    reached = 0.0
+    for task in tasks:
+        work = task.flop * task.weight
+        if work <= 0:
+            continue
+        if _is_measured(task):
+            reached = max(reached, work / (task.measured_ms * task.weight))  # type: ignore[operator]
+        if _in_model(task) and task.in_model_ms > 0:  # type: ignore[operator]
+            reached = max(reached, work / task.in_model_ms)  # type: ignore[operator]
+    return [c * peak / reached for c in ceilings] if peak > 0 and reached > peak else ceilings
 
 
 def estimated_task_ms(tasks: Sequence[TaskDemand]) -> list[float] | None:

@@ -3,7 +3,7 @@
 from types import SimpleNamespace
 
 import pytest
-from vm_calls import CallTimes, flops_of, kernel_rows, peak_gflops_of
+from vm_calls import CallTimes, flops_of, kernel_rows, peak_gflops_of, reached_peak, with_shares_of
 
 
 def test_a_prepacked_kernel_takes_its_tasks_flops_and_a_builtin_none():
@@ -37,3 +37,16 @@ def test_the_peak_is_the_fingerprints_measured_one_or_none():
     assert peak_gflops_of(SimpleNamespace(details={"device": {"peak_gflops": 812.5}})) == 812.5
     assert peak_gflops_of(SimpleNamespace(details={"cores": 2})) is None
     assert peak_gflops_of(SimpleNamespace(details=None)) is None
+
+
+def test_a_kernel_faster_than_the_probe_stands_for_the_peak():
+    """The Ice Lake case: the sgemm probe read 224 GFLOP/s, a tuned convolution 319."""
+    rates = {"conv alone": 319.0, "conv in the model": 280.0, "dense": 150.0}
+    peak = reached_peak(224.0, rates)
+    assert peak["peak_gflops"] == 319.0 and peak["probe_gflops"] == 224.0
+    assert peak["peak_from"] == "conv alone, faster than the probe (224 GFLOP/s)"
+    assert reached_peak(400.0, rates) == {"peak_gflops": 400.0, "probe_gflops": 400.0, "peak_from": "the probe"}
+    assert reached_peak(None, {})["peak_gflops"] is None
+    assert reached_peak(None, {"k": 10.0})["peak_gflops"] == 10.0  # no probe: what a kernel reached
+    rows = with_shares_of([{"gflops": 280.0}, {"gflops": None}], peak["peak_gflops"])
+    assert rows[0]["share_of_peak"] == pytest.approx(280.0 / 319.0) and rows[1]["share_of_peak"] is None

@@ -96,6 +96,26 @@ def test_a_heavy_task_at_its_ceiling_gives_way_to_a_light_one_far_from_it():
     assert second.tasks[1].phases[1] > second.tasks[0].phases[1]  # ... but the light one loses more
 
 
+def test_a_probe_below_what_kernels_reach_still_ranks_the_tasks_by_what_they_lose():
+    """The Ice Lake case: the probe read 224 GFLOP/s and tuned convolutions 319. Taken at the probe's
+    peak, every kernel faster than it loses nothing and gets no second-phase trials; taken at the
+    fastest kernel's rate, the slowest kernel loses most and the fastest nothing."""
+    rows = [("fast", 1e9, 1), ("middling", 1e9, 1), ("slow", 1e9, 1)]
+    plan = first_phase(plan_trials([TaskDemand(n, f, w) for n, f, w in rows], 300, 200))
+    speeds = {"fast": 1.4, "middling": 1.2, "slow": 0.5}  # of PEAK: the first two beat the probe
+    second = second_phase(plan, demands(rows, speeds), first_phase_trials(plan), PEAK)
+    fast, middling, slow = second.tasks
+    assert fast.loss_ms == 0.0 and 0.0 < middling.loss_ms < slow.loss_ms
+    assert slow.phases[1] > middling.phases[1] > fast.phases[1]
+    # The ceilings taken at the fastest kernel's rate: the middling one loses 1/1.2 - 1/1.4 of the work's
+    # time at PEAK (1e9 FLOP at 100 GFLOP/s: 10 ms).
+    assert middling.loss_ms == pytest.approx(10.0 / 1.2 - 10.0 / 1.4)
+    # Without that evidence (every kernel below the probe's peak) the ceilings stay at the probe's.
+    below = second_phase(plan, demands(rows, {"fast": 0.9, "middling": 0.7, "slow": 0.5}),
+                         first_phase_trials(plan), PEAK)
+    assert below.tasks[0].loss_ms == pytest.approx(10.0 / 0.9 - 10.0)
+
+
 def test_a_user_cap_holds_in_both_phases():
     budget, cap = 32 * len(ROWS), 32
     plan = first_phase(plan_trials([TaskDemand(n, f, w) for n, f, w in ROWS], budget, cap))

@@ -12,8 +12,10 @@ from foundation.domain.trial_plan import (
     MINOR_TRIALS,
     TaskDemand,
     TrialPlan,
+    in_model_losses,
     latency_shares,
     plan_trials,
+    reached_ceilings,
 )
 
 # resnet-tiny's 12 tasks on llvm (name, FLOPs per call, weight), as extract_tuning_tasks gives them.
@@ -196,6 +198,18 @@ def test_in_model_times_send_the_trials_to_what_the_model_loses():
     assert TrialPlan.from_json(plan.to_json()).tasks[0].loss_ms == pytest.approx(8.0)
     assert plan.to_json()["tasks"][0]["loss_ms"] == pytest.approx(8.0)
     assert "in_model_ms" not in by_records.to_json()["tasks"][0]  # a plan from the records says nothing of it
+
+
+def test_ceilings_are_no_tighter_than_a_kernel_in_the_model_has_gone():
+    """A kernel timed in the model at twice the rate the ceilings were taken at: every ceiling halves,
+    so the other kernel's loss is counted against what the box has shown, not against a slow probe."""
+    tasks = [TaskDemand("quick", 1e9, 1, measured_ms=0.5, in_model_ms=0.5, ceiling_ms=1.0),
+             TaskDemand("lagging", 1e9, 1, measured_ms=1.0, in_model_ms=2.0, ceiling_ms=1.0),
+             TaskDemand("unknown", 0.0, 1)]
+    assert reached_ceilings(tasks) == [0.5, 0.5, 0.0]
+    assert in_model_losses(tasks) == [0.0, 1.5, 0.0]
+    assert reached_ceilings([TaskDemand("slow", 1e9, 1, measured_ms=2.0, ceiling_ms=1.0)]) == [1.0]
+    assert reached_ceilings([TaskDemand("no_ceiling", 1e9, 1, measured_ms=0.1)]) == [0.0]
 
 
 def test_a_kernel_at_its_ceiling_in_the_model_is_left_with_the_minor_trials():
