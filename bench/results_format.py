@@ -36,7 +36,8 @@ def day(text: str) -> str:
 
 
 def mmss(seconds: float) -> str:
-    return f"{int(seconds // 60)} min {int(round(seconds % 60))} s"
+    minutes, rest = divmod(round(seconds), 60)  # rounded first: 359.5 s is 6 min 0 s, not 5 min 60 s
+    return f"{minutes} min {rest} s"
 
 
 def table(headers: list[str], rows: list[list[str]]) -> list[str]:

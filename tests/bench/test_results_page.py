@@ -76,3 +76,9 @@ def test_the_peers_table_reads_each_engine_and_the_farms_heaviest_kernel(tmp_pat
     (between,) = [line for line in lines if line.startswith("| resnet-18 b1")]
     assert "18.0%" in between and "tasks built untuned 12.0%" in between and "padding copies" not in between
 
+
+
+def test_minutes_and_seconds_round_as_a_whole():
+    assert results_format.mmss(359.5) == "6 min 0 s"
+    assert results_format.mmss(397.6) == "6 min 38 s"
+    assert results_format.mmss(59.4) == "0 min 59 s"
