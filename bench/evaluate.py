@@ -317,12 +317,6 @@ def evaluate_case(case: Case, args, log) -> dict:
             info = pipeline[2]
             kernels[TVM_PIPELINE] = kernel_rows(time_calls(info["library"], inputs, args.kernel_runs),
                                                 info["flops"], None)
-    rates = {f"{row['kernel']} in {engine}'s library": row["gflops"]
-             for engine, rows in kernels.items() for row in rows if row["gflops"]}
-    rates.update({f"{name} timed alone in tuning": gflops for name, gflops in history["fastest_alone"].items()})
-    peak = reached_peak(peak_gflops_of(ctx.fingerprint), rates)
-    for rows in kernels.values():
-        with_shares_of(rows, peak["peak_gflops"])
     return {
         "model": case.model, "batch": case.batch, "trials_per_task_asked": case.trials_per_task,
         "artifact": {"id": artifact.id, "job": artifact.job_id, "weights_layout": artifact.weights_layout,
@@ -336,7 +330,7 @@ def evaluate_case(case: Case, args, log) -> dict:
         "engines": stats,
         "tvm_pipeline": ({k: v for k, v in pipeline[2].items() if k in ("summary", "work")}
                          if pipeline is not None and pipeline[2] is not None else None),
-        **peak,
+        "probe_gflops": peak_gflops_of(ctx.fingerprint),  # the box's peak and the shares: `with_box_peak`
         "kernels": kernels,
         "ratios": {
             "tuned_over_onnxruntime": tuned / ort_ms if ort_ms else None,
@@ -362,6 +356,26 @@ def pipeline_engine(case: Case, trials: int, ctx, work_root: Path, kind: str, we
                                    ctx.target_json, work_root, kind, weights, log)
     except RuntimeError as err:
         raise Refused(f"{case.label}: TVM's pipeline failed: {err}", "see its output above", EXIT_DISAGREE) from None
+
+
+def with_box_peak(results: list[dict]) -> list[dict]:
+    """``results`` (one a case) with the box's peak and each kernel's share of it: the probe's, or the
+    fastest rate any case's kernel reached (in a library timed here, or alone in its tuning) where that
+    is higher. One peak for every case: they ran on one box."""
+    rates = {}
+    for case in results:
+        label = f"{case['model']} b{case['batch']}"
+        rates.update({f"{row['kernel']} ({label}, {engine}'s library)": row["gflops"]
+                      for engine, rows in case["kernels"].items() for row in rows if row["gflops"]})
+        rates.update({f"{name} ({label}, alone in its tuning)": gflops
+                      for name, gflops in case["tuning"]["fastest_alone"].items()})
+    probe = max((case["probe_gflops"] for case in results if case["probe_gflops"]), default=None)
+    peak = reached_peak(probe, rates)
+    for case in results:
+        case.update(peak)
+        for rows in case["kernels"].values():
+            with_shares_of(rows, peak["peak_gflops"])
+    return results
 
 
 def write_kernels_csv(path: Path, report: dict) -> None:
@@ -458,7 +472,7 @@ def main(argv: list[str] | None = None) -> int:
         from foundation.errors import FarmError
 
         try:
-            results = [evaluate_case(case, args, log) for case in cases]
+            results = with_box_peak([evaluate_case(case, args, log) for case in cases])
         except FarmError as err:  # a registry that cannot be opened, a target the farm refuses
             raise Refused(err.problem, err.fix or "see above", err.exit_code) from None
     except Refused as refused:
