@@ -18,10 +18,10 @@ the constant-initialised ones (BatchNorm, LayerNorm, biases) perturbed, which wo
 graph pass. Then warm-up, and the timed runs interleaved round-robin. Last, the farm-tuned library
 and TVM's pipeline run --kernel-runs more inferences with every call timed (bench/vm_calls.py):
 each kernel's time in the model, GFLOP/s and share of this box's peak (the fingerprint's measured
-peak_gflops, or the fastest rate a kernel reached here, alone in tuning or in the model, where that is
-higher: `peak_from` says which). Results go to OUT/evaluate-TAG.json, .csv and -kernels.csv, with three plots:
-latency per case (one bar per engine), the model's best latency against trials, and the heaviest
-kernels' share of the peak.
+peak_gflops, or the fastest rate a kernel reached on it, alone (the fingerprint's best records) or in
+the model, where that is higher: `peak_from` says which). Results go to OUT/evaluate-TAG.json, .csv and
+-kernels.csv, with three plots: latency per case (one bar per engine), the model's best latency against
+trials, and the heaviest kernels' share of the peak.
 
     .venv/bin/python bench/evaluate.py resnet-18:1:16 mobilenet:1:16 --tag quick
     .venv/bin/python bench/evaluate.py resnet-18:1:16 --retune --tag more   # 16 more per task
@@ -52,6 +52,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
+from kernel_rates import fastest_kernels  # noqa: E402
 from peer_engines import TORCH_COMPILE, TVM_PIPELINE, torch_compile_engine, tvm_pipeline_engine  # noqa: E402
 from timing import Engine, check_outputs, cpu_model, interleaved, load_average  # noqa: E402
 from vm_calls import (  # noqa: E402
@@ -65,6 +66,8 @@ from vm_calls import (  # noqa: E402
 
 SYSTEMS = ("TVM untuned", "TVM farm-tuned", "onnxruntime", "PyTorch eager", TORCH_COMPILE, TVM_PIPELINE)
 PEERS = ("onnxruntime", "PyTorch eager", TORCH_COMPILE, TVM_PIPELINE)
+# The fingerprint's fastest kernels alone kept in a case's report: the evidence of a peak above the probe's.
+FASTEST_SHOWN = 3
 EXIT_DISAGREE, EXIT_USAGE, EXIT_NOT_FOUND = 1, 2, 3
 
 
@@ -182,8 +185,7 @@ def torch_engine(model, weights, target_kind: str) -> tuple[Engine | None, str]:
 
 
 def tuning_history(store, model_id: str, fingerprint: str, target_json: str) -> dict:
-    """Every tuning job of this model here, oldest first, the model's best estimate against trials, and
-    each task's fastest rate alone (GFLOP/s of its best record)."""
+    """Every tuning job of this model here, oldest first, and the model's best estimate against trials."""
     from farm.report import job_report
 
     jobs = [j for j in store.list_jobs(limit=10_000)
@@ -192,7 +194,6 @@ def tuning_history(store, model_id: str, fingerprint: str, target_json: str) -> 
     jobs.sort(key=lambda j: j.created_at)
     curve, offset, listed = [], 0, []
     best: dict[int, float] = {}  # each workload's best mean so far, over this model's jobs
-    fastest_alone: dict[str, float] = {}  # GFLOP/s of each task's best record, where its FLOPs are known
     for job in jobs:
         seconds = (job.finished_at - job.started_at).total_seconds() if job.finished_at and job.started_at else None
         listed.append({"job": job.id, "trials": job.trials_done, "budget": job.trials_budget,
@@ -205,10 +206,7 @@ def tuning_history(store, model_id: str, fingerprint: str, target_json: str) -> 
             continue
         curve += _carried_curve(store, job.id, report.tasks, best, offset)
         offset += report.trials
-        for task in report.tasks:
-            if task.flop > 0 and task.final:
-                fastest_alone[task.name] = max(fastest_alone.get(task.name, 0.0), task.flop / task.final / 1e9)
-    return {"jobs": listed, "trials": offset, "curve_trials_ms": curve, "fastest_alone": fastest_alone}
+    return {"jobs": listed, "trials": offset, "curve_trials_ms": curve}
 
 
 def _carried_curve(store, job_id: str, tasks, best: dict[int, float], offset: int) -> list[tuple[int, float]]:
@@ -331,6 +329,7 @@ def evaluate_case(case: Case, args, log) -> dict:
         "tvm_pipeline": ({k: v for k, v in pipeline[2].items() if k in ("summary", "work")}
                          if pipeline is not None and pipeline[2] is not None else None),
         "probe_gflops": peak_gflops_of(ctx.fingerprint),  # the box's peak and the shares: `with_box_peak`
+        "fastest_alone": fastest_kernels(ctx.store, ctx.fingerprint.id)[:FASTEST_SHOWN],
         "kernels": kernels,
         "ratios": {
             "tuned_over_onnxruntime": tuned / ort_ms if ort_ms else None,
@@ -360,15 +359,14 @@ def pipeline_engine(case: Case, trials: int, ctx, work_root: Path, kind: str, we
 
 def with_box_peak(results: list[dict]) -> list[dict]:
     """``results`` (one a case) with the box's peak and each kernel's share of it: the probe's, or the
-    fastest rate any case's kernel reached (in a library timed here, or alone in its tuning) where that
-    is higher. One peak for every case: they ran on one box."""
+    fastest rate any case's kernel reached (in a library timed here, or alone: the fingerprint's best
+    records, its pack's too) where that is higher. One peak for every case: they ran on one box."""
     rates = {}
     for case in results:
         label = f"{case['model']} b{case['batch']}"
         rates.update({f"{row['kernel']} ({label}, {engine}'s library)": row["gflops"]
                       for engine, rows in case["kernels"].items() for row in rows if row["gflops"]})
-        rates.update({f"{name} ({label}, alone in its tuning)": gflops
-                      for name, gflops in case["tuning"]["fastest_alone"].items()})
+        rates.update({f"workload {k['workload_id']} {k['shapes']} alone": k["gflops"] for k in case["fastest_alone"]})
     probe = max((case["probe_gflops"] for case in results if case["probe_gflops"]), default=None)
     peak = reached_peak(probe, rates)
     for case in results:

@@ -38,6 +38,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
+from kernel_rates import fastest_kernels  # noqa: E402
 from timing import cpu_model  # noqa: E402
 
 # Kernels of a pack listed as evidence, the fastest in GFLOP/s first.
@@ -96,29 +97,11 @@ def main(argv: list[str] | None = None) -> int:
 def pack_evidence(store) -> dict[str, Any]:
     """The pack's fingerprint, its stored device features, and its fastest tuned kernels in
     GFLOP/s (TVM's FLOP count of the workload over its best record's time)."""
-    import tvm  # noqa: F401  (registers what the workloads' JSON names)
-    from tvm.s_tir.analysis import estimate_tir_flops
-    from tvm.s_tir.meta_schedule.database import Workload
-
     [fingerprint] = [f for f in store.list_fingerprints() if f.kind == "cpu"]
-    records = store.records.all_records(fingerprint_id=fingerprint.id)
-    best: dict[int, float] = {}
-    shapes: dict[int, list] = {}  # the workload's arguments' shapes: which kernel it is
-    for record in records:
-        seconds = record.mean_sec
-        if seconds is not None and 0 < seconds < 1e9:
-            best[record.workload_id] = min(best.get(record.workload_id, seconds), seconds)
-            shapes.setdefault(record.workload_id, [a[2] for a in json.loads(record.args_info or "[]")])
-    kernels = []
-    for workload_id, (_shash, mod_json) in store.records.get_workloads(set(best)).items():
-        flops = float(estimate_tir_flops(Workload.from_json(json.loads(mod_json)).mod))
-        kernels.append({"workload_id": workload_id, "shapes": shapes.get(workload_id), "gflop": round(flops / 1e9, 4),
-                        "best_ms": round(best[workload_id] * 1e3, 4),
-                        "gflops": round(flops / best[workload_id] / 1e9, 1)})
-    kernels.sort(key=lambda k: -k["gflops"])
     device = dict(fingerprint.details.get("device") or {})
     return {"fingerprint": fingerprint.id, "summary": fingerprint.summary, "device": device,
-            "records": len(records), "fastest_kernels": kernels[:_KERNELS_SHOWN]}
+            "records": store.records.count_records(fingerprint_id=fingerprint.id),
+            "fastest_kernels": fastest_kernels(store, fingerprint.id)[:_KERNELS_SHOWN]}
 
 
 def measured_scaling() -> dict[str, Any]:

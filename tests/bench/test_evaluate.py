@@ -97,8 +97,8 @@ def test_tvm_pipeline_at_the_farms_trials_and_each_kernels_share_of_the_peak(tmp
     assert summary["records"] > 0
     assert case["ratios"]["fastest_peer"] in case["engines"]
     assert case["peak_gflops"] > 0 and case["probe_gflops"] > 0
-    # The peak is the probe's, or a kernel's that beat it (alone in tuning: the farm's tasks are listed).
-    assert case["peak_gflops"] >= case["probe_gflops"] and case["tuning"]["fastest_alone"]
+    # The peak is the probe's, or a kernel's that beat it (alone: the fingerprint's records are listed).
+    assert case["peak_gflops"] >= case["probe_gflops"] and case["fastest_alone"][0]["gflops"] > 0
     assert case["peak_from"] == "the probe" or "faster than the probe" in case["peak_from"]
     for engine in ("TVM farm-tuned", "TVM pipeline"):
         rows = case["kernels"][engine]
