@@ -310,11 +310,10 @@ def evaluate_case(case: Case, args, log) -> dict:
 
         log(f"{case.label}: every call timed, {args.kernel_runs} inferences per TVM library ...")
         flops = model_function_flops(model, ctx.tvm_target(), WeightsLayout(artifact.weights_layout))
-        kernels["TVM farm-tuned"] = kernel_rows(time_calls(deployed.library, inputs, args.kernel_runs), flops, None)
+        kernels["TVM farm-tuned"] = kernel_rows(time_calls(deployed.library, inputs, args.kernel_runs), flops)
         if pipeline is not None and pipeline[0] is not None:
             info = pipeline[2]
-            kernels[TVM_PIPELINE] = kernel_rows(time_calls(info["library"], inputs, args.kernel_runs),
-                                                info["flops"], None)
+            kernels[TVM_PIPELINE] = kernel_rows(time_calls(info["library"], inputs, args.kernel_runs), info["flops"])
     return {
         "model": case.model, "batch": case.batch, "trials_per_task_asked": case.trials_per_task,
         "artifact": {"id": artifact.id, "job": artifact.job_id, "weights_layout": artifact.weights_layout,

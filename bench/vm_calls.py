@@ -101,9 +101,10 @@ def flops_of(name: str, flops: Mapping[str, float]) -> float | None:
     return None
 
 
-def kernel_rows(times: CallTimes, flops: Mapping[str, float], peak_gflops: float | None) -> list[dict]:
+def kernel_rows(times: CallTimes, flops: Mapping[str, float]) -> list[dict]:
     """One row per function the VM called (builtins left out), heaviest first: its time per
-    inference, calls, GFLOP per call, GFLOP/s in the model and share of the box's peak."""
+    inference, calls, GFLOP per call and GFLOP/s in the model; its share of the box's peak is
+    `with_shares_of`'s, once the peak is known (`reached_peak`)."""
     rows = []
     total = times.total_ms()
     for name in times.names():
@@ -114,8 +115,7 @@ def kernel_rows(times: CallTimes, flops: Mapping[str, float], peak_gflops: float
         gflops = (flop * calls / (ms / 1e3) / 1e9) if flop and ms > 0 else None
         rows.append({
             "kernel": name, "ms": ms, "calls": calls, "share_of_model": ms / total if total else 0.0,
-            "gflop_per_call": flop / 1e9 if flop is not None else None, "gflops": gflops,
-            "share_of_peak": gflops / peak_gflops if gflops is not None and peak_gflops else None,
+            "gflop_per_call": flop / 1e9 if flop is not None else None, "gflops": gflops, "share_of_peak": None,
         })
     return rows
 

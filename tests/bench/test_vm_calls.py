@@ -22,7 +22,7 @@ def test_rows_give_gflops_in_the_model_and_the_share_of_the_peak():
         times.add("fused_conv2d_prepacked", 0.002)
         times.add("reshape", 0.001)
         times.add("vm.builtin.alloc_tensor", 0.001)
-    rows = kernel_rows(times, {"fused_conv2d": 4e8, "reshape": 0.0}, peak_gflops=400.0)
+    rows = with_shares_of(kernel_rows(times, {"fused_conv2d": 4e8, "reshape": 0.0}), 400.0)
     assert [r["kernel"] for r in rows] == ["fused_conv2d_prepacked", "reshape"]  # builtins left out, heaviest first
     conv, reshape = rows
     assert conv["ms"] == pytest.approx(4.0) and conv["calls"] == pytest.approx(2.0)
@@ -30,7 +30,7 @@ def test_rows_give_gflops_in_the_model_and_the_share_of_the_peak():
     assert conv["gflops"] == pytest.approx(200.0) and conv["share_of_peak"] == pytest.approx(0.5)
     assert conv["share_of_model"] == pytest.approx(4.0 / 6.0)  # of every call the VM made, builtins too
     assert reshape["gflops"] is None and reshape["share_of_peak"] is None  # moves bytes, no FLOPs
-    assert kernel_rows(times, {"fused_conv2d": 4e8}, peak_gflops=None)[0]["share_of_peak"] is None
+    assert with_shares_of(kernel_rows(times, {"fused_conv2d": 4e8}), None)[0]["share_of_peak"] is None
 
 
 def test_the_peak_is_the_fingerprints_measured_one_or_none():
