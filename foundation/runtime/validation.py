@@ -193,6 +193,7 @@ def check_library(
         reference_per_block = runs_per_block(untuned_ms, reference_runs)
         tuned_runs, untuned_runs = time_interleaved(mine, theirs, BLOCKS, per_block, warmup=0,
                                                     reference_runs=reference_per_block, enough=decided)
+        tuned_runs = _with_runs_asked(mine, tuned_runs, per_block, runs)
         latency_runs = _undisturbed(mine, tuned_runs, per_block)
     finally:
         if target_kind != "cuda":
@@ -200,6 +201,17 @@ def check_library(
     return LibraryCheck(validation=validation, latency=latency_of(latency_runs, warmup),
                         untuned_latency=latency_of(untuned_runs, warmup),
                         speed=replace(speed_check(tuned_runs, untuned_runs), threads=tuned.threads))
+
+
+def _with_runs_asked(timer, blocks: list[list[float]], per_block: int, runs: int) -> list[list[float]]:
+    """``blocks`` of the tuned library's runs, with blocks of ``timer`` alone added until they hold
+    the ``runs`` asked for: an interleaved timing that stopped early, its verdict decided, spares the
+    untuned build's calls, not the runs the tuned library is timed for (on a slow minute a
+    microsecond untuned build's blocks outlast their size and decide after four blocks)."""
+    blocks = list(blocks)
+    while sum(map(len, blocks)) < runs:
+        blocks.append([timer() for _ in range(per_block)])
+    return blocks
 
 
 def _undisturbed(timer, blocks: list[list[float]], per_block: int) -> list[list[float]]:

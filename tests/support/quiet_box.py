@@ -54,6 +54,7 @@ class Elsewhere:
 
     cpu_s: float = 0.0
     busiest: list[tuple[str, float]] = field(default_factory=list)
+    steal_s: float = 0.0  # what the hypervisor gave other machines of this VM's CPU time, all cores
 
 
 def _cpu_outside(tree: set[int]) -> dict[int, tuple[str, float]]:
@@ -65,6 +66,10 @@ def _cpu_outside(tree: set[int]) -> dict[int, tuple[str, float]]:
     return seconds
 
 
+def _steal_s() -> float:
+    return float(getattr(psutil.cpu_times(), "steal", 0.0))  # Linux's, 0 elsewhere
+
+
 def _tree() -> set[int]:
     me = psutil.Process(os.getpid())
     return {me.pid} | {child.pid for child in me.children(recursive=True)}
@@ -74,9 +79,10 @@ def _tree() -> set[int]:
 def cpu_elsewhere() -> Iterator[Elsewhere]:
     """Measure the CPU taken outside this process's tree (its workers, their zygote) in the block."""
     elsewhere = Elsewhere()
-    before = _cpu_outside(_tree())
+    before, steal = _cpu_outside(_tree()), _steal_s()
     yield elsewhere
     after = _cpu_outside(_tree())
+    elsewhere.steal_s = round(_steal_s() - steal, 2)
     taken = {f"{name} ({pid})": cpu - before.get(pid, (name, 0.0))[1] for pid, (name, cpu) in after.items()}
     elsewhere.cpu_s = round(sum(taken.values()), 2)
     elsewhere.busiest = [(name, round(cpu, 2)) for name, cpu in sorted(taken.items(), key=lambda kv: -kv[1])[:5]]

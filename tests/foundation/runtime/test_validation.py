@@ -88,3 +88,25 @@ def test_a_disturbed_timing_is_taken_again_and_the_quieter_kept(monkeypatch):
 
     assert validation._undisturbed(busy_call, burst, per_block=4) is burst
     assert len(calls) == validation.RETIMES * (len(burst) * 4 + 1)  # each with one warm-up call
+
+
+def test_a_timing_stopped_early_still_times_the_tuned_library_for_the_runs_asked():
+    # Four interleaved blocks of 4 decided the verdict (a microsecond untuned build on a slow minute
+    # outlasts the size of its blocks); the tuned side is timed alone for the 20 runs asked.
+    from foundation.runtime import validation
+
+    calls = []
+
+    def tuned_call() -> float:
+        calls.append(1)
+        return 12.5
+
+    stopped = [[12.0] * 4] * 4
+    topped = validation._with_runs_asked(tuned_call, stopped, per_block=4, runs=20)
+    assert topped[:4] == stopped and topped[4:] == [[12.5] * 4] and len(calls) == 4
+    # Whole blocks: the runs asked are reached, not cut to the run.
+    assert sum(map(len, validation._with_runs_asked(tuned_call, stopped, per_block=3, runs=20))) == 22
+    assert len(calls) == 4 + 6
+    # Every block timed: nothing added.
+    whole = [[12.0] * 4] * 5
+    assert validation._with_runs_asked(tuned_call, whole, per_block=4, runs=20) == whole and len(calls) == 10
