@@ -278,9 +278,23 @@ def run(
         console.print(f"wrote      {output_path}")
 
 
+def tuning_estimate_text(result) -> str:
+    """The summary's clause on what tuning's own measurements predicted for the library ('' without
+    them). Tuning measures each candidate while others compile beside it on the same cores. Tasks
+    the registry answered (reuse) were not tuned: the sum covers the tuned ones, and says so."""
+    from foundation.meta_schedule.progress import estimated_latency
+    from foundation.units import duration
+
+    during = estimated_latency(result.report.tasks)
+    if not during:
+        return ""
+    skipped = result.reuse.skipped if result.reuse else 0
+    scope = f" of the {len(result.report.tasks)} tasks it tuned ({skipped} reused, not counted)" if skipped else ""
+    return f"; tuning's own measurements{scope}, taken beside candidate builds, added up to {duration(during)}"
+
+
 def _print_submit(result) -> None:
     from farm.cli.views import latency_text
-    from foundation.meta_schedule.progress import estimated_latency
     from foundation.units import duration, size
 
     console = stdout_console()
@@ -320,11 +334,8 @@ def _print_submit(result) -> None:
         latency = {"mean": art.latency_mean_ms, "median": art.latency_median_ms, "std": art.latency_std_ms}
         console.print(f"latency      {latency_text(latency, art.untuned_latency_mean_ms)}")
         if result.report and not result.cache_hit:
-            # Tuning measures each candidate while others compile beside it on the same cores.
-            during = estimated_latency(result.report.tasks)
             console.print("             timed here after tuning, its worker processes stopped"
-                          + (f"; tuning's own measurements, taken beside candidate builds, added up to "
-                             f"{duration(during)}" if during else ""))
+                          + tuning_estimate_text(result))
         v = art.validation or {}
         if v:
             console.print(f"validation   {'passed' if v.get('passed') else 'FAILED'}: max abs err "
