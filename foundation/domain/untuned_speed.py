@@ -18,10 +18,10 @@ order), with each side timed for MIN_SIDE_MS, every run of one side at least DEC
 run of the other. That is the case that costs: an untuned bert takes 33 s a call on a 2-core box
 against 0.2 s tuned, and five blocks of it were minutes of a job spent confirming a 150x gap. The
 tuned side is then timed alone until it has the runs asked for (foundation.runtime.validation).
-A microsecond model seldom stops early (its blocks are sized to MIN_SIDE_MS / BLOCKS, so a side has
-its MIN_SIDE_MS before the last block only where its calls run slower than when they were sized),
-and a library within DECISIVE of its untuned build never does. Warm-up likewise: an untuned build whose call
-takes WARM_ENOUGH_MS is warm after one call, not three.
+A microsecond model seldom stops early (its blocks are sized to MIN_SIDE_MS / BLOCKS, so a side
+has its MIN_SIDE_MS before the last block only where its calls run slower than when they were
+sized), and a library within DECISIVE of its untuned build never does. Warm-up likewise: an
+untuned build whose call takes WARM_ENOUGH_MS is warm after one call, not three.
 """
 
 from __future__ import annotations
