@@ -16,7 +16,8 @@ from typing import Any
 PROBE_KEY = "probe_version"
 # Bump it when a probe changes what it measures. 2: the peak on every core the process may use
 # (1 timed one matmul on the BLAS's threads: one core in a farm process, OPENBLAS_NUM_THREADS=1).
-PROBE_VERSION = 2
+# 3: a 512 matmul, not 256 (foundation.hardware.device_features: 256 read a quarter of one box's peak).
+PROBE_VERSION = 3
 
 # The box's load as its probes ran: runnable processes a core, averaged over the minute before. Above
 # QUIET_LOAD other work held part of the cores and the peak reads low by that share (a Xeon probed

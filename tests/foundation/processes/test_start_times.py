@@ -40,12 +40,13 @@ def test_a_step_of_the_clock_does_not_move_a_start_time(fresh_epoch, monkeypatch
     from psutil import _pslinux
 
     before = process_start_time(os.getpid())
-    boot_epoch.cache_clear()
+    psutil_before = psutil.Process().create_time()  # from the boot time the kernel gives now: a VM's clock
+    boot_epoch.cache_clear()                         # drifts from the epoch this boot's first process kept
     # The kernel's boot time is now-minus-uptime: a clock stepped 90 s forward moves it by 90 s.
     stepped = psutil.boot_time() + 90.0
     monkeypatch.setattr(psutil, "boot_time", lambda: stepped)
     monkeypatch.setattr(_pslinux, "boot_time", lambda: stepped)
-    assert psutil.Process().create_time() == pytest.approx(before + 90.0, abs=5)  # psutil's start moved
+    assert psutil.Process().create_time() == pytest.approx(psutil_before + 90.0, abs=5)  # psutil's start moved
     assert process_start_time(os.getpid()) == before
 
 
