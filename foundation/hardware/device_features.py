@@ -45,12 +45,13 @@ _FMA_FEATURES = frozenset({"fma", "asimd", "sve", "avx512f"})
 # Sizes of the probes: a float32 matmul large enough for the BLAS's compute-bound kernels (KVM's
 # EPYC CPU model read 9.6 GFLOP/s a core at 256, 36 at 512 and at 1024: its OpenBLAS takes a slow
 # path for the smaller product), and a copy several times the largest L3 of a core complex (memory
-# bound). Each is timed best-of-N: a pause on a busy box lengthens one run, never shortens one. The
-# matmul probe times rounds of _MATMUL_PER_ROUND matmuls on every core at once: a round is long
-# against the threads' start.
+# bound). Each is timed best-of-N: a pause on a busy box lengthens one run, never shortens one (that
+# box's probe read 33-66 GFLOP/s in five rounds of four matmuls, 65-70 in twenty of one). The matmul
+# probe times rounds of _MATMUL_PER_ROUND matmuls on every core at once: a round is long against the
+# threads' start.
 _MATMUL_N = 512
-_MATMUL_ROUNDS = 5
-_MATMUL_PER_ROUND = 4
+_MATMUL_ROUNDS = 20
+_MATMUL_PER_ROUND = 1
 _COPY_BYTES = 64 * 2**20
 _COPY_RUNS = 5
 # The matmul probe's rounds fit in about a second: work beside it for longer (another job's worker
