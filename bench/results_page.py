@@ -447,7 +447,7 @@ def peers(page: Page) -> list[str]:
             "- KVM's EPYC model (AVX2) at the quick start's budget (hits from its pack): behind onnxruntime (resnet-18",
             "  1.34x, mobilenet 1.44x, bert 1.20x), ahead of PyTorch on the CNNs, behind it on bert (`torch.compile`",
             "  400 ms against 432). Kernels: resnet-18's convolutions at 72-97% of the box's 74 GFLOP/s, bert's",
-            "  matmuls (95% of it) at 64-67%; the probe (NumPy's sgemm) reads 19-21, a quarter of what kernels reach.",
+            "  matmuls (95% of it) at 64-67%; the probe's 256 sgemm read 19-21 here (probe version 3's 512: 65-70).",
         ]
     else:
         lines.append("No figure yet: the table needs a quiet box (the commands above).")
