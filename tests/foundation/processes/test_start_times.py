@@ -40,8 +40,10 @@ def test_a_step_of_the_clock_does_not_move_a_start_time(fresh_epoch, monkeypatch
     from psutil import _pslinux
 
     before = process_start_time(os.getpid())
-    psutil_before = psutil.Process().create_time()  # from the boot time the kernel gives now: a VM's clock
-    boot_epoch.cache_clear()                         # drifts from the epoch this boot's first process kept
+    # psutil's start comes from the boot time the kernel gives now, which a VM's drifting clock moves
+    # away from the epoch this boot's first process kept: its move is measured against its own reading.
+    psutil_before = psutil.Process().create_time()
+    boot_epoch.cache_clear()
     # The kernel's boot time is now-minus-uptime: a clock stepped 90 s forward moves it by 90 s.
     stepped = psutil.boot_time() + 90.0
     monkeypatch.setattr(psutil, "boot_time", lambda: stepped)
