@@ -550,4 +550,7 @@ def print_kernels(case: dict, top: int) -> None:
 
 
 if __name__ == "__main__":
+    from _child_signals import pass_signals_to_children
+
+    pass_signals_to_children()
     sys.exit(main())

@@ -117,4 +117,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    from _child_signals import pass_signals_to_children
+
+    pass_signals_to_children()
     sys.exit(main())

@@ -124,4 +124,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    from _child_signals import pass_signals_to_children
+
+    pass_signals_to_children()
     main()
