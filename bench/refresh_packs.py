@@ -12,6 +12,12 @@ A pack's records are timings of its box and are never touched here. What is deri
   cores are its own (`--measure-scaling` times both probes here: run it on a quiet box). The pack's
   fingerprint keeps the one-core figure beside it (``peak_gflops_one_core``) and no probe version:
   a box of that fingerprint replaces it with its own measurement in its registry.
+- the device features of the pack of this box's own fingerprint, where this box's probes are newer
+  than the pack's (foundation.domain.device_probes.PROBE_VERSION) and ran on a quiet box: a box
+  re-probes its cached features when the probes change, and keeps its own over a pack's, so a cross
+  model trained on a pack's older reading meets another figure for that kind than it learned
+  (probe version 3 read KVM's EPYC model at 67 GFLOP/s where version 2 had read 19). Every other
+  pack's features wait for a box of its kind to run this (``--no-probe`` leaves them all as they are).
 - the hardware kind's cross cost model (foundation.meta_schedule.warm.cross_model, kind xgb-cross),
   trained on the records of every pack given, with their device features as corrected, and stored
   in each pack under its fingerprint (the same model in each: whichever pack a registry loads
@@ -21,7 +27,7 @@ Each pack keeps its header (who recorded it, the CPU, the date) and gains an ent
 what changed, the evidence, this command and the date. Prints one JSON document.
 
     .venv/bin/python bench/refresh_packs.py [--packs foundation/registry/shipped] [--evidence-only]
-        [--measure-scaling | --core-scaling 1.87] [--kernel-margin 1.3] [--seconds 600]
+        [--measure-scaling | --core-scaling 1.87] [--kernel-margin 1.3] [--seconds 600] [--no-probe]
 
 Exit codes: 0 done; 2 bad arguments; 3 no pack, or too few samples to train a cross model.
 """
@@ -55,6 +61,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--kernel-margin", type=float, default=1.3,
                         help="a peak is one core's where the pack's fastest kernel beats it by this")
     parser.add_argument("--seconds", type=float, default=None, help="bound the cross model's training")
+    parser.add_argument("--no-probe", action="store_true",
+                        help="leave the pack of this box's fingerprint with the device features it holds")
     args = parser.parse_args(argv)
     if args.kernel_margin <= 1.0 or (args.core_scaling is not None and args.core_scaling < 1.0):
         print("error: --kernel-margin must be above 1 and --core-scaling at least 1", file=sys.stderr)
@@ -67,6 +75,8 @@ def main(argv: list[str] | None = None) -> int:
     if not paths:
         print(f"error: no pack in {args.packs}", file=sys.stderr)
         return 3
+    # Probed before the packs are read: reading them is a few seconds of work the probe's load would see.
+    own = None if args.no_probe or args.evidence_only else this_box()
     packs = [(path, *read_pack(path)) for path in paths]
     try:
         evidence = {path.name: pack_evidence(store) for path, store, _header in packs}
@@ -77,7 +87,9 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         corrections = {}
         for path, store, _header in packs:
-            corrections[path.name] = correct_peak(store, evidence[path.name], core_scaling, args.kernel_margin)
+            own_kind = own_device(store, evidence[path.name], own)
+            corrections[path.name] = (own_kind if own_kind["changed"] else
+                                      correct_peak(store, evidence[path.name], core_scaling, args.kernel_margin))
         trained = train_cross_model([store for _path, store, _header in packs], args.seconds)
         if trained is None:
             print("error: too few samples in the packs to train a cross cost model", file=sys.stderr)
@@ -118,6 +130,48 @@ def measured_scaling() -> dict[str, Any]:
         one.append(matmul_gflops(1))
     return {"cores": cores, "every_core_gflops": round(max(every), 1), "one_core_gflops": round(max(one), 1),
             "scaling": round(max(every) / max(one), 3), "cpu": cpu_model()}
+
+
+def this_box():
+    """This box's CPU fingerprint, its device features probed now (not the cache's)."""
+    from foundation.hardware.fingerprint import cpu_fingerprint
+
+    return cpu_fingerprint()
+
+
+def own_device(store, evidence: dict[str, Any], own) -> dict[str, Any]:
+    """The pack's device features replaced by ``own``'s (this box's fingerprint, freshly probed)
+    where the pack is of this box's fingerprint and ``own``'s probes are newer and ran on a quiet
+    box; what was done and why."""
+    from sqlalchemy import update
+
+    from foundation.domain.device_probes import PROBE_LOAD_KEY, probe_version, probed_quiet
+    from foundation.hardware.device_features import DEVICE_KEY
+    from foundation.registry.schema import FingerprintRow
+    from foundation.registry.session import Changes
+
+    stored = evidence["device"]
+    kept = {"peak_gflops": stored.get("peak_gflops"), "changed": False}
+    if own is None:
+        return {**kept, "why": "--no-probe"}
+    if own.id != evidence["fingerprint"]:
+        return {**kept, "why": f"not this box's fingerprint ({own.id})"}
+    measured = dict(own.details.get(DEVICE_KEY) or {})
+    if probe_version(measured) <= probe_version(stored):
+        return {**kept, "why": f"this box's probes (version {probe_version(measured)}) are not newer than the "
+                               f"pack's (version {probe_version(stored)})"}
+    if not probed_quiet(measured):
+        return {**kept, "why": f"this box was busy as it probed (load {measured.get(PROBE_LOAD_KEY)} a core): "
+                               "run again on a quiet box"}
+    fingerprint = evidence["fingerprint"]
+    details = store.get_fingerprint(fingerprint).details
+    with store.unit_of_work.write(Changes.STATE) as session:
+        session.execute(update(FingerprintRow).where(FingerprintRow.id == fingerprint)
+                        .values(details={**details, DEVICE_KEY: measured}))
+    return {"peak_gflops": measured.get("peak_gflops"), "was": stored.get("peak_gflops"), "changed": True,
+            "device": measured, "device_was": stored,
+            "why": f"this box is of the pack's fingerprint and probed it quiet with probe version "
+                   f"{probe_version(measured)}, newer than the pack's {probe_version(stored)}"}
 
 
 def correct_peak(store, evidence: dict[str, Any], core_scaling: float | None, margin: float) -> dict[str, Any]:
