@@ -51,7 +51,7 @@ def warm_start(page: Page) -> list[str]:
         "  They predate the cross-hardware cost model's start of a new fingerprint's search.",
         "- **The model 167 rows** are a compatible fingerprint (the box under `taskset -c 0`, seeded from",
         "  its 2-core records) and a fingerprint no pack holds (its AVX2 view, FARM_CPU_VIEW_MCPU=haswell,",
-        "  warm from the three shipped packs through the cross-hardware cost model): both within the",
+        "  warm from the seven shipped packs through the cross-hardware cost model): both within the",
         "  goals; the 20 trials are each task's first measured seed.",
         "- **The Zen 4's and Zen 5's AVX2 views** (no pack holds them; warm from the shipped packs, the",
         "  box's own AVX-512 pack among them, through the packs' stored cross model): on both, each of",
@@ -108,23 +108,21 @@ def cross_model(page: Page) -> list[str]:
         if (page.results / figure).exists():
             lines.append(f"- Per held-out fingerprint: {link(figure)}.")
     lines += [
-        "- Eleven fingerprints: the four shipped packs and seven views of the Zen 4 (AVX2 code, AVX code",
-        "  without FMA, SSE4.2 code, each on two cores and on one under `taskset`, and its own AVX-512 code",
-        "  on one core; their records kept in bench/dataset/ and added to each session). The cross model",
-        "  ranks a fingerprint it never saw far better than an untrained one and than 7% of its own records",
-        "  (0.764 pairwise against 0.518, on all eleven), and **better than no device features** (0.764",
-        "  against 0.756, top-1 0.400 against 0.344, top-5 0.781 against 0.777; better on 7 of 11 held-out",
-        "  boxes): both goals met. Blended with the job's own 7% it reads 0.762, top-1 0.426; fine-tuned",
-        "  on them, worse (0.697). It reads each box's device features as they are; the same features",
-        "  read against each store row (program_on_device.py: lanes and cores filled, reuse against each",
-        "  cache, a roofline time) rank worse (0.738), their roofline columns misreading the one-core box",
-        "  without FMA (0.58 against 0.76). The margin over no device features is small, and the device",
-        "  columns were chosen among eight sets tried on this evaluation (the raw fields, a subset",
-        "  without the probes, the per-row columns with and without the roofline, both together);",
-        "  over the seven fingerprints before, no device features ranked best. The AVX2 view's two-core",
-        "  peak read 111 GFLOP/s in this dataset, probed seconds after another job (205 alone); the probe",
-        "  is now taken again when every core reads like fewer. More fingerprints settle it: each box",
-        "  kind's views (`bench/cost_model_dataset.py`).",
+        "- Eleven fingerprints: the four shipped packs and seven views of the Zen 4 (AVX2 code, AVX code without FMA,",
+        "  SSE4.2 code, each on two cores and on one under `taskset`, and its own AVX-512 code on one core; their",
+        "  records kept in bench/dataset/ and added to each session). The cross model ranks a fingerprint it never",
+        "  saw far better than an untrained one and than 7% of its own records (0.764 pairwise against 0.518, on all",
+        "  eleven), and **better than no device features** (0.764 against 0.756, top-1 0.400 against 0.344, top-5",
+        "  0.781 against 0.777; better on 7 of 11 held-out boxes): both goals met. Blended with the job's own 7% it",
+        "  reads 0.762, top-1 0.426; fine-tuned on them, worse (0.697). It reads each box's device features as they",
+        "  are; the same features read against each store row (program_on_device.py: lanes and cores filled, reuse",
+        "  against each cache, a roofline time) rank worse (0.738), their roofline columns misreading the one-core",
+        "  box without FMA (0.58 against 0.76). The margin over no device features is small, and the device columns",
+        "  were chosen among eight sets tried on this evaluation (the raw fields, a subset without the probes, the",
+        "  per-row columns with and without the roofline, both together); over the seven fingerprints before, no",
+        "  device features ranked best. The AVX2 view's two-core peak read 111 GFLOP/s in this dataset, probed",
+        "  seconds after another job (205 alone); the probe is now taken again when every core reads like fewer. More",
+        "  fingerprints settle it: each box kind's views (`bench/cost_model_dataset.py`).",
     ]
     costs = [(row, read_model_cost(page.raw(row["file"]))) for row in page.index.get("cross_model_cost", [])]
     if costs:
@@ -146,9 +144,8 @@ def cross_model(page: Page) -> list[str]:
             "  for both models of the blend, kept across generations, and read again by the own model's",
             "  training (it extracted them a second time before), and the refresh after a job waits until new",
             "  records are a fifth of what the model learned. The untrained model looks cheap because it",
-            "  predicts at random until it holds 100 samples, two thirds of this job. What would close it:",
-            "  fewer candidates scored for each trial measured, or extraction beside the builds; both change",
-            "  the search.",
+            "  predicts at random until it holds 100 samples, two thirds of this job. To close it: fewer",
+            "  candidates scored a trial measured, or extraction beside the builds (both change the search).",
         ]
     return lines
 
