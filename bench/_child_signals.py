@@ -1,6 +1,6 @@
-"""A stopped benchmark stops what it started: SIGTERM, SIGINT or SIGHUP to a bench script is passed
-on to the farm commands it runs, which cancel their jobs (farm/cli/interrupts.py), and the script
-exits once they have.
+"""A stopped benchmark stops what it started: SIGTERM or SIGHUP to a bench script is passed on to the
+farm commands it runs, which cancel their jobs (farm/cli/interrupts.py), and the script exits once
+they have; on SIGINT (Ctrl-C reaches them too) it waits for them the same way.
 
 Without it, killing a script that waits in ``subprocess.run`` leaves its `farm submit` tuning on, an
 orphan timing candidates beside whatever is measured next.
@@ -18,9 +18,9 @@ GRACE_S = 60.0
 
 
 def pass_signals_to_children(grace_s: float = GRACE_S) -> None:
-    """From now on, the first of SIGNALS goes to every child of this process; once they have ended
-    (or ``grace_s`` later, when they and their descendants are killed) this process exits 128 + the
-    signal's number."""
+    """From now on, the first of SIGNALS reaches every child of this process (SIGINT from a terminal
+    reaches them itself); once they have ended (or ``grace_s`` later, when they and their
+    descendants are killed) this process exits 128 + the signal's number."""
     def forward(signum, _frame) -> None:
         import psutil
 
