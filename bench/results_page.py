@@ -504,7 +504,7 @@ def peers(page: Page) -> list[str]:
         "  kernels run 1.01-1.14x their warm alone time in the model, 0.80-0.95x their time with weights",
         "  flushed (the model reads them from the L3). resnet-50's at its hour: 4 of 9, 0 of 8 within 1.15x in",
         "  two quiet runs, worst 1.59-1.76x: its activations (3.2 MB a layer in the first stage) and weights",
-        "  (up to 9.4 MB) outgrow the 2 MB L2 its kernels were timed in; its `auto` A/B is not run.",
+        "  (up to 9.4 MB) outgrow the 2 MB L2 its kernels were timed in. One `auto` pair on it read 1.27 (lost).",
         "- **The same A/B on the Zen 5**, five pairs: 0.865, 0.858, 0.692, 0.916, 1.019 (median 0.865;",
         "  `auto`'s libraries 11.9-14.5 ms, `warm`'s 13.8-18.2, tuning 4% longer). In the model (pair 1)",
         "  `warm`'s heavy kernels run 1.07x their alone time by share, `auto`'s 1.14x: `auto` ranked faster",
