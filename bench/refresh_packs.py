@@ -75,8 +75,11 @@ def main(argv: list[str] | None = None) -> int:
     if not paths:
         print(f"error: no pack in {args.packs}", file=sys.stderr)
         return 3
-    # Probed before the packs are read: reading them is a few seconds of work the probe's load would see.
-    own = None if args.no_probe or args.evidence_only else this_box()
+    from foundation.hardware.fingerprint import cpu_fingerprint
+
+    # This box probed now (not the cache's features), before the packs are read: reading them is a few
+    # seconds of work the probe's load would see.
+    own = None if args.no_probe or args.evidence_only else cpu_fingerprint()
     packs = [(path, *read_pack(path)) for path in paths]
     try:
         evidence = {path.name: pack_evidence(store) for path, store, _header in packs}
@@ -132,23 +135,13 @@ def measured_scaling() -> dict[str, Any]:
             "scaling": round(max(every) / max(one), 3), "cpu": cpu_model()}
 
 
-def this_box():
-    """This box's CPU fingerprint, its device features probed now (not the cache's)."""
-    from foundation.hardware.fingerprint import cpu_fingerprint
-
-    return cpu_fingerprint()
-
-
 def own_device(store, evidence: dict[str, Any], own) -> dict[str, Any]:
     """The pack's device features replaced by ``own``'s (this box's fingerprint, freshly probed)
-    where the pack is of this box's fingerprint and ``own``'s probes are newer and ran on a quiet
-    box; what was done and why."""
-    from sqlalchemy import update
-
+    where the pack is of this box's fingerprint, ``own`` probed on a quiet box, and the registry's
+    own rule prefers its measurement (RegistryStore.upsert_fingerprint: newer probes); what was
+    done and why."""
     from foundation.domain.device_probes import PROBE_LOAD_KEY, probe_version, probed_quiet
     from foundation.hardware.device_features import DEVICE_KEY
-    from foundation.registry.schema import FingerprintRow
-    from foundation.registry.session import Changes
 
     stored = evidence["device"]
     kept = {"peak_gflops": stored.get("peak_gflops"), "changed": False}
@@ -157,17 +150,14 @@ def own_device(store, evidence: dict[str, Any], own) -> dict[str, Any]:
     if own.id != evidence["fingerprint"]:
         return {**kept, "why": f"not this box's fingerprint ({own.id})"}
     measured = dict(own.details.get(DEVICE_KEY) or {})
-    if probe_version(measured) <= probe_version(stored):
-        return {**kept, "why": f"this box's probes (version {probe_version(measured)}) are not newer than the "
-                               f"pack's (version {probe_version(stored)})"}
     if not probed_quiet(measured):
         return {**kept, "why": f"this box was busy as it probed (load {measured.get(PROBE_LOAD_KEY)} a core): "
                                "run again on a quiet box"}
-    fingerprint = evidence["fingerprint"]
-    details = store.get_fingerprint(fingerprint).details
-    with store.unit_of_work.write(Changes.STATE) as session:
-        session.execute(update(FingerprintRow).where(FingerprintRow.id == fingerprint)
-                        .values(details={**details, DEVICE_KEY: measured}))
+    pack = store.get_fingerprint(evidence["fingerprint"])
+    kept_now = store.upsert_fingerprint(pack.id, pack.kind, pack.summary, {**pack.details, DEVICE_KEY: measured})
+    if kept_now.details[DEVICE_KEY] == stored:
+        return {**kept, "why": f"this box's probes (version {probe_version(measured)}) are not newer than the "
+                               f"pack's (version {probe_version(stored)})"}
     return {"peak_gflops": measured.get("peak_gflops"), "was": stored.get("peak_gflops"), "changed": True,
             "device": measured, "device_was": stored,
             "why": f"this box is of the pack's fingerprint and probed it quiet with probe version "
@@ -190,7 +180,8 @@ def correct_peak(store, evidence: dict[str, Any], core_scaling: float | None, ma
     if "peak_gflops_one_core" in device:
         return {"peak_gflops": peak, "changed": False, "why": "corrected before (peak_gflops_one_core is stored)"}
     if device.get(PROBE_KEY, 1) >= 2:
-        return {"peak_gflops": peak, "changed": False, "why": "measured by probe version 2 (every core)"}
+        return {"peak_gflops": peak, "changed": False,
+                "why": f"measured by probe version {device[PROBE_KEY]} (every core)"}
     if peak is None or fastest is None or fastest < margin * peak:
         return {"peak_gflops": peak, "changed": False,
                 "why": f"the pack's {_KERNELS_SHOWN} fastest kernels (down to {fastest} GFLOP/s) do not all beat the "
