@@ -7,7 +7,6 @@ import json
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from support.polling import process_gone, wait_for
@@ -68,11 +67,9 @@ def test_sigterm_reaches_the_command_which_ends_its_job_before_the_script_exits(
 
 def test_a_command_that_ignores_it_is_killed_after_the_grace_with_its_own_children(tmp_path):
     script, pids, _ready = _start(tmp_path, STUBBORN_CHILD, grace_s=1)
-    begin = time.monotonic()
     script.send_signal(signal.SIGTERM)
-    script.communicate(timeout=30)
+    script.communicate(timeout=30)  # well inside the default grace (60 s): the 1 s given here was kept
     assert script.returncode == 128 + signal.SIGTERM
-    assert time.monotonic() - begin < 20
     assert process_gone(pids["child"]) and process_gone(pids["worker"])
 
 
