@@ -13,9 +13,14 @@ looks as fast as one that streams them well. The contexts:
   stay as the previous call left them, as the model leaves them.
 - ``producer``: every argument flushed, then the activation inputs read back into the caches,
   as a producer kernel leaves its output: the weights and the output cold, the activations warm.
+- ``l2-evicted``: the L2 evicted before each call by streaming a buffer of twice its size, then
+  the activations read back: the weights come from the L3, where a model whose layers' weights
+  fit the L3 finds them (on Intel Xeons the model's kernels run faster than flushed: the L3
+  holds what `weights` sends to memory).
 - ``auto``: per task, ``weights`` when its weights outgrow the L2 (where the model's streaming
   from memory is what its time is made of), else ``warm`` (a small layer's weights are fetched
   once and hidden by its compute; back-to-back timing is the cheaper and steadier measurement).
+- ``auto-l2``: per task, ``l2-evicted`` when its weights outgrow the L2, else ``warm``.
 
 Pure: buffer sizes and the fingerprint's cache sizes in, a context out.
 """
@@ -36,12 +41,25 @@ class TimingContext(str, Enum):
     FLUSHED = "flushed"
     WEIGHTS = "weights"
     PRODUCER = "producer"
+    L2_EVICTED = "l2-evicted"
     AUTO = "auto"
+    AUTO_L2 = "auto-l2"
 
     @property
     def flushes(self) -> bool:
-        """Timed one call a repeat, each after a flush (not back to back)."""
-        return self in (TimingContext.FLUSHED, TimingContext.WEIGHTS, TimingContext.PRODUCER)
+        """Timed one call a repeat, each after a flush or an eviction (not back to back)."""
+        return self in (TimingContext.FLUSHED, TimingContext.WEIGHTS, TimingContext.PRODUCER,
+                        TimingContext.L2_EVICTED)
+
+    @property
+    def per_task(self) -> bool:
+        """A choice made per task from its weights against the L2, not a cache state itself."""
+        return self in (TimingContext.AUTO, TimingContext.AUTO_L2)
+
+    @property
+    def sized_by_l2(self) -> bool:
+        """Needs the L2's size: to choose per task, or to size the eviction."""
+        return self.per_task or self is TimingContext.L2_EVICTED
 
 
 # A/B tunes on CPU kinds disagree on `auto` (slower on a Zen 4, faster on a Zen 5: docs/benchmarks.md), so
@@ -49,7 +67,11 @@ class TimingContext(str, Enum):
 DEFAULT_TIMING_CONTEXT = TimingContext.WARM
 CONTEXTS = tuple(c.value for c in TimingContext)
 # What a record can say it was timed in: auto is a choice per task, each task timed in one of these.
-RECORD_CONTEXTS = tuple(c.value for c in TimingContext if c is not TimingContext.AUTO)
+RECORD_CONTEXTS = tuple(c.value for c in TimingContext if not c.per_task)
+# The buffer streamed to evict the L2 is this many times its size (an L2 of 16 or more ways keeps
+# little of what it held after one such pass), and this large where the L2's size is unknown.
+EVICTION_L2_MULTIPLE = 2
+EVICTION_BYTES_UNKNOWN_L2 = 8 * 2**20
 
 # A context replaces warm on a CPU kind only when whole tunes timed in it built faster libraries by this
 # much (the median of context/warm over the pairs) and in most pairs: one pair moves ±30% on these VMs.
@@ -84,27 +106,41 @@ class BufferRoles:
 class TaskTiming:
     """How one task's candidates are timed, and why."""
 
-    context: TimingContext  # never AUTO
+    context: TimingContext  # never a per-task choice
     roles: BufferRoles
     why: str
+    eviction_bytes: int = 0  # l2-evicted: the buffer streamed before each call
 
     def to_json(self) -> dict:
-        return {"context": self.context.value, "weights": list(self.roles.weights),
-                "weight_bytes": self.roles.weight_bytes, "why": self.why}
+        shown = {"context": self.context.value, "weights": list(self.roles.weights),
+                 "weight_bytes": self.roles.weight_bytes, "why": self.why}
+        return shown | ({"eviction_bytes": self.eviction_bytes} if self.eviction_bytes else {})
+
+
+def eviction_bytes(l2_kib: int | None) -> int:
+    """The bytes streamed to evict an L2 of ``l2_kib`` (None: unknown)."""
+    if l2_kib is None or l2_kib <= 0:
+        return EVICTION_BYTES_UNKNOWN_L2
+    return EVICTION_L2_MULTIPLE * l2_kib * 1024
 
 
 def task_timing(requested: TimingContext, roles: BufferRoles, l2_kib: int | None) -> TaskTiming:
-    """The context a task is timed in: ``requested``, or for ``auto`` the one its weights' size
-    against the L2 (``l2_kib``; None: unknown, timed warm) says."""
-    if requested is not TimingContext.AUTO:
-        return TaskTiming(requested, roles, "asked for")
+    """The context a task is timed in: ``requested``, or for ``auto`` and ``auto-l2`` the one its
+    weights' size against the L2 (``l2_kib``; None: unknown, timed warm) says."""
+    if not requested.per_task:
+        return _timing(requested, roles, "asked for", l2_kib)
     size = roles.weight_bytes
     if l2_kib is None or l2_kib <= 0:
         return TaskTiming(TimingContext.WARM, roles, "the L2's size is unknown")
     if size > l2_kib * 1024:
-        return TaskTiming(TimingContext.WEIGHTS, roles,
-                          f"its weights ({size / 1024:.0f} KiB) exceed the L2 ({l2_kib} KiB)")
+        cold = TimingContext.WEIGHTS if requested is TimingContext.AUTO else TimingContext.L2_EVICTED
+        return _timing(cold, roles, f"its weights ({size / 1024:.0f} KiB) exceed the L2 ({l2_kib} KiB)", l2_kib)
     return TaskTiming(TimingContext.WARM, roles, f"its weights ({size / 1024:.0f} KiB) fit in the L2 ({l2_kib} KiB)")
+
+
+def _timing(context: TimingContext, roles: BufferRoles, why: str, l2_kib: int | None) -> TaskTiming:
+    evicts = eviction_bytes(l2_kib) if context is TimingContext.L2_EVICTED else 0
+    return TaskTiming(context, roles, why, evicts)
 
 
 @dataclass(frozen=True)

@@ -274,7 +274,7 @@ class WorkerPools:
             self.timings = None
             return None
         l2_kib = self.settings.l2_kib
-        if context is TimingContext.AUTO and l2_kib is None:
+        if context.sized_by_l2 and l2_kib is None:
             l2_kib = l2_kib_here()
         self.timings = task_timings(mods, context, l2_kib)
         return self.timings

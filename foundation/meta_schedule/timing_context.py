@@ -118,7 +118,8 @@ def task_timings(mods: Sequence["tvm.IRModule"], requested: TimingContext, l2_ki
 
 @dataclass(frozen=True)
 class ContextEvaluator:
-    """MetaSchedule's `f_run_evaluator` for the ``weights`` and ``producer`` contexts, local or RPC.
+    """MetaSchedule's `f_run_evaluator` for the ``weights``, ``producer`` and ``l2-evicted`` contexts,
+    local or RPC.
 
     Pickled with every candidate into the runner's worker, which imports this module: the preprocs
     are registered there (an RPC server registers its own). Each repeat is one call after the
@@ -129,6 +130,7 @@ class ContextEvaluator:
     weights: tuple[int, ...]
     activations: tuple[int, ...]
     repeats: int = FLUSHED_REPEATS
+    eviction_bytes: int = 0  # l2-evicted's buffer
 
     def __call__(self, *call_args) -> list[float]:
         # LocalRunner calls (rt_mod, device, config, args); RPCRunner (session, rt_mod, device, config, args).
@@ -145,20 +147,27 @@ class ContextEvaluator:
     def _preproc(self, session) -> str:
         """The preproc's name where the kernel runs, its roles set there."""
         positions = (*self.weights, cache_state.SEPARATOR, *self.activations)
+        evicts = self.context is TimingContext.L2_EVICTED
         if session is None:
             cache_state.register_preprocs()
             cache_state.set_roles(*positions)
+            if evicts:
+                cache_state.set_eviction(self.eviction_bytes)
         else:
             try:
                 session.get_function(cache_state.SET_ROLES)(*positions)
-            except Exception:  # a server without the farm's preprocs (TVM's own)
+                if evicts:
+                    session.get_function(cache_state.SET_EVICTION)(self.eviction_bytes)
+            except Exception:  # a server without the farm's preprocs (TVM's own, or an older farm's)
                 return cache_state.TVM_FLUSH
-        return cache_state.FLUSH_WEIGHTS if self.context is TimingContext.WEIGHTS else cache_state.PRODUCER
+        return {TimingContext.WEIGHTS: cache_state.FLUSH_WEIGHTS, TimingContext.PRODUCER: cache_state.PRODUCER,
+                TimingContext.L2_EVICTED: cache_state.L2_EVICTED}[self.context]
 
 
 def evaluator_for(timing: TaskTiming | None) -> ContextEvaluator | None:
     """The evaluator a task's candidates need, None where TVM's own does (warm, flushed)."""
-    if timing is None or timing.context not in (TimingContext.WEIGHTS, TimingContext.PRODUCER):
+    if timing is None or timing.context in (TimingContext.WARM, TimingContext.FLUSHED):
         return None
-    return ContextEvaluator(timing.context, timing.roles.weights, timing.roles.activations)
+    return ContextEvaluator(timing.context, timing.roles.weights, timing.roles.activations,
+                            eviction_bytes=timing.eviction_bytes)
 

@@ -112,13 +112,30 @@ def test_the_weights_context_flushes_only_the_weights_before_each_call(monkeypat
     assert flushed == [[(8, 16), (16, 32), (8, 32)]] * 3 and read == [[(8, 16)]] * 3
 
 
+def test_the_l2_evicted_context_streams_its_buffer_and_reads_the_activations_back_before_each_call(monkeypatch,
+                                                                                                   three_shapes):
+    from tvm.s_tir import meta_schedule as ms
+
+    rt_mod, device, args = three_shapes
+    evicted, read, flushed = [], [], []
+    monkeypatch.setattr(cache_state, "evict_l2", lambda: evicted.append(cache_state._eviction[0].nbytes))
+    monkeypatch.setattr(cache_state, "read_back", lambda ts: read.append([tuple(t.shape) for t in ts]))
+    monkeypatch.setattr(cache_state, "flush_tensors", lambda ts: flushed.append(ts))
+    costs = ContextEvaluator(TimingContext.L2_EVICTED, (1,), (0,), repeats=3, eviction_bytes=64 * 1024)(
+        rt_mod, device, ms.runner.EvaluatorConfig(), [args])
+    assert len(costs) == 3 and all(c > 0 for c in costs)
+    assert evicted == [64 * 1024] * 3 and read == [[(8, 16)]] * 3 and flushed == []  # nothing clflushed
+
+
 def test_the_preprocs_flush_and_read_back_for_real(three_shapes):
     from tvm.s_tir import meta_schedule as ms
 
     rt_mod, device, args = three_shapes
-    for context in (TimingContext.WEIGHTS, TimingContext.PRODUCER):
-        costs = ContextEvaluator(context, (1,), (0,), repeats=2)(rt_mod, device, ms.runner.EvaluatorConfig(), [args])
+    for context in (TimingContext.WEIGHTS, TimingContext.PRODUCER, TimingContext.L2_EVICTED):
+        costs = ContextEvaluator(context, (1,), (0,), repeats=2, eviction_bytes=4 * 2**20)(
+            rt_mod, device, ms.runner.EvaluatorConfig(), [args])
         assert len(costs) == 2 and all(c > 0 for c in costs)
+    assert cache_state._eviction[0].nbytes == 4 * 2**20 and float(cache_state._eviction[0].sum()) == 2**19
 
 
 def records_run_secs(database, mod) -> list[int]:
@@ -141,6 +158,27 @@ def test_auto_times_a_task_whose_weights_outgrow_the_l2_after_a_flush_and_the_ot
         report = tuner.tune([large, small], target, database, tuner.TuningBudget(4, 2, 2), tmp_path, pools=pools,
                             seed=1)
         assert pools.timings is None  # only while the run is in progress
+    assert report.trials > 0
+    assert set(records_run_secs(database, large.mod)) == {CACHE_FLUSH_REPEATS}
+    assert set(records_run_secs(database, small.mod)) == {1}
+
+
+def test_auto_l2_times_a_task_whose_weights_outgrow_the_l2_after_evicting_it_and_the_others_warm(mlp_tasks, target,
+                                                                                                 tmp_path):
+    from tvm.s_tir import meta_schedule as ms
+
+    from foundation.meta_schedule import tuner
+
+    dense = [t for t in mlp_tasks if "matmul" in t.name]
+    large, small = sorted(dense, key=lambda t: -buffer_roles(t.mod).weight_bytes)
+    database = ms.database.MemoryDatabase()
+    settings = MeasureSettings(timing_context=TimingContext.AUTO_L2, l2_kib=16, min_repeat_ms=5)
+    with WorkerPools(settings) as pools:
+        timings = pools.plan_timings([large.mod, small.mod], "llvm")
+        assert [(t.context, t.eviction_bytes) for t in timings] == [(TimingContext.L2_EVICTED, 32 * 1024),
+                                                                    (TimingContext.WARM, 0)]
+        report = tuner.tune([large, small], target, database, tuner.TuningBudget(4, 2, 2), tmp_path, pools=pools,
+                            seed=1)
     assert report.trials > 0
     assert set(records_run_secs(database, large.mod)) == {CACHE_FLUSH_REPEATS}
     assert set(records_run_secs(database, small.mod)) == {1}
@@ -220,7 +258,8 @@ def test_a_tuning_run_times_each_task_as_the_packs_choice_says(mlp_tasks, target
 
 
 @pytest.mark.slow
-def test_the_weights_context_through_the_tracker_uses_the_farm_servers_preprocs(target):
+@pytest.mark.parametrize("context", [TimingContext.WEIGHTS, TimingContext.PRODUCER, TimingContext.L2_EVICTED])
+def test_a_context_through_the_tracker_uses_the_farm_servers_preprocs(target, context):
     import tvm
 
     from agent.rpc_server import SupervisedRPCServer
@@ -234,12 +273,13 @@ def test_the_weights_context_through_the_tracker_uses_the_farm_servers_preprocs(
             server.wait_until_serving(timeout=30)
             session = tvm.rpc.connect_tracker(HOST, tracker.port).request(KEY, session_timeout=30)
             session.get_function(cache_state.SET_ROLES)(1, cache_state.SEPARATOR, 0)  # the farm's server has it
+            session.get_function(cache_state.SET_EVICTION)(2**20)  # and l2-evicted's
             del session
-            settings = MeasureSettings(timing_context=TimingContext.WEIGHTS, rpc=RPCMeasure(HOST, tracker.port, KEY))
+            settings = MeasureSettings(timing_context=context, rpc=RPCMeasure(HOST, tracker.port, KEY), l2_kib=64)
             with WorkerPools(settings) as pools:
                 builder, runner = pools.get("llvm")
                 timings = pools.plan_timings([mod], "llvm")
-                assert [t.context for t in timings] == [TimingContext.WEIGHTS] and timings[0].roles.weights == (1,)
+                assert [t.context for t in timings] == [context] and timings[0].roles.weights == (1,)
                 pools.live = LiveProgress([TaskProgress(0, "mm", 1, 0.0, 1)], None)
                 pools.live.picked(0)
                 run_secs, _ = build_and_time(builder, runner, mod, target)
