@@ -5,7 +5,8 @@ one process, interleaved.
 The farm times a CPU candidate by default as calls back to back for 40 ms, everything cached after
 the first (`warm`); FARM_TIMING_CONTEXT picks another: `flushed` (every argument but the first flushed
 before each of ten calls), `weights` (only the weight buffers), `producer` (activations read back
-warm) or `auto` (per task, `weights` where its weights outgrow the L2). Each tune runs as `farm submit
+warm), `l2-evicted` (the L2 alone evicted, the weights left in the L3) or `auto` (per task,
+`weights` where its weights outgrow the L2). Each tune runs as `farm submit
 --cold` in its own process and registry with no shipped pack (its wall time and trials kept), the sides
 alternating (warm, CONTEXT, warm, ...) so a slow minute of the VM falls on both; then every library is
 built from its records in the CPU's default form and all are timed with onnxruntime in rotated rounds.

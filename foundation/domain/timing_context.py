@@ -14,13 +14,13 @@ looks as fast as one that streams them well. The contexts:
 - ``producer``: every argument flushed, then the activation inputs read back into the caches,
   as a producer kernel leaves its output: the weights and the output cold, the activations warm.
 - ``l2-evicted``: the L2 evicted before each call by streaming a buffer of twice its size, then
-  the activations read back: the weights come from the L3, where a model whose layers' weights
-  fit the L3 finds them (on Intel Xeons the model's kernels run faster than flushed: the L3
-  holds what `weights` sends to memory).
+  the activations read back: the weights come from the L3. A diagnosis more than a tuning context:
+  it tells whether a kernel's loss in the model is the L3's or memory's (bench/in_model_ratio.py).
+  For weights that outgrow the L2 it is warm's state again, since back-to-back calls already read
+  them from the L3.
 - ``auto``: per task, ``weights`` when its weights outgrow the L2 (where the model's streaming
   from memory is what its time is made of), else ``warm`` (a small layer's weights are fetched
   once and hidden by its compute; back-to-back timing is the cheaper and steadier measurement).
-- ``auto-l2``: per task, ``l2-evicted`` when its weights outgrow the L2, else ``warm``.
 
 Pure: buffer sizes and the fingerprint's cache sizes in, a context out.
 """
@@ -43,7 +43,6 @@ class TimingContext(str, Enum):
     PRODUCER = "producer"
     L2_EVICTED = "l2-evicted"
     AUTO = "auto"
-    AUTO_L2 = "auto-l2"
 
     @property
     def flushes(self) -> bool:
@@ -52,14 +51,9 @@ class TimingContext(str, Enum):
                         TimingContext.L2_EVICTED)
 
     @property
-    def per_task(self) -> bool:
-        """A choice made per task from its weights against the L2, not a cache state itself."""
-        return self in (TimingContext.AUTO, TimingContext.AUTO_L2)
-
-    @property
     def sized_by_l2(self) -> bool:
-        """Needs the L2's size: to choose per task, or to size the eviction."""
-        return self.per_task or self is TimingContext.L2_EVICTED
+        """Needs the L2's size: to choose per task (auto), or to size the eviction."""
+        return self in (TimingContext.AUTO, TimingContext.L2_EVICTED)
 
 
 # A/B tunes on CPU kinds disagree on `auto` (slower on a Zen 4, faster on a Zen 5: docs/benchmarks.md), so
@@ -67,7 +61,7 @@ class TimingContext(str, Enum):
 DEFAULT_TIMING_CONTEXT = TimingContext.WARM
 CONTEXTS = tuple(c.value for c in TimingContext)
 # What a record can say it was timed in: auto is a choice per task, each task timed in one of these.
-RECORD_CONTEXTS = tuple(c.value for c in TimingContext if not c.per_task)
+RECORD_CONTEXTS = tuple(c.value for c in TimingContext if c is not TimingContext.AUTO)
 # The buffer streamed to evict the L2 is this many times its size (an L2 of 16 or more ways keeps
 # little of what it held after one such pass), and this large where the L2's size is unknown.
 EVICTION_L2_MULTIPLE = 2
@@ -106,7 +100,7 @@ class BufferRoles:
 class TaskTiming:
     """How one task's candidates are timed, and why."""
 
-    context: TimingContext  # never a per-task choice
+    context: TimingContext  # never AUTO
     roles: BufferRoles
     why: str
     eviction_bytes: int = 0  # l2-evicted: the buffer streamed before each call
@@ -125,22 +119,18 @@ def eviction_bytes(l2_kib: int | None) -> int:
 
 
 def task_timing(requested: TimingContext, roles: BufferRoles, l2_kib: int | None) -> TaskTiming:
-    """The context a task is timed in: ``requested``, or for ``auto`` and ``auto-l2`` the one its
-    weights' size against the L2 (``l2_kib``; None: unknown, timed warm) says."""
-    if not requested.per_task:
-        return _timing(requested, roles, "asked for", l2_kib)
+    """The context a task is timed in: ``requested``, or for ``auto`` the one its weights' size
+    against the L2 (``l2_kib``; None: unknown, timed warm) says; ``l2-evicted`` streams twice the L2."""
+    if requested is not TimingContext.AUTO:
+        evicts = eviction_bytes(l2_kib) if requested is TimingContext.L2_EVICTED else 0
+        return TaskTiming(requested, roles, "asked for", evicts)
     size = roles.weight_bytes
     if l2_kib is None or l2_kib <= 0:
         return TaskTiming(TimingContext.WARM, roles, "the L2's size is unknown")
     if size > l2_kib * 1024:
-        cold = TimingContext.WEIGHTS if requested is TimingContext.AUTO else TimingContext.L2_EVICTED
-        return _timing(cold, roles, f"its weights ({size / 1024:.0f} KiB) exceed the L2 ({l2_kib} KiB)", l2_kib)
+        return TaskTiming(TimingContext.WEIGHTS, roles,
+                          f"its weights ({size / 1024:.0f} KiB) exceed the L2 ({l2_kib} KiB)")
     return TaskTiming(TimingContext.WARM, roles, f"its weights ({size / 1024:.0f} KiB) fit in the L2 ({l2_kib} KiB)")
-
-
-def _timing(context: TimingContext, roles: BufferRoles, why: str, l2_kib: int | None) -> TaskTiming:
-    evicts = eviction_bytes(l2_kib) if context is TimingContext.L2_EVICTED else 0
-    return TaskTiming(context, roles, why, evicts)
 
 
 @dataclass(frozen=True)

@@ -31,22 +31,15 @@ def test_auto_times_a_task_whose_weights_fit_in_the_l2_warm():
     assert task_timing(TimingContext.AUTO, DENSE, l2_kib=None).context is TimingContext.WARM
 
 
-def test_auto_l2_evicts_only_the_l2_for_a_task_whose_weights_outgrow_it_streaming_twice_its_size():
-    timing = task_timing(TimingContext.AUTO_L2, DENSE, l2_kib=1024)
-    assert timing.context is TimingContext.L2_EVICTED and "exceed the L2 (1024 KiB)" in timing.why
-    assert timing.eviction_bytes == 2 * 1024 * 1024 and timing.to_json()["eviction_bytes"] == 2 * 2**20
-    fits = task_timing(TimingContext.AUTO_L2, DENSE, l2_kib=4096)
-    assert fits.context is TimingContext.WARM and fits.eviction_bytes == 0 and "eviction_bytes" not in fits.to_json()
-    assert task_timing(TimingContext.AUTO_L2, DENSE, l2_kib=None).context is TimingContext.WARM
-
-
-def test_l2_evicted_asked_for_streams_twice_the_l2_or_8_mib_where_its_size_is_unknown():
-    assert task_timing(TimingContext.L2_EVICTED, DENSE, l2_kib=2048).eviction_bytes == 4 * 2**20
+def test_l2_evicted_streams_twice_the_l2_or_8_mib_where_its_size_is_unknown():
+    timing = task_timing(TimingContext.L2_EVICTED, DENSE, l2_kib=2048)
+    assert timing.eviction_bytes == 4 * 2**20 and timing.to_json()["eviction_bytes"] == 4 * 2**20
     assert task_timing(TimingContext.L2_EVICTED, DENSE, l2_kib=None).eviction_bytes == 8 * 2**20
-    assert task_timing(TimingContext.WEIGHTS, DENSE, l2_kib=2048).eviction_bytes == 0
+    weights = task_timing(TimingContext.WEIGHTS, DENSE, l2_kib=2048)
+    assert weights.eviction_bytes == 0 and "eviction_bytes" not in weights.to_json()
 
 
-@pytest.mark.parametrize("context", [c for c in TimingContext if not c.per_task])
+@pytest.mark.parametrize("context", [c for c in TimingContext if c is not TimingContext.AUTO])
 def test_a_context_asked_for_is_every_tasks(context):
     assert task_timing(context, DENSE, l2_kib=1).context is context
 
@@ -56,7 +49,7 @@ def test_only_the_flushing_contexts_time_a_call_a_repeat():
                                                        TimingContext.PRODUCER, TimingContext.L2_EVICTED}
 
 
-def test_a_record_says_the_cache_state_it_was_timed_in_never_a_per_task_choice():
+def test_a_record_says_the_cache_state_it_was_timed_in_never_auto():
     assert RECORD_CONTEXTS == ("warm", "flushed", "weights", "producer", "l2-evicted")
 
 

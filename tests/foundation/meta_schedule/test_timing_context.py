@@ -163,27 +163,6 @@ def test_auto_times_a_task_whose_weights_outgrow_the_l2_after_a_flush_and_the_ot
     assert set(records_run_secs(database, small.mod)) == {1}
 
 
-def test_auto_l2_times_a_task_whose_weights_outgrow_the_l2_after_evicting_it_and_the_others_warm(mlp_tasks, target,
-                                                                                                 tmp_path):
-    from tvm.s_tir import meta_schedule as ms
-
-    from foundation.meta_schedule import tuner
-
-    dense = [t for t in mlp_tasks if "matmul" in t.name]
-    large, small = sorted(dense, key=lambda t: -buffer_roles(t.mod).weight_bytes)
-    database = ms.database.MemoryDatabase()
-    settings = MeasureSettings(timing_context=TimingContext.AUTO_L2, l2_kib=16, min_repeat_ms=5)
-    with WorkerPools(settings) as pools:
-        timings = pools.plan_timings([large.mod, small.mod], "llvm")
-        assert [(t.context, t.eviction_bytes) for t in timings] == [(TimingContext.L2_EVICTED, 32 * 1024),
-                                                                    (TimingContext.WARM, 0)]
-        report = tuner.tune([large, small], target, database, tuner.TuningBudget(4, 2, 2), tmp_path, pools=pools,
-                            seed=1)
-    assert report.trials > 0
-    assert set(records_run_secs(database, large.mod)) == {CACHE_FLUSH_REPEATS}
-    assert set(records_run_secs(database, small.mod)) == {1}
-
-
 def write_pack_choosing(directory, fingerprint_id: str, context: TimingContext):
     """A pack in ``directory`` for ``fingerprint_id`` whose header carries ``context`` as its A/B's choice."""
     from foundation.domain.timing_context import choose_hardware_timing

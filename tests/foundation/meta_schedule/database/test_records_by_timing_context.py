@@ -11,7 +11,7 @@ import pytest
 from foundation.config import CPU_CACHE_FLUSH_ENV, SHIPPED_PACKS_ENV, TIMING_CONTEXT_ENV
 from foundation.domain.timing_context import TimingContext
 from foundation.meta_schedule.database.registry_database import RegistryDatabase, canonical_target_json
-from foundation.meta_schedule.measure import CACHE_FLUSH_REPEATS, MeasureSettings, WorkerPools
+from foundation.meta_schedule.measure import MeasureSettings, WorkerPools
 from foundation.meta_schedule.timing_context import buffer_roles
 from foundation.registry import RegistryStore
 
@@ -57,10 +57,10 @@ def database(store, target) -> RegistryDatabase:
     return RegistryDatabase(store, FINGERPRINT, canonical_target_json(target), software={"llvm": "test"})
 
 
-def tuned_auto(store, target, dense, work, context: TimingContext = TimingContext.AUTO) -> None:
+def tuned_auto(store, target, dense, work) -> None:
     from foundation.meta_schedule import tuner
 
-    settings = MeasureSettings(timing_context=context, l2_kib=L2_KIB, min_repeat_ms=5)
+    settings = MeasureSettings(timing_context=TimingContext.AUTO, l2_kib=L2_KIB, min_repeat_ms=5)
     db = database(store, target)
     with WorkerPools(settings) as pools:
         report = tuner.tune(list(dense), target, db, tuner.TuningBudget(4, 2, 2), work, pools=pools, seed=1)
@@ -103,20 +103,6 @@ def test_a_tune_files_each_record_under_its_tasks_context_and_readers_rank_in_on
     warm = database(store, target)
     [best] = warm.get_top_k(warm.commit_workload(large.mod), 1)
     assert [float(s) for s in best.run_secs] == [1e-7] and warm.measured_count(large.mod) == 1
-
-
-def test_auto_l2_files_a_large_tasks_records_as_l2_evicted_and_its_readers_rank_those(store, target, dense, tmp_path,
-                                                                                        monkeypatch, nothing_asked):
-    large, small = dense
-    tuned_auto(store, target, dense, tmp_path / "tune", TimingContext.AUTO_L2)
-    reader = database(store, target)
-    large_ids, small_ids = reader._matching_ids(large.mod), reader._matching_ids(small.mod)
-    assert contexts_of(store, large_ids) == {"l2-evicted"} and contexts_of(store, small_ids) == {"warm"}
-    monkeypatch.setenv(TIMING_CONTEXT_ENV, "auto-l2")
-    again = database(store, target)
-    assert again.timing_context_of(large_ids[0], large.mod) == "l2-evicted"
-    [best] = again.get_top_k(again.commit_workload(large.mod), 1)
-    assert len(best.run_secs) == CACHE_FLUSH_REPEATS  # one call a repeat, each after the eviction
 
 
 def test_a_reader_of_a_context_nothing_was_timed_in_ranks_the_one_that_was(store, target, dense, monkeypatch,
