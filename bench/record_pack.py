@@ -3,11 +3,15 @@ registry learned as a .farmpack for foundation/registry/shipped/ (the packs a ne
 
 Each model is submitted in a fresh farm home with the quick start's budget, cold (no pack, no
 seeds: the records are this hardware's own); then the home's registry is synced into the pack.
+With --from-packs a kind that has a pack deepens it: each home loads the shipped packs and the
+model is tuned again (`--retune`) at --trials-per-task, its search seeded from what the farm knows;
+the pack takes only this fingerprint's records, every one measured here, and the new library,
+which serves the next hit (the newest validated one does).
 The pack's header says who made it: this script's command line, the submits it ran, the CPU
 and the date; a pack is never edited by hand. Run it on a quiet box: the records are timings.
 
     .venv/bin/python bench/record_pack.py [--models resnet-18,mobilenet,bert] [--trials-per-task 32]
-        [--out foundation/registry/shipped/] [--no-artifacts]
+        [--out foundation/registry/shipped/] [--no-artifacts] [--from-packs]
 """
 
 from __future__ import annotations
@@ -38,6 +42,8 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=ROOT / "foundation" / "registry" / "shipped")
     parser.add_argument("--no-artifacts", action="store_true", help="records, jobs and cost models only")
     parser.add_argument("--homes", type=Path, help="keep each model's farm home here (default: a temporary one)")
+    parser.add_argument("--from-packs", action="store_true",
+                        help="tune again from the shipped packs (--retune) instead of cold: a deeper pack")
     args = parser.parse_args()
 
     from foundation.clock import utc_now
@@ -58,9 +64,10 @@ def main() -> int:
         for model in [m.strip() for m in args.models.split(",") if m.strip()]:
             home = Path(scratch) / model
             command = [FARM, "submit", model, "llvm", str(args.batch), "--trials-per-task",
-                       str(args.trials_per_task), "--cold", "--json"]
-            env = {**os.environ, "FARM_HOME": str(home), "FARM_SHIPPED_PACKS": "0"}
+                       str(args.trials_per_task), "--retune" if args.from_packs else "--cold", "--json"]
+            env = {**os.environ, "FARM_HOME": str(home)}
             env.pop("FARM_REGISTRY", None)
+            env["FARM_SHIPPED_PACKS"] = "1" if args.from_packs else "0"
             print(f"tuning {model} (batch {args.batch}, {args.trials_per_task} trials a task) ...", file=sys.stderr,
                   flush=True)
             begin = time.monotonic()
@@ -83,7 +90,9 @@ def main() -> int:
                 pack.upsert_fingerprint(measured.id, measured.kind, measured.summary, measured.details)
             finally:
                 store.dispose()
-    header = write_pack(pack, out, {
+    # What other scripts wrote into the header (pack_timing_context's choice, refresh_packs' entries) stays.
+    kept = {key: value for key, value in before.items() if key not in ("format", "version", "tables")}
+    header = write_pack(pack, out, kept | {
         "command": " ".join(["python", *sys.argv]), "tuned_with": submits, "cpu": cpu_model(),
         "fingerprint": fingerprint.id, "fingerprint_summary": fingerprint.summary, "created": utc_now().isoformat(),
         "tvm_version": tvm_version(), "results": results,
