@@ -83,6 +83,20 @@ def read_in_model(raw: dict) -> list[dict]:
     return sides
 
 
+def read_in_model_contexts(raw: dict) -> list[dict]:
+    """bench/in_model_ratio.py's report with one library's sides timed alone in several contexts: how
+    near each context's alone time comes to the time in the model (1.0: it predicts it)."""
+    sides = []
+    for name, side in raw["sides"].items():
+        kernels = [k for k in side["kernels"] if k.get("tuned", True)]
+        sides.append({"case": f"{raw['model']} b{raw['batch']}", "side": name, "context": side["context"],
+                      "kernels": len(kernels), "within": sum(k["ratio_context"] <= 1.15 for k in kernels),
+                      "weighted_ratio": sum(k["share"] * k["ratio_context"] for k in kernels)
+                      / sum(k["share"] for k in kernels),
+                      "worst": max(k["ratio_context"] for k in kernels), "date": raw["date_utc"]})
+    return sides
+
+
 def read_model_cost(raw: dict) -> dict:
     """bench/trial_cost.py's job: the cost model's share of its tuning (prediction in the evolutionary
     search and updates after each batch) and the refresh after the job."""

@@ -29,6 +29,7 @@ from result_readers import (
     read_compare_text,
     read_evaluate,
     read_in_model,
+    read_in_model_contexts,
     read_peers,
     read_quick_start,
 )
@@ -86,7 +87,9 @@ def quick_start(page: Page) -> list[str]:
         else:
             raw = page.raw(row["file"])
             r = read_quick_start(raw) if row.get("read") == "quick_start" else read_cache_flush_warm(raw)
-            if "from_pack" in raw:
+            if "from_pack_file" in row:  # the pack recorded again since (record_pack.py --from-packs)
+                packed.append((page.cpu(row), page.raw(row["from_pack_file"]), row["from_pack_file"]))
+            elif "from_pack" in raw:
                 packed.append((page.cpu(row), raw["from_pack"], row["file"]))
             cells = [str(r["trials"]), mmss(r["wall_s"]), ms(r["farm_ms"]), ms(r["ort_ms"]),
                      f"**{times(r['farm_ms'] / r['ort_ms'])}**", day(r["date"])]
@@ -124,10 +127,11 @@ def quick_start(page: Page) -> list[str]:
         "  and 0.5-0.6% of the model lies between the kernels (\"The heavy kernels in the model against",
         "  alone\" and \"What lies between the kernels\"). At 32 trials a task the convolutions themselves",
         "  are slower than onnxruntime's; at an hour's, their loss in the model exceeds the gap (\"Peers\").",
-        "- **From the shipped pack** a fresh home's quick start is a registry hit, the library of the cold tune",
-        "  above, timed in a later run against onnxruntime (the row's raw file): "
+        "- **From the shipped pack** a fresh home's quick start is a registry hit, the pack's newest library",
+        "  (the cold tune's above, or a deeper tune's), timed in a later run against onnxruntime: "
         + "; ".join(f"{cpu.split(' (')[0]} in {p['wall_s']:g} s ({p['records_loaded']:,} records loaded; "
-                    f"{ms(p['farm_ms'])} against {ms(p['ort_ms'])} ms)" for cpu, p, _f in packed) + ".",
+                    f"{ms(p['farm_ms'])} against {ms(p['ort_ms'])} ms{', ' + p['library'] if 'library' in p else ''}, "
+                    f"{link(f)})" for cpu, p, f in packed) + ".",
         "- **From the other kinds' packs** (a kind's own pack left out: what a first user of an unpacked kind",
         "  gets): " + "; ".join(
             f"{cpu.split(' (')[0]}, {o['trials']} trials, tuning {mmss(o['tuning_s'])}, {ms(o['farm_ms'])} against "
@@ -490,51 +494,60 @@ def peers(page: Page) -> list[str]:
                           link(m["row"]["file"])] for m in in_model])
     else:
         lines.append("No figure yet: it needs a quiet box.")
+    lines += in_model_contexts(page)
     lines += [
         "",
-        "- **Timing in the model's context, A/B on the Zen 4** (`bench/cache_flush.py resnet-18 --context",
-        "  auto --pairs 3 --trials-per-task 32`, \"What the defaults rest on\"): `auto` against `warm`",
-        "  read 1.405, 1.190 and 0.723, median 1.19: no gain, and a spread that is the search's own (pair",
-        "  1's `auto` found a 4.5 ms schedule for a small layer where `warm` found 1.1 ms). Here the heavy",
-        "  kernels already run 1.04x their warm time in the model by share (8 of 9 within 1.15x; auto's side",
-        "  0.99x, 7 of 7: the warm-1 and auto-1 rows): little for a context to win; its pack keeps `warm`.",
-        "- **The same A/B on the Xeon family 6 model 167**, three pairs: 1.008, 1.052, 1.097 (none won):",
-        "  `auto` made four of pair 1's eight heaviest convolutions faster and four slower (a residual",
-        "  convolution 1.8 to 3.1 ms). Its pack keeps `warm`. At the hour (128 a task) resnet-18's heavy",
-        "  kernels run 1.01-1.14x their warm alone time in the model, 0.80-0.95x their time with weights",
-        "  flushed (the model reads them from the L3). resnet-50's at its hour: 4 of 9, 0 of 8 within 1.15x in",
-        "  two quiet runs, worst 1.59-1.76x: its activations (3.2 MB a layer in the first stage) and weights",
-        "  (up to 9.4 MB) outgrow the 2 MB L2 its kernels were timed in. One `auto` pair on it read 1.27 (lost).",
-        "- **The same A/B on the Zen 5**, five pairs: 0.865, 0.858, 0.692, 0.916, 1.019 (median 0.865;",
-        "  `auto`'s libraries 11.9-14.5 ms, `warm`'s 13.8-18.2, tuning 4% longer). In the model (pair 1)",
-        "  `warm`'s heavy kernels run 1.07x their alone time by share, `auto`'s 1.14x: `auto` ranked faster",
-        "  schedules without bringing kernels closer to their alone time.",
-        "- **The same A/B on the Zen 3**, three pairs: 0.859, 0.930, 0.851 (median 0.859; `auto`'s libraries",
-        "  51.5-59.9 ms, `warm`'s 60.5-64.4, onnxruntime 30.8 on a box slower than the Zen 3 of the quick-start",
-        "  row). In the model (pair 1) `warm`'s heavy kernels run 7 of 7 within 1.15x of their alone time,",
-        "  `auto`'s 5 of 7 (1.16x and 1.18x the two outside); `auto`'s gain is chiefly a faster last-stage",
-        "  convolution (3.2 against 6.1 ms in the model, 2.9 against 6.0 alone).",
-        "- **The same A/B on the Ice Lake Xeon**, three pairs: 0.932, 0.928, 1.215 (median 0.932): its pack",
-        "  chose `auto` by the rule, on weak evidence (in the model pair 1's `auto` kernels took 31.3 ms against",
-        "  `warm`'s 26.1, timed one after the other, where the interleaved pair had `auto` 7% ahead).",
-        "- **So the context is chosen per CPU kind**: the kinds disagree (Zen 3 and Zen 5 gain, the Zen 4",
-        "  does not: 0.997 over its nine pairs of resnet-18 and bert, 5 won). A kind's shipped pack carries",
-        "  its A/B's choice (`bench/pack_timing_context.py`: the context where the median of at least three",
-        "  pairs is 0.95 of warm's or less and most pairs won), and a box of that fingerprint times in it",
-        "  unless `FARM_TIMING_CONTEXT` says otherwise: `auto` on the Zen 3, Zen 5 and Ice Lake Xeon,",
-        "  `warm` on the Zen 4, the Xeon model 167 and kinds without an A/B. Each record is filed under its",
-        "  task's context and ranked only beside records of that context (a retune in `auto` ranks its",
-        "  records apart from the pack's `warm` ones, served until it has its own).",
-        "- **bert on the Zen 4** (matmuls streaming 2.4-9.4 MB of weights a call): at 32 a task no gain",
-        "  (1.048, 0.902, 1.057); at the hour's cap a second warm tune timed level with `auto`'s library",
-        "  (139.7 against 139.2 ms, [raw](results/timing-context-auto-bert-hour-2-zen4-2026-12-04.json)),",
-        "  so the first hour pair's 0.85-0.92 was one tune's luck. bert's latency moves 123-188 ms between",
-        "  processes of one library on this VM: only interleaved timings in one process compare its libraries.",
-        "- **Huge pages** (`bench/huge_pages.py bert`, `GLIBC_TUNABLES=glibc.malloc.hugetlb=1` against 4 KB",
-        "  pages in alternating processes): 0.939, inside the 4 KB processes' own spread; the in-model loss",
-        "  of bert's matmuls is not the TLB's ([raw](results/huge-pages-bert-zen4-2026-12-04.json)).",
+        "- **Timing in the model's context, A/B on the Zen 4** (`bench/cache_flush.py resnet-18 --context auto",
+        "  --pairs 3 --trials-per-task 32`): `auto`/`warm` 1.405, 1.190, 0.723, a spread that is the search's own;",
+        "  its heavy kernels already run 1.04x their warm time in the model (8 of 9 within 1.15x). Pack: `warm`.",
+        "- **The same A/B on the Xeon family 6 model 167**: 1.008, 1.052, 1.097 (none won; pair 1's `auto` made",
+        "  four heavy convolutions faster, four slower). Pack: `warm`. resnet-18's heavy kernels at the hour (128",
+        "  a task) run 1.01-1.14x their warm alone time in the model; resnet-50's at its hour 4 of 9 and 0 of 8",
+        "  within 1.15x (worst 1.59-1.76x). One `auto` pair on resnet-50 read 1.27 (lost).",
+        "- **Which cache state the model's kernels meet there** (the contexts table): `producer` and `flushed`",
+        "  predict it (resnet-50 1.01x and 0.98x by share, 8 of 8 within 1.15x, against warm's 1.30x; resnet-18",
+        "  0.99x and 1.03x): the weights and the output come from memory. `l2-evicted` (twice the L2 streamed",
+        "  before each call, the weights left in the L3) reads as warm does: back-to-back calls already read",
+        "  weights that outgrow the L2 from the L3, so an L2-only context changes nothing the search ranks.",
+        "  Not run: a three-pair A/B of whole tunes in `producer` or `flushed` on this kind (`auto` lost its).",
+        "- **Zen 5**, five pairs: 0.865, 0.858, 0.692, 0.916, 1.019; `auto` ranked faster schedules without",
+        "  bringing kernels closer to their alone time (pair 1 in the model: `warm` 1.07x by share, `auto` 1.14x).",
+        "- **Zen 3**, three pairs: 0.859, 0.930, 0.851, chiefly a faster last-stage convolution (3.2 against",
+        "  6.1 ms in the model); in the model `warm`'s kernels 7 of 7 within 1.15x, `auto`'s 5 of 7.",
+        "- **Ice Lake Xeon**, three pairs: 0.932, 0.928, 1.215: `auto` by the rule, on weak evidence (pair 1's",
+        "  `auto` kernels took 31.3 ms in the model against `warm`'s 26.1, timed one after the other).",
+        "- **So the context is chosen per CPU kind**: a kind's shipped pack carries its A/B's choice",
+        "  (`bench/pack_timing_context.py`: the context whose median over at least three pairs is 0.95 of warm's",
+        "  or less, most pairs won), and a box of that fingerprint times in it unless `FARM_TIMING_CONTEXT` says",
+        "  otherwise: `auto` on the Zen 3, Zen 5 and Ice Lake Xeon, `warm` elsewhere (the Zen 4: 0.997 over nine",
+        "  pairs of resnet-18 and bert). Records are filed and ranked within their task's context.",
+        "- **bert on the Zen 4**: no gain at 32 a task (1.048, 0.902, 1.057); at the hour's cap a second warm",
+        "  tune timed level with `auto`'s library (139.7 against 139.2 ms,",
+        "  [raw](results/timing-context-auto-bert-hour-2-zen4-2026-12-04.json)). **Huge pages** (`bench/huge_pages.py",
+        "  bert`): 0.939, inside the 4 KB processes' own spread ([raw](results/huge-pages-bert-zen4-2026-12-04.json)).",
     ]
     return lines
+
+
+CONTEXT_COLUMNS = ["warm", "l2-evicted", "weights", "producer", "flushed"]
+
+
+def in_model_contexts(page: Page) -> list[str]:
+    """One table row per model: its library's kernels in the model against alone in each context."""
+    by_case: dict[tuple[str, str], dict] = {}
+    for row in page.index.get("in_model_contexts", []):
+        for side in read_in_model_contexts(page.raw(row["file"])):
+            case = by_case.setdefault((side["case"], page.cpu(row)), {"cells": {}, "files": [], "date": side["date"]})
+            cell = f"{side['weighted_ratio']:.2f}x ({side['within']}/{side['kernels']})"
+            case["cells"].setdefault(side["context"], cell)
+            case["files"] += [row["file"]] if row["file"] not in case["files"] else []
+    if not by_case:
+        return []
+    return ["", "One library's heavy kernels timed alone in each context (`--side-context NAME=CONTEXT`): in the",
+            "model against alone in that context by share (kernels within 1.15x); 1.00x: it predicts the model.", "",
+            *table(["case", "CPU", *CONTEXT_COLUMNS, "measured", "raw"],
+                   [[name, cpu, *(c["cells"].get(o, "") for o in CONTEXT_COLUMNS), day(c["date"]),
+                     " ".join(link(f) for f in c["files"])] for (name, cpu), c in by_case.items()])]
 
 
 def gpu_and_suite(page: Page) -> list[str]:
