@@ -69,31 +69,17 @@ def read_between(raw: dict) -> dict:
             "date": raw["date_utc"]}
 
 
-def read_in_model(raw: dict) -> list[dict]:
-    """bench/in_model_ratio.py's report: each side's heavy kernels, in the model against alone."""
+def read_in_model(raw: dict, alone: str = "warm") -> list[dict]:
+    """bench/in_model_ratio.py's report: each side's heavy kernels, in the model against alone, timed
+    warm or (``alone="context"``) in the side's own context, where 1.0 says the context predicts the model."""
     sides = []
     for name, side in raw["sides"].items():
-        kernels = side["kernels"]
+        ratios = [(k["share"], k[f"ratio_{alone}"]) for k in side["kernels"] if k.get("tuned", True)]
         sides.append({"case": f"{raw['model']} b{raw['batch']}", "side": name, "context": side["context"],
-                      "kernels": len(kernels), "kernels_ms": side["kernels_ms"],
-                      "within": sum(k["ratio_warm"] <= 1.15 for k in kernels),
-                      "weighted_ratio": sum(k["share"] * k["ratio_warm"] for k in kernels)
-                      / sum(k["share"] for k in kernels),
-                      "worst": max(k["ratio_warm"] for k in kernels), "date": raw["date_utc"]})
-    return sides
-
-
-def read_in_model_contexts(raw: dict) -> list[dict]:
-    """bench/in_model_ratio.py's report with one library's sides timed alone in several contexts: how
-    near each context's alone time comes to the time in the model (1.0: it predicts it)."""
-    sides = []
-    for name, side in raw["sides"].items():
-        kernels = [k for k in side["kernels"] if k.get("tuned", True)]
-        sides.append({"case": f"{raw['model']} b{raw['batch']}", "side": name, "context": side["context"],
-                      "kernels": len(kernels), "within": sum(k["ratio_context"] <= 1.15 for k in kernels),
-                      "weighted_ratio": sum(k["share"] * k["ratio_context"] for k in kernels)
-                      / sum(k["share"] for k in kernels),
-                      "worst": max(k["ratio_context"] for k in kernels), "date": raw["date_utc"]})
+                      "kernels": len(ratios), "kernels_ms": side["kernels_ms"],
+                      "within": sum(r <= 1.15 for _share, r in ratios),
+                      "weighted_ratio": sum(share * r for share, r in ratios) / sum(share for share, _r in ratios),
+                      "worst": max(r for _share, r in ratios), "date": raw["date_utc"]})
     return sides
 
 

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 import result_readers
 import results_format
+import results_kernels
 import results_page
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -67,15 +68,40 @@ def test_the_peers_table_reads_each_engine_and_the_farms_heaviest_kernel(tmp_pat
     (tmp_path / "between.json").write_text(json.dumps({
         "model": "resnet-18", "batch": 1, "weights_layout": "prepacked-nchwc", "whole_model_median_ms": 20.0,
         "between_share_of_whole": 0.18, "categories": categories, "date_utc": "2026-12-03T15:10:00+00:00"}))
-    lines = results_page.peers(results_format.Page(tmp_path))
+    page = results_format.Page(tmp_path)
+    lines = results_page.peers(page)
     (row,) = [line for line in lines if line.startswith("| resnet-50 b1")]
     cells = [cell.strip() for cell in row.strip("|").split("|")]
     assert cells[:10] == ["resnet-50 b1", "AMD EPYC family 25 model 17", "quick start", "1,234", "10.0", "8.00",
                           "20.0", "-", "12.5", "**1.25x** (onnxruntime)"]
     assert cells[10] == "fused_conv2d_NCHWc_add_relu_prepacked: 62% of 200 GFLOP/s"
-    (between,) = [line for line in lines if line.startswith("| resnet-18 b1")]
+    (between,) = [line for line in results_kernels.kernels_in_the_model(page) if line.startswith("| resnet-18 b1")]
     assert "18.0%" in between and "tasks built untuned 12.0%" in between and "padding copies" not in between
 
+
+
+def test_each_models_kernels_in_the_model_against_alone_in_each_context_make_one_row(tmp_path):
+    def kernel(share, ratio_warm, ratio_context):
+        return {"share": share, "tuned": True, "ratio_warm": ratio_warm, "ratio_context": ratio_context}
+
+    def side(context, kernels):
+        return {"context": context, "kernels_ms": 10.0, "kernels": kernels}
+
+    (tmp_path / "index.json").write_text(json.dumps({
+        "cpus": {"zen4": "AMD EPYC family 25 model 17 (Zen 4)"},
+        "in_model_contexts": [{"cpu": "zen4", "file": "a.json"}, {"cpu": "zen4", "file": "b.json"}]}))
+    report = {"model": "resnet-50", "batch": 1, "date_utc": "2026-12-05T15:00:00+00:00"}
+    (tmp_path / "a.json").write_text(json.dumps(report | {"sides": {
+        "warm": side("warm", [kernel(0.3, 1.2, 1.2), kernel(0.1, 1.0, 1.0), {"share": 0.1, "tuned": False}]),
+        "weights": side("weights", [kernel(0.3, 1.2, 1.1), kernel(0.1, 1.0, 0.9)])}}))
+    (tmp_path / "b.json").write_text(json.dumps(report | {"sides": {
+        "flushed": side("flushed", [kernel(0.3, 1.3, 1.0), kernel(0.1, 1.1, 1.0)])}}))
+    (row,) = [line for line in results_kernels.in_model_contexts(results_format.Page(tmp_path))
+              if line.startswith("| resnet-50 b1")]
+    cells = [cell.strip() for cell in row.strip("|").split("|")]
+    # warm, l2-evicted, weights, producer, flushed: the ratio to each context's own alone time, by share
+    assert cells[2:7] == ["1.15x (1/2)", "", "1.05x (2/2)", "", "1.00x (2/2)"]
+    assert "a.json" in cells[8] and "b.json" in cells[8]
 
 
 def test_minutes_and_seconds_round_as_a_whole():
