@@ -8,9 +8,14 @@ CPU and of one context; their pairs are pooled (several models make one choice).
 where the pooled median is at most 0.95 and most pairs beat warm; else warm, written all the same, so
 the pack says the question was asked and what the answer was.
 
+The pack keeps one A/B per context tried (``timing_contexts_tried``; a new A/B of a context replaces
+its earlier one), and times in the context that won with the lowest median, else warm: an A/B of a
+second context that lost to warm leaves the first one's win standing.
+
     .venv/bin/python bench/pack_timing_context.py PACK AB.json [AB.json ...] [--dry-run]
 
-Prints one JSON document: the choice, as the pack's header now holds it.
+Prints one JSON document: this A/B's choice (``this_ab``), the context the pack now times in, and every
+A/B it holds.
 Exit codes: 0 written (or, with --dry-run, chosen); 2 bad arguments, an A/B of another CPU or context,
 or too few pairs; 3 no pack there, or a damaged one.
 """
@@ -57,10 +62,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dry-run", action="store_true", help="print the choice, write nothing")
     args = parser.parse_args(argv)
 
+    from foundation.clock import utc_now
     from foundation.domain.timing_context import TimingContext, choose_hardware_timing
     from foundation.errors import BadInput, FarmError
     from foundation.registry.packs import header_about, read_pack, write_pack
-    from foundation.registry.shipped_packs import TIMING_CONTEXT_KEY
+    from foundation.registry.shipped_packs import TIMING_CONTEXT_KEY, TIMING_CONTEXTS_TRIED_KEY
 
     try:
         store, header = read_pack(args.pack)
@@ -74,19 +80,40 @@ def main(argv: list[str] | None = None) -> int:
         except (BadInput, ValueError) as err:
             print(f"error: {err}", file=sys.stderr)
             return 2
-        entry: dict[str, Any] = {**chosen.to_json(), "command": " ".join(["python", *sys.argv])}
+        entry: dict[str, Any] = {**chosen.to_json(), "command": " ".join(["python", *sys.argv]),
+                                 "date": utc_now().isoformat()}
+        trials = [e for e in tried_before(header) if e["tried"] != entry["tried"]] + [entry]
+        standing = standing_trial(trials)
         if not args.dry_run:
-            from foundation.clock import utc_now
-
-            entry["date"] = utc_now().isoformat()
             about = header_about(header)
-            about[TIMING_CONTEXT_KEY] = entry
+            about[TIMING_CONTEXT_KEY], about[TIMING_CONTEXTS_TRIED_KEY] = standing, trials
             write_pack(store, args.pack, about)
     finally:
         store.dispose()
     print(json.dumps({"pack": args.pack.name, "fingerprint": header.get("fingerprint"), "cpu": header.get("cpu"),
-                      "written": not args.dry_run, TIMING_CONTEXT_KEY: entry}, indent=2))
+                      "written": not args.dry_run, "this_ab": entry, TIMING_CONTEXT_KEY: standing,
+                      TIMING_CONTEXTS_TRIED_KEY: trials}, indent=2))
     return 0
+
+
+def tried_before(header: dict[str, Any]) -> list[dict[str, Any]]:
+    """The A/Bs a pack holds, one per context tried; a pack written before they were kept holds only
+    the one its choice came from. Entries this version cannot read are dropped."""
+    from foundation.domain.timing_context import HardwareTiming
+    from foundation.registry.shipped_packs import TIMING_CONTEXT_KEY, TIMING_CONTEXTS_TRIED_KEY
+
+    entries = header.get(TIMING_CONTEXTS_TRIED_KEY)
+    if not isinstance(entries, list):
+        entries = [header[TIMING_CONTEXT_KEY]] if TIMING_CONTEXT_KEY in header else []
+    return [e for e in entries if HardwareTiming.from_json(e) is not None]
+
+
+def standing_trial(trials: list[dict[str, Any]]) -> dict[str, Any]:
+    """The entry of ``trials`` the pack times by (choose_among_trials)."""
+    from foundation.domain.timing_context import HardwareTiming, choose_among_trials
+
+    parsed = [HardwareTiming.from_json(e) for e in trials]
+    return trials[parsed.index(choose_among_trials(parsed))]
 
 
 if __name__ == "__main__":

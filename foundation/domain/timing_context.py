@@ -172,6 +172,16 @@ class HardwareTiming:
             return None
 
 
+def choose_among_trials(trials: Sequence[HardwareTiming]) -> HardwareTiming:
+    """The context a CPU kind times in, from the A/Bs of each context tried on it: of those that chose
+    their context, the one with the lowest median; where none did, warm, shown by the A/B that came
+    closest. A later A/B of one context that lost to warm leaves another context's win standing."""
+    if not trials:
+        raise ValueError("no A/B to choose from")
+    won = [t for t in trials if t.context is not TimingContext.WARM]
+    return min(won or trials, key=lambda t: t.median)
+
+
 def choose_hardware_timing(tried: TimingContext, ratios: Sequence[float], evidence: Sequence[str]) -> HardwareTiming:
     """The context a CPU kind's A/B chose: ``tried`` where its median and most pairs beat warm
     (CHOICE_MEDIAN_AT_MOST over at least CHOICE_MIN_PAIRS pairs), else warm."""

@@ -30,6 +30,8 @@ from foundation.registry.sync import SyncCounts, sync_registries
 SHIPPED = Path(__file__).with_name("shipped")
 # The key of a pack header's HardwareTiming.
 TIMING_CONTEXT_KEY = "timing_context"
+# The key of a pack header's A/Bs, one per context tried (bench/pack_timing_context.py).
+TIMING_CONTEXTS_TRIED_KEY = "timing_contexts_tried"
 
 
 def shipped_packs(directory: Path | None = None) -> list[Path]:

@@ -10,7 +10,12 @@ import pack_timing_context
 import pytest
 
 from foundation.registry.packs import read_pack, read_pack_header
-from foundation.registry.shipped_packs import TIMING_CONTEXT_KEY, shipped_hardware_timing, shipped_packs
+from foundation.registry.shipped_packs import (
+    TIMING_CONTEXT_KEY,
+    TIMING_CONTEXTS_TRIED_KEY,
+    shipped_hardware_timing,
+    shipped_packs,
+)
 
 RESULTS = Path(__file__).resolve().parents[2] / "docs" / "results"
 ZEN4, ZEN5 = "cpu-50c3c6678701", "cpu-3e332858eccb"
@@ -57,6 +62,32 @@ def test_an_ab_that_did_not_beat_warm_writes_warm_and_a_dry_run_writes_nothing(p
     assert pack.read_bytes() == before
     assert pack_timing_context.main([str(pack), *map(str, ZEN4_AB)]) == 0
     assert shipped_hardware_timing(ZEN4, packs).context.value == "warm"
+
+
+def test_a_second_context_that_lost_leaves_the_first_ones_win_standing_and_one_that_won_more_replaces_it(
+        packs, tmp_path, capsys):
+    pack = packs / f"{ZEN5}.farmpack"
+    assert pack_timing_context.main([str(pack), str(ZEN5_AB)]) == 0  # auto won: 0.865, 4 of 5
+    capsys.readouterr()
+
+    def producer_ab(name, ratios):
+        path = tmp_path / name
+        path.write_text(json.dumps({**json.loads(ZEN5_AB.read_text()), "context": "producer",
+                                    "context_over_warm_by_pair": ratios}))
+        return str(path)
+
+    assert pack_timing_context.main([str(pack), producer_ab("lost.json", [0.83, 1.14, 0.96])]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert printed["this_ab"]["context"] == "warm" and printed[TIMING_CONTEXT_KEY]["context"] == "auto"
+    header = read_pack_header(pack)
+    assert [e["tried"] for e in header[TIMING_CONTEXTS_TRIED_KEY]] == ["auto", "producer"]
+    assert shipped_hardware_timing(ZEN5, packs).context.value == "auto"
+    # The same context asked again replaces its own A/B; this time it beat auto's median.
+    assert pack_timing_context.main([str(pack), producer_ab("won.json", [0.7, 0.75, 0.8])]) == 0
+    header = read_pack_header(pack)
+    assert [(e["tried"], e["evidence"]) for e in header[TIMING_CONTEXTS_TRIED_KEY]] == [
+        ("auto", [ZEN5_AB.name]), ("producer", ["won.json"])]
+    assert shipped_hardware_timing(ZEN5, packs).context.value == "producer"
 
 
 def test_another_kinds_ab_too_few_pairs_and_no_pack_are_refused_with_their_codes(packs, tmp_path, capsys):

@@ -9,6 +9,7 @@ from foundation.domain.timing_context import (
     BufferRoles,
     HardwareTiming,
     TimingContext,
+    choose_among_trials,
     choose_hardware_timing,
     parse_timing_context,
     task_timing,
@@ -77,6 +78,22 @@ def test_a_cpu_kind_whose_ab_did_not_beat_warm_by_enough_keeps_warm_and_says_wha
     # A low median carried by a minority of pairs is not enough either.
     assert choose_hardware_timing(TimingContext.AUTO, (0.5, 0.6, 1.01, 1.02, 1.03), []).context is TimingContext.WARM
     assert choose_hardware_timing(TimingContext.AUTO, (0.96, 0.97, 0.98), []).context is TimingContext.WARM
+
+
+def test_of_several_contexts_tried_the_best_winner_stands_and_a_later_loser_undoes_no_win():
+    # The Xeon model 167's producer pairs (docs/results/timing-context-producer-*-xeon167-*.json).
+    auto_won = choose_hardware_timing(TimingContext.AUTO, ZEN5_RESNET, ["auto.json"])
+    producer_lost = choose_hardware_timing(TimingContext.PRODUCER, (0.8334, 1.136, 0.9605), ["producer.json"])
+    assert producer_lost.context is TimingContext.WARM
+    assert choose_among_trials([auto_won, producer_lost]) is auto_won
+    assert choose_among_trials([producer_lost, auto_won]) is auto_won
+    flushed_won_more = choose_hardware_timing(TimingContext.FLUSHED, (0.8, 0.82, 0.85), ["flushed.json"])
+    assert choose_among_trials([auto_won, flushed_won_more, producer_lost]) is flushed_won_more
+    # None won: warm, shown by the A/B that came closest.
+    auto_lost = choose_hardware_timing(TimingContext.AUTO, (1.008, 1.052, 1.097), ["auto.json"])
+    assert choose_among_trials([auto_lost, producer_lost]) is producer_lost
+    with pytest.raises(ValueError):
+        choose_among_trials([])
 
 
 @pytest.mark.parametrize("ratios", [(0.8, 0.8), (0.8, 0.0, 0.8), (0.8, float("nan"), 0.8)])
