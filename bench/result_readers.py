@@ -149,9 +149,10 @@ def _two_over_one(raw: dict) -> tuple[float, str]:
     return statistics.median(raw["two_over_one_by_pair"]), raw["date"]
 
 
-def _context_over_warm(raw: dict) -> tuple[float, str]:
-    """bench/cache_flush.py's pairs: the median of the context's latency over warm's, pair by pair."""
-    return statistics.median(raw["context_over_warm_by_pair"]), raw["date"]
+def _context_over_warm(*raws: dict) -> tuple[float, str]:
+    """bench/cache_flush.py's pairs, of one run or pooled over several: the median of the context's
+    latency over warm's, pair by pair, and the last run's date."""
+    return statistics.median(r for raw in raws for r in raw["context_over_warm_by_pair"]), raws[-1]["date"]
 
 
 DEFAULT_READERS: dict[str, Callable] = {"seed_ratio": _seed_ratio, "ratio": _ratio,

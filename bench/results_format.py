@@ -60,6 +60,8 @@ class Page:
     def source(self, row: dict) -> str:
         if "file" in row:
             return link(row["file"])
+        if "files" in row:  # one figure pooled over several runs
+            return " ".join(map(link, row["files"]))
         return f"{HAND} \"{row['from']}\""
 
     def raw(self, name: str):

@@ -63,11 +63,9 @@ def kernels_in_the_model(page: Page) -> list[str]:
         "  0.99x and 1.03x): the weights and the output come from memory. `l2-evicted` (twice the L2 streamed",
         "  before each call, the weights left in the L3) reads as warm does: back-to-back calls already read",
         "  weights that outgrow the L2 from the L3, so an L2-only context changes nothing the search ranks.",
-        "  `producer` against warm, whole tunes at 32 a task (`cache_flush.py --context producer`): resnet-18 0.833,",
-        "  1.136, 0.960 ([raw](results/timing-context-producer-resnet-18-xeon167-2026-12-05.json),",
-        "  [raw](results/timing-context-producer-resnet-18-xeon167-2026-12-05-2.json)), resnet-50 1.074, 1.005, 1.064",
-        "  ([raw](results/timing-context-producer-resnet-50-xeon167-2026-12-05.json)): median 1.034, two of six won,",
-        "  so the pack stays `warm` and holds both A/Bs. Predicting the kernels' time did not rank schedules better.",
+        "  `producer` tuned against warm (\"What the defaults rest on\"): resnet-18 0.833, 1.136, 0.960, resnet-50",
+        "  1.074, 1.005, 1.064; two of six won, so the pack stays `warm` (and holds both A/Bs). Predicting the",
+        "  kernels' time did not rank schedules better: the spread between pairs is the search's own.",
         "- **Zen 5**, five pairs: 0.865, 0.858, 0.692, 0.916, 1.019; `auto` ranked faster schedules without",
         "  bringing kernels closer to their alone time (pair 1 in the model: `warm` 1.07x by share, `auto` 1.14x).",
         "- **Zen 3**, three pairs: 0.859, 0.930, 0.851, chiefly a faster last-stage convolution (3.2 against",
@@ -85,6 +83,7 @@ def kernels_in_the_model(page: Page) -> list[str]:
         "  bert`): 0.939, inside the 4 KB processes' own spread ([raw](results/huge-pages-bert-zen4-2026-12-04.json)).",
     ]
     return lines
+
 
 CONTEXT_COLUMNS = ["warm", "l2-evicted", "weights", "producer", "flushed"]
 

@@ -304,7 +304,7 @@ def defaults(page: Page) -> list[str]:
         if "hand" in row:
             figure, date = row["hand"]["figure"], row["hand"]["date"]
         else:
-            value, when = DEFAULT_READERS[row["read"]](page.raw(row["file"]))
+            value, when = DEFAULT_READERS[row["read"]](*map(page.raw, row.get("files") or [row["file"]]))
             figure, date = f"{value:.3f}", day(when or row["date"])
         rows.append([row["lever"], page.cpu(row), figure, date, page.source(row)])
     return [

@@ -24,7 +24,8 @@ def test_the_page_stays_under_600_lines():
 
 def test_every_raw_result_the_index_or_the_page_names_exists():
     index = results_format.load_index()
-    named = {row["file"] for rows in index.values() if isinstance(rows, list) for row in rows if "file" in row}
+    named = {name for rows in index.values() if isinstance(rows, list) for row in rows
+             for name in ([row["file"]] if "file" in row else row.get("files", []))}
     linked = set(re.findall(r"\]\(results/([^)]+)\)", results_page.render())) - {""}
     assert named and named <= linked
     assert not [name for name in linked if not (ROOT / "docs" / "results" / name).is_file()]
@@ -35,7 +36,7 @@ def test_every_row_names_a_known_cpu_kind_and_hand_carried_rows_their_source():
     for rows in (rows for rows in index.values() if isinstance(rows, list)):
         for row in rows:
             assert row["cpu"] in index["cpus"], row
-            assert "file" in row or row.get("from"), row
+            assert "file" in row or row.get("files") or row.get("from"), row
 
 
 def test_a_compare_report_is_read_and_anything_else_refused():
@@ -108,3 +109,13 @@ def test_minutes_and_seconds_round_as_a_whole():
     assert results_format.mmss(359.5) == "6 min 0 s"
     assert results_format.mmss(397.6) == "6 min 38 s"
     assert results_format.mmss(59.4) == "0 min 59 s"
+
+
+def test_an_ab_figure_pools_the_pairs_of_every_run_it_names():
+    raws = [json.loads((ROOT / "docs" / "results" / name).read_text()) for name in (
+        "timing-context-producer-resnet-18-xeon167-2026-12-05.json",
+        "timing-context-producer-resnet-18-xeon167-2026-12-05-2.json")]
+    median, date = result_readers.DEFAULT_READERS["context_over_warm"](*raws)
+    pairs = raws[0]["context_over_warm_by_pair"] + raws[1]["context_over_warm_by_pair"]
+    assert len(pairs) == 3 and median == sorted(pairs)[1] and date == raws[1]["date"]
+    assert result_readers.DEFAULT_READERS["context_over_warm"](raws[0]) == (pairs[0], raws[0]["date"])
