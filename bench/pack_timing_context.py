@@ -82,8 +82,7 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         entry: dict[str, Any] = {**chosen.to_json(), "command": " ".join(["python", *sys.argv]),
                                  "date": utc_now().isoformat()}
-        trials = [e for e in tried_before(header) if e["tried"] != entry["tried"]] + [entry]
-        standing = standing_trial(trials)
+        trials, standing = with_this_ab(header, entry)
         if not args.dry_run:
             about = header_about(header)
             about[TIMING_CONTEXT_KEY], about[TIMING_CONTEXTS_TRIED_KEY] = standing, trials
@@ -96,24 +95,21 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def tried_before(header: dict[str, Any]) -> list[dict[str, Any]]:
-    """The A/Bs a pack holds, one per context tried; a pack written before they were kept holds only
-    the one its choice came from. Entries this version cannot read are dropped."""
-    from foundation.domain.timing_context import HardwareTiming
+def with_this_ab(header: dict[str, Any], entry: dict[str, Any]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """The pack's A/Bs, one per context tried, with ``entry`` in place of its context's earlier one, and
+    the one the pack times by (choose_among_trials). A pack written before A/Bs were kept holds only its
+    choice's; entries this version cannot read are dropped."""
+    from foundation.domain.timing_context import HardwareTiming, choose_among_trials
     from foundation.registry.shipped_packs import TIMING_CONTEXT_KEY, TIMING_CONTEXTS_TRIED_KEY
 
-    entries = header.get(TIMING_CONTEXTS_TRIED_KEY)
-    if not isinstance(entries, list):
-        entries = [header[TIMING_CONTEXT_KEY]] if TIMING_CONTEXT_KEY in header else []
-    return [e for e in entries if HardwareTiming.from_json(e) is not None]
-
-
-def standing_trial(trials: list[dict[str, Any]]) -> dict[str, Any]:
-    """The entry of ``trials`` the pack times by (choose_among_trials)."""
-    from foundation.domain.timing_context import HardwareTiming, choose_among_trials
-
-    parsed = [HardwareTiming.from_json(e) for e in trials]
-    return trials[parsed.index(choose_among_trials(parsed))]
+    held = header.get(TIMING_CONTEXTS_TRIED_KEY)
+    if not isinstance(held, list):
+        held = [header[TIMING_CONTEXT_KEY]] if TIMING_CONTEXT_KEY in header else []
+    this = HardwareTiming.from_json(entry)
+    read = [(e, t) for e in held if (t := HardwareTiming.from_json(e)) is not None and t.tried is not this.tried]
+    read.append((entry, this))
+    standing = choose_among_trials([t for _e, t in read])
+    return [e for e, _t in read], next(e for e, t in read if t is standing)
 
 
 if __name__ == "__main__":
